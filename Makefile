@@ -1,0 +1,39 @@
+# Thin wrapper around CMake. `make demo` and `make test` work on a fresh Debian 12.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build test test-fast test-asan demo clean bench docs-config
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/Makefile: CMakeLists.txt
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+build: $(BUILD)/Makefile
+	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
+
+# Every test, then the unit tests again under ASan + UBSan.
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j 2
+	$(MAKE) --no-print-directory test-asan
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j 2
+
+test-asan:
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2
+
+demo: deps build
+	@bash scripts/demo.sh $(BUILD)/dtrain
+
+docs-config: build
+	@$(BUILD)/dtrain config --doc > docs/config-keys.md
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,117 @@
+/* Causal multi-head attention, blocked like FlashAttention: for each block of QB
+ * query rows, S = Q·Kᵀ over the keys it may see, a softmax, then P·V. Only the
+ * log-sum-exp of each row is kept; backward recomputes P from it, so memory is
+ * O(T) per head instead of O(T²). GEMMs go to BLAS (single-threaded inside the
+ * OpenMP loop over (batch, head) pairs, which write disjoint outputs). */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "fastmath.h"
+
+enum { QB = 64 };
+
+/* Per-thread scratch, grown outside parallel regions and kept for the process. */
+static float *g_scratch;
+static size_t g_scratch_floats;
+
+static float *scratch_for(int T, int nthreads) {
+    size_t need = (size_t)nthreads * 2 * QB * (size_t)T;
+    if (need > g_scratch_floats) {
+        free(g_scratch);
+        g_scratch = malloc(need * sizeof(float));
+        g_scratch_floats = g_scratch ? need : 0;
+    }
+    return g_scratch;
+}
+
+/* P[i, 0..nk) = softmax row of S (already scaled), causal: row t sees keys 0..t. */
+static void softmax_rows(float *S, float *lse, int t0, int nq, int nk, float scale) {
+    for (int i = 0; i < nq; i++) {
+        float *s = S + (size_t)i * nk;
+        int len = t0 + i + 1;
+        float mx = -INFINITY;
+        for (int j = 0; j < len; j++) mx = s[j] > mx ? s[j] : mx;
+        mx *= scale;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < len; j++) {
+            float e = dt_expf(s[j] * scale - mx);
+            s[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < len; j++) s[j] *= inv;
+        for (int j = len; j < nk; j++) s[j] = 0.0f;
+        lse[i] = mx + logf(sum);
+    }
+}
+
+void cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    int nthreads = omp_get_max_threads();
+    float *scratch = scratch_for(T, nthreads);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float *S = scratch + (size_t)omp_get_thread_num() * 2 * QB * T;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *o = out + (size_t)b * T * C + h * hs;
+        float *l = lse + (size_t)bh * T;
+        for (int t0 = 0; t0 < T; t0 += QB) {
+            int nq = T - t0 < QB ? T - t0 : QB, nk = t0 + nq;
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
+            softmax_rows(S, l + t0, t0, nq, nk, scale);
+            cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v, C3, 0.0f, o + (size_t)t0 * C, C);
+        }
+    }
+}
+
+void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
+                       int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    int nthreads = omp_get_max_threads();
+    float *scratch = scratch_for(T, nthreads);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float *P = scratch + (size_t)omp_get_thread_num() * 2 * QB * T;
+        float *dP = P + (size_t)QB * T;
+        size_t base = (size_t)b * T * C3 + h * hs;
+        const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+        const float *o = out + (size_t)b * T * C + h * hs, *dO = dout + (size_t)b * T * C + h * hs;
+        const float *l = lse + (size_t)bh * T;
+        for (int t = 0; t < T; t++) {
+            memset(dk + (size_t)t * C3, 0, hs * sizeof(float));
+            memset(dv + (size_t)t * C3, 0, hs * sizeof(float));
+        }
+        for (int t0 = 0; t0 < T; t0 += QB) {
+            int nq = T - t0 < QB ? T - t0 : QB, nk = t0 + nq;
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, P, nk);
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v, C3, 0.0f, dP, nk);
+            for (int i = 0; i < nq; i++) {
+                int t = t0 + i, len = t + 1;
+                float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
+                const float *oi = o + (size_t)t * C, *doi = dO + (size_t)t * C;
+                float D = 0.0f;
+                for (int d = 0; d < hs; d++) D += oi[d] * doi[d];
+                float li = l[t];
+#pragma omp simd
+                for (int j = 0; j < len; j++) {
+                    float pj = dt_expf(p[j] * scale - li);
+                    p[j] = pj;
+                    dp[j] = pj * (dp[j] - D) * scale;
+                }
+                for (int j = len; j < nk; j++) p[j] = dp[j] = 0.0f;
+            }
+            cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k, C3, 0.0f, dq + (size_t)t0 * C3, C3);
+            cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, q + (size_t)t0 * C3, C3, 1.0f, dk, C3);
+            cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dv, C3);
+        }
+    }
+}

@@ -1,0 +1,31 @@
+/* CPU backend internals: the functions behind dt_ops_cpu(). */
+#ifndef DT_CPU_H
+#define DT_CPU_H
+#include <stddef.h>
+#include <stdint.h>
+
+void cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+              int ldb, float beta, float *C, int ldc);
+void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
+void cpu_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
+                    int IC, int OC, int acc_dinp);
+void cpu_colsum_acc(float *dst, const float *src, int N, int C);
+void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C);
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C);
+void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                       int C);
+void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int N, int C);
+void cpu_gelu_fwd(float *out, const float *inp, size_t n);
+void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
+void cpu_add(float *out, const float *a, const float *b, size_t n);
+void cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
+                       int T, int C, int NH);
+void cpu_softmax_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
+double cpu_sumsq(const float *x, size_t n);
+void cpu_scale(float *x, float s, size_t n);
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+               float wd, float bc1, float bc2);
+
+#endif

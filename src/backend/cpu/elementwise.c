@@ -1,0 +1,104 @@
+/* Embedding, GELU, residual add, norms and scaling. Reductions are split by fixed
+ * chunks (never by thread) so results do not depend on the thread count. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+#include "fastmath.h"
+
+void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *e = wte + (size_t)tok[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C) {
+    /* channel blocks per thread: tokens repeat, so rows cannot be split without races */
+    enum { CB = 32 };
+    int nb = (C + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            float *e = dwte + (size_t)tok[bt] * C, *p = dwpe + (size_t)(bt % T) * C;
+            for (int c = c0; c < c1; c++) {
+                e[c] += d[c];
+                p[c] += d[c];
+            }
+        }
+    }
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+void cpu_gelu_fwd(float *out, const float *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.0f + dt_tanhf(u));
+    }
+}
+
+void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float th = dt_tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+void cpu_add(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void cpu_scale(float *x, float s, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+double cpu_sumsq(const float *x, size_t n) {
+    enum { CHUNK = 1 << 16 };
+    size_t nchunks = (n + CHUNK - 1) / CHUNK;
+    double stackbuf[256];
+    double *part = nchunks <= 256 ? stackbuf : malloc(nchunks * sizeof(double));
+    if (!part) { /* tiny allocation; fall back to a serial sum rather than fail */
+        double s = 0;
+        for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+        return s;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t i0 = k * CHUNK, i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        double s = 0;
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        part[k] = s;
+    }
+    double s = 0;
+    for (size_t k = 0; k < nchunks; k++) s += part[k];
+    if (part != stackbuf) free(part);
+    return s;
+}
+
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+               float wd, float bc1, float bc2) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}

@@ -1,0 +1,57 @@
+/* Every kernel the model and optimizer need, behind one table so the model does not
+ * know which backend runs it (CPU today; CUDA implements the same table later).
+ * Kernels know shapes, never ranks. Row-major throughout. Linear weights use the
+ * Hugging Face GPT-2 (Conv1D) layout: w[in][out], y = x·w + b.
+ * Shapes: N rows (tokens), C channels. "acc" arguments add into the output. */
+#ifndef DT_OPS_H
+#define DT_OPS_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dt_ops {
+    const char *name;
+    /* C[M,N] = alpha·op(A)·op(B) + beta·C, op = transpose when trans* != 0 */
+    void (*gemm)(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc);
+    /* out[N,OC] = inp[N,IC]·w[IC,OC] + bias (bias may be NULL) */
+    void (*linear_fwd)(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
+    /* dinp (= or += when acc_dinp), dw +=, dbias += (dbias may be NULL) */
+    void (*linear_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                       const float *w, int N, int IC, int OC, int acc_dinp);
+    /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] */
+    void (*embed_fwd)(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C);
+    void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C);
+    void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                          int N, int C);
+    /* dinp +=, dw +=, db += */
+    void (*layernorm_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                          const float *mean, const float *rstd, int N, int C);
+    void (*gelu_fwd)(float *out, const float *inp, size_t n);
+    /* dinp = gelu'(inp)·dout */
+    void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*add)(float *out, const float *a, const float *b, size_t n);
+    /* Causal multi-head attention over qkv[B,T,3C] (q|k|v, heads of C/NH): out[B,T,C],
+     * lse[B,NH,T] (log-sum-exp per query row, kept for backward instead of the TxT matrix). */
+    void (*attention_fwd)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    /* dqkv (=) from dout, recomputing probabilities from lse */
+    void (*attention_bwd)(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                          int B, int T, int C, int NH);
+    /* Softmax cross-entropy over rows of logits[N, Vp] (columns >= V are padding and excluded).
+     * Writes loss per row; if scale != 0, overwrites logits with dloss/dlogits · scale. */
+    void (*softmax_xent)(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
+    /* sum of squares in double (fixed order for a fixed thread count) */
+    double (*sumsq)(const float *x, size_t n);
+    void (*scale)(float *x, float s, size_t n);
+    /* AdamW on n elements: m, v updated; p -= lr·(m̂/(sqrt(v̂)+eps) + wd·p) */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, float bc1, float bc2);
+} dt_ops;
+
+const dt_ops *dt_ops_cpu(void);
+/* Human-readable description of the CPU BLAS and the kernel it runs. */
+const char *dt_cpu_blas_info(void);
+/* Sets OpenMP and BLAS thread counts (0: leave the library default). */
+void dt_cpu_set_threads(int n);
+int dt_cpu_threads(void);
+
+#endif

@@ -1,0 +1,339 @@
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_ENUM } key_type;
+
+typedef struct {
+    const char *path;
+    key_type type;
+    size_t offset;
+    size_t size; /* for strings: buffer size */
+    double min, max;
+    const char *choices; /* K_ENUM: "a|b|c" */
+    const char *def;
+    const char *doc;
+} key_desc;
+
+#define OFF(field) offsetof(dt_config, field)
+#define SZ(field) sizeof(((dt_config *)0)->field)
+#define INT(p, f, lo, hi, d, doc) {p, K_INT, OFF(f), SZ(f), lo, hi, NULL, d, doc}
+#define I64(p, f, lo, hi, d, doc) {p, K_I64, OFF(f), SZ(f), lo, hi, NULL, d, doc}
+#define FLT(p, f, lo, hi, d, doc) {p, K_FLOAT, OFF(f), SZ(f), lo, hi, NULL, d, doc}
+#define BOOL(p, f, d, doc) {p, K_BOOL, OFF(f), SZ(f), 0, 1, NULL, d, doc}
+#define STR(p, f, d, doc) {p, K_STR, OFF(f), SZ(f), 0, 0, NULL, d, doc}
+#define ENUM(p, f, ch, d, doc) {p, K_ENUM, OFF(f), SZ(f), 0, 0, ch, d, doc}
+
+static const key_desc KEYS[] = {
+    INT("model.n_layer", model.n_layer, 1, 1024, "4", "transformer blocks"),
+    INT("model.n_head", model.n_head, 1, 1024, "4", "attention heads (n_embd must be divisible by it)"),
+    INT("model.n_embd", model.n_embd, 1, 65536, "256", "residual stream width C"),
+    INT("model.seq_len", model.seq_len, 1, 65536, "128", "context length T (size of the position table)"),
+    INT("model.vocab_size", model.vocab_size, 1, 65536,
+        "256", "vocabulary size V; padded internally to a multiple of 64 (token files hold uint16)"),
+    STR("data.train", data.train, "data/demo_train.bin", "training token file (see docs/config.md#token-files)"),
+    STR("data.val", data.val, "data/demo_val.bin", "validation token file; empty disables validation"),
+    BOOL("data.shuffle", data.shuffle, "true", "seeded shuffle of sequences each epoch (false: file order)"),
+    ENUM("data.tokenizer", data.tokenizer, "byte|gpt2", "byte", "tokenizer used by `prepare` and `sample`"),
+    STR("data.encoder_json", data.encoder_json, "", "GPT-2 encoder.json (tokenizer gpt2)"),
+    STR("data.vocab_bpe", data.vocab_bpe, "", "GPT-2 vocab.bpe (tokenizer gpt2)"),
+    INT("train.steps", train.steps, 0, 1e9, "600", "optimizer steps"),
+    INT("train.micro_batch", train.micro_batch, 1, 1e6, "16", "sequences per rank per micro-step"),
+    INT("train.global_batch", train.global_batch, 0, 1e9,
+        "0", "sequences per optimizer step (0: micro_batch x data-parallel size); accumulation is derived"),
+    FLT("train.lr", train.lr, 0, 10, "1e-3", "peak learning rate"),
+    FLT("train.min_lr", train.min_lr, 0, 10, "1e-4", "learning rate at the end of cosine decay"),
+    INT("train.warmup_steps", train.warmup_steps, 0, 1e9, "30", "linear warmup steps"),
+    FLT("train.weight_decay", train.weight_decay, 0, 10, "0.1", "AdamW decoupled weight decay (2-D weights only)"),
+    FLT("train.beta1", train.beta1, 0, 0.999999, "0.9", "AdamW beta1"),
+    FLT("train.beta2", train.beta2, 0, 0.999999999, "0.95", "AdamW beta2"),
+    FLT("train.eps", train.eps, 1e-30, 1, "1e-8", "AdamW epsilon"),
+    FLT("train.grad_clip", train.grad_clip, 0, 1e9, "1.0", "global gradient-norm clip (0 disables)"),
+    I64("train.seed", train.seed, 0, 9007199254740991.0, "1337", "seed for initialisation and data order"),
+    INT("train.val_every", train.val_every, 0, 1e9, "100", "validate every N steps and at the end (0: never)"),
+    INT("train.val_batches", train.val_batches, 1, 1e9, "8", "micro-batches per validation"),
+    STR("checkpoint.dir", checkpoint.dir, "", "save checkpoints here (empty: no saving)"),
+    INT("checkpoint.every", checkpoint.every, 0, 1e9, "0", "save every N steps (0: only at the end)"),
+    STR("checkpoint.resume", checkpoint.resume, "", "resume from this checkpoint directory"),
+    STR("log.metrics", log.metrics, "", "JSON Lines metrics file"),
+    BOOL("log.digest", log.digest, "false", "print `digest sha256:...` of the final weights"),
+    INT("log.every", log.every, 1, 1e9, "1", "print a plain progress line every N steps (non-TTY)"),
+    INT("log.sample_tokens", log.sample_tokens, 0, 1e6, "0", "print a text sample of this many tokens at the end"),
+    ENUM("backend", backend, "cpu|cuda", "cpu", "compute backend"),
+    ENUM("precision", precision, "fp32|bf16", "fp32", "compute precision"),
+    INT("threads", threads, 0, 4096, "0", "OpenMP/BLAS threads (0: all cores)"),
+    INT("parallel.tp", parallel.tp, 1, 4096, "1", "tensor-parallel size"),
+    INT("parallel.pp", parallel.pp, 1, 4096, "1", "pipeline-parallel size"),
+    INT("parallel.cp", parallel.cp, 1, 4096, "1", "context-parallel size"),
+    BOOL("parallel.sp", parallel.sp, "false", "sequence parallelism (with tp)"),
+    INT("parallel.zero", parallel.zero, 0, 3, "0", "ZeRO stage"),
+    ENUM("parallel.dp_mode", parallel.dp_mode, "ddp|ps", "ddp", "data-parallel mode"),
+    ENUM("parallel.schedule", parallel.schedule, "gpipe|1f1b|interleaved", "1f1b", "pipeline schedule"),
+    INT("parallel.micro_batches", parallel.micro_batches, 0, 1e6, "0", "pipeline micro-batches (0: derived)"),
+    INT("parallel.virtual_stages", parallel.virtual_stages, 1, 1024, "1", "interleaved pipeline chunks per rank"),
+    ENUM("parallel.determinism", parallel.determinism, "fast|bitwise", "fast", "reduction order guarantee"),
+};
+#define NKEYS (sizeof KEYS / sizeof KEYS[0])
+
+static const key_desc *find_key(const char *path) {
+    for (size_t i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].path, path) == 0) return &KEYS[i];
+    return NULL;
+}
+
+static int enum_has(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    const char *p = choices;
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+static dt_status check_range(const key_desc *k, double v) {
+    if (!(v >= k->min && v <= k->max))
+        return dt_fail(DT_EINPUT, "config: %s = %g is out of range [%g, %g]", k->path, v, k->min, k->max);
+    return DT_OK;
+}
+
+/* Stores a value given as text (from --set or the defaults table). */
+static dt_status set_from_text(dt_config *c, const key_desc *k, const char *text) {
+    char *base = (char *)c + k->offset;
+    char *end = NULL;
+    switch (k->type) {
+    case K_INT:
+    case K_I64:
+    case K_FLOAT: {
+        errno = 0;
+        double v = strtod(text, &end);
+        if (end == text || *end != 0 || errno == ERANGE || !isfinite(v))
+            return dt_fail(DT_EINPUT, "config: %s = '%s' is not a number", k->path, text);
+        if (k->type != K_FLOAT && v != floor(v))
+            return dt_fail(DT_EINPUT, "config: %s = '%s' is not an integer", k->path, text);
+        DT_TRY(check_range(k, v));
+        if (k->type == K_INT) *(int *)base = (int)v;
+        else if (k->type == K_I64) {
+            /* parse integers exactly (doubles lose precision above 2^53) */
+            *(long long *)base = strtoll(text, NULL, 10);
+        } else *(double *)base = v;
+        return DT_OK;
+    }
+    case K_BOOL:
+        if (!strcmp(text, "true") || !strcmp(text, "1")) *(int *)base = 1;
+        else if (!strcmp(text, "false") || !strcmp(text, "0")) *(int *)base = 0;
+        else return dt_fail(DT_EINPUT, "config: %s = '%s' is not a boolean (true/false)", k->path, text);
+        return DT_OK;
+    case K_ENUM:
+        if (!enum_has(k->choices, text))
+            return dt_fail(DT_EINPUT, "config: %s = '%s' is not one of %s", k->path, text, k->choices);
+        /* fallthrough */
+    case K_STR:
+        if (strlen(text) >= k->size)
+            return dt_fail(DT_EINPUT, "config: %s is longer than %zu characters", k->path, k->size - 1);
+        memcpy(base, text, strlen(text) + 1);
+        return DT_OK;
+    }
+    return DT_OK;
+}
+
+void dt_config_defaults(dt_config *c) {
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < NKEYS; i++) {
+        dt_status s = set_from_text(c, &KEYS[i], KEYS[i].def);
+        (void)s; /* defaults are valid by construction (tested) */
+    }
+}
+
+static dt_status apply_json(dt_config *c, const cJSON *node, const char *prefix, const char *origin) {
+    for (const cJSON *it = node->child; it; it = it->next) {
+        char path[256];
+        if (!it->string) return dt_fail(DT_EINPUT, "%s: config must be a JSON object", origin);
+        int n = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", it->string);
+        if (n < 0 || (size_t)n >= sizeof path) return dt_fail(DT_EINPUT, "%s: key path too long", origin);
+        const key_desc *k = find_key(path);
+        if (cJSON_IsObject(it) && !k) {
+            DT_TRY(apply_json(c, it, path, origin));
+            continue;
+        }
+        if (!k) return dt_fail(DT_EINPUT, "%s: unknown config key '%s'", origin, path);
+        char text[DT_PATH_MAX + 32];
+        if (cJSON_IsNumber(it)) {
+            if (k->type == K_I64 || k->type == K_INT) {
+                double v = it->valuedouble;
+                if (v != floor(v) || !isfinite(v))
+                    return dt_fail(DT_EINPUT, "%s: config key '%s' must be an integer", origin, path);
+                snprintf(text, sizeof text, "%.0f", v);
+            } else if (k->type == K_FLOAT) {
+                snprintf(text, sizeof text, "%.17g", it->valuedouble);
+            } else {
+                return dt_fail(DT_EINPUT, "%s: config key '%s' must not be a number", origin, path);
+            }
+        } else if (cJSON_IsBool(it)) {
+            if (k->type != K_BOOL) return dt_fail(DT_EINPUT, "%s: config key '%s' must not be a boolean", origin, path);
+            snprintf(text, sizeof text, "%s", cJSON_IsTrue(it) ? "true" : "false");
+        } else if (cJSON_IsString(it)) {
+            if (k->type != K_STR && k->type != K_ENUM)
+                return dt_fail(DT_EINPUT, "%s: config key '%s' must not be a string", origin, path);
+            if (strlen(it->valuestring) >= sizeof text)
+                return dt_fail(DT_EINPUT, "%s: config key '%s' is too long", origin, path);
+            snprintf(text, sizeof text, "%s", it->valuestring);
+        } else {
+            return dt_fail(DT_EINPUT, "%s: config key '%s' has an unsupported JSON type", origin, path);
+        }
+        dt_status s = set_from_text(c, k, text);
+        if (s != DT_OK) {
+            dt_error_context("%s", origin);
+            return s;
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin) {
+    cJSON *root = cJSON_Parse(json);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t off = at ? (size_t)(at - json) : 0;
+        return dt_fail(DT_EINPUT, "%s: malformed JSON near byte %zu", origin, off);
+    }
+    dt_status s = DT_OK;
+    if (!cJSON_IsObject(root)) s = dt_fail(DT_EINPUT, "%s: config must be a JSON object", origin);
+    else s = apply_json(c, root, "", origin);
+    cJSON_Delete(root);
+    return s;
+}
+
+dt_status dt_config_load_file(dt_config *c, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_fail(DT_EINPUT, "config file '%s': cannot open (%s)", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return dt_fail(DT_EINPUT, "config file '%s': cannot seek", path);
+    }
+    long n = ftell(f);
+    if (n < 0 || n > (16 << 20)) {
+        fclose(f);
+        return dt_fail(DT_EINPUT, "config file '%s': unreadable or larger than 16 MiB", path);
+    }
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) {
+        fclose(f);
+        return dt_fail(DT_ERUNTIME, "out of memory reading '%s'", path);
+    }
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = 0;
+    char origin[DT_PATH_MAX + 16];
+    snprintf(origin, sizeof origin, "config file '%s'", path);
+    dt_status s = dt_config_load_json(c, buf, origin);
+    free(buf);
+    return s;
+}
+
+dt_status dt_config_set(dt_config *c, const char *assignment) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq) return dt_fail(DT_EINPUT, "--set '%s': expected key.path=value", assignment);
+    char path[256];
+    size_t n = (size_t)(eq - assignment);
+    if (n == 0 || n >= sizeof path) return dt_fail(DT_EINPUT, "--set '%s': bad key", assignment);
+    memcpy(path, assignment, n);
+    path[n] = 0;
+    const key_desc *k = find_key(path);
+    if (!k) return dt_fail(DT_EINPUT, "--set: unknown config key '%s'", path);
+    return set_from_text(c, k, eq + 1);
+}
+
+dt_status dt_config_validate(const dt_config *c) {
+    if (c->model.n_embd % c->model.n_head != 0)
+        return dt_fail(DT_EINPUT, "config: model.n_embd (%d) must be divisible by model.n_head (%d)", c->model.n_embd,
+                       c->model.n_head);
+    if (c->train.global_batch > 0 && c->train.global_batch % c->train.micro_batch != 0)
+        return dt_fail(DT_EINPUT, "config: train.global_batch (%d) must be a multiple of train.micro_batch (%d)",
+                       c->train.global_batch, c->train.micro_batch);
+    if (c->train.min_lr > c->train.lr)
+        return dt_fail(DT_EINPUT, "config: train.min_lr (%g) must not exceed train.lr (%g)", c->train.min_lr,
+                       c->train.lr);
+    if (!strcmp(c->data.tokenizer, "gpt2") && c->model.vocab_size < 50257)
+        return dt_fail(DT_EINPUT, "config: model.vocab_size (%d) is smaller than the GPT-2 tokenizer's 50257",
+                       c->model.vocab_size);
+    return DT_OK;
+}
+
+static cJSON *ensure_object(cJSON *root, const char *path, const char **leaf) {
+    char part[64];
+    const char *p = path;
+    cJSON *node = root;
+    for (;;) {
+        const char *dot = strchr(p, '.');
+        if (!dot) break;
+        size_t n = (size_t)(dot - p);
+        if (n >= sizeof part) n = sizeof part - 1;
+        memcpy(part, p, n);
+        part[n] = 0;
+        cJSON *child = cJSON_GetObjectItemCaseSensitive(node, part);
+        if (!child) child = cJSON_AddObjectToObject(node, part);
+        node = child;
+        p = dot + 1;
+    }
+    *leaf = p;
+    return node;
+}
+
+char *dt_config_to_json(const dt_config *c) {
+    cJSON *root = cJSON_CreateObject();
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_desc *k = &KEYS[i];
+        const char *leaf;
+        cJSON *obj = ensure_object(root, k->path, &leaf);
+        const char *base = (const char *)c + k->offset;
+        switch (k->type) {
+        case K_INT: cJSON_AddNumberToObject(obj, leaf, *(const int *)base); break;
+        case K_I64: {
+            /* the key's range keeps it below 2^53, so a JSON number holds it exactly */
+            cJSON_AddNumberToObject(obj, leaf, (double)*(const long long *)base);
+            break;
+        }
+        case K_FLOAT: cJSON_AddNumberToObject(obj, leaf, *(const double *)base); break;
+        case K_BOOL: cJSON_AddBoolToObject(obj, leaf, *(const int *)base); break;
+        case K_STR:
+        case K_ENUM: cJSON_AddStringToObject(obj, leaf, base); break;
+        }
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+void dt_config_write_doc(FILE *out) {
+    static const char *type_names[] = {"int", "int", "float", "bool", "string", "enum"};
+    fprintf(out, "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n");
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_desc *k = &KEYS[i];
+        char allowed[128] = "";
+        if (k->type == K_ENUM) {
+            /* '|' would split the markdown cell */
+            size_t j = 0;
+            for (const char *p = k->choices; *p && j + 3 < sizeof allowed; p++) {
+                if (*p == '|') { allowed[j++] = ','; allowed[j++] = ' '; }
+                else allowed[j++] = *p;
+            }
+            allowed[j] = 0;
+        }
+        else if (k->type == K_INT || k->type == K_I64 || k->type == K_FLOAT)
+            snprintf(allowed, sizeof allowed, "%g .. %g", k->min, k->max);
+        else if (k->type == K_BOOL) snprintf(allowed, sizeof allowed, "true, false");
+        fprintf(out, "| `%s` | %s | `%s` | %s | %s |\n", k->path, type_names[k->type], k->def, allowed, k->doc);
+    }
+}

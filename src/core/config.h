@@ -1,0 +1,59 @@
+/* Run configuration: every key, its type, default, range and documentation live in
+ * one table (config.c). JSON files (cJSON) and --set key.path=value overrides are
+ * both checked against it; unknown keys and out-of-range values are errors naming
+ * the key. docs/config.md is generated from the same table (`dtrain config --doc`). */
+#ifndef DT_CONFIG_H
+#define DT_CONFIG_H
+#include <stdio.h>
+#include "status.h"
+
+#define DT_PATH_MAX 512
+
+typedef struct {
+    struct {
+        int n_layer, n_head, n_embd, seq_len, vocab_size;
+    } model;
+    struct {
+        char train[DT_PATH_MAX], val[DT_PATH_MAX];
+        int shuffle;
+        char tokenizer[16]; /* "byte" or "gpt2" */
+        char encoder_json[DT_PATH_MAX], vocab_bpe[DT_PATH_MAX];
+    } data;
+    struct {
+        int steps, micro_batch, global_batch, warmup_steps;
+        double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
+        long long seed;
+        int val_every, val_batches;
+    } train;
+    struct {
+        char dir[DT_PATH_MAX], resume[DT_PATH_MAX];
+        int every;
+    } checkpoint;
+    struct {
+        char metrics[DT_PATH_MAX];
+        int digest, every, sample_tokens;
+    } log;
+    char backend[16], precision[16];
+    int threads;
+    struct {
+        int tp, pp, cp, sp, zero, micro_batches, virtual_stages;
+        char dp_mode[8], schedule[16], determinism[8];
+    } parallel;
+} dt_config;
+
+/* Fills every key with its default. */
+void dt_config_defaults(dt_config *c);
+/* Applies a JSON file on top of the current values. */
+dt_status dt_config_load_file(dt_config *c, const char *path);
+/* Applies a JSON text (e.g. the config saved in a checkpoint). */
+dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin);
+/* Applies one "key.path=value" override. */
+dt_status dt_config_set(dt_config *c, const char *assignment);
+/* Cross-key checks (n_embd % n_head, batch divisibility, ...). */
+dt_status dt_config_validate(const dt_config *c);
+/* Serialises every key as nested JSON; caller frees with free(). */
+char *dt_config_to_json(const dt_config *c);
+/* Markdown table of every key: path, type, default, range, meaning. */
+void dt_config_write_doc(FILE *out);
+
+#endif

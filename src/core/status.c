@@ -1,0 +1,40 @@
+#include "status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static char g_msg[1024];
+static int g_set;
+
+dt_status dt_fail(dt_status code, const char *fmt, ...) {
+    if (!g_set) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+        va_end(ap);
+        /* keep the message on one line */
+        for (char *p = g_msg; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        g_set = 1;
+    }
+    return code;
+}
+
+void dt_error_context(const char *fmt, ...) {
+    char prefix[512], old[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, g_msg, sizeof old);
+    snprintf(g_msg, sizeof g_msg, "%s: %s", prefix, old);
+    g_set = 1;
+}
+
+const char *dt_error_message(void) { return g_set ? g_msg : "unknown error"; }
+
+void dt_error_clear(void) {
+    g_msg[0] = 0;
+    g_set = 0;
+}

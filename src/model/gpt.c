@@ -1,0 +1,335 @@
+#include "gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/mem.h"
+#include "../core/rng.h"
+
+/* Activations kept for backward, sized for max_B x max_T, allocated once. */
+struct gpt_acts {
+    float *encoded;                                     /* BTC */
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse; /* per layer */
+    float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *logits; /* head_rows x Vp, the head is computed in row chunks */
+    float *losses; /* BT */
+    float *proj;   /* BTC: attention / MLP projection output before the residual add */
+    float *dres, *dsmall, *dbig; /* BTC, BTC, BT·4C */
+    int head_rows;
+    void *arena;
+};
+
+/* Per-block tensors in Hugging Face order, with shapes in units of C. */
+enum { T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_APW, T_APB, T_LN2W, T_LN2B, T_FCW, T_FCB, T_MPW, T_MPB, T_PER_LAYER };
+
+dt_status gpt_shape_check(gpt_shape *s) {
+    if (s->n_layer < 1 || s->n_head < 1 || s->n_embd < 1 || s->seq_len < 1 || s->vocab_size < 1)
+        return dt_fail(DT_EINPUT, "model: n_layer, n_head, n_embd, seq_len and vocab_size must be positive");
+    if (s->n_embd % s->n_head != 0)
+        return dt_fail(DT_EINPUT, "model: n_embd (%d) must be divisible by n_head (%d)", s->n_embd, s->n_head);
+    if (s->vocab_size > 65536)
+        return dt_fail(DT_EINPUT, "model: vocab_size %d exceeds 65536 (tokens are uint16)", s->vocab_size);
+    s->padded_vocab = (s->vocab_size + 63) / 64 * 64;
+    return DT_OK;
+}
+
+static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, int rows, int cols, int saved_rows,
+                       int decay, int layer) {
+    gpt_tensor *t = &m->tensors[(*idx)++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = cols > 0 ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols > 0 ? cols : 1;
+    t->saved_rows = saved_rows;
+    t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+    t->offset = *off;
+    t->decay = decay;
+    t->layer = layer;
+    *off += t->numel;
+}
+
+static void build_table(gpt_model *m) {
+    const gpt_shape *s = &m->shape;
+    int C = s->n_embd, idx = 0;
+    size_t off = 0;
+    char name[48];
+    add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1);
+    add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1);
+    for (int l = 0; l < s->n_layer; l++) {
+        static const char *suffix[T_PER_LAYER] = {
+            "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+            "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+            "mlp.c_proj.weight", "mlp.c_proj.bias"};
+        static const int rows[T_PER_LAYER] = {1, 1, 1, 3, 1, 1, 1, 1, 1, 4, 4, 1};
+        static const int cols[T_PER_LAYER] = {0, 0, 3, 0, 1, 0, 0, 0, 4, 0, 1, 0};
+        for (int k = 0; k < T_PER_LAYER; k++) {
+            snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
+            int r = rows[k] * C, c = cols[k] * C;
+            add_tensor(m, &idx, &off, name, r, c, r, cols[k] > 0, l);
+        }
+    }
+    add_tensor(m, &idx, &off, "ln_f.weight", C, 0, C, 0, -1);
+    add_tensor(m, &idx, &off, "ln_f.bias", C, 0, C, 0, -1);
+    m->ntensors = idx;
+    m->nparams = off;
+}
+
+static float *P(const gpt_model *m, int layer, int k) {
+    return m->params + m->tensors[2 + layer * T_PER_LAYER + k].offset;
+}
+static float *G(const gpt_model *m, int layer, int k) {
+    return m->grads + m->tensors[2 + layer * T_PER_LAYER + k].offset;
+}
+
+dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T) {
+    memset(m, 0, sizeof *m);
+    m->shape = *shape;
+    DT_TRY(gpt_shape_check(&m->shape));
+    if (max_T > m->shape.seq_len)
+        return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
+                       m->shape.seq_len);
+    m->ops = ops;
+    m->max_B = max_B;
+    m->max_T = max_T;
+    m->tensors = calloc((size_t)(4 + T_PER_LAYER * m->shape.n_layer), sizeof(gpt_tensor));
+    m->acts = calloc(1, sizeof(gpt_acts));
+    if (!m->tensors || !m->acts) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
+    build_table(m);
+    DT_TRY(dt_alloc((void **)&m->params, m->nparams * sizeof(float), "parameters"));
+    DT_TRY(dt_alloc((void **)&m->grads, m->nparams * sizeof(float), "gradients"));
+
+    const gpt_shape *s = &m->shape;
+    size_t L = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
+    size_t NH = (size_t)s->n_head;
+    gpt_acts *a = m->acts;
+    /* The head is computed in row chunks so the logits need not exist for all rows at once. */
+    size_t head_rows = (32u << 20) / Vp;
+    if (head_rows < 64) head_rows = 64;
+    if (head_rows > BT) head_rows = BT;
+    a->head_rows = (int)head_rows;
+    struct { float **p; size_t n; } parts[] = {
+        {&a->encoded, BT * C},         {&a->ln1, L * BT * C},         {&a->ln1_mean, L * BT},
+        {&a->ln1_rstd, L * BT},        {&a->qkv, L * BT * 3 * C},     {&a->atty, L * BT * C},
+        {&a->lse, L * BT * NH},        {&a->res2, L * BT * C},        {&a->ln2, L * BT * C},
+        {&a->ln2_mean, L * BT},        {&a->ln2_rstd, L * BT},        {&a->fch, L * BT * 4 * C},
+        {&a->fch_gelu, L * BT * 4 * C}, {&a->res3, L * BT * C},        {&a->lnf, BT * C},
+        {&a->lnf_mean, BT},            {&a->lnf_rstd, BT},            {&a->logits, head_rows * Vp},
+        {&a->losses, BT},              {&a->proj, BT * C},            {&a->dres, BT * C},
+        {&a->dsmall, BT * C},          {&a->dbig, BT * 4 * C},
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].n + 15) / 16 * 16;
+    m->act_bytes = total * sizeof(float);
+    DT_TRY(dt_alloc(&a->arena, m->act_bytes, "activations"));
+    float *p = a->arena;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        *parts[i].p = p;
+        p += (parts[i].n + 15) / 16 * 16;
+    }
+    return DT_OK;
+}
+
+void gpt_destroy(gpt_model *m) {
+    if (m->acts) dt_free(m->acts->arena);
+    free(m->acts);
+    dt_free(m->params);
+    dt_free(m->grads);
+    free(m->tensors);
+    memset(m, 0, sizeof *m);
+}
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+void gpt_init(gpt_model *m, uint64_t seed) {
+    float resid_std = 0.02f / sqrtf(2.0f * (float)m->shape.n_layer);
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[i];
+        float *w = m->params + t->offset;
+        size_t n = t->numel;
+        const char *nm = t->name;
+        size_t len = strlen(nm);
+        int is_bias = len > 5 && !strcmp(nm + len - 5, ".bias");
+        int is_ln = strstr(nm, "ln_") != NULL;
+        if (is_bias) {
+            memset(w, 0, n * sizeof(float));
+        } else if (is_ln) {
+            for (size_t j = 0; j < n; j++) w[j] = 1.0f;
+        } else {
+            float std = strstr(nm, "c_proj.weight") ? resid_std : 0.02f;
+            dt_rng r;
+            dt_rng_seed(&r, seed ^ fnv1a(nm));
+            size_t keep = (size_t)t->saved_rows * t->shape[1];
+            for (size_t j = 0; j < keep; j++) w[j] = (float)(std * dt_rng_normal(&r));
+            memset(w + keep, 0, (n - keep) * sizeof(float));
+        }
+    }
+}
+
+const gpt_tensor *gpt_find(const gpt_model *m, const char *name) {
+    for (int i = 0; i < m->ntensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+static const gpt_model *g_sort_model;
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(g_sort_model->tensors[*(const int *)a].name, g_sort_model->tensors[*(const int *)b].name);
+}
+
+void gpt_sorted_order(const gpt_model *m, int *order) {
+    for (int i = 0; i < m->ntensors; i++) order[i] = i;
+    g_sort_model = m;
+    qsort(order, (size_t)m->ntensors, sizeof(int), cmp_names);
+}
+
+void gpt_zero_grad(gpt_model *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
+
+size_t gpt_num_params(const gpt_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->ntensors; i++) n += (size_t)m->tensors[i].saved_rows * m->tensors[i].shape[1];
+    return n;
+}
+
+double gpt_flops_per_token(const gpt_shape *s, int T) {
+    /* 6 FLOPs per weight per token (matmuls, head included) + attention: forward 2·2·T/2·C
+     * per layer for Q·Kᵀ and P·V with the causal half, x3 for backward. */
+    double C = s->n_embd, L = s->n_layer, V = s->vocab_size;
+    double weights = L * 12.0 * C * C + V * C;
+    return 6.0 * weights + 6.0 * L * C * T;
+}
+
+/* ---- forward ---- */
+
+static float *layer_in(const gpt_model *m, int l, size_t BTC) {
+    return l == 0 ? m->acts->encoded : m->acts->res3 + (size_t)(l - 1) * BTC;
+}
+
+static void block_forward(gpt_model *m, int l, int B, int T) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * C;
+    float *x = layer_in(m, l, BTC);
+    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
+    float *res2 = a->res2 + l * BTC, *ln2 = a->ln2 + l * BTC, *res3 = a->res3 + l * BTC;
+    float *fch = a->fch + l * 4 * BTC, *fcg = a->fch_gelu + l * 4 * BTC;
+    o->layernorm_fwd(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, x, P(m, l, T_LN1W), P(m, l, T_LN1B), N, C);
+    o->linear_fwd(qkv, ln1, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * C);
+    o->attention_fwd(atty, a->lse + l * BT * NH, qkv, B, T, C, NH);
+    o->linear_fwd(a->proj, atty, P(m, l, T_APW), P(m, l, T_APB), N, C, C);
+    o->add(res2, x, a->proj, (size_t)N * C);
+    o->layernorm_fwd(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, P(m, l, T_LN2W), P(m, l, T_LN2B), N, C);
+    o->linear_fwd(fch, ln2, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * C);
+    o->gelu_fwd(fcg, fch, (size_t)N * 4 * C);
+    o->linear_fwd(a->proj, fcg, P(m, l, T_MPW), P(m, l, T_MPB), N, 4 * C, C);
+    o->add(res3, res2, a->proj, (size_t)N * C);
+}
+
+/* Embeddings, every block, final LayerNorm: leaves lnf ready for the head. */
+static void forward_body(gpt_model *m, const uint16_t *tokens, int B, int T) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, L = m->shape.n_layer;
+    size_t BTC = (size_t)m->max_B * m->max_T * C;
+    o->embed_fwd(a->encoded, tokens, m->params, m->params + m->tensors[1].offset, B, T, C);
+    for (int l = 0; l < L; l++) block_forward(m, l, B, T);
+    const gpt_tensor *lnw = &m->tensors[m->ntensors - 2], *lnb = &m->tensors[m->ntensors - 1];
+    o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, L, BTC), m->params + lnw->offset,
+                     m->params + lnb->offset, B * T, C);
+}
+
+/* LM head over row chunks: logits = lnf·wteᵀ, softmax cross-entropy, and when
+ * grad_scale != 0 its backward (dlnf into dsmall, dwte +=) while the chunk is hot. */
+static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scale) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
+    const float *wte = m->params;
+    double loss = 0.0;
+    for (int r0 = 0; r0 < N; r0 += a->head_rows) {
+        int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
+        const float *x = a->lnf + (size_t)r0 * C;
+        o->gemm(0, 1, R, Vp, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vp);
+        o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vp, grad_scale);
+        if (grad_scale != 0.0f) {
+            o->gemm(0, 0, R, C, Vp, 1.0f, a->logits, Vp, wte, C, 0.0f, a->dsmall + (size_t)r0 * C, C);
+            o->gemm(1, 0, Vp, C, R, 1.0f, a->logits, Vp, x, C, 1.0f, m->grads, C);
+        }
+    }
+    for (int i = 0; i < N; i++) loss += a->losses[i];
+    return loss;
+}
+
+double gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T) {
+    forward_body(m, tokens, B, T);
+    return head(m, targets, B * T, 0.0f);
+}
+
+void gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
+    forward_body(m, tokens, 1, T);
+    int C = m->shape.n_embd, Vp = m->shape.padded_vocab;
+    m->ops->gemm(0, 1, 1, Vp, C, 1.0f, m->acts->lnf + (size_t)(T - 1) * C, C, m->params, C, 0.0f, m->acts->logits,
+                 Vp);
+    memcpy(logits, m->acts->logits, (size_t)m->shape.vocab_size * sizeof(float));
+}
+
+/* ---- backward ---- */
+
+static void block_backward(gpt_model *m, int l, int B, int T) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * C;
+    float *x = layer_in(m, l, BTC);
+    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
+    float *res2 = a->res2 + l * BTC, *ln2 = a->ln2 + l * BTC;
+    float *fch = a->fch + l * 4 * BTC, *fcg = a->fch_gelu + l * 4 * BTC;
+    /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
+    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), a->dres, fcg, P(m, l, T_MPW), N, 4 * C, C, 0);
+    o->gelu_bwd(a->dbig, fch, a->dbig, (size_t)N * 4 * C);
+    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, ln2, P(m, l, T_FCW), N, C, 4 * C, 0);
+    o->layernorm_bwd(a->dres, G(m, l, T_LN2W), G(m, l, T_LN2B), a->dsmall, res2, P(m, l, T_LN2W),
+                     a->ln2_mean + l * BT, a->ln2_rstd + l * BT, N, C);
+    /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
+    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), a->dres, atty, P(m, l, T_APW), N, C, C, 0);
+    o->attention_bwd(a->dbig, a->dsmall, qkv, atty, a->lse + l * BT * NH, B, T, C, NH);
+    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, ln1, P(m, l, T_QKVW), N, C, 3 * C, 0);
+    o->layernorm_bwd(a->dres, G(m, l, T_LN1W), G(m, l, T_LN1B), a->dsmall, x, P(m, l, T_LN1W),
+                     a->ln1_mean + l * BT, a->ln1_rstd + l * BT, N, C);
+}
+
+static void grads_ready(gpt_model *m, int first_tensor, int last_tensor) {
+    if (!m->grad_hook) return;
+    size_t off = m->tensors[first_tensor].offset;
+    size_t end = m->tensors[last_tensor].offset + m->tensors[last_tensor].numel;
+    m->grad_hook(m->grad_hook_ctx, off, end - off);
+}
+
+double gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
+                            float grad_scale) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
+    size_t BTC = (size_t)m->max_B * m->max_T * C;
+    forward_body(m, tokens, B, T);
+    double loss = head(m, targets, N, grad_scale); /* leaves dlnf in dsmall */
+    int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
+    memset(a->dres, 0, (size_t)N * C * sizeof(float));
+    o->layernorm_bwd(a->dres, m->grads + m->tensors[lnw].offset, m->grads + m->tensors[lnb].offset, a->dsmall,
+                     layer_in(m, L, BTC), m->params + m->tensors[lnw].offset, a->lnf_mean, a->lnf_rstd, N, C);
+    grads_ready(m, lnw, lnb);
+    for (int l = L - 1; l >= 0; l--) {
+        block_backward(m, l, B, T);
+        grads_ready(m, 2 + l * T_PER_LAYER, 2 + (l + 1) * T_PER_LAYER - 1);
+    }
+    o->embed_bwd(m->grads, m->grads + m->tensors[1].offset, a->dres, tokens, B, T, C);
+    grads_ready(m, 0, 1);
+    return loss;
+}

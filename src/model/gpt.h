@@ -1,0 +1,82 @@
+/* GPT-2: token + learned position embeddings, pre-LayerNorm blocks with causal
+ * multi-head attention and a GELU(tanh) MLP of width 4C, final LayerNorm, LM head
+ * tied to the token embedding; vocabulary padded to a multiple of 64.
+ *
+ * All parameters live in one contiguous buffer (and gradients in a second one of the
+ * same layout), described by a table of named tensors with Hugging Face GPT-2 names.
+ * Each block's tensors are contiguous, so a wrapper can treat a block as one range
+ * (buckets, shards, prefetch). Forward and backward are explicit per layer; the model
+ * knows shapes, never which parallel strategy drives it. */
+#ifndef DT_GPT_H
+#define DT_GPT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../backend/ops.h"
+#include "../core/status.h"
+
+typedef struct {
+    int n_layer, n_head, n_embd, seq_len, vocab_size;
+    int padded_vocab; /* vocab_size rounded up to a multiple of 64 */
+} gpt_shape;
+
+typedef struct {
+    char name[48];
+    int ndim;
+    int shape[2];      /* as stored in memory (wte: padded_vocab x C) */
+    int saved_rows;    /* rows that belong to the model (wte: vocab_size; else shape[0]) */
+    size_t offset;     /* in floats, into params/grads */
+    size_t numel;
+    int decay;         /* weight decay applies (2-D weights) */
+    int layer;         /* block index, -1 for embeddings and ln_f */
+} gpt_tensor;
+
+/* Called during backward when the gradients of params[offset, offset+count) are final
+ * for this micro-step (a block, then the embeddings), so a data-parallel wrapper can
+ * start reducing them while the rest of backward runs. */
+typedef void (*gpt_grad_hook)(void *ctx, size_t offset, size_t count);
+
+typedef struct gpt_acts gpt_acts;
+
+typedef struct {
+    gpt_shape shape;
+    const dt_ops *ops;
+    int ntensors;
+    gpt_tensor *tensors;
+    size_t nparams;
+    float *params, *grads;
+    int max_B, max_T; /* activation buffers are sized for these */
+    gpt_acts *acts;
+    size_t act_bytes;
+    gpt_grad_hook grad_hook;
+    void *grad_hook_ctx;
+} gpt_model;
+
+/* Checks the shape (n_embd % n_head, sizes > 0) and fills padded_vocab. */
+dt_status gpt_shape_check(gpt_shape *s);
+/* Builds the tensor table and allocates params, grads and activations for B x T. */
+dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T);
+void gpt_destroy(gpt_model *m);
+/* GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer),
+ * LayerNorm weight 1, biases 0, padded vocab rows 0. Each tensor draws from its own
+ * stream seeded by (seed, name), so any shard can be initialised independently. */
+void gpt_init(gpt_model *m, uint64_t seed);
+const gpt_tensor *gpt_find(const gpt_model *m, const char *name);
+/* Tensor indices in lexicographic name order (the digest and safetensors order). */
+void gpt_sorted_order(const gpt_model *m, int *order);
+
+void gpt_zero_grad(gpt_model *m);
+/* Forward, loss and backward for one micro-batch: grads += d(loss_sum · grad_scale).
+ * Returns the sum of per-token losses (double). tokens/targets are B x T. */
+double gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
+                            float grad_scale);
+/* Forward and loss only. Returns the sum of per-token losses. */
+double gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T);
+/* Logits (vocab_size floats) for the next token after tokens[0..T), T <= max_T. */
+void gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
+/* Parameter count of the model proper (padding excluded). */
+size_t gpt_num_params(const gpt_model *m);
+/* FLOPs of one training token (forward + backward), for tokens/s -> FLOP/s. */
+double gpt_flops_per_token(const gpt_shape *s, int T);
+
+#endif
