@@ -45,6 +45,9 @@ static const key_desc KEYS[] = {
     STR("data.encoder_json", data.encoder_json, "", "GPT-2 encoder.json (tokenizer gpt2)"),
     STR("data.vocab_bpe", data.vocab_bpe, "", "GPT-2 vocab.bpe (tokenizer gpt2)"),
     INT("train.steps", train.steps, 0, 1e9, "600", "optimizer steps"),
+    INT("train.seq_len", train.seq_len, 0, 65536, "0", "training sequence length (0: model.seq_len); at most model.seq_len"),
+    INT("train.stop_after", train.stop_after, 0, 1e9,
+        "0", "end this run after N steps, keeping the schedule of train.steps (0: run to the end)"),
     INT("train.micro_batch", train.micro_batch, 1, 1e6, "16", "sequences per rank per micro-step"),
     INT("train.global_batch", train.global_batch, 0, 1e9,
         "0", "sequences per optimizer step (0: micro_batch x data-parallel size); accumulation is derived"),
@@ -58,6 +61,7 @@ static const key_desc KEYS[] = {
     FLT("train.grad_clip", train.grad_clip, 0, 1e9, "1.0", "global gradient-norm clip (0 disables)"),
     I64("train.seed", train.seed, 0, 9007199254740991.0, "1337", "seed for initialisation and data order"),
     INT("train.val_every", train.val_every, 0, 1e9, "100", "validate every N steps and at the end (0: never)"),
+    STR("train.init_from", train.init_from, "", "start from these weights (safetensors, HF GPT-2 names) instead of random init"),
     INT("train.val_batches", train.val_batches, 1, 1e9, "8", "micro-batches per validation"),
     STR("checkpoint.dir", checkpoint.dir, "", "save checkpoints here (empty: no saving)"),
     INT("checkpoint.every", checkpoint.every, 0, 1e9, "0", "save every N steps (0: only at the end)"),
@@ -259,6 +263,9 @@ dt_status dt_config_validate(const dt_config *c) {
     if (c->model.n_embd % c->model.n_head != 0)
         return dt_fail(DT_EINPUT, "config: model.n_embd (%d) must be divisible by model.n_head (%d)", c->model.n_embd,
                        c->model.n_head);
+    if (c->train.seq_len > c->model.seq_len)
+        return dt_fail(DT_EINPUT, "config: train.seq_len (%d) exceeds the position table (model.seq_len %d)",
+                       c->train.seq_len, c->model.seq_len);
     if (c->train.global_batch > 0 && c->train.global_batch % c->train.micro_batch != 0)
         return dt_fail(DT_EINPUT, "config: train.global_batch (%d) must be a multiple of train.micro_batch (%d)",
                        c->train.global_batch, c->train.micro_batch);

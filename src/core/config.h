@@ -20,10 +20,11 @@ typedef struct {
         char encoder_json[DT_PATH_MAX], vocab_bpe[DT_PATH_MAX];
     } data;
     struct {
-        int steps, micro_batch, global_batch, warmup_steps;
+        int steps, micro_batch, global_batch, warmup_steps, seq_len, stop_after;
         double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
         long long seed;
         int val_every, val_batches;
+        char init_from[DT_PATH_MAX];
     } train;
     struct {
         char dir[DT_PATH_MAX], resume[DT_PATH_MAX];

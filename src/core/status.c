@@ -28,7 +28,16 @@ void dt_error_context(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_msg, sizeof old);
-    snprintf(g_msg, sizeof g_msg, "%s: %s", prefix, old);
+    /* truncation is acceptable: the message stays one bounded line */
+    size_t n = strlen(prefix);
+    if (n > sizeof g_msg - 3) n = sizeof g_msg - 3;
+    memcpy(g_msg, prefix, n);
+    g_msg[n] = ':';
+    g_msg[n + 1] = ' ';
+    size_t rest = sizeof g_msg - n - 3;
+    size_t m = strnlen(old, rest);
+    memcpy(g_msg + n + 2, old, m);
+    g_msg[n + 2 + m] = 0;
     g_set = 1;
 }
 

@@ -64,6 +64,6 @@ int dt_cpu_threads(void) { return omp_get_max_threads(); }
 
 const char *dt_cpu_blas_info(void) {
     static char buf[256];
-    snprintf(buf, sizeof buf, "OpenBLAS %s, kernel %s", openblas_get_config(), openblas_get_corename());
+    snprintf(buf, sizeof buf, "%s, kernel %s", openblas_get_config(), openblas_get_corename());
     return buf;
 }

@@ -1,0 +1,295 @@
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/atomic_file.h"
+#include "safetensors.h"
+
+static int64_t saved_numel(const gpt_tensor *t) { return (int64_t)t->saved_rows * t->shape[1]; }
+
+static void tensor_shape(const gpt_tensor *t, int *ndim, int64_t shape[8]) {
+    memset(shape, 0, 8 * sizeof(int64_t));
+    *ndim = t->ndim;
+    shape[0] = t->saved_rows;
+    if (t->ndim > 1) shape[1] = t->shape[1];
+}
+
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+dt_status dt_ckpt_prepare_dir(const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return dt_fail(DT_EINPUT, "checkpoint dir '%s': cannot create (%s)", dir, strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return dt_fail(DT_EINPUT, "checkpoint dir '%s': not a directory", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return dt_fail(DT_EINPUT, "checkpoint dir '%s': not writable (%s)", dir, strerror(errno));
+    return DT_OK;
+}
+
+/* Writes nsets copies of the tensor table (e.g. exp_avg.* and exp_avg_sq.*) into one file. */
+static dt_status write_sets(const char *path, const gpt_model *m, const float *const *bases,
+                            const char *const *prefixes, int nsets) {
+    int n = m->ntensors * nsets;
+    st_tensor_ref *refs = calloc((size_t)n, sizeof *refs);
+    char (*names)[96] = calloc((size_t)n, sizeof *names);
+    dt_status s = DT_OK;
+    if (!refs || !names) s = dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
+    for (int k = 0; s == DT_OK && k < nsets; k++)
+        for (int i = 0; i < m->ntensors; i++) {
+            const gpt_tensor *t = &m->tensors[i];
+            int j = k * m->ntensors + i;
+            snprintf(names[j], sizeof names[j], "%s%s", prefixes[k], t->name);
+            refs[j].name = names[j];
+            refs[j].dtype = ST_F32;
+            tensor_shape(t, &refs[j].ndim, refs[j].shape);
+            refs[j].data = bases[k] + t->offset;
+        }
+    const char *keys[] = {"format"}, *vals[] = {"pt"};
+    if (s == DT_OK) s = st_write(path, refs, n, keys, vals, 1);
+    free(refs);
+    free(names);
+    return s;
+}
+
+static char *state_json(const dt_train_state *st, const char *config_json) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "dtrain-checkpoint-v1");
+    cJSON_AddNumberToObject(root, "step", (double)st->step);
+    cJSON *data = cJSON_AddObjectToObject(root, "data");
+    cJSON_AddNumberToObject(data, "epoch", (double)st->data_epoch);
+    cJSON_AddNumberToObject(data, "pos", (double)st->data_pos);
+    cJSON *rng = cJSON_AddArrayToObject(root, "rng");
+    for (int i = 0; i < 4; i++) {
+        char hex[24];
+        snprintf(hex, sizeof hex, "%016" PRIx64, st->rng.s[i]);
+        cJSON_AddItemToArray(rng, cJSON_CreateString(hex));
+    }
+    cJSON *cfg = config_json ? cJSON_Parse(config_json) : NULL;
+    if (cfg) cJSON_AddItemToObject(root, "config", cfg);
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* Removes a flat directory (our step directories hold only files). */
+static void remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[2048];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+dt_status dt_ckpt_save(const char *dir, const gpt_model *m, const dt_adamw *opt, const dt_train_state *st,
+                       const char *config_json) {
+    char name[64], tmp[1024], final[1024], old[1024], path[1100];
+    snprintf(name, sizeof name, "step_%08lld", st->step);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    snprintf(old, sizeof old, "%s/.%s.old.%d", dir, name, (int)getpid());
+    remove_flat_dir(tmp);
+    if (mkdir(tmp, 0777) != 0)
+        return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot create (%s)", tmp, strerror(errno));
+    dt_status s;
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    const float *wbase[] = {m->params};
+    const char *wpre[] = {""};
+    s = write_sets(path, m, wbase, wpre, 1);
+    if (s == DT_OK && opt) {
+        const float *obase[] = {opt->m, opt->v};
+        const char *opre[] = {"exp_avg.", "exp_avg_sq."};
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+        s = write_sets(path, m, obase, opre, 2);
+    }
+    if (s == DT_OK) {
+        char *js = state_json(st, config_json);
+        snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+        s = js ? dt_write_file_atomic(path, js, strlen(js)) : dt_fail(DT_ERUNTIME, "out of memory (state)");
+        free(js);
+    }
+    if (s == DT_OK) s = dt_fsync_dir(tmp);
+    if (s != DT_OK) {
+        remove_flat_dir(tmp);
+        return s;
+    }
+    struct stat sb;
+    int had_old = stat(final, &sb) == 0;
+    if (had_old && rename(final, old) != 0) {
+        remove_flat_dir(tmp);
+        return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot move the previous copy aside (%s)", final,
+                       strerror(errno));
+    }
+    if (rename(tmp, final) != 0) {
+        int e = errno;
+        if (had_old) rename(old, final);
+        remove_flat_dir(tmp);
+        return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot rename into place (%s)", final, strerror(e));
+    }
+    if (had_old) remove_flat_dir(old);
+    DT_TRY(dt_fsync_dir(dir));
+    char latest[1024], line[80];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(line, sizeof line, "%s\n", name);
+    return dt_write_file_atomic(latest, line, strlen(line));
+}
+
+dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap) {
+    char p[1100];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
+    if (stat(p, &sb) == 0) {
+        snprintf(step_dir, cap, "%s", dir);
+        return DT_OK;
+    }
+    snprintf(p, sizeof p, "%s/latest", dir);
+    char *txt = NULL;
+    size_t len = 0;
+    if (stat(p, &sb) != 0)
+        return dt_fail(DT_EINPUT, "checkpoint '%s': no trainer_state.json and no 'latest' file", dir);
+    DT_TRY(dt_read_file(p, &txt, &len, 4096));
+    while (len > 0 && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' ')) txt[--len] = 0;
+    int ok = len > 0 && !strchr(txt, '/') && strcmp(txt, "..") && strcmp(txt, ".");
+    if (ok) snprintf(step_dir, cap, "%s/%s", dir, txt);
+    free(txt);
+    if (!ok) return dt_fail(DT_EINPUT, "checkpoint '%s': 'latest' does not name a step directory", dir);
+    snprintf(p, sizeof p, "%s/trainer_state.json", step_dir);
+    if (stat(p, &sb) != 0) return dt_fail(DT_EINPUT, "checkpoint '%s': missing trainer_state.json", step_dir);
+    return DT_OK;
+}
+
+static int json_int(const cJSON *o, const char *key, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9.0e15) return 0;
+    *out = v->valuedouble;
+    return 1;
+}
+
+dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/trainer_state.json", step_dir);
+    char *txt = NULL;
+    size_t len = 0;
+    DT_TRY(dt_read_file(p, &txt, &len, 16u << 20));
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json is not valid JSON", step_dir);
+    }
+    dt_status s = DT_OK;
+    double step, epoch, pos;
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "rng");
+    if (!json_int(root, "step", &step) || !cJSON_IsObject(data) || !json_int(data, "epoch", &epoch) ||
+        !json_int(data, "pos", &pos) || !cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4) {
+        s = dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json lacks step, data position or rng", step_dir);
+    } else {
+        st->step = (long long)step;
+        st->data_epoch = (long long)epoch;
+        st->data_pos = (uint64_t)pos;
+        for (int i = 0; i < 4 && s == DT_OK; i++) {
+            const cJSON *h = cJSON_GetArrayItem(rng, i);
+            char *end = NULL;
+            if (!cJSON_IsString(h) || strlen(h->valuestring) != 16) {
+                s = dt_fail(DT_EINPUT, "checkpoint '%s': bad rng state", step_dir);
+                break;
+            }
+            st->rng.s[i] = strtoull(h->valuestring, &end, 16);
+            if (*end) s = dt_fail(DT_EINPUT, "checkpoint '%s': bad rng state", step_dir);
+        }
+    }
+    if (s == DT_OK && config_json) {
+        const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+        *config_json = cJSON_IsObject(cfg) ? cJSON_PrintUnformatted(cfg) : NULL;
+        if (!*config_json) s = dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json has no config", step_dir);
+    }
+    cJSON_Delete(root);
+    return s;
+}
+
+/* Reads every model tensor (name prefixed) from an open safetensors file into base. */
+static dt_status read_tensors(st_file *f, const gpt_model *m, float *base, const char *prefix) {
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        const st_entry *e = st_find(f, name);
+        if (!e) return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is missing", f->path, name);
+        int ndim;
+        int64_t shape[8];
+        tensor_shape(t, &ndim, shape);
+        int match = e->dtype == ST_F32 && e->ndim == ndim;
+        for (int d = 0; match && d < ndim; d++) match = e->shape[d] == shape[d];
+        if (!match) {
+            char have[128], want[128];
+            format_shape(have, sizeof have, e->ndim, e->shape);
+            format_shape(want, sizeof want, ndim, shape);
+            return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is %s %s, the model needs F32 %s", f->path, name,
+                           st_dtype_name(e->dtype), have, want);
+        }
+        DT_TRY(st_read(f, e, base + t->offset, (uint64_t)saved_numel(t) * sizeof(float)));
+        /* rows beyond the vocabulary (padding) stay zero */
+        memset(base + t->offset + saved_numel(t), 0, (t->numel - (size_t)saved_numel(t)) * sizeof(float));
+    }
+    return DT_OK;
+}
+
+dt_status dt_ckpt_load_weights(const char *path, gpt_model *m) {
+    st_file f;
+    DT_TRY(st_open(&f, path));
+    dt_status s = read_tensors(&f, m, m->params, "");
+    st_close(&f);
+    return s;
+}
+
+dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, dt_adamw *opt) {
+    char p[1100];
+    st_file f;
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", step_dir);
+    DT_TRY(st_open(&f, p));
+    dt_status s = read_tensors(&f, m, opt->m, "exp_avg.");
+    if (s == DT_OK) s = read_tensors(&f, m, opt->v, "exp_avg_sq.");
+    st_close(&f);
+    return s;
+}
+
+void dt_weights_digest(const gpt_model *m, char hex[65]) {
+    int *order = malloc((size_t)m->ntensors * sizeof(int));
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    if (order) {
+        gpt_sorted_order(m, order);
+        for (int i = 0; i < m->ntensors; i++) {
+            const gpt_tensor *t = &m->tensors[order[i]];
+            EVP_DigestUpdate(ctx, m->params + t->offset, (size_t)saved_numel(t) * sizeof(float));
+        }
+    }
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    free(order);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}

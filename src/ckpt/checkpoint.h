@@ -1,0 +1,40 @@
+/* Training checkpoints. A checkpoint directory DIR holds one sub-directory per saved
+ * step plus a pointer file:
+ *   DIR/step_00000010/model.safetensors      weights, Hugging Face GPT-2 names, fp32
+ *   DIR/step_00000010/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
+ *   DIR/step_00000010/trainer_state.json     step, data position, RNG, config
+ *   DIR/latest                               name of the newest complete step directory
+ * A step is written into a temporary directory, fsynced, and renamed into place;
+ * `latest` is replaced atomically afterwards, so a crash at any point leaves the
+ * previous checkpoint whole and `latest` always names a complete one. */
+#ifndef DT_CHECKPOINT_H
+#define DT_CHECKPOINT_H
+#include <stdint.h>
+
+#include "../core/rng.h"
+#include "../core/status.h"
+#include "../model/gpt.h"
+#include "../optim/optimizer.h"
+
+typedef struct {
+    long long step;       /* optimizer steps completed */
+    long long data_epoch; /* loader position of the next batch */
+    uint64_t data_pos;
+    dt_rng rng;           /* run RNG (sampling); saved for exact resume */
+} dt_train_state;
+
+/* Creates DIR if needed and checks it is writable (before any training work). */
+dt_status dt_ckpt_prepare_dir(const char *dir);
+dt_status dt_ckpt_save(const char *dir, const gpt_model *m, const dt_adamw *opt, const dt_train_state *st,
+                       const char *config_json);
+/* Resolves DIR (a step directory, or a checkpoint root with `latest`) to a step directory. */
+dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap);
+/* Loads the trainer state and the saved config JSON (caller frees *config_json). */
+dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json);
+/* Loads weights from a safetensors file with HF GPT-2 names; shapes must match exactly. */
+dt_status dt_ckpt_load_weights(const char *path, gpt_model *m);
+dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, dt_adamw *opt);
+/* SHA-256 over every parameter in name order as its full fp32 little-endian tensor. */
+void dt_weights_digest(const gpt_model *m, char hex[65]);
+
+#endif

@@ -1,0 +1,117 @@
+#include "prepare.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tokenfile.h"
+
+static dt_status read_text(const char *path, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_fail(DT_EINPUT, "%s: cannot open input: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return dt_fail(DT_EINPUT, "%s: input is not a readable regular file", path);
+    }
+    size_t size = (size_t)st.st_size, got = 0;
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        close(fd);
+        return dt_fail(DT_ERUNTIME, "%s: out of memory reading %zu bytes", path, size);
+    }
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got > (1u << 30) ? (1u << 30) : size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            dt_status s = dt_fail(DT_EINPUT, "%s: read failed: %s", path, r < 0 ? strerror(errno) : "file shrank");
+            free(buf);
+            close(fd);
+            return s;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    *out = buf;
+    *len = size;
+    return DT_OK;
+}
+
+/* Drops the '%' of every line that is exactly "%", in place; returns the new length. */
+static size_t strip_percent_lines(char *s, size_t n) {
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        int line_start = i == 0 || s[i - 1] == '\n';
+        if (line_start && s[i] == '%' && (i + 1 == n || s[i + 1] == '\n')) continue;
+        s[w++] = s[i];
+    }
+    return w;
+}
+
+dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninputs, const char *out_prefix,
+                     double val_fraction, size_t *ntrain, size_t *nval) {
+    if (ntrain) *ntrain = 0;
+    if (nval) *nval = 0;
+    if (ninputs < 1) return dt_fail(DT_EINPUT, "prepare: no input files");
+    if (!out_prefix || !*out_prefix) return dt_fail(DT_EINPUT, "prepare: empty output prefix");
+    if (!(val_fraction >= 0 && val_fraction < 1))
+        return dt_fail(DT_EINPUT, "prepare: val fraction %g must be in [0, 1)", val_fraction);
+    if (dt_tokenizer_vocab(t) > 65536)
+        return dt_fail(DT_EINPUT, "prepare: vocab %d does not fit uint16 tokens", dt_tokenizer_vocab(t));
+    char train_path[PATH_MAX], val_path[PATH_MAX];
+    if ((size_t)snprintf(train_path, sizeof train_path, "%s_train.bin", out_prefix) >= sizeof train_path ||
+        (size_t)snprintf(val_path, sizeof val_path, "%s_val.bin", out_prefix) >= sizeof val_path)
+        return dt_fail(DT_EINPUT, "prepare: output prefix too long");
+
+    uint16_t *tok = NULL;
+    size_t n = 0, cap = 0;
+    dt_status st = DT_OK;
+    int eot = dt_tokenizer_eot(t);
+    for (int k = 0; k < ninputs && st == DT_OK; k++) {
+        char *text;
+        size_t len;
+        st = read_text(inputs[k], &text, &len);
+        if (st != DT_OK) break;
+        len = strip_percent_lines(text, len);
+        if (k > 0 && eot >= 0) {
+            uint16_t e = (uint16_t)eot;
+            if (n == cap) {
+                size_t c = cap ? cap * 2 : 4096;
+                uint16_t *p = realloc(tok, c * sizeof *p);
+                if (!p) st = dt_fail(DT_ERUNTIME, "prepare: out of memory");
+                else tok = p, cap = c;
+            }
+            if (st == DT_OK) tok[n++] = e;
+        }
+        if (st == DT_OK) {
+            st = dt_tokenizer_encode(t, text, len, &tok, &n, &cap);
+            if (st != DT_OK) dt_error_context("%s", inputs[k]);
+        }
+        free(text);
+    }
+    size_t nv = 0;
+    if (st == DT_OK && n == 0) st = dt_fail(DT_EINPUT, "prepare: the inputs contain no text");
+    if (st == DT_OK && val_fraction > 0) {
+        nv = (size_t)((double)n * val_fraction);
+        if (nv == 0) nv = 1;
+        if (nv >= n)
+            st = dt_fail(DT_EINPUT, "prepare: %zu tokens are too few to split off a validation set", n);
+    }
+    if (st == DT_OK) st = dt_tokenfile_write(train_path, tok, n - nv);
+    if (st == DT_OK && nv) st = dt_tokenfile_write(val_path, tok + (n - nv), nv);
+    if (st == DT_OK && !nv && unlink(val_path) != 0 && errno != ENOENT)
+        st = dt_fail(DT_ERUNTIME, "%s: cannot remove stale val file: %s", val_path, strerror(errno));
+    free(tok);
+    if (st == DT_OK) {
+        if (ntrain) *ntrain = n - nv;
+        if (nval) *nval = nv;
+    }
+    return st;
+}

@@ -1,0 +1,17 @@
+/* Text files -> train/val token files (tokenfile.h layout). */
+#ifndef DT_PREPARE_H
+#define DT_PREPARE_H
+#include <stddef.h>
+#include "../core/status.h"
+#include "tokenizer.h"
+
+/* Reads each input text file, turns every line that is exactly "%" into an empty line
+ * (fortune files separate entries that way), tokenizes each file's text and joins them
+ * with the eot token between files (when the tokenizer has one). The last val_fraction of
+ * the token stream goes to "<out_prefix>_val.bin" (at least one token when val_fraction > 0),
+ * the rest to "<out_prefix>_train.bin". val_fraction 0 writes no val file and removes a
+ * stale one. val_fraction must be in [0, 1). ntrain / nval (may be NULL) get the counts. */
+dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninputs, const char *out_prefix,
+                     double val_fraction, size_t *ntrain, size_t *nval);
+
+#endif

@@ -1,0 +1,282 @@
+/* dtrain command line: train, sample, prepare, config. Every error travels up as a
+ * dt_status with one message; this file alone prints it and picks the exit code. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/ops.h"
+#include "ckpt/checkpoint.h"
+#include "core/config.h"
+#include "core/status.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
+#include "model/gpt.h"
+#include "train/sample.h"
+#include "train/trainer.h"
+
+static const char *USAGE =
+    "usage: dtrain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train     train a GPT-2 model (built-in demo config when no --config is given)\n"
+    "  sample    generate text from a checkpoint\n"
+    "  prepare   turn text files into token files\n"
+    "  config    print the effective config as JSON, or every key (--doc)\n"
+    "\n"
+    "`dtrain <command> --help` describes each command's options.\n";
+
+static const char *TRAIN_USAGE =
+    "usage: dtrain train [--config FILE.json] [--set key.path=value]... [flags]\n"
+    "  --config FILE    JSON config; keys and defaults: docs/config.md (`dtrain config --doc`)\n"
+    "  --set K=V        override any key, e.g. --set model.n_layer=6 (repeatable)\n"
+    "  --steps N        train.steps          --seed N        train.seed\n"
+    "  --metrics FILE   log.metrics (JSON Lines)\n"
+    "  --save DIR       checkpoint.dir       --save-every N  checkpoint.every\n"
+    "  --resume DIR     checkpoint.resume    --digest        log.digest\n"
+    "  --threads N      threads\n";
+
+static const char *SAMPLE_USAGE =
+    "usage: dtrain sample --checkpoint DIR [--prompt TEXT] [--length N] [--temperature T] [--top-k K] [--seed S]\n"
+    "  --checkpoint DIR  checkpoint directory (a step directory, or a --save directory with `latest`)\n"
+    "  --prompt TEXT     text to continue (default: start of a new document)\n"
+    "  --length N        tokens to generate (default 200)\n"
+    "  --temperature T   softmax temperature, 0 = greedy (default 0.8)\n"
+    "  --top-k K         sample among the K most likely tokens, 0 = all (default 40)\n"
+    "  --seed S          sampling seed (default 1)\n";
+
+static const char *PREPARE_USAGE =
+    "usage: dtrain prepare --input FILE [--input FILE]... --out PREFIX [options]\n"
+    "  writes PREFIX_train.bin and PREFIX_val.bin (llm.c token-file layout)\n"
+    "  --tokenizer byte|gpt2   (default byte)\n"
+    "  --encoder-json FILE --vocab-bpe FILE   GPT-2 BPE files (tokenizer gpt2)\n"
+    "  --val-fraction F        last fraction of tokens held out for validation (default 0.1)\n";
+
+static const char *CONFIG_USAGE =
+    "usage: dtrain config [--config FILE] [--set K=V]... [--doc]\n"
+    "  prints the effective config as JSON; --doc prints every key as a markdown table\n";
+
+static int wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
+static dt_status need_value(int i, int argc, char **argv) {
+    if (i + 1 >= argc) return dt_fail(DT_EINPUT, "option %s needs a value", argv[i]);
+    return DT_OK;
+}
+
+static dt_status parse_long(const char *opt, const char *v, long long lo, long long hi, long long *out) {
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi)
+        return dt_fail(DT_EINPUT, "option %s: '%s' is not an integer in [%lld, %lld]", opt, v, lo, hi);
+    *out = x;
+    return DT_OK;
+}
+
+/* Options shared by train and config: --config, --set and the shorthand flags. */
+static dt_status parse_config_args(dt_config *c, int argc, char **argv) {
+    dt_config_defaults(c);
+    for (int i = 0; i < argc; i++) /* the file first, so --set and flags override it whatever their order */
+        if (!strcmp(argv[i], "--config")) {
+            DT_TRY(need_value(i, argc, argv));
+            DT_TRY(dt_config_load_file(c, argv[++i]));
+        }
+    static const struct { const char *flag, *key; } shorthands[] = {
+        {"--steps", "train.steps"},   {"--seed", "train.seed"},         {"--metrics", "log.metrics"},
+        {"--save", "checkpoint.dir"}, {"--resume", "checkpoint.resume"}, {"--threads", "threads"},
+        {"--save-every", "checkpoint.every"},
+    };
+    char buf[DT_PATH_MAX + 64];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--config")) {
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--set")) {
+            DT_TRY(need_value(i, argc, argv));
+            DT_TRY(dt_config_set(c, argv[++i]));
+            continue;
+        }
+        if (!strcmp(a, "--digest")) {
+            DT_TRY(dt_config_set(c, "log.digest=true"));
+            continue;
+        }
+        int matched = 0;
+        for (size_t k = 0; k < sizeof shorthands / sizeof shorthands[0]; k++)
+            if (!strcmp(a, shorthands[k].flag)) {
+                DT_TRY(need_value(i, argc, argv));
+                snprintf(buf, sizeof buf, "%s=%s", shorthands[k].key, argv[++i]);
+                DT_TRY(dt_config_set(c, buf));
+                matched = 1;
+                break;
+            }
+        if (!matched) return dt_fail(DT_EINPUT, "unknown option '%s' (see --help)", a);
+    }
+    return DT_OK;
+}
+
+static dt_status cmd_train(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(TRAIN_USAGE, stdout);
+        return DT_OK;
+    }
+    dt_config c;
+    DT_TRY(parse_config_args(&c, argc, argv));
+    return dt_train_run(&c);
+}
+
+static dt_status cmd_config(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(CONFIG_USAGE, stdout);
+        return DT_OK;
+    }
+    int doc = 0, n = 0;
+    char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
+    if (!rest) return dt_fail(DT_ERUNTIME, "out of memory");
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--doc")) doc = 1;
+        else rest[n++] = argv[i];
+    }
+    dt_config c;
+    dt_status s = parse_config_args(&c, n, rest);
+    free(rest);
+    DT_TRY(s);
+    if (doc) {
+        dt_config_write_doc(stdout);
+        return DT_OK;
+    }
+    DT_TRY(dt_config_validate(&c));
+    char *js = dt_config_to_json(&c);
+    if (!js) return dt_fail(DT_ERUNTIME, "out of memory");
+    printf("%s\n", js);
+    free(js);
+    return DT_OK;
+}
+
+static dt_status load_tokenizer(const dt_config *c, dt_tokenizer **tok) {
+    if (!strcmp(c->data.tokenizer, "gpt2")) return dt_tokenizer_gpt2(tok, c->data.encoder_json, c->data.vocab_bpe);
+    return dt_tokenizer_byte(tok);
+}
+
+static dt_status cmd_sample(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(SAMPLE_USAGE, stdout);
+        return DT_OK;
+    }
+    const char *ckpt = NULL, *prompt = "";
+    dt_sample_opts o = {200, 0.8, 40};
+    long long seed = 1, v;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        DT_TRY(need_value(i, argc, argv));
+        const char *val = argv[++i];
+        if (!strcmp(a, "--checkpoint")) ckpt = val;
+        else if (!strcmp(a, "--prompt")) prompt = val;
+        else if (!strcmp(a, "--length")) {
+            DT_TRY(parse_long(a, val, 0, 1000000, &v));
+            o.length = (int)v;
+        } else if (!strcmp(a, "--top-k")) {
+            DT_TRY(parse_long(a, val, 0, 1 << 20, &v));
+            o.top_k = (int)v;
+        } else if (!strcmp(a, "--seed")) {
+            DT_TRY(parse_long(a, val, 0, (long long)9e15, &seed));
+        } else if (!strcmp(a, "--temperature")) {
+            char *end = NULL;
+            o.temperature = strtod(val, &end);
+            if (!*val || *end || !(o.temperature >= 0 && o.temperature <= 100))
+                return dt_fail(DT_EINPUT, "option --temperature: '%s' is not a number in [0, 100]", val);
+        } else {
+            return dt_fail(DT_EINPUT, "unknown option '%s' (see dtrain sample --help)", a);
+        }
+    }
+    if (!ckpt) return dt_fail(DT_EINPUT, "sample: --checkpoint DIR is required");
+    char dir[1024], path[1100];
+    DT_TRY(dt_ckpt_resolve(ckpt, dir, sizeof dir));
+    dt_train_state st;
+    char *cfg_json = NULL;
+    DT_TRY(dt_ckpt_load_state(dir, &st, &cfg_json));
+    dt_config c;
+    dt_config_defaults(&c);
+    char origin[1100];
+    snprintf(origin, sizeof origin, "checkpoint '%s' config", dir);
+    dt_status s = dt_config_load_json(&c, cfg_json, origin);
+    free(cfg_json);
+    DT_TRY(s);
+    dt_cpu_set_threads(c.threads);
+    gpt_shape shape = {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.seq_len, c.model.vocab_size, 0};
+    gpt_model m;
+    dt_tokenizer *tok = NULL;
+    s = gpt_create(&m, &shape, dt_ops_cpu(), 1, c.model.seq_len);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (s == DT_OK) s = dt_ckpt_load_weights(path, &m);
+    if (s == DT_OK) s = load_tokenizer(&c, &tok);
+    if (s == DT_OK) {
+        dt_rng rng;
+        dt_rng_seed(&rng, (uint64_t)seed);
+        s = dt_generate(&m, tok, prompt, &o, &rng, stdout);
+    }
+    dt_tokenizer_free(tok);
+    gpt_destroy(&m);
+    return s;
+}
+
+static dt_status cmd_prepare(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(PREPARE_USAGE, stdout);
+        return DT_OK;
+    }
+    const char **inputs = malloc(sizeof(char *) * (size_t)(argc + 1));
+    if (!inputs) return dt_fail(DT_ERUNTIME, "out of memory");
+    int nin = 0;
+    const char *out = NULL, *kind = "byte", *enc = "", *bpe = "";
+    double valf = 0.1;
+    dt_status s = DT_OK;
+    for (int i = 0; i < argc && s == DT_OK; i++) {
+        const char *a = argv[i];
+        if ((s = need_value(i, argc, argv)) != DT_OK) break;
+        const char *val = argv[++i];
+        if (!strcmp(a, "--input")) inputs[nin++] = val;
+        else if (!strcmp(a, "--out")) out = val;
+        else if (!strcmp(a, "--tokenizer")) kind = val;
+        else if (!strcmp(a, "--encoder-json")) enc = val;
+        else if (!strcmp(a, "--vocab-bpe")) bpe = val;
+        else if (!strcmp(a, "--val-fraction")) {
+            char *end = NULL;
+            valf = strtod(val, &end);
+            if (!*val || *end || !(valf >= 0 && valf < 1))
+                s = dt_fail(DT_EINPUT, "option --val-fraction: '%s' is not a number in [0, 1)", val);
+        } else s = dt_fail(DT_EINPUT, "unknown option '%s' (see dtrain prepare --help)", a);
+    }
+    if (s == DT_OK && (!nin || !out)) s = dt_fail(DT_EINPUT, "prepare: --input FILE and --out PREFIX are required");
+    if (s == DT_OK && strcmp(kind, "byte") && strcmp(kind, "gpt2"))
+        s = dt_fail(DT_EINPUT, "prepare: --tokenizer '%s' is not one of byte, gpt2", kind);
+    dt_tokenizer *tok = NULL;
+    if (s == DT_OK) s = !strcmp(kind, "gpt2") ? dt_tokenizer_gpt2(&tok, enc, bpe) : dt_tokenizer_byte(&tok);
+    size_t ntrain = 0, nval = 0;
+    if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, valf, &ntrain, &nval);
+    if (s == DT_OK)
+        printf("prepare: %zu training tokens -> %s_train.bin, %zu validation tokens -> %s_val.bin (vocab %d)\n", ntrain,
+               out, nval, out, dt_tokenizer_vocab(tok));
+    dt_tokenizer_free(tok);
+    free(inputs);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? DT_EINPUT : 0;
+    }
+    const char *cmd = argv[1];
+    dt_status s;
+    if (!strcmp(cmd, "train")) s = cmd_train(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "sample")) s = cmd_sample(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "prepare")) s = cmd_prepare(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "config")) s = cmd_config(argc - 2, argv + 2);
+    else s = dt_fail(DT_EINPUT, "unknown command '%s' (see dtrain --help)", cmd);
+    if (s != DT_OK) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
+    return (int)s;
+}

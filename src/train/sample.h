@@ -1,0 +1,23 @@
+/* Text generation from a trained model: temperature, top-k, seeded. */
+#ifndef DT_SAMPLE_H
+#define DT_SAMPLE_H
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../core/rng.h"
+#include "../core/status.h"
+#include "../data/tokenizer.h"
+#include "../model/gpt.h"
+
+typedef struct {
+    int length;         /* tokens to generate */
+    double temperature; /* 0: greedy */
+    int top_k;          /* 0: whole vocabulary */
+} dt_sample_opts;
+
+/* Encodes prompt (may be empty: starts from the end-of-text token, or a newline for
+ * byte tokenizers), generates, and writes prompt + continuation as text to out. */
+dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt, const dt_sample_opts *o, dt_rng *rng,
+                      FILE *out);
+
+#endif
