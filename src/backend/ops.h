@@ -7,6 +7,7 @@
 #define DT_OPS_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct dt_ops {
     const char *name;
@@ -48,6 +49,9 @@ typedef struct dt_ops {
 } dt_ops;
 
 const dt_ops *dt_ops_cpu(void);
+/* Wraps ops so every call is timed (one wrapper per process); report prints the totals. */
+const dt_ops *dt_ops_profiled(const dt_ops *ops);
+void dt_ops_profile_report(FILE *out);
 /* Human-readable description of the CPU BLAS and the kernel it runs. */
 const char *dt_cpu_blas_info(void);
 /* Sets OpenMP and BLAS thread counts (0: leave the library default). */

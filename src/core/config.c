@@ -68,6 +68,7 @@ static const key_desc KEYS[] = {
     STR("checkpoint.resume", checkpoint.resume, "", "resume from this checkpoint directory"),
     STR("log.metrics", log.metrics, "", "JSON Lines metrics file"),
     BOOL("log.digest", log.digest, "false", "print `digest sha256:...` of the final weights"),
+    BOOL("log.profile", log.profile, "false", "time every kernel and print the breakdown at the end"),
     INT("log.every", log.every, 1, 1e9, "1", "print a plain progress line every N steps (non-TTY)"),
     INT("log.sample_tokens", log.sample_tokens, 0, 1e6, "0", "print a text sample of this many tokens at the end"),
     ENUM("backend", backend, "cpu|cuda", "cpu", "compute backend"),

@@ -32,7 +32,7 @@ typedef struct {
     } checkpoint;
     struct {
         char metrics[DT_PATH_MAX];
-        int digest, every, sample_tokens;
+        int digest, every, sample_tokens, profile;
     } log;
     char backend[16], precision[16];
     int threads;

@@ -47,7 +47,7 @@ static dt_status check_supported(const dt_config *c) {
 
 static dt_status setup(trainer *t, const dt_config *c) {
     t->cfg = c;
-    t->ops = dt_ops_cpu();
+    t->ops = c->log.profile ? dt_ops_profiled(dt_ops_cpu()) : dt_ops_cpu();
     DT_TRY(dt_config_validate(c));
     DT_TRY(check_supported(c));
     dt_cpu_set_threads(c->threads);
@@ -217,6 +217,7 @@ static dt_status run(trainer *t) {
                "memory: params %.1f MB, grads %.1f MB, optimizer %.1f MB, activations %.1f MB, peak RSS %.1f MB\n",
                t->st.step - first, first, loss, tps, tps * flops_tok / 1e9, train_time, mem.params / 1e6,
                mem.grads / 1e6, mem.optim / 1e6, mem.activations / 1e6, mem.peak_rss / 1e6);
+    if (c->log.profile) dt_ops_profile_report(stdout);
     if (c->log.digest) {
         char hex[65];
         dt_weights_digest(&t->model, hex);

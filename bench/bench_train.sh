@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# Training throughput: dtrain against PyTorch (same GPT-2 architecture and shapes, fp32, a full
+# step with clipping and AdamW, random tokens), with 1 and 2 threads, plus the sgemm rate of
+# the BLAS dtrain links (OpenBLAS, OpenMP build) on the same cores, and a CPU-share probe
+# before every measurement. Ends with a markdown table for docs/benchmarks.md.
+#
+# usage: bash bench/bench_train.sh [path/to/dtrain]        (default: build/dtrain)
+# knobs (environment): WARMUP=2 (untimed steps), STEPS_TINY=8, STEPS_SMALL=5 (timed steps),
+#   THREADS_LIST="1 2", SHAPES="tiny small", RUN_TIMEOUT=300 (seconds per contender run),
+#   SGEMM_N=2048, KEEP=DIR (keep logs and metrics there).
+# Needs gcc, /usr/bin/python3 with torch (Debian python3-torch), OpenBLAS (libopenblas0-openmp
+# and libopenblas-pthread-dev headers). Takes about 10 minutes on 2 idle cores.
+#
+# Every contender runs under the same environment: OpenBLAS picks its kernel for this CPU
+# (no OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE), and glibc malloc never returns memory to the
+# kernel (no mmap for large blocks, no trimming), so no step pays for page faults again.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+src="$(cd "$here/.." && pwd)"
+dtrain="$(realpath "${1:-$src/build/dtrain}")"
+py=/usr/bin/python3
+WARMUP=${WARMUP:-2}
+STEPS_TINY=${STEPS_TINY:-8}
+STEPS_SMALL=${STEPS_SMALL:-5}
+THREADS_LIST=${THREADS_LIST:-"1 2"}
+SHAPES=${SHAPES:-"tiny small"}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+SGEMM_N=${SGEMM_N:-2048}
+BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
+BLAS_INC=/usr/include/x86_64-linux-gnu/openblas-pthread
+ENV=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
+     GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736)
+
+[ -x "$dtrain" ] || { echo "bench: dtrain binary '$dtrain' not found (build first)" >&2; exit 2; }
+[ -x "$py" ] || { echo "bench: $py not found" >&2; exit 2; }
+"$py" -c "import torch" 2>/dev/null || { echo "bench: $py cannot import torch (apt install python3-torch)" >&2; exit 2; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+results="$tmp/results.tsv" # kind shape threads probe value extra...
+: >"$results"
+t_start=$(date +%s)
+
+gcc -O2 -o "$tmp/cpu_probe" "$here/cpu_probe.c" -lpthread
+gcc -O2 -fopenmp -I"$BLAS_INC" -o "$tmp/sgemm_bench" "$here/sgemm_bench.c" "$BLAS_DIR/libopenblas.so.0" \
+    -Wl,-rpath,"$BLAS_DIR"
+
+probe() { # prints the ratio and logs the line
+    local line
+    line="$("$tmp/cpu_probe")"
+    echo "  $line" >&2
+    sed -E 's/.*= ([0-9.]+).*/\1/' <<<"$line"
+}
+
+# random tokens (uint16 < 50257) in the token-file layout: 256 int32 header, then the tokens
+"$py" - "$tmp/tokens.bin" <<'EOF'
+import random, struct, sys
+n = 300000
+rng = random.Random(1234)
+hdr = [0] * 256
+hdr[0], hdr[1], hdr[2] = 20240520, 1, n
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", *hdr))
+    f.write(struct.pack("<%dH" % n, *[rng.randrange(50257) for _ in range(n)]))
+EOF
+
+echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "== dtrain: $dtrain ($(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?'))," \
+     "torch $("$py" -c 'import torch; print(torch.__version__)')" >&2
+
+# ---- sgemm rate of dtrain's BLAS ----
+for th in $THREADS_LIST; do
+    echo "== sgemm ${SGEMM_N}^3, $th thread(s)" >&2
+    p=$(probe)
+    line="$("${ENV[@]}" "$tmp/sgemm_bench" "$SGEMM_N" "$th" 5)"
+    echo "  $line" >&2
+    best=$(sed -E 's/.*best ([0-9.]+).*/\1/' <<<"$line")
+    core=$(sed -E 's/.*core ([A-Za-z0-9_]+).*/\1/' <<<"$line")
+    printf 'sgemm\t-\t%s\t%s\t%s\t%s\n' "$th" "$p" "$best" "$core" >>"$results"
+done
+
+shape_args() { # name -> L C H T B
+    case "$1" in
+    tiny) echo "4 256 4 256 8" ;;
+    small) echo "12 768 12 256 4" ;;
+    *) echo "bench: unknown shape '$1'" >&2; exit 2 ;;
+    esac
+}
+
+for shape in $SHAPES; do
+    read -r L C H T B <<<"$(shape_args "$shape")"
+    timed=$([ "$shape" = tiny ] && echo "$STEPS_TINY" || echo "$STEPS_SMALL")
+    for th in $THREADS_LIST; do
+        # ---- dtrain ----
+        echo "== dtrain $shape (L$L C$C H$H T$T B$B), $th thread(s), $WARMUP + $timed steps" >&2
+        p=$(probe)
+        rm -f "$tmp/m.jsonl"
+        rc=0
+        "${ENV[@]}" timeout "$RUN_TIMEOUT" "$dtrain" train --set model.n_layer="$L" --set model.n_embd="$C" \
+            --set model.n_head="$H" --set model.seq_len="$T" --set model.vocab_size=50257 \
+            --set train.micro_batch="$B" --set train.global_batch="$B" --set data.train="$tmp/tokens.bin" \
+            --set data.val= --set train.val_every=0 --set log.every=1000 --steps $((WARMUP + timed)) \
+            --threads "$th" --metrics "$tmp/m.jsonl" >"$tmp/dtrain.log" 2>&1 || rc=$?
+        if [ "$rc" -ne 0 ]; then
+            echo "  dtrain failed (exit $rc):" >&2
+            tail -3 "$tmp/dtrain.log" >&2
+            printf 'dtrain\t%s\t%s\t%s\tNA\tNA\n' "$shape" "$th" "$p" >>"$results"
+        else
+            grep '^summary' "$tmp/dtrain.log" | sed 's/^/  /' >&2
+            tps=$("$py" - "$tmp/m.jsonl" "$WARMUP" $((B * T)) <<'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+steps = [r for r in recs if "event" not in r and r["step"] > int(sys.argv[2])]
+print("%.1f" % (int(sys.argv[3]) * len(steps) / (sum(r["ms"] for r in steps) / 1e3)))
+print("  timed steps (ms): " + " ".join("%.0f" % r["ms"] for r in steps), file=sys.stderr)
+EOF
+)
+            sumgf=$(sed -nE 's/^summary:.* ([0-9.]+) GFLOP\/s.*/\1/p' "$tmp/dtrain.log")
+            printf 'dtrain\t%s\t%s\t%s\t%s\t%s\n' "$shape" "$th" "$p" "$tps" "${sumgf:-NA}" >>"$results"
+            if [ -n "${KEEP:-}" ]; then
+                mkdir -p "$KEEP"
+                cp "$tmp/m.jsonl" "$KEEP/dtrain_${shape}_${th}t.jsonl"
+                cp "$tmp/dtrain.log" "$KEEP/dtrain_${shape}_${th}t.log"
+            fi
+        fi
+        # ---- torch ----
+        echo "== torch $shape, $th thread(s), $WARMUP + $timed steps" >&2
+        p=$(probe)
+        rc=0
+        "${ENV[@]}" OMP_NUM_THREADS="$th" OPENBLAS_NUM_THREADS="$th" timeout "$RUN_TIMEOUT" "$py" \
+            "$here/torch_gpt_bench.py" --n-layer "$L" --n-embd "$C" --n-head "$H" --seq "$T" --batch "$B" \
+            --vocab 50304 --threads "$th" --warmup "$WARMUP" --steps "$timed" >"$tmp/torch.log" 2>&1 || rc=$?
+        if [ "$rc" -ne 0 ]; then
+            echo "  torch failed (exit $rc):" >&2
+            tail -3 "$tmp/torch.log" >&2
+            printf 'torch\t%s\t%s\t%s\tNA\n' "$shape" "$th" "$p" >>"$results"
+        else
+            tps=$("$py" -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print("%.1f" % r["tokens_per_s"]); print("  timed steps (ms): " + " ".join("%.0f" % x for x in r["ms"]), file=sys.stderr)' "$tmp/torch.log")
+            printf 'torch\t%s\t%s\t%s\t%s\n' "$shape" "$th" "$p" "$tps" >>"$results"
+            if [ -n "${KEEP:-}" ]; then
+                mkdir -p "$KEEP"
+                cp "$tmp/torch.log" "$KEEP/torch_${shape}_${th}t.json"
+            fi
+        fi
+    done
+done
+
+elapsed=$(($(date +%s) - t_start))
+echo "== done in ${elapsed} s" >&2
+"$py" - "$results" "$SGEMM_N" "$elapsed" "$WARMUP" "$STEPS_TINY" "$STEPS_SMALL" <<'EOF'
+import datetime, sys
+path, n, elapsed, warmup, st_tiny, st_small = sys.argv[1:7]
+rows = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
+sgemm = {r[2]: (float(r[3]), float(r[4]), r[5]) for r in rows if r[0] == "sgemm"}
+res = {(r[0], r[1], r[2]): r for r in rows if r[0] in ("dtrain", "torch")}
+shapes = {"tiny": (4, 256, 4, 256, 8), "small": (12, 768, 12, 256, 4)}
+V = 50257  # dtrain's FLOP count uses the real vocabulary (as gpt_flops_per_token does)
+
+def flops_per_token(L, C, T):
+    return 6 * (12 * L * C * C + V * C) + 6 * L * C * T
+
+def num(x):
+    try:
+        return float(x)
+    except ValueError:
+        return None
+
+def flag(p):
+    return "%.2f%s" % (p, " (unreliable)" if p < 1.6 else "")
+
+unreliable = False
+cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
+print()
+print("### Training throughput, dtrain vs PyTorch (%s, %s)" % (datetime.date.today().isoformat(), cpu))
+print()
+print("fp32, full training step (forward, backward, clip, AdamW), random tokens, vocab 50257 (padded to 50304); "
+      "%s warm-up steps excluded, then %s (tiny) / %s (GPT-2 small) timed steps. tokens/s = timed tokens / timed "
+      "time. Model GFLOP/s uses 6·(12·L·C² + V·C) + 6·L·C·T FLOPs per token; \"%% of sgemm\" compares it with the "
+      "best %s³ sgemm rate of dtrain's OpenBLAS (OpenMP build) on the same thread count. Probe = throughput of two "
+      "integer-chain threads over one, taken just before each run (2.00 = two free cores; < 1.6 flagged "
+      "unreliable)." % (warmup, st_tiny, st_small, n))
+print()
+print("| shape | threads | dtrain tokens/s | torch tokens/s | dtrain / torch | dtrain GFLOP/s | % of sgemm | probe dtrain / torch |")
+print("|---|---|---|---|---|---|---|---|")
+for name, (L, C, H, T, B) in shapes.items():
+    for th in sorted({r[2] for r in rows if r[1] == name}, key=int):
+        d, t = res.get(("dtrain", name, th)), res.get(("torch", name, th))
+        dt = num(d[4]) if d else None
+        tt = num(t[4]) if t else None
+        pd = num(d[3]) if d else None
+        pt = num(t[3]) if t else None
+        unreliable |= (pd is not None and pd < 1.6) or (pt is not None and pt < 1.6)
+        gf = dt * flops_per_token(L, C, T) / 1e9 if dt else None
+        sg = sgemm.get(th)
+        label = "tiny (L%d C%d H%d T%d B%d)" % (L, C, H, T, B) if name == "tiny" else \
+            "GPT-2 small (L%d C%d H%d T%d B%d)" % (L, C, H, T, B)
+        print("| %s | %s | %s | %s | %s | %s | %s | %s / %s |" % (
+            label, th, "%.0f" % dt if dt else "failed", "%.0f" % tt if tt else "failed",
+            "%.2f" % (dt / tt) if dt and tt else "-", "%.1f" % gf if gf else "-",
+            "%.0f%%" % (100 * gf / sg[1]) if gf and sg else "-",
+            flag(pd) if pd is not None else "-", flag(pt) if pt is not None else "-"))
+print()
+print("| sgemm %s³ (dtrain's OpenBLAS) | threads | GFLOP/s (best of 5) | OpenBLAS kernel | probe |" % n)
+print("|---|---|---|---|---|")
+for th in sorted(sgemm, key=int):
+    p, g, core = sgemm[th]
+    unreliable |= p < 1.6
+    print("| | %s | %.1f | %s | %s |" % (th, g, core, flag(p)))
+print()
+if unreliable:
+    print("Some probes were below 1.6: the machine was shared with other work during those runs, so their "
+          "timings (and the thread scaling) are not trustworthy; rerun on an idle machine.")
+    print()
+print("Script: `bash bench/bench_train.sh`, %s s in all." % elapsed)
+EOF

@@ -1,0 +1,94 @@
+/* A dt_ops that times every kernel call of another dt_ops (log.profile): where a
+ * step's time goes, per kernel, without touching the model or the kernels. */
+#include <stdio.h>
+
+#include "../core/timer.h"
+#include "ops.h"
+
+enum { P_GEMM, P_LIN_F, P_LIN_B, P_EMB_F, P_EMB_B, P_LN_F, P_LN_B, P_GELU_F, P_GELU_B, P_ADD, P_ATT_F, P_ATT_B,
+       P_XENT, P_SUMSQ, P_SCALE, P_ADAMW, P_N };
+static const char *NAMES[P_N] = {"gemm (head)", "linear fwd", "linear bwd", "embed fwd", "embed bwd",
+                                 "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "residual add",
+                                 "attention fwd", "attention bwd", "softmax xent", "grad norm", "clip scale",
+                                 "adamw"};
+static const dt_ops *inner;
+static double secs[P_N];
+static long calls[P_N];
+
+#define TIMED(id, call)            \
+    do {                           \
+        double t0_ = dt_now();     \
+        call;                      \
+        secs[id] += dt_now() - t0_; \
+        calls[id]++;               \
+    } while (0)
+
+static void p_gemm(int tA, int tB, int M, int N, int K, float al, const float *A, int lda, const float *B, int ldb,
+                   float be, float *C, int ldc) {
+    TIMED(P_GEMM, inner->gemm(tA, tB, M, N, K, al, A, lda, B, ldb, be, C, ldc));
+}
+static void p_lin_f(float *o, const float *i, const float *w, const float *b, int N, int IC, int OC) {
+    TIMED(P_LIN_F, inner->linear_fwd(o, i, w, b, N, IC, OC));
+}
+static void p_lin_b(float *di, float *dw, float *db, const float *d, const float *i, const float *w, int N, int IC,
+                    int OC, int acc) {
+    TIMED(P_LIN_B, inner->linear_bwd(di, dw, db, d, i, w, N, IC, OC, acc));
+}
+static void p_emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int T, int C) {
+    TIMED(P_EMB_F, inner->embed_fwd(o, t, e, p, B, T, C));
+}
+static void p_emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int T, int C) {
+    TIMED(P_EMB_B, inner->embed_bwd(de, dp, d, t, B, T, C));
+}
+static void p_ln_f(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
+    TIMED(P_LN_F, inner->layernorm_fwd(o, m, r, i, w, b, N, C));
+}
+static void p_ln_b(float *di, float *dw, float *db, const float *d, const float *i, const float *w, const float *m,
+                   const float *r, int N, int C) {
+    TIMED(P_LN_B, inner->layernorm_bwd(di, dw, db, d, i, w, m, r, N, C));
+}
+static void p_gelu_f(float *o, const float *i, size_t n) { TIMED(P_GELU_F, inner->gelu_fwd(o, i, n)); }
+static void p_gelu_b(float *di, const float *i, const float *d, size_t n) { TIMED(P_GELU_B, inner->gelu_bwd(di, i, d, n)); }
+static void p_add(float *o, const float *a, const float *b, size_t n) { TIMED(P_ADD, inner->add(o, a, b, n)); }
+static void p_att_f(float *o, float *l, const float *q, int B, int T, int C, int NH) {
+    TIMED(P_ATT_F, inner->attention_fwd(o, l, q, B, T, C, NH));
+}
+static void p_att_b(float *dq, const float *d, const float *q, const float *o, const float *l, int B, int T, int C,
+                    int NH) {
+    TIMED(P_ATT_B, inner->attention_bwd(dq, d, q, o, l, B, T, C, NH));
+}
+static void p_xent(float *lg, float *ls, const uint16_t *t, int N, int V, int Vp, float s) {
+    TIMED(P_XENT, inner->softmax_xent(lg, ls, t, N, V, Vp, s));
+}
+static double p_sumsq(const float *x, size_t n) {
+    double r;
+    TIMED(P_SUMSQ, r = inner->sumsq(x, n));
+    return r;
+}
+static void p_scale(float *x, float s, size_t n) { TIMED(P_SCALE, inner->scale(x, s, n)); }
+static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+                    float wd, float c1, float c2) {
+    TIMED(P_ADAMW, inner->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2));
+}
+
+static const dt_ops PROFILED = {
+    .name = "profiled", .gemm = p_gemm, .linear_fwd = p_lin_f, .linear_bwd = p_lin_b, .embed_fwd = p_emb_f,
+    .embed_bwd = p_emb_b, .layernorm_fwd = p_ln_f, .layernorm_bwd = p_ln_b, .gelu_fwd = p_gelu_f,
+    .gelu_bwd = p_gelu_b, .add = p_add, .attention_fwd = p_att_f, .attention_bwd = p_att_b, .softmax_xent = p_xent,
+    .sumsq = p_sumsq, .scale = p_scale, .adamw = p_adamw,
+};
+
+const dt_ops *dt_ops_profiled(const dt_ops *ops) {
+    inner = ops;
+    return &PROFILED;
+}
+
+void dt_ops_profile_report(FILE *out) {
+    double total = 0;
+    for (int i = 0; i < P_N; i++) total += secs[i];
+    fprintf(out, "profile: kernel time %.3f s\n", total);
+    for (int i = 0; i < P_N; i++)
+        if (calls[i])
+            fprintf(out, "profile: %-14s %8.3f s %5.1f%% %8ld calls\n", NAMES[i], secs[i],
+                    total > 0 ? 100 * secs[i] / total : 0, calls[i]);
+}

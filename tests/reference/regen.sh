@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Regenerates the reference-parity fixtures in tests/reference/:
+#   tiny_init.safetensors  initial weights, written by dtrain (--steps 0 --save)
+#   tiny_expected.json     per-step loss / grad_norm of the independent PyTorch reference
+# usage: bash tests/reference/regen.sh [path/to/dtrain]   (default: build/dtrain)
+# Needs /usr/bin/python3 with torch (Debian python3-torch). tests/test_reference_parity.sh
+# checks dtrain against these files; regenerate them only when the model, the optimizer
+# or tiny_config.json change on purpose.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+src="$(cd "$here/../.." && pwd)"
+dtrain="${1:-$src/build/dtrain}"
+[ -x "$dtrain" ] || { echo "regen: dtrain binary '$dtrain' not found (build first)" >&2; exit 2; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+"$dtrain" prepare --input "$src/tests/data/tiny_corpus.txt" --out "$tmp/c" --val-fraction 0
+"$dtrain" train --config "$here/tiny_config.json" --set data.train="$tmp/c_train.bin" --set data.val= \
+    --steps 0 --save "$tmp/init" >/dev/null
+cp "$tmp/init/step_00000000/model.safetensors" "$here/tiny_init.safetensors"
+/usr/bin/python3 "$here/gpt2_reference.py" --config "$here/tiny_config.json" \
+    --init "$here/tiny_init.safetensors" --tokens "$tmp/c_train.bin" --dtype float64 --out "$here/tiny_expected.json"
+echo "regen: wrote $here/tiny_init.safetensors and $here/tiny_expected.json"
