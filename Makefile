@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test test-fast test-asan demo clean bench docs-config
+.PHONY: all deps build test test-fast test-asan demo clean bench
 
 all: build
 
@@ -31,9 +31,6 @@ test-asan:
 
 demo: deps build
 	@bash scripts/demo.sh $(BUILD)/dtrain
-
-docs-config: build
-	@$(BUILD)/dtrain config --doc > docs/config-keys.md
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

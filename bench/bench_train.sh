@@ -75,8 +75,9 @@ for th in $THREADS_LIST; do
     line="$("${ENV[@]}" "$tmp/sgemm_bench" "$SGEMM_N" "$th" 5)"
     echo "  $line" >&2
     best=$(sed -E 's/.*best ([0-9.]+).*/\1/' <<<"$line")
+    median=$(sed -E 's/.*median ([0-9.]+).*/\1/' <<<"$line")
     core=$(sed -E 's/.*core ([A-Za-z0-9_]+).*/\1/' <<<"$line")
-    printf 'sgemm\t-\t%s\t%s\t%s\t%s\n' "$th" "$p" "$best" "$core" >>"$results"
+    printf 'sgemm\t-\t%s\t%s\t%s\t%s\t%s\n' "$th" "$p" "$best" "$core" "$median" >>"$results"
 done
 
 shape_args() { # name -> L C H T B
@@ -151,7 +152,7 @@ echo "== done in ${elapsed} s" >&2
 import datetime, sys
 path, n, elapsed, warmup, st_tiny, st_small = sys.argv[1:7]
 rows = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
-sgemm = {r[2]: (float(r[3]), float(r[4]), r[5]) for r in rows if r[0] == "sgemm"}
+sgemm = {r[2]: (float(r[3]), float(r[4]), r[5], float(r[6])) for r in rows if r[0] == "sgemm"}
 res = {(r[0], r[1], r[2]): r for r in rows if r[0] in ("dtrain", "torch")}
 shapes = {"tiny": (4, 256, 4, 256, 8), "small": (12, 768, 12, 256, 4)}
 V = 50257  # dtrain's FLOP count uses the real vocabulary (as gpt_flops_per_token does)
@@ -200,12 +201,12 @@ for name, (L, C, H, T, B) in shapes.items():
             "%.0f%%" % (100 * gf / sg[1]) if gf and sg else "-",
             flag(pd) if pd is not None else "-", flag(pt) if pt is not None else "-"))
 print()
-print("| sgemm %s³ (dtrain's OpenBLAS) | threads | GFLOP/s (best of 5) | OpenBLAS kernel | probe |" % n)
-print("|---|---|---|---|---|")
+print("| sgemm %s³ (dtrain's OpenBLAS) | threads | GFLOP/s best of 5 | median | OpenBLAS kernel | probe |" % n)
+print("|---|---|---|---|---|---|")
 for th in sorted(sgemm, key=int):
-    p, g, core = sgemm[th]
+    p, g, core, med = sgemm[th]
     unreliable |= p < 1.6
-    print("| | %s | %.1f | %s | %s |" % (th, g, core, flag(p)))
+    print("| | %s | %.1f | %.1f | %s | %s |" % (th, g, med, core, flag(p)))
 print()
 if unreliable:
     print("Some probes were below 1.6: the machine was shared with other work during those runs, so their "

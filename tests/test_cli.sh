@@ -1,0 +1,52 @@
+# CLI contract (../shared/spec/interface.md): help, config printing, metrics JSONL
+# shape, digest line, plain progress lines when stdout is not a TTY, docs in sync.
+source "$(dirname "$0")/lib.sh"
+prepare_tiny
+for cmd in "" train sample prepare config; do
+  "$DTRAIN" $cmd --help >"$TMP/help" 2>&1 && grep -q usage "$TMP/help" && pass "help: dtrain $cmd --help" \
+    || fail "help for '$cmd'"
+done
+"$DTRAIN" >/dev/null 2>&1; [ $? -eq 2 ] && pass "no command exits 2" || fail "no command"
+# every key printed by `config --doc` is documented in docs/config.md
+"$DTRAIN" config --doc >"$TMP/doc"
+missing=$(grep -vxF -f "$SRC/docs/config.md" "$TMP/doc" | head -3)
+[ -z "$missing" ] && pass "docs/config.md lists every key" || fail "docs/config.md is stale: $missing"
+# --set and --config compose, later wins; values round-trip through `config`
+"$DTRAIN" config --config "$SRC/tests/data/tiny.json" --set model.n_layer=3 --steps 7 >"$TMP/cfg.json" \
+  || fail "config print"
+python3 - "$TMP/cfg.json" <<'PY' && pass "config file + --set + shorthand" || fail "config composition"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["model"]["n_layer"] == 3 and c["model"]["n_embd"] == 32 and c["train"]["steps"] == 7, c
+PY
+# metrics JSONL: every step line, val lines, a summary with per-rank memory
+"$DTRAIN" train "${TINY[@]}" --steps 6 --set train.val_every=3 --metrics "$TMP/m.jsonl" --digest >"$TMP/out" 2>&1 \
+  || fail "train"
+python3 - "$TMP/m.jsonl" <<'PY' && pass "metrics JSONL follows interface.md" || fail "metrics format"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [l for l in lines if "event" not in l]
+assert [s["step"] for s in steps] == list(range(1, 7))
+for s in steps:
+    assert set(s) >= {"step", "loss", "lr", "grad_norm", "tokens_per_s", "ms"}, s
+vals = [l for l in lines if l.get("event") == "val"]
+assert [v["step"] for v in vals] == [3, 6] and all("val_loss" in v for v in vals), vals
+summ = [l for l in lines if l.get("event") == "summary"]
+assert len(summ) == 1 and lines[-1] is summ[0]
+s = summ[0]
+assert s["steps"] == 6 and s["final_loss"] == steps[-1]["loss"] and s["tokens_per_s"] > 0
+m = s["mem"][0]
+assert all(m[k] > 0 for k in ("params", "grads", "optim", "activations", "peak_rss")), m
+assert m["optim"] == 2 * m["params"]
+PY
+grep -qE '^digest sha256:[0-9a-f]{64}$' "$TMP/out" && pass "digest line" || fail "digest line"
+grep -qE '^step 6/6 \| loss [0-9.]+ \| lr' "$TMP/out" && ! grep -q $'\r' "$TMP/out" \
+  && pass "plain progress lines when not a TTY" || fail "progress lines"
+grep -q '^summary: ' "$TMP/out" && pass "final summary" || fail "summary"
+# the same seed gives the same weights; another seed does not
+d1=$(digest_of "$TMP/out")
+"$DTRAIN" train "${TINY[@]}" --steps 6 --digest >"$TMP/out2" 2>&1
+"$DTRAIN" train "${TINY[@]}" --steps 6 --seed 43 --digest >"$TMP/out3" 2>&1
+[ "$d1" = "$(digest_of "$TMP/out2")" ] && [ "$d1" != "$(digest_of "$TMP/out3")" ] \
+  && pass "deterministic for a seed" || fail "determinism"
+finish
