@@ -107,7 +107,8 @@ static void test_byte(void) {
     char *back = decode_all(t, buf, n, &len);
     CHECK(len == 258 && memcmp(back, all, 256) == 0 && memcmp(back + 256, "hi", 2) == 0, "round trip");
     char c = 0;
-    CHECK(dt_tokenizer_decode(t, 256, &c, 1) == 0 && dt_tokenizer_decode(t, -1, &c, 1) == 0, "bad ids decode to nothing");
+    CHECK(dt_tokenizer_decode(t, 256, &c, 1) == 0 && dt_tokenizer_decode(t, -1, &c, 1) == 0,
+          "bad ids decode to nothing");
     CHECK(dt_tokenizer_decode(t, 'x', &c, 0) == 0, "cap 0");
     free(back);
     free(buf);
@@ -265,8 +266,8 @@ static void test_gpt2(const char *srcdir, const char *enc, const char *bpe) {
         CHECK(dt_tokenizer_encode(t, text, tlen, &got, &ngot, &cap) == DT_OK, "encode fixture");
         size_t first = 0;
         while (first < ngot && (long)first < nwant && got[first] == want[first]) first++;
-        CHECK(nwant >= 0 && ngot == (size_t)nwant && first == ngot, "fixture: %zu ids vs %ld expected, first difference at %zu",
-              ngot, nwant, first);
+        CHECK(nwant >= 0 && ngot == (size_t)nwant && first == ngot,
+              "fixture: %zu ids vs %ld expected, first difference at %zu", ngot, nwant, first);
         size_t dlen;
         char *back = decode_all(t, got, ngot, &dlen);
         CHECK(dlen == tlen && memcmp(back, text, tlen) == 0, "decode(encode(fixture)) != fixture");

@@ -115,7 +115,8 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
         goto done;
     }
     if (read_full(fd, tok, n * sizeof *tok) != 0) {
-        st = dt_fail(DT_EINPUT, "%s: truncated while reading tokens: %s", path, errno ? strerror(errno) : "file shrank");
+        st = dt_fail(DT_EINPUT, "%s: truncated while reading tokens: %s", path,
+                     errno ? strerror(errno) : "file shrank");
         goto done;
     }
 #if DT_BIG_ENDIAN

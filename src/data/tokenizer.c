@@ -527,7 +527,8 @@ static dt_status load_merges(dt_tokenizer *t, const strmap *map, const char *pat
         int ab = a >= 0 && b >= 0 ? strmap_find(map, t, tmp, (size_t)(ka + kb)) : -1;
         if (ab < 0) {
             st = dt_fail(DT_EINPUT, "%s:%zu: bad merges line \"%.*s\" (%s not in the encoder)", path, lineno,
-                         (int)(n < 60 ? n : 60), line, a < 0 ? "first symbol" : b < 0 ? "second symbol" : "merged token");
+                         (int)(n < 60 ? n : 60), line,
+                         a < 0 ? "first symbol" : b < 0 ? "second symbol" : "merged token");
             goto done;
         }
         merge_put(t, (unsigned)a, (unsigned)b, rank++, (uint16_t)ab);

@@ -105,8 +105,10 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, in
     size_t L = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
     size_t NH = (size_t)s->n_head;
     gpt_acts *a = m->acts;
-    /* The head is computed in row chunks so the logits need not exist for all rows at once. */
-    size_t head_rows = (32u << 20) / Vp;
+    /* The head is computed in row chunks so the logits need not exist for all rows at once;
+     * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
+     * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
+    size_t head_rows = (128u << 20) / Vp;
     if (head_rows < 64) head_rows = 64;
     if (head_rows > BT) head_rows = BT;
     a->head_rows = (int)head_rows;
