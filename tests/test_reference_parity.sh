@@ -4,12 +4,11 @@
 # cosine, clipping on some steps but not all) from fixed initial weights must give the same
 # per-step loss and pre-clip gradient norm as an independent float64 PyTorch implementation
 # (tests/reference/gpt2_reference.py, results stored in tiny_expected.json), within 1e-4
-# relative (PARITY_TOL overrides). The comparison needs only the Python standard library, not torch.
+# relative (PARITY_TOL overrides). The comparison needs only the Python standard library,
+# not torch. Regenerate the fixtures with tests/reference/regen.sh.
 # usage: bash tests/test_reference_parity.sh <dtrain> <srcdir> <builddir>
-set -u
-dtrain="$1"
-src="$2"
-ref="$src/tests/reference"
+source "$(dirname "$0")/lib.sh"
+ref="$SRC/tests/reference"
 py=/usr/bin/python3
 TOL="${PARITY_TOL:-1e-4}" # max relative error; observed ~1e-7 (fp32 vs the float64 reference)
 
@@ -17,25 +16,22 @@ if [ ! -x "$py" ]; then
     echo "SKIP: $py not found"
     exit 77
 fi
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
 
-fail() {
-    echo "FAIL: $*"
-    echo "0 passed, 1 failed"
-    exit 1
-}
+if "$DTRAIN" prepare --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/c" --val-fraction 0 >"$TMP/prepare.log" 2>&1
+then pass "prepare the tiny corpus"
+else cat "$TMP/prepare.log"; fail "dtrain prepare"; finish; exit 1
+fi
+if "$DTRAIN" train --config "$ref/tiny_config.json" --set data.train="$TMP/c_train.bin" --set data.val= \
+    --set train.init_from="$ref/tiny_init.safetensors" --metrics "$TMP/m.jsonl" >"$TMP/train.log" 2>&1
+then pass "train 10 steps from tiny_init.safetensors"
+else cat "$TMP/train.log"; fail "dtrain train"; finish; exit 1
+fi
 
-"$dtrain" prepare --input "$src/tests/data/tiny_corpus.txt" --out "$tmp/c" --val-fraction 0 >"$tmp/prepare.log" 2>&1 ||
-    { cat "$tmp/prepare.log"; fail "dtrain prepare"; }
-"$dtrain" train --config "$ref/tiny_config.json" --set data.train="$tmp/c_train.bin" --set data.val= \
-    --set train.init_from="$ref/tiny_init.safetensors" --metrics "$tmp/m.jsonl" >"$tmp/train.log" 2>&1 ||
-    { cat "$tmp/train.log"; fail "dtrain train"; }
-
-"$py" - "$ref/tiny_expected.json" "$tmp/m.jsonl" "$tmp/c_train.bin" "$ref/tiny_init.safetensors" "$TOL" <<'EOF'
+"$py" - "$ref/tiny_expected.json" "$TMP/m.jsonl" "$TMP/c_train.bin" "$ref/tiny_init.safetensors" "$TOL" \
+    "$TMP/counts" <<'PY'
 import hashlib, json, struct, sys
 
-exp_path, metrics_path, tokens_path, init_path, tol = sys.argv[1:6]
+exp_path, metrics_path, tokens_path, init_path, tol, counts_path = sys.argv[1:7]
 tol = float(tol)
 exp = json.load(open(exp_path))
 got = {}
@@ -88,6 +84,13 @@ for s in steps:
         rel(g["grad_norm"], s["grad_norm"]), "  (clipped)" if s.get("clipped") else ""))
 print("max rel error: loss %.3e (step %d), grad_norm %.3e (step %d), lr %.3e; tolerance %.0e" % (
     worst["loss"][0], worst["loss"][1], worst["grad_norm"][0], worst["grad_norm"][1], worst["lr"][0], tol))
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
-EOF
+with open(counts_path, "w") as f:
+    f.write("%d %d\n" % (passed, failed))
+PY
+if read -r p f <"$TMP/counts" 2>/dev/null; then
+    PASSED=$((PASSED + p))
+    FAILED=$((FAILED + f))
+else
+    fail "the comparison script did not run"
+fi
+finish

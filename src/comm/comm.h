@@ -1,0 +1,75 @@
+/* Communicator: the one interface parallel strategies use to move tensors between
+ * ranks. Backed by MPI (Debian's Open MPI); a process started without mpirun is a
+ * world of size 1 and every collective is a local no-op/copy.
+ *
+ * Each collective can run MPI's own implementation or one of ours, written over
+ * point-to-point (ring.c: ring all-reduce = reduce-scatter + all-gather, moving
+ * 2(N-1)/N·M bytes per rank; rhd.c: recursive halving-doubling; tree.c: binomial
+ * tree; shm.c: intra-node shared-memory path over MPI-3 shared windows). The choice
+ * is per collective (dt_comm_set_algo), from config `comm.*`.
+ *
+ * Buffers are host memory. Counts are elements. Reductions of one algorithm are
+ * deterministic: the same inputs on the same ranks give bitwise the same result. */
+#ifndef DT_COMM_H
+#define DT_COMM_H
+#include <stddef.h>
+
+#include "../core/status.h"
+
+typedef struct dt_comm dt_comm;
+typedef struct dt_request dt_request;
+
+typedef enum { DT_F32, DT_F64 } dt_dtype;
+typedef enum { DT_SUM, DT_AVG } dt_redop;
+typedef enum { DT_COLL_ALLREDUCE, DT_COLL_REDUCE_SCATTER, DT_COLL_ALLGATHER, DT_COLL_BCAST, DT_COLL_N } dt_coll;
+typedef enum { DT_ALGO_MPI, DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_TREE, DT_ALGO_SHM, DT_ALGO_N } dt_algo;
+
+/* MPI_Init (thread level MULTIPLE) when launched by an MPI launcher; size 1 otherwise. */
+dt_status dt_comm_init(dt_comm **world, int *argc, char ***argv);
+/* Frees the world (and MPI_Finalize) after every sub-communicator is freed. */
+void dt_comm_finalize(dt_comm *world);
+/* Ends every rank's process with `code` (MPI_Abort): for fatal errors seen by one rank. */
+void dt_comm_abort(dt_comm *c, int code);
+
+int dt_comm_rank(const dt_comm *c);
+int dt_comm_size(const dt_comm *c);
+/* Ranks sharing this node (for shared-memory paths and the launcher). */
+int dt_comm_local_rank(const dt_comm *c);
+int dt_comm_local_size(const dt_comm *c);
+/* Ranks with equal color form a sub-communicator, ordered by key. */
+dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
+void dt_comm_free(dt_comm *c);
+
+/* Parses "mpi", "ring", "rhd", "tree", "shm". */
+dt_status dt_algo_parse(const char *name, dt_algo *out);
+const char *dt_algo_name(dt_algo a);
+/* Chooses the algorithm for one collective; fails if it does not implement it. */
+dt_status dt_comm_set_algo(dt_comm *c, dt_coll coll, dt_algo algo);
+
+size_t dt_dtype_size(dt_dtype t);
+
+/* In place: buf (count elements) becomes the sum (or mean) over ranks. */
+dt_status dt_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op);
+/* send holds size·recvcount elements; rank r receives the reduced block r. */
+dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op);
+/* recv (size·sendcount elements) = concatenation of every rank's send, in rank order.
+ * send may alias recv + rank·sendcount (in place). */
+dt_status dt_allgather(dt_comm *c, const void *send, void *recv, size_t sendcount, dt_dtype t);
+dt_status dt_bcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root);
+/* Sum (or mean) to root only; other ranks' buf is unchanged. */
+dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op, int root);
+dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst, int tag);
+dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int tag);
+dt_status dt_barrier(dt_comm *c);
+
+/* Non-blocking variants: the operation progresses in the background (MPI's own
+ * non-blocking collectives, or a communication thread for ours) while the caller
+ * computes; buffers must not be touched until dt_wait returns. */
+dt_status dt_iallreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op, dt_request **req);
+dt_status dt_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op,
+                             dt_request **req);
+dt_status dt_iallgather(dt_comm *c, const void *send, void *recv, size_t sendcount, dt_dtype t, dt_request **req);
+dt_status dt_wait(dt_request *req);          /* frees req */
+dt_status dt_test(dt_request *req, int *done); /* done: req may be waited on without blocking */
+
+#endif

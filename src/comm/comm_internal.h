@@ -1,0 +1,81 @@
+/* Private to src/comm: the state our algorithms run on and the helpers they share.
+ *
+ * A dt_comm owns up to two "lanes" (dtc_ctx): one for blocking calls from the caller's
+ * thread and one for the communication thread that runs non-blocking operations. Each
+ * lane has its own duplicated MPI communicators, scratch and shared-memory window, so
+ * the two threads never share a communicator, a window or a buffer. Algorithm code
+ * records errors in its lane (dtc_fail) instead of the process-wide dt_fail message,
+ * which is not thread-safe; comm.c moves the message into dt_fail on the caller's thread. */
+#ifndef DT_COMM_INTERNAL_H
+#define DT_COMM_INTERNAL_H
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+
+/* Point-to-point algorithms move large messages in segments of this many bytes, through
+ * two scratch buffers, so the reduction of one segment overlaps the transfer of the next
+ * and scratch stays small (and warm in cache). */
+#define DTC_SEG_BYTES (256u << 10)
+
+/* Shared-memory window of one lane (shm.c). Rank q's segment is a 4 KiB header (its sync
+ * counter) followed by two buffers of `cap` bytes used alternately by successive chunks. */
+typedef struct {
+    MPI_Win win;
+    int have;
+    size_t cap;      /* bytes per buffer per rank */
+    char **seg;      /* seg[q]: base of rank q's segment in this process's address space */
+    uint64_t seq;    /* syncs done by this rank since the window was made */
+    uint64_t chunks; /* chunks processed: selects the buffer */
+} dtc_shm;
+
+typedef struct {
+    MPI_Comm comm; /* MPI_COMM_NULL in a world without MPI */
+    MPI_Comm node; /* the ranks of comm on this node, ordered by rank in comm */
+    int rank, size;
+    int one_node; /* every rank of comm is on this node */
+    void *scratch;
+    size_t scratch_cap;
+    dtc_shm shm;
+    char err[512]; /* first failure of the current operation ("" when none) */
+} dtc_ctx;
+
+/* Records a failure in the lane (first one wins) and returns code. */
+dt_status dtc_fail(dtc_ctx *x, dt_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* DT_OK when rc is MPI_SUCCESS, else DT_ERUNTIME with "what: <MPI's error string>". */
+dt_status dtc_mpi(dtc_ctx *x, int rc, const char *what);
+/* Lane scratch of at least `bytes`, grown (rarely) and kept across calls. */
+dt_status dtc_scratch(dtc_ctx *x, size_t bytes, void **out);
+MPI_Datatype dtc_mpi_type(dt_dtype t);
+
+/* acc[i] = (a[i] + b[i]) * scale for n elements; acc may equal a or b. */
+void dtc_add(void *acc, const void *a, const void *b, size_t n, dt_dtype t, double scale);
+void dtc_scale(void *buf, size_t n, dt_dtype t, double scale);
+
+/* Sends sn elements of s to dst while receiving rn elements from src into r (a zero
+ * count sends or receives nothing; the peer's counts must mirror these). */
+dt_status dtc_sendrecv(dtc_ctx *x, const void *s, size_t sn, int dst, void *r, size_t rn, int src, dt_dtype t,
+                       int tag);
+/* Sends sn elements of s to dst while receiving rn elements from src, and writes
+ * acc[i] = (in[i] + received[i]) * scale. Pipelined in DTC_SEG_BYTES segments through
+ * lane scratch. s may alias acc (segment j+1 is sent while segment j is written). */
+dt_status dtc_sendrecv_reduce(dtc_ctx *x, const void *s, size_t sn, int dst, const void *in, void *acc, size_t rn,
+                              int src, dt_dtype t, double scale, int tag);
+
+/* Algorithms. Callers handle size 1 and validate arguments; scale is 1 or 1/size. */
+dt_status dtc_ring_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale);
+dt_status dtc_ring_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t, double scale);
+dt_status dtc_ring_allgather(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t);
+dt_status dtc_rhd_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale);
+dt_status dtc_tree_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale);
+dt_status dtc_tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale, int root);
+dt_status dtc_tree_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root);
+dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale);
+dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t, double scale);
+dt_status dtc_shm_allgather(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t);
+dt_status dtc_shm_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root);
+/* Frees the lane's window (collective over x->node). */
+void dtc_shm_free(dtc_ctx *x);
+
+#endif
