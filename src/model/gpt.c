@@ -77,14 +77,28 @@ static void build_table(gpt_model *m) {
     m->nparams = off;
 }
 
-static float *P(const gpt_model *m, int layer, int k) {
-    return m->params + m->tensors[2 + layer * T_PER_LAYER + k].offset;
+/* Where tensor i's parameters / gradients live now (through its unit's pointer). */
+static float *tp(const gpt_model *m, int i) {
+    const gpt_tensor *t = &m->tensors[i];
+    return m->unit_params[t->unit] + (t->offset - m->units[t->unit].offset);
 }
-static float *G(const gpt_model *m, int layer, int k) {
-    return m->grads + m->tensors[2 + layer * T_PER_LAYER + k].offset;
+static float *tg(const gpt_model *m, int i) {
+    const gpt_tensor *t = &m->tensors[i];
+    return m->unit_grads[t->unit] + (t->offset - m->units[t->unit].offset);
+}
+static float *P(const gpt_model *m, int layer, int k) { return tp(m, 2 + layer * T_PER_LAYER + k); }
+static float *G(const gpt_model *m, int layer, int k) { return tg(m, 2 + layer * T_PER_LAYER + k); }
+
+static void hook(const gpt_model *m, void (*fn)(void *, int), int unit) {
+    if (fn) fn(m->hooks.ctx, unit);
 }
 
 dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T) {
+    return gpt_create_ex(m, shape, ops, max_B, max_T, 1);
+}
+
+dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
+                        int alloc_state) {
     memset(m, 0, sizeof *m);
     m->shape = *shape;
     DT_TRY(gpt_shape_check(&m->shape));
@@ -98,11 +112,30 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, in
     m->acts = calloc(1, sizeof(gpt_acts));
     if (!m->tensors || !m->acts) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
     build_table(m);
-    DT_TRY(dt_alloc((void **)&m->params, m->nparams * sizeof(float), "parameters"));
-    DT_TRY(dt_alloc((void **)&m->grads, m->nparams * sizeof(float), "gradients"));
+    int L = m->shape.n_layer;
+    m->nunits = L + 2;
+    m->units = calloc((size_t)m->nunits, sizeof(gpt_unit));
+    m->unit_params = calloc((size_t)m->nunits, sizeof(float *));
+    m->unit_grads = calloc((size_t)m->nunits, sizeof(float *));
+    if (!m->units || !m->unit_params || !m->unit_grads) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
+    for (int i = 0; i < m->ntensors; i++) {
+        gpt_tensor *t = &m->tensors[i];
+        t->unit = t->layer >= 0 ? 1 + t->layer : (i < 2 ? 0 : L + 1);
+        gpt_unit *u = &m->units[t->unit];
+        if (u->count == 0) u->offset = t->offset;
+        u->count += t->numel;
+    }
+    if (alloc_state) {
+        DT_TRY(dt_alloc((void **)&m->params, m->nparams * sizeof(float), "parameters"));
+        DT_TRY(dt_alloc((void **)&m->grads, m->nparams * sizeof(float), "gradients"));
+        for (int u = 0; u < m->nunits; u++) {
+            m->unit_params[u] = m->params + m->units[u].offset;
+            m->unit_grads[u] = m->grads + m->units[u].offset;
+        }
+    }
 
     const gpt_shape *s = &m->shape;
-    size_t L = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
+    size_t LL = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
     size_t NH = (size_t)s->n_head;
     gpt_acts *a = m->acts;
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
@@ -113,11 +146,11 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, in
     if (head_rows > BT) head_rows = BT;
     a->head_rows = (int)head_rows;
     struct { float **p; size_t n; } parts[] = {
-        {&a->encoded, BT * C},         {&a->ln1, L * BT * C},         {&a->ln1_mean, L * BT},
-        {&a->ln1_rstd, L * BT},        {&a->qkv, L * BT * 3 * C},     {&a->atty, L * BT * C},
-        {&a->lse, L * BT * NH},        {&a->res2, L * BT * C},        {&a->ln2, L * BT * C},
-        {&a->ln2_mean, L * BT},        {&a->ln2_rstd, L * BT},        {&a->fch, L * BT * 4 * C},
-        {&a->fch_gelu, L * BT * 4 * C}, {&a->res3, L * BT * C},        {&a->lnf, BT * C},
+        {&a->encoded, BT * C},         {&a->ln1, LL * BT * C},         {&a->ln1_mean, LL * BT},
+        {&a->ln1_rstd, LL * BT},        {&a->qkv, LL * BT * 3 * C},     {&a->atty, LL * BT * C},
+        {&a->lse, LL * BT * NH},        {&a->res2, LL * BT * C},        {&a->ln2, LL * BT * C},
+        {&a->ln2_mean, LL * BT},        {&a->ln2_rstd, LL * BT},        {&a->fch, LL * BT * 4 * C},
+        {&a->fch_gelu, LL * BT * 4 * C}, {&a->res3, LL * BT * C},        {&a->lnf, BT * C},
         {&a->lnf_mean, BT},            {&a->lnf_rstd, BT},            {&a->logits, head_rows * Vp},
         {&a->losses, BT},              {&a->proj, BT * C},            {&a->dres, BT * C},
         {&a->dsmall, BT * C},          {&a->dbig, BT * 4 * C},
@@ -140,6 +173,9 @@ void gpt_destroy(gpt_model *m) {
     dt_free(m->params);
     dt_free(m->grads);
     free(m->tensors);
+    free(m->units);
+    free(m->unit_params);
+    free(m->unit_grads);
     memset(m, 0, sizeof *m);
 }
 
@@ -191,7 +227,9 @@ void gpt_sorted_order(const gpt_model *m, int *order) {
     qsort(order, (size_t)m->ntensors, sizeof(int), cmp_names);
 }
 
-void gpt_zero_grad(gpt_model *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
+void gpt_zero_grad(gpt_model *m) {
+    for (int u = 0; u < m->nunits; u++) memset(m->unit_grads[u], 0, m->units[u].count * sizeof(float));
+}
 
 size_t gpt_num_params(const gpt_model *m) {
     size_t n = 0;
@@ -240,11 +278,17 @@ static void forward_body(gpt_model *m, const uint16_t *tokens, int B, int T) {
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, L = m->shape.n_layer;
     size_t BTC = (size_t)m->max_B * m->max_T * C;
-    o->embed_fwd(a->encoded, tokens, m->params, m->params + m->tensors[1].offset, B, T, C);
-    for (int l = 0; l < L; l++) block_forward(m, l, B, T);
-    const gpt_tensor *lnw = &m->tensors[m->ntensors - 2], *lnb = &m->tensors[m->ntensors - 1];
-    o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, L, BTC), m->params + lnw->offset,
-                     m->params + lnb->offset, B * T, C);
+    hook(m, m->hooks.before_forward, 0);
+    o->embed_fwd(a->encoded, tokens, tp(m, 0), tp(m, 1), B, T, C);
+    for (int l = 0; l < L; l++) {
+        hook(m, m->hooks.before_forward, 1 + l);
+        block_forward(m, l, B, T);
+        hook(m, m->hooks.after_forward, 1 + l);
+    }
+    hook(m, m->hooks.before_forward, L + 1);
+    o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, L, BTC), tp(m, m->ntensors - 2),
+                     tp(m, m->ntensors - 1), B * T, C);
+    hook(m, m->hooks.after_forward, L + 1);
 }
 
 /* LM head over row chunks: logits = lnf·wteᵀ, softmax cross-entropy, and when
@@ -253,7 +297,7 @@ static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scal
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
-    const float *wte = m->params;
+    const float *wte = tp(m, 0);
     double loss = 0.0;
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
@@ -262,7 +306,7 @@ static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scal
         o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vp, grad_scale);
         if (grad_scale != 0.0f) {
             o->gemm(0, 0, R, C, Vp, 1.0f, a->logits, Vp, wte, C, 0.0f, a->dsmall + (size_t)r0 * C, C);
-            o->gemm(1, 0, Vp, C, R, 1.0f, a->logits, Vp, x, C, 1.0f, m->grads, C);
+            o->gemm(1, 0, Vp, C, R, 1.0f, a->logits, Vp, x, C, 1.0f, tg(m, 0), C);
         }
     }
     for (int i = 0; i < N; i++) loss += a->losses[i];
@@ -271,14 +315,17 @@ static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scal
 
 double gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T) {
     forward_body(m, tokens, B, T);
-    return head(m, targets, B * T, 0.0f);
+    double loss = head(m, targets, B * T, 0.0f);
+    hook(m, m->hooks.after_forward, 0);
+    return loss;
 }
 
 void gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
     forward_body(m, tokens, 1, T);
     int C = m->shape.n_embd, Vp = m->shape.padded_vocab;
-    m->ops->gemm(0, 1, 1, Vp, C, 1.0f, m->acts->lnf + (size_t)(T - 1) * C, C, m->params, C, 0.0f, m->acts->logits,
+    m->ops->gemm(0, 1, 1, Vp, C, 1.0f, m->acts->lnf + (size_t)(T - 1) * C, C, tp(m, 0), C, 0.0f, m->acts->logits,
                  Vp);
+    hook(m, m->hooks.after_forward, 0);
     memcpy(logits, m->acts->logits, (size_t)m->shape.vocab_size * sizeof(float));
 }
 
@@ -307,13 +354,6 @@ static void block_backward(gpt_model *m, int l, int B, int T) {
                      a->ln1_mean + l * BT, a->ln1_rstd + l * BT, N, C);
 }
 
-static void grads_ready(gpt_model *m, int first_tensor, int last_tensor) {
-    if (!m->grad_hook) return;
-    size_t off = m->tensors[first_tensor].offset;
-    size_t end = m->tensors[last_tensor].offset + m->tensors[last_tensor].numel;
-    m->grad_hook(m->grad_hook_ctx, off, end - off);
-}
-
 double gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
                             float grad_scale) {
     const dt_ops *o = m->ops;
@@ -321,17 +361,20 @@ double gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t
     int C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
     size_t BTC = (size_t)m->max_B * m->max_T * C;
     forward_body(m, tokens, B, T);
+    hook(m, m->hooks.before_backward, 0);
     double loss = head(m, targets, N, grad_scale); /* leaves dlnf in dsmall */
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
     memset(a->dres, 0, (size_t)N * C * sizeof(float));
-    o->layernorm_bwd(a->dres, m->grads + m->tensors[lnw].offset, m->grads + m->tensors[lnb].offset, a->dsmall,
-                     layer_in(m, L, BTC), m->params + m->tensors[lnw].offset, a->lnf_mean, a->lnf_rstd, N, C);
-    grads_ready(m, lnw, lnb);
+    hook(m, m->hooks.before_backward, L + 1);
+    o->layernorm_bwd(a->dres, tg(m, lnw), tg(m, lnb), a->dsmall, layer_in(m, L, BTC), tp(m, lnw), a->lnf_mean,
+                     a->lnf_rstd, N, C);
+    hook(m, m->hooks.after_backward, L + 1);
     for (int l = L - 1; l >= 0; l--) {
+        hook(m, m->hooks.before_backward, 1 + l);
         block_backward(m, l, B, T);
-        grads_ready(m, 2 + l * T_PER_LAYER, 2 + (l + 1) * T_PER_LAYER - 1);
+        hook(m, m->hooks.after_backward, 1 + l);
     }
-    o->embed_bwd(m->grads, m->grads + m->tensors[1].offset, a->dres, tokens, B, T, C);
-    grads_ready(m, 0, 1);
+    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, tokens, B, T, C);
+    hook(m, m->hooks.after_backward, 0);
     return loss;
 }

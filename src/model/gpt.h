@@ -29,12 +29,32 @@ typedef struct {
     size_t numel;
     int decay;         /* weight decay applies (2-D weights) */
     int layer;         /* block index, -1 for embeddings and ln_f */
+    int unit;          /* the unit holding it (see gpt_unit) */
 } gpt_tensor;
 
-/* Called during backward when the gradients of params[offset, offset+count) are final
- * for this micro-step (a block, then the embeddings), so a data-parallel wrapper can
- * start reducing them while the rest of backward runs. */
-typedef void (*gpt_grad_hook)(void *ctx, size_t offset, size_t count);
+/* Units are the groups of contiguous tensors that a sharding wrapper gathers, reduces
+ * and frees together: unit 0 = wte + wpe, unit 1+l = block l, unit n_layer+1 = ln_f.
+ * The model reads a unit's parameters and writes its gradients through
+ * unit_params[u] / unit_grads[u] (by default into the flat buffers), so ZeRO-3/FSDP
+ * can point them at gathered copies. */
+typedef struct {
+    size_t offset, count; /* in floats, in the flat layout */
+} gpt_unit;
+
+/* Called around each unit's use. Order in gpt_forward_backward: before_forward(0),
+ * then per block before_forward(1+l) / after_forward(1+l), before/after_forward(L+1)
+ * for ln_f; backward: before_backward(0) (the head needs wte), before_backward(L+1),
+ * after_backward(L+1), blocks L..1 (before/after), after_backward(0) last.
+ * after_backward(u) means unit u's gradients are final for this micro-batch, so a
+ * data-parallel wrapper can start reducing them while the rest of backward runs.
+ * Evaluation calls the forward hooks and ends with after_forward(0). */
+typedef struct {
+    void (*before_forward)(void *ctx, int unit);
+    void (*after_forward)(void *ctx, int unit);
+    void (*before_backward)(void *ctx, int unit);
+    void (*after_backward)(void *ctx, int unit);
+    void *ctx;
+} gpt_hooks;
 
 typedef struct gpt_acts gpt_acts;
 
@@ -44,18 +64,22 @@ typedef struct {
     int ntensors;
     gpt_tensor *tensors;
     size_t nparams;
-    float *params, *grads;
+    float *params, *grads; /* flat buffers (NULL when a wrapper owns the storage) */
+    int nunits;
+    gpt_unit *units;
+    float **unit_params, **unit_grads;
     int max_B, max_T; /* activation buffers are sized for these */
     gpt_acts *acts;
     size_t act_bytes;
-    gpt_grad_hook grad_hook;
-    void *grad_hook_ctx;
+    gpt_hooks hooks;
 } gpt_model;
 
 /* Checks the shape (n_embd % n_head, sizes > 0) and fills padded_vocab. */
 dt_status gpt_shape_check(gpt_shape *s);
-/* Builds the tensor table and allocates params, grads and activations for B x T. */
+/* Builds the tensor table and allocates activations for B x T, and the flat params and
+ * grads buffers when alloc_state (a sharding wrapper may provide its own). */
 dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T);
+dt_status gpt_create_ex(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T, int alloc_state);
 void gpt_destroy(gpt_model *m);
 /* GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer),
  * LayerNorm weight 1, biases 0, padded vocab rows 0. Each tensor draws from its own
@@ -65,6 +89,7 @@ const gpt_tensor *gpt_find(const gpt_model *m, const char *name);
 /* Tensor indices in lexicographic name order (the digest and safetensors order). */
 void gpt_sorted_order(const gpt_model *m, int *order);
 
+/* Zeroes every unit's gradients (through unit_grads). */
 void gpt_zero_grad(gpt_model *m);
 /* Forward, loss and backward for one micro-batch: grads += d(loss_sum · grad_scale).
  * Returns the sum of per-token losses (double). tokens/targets are B x T. */
