@@ -6,11 +6,14 @@
 
 #include "backend/ops.h"
 #include "ckpt/checkpoint.h"
+#include "comm/bench_comm.h"
+#include "comm/comm.h"
 #include "core/config.h"
 #include "core/status.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
+#include "parallel/estimate.h"
 #include "train/sample.h"
 #include "train/trainer.h"
 
@@ -22,6 +25,8 @@ static const char *USAGE =
     "  sample    generate text from a checkpoint\n"
     "  prepare   turn text files into token files\n"
     "  config    print the effective config as JSON, or every key (--doc)\n"
+    "  estimate  per-rank memory for each ZeRO stage (`-n N` ranks)\n"
+    "  bench     `bench comm`: collective bandwidth per algorithm and message size\n"
     "\n"
     "`dtrain <command> --help` describes each command's options.\n";
 
@@ -118,14 +123,29 @@ static dt_status parse_config_args(dt_config *c, int argc, char **argv) {
     return DT_OK;
 }
 
-static dt_status cmd_train(int argc, char **argv) {
+/* Set by commands that run on many ranks: whether this rank prints the error. */
+static int g_report = 1;
+
+static dt_status cmd_train(dt_comm *world, int argc, char **argv) {
     if (wants_help(argc, argv)) {
-        fputs(TRAIN_USAGE, stdout);
+        if (dt_comm_rank(world) == 0) fputs(TRAIN_USAGE, stdout);
         return DT_OK;
     }
     dt_config c;
-    DT_TRY(parse_config_args(&c, argc, argv));
-    return dt_train_run(&c);
+    dt_status s = parse_config_args(&c, argc, argv);
+    if (s != DT_OK) { /* identical on every rank: report once */
+        g_report = dt_comm_rank(world) == 0;
+        return s;
+    }
+    return dt_train_run(&c, world, &g_report);
+}
+
+static dt_status cmd_bench(dt_comm *world, int argc, char **argv) {
+    if (argc < 1 || strcmp(argv[0], "comm") != 0) {
+        g_report = dt_comm_rank(world) == 0;
+        return dt_fail(DT_EINPUT, "bench: expected `dtrain bench comm [options]`");
+    }
+    return dt_bench_comm(world, argc - 1, argv + 1);
 }
 
 static dt_status cmd_config(int argc, char **argv) {
@@ -154,6 +174,34 @@ static dt_status cmd_config(int argc, char **argv) {
     printf("%s\n", js);
     free(js);
     return DT_OK;
+}
+
+static const char *ESTIMATE_USAGE =
+    "usage: dtrain estimate [--config FILE] [--set K=V]... -n N [--json]\n"
+    "  per-rank memory of parameters, gradients and optimizer state for each ZeRO stage\n"
+    "  over N data-parallel ranks (seed-003 formulas, bf16 and fp32), plus activations\n";
+
+static dt_status cmd_estimate(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(ESTIMATE_USAGE, stdout);
+        return DT_OK;
+    }
+    long long n = 1;
+    int json = 0, k = 0;
+    char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
+    if (!rest) return dt_fail(DT_ERUNTIME, "out of memory");
+    dt_status s = DT_OK;
+    for (int i = 0; i < argc && s == DT_OK; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "-n")) {
+            if ((s = need_value(i, argc, argv)) == DT_OK) s = parse_long("-n", argv[++i], 1, 1 << 24, &n);
+        } else rest[k++] = argv[i];
+    }
+    dt_config c;
+    if (s == DT_OK) s = parse_config_args(&c, k, rest);
+    free(rest);
+    DT_TRY(s);
+    return dt_estimate_print(&c, (int)n, json, stdout);
 }
 
 static dt_status load_tokenizer(const dt_config *c, dt_tokenizer **tok) {
@@ -272,10 +320,24 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     dt_status s;
-    if (!strcmp(cmd, "train")) s = cmd_train(argc - 2, argv + 2);
-    else if (!strcmp(cmd, "sample")) s = cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
+        /* the commands that run on many ranks (under mpirun; one rank otherwise) */
+        dt_comm *world = NULL;
+        s = dt_comm_init(&world, &argc, &argv);
+        if (s == DT_OK) {
+            s = !strcmp(cmd, "train") ? cmd_train(world, argc - 2, argv + 2) : cmd_bench(world, argc - 2, argv + 2);
+            if (s != DT_OK && g_report) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
+            fflush(stdout);
+            dt_comm_finalize(world);
+        } else {
+            fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
+        }
+        return (int)s;
+    }
+    if (!strcmp(cmd, "sample")) s = cmd_sample(argc - 2, argv + 2);
     else if (!strcmp(cmd, "prepare")) s = cmd_prepare(argc - 2, argv + 2);
     else if (!strcmp(cmd, "config")) s = cmd_config(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "estimate")) s = cmd_estimate(argc - 2, argv + 2);
     else s = dt_fail(DT_EINPUT, "unknown command '%s' (see dtrain --help)", cmd);
     if (s != DT_OK) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
     return (int)s;

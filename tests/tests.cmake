@@ -16,3 +16,25 @@ foreach(src ${DT_SH_TESTS})
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+# Every tests/mpi_test_*.c is a multi-rank test, run under mpirun with 2, 3 and 4 ranks
+# (oversubscribed on small machines, hence yield_when_idle). Open MPI leaks by design at
+# exit: tests/lsan.supp keeps LeakSanitizer to our own leaks in the ASan build (the slow
+# unwinder, fast_unwind_on_malloc=0, is needed: Open MPI has no frame pointers, and its
+# components are unloaded by exit, so only a full stack reaches a libmpi/libopen-* frame).
+find_program(DT_MPIRUN NAMES mpirun mpiexec REQUIRED)
+file(GLOB DT_MPI_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/mpi_test_*.c)
+foreach(src ${DT_MPI_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE dtrain_lib)
+  set_target_properties(${name} PROPERTIES BUILD_RPATH ${DT_BLAS_DIR})
+  foreach(np 2 3 4)
+    add_test(NAME ${name}_np${np}
+             COMMAND ${DT_MPIRUN} --oversubscribe --mca mpi_yield_when_idle 1 -np ${np} $<TARGET_FILE:${name}>
+                     ${CMAKE_SOURCE_DIR}
+             WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+    set_tests_properties(${name}_np${np} PROPERTIES
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+      SKIP_RETURN_CODE 77 TIMEOUT 300)
+  endforeach()
+endforeach()

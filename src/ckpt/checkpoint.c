@@ -41,8 +41,14 @@ dt_status dt_ckpt_prepare_dir(const char *dir) {
     return DT_OK;
 }
 
+/* Tensor i inside a unit view (one base pointer per model unit, as in gpt_model.unit_params). */
+static float *in_view(const gpt_model *m, float *const *units, int i) {
+    const gpt_tensor *t = &m->tensors[i];
+    return units[t->unit] + (t->offset - m->units[t->unit].offset);
+}
+
 /* Writes nsets copies of the tensor table (e.g. exp_avg.* and exp_avg_sq.*) into one file. */
-static dt_status write_sets(const char *path, const gpt_model *m, const float *const *bases,
+static dt_status write_sets(const char *path, const gpt_model *m, float *const *const *views,
                             const char *const *prefixes, int nsets) {
     int n = m->ntensors * nsets;
     st_tensor_ref *refs = calloc((size_t)n, sizeof *refs);
@@ -57,7 +63,7 @@ static dt_status write_sets(const char *path, const gpt_model *m, const float *c
             refs[j].name = names[j];
             refs[j].dtype = ST_F32;
             tensor_shape(t, &refs[j].ndim, refs[j].shape);
-            refs[j].data = bases[k] + t->offset;
+            refs[j].data = in_view(m, views[k], i);
         }
     const char *keys[] = {"format"}, *vals[] = {"pt"};
     if (s == DT_OK) s = st_write(path, refs, n, keys, vals, 1);
@@ -102,8 +108,8 @@ static void remove_flat_dir(const char *dir) {
     rmdir(dir);
 }
 
-dt_status dt_ckpt_save(const char *dir, const gpt_model *m, const dt_adamw *opt, const dt_train_state *st,
-                       const char *config_json) {
+dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
+                       const dt_train_state *st, const char *config_json) {
     char name[64], tmp[1024], final[1024], old[1024], path[1100];
     snprintf(name, sizeof name, "step_%08lld", st->step);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
@@ -114,11 +120,11 @@ dt_status dt_ckpt_save(const char *dir, const gpt_model *m, const dt_adamw *opt,
         return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot create (%s)", tmp, strerror(errno));
     dt_status s;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    const float *wbase[] = {m->params};
+    float *const *wbase[] = {m->unit_params};
     const char *wpre[] = {""};
     s = write_sets(path, m, wbase, wpre, 1);
-    if (s == DT_OK && opt) {
-        const float *obase[] = {opt->m, opt->v};
+    if (s == DT_OK && exp_avg) {
+        float *const *obase[] = {exp_avg, exp_avg_sq};
         const char *opre[] = {"exp_avg.", "exp_avg_sq."};
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         s = write_sets(path, m, obase, opre, 2);
@@ -230,7 +236,7 @@ dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **co
 }
 
 /* Reads every model tensor (name prefixed) from an open safetensors file into base. */
-static dt_status read_tensors(st_file *f, const gpt_model *m, float *base, const char *prefix) {
+static dt_status read_tensors(st_file *f, const gpt_model *m, float *const *view, const char *prefix) {
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         char name[128];
@@ -249,9 +255,10 @@ static dt_status read_tensors(st_file *f, const gpt_model *m, float *base, const
             return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is %s %s, the model needs F32 %s", f->path, name,
                            st_dtype_name(e->dtype), have, want);
         }
-        DT_TRY(st_read(f, e, base + t->offset, (uint64_t)saved_numel(t) * sizeof(float)));
+        float *dst = in_view(m, view, i);
+        DT_TRY(st_read(f, e, dst, (uint64_t)saved_numel(t) * sizeof(float)));
         /* rows beyond the vocabulary (padding) stay zero */
-        memset(base + t->offset + saved_numel(t), 0, (t->numel - (size_t)saved_numel(t)) * sizeof(float));
+        memset(dst + saved_numel(t), 0, (t->numel - (size_t)saved_numel(t)) * sizeof(float));
     }
     return DT_OK;
 }
@@ -259,18 +266,19 @@ static dt_status read_tensors(st_file *f, const gpt_model *m, float *base, const
 dt_status dt_ckpt_load_weights(const char *path, gpt_model *m) {
     st_file f;
     DT_TRY(st_open(&f, path));
-    dt_status s = read_tensors(&f, m, m->params, "");
+    dt_status s = read_tensors(&f, m, m->unit_params, "");
     st_close(&f);
     return s;
 }
 
-dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, dt_adamw *opt) {
+dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float *const *exp_avg,
+                                 float *const *exp_avg_sq) {
     char p[1100];
     st_file f;
     snprintf(p, sizeof p, "%s/optimizer.safetensors", step_dir);
     DT_TRY(st_open(&f, p));
-    dt_status s = read_tensors(&f, m, opt->m, "exp_avg.");
-    if (s == DT_OK) s = read_tensors(&f, m, opt->v, "exp_avg_sq.");
+    dt_status s = read_tensors(&f, m, exp_avg, "exp_avg.");
+    if (s == DT_OK) s = read_tensors(&f, m, exp_avg_sq, "exp_avg_sq.");
     st_close(&f);
     return s;
 }
@@ -285,7 +293,7 @@ void dt_weights_digest(const gpt_model *m, char hex[65]) {
         gpt_sorted_order(m, order);
         for (int i = 0; i < m->ntensors; i++) {
             const gpt_tensor *t = &m->tensors[order[i]];
-            EVP_DigestUpdate(ctx, m->params + t->offset, (size_t)saved_numel(t) * sizeof(float));
+            EVP_DigestUpdate(ctx, in_view(m, m->unit_params, order[i]), (size_t)saved_numel(t) * sizeof(float));
         }
     }
     EVP_DigestFinal_ex(ctx, md, &mdlen);

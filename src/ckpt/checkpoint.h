@@ -14,7 +14,6 @@
 #include "../core/rng.h"
 #include "../core/status.h"
 #include "../model/gpt.h"
-#include "../optim/optimizer.h"
 
 typedef struct {
     long long step;       /* optimizer steps completed */
@@ -25,15 +24,19 @@ typedef struct {
 
 /* Creates DIR if needed and checks it is writable (before any training work). */
 dt_status dt_ckpt_prepare_dir(const char *dir);
-dt_status dt_ckpt_save(const char *dir, const gpt_model *m, const dt_adamw *opt, const dt_train_state *st,
-                       const char *config_json);
+/* Weights come from m->unit_params; the optimizer moments from unit views laid out
+ * like it (one pointer per model unit; NULL: no optimizer file). */
+dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
+                       const dt_train_state *st, const char *config_json);
 /* Resolves DIR (a step directory, or a checkpoint root with `latest`) to a step directory. */
 dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap);
 /* Loads the trainer state and the saved config JSON (caller frees *config_json). */
 dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json);
-/* Loads weights from a safetensors file with HF GPT-2 names; shapes must match exactly. */
+/* Loads weights (into m->unit_params) from a safetensors file with HF GPT-2 names;
+ * shapes must match exactly. */
 dt_status dt_ckpt_load_weights(const char *path, gpt_model *m);
-dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, dt_adamw *opt);
+dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float *const *exp_avg,
+                                 float *const *exp_avg_sq);
 /* SHA-256 over every parameter in name order as its full fp32 little-endian tensor. */
 void dt_weights_digest(const gpt_model *m, char hex[65]);
 

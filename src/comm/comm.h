@@ -43,10 +43,21 @@ void dt_comm_free(dt_comm *c);
 /* Parses "mpi", "ring", "rhd", "tree", "shm". */
 dt_status dt_algo_parse(const char *name, dt_algo *out);
 const char *dt_algo_name(dt_algo a);
-/* Chooses the algorithm for one collective; fails if it does not implement it. */
+/* Chooses the algorithm for one collective; fails if it does not implement it.
+ * Every rank must make the same choices (collectives must match across ranks).
+ * The default is DT_ALGO_MPI for every collective. dt_reduce follows the all-reduce
+ * choice: MPI_Reduce for DT_ALGO_MPI, our binomial tree otherwise. */
 dt_status dt_comm_set_algo(dt_comm *c, dt_coll coll, dt_algo algo);
+dt_algo dt_comm_get_algo(const dt_comm *c, dt_coll coll);
+/* Whether the algorithm implements the collective (shm also needs a one-node communicator):
+ * mpi and shm: all four; ring: all-reduce, reduce-scatter, all-gather; rhd: all-reduce;
+ * tree: all-reduce, bcast. */
+int dt_algo_supports(dt_algo algo, dt_coll coll);
+/* "allreduce", "reduce_scatter", "allgather", "bcast". */
+const char *dt_coll_name(dt_coll coll);
 
 size_t dt_dtype_size(dt_dtype t);
+const char *dt_dtype_name(dt_dtype t); /* "f32", "f64" */
 
 /* In place: buf (count elements) becomes the sum (or mean) over ranks. */
 dt_status dt_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op);

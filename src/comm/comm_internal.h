@@ -43,8 +43,8 @@ typedef struct {
 
 /* Records a failure in the lane (first one wins) and returns code. */
 dt_status dtc_fail(dtc_ctx *x, dt_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* DT_OK when rc is MPI_SUCCESS, else DT_ERUNTIME with "what: <MPI's error string>". */
-dt_status dtc_mpi(dtc_ctx *x, int rc, const char *what);
+/* DT_OK when rc is MPI_SUCCESS, else DT_ERUNTIME with "<what>: <MPI's error string>". */
+dt_status dtc_mpi(dtc_ctx *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Lane scratch of at least `bytes`, grown (rarely) and kept across calls. */
 dt_status dtc_scratch(dtc_ctx *x, size_t bytes, void **out);
 MPI_Datatype dtc_mpi_type(dt_dtype t);
@@ -59,7 +59,9 @@ dt_status dtc_sendrecv(dtc_ctx *x, const void *s, size_t sn, int dst, void *r, s
                        int tag);
 /* Sends sn elements of s to dst while receiving rn elements from src, and writes
  * acc[i] = (in[i] + received[i]) * scale. Pipelined in DTC_SEG_BYTES segments through
- * lane scratch. s may alias acc (segment j+1 is sent while segment j is written). */
+ * lane scratch. s may alias acc (segment j+1 is sent while segment j is written).
+ * Messages are per segment, so the peer must use this function too (rn = 0 or sn = 0
+ * for a one-way transfer). */
 dt_status dtc_sendrecv_reduce(dtc_ctx *x, const void *s, size_t sn, int dst, const void *in, void *acc, size_t rn,
                               int src, dt_dtype t, double scale, int tag);
 

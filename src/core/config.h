@@ -39,7 +39,11 @@ typedef struct {
     struct {
         int tp, pp, cp, sp, zero, micro_batches, virtual_stages;
         char dp_mode[8], schedule[16], determinism[8];
+        double bucket_mb;
     } parallel;
+    struct {
+        char allreduce[8], reduce_scatter[8], allgather[8], bcast[8];
+    } comm;
 } dt_config;
 
 /* Fills every key with its default. */

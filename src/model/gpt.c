@@ -93,6 +93,48 @@ static void hook(const gpt_model *m, void (*fn)(void *, int), int unit) {
     if (fn) fn(m->hooks.ctx, unit);
 }
 
+/* Lays the activation buffers out in a->arena (or, with a NULL arena, only counts). */
+static size_t act_layout(const gpt_shape *s, int max_B, int max_T, gpt_acts *a) {
+    size_t LL = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
+    size_t NH = (size_t)s->n_head;
+    /* The head is computed in row chunks so the logits need not exist for all rows at once;
+     * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
+     * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
+    size_t head_rows = (128u << 20) / Vp;
+    if (head_rows < 64) head_rows = 64;
+    if (head_rows > BT) head_rows = BT;
+    gpt_acts dummy;
+    if (!a) {
+        memset(&dummy, 0, sizeof dummy);
+        a = &dummy;
+    }
+    a->head_rows = (int)head_rows;
+    struct { float **p; size_t n; } parts[] = {
+        {&a->encoded, BT * C},         {&a->ln1, LL * BT * C},         {&a->ln1_mean, LL * BT},
+        {&a->ln1_rstd, LL * BT},        {&a->qkv, LL * BT * 3 * C},     {&a->atty, LL * BT * C},
+        {&a->lse, LL * BT * NH},        {&a->res2, LL * BT * C},        {&a->ln2, LL * BT * C},
+        {&a->ln2_mean, LL * BT},        {&a->ln2_rstd, LL * BT},        {&a->fch, LL * BT * 4 * C},
+        {&a->fch_gelu, LL * BT * 4 * C}, {&a->res3, LL * BT * C},        {&a->lnf, BT * C},
+        {&a->lnf_mean, BT},            {&a->lnf_rstd, BT},            {&a->logits, head_rows * Vp},
+        {&a->losses, BT},              {&a->proj, BT * C},            {&a->dres, BT * C},
+        {&a->dsmall, BT * C},          {&a->dbig, BT * 4 * C},
+    };
+    size_t total = 0;
+    float *p = a->arena;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (p) *parts[i].p = p + total;
+        total += (parts[i].n + 15) / 16 * 16;
+    }
+    return total * sizeof(float);
+}
+
+size_t gpt_activation_bytes(const gpt_shape *s, int B, int T) { return act_layout(s, B, T, NULL); }
+
+size_t gpt_param_count(const gpt_shape *s) {
+    size_t C = (size_t)s->n_embd;
+    return (size_t)s->padded_vocab * C + (size_t)s->seq_len * C + (size_t)s->n_layer * (12 * C * C + 13 * C) + 2 * C;
+}
+
 dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T) {
     return gpt_create_ex(m, shape, ops, max_B, max_T, 1);
 }
@@ -134,36 +176,10 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
         }
     }
 
-    const gpt_shape *s = &m->shape;
-    size_t LL = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
-    size_t NH = (size_t)s->n_head;
     gpt_acts *a = m->acts;
-    /* The head is computed in row chunks so the logits need not exist for all rows at once;
-     * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
-     * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
-    size_t head_rows = (128u << 20) / Vp;
-    if (head_rows < 64) head_rows = 64;
-    if (head_rows > BT) head_rows = BT;
-    a->head_rows = (int)head_rows;
-    struct { float **p; size_t n; } parts[] = {
-        {&a->encoded, BT * C},         {&a->ln1, LL * BT * C},         {&a->ln1_mean, LL * BT},
-        {&a->ln1_rstd, LL * BT},        {&a->qkv, LL * BT * 3 * C},     {&a->atty, LL * BT * C},
-        {&a->lse, LL * BT * NH},        {&a->res2, LL * BT * C},        {&a->ln2, LL * BT * C},
-        {&a->ln2_mean, LL * BT},        {&a->ln2_rstd, LL * BT},        {&a->fch, LL * BT * 4 * C},
-        {&a->fch_gelu, LL * BT * 4 * C}, {&a->res3, LL * BT * C},        {&a->lnf, BT * C},
-        {&a->lnf_mean, BT},            {&a->lnf_rstd, BT},            {&a->logits, head_rows * Vp},
-        {&a->losses, BT},              {&a->proj, BT * C},            {&a->dres, BT * C},
-        {&a->dsmall, BT * C},          {&a->dbig, BT * 4 * C},
-    };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) total += (parts[i].n + 15) / 16 * 16;
-    m->act_bytes = total * sizeof(float);
-    DT_TRY(dt_alloc(&a->arena, m->act_bytes, "activations"));
-    float *p = a->arena;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        *parts[i].p = p;
-        p += (parts[i].n + 15) / 16 * 16;
-    }
+    DT_TRY(dt_alloc(&a->arena, gpt_activation_bytes(&m->shape, max_B, max_T), "activations"));
+    m->act_bytes = gpt_activation_bytes(&m->shape, max_B, max_T);
+    act_layout(&m->shape, max_B, max_T, a);
     return DT_OK;
 }
 
@@ -189,7 +205,7 @@ void gpt_init(gpt_model *m, uint64_t seed) {
     float resid_std = 0.02f / sqrtf(2.0f * (float)m->shape.n_layer);
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
-        float *w = m->params + t->offset;
+        float *w = tp(m, i);
         size_t n = t->numel;
         const char *nm = t->name;
         size_t len = strlen(nm);

@@ -99,6 +99,10 @@ double gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t
 double gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T);
 /* Logits (vocab_size floats) for the next token after tokens[0..T), T <= max_T. */
 void gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
+/* Parameters the model allocates (vocabulary padding included), without building it. */
+size_t gpt_param_count(const gpt_shape *s);
+/* Bytes of the activation arena for B x T (what gpt_create allocates). */
+size_t gpt_activation_bytes(const gpt_shape *s, int B, int T);
 /* Parameter count of the model proper (padding excluded). */
 size_t gpt_num_params(const gpt_model *m);
 /* FLOPs of one training token (forward + backward), for tokens/s -> FLOP/s. */

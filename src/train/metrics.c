@@ -34,8 +34,9 @@ void dt_metrics_summary(dt_metrics *m, long long steps, double final_loss, doubl
     for (int r = 0; r < nranks; r++)
         fprintf(m->fp,
                 "%s{\"rank\": %d, \"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"activations\": %zu, "
-                "\"peak_rss\": %zu}",
-                r ? ", " : "", r, mem[r].params, mem[r].grads, mem[r].optim, mem[r].activations, mem[r].peak_rss);
+                "\"workspace\": %zu, \"peak_rss\": %zu}",
+                r ? ", " : "", r, mem[r].params, mem[r].grads, mem[r].optim, mem[r].activations, mem[r].workspace,
+                mem[r].peak_rss);
     fprintf(m->fp, "]}\n");
     fflush(m->fp);
 }

@@ -9,6 +9,7 @@
 
 typedef struct {
     size_t params, grads, optim, activations, peak_rss;
+    size_t workspace; /* communication buckets, gathered ZeRO-3 units, gradient scratch */
 } dt_mem_report;
 
 typedef struct { FILE *fp; } dt_metrics;

@@ -14,6 +14,8 @@
 #include "../data/tokenizer.h"
 #include "../model/gpt.h"
 #include "../optim/optimizer.h"
+#include "../parallel/data_parallel.h"
+#include "../parallel/mesh.h"
 #include "metrics.h"
 #include "progress.h"
 #include "sample.h"
@@ -21,13 +23,18 @@
 typedef struct {
     const dt_config *cfg;
     const dt_ops *ops;
+    dt_comm *world;
+    dt_mesh mesh;
+    int rank0, dp, dp_rank;
     gpt_model model;
-    dt_adamw opt;
+    dt_dp *dpe;
+    dt_adamw_hparams hp;
     dt_tokenfile train_tokens, val_tokens;
     dt_loader loader;
     uint16_t *inp, *tgt;
     int micro, accum, global_batch, T;
     dt_train_state st;
+    char resume_dir[1024];
     dt_metrics metrics;
     dt_progress progress;
     char *config_json;
@@ -39,13 +46,37 @@ static dt_status check_supported(const dt_config *c) {
     if (strcmp(c->precision, "fp32") != 0)
         return dt_fail(DT_EINPUT, "config: precision '%s' is not supported by the cpu backend (fp32 only)",
                        c->precision);
-    long long model_par = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
-    if (model_par != 1)
-        return dt_fail(DT_EINPUT, "config: parallel.tp x pp x cp = %lld does not divide the world size 1", model_par);
     return DT_OK;
 }
 
-static dt_status setup(trainer *t, const dt_config *c) {
+/* All ranks learn whether any failed (input errors win over runtime ones); only the
+ * lowest failing rank reports its message, so an error prints once. */
+static dt_status agree(trainer *t, dt_status s, int *report) {
+    int n = dt_comm_size(t->world), rank = dt_comm_rank(t->world);
+    *report = s != DT_OK;
+    if (n == 1) return s;
+    double *v = calloc((size_t)n + 2, sizeof(double)); /* [input, runtime, failed by rank...] */
+    if (!v) return dt_fail(DT_ERUNTIME, "out of memory");
+    v[0] = s == DT_EINPUT;
+    v[1] = s == DT_ERUNTIME;
+    v[2 + rank] = s != DT_OK;
+    dt_status r = dt_allreduce(t->world, v, (size_t)n + 2, DT_F64, DT_SUM);
+    dt_status out = r != DT_OK ? r : v[0] > 0 ? DT_EINPUT : v[1] > 0 ? DT_ERUNTIME : DT_OK;
+    int first = n;
+    for (int i = 0; i < n && r == DT_OK; i++)
+        if (v[2 + i] > 0) {
+            first = i;
+            break;
+        }
+    free(v);
+    if (r != DT_OK) return r;
+    *report = out != DT_OK && rank == first;
+    if (s == DT_OK && out != DT_OK) dt_fail(out, "rank %d failed", first);
+    return out;
+}
+
+/* Local checks and data: no communication, so a failing rank cannot strand the others. */
+static dt_status setup_local(trainer *t, const dt_config *c) {
     t->cfg = c;
     t->ops = c->log.profile ? dt_ops_profiled(dt_ops_cpu()) : dt_ops_cpu();
     DT_TRY(dt_config_validate(c));
@@ -53,8 +84,21 @@ static dt_status setup(trainer *t, const dt_config *c) {
     dt_cpu_set_threads(c->threads);
     t->T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     t->micro = c->train.micro_batch;
-    t->global_batch = c->train.global_batch > 0 ? c->train.global_batch : t->micro;
-    t->accum = t->global_batch / t->micro;
+    int world = dt_comm_size(t->world);
+    long long model_par = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
+    if (world % model_par != 0)
+        return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %lld", world, model_par);
+    if (model_par != 1)
+        return dt_fail(DT_EINPUT, "parallel: tp, pp and cp > 1 are not implemented yet (tp=%d pp=%d cp=%d)",
+                       c->parallel.tp, c->parallel.pp, c->parallel.cp);
+    t->dp = world / (int)model_par;
+    int per_step = t->micro * t->dp;
+    t->global_batch = c->train.global_batch > 0 ? c->train.global_batch : per_step;
+    if (t->global_batch % per_step != 0)
+        return dt_fail(DT_EINPUT,
+                       "config: train.micro_batch x data-parallel size = %d x %d does not divide train.global_batch %d",
+                       t->micro, t->dp, t->global_batch);
+    t->accum = t->global_batch / per_step;
 
     DT_TRY(dt_tokenfile_read(&t->train_tokens, c->data.train, c->model.vocab_size));
     if (c->data.val[0]) {
@@ -65,39 +109,54 @@ static dt_status setup(trainer *t, const dt_config *c) {
     }
     DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, t->T, t->global_batch, c->data.shuffle,
                           (uint64_t)c->train.seed));
-    if (c->checkpoint.dir[0]) DT_TRY(dt_ckpt_prepare_dir(c->checkpoint.dir));
-
-    gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    DT_TRY(gpt_create(&t->model, &shape, t->ops, t->micro, t->T));
-    dt_adamw_hparams hp = {c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
-                           c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
-    DT_TRY(dt_adamw_create(&t->opt, &hp, t->model.nparams));
+    if (c->checkpoint.dir[0] && t->rank0) DT_TRY(dt_ckpt_prepare_dir(c->checkpoint.dir));
+    if (c->checkpoint.resume[0]) {
+        DT_TRY(dt_ckpt_resolve(c->checkpoint.resume, t->resume_dir, sizeof t->resume_dir));
+        DT_TRY(dt_ckpt_load_state(t->resume_dir, &t->st, NULL));
+        if (t->st.step > c->train.steps)
+            return dt_fail(DT_EINPUT, "checkpoint '%s' is at step %lld, beyond train.steps %d", t->resume_dir,
+                           t->st.step, c->train.steps);
+    }
     size_t ntok = (size_t)t->micro * t->T;
     t->inp = malloc(ntok * sizeof(uint16_t));
     t->tgt = malloc(ntok * sizeof(uint16_t));
     if (!t->inp || !t->tgt) return dt_fail(DT_ERUNTIME, "out of memory (batch)");
-    dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
+    if (t->rank0) DT_TRY(dt_metrics_open(&t->metrics, c->log.metrics, c->checkpoint.resume[0] != 0));
+    return DT_OK;
+}
 
+/* Model, engine and weights (the engine's collectives run only after all ranks agreed). */
+static dt_status setup_model(trainer *t, const dt_config *c) {
+    DT_TRY(dt_mesh_create(&t->mesh, t->world, c->parallel.tp, c->parallel.pp, c->parallel.cp));
+    t->dp_rank = t->mesh.dp_rank;
+    static const struct { int coll; size_t off; } algo_keys[] = {
+        {DT_COLL_ALLREDUCE, offsetof(dt_config, comm.allreduce)},
+        {DT_COLL_REDUCE_SCATTER, offsetof(dt_config, comm.reduce_scatter)},
+        {DT_COLL_ALLGATHER, offsetof(dt_config, comm.allgather)},
+        {DT_COLL_BCAST, offsetof(dt_config, comm.bcast)},
+    };
+    for (size_t i = 0; i < sizeof algo_keys / sizeof algo_keys[0]; i++) {
+        dt_algo a;
+        DT_TRY(dt_algo_parse((const char *)c + algo_keys[i].off, &a));
+        DT_TRY(dt_comm_set_algo(t->mesh.dp_comm, (dt_coll)algo_keys[i].coll, a));
+    }
+    gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    DT_TRY(gpt_create_ex(&t->model, &shape, t->ops, t->micro, t->T, 0));
+    t->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
+                               c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
+    dt_dp_opts o = {!strcmp(c->parallel.dp_mode, "ps"), c->parallel.zero,
+                    (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0), !strcmp(c->parallel.determinism, "bitwise"),
+                    t->accum};
+    DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
+    dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
     if (c->checkpoint.resume[0]) {
-        char dir[1024];
-        DT_TRY(dt_ckpt_resolve(c->checkpoint.resume, dir, sizeof dir));
-        DT_TRY(dt_ckpt_load_state(dir, &t->st, NULL));
-        char path[1100];
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        DT_TRY(dt_ckpt_load_weights(path, &t->model));
-        DT_TRY(dt_ckpt_load_optimizer(dir, &t->model, &t->opt));
-        t->opt.step = t->st.step;
+        DT_TRY(dt_ckpt_load_state(t->resume_dir, &t->st, NULL));
+        DT_TRY(dt_dp_load(t->dpe, t->resume_dir, t->st.step));
         DT_TRY(dt_loader_seek(&t->loader, t->st.data_epoch, (size_t)t->st.data_pos));
-        if (t->st.step > c->train.steps)
-            return dt_fail(DT_EINPUT, "checkpoint '%s' is at step %lld, beyond train.steps %d", dir, t->st.step,
-                           c->train.steps);
-    } else if (c->train.init_from[0]) {
-        DT_TRY(dt_ckpt_load_weights(c->train.init_from, &t->model));
     } else {
-        gpt_init(&t->model, (uint64_t)c->train.seed);
+        DT_TRY(dt_dp_init_weights(t->dpe, (uint64_t)c->train.seed, c->train.init_from));
     }
     t->config_json = dt_config_to_json(c);
-    DT_TRY(dt_metrics_open(&t->metrics, c->log.metrics, c->checkpoint.resume[0] != 0));
     return DT_OK;
 }
 
@@ -106,52 +165,67 @@ static void teardown(trainer *t) {
     free(t->config_json);
     free(t->inp);
     free(t->tgt);
-    dt_adamw_destroy(&t->opt);
+    dt_dp_destroy(t->dpe);
     gpt_destroy(&t->model);
+    dt_mesh_destroy(&t->mesh);
     dt_loader_free(&t->loader);
     dt_tokenfile_free(&t->train_tokens);
     dt_tokenfile_free(&t->val_tokens);
 }
 
-/* Mean loss over val_batches micro-batches of consecutive windows of the val file. */
-static double validate(trainer *t) {
-    size_t nwin = (t->val_tokens.count - 1) / (size_t)t->T, w = 0;
-    double sum = 0.0;
-    size_t ntok = 0;
-    for (int b = 0; b < t->cfg->train.val_batches; b++) {
+/* Mean loss over val_batches micro-batches of consecutive windows of the val file,
+ * spread over data-parallel ranks. Every rank runs the same number of forwards (ZeRO-3
+ * gathers are collective); surplus ones count for nothing. */
+static dt_status validate(trainer *t, double *out) {
+    size_t nwin = (t->val_tokens.count - 1) / (size_t)t->T;
+    int nb = t->cfg->train.val_batches, rounds = (nb + t->dp - 1) / t->dp;
+    double acc[2] = {0.0, 0.0}; /* loss sum, tokens */
+    for (int i = 0; i < rounds; i++) {
+        int b = i * t->dp + t->dp_rank;
+        size_t w = (size_t)(b < nb ? b : 0) * (size_t)t->micro;
         for (int k = 0; k < t->micro; k++, w++)
             dt_loader_window(&t->val_tokens, t->T, w % nwin, t->inp + (size_t)k * t->T, t->tgt + (size_t)k * t->T);
-        sum += gpt_eval_loss(&t->model, t->inp, t->tgt, t->micro, t->T);
-        ntok += (size_t)t->micro * t->T;
+        double l = gpt_eval_loss(&t->model, t->inp, t->tgt, t->micro, t->T);
+        if (b < nb) {
+            acc[0] += l;
+            acc[1] += (double)t->micro * t->T;
+        }
     }
-    return sum / (double)ntok;
+    DT_TRY(dt_allreduce(t->mesh.dp_comm, acc, 2, DT_F64, DT_SUM));
+    *out = acc[0] / acc[1];
+    return DT_OK;
 }
 
-/* One optimizer step; returns the mean loss over the global batch. */
-static double train_step(trainer *t, double *grad_norm, double *lr) {
-    gpt_zero_grad(&t->model);
+/* One optimizer step; *loss = mean loss over the global batch. Micro-step k of
+ * data-parallel rank r takes sequences [(k·dp + r)·micro, +micro) of the global batch,
+ * so the batch's content never depends on the layout. */
+static dt_status train_step(trainer *t, double *loss, double *grad_norm, double *lr) {
+    dt_dp_begin_step(t->dpe);
     dt_loader_next_batch(&t->loader);
     float grad_scale = 1.0f / ((float)t->global_batch * (float)t->T);
-    double loss = 0.0;
+    double sum = 0.0;
     for (int k = 0; k < t->accum; k++) {
-        dt_loader_fill(&t->loader, k * t->micro, t->micro, t->inp, t->tgt);
-        loss += gpt_forward_backward(&t->model, t->inp, t->tgt, t->micro, t->T, grad_scale);
+        dt_loader_fill(&t->loader, (k * t->dp + t->dp_rank) * t->micro, t->micro, t->inp, t->tgt);
+        dt_dp_begin_micro(t->dpe, k == t->accum - 1);
+        sum += gpt_forward_backward(&t->model, t->inp, t->tgt, t->micro, t->T, grad_scale);
+        DT_TRY(dt_dp_end_micro(t->dpe));
     }
-    *grad_norm = dt_grad_norm(t->ops, t->model.grads, t->model.nparams);
-    dt_clip_grads(t->ops, t->model.grads, t->model.nparams, *grad_norm, t->cfg->train.grad_clip);
-    *lr = dt_lr_at(&t->opt.hp, t->st.step);
-    dt_adamw_step(&t->opt, t->ops, &t->model, *lr);
+    *lr = dt_lr_at(&t->hp, t->st.step);
+    DT_TRY(dt_dp_end_step(t->dpe, *lr, grad_norm));
+    if (t->dp > 1) DT_TRY(dt_allreduce(t->mesh.dp_comm, &sum, 1, DT_F64, DT_SUM));
     t->st.step++;
     t->st.data_epoch = t->loader.epoch;
     t->st.data_pos = t->loader.pos;
-    return loss / ((double)t->global_batch * t->T);
+    *loss = sum / ((double)t->global_batch * t->T);
+    return DT_OK;
 }
 
 static dt_status save(trainer *t) {
     double t0 = dt_now();
-    DT_TRY(dt_ckpt_save(t->cfg->checkpoint.dir, &t->model, &t->opt, &t->st, t->config_json));
-    dt_progress_note(&t->progress, "checkpoint: saved step %lld to %s (%.2f s)", t->st.step, t->cfg->checkpoint.dir,
-                     dt_now() - t0);
+    DT_TRY(dt_dp_save(t->dpe, t->cfg->checkpoint.dir, &t->st, t->config_json));
+    if (t->rank0)
+        dt_progress_note(&t->progress, "checkpoint: saved step %lld to %s (%.2f s)", t->st.step,
+                         t->cfg->checkpoint.dir, dt_now() - t0);
     return DT_OK;
 }
 
@@ -164,7 +238,10 @@ static dt_status print_sample(trainer *t) {
     dt_rng rng;
     dt_rng_seed(&rng, (uint64_t)c->train.seed);
     printf("--- sample (%d tokens, temperature 0.8, top-k 40) ---\n", o.length);
+    gpt_hooks hooks = t->model.hooks; /* the full weights are in place: no per-unit gathers */
+    memset(&t->model.hooks, 0, sizeof hooks);
     dt_status s = dt_generate(&t->model, tok, "", &o, &rng, stdout);
+    t->model.hooks = hooks;
     printf("---\n");
     dt_tokenizer_free(tok);
     return s;
@@ -174,12 +251,18 @@ static dt_status run(trainer *t) {
     const dt_config *c = t->cfg;
     long long steps = c->train.steps;
     double flops_tok = gpt_flops_per_token(&t->model.shape, t->T);
-    printf("dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
-           c->model.n_layer, c->model.n_head, c->model.n_embd, t->T, c->model.vocab_size, t->model.shape.padded_vocab,
-           (double)gpt_num_params(&t->model) / 1e6);
-    printf("dtrain: global batch %d x %d tokens (micro-batch %d x %d accumulation steps), %lld steps, %d threads, %s\n",
-           t->global_batch, t->T, t->micro, t->accum, steps, dt_cpu_threads(), dt_cpu_blas_info());
-    if (t->st.step > 0) printf("dtrain: resumed at step %lld\n", t->st.step);
+    if (t->rank0) {
+        printf("dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
+               c->model.n_layer, c->model.n_head, c->model.n_embd, t->T, c->model.vocab_size,
+               t->model.shape.padded_vocab, (double)gpt_num_params(&t->model) / 1e6);
+        printf("dtrain: global batch %d x %d tokens (micro-batch %d x %d data-parallel x %d accumulation), %lld "
+               "steps, %s%s, %d threads/rank, %s\n",
+               t->global_batch, t->T, t->micro, t->dp, t->accum, steps,
+               !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", dt_cpu_threads(),
+               dt_cpu_blas_info());
+        if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
+        if (t->st.step > 0) printf("dtrain: resumed at step %lld\n", t->st.step);
+    }
     dt_progress_init(&t->progress, steps, c->log.every);
     double train_time = 0.0, loss = NAN;
     long long first = t->st.step, timed_steps = 0;
@@ -187,51 +270,93 @@ static dt_status run(trainer *t) {
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
     while (t->st.step < stop) {
         double t0 = dt_now(), norm, lr;
-        loss = train_step(t, &norm, &lr);
+        DT_TRY(train_step(t, &loss, &norm, &lr));
         double dt = dt_now() - t0;
-        if (!isfinite(loss))
+        if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
         train_time += dt;
         timed_steps++;
         double tps = tokens_per_step / dt;
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
-        dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, tps, dt * 1e3);
-        dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
+        if (t->rank0) {
+            dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, tps, dt * 1e3);
+            dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
+        }
         int last = t->st.step == stop;
         if (c->data.val[0] && c->train.val_every > 0 && (t->st.step % c->train.val_every == 0 || last)) {
-            double vl = validate(t);
-            dt_metrics_val(&t->metrics, t->st.step, vl);
-            dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
+            double vl;
+            DT_TRY(validate(t, &vl));
+            if (t->rank0) {
+                dt_metrics_val(&t->metrics, t->st.step, vl);
+                dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
+            }
         }
         if (c->checkpoint.dir[0] && c->checkpoint.every > 0 && t->st.step % c->checkpoint.every == 0 && !last)
             DT_TRY(save(t));
     }
-    dt_progress_end(&t->progress);
+    if (t->rank0) dt_progress_end(&t->progress);
     if (c->checkpoint.dir[0]) DT_TRY(save(t));
     double tps = timed_steps > 0 ? tokens_per_step * (double)timed_steps / train_time : 0.0;
-    dt_mem_report mem = {t->model.nparams * sizeof(float), t->model.nparams * sizeof(float),
-                         2 * t->opt.n * sizeof(float), t->model.act_bytes, dt_peak_rss()};
-    dt_metrics_summary(&t->metrics, t->st.step, loss, tps, &mem, 1);
-    if (timed_steps > 0)
-        printf("summary: %lld steps (from %lld), final loss %.4f, %.0f tokens/s, %.1f GFLOP/s, %.1f s; "
-               "memory: params %.1f MB, grads %.1f MB, optimizer %.1f MB, activations %.1f MB, peak RSS %.1f MB\n",
-               t->st.step - first, first, loss, tps, tps * flops_tok / 1e9, train_time, mem.params / 1e6,
-               mem.grads / 1e6, mem.optim / 1e6, mem.activations / 1e6, mem.peak_rss / 1e6);
-    if (c->log.profile) dt_ops_profile_report(stdout);
+    /* per-rank memory, gathered to every rank as 6 numbers each */
+    int n = dt_comm_size(t->world);
+    dt_mem_report mine;
+    dt_dp_memory(t->dpe, &mine);
+    mine.activations = t->model.act_bytes;
+    mine.peak_rss = dt_peak_rss();
+    double *all = calloc((size_t)n * 6, sizeof(double));
+    dt_mem_report *mem = calloc((size_t)n, sizeof(dt_mem_report));
+    if (!all || !mem) {
+        free(all);
+        free(mem);
+        return dt_fail(DT_ERUNTIME, "out of memory");
+    }
+    double me[6] = {(double)mine.params, (double)mine.grads, (double)mine.optim, (double)mine.activations,
+                    (double)mine.workspace, (double)mine.peak_rss};
+    dt_status s = dt_allgather(t->world, me, all, 6, DT_F64);
+    for (int r = 0; r < n; r++)
+        mem[r] = (dt_mem_report){(size_t)all[6 * r], (size_t)all[6 * r + 1], (size_t)all[6 * r + 2],
+                                 (size_t)all[6 * r + 3], (size_t)all[6 * r + 5], (size_t)all[6 * r + 4]};
+    free(all);
+    if (s == DT_OK && t->rank0) {
+        dt_metrics_summary(&t->metrics, t->st.step, loss, tps, mem, n);
+        if (timed_steps > 0)
+            printf("summary: %lld steps (from %lld), final loss %.4f, %.0f tokens/s, %.1f GFLOP/s, %.1f s; "
+                   "memory (rank 0): params %.1f MB, grads %.1f MB, optimizer %.1f MB, activations %.1f MB, "
+                   "workspace %.1f MB, peak RSS %.1f MB\n",
+                   t->st.step - first, first, loss, tps, tps * flops_tok / 1e9, train_time, mem[0].params / 1e6,
+                   mem[0].grads / 1e6, mem[0].optim / 1e6, mem[0].activations / 1e6, mem[0].workspace / 1e6,
+                   mem[0].peak_rss / 1e6);
+        if (c->log.profile) dt_ops_profile_report(stdout);
+    }
+    free(mem);
+    DT_TRY(s);
     if (c->log.digest) {
         char hex[65];
-        dt_weights_digest(&t->model, hex);
-        printf("digest sha256:%s\n", hex);
+        DT_TRY(dt_dp_digest(t->dpe, hex));
+        if (t->rank0) printf("digest sha256:%s\n", hex);
     }
-    if (c->log.sample_tokens > 0) DT_TRY(print_sample(t));
+    if (c->log.sample_tokens > 0) {
+        DT_TRY(dt_dp_gather_full(t->dpe));
+        s = t->rank0 ? print_sample(t) : DT_OK;
+        dt_dp_release_full(t->dpe);
+        DT_TRY(s);
+    }
     return DT_OK;
 }
 
-dt_status dt_train_run(const dt_config *cfg) {
+dt_status dt_train_run(const dt_config *cfg, dt_comm *world, int *report) {
     trainer t;
     memset(&t, 0, sizeof t);
-    dt_status s = setup(&t, cfg);
-    if (s == DT_OK) s = run(&t);
+    t.world = world;
+    t.rank0 = dt_comm_rank(world) == 0;
+    dt_status s = agree(&t, setup_local(&t, cfg), report);
+    if (s == DT_OK) s = agree(&t, setup_model(&t, cfg), report);
+    if (s == DT_OK) {
+        /* from here on a failure on one rank (I/O, divergence) is seen by all through
+         * the collectives it breaks, or reported by every rank alike */
+        s = run(&t);
+        *report = s != DT_OK && t.rank0;
+    }
     teardown(&t);
     return s;
 }

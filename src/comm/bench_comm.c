@@ -1,0 +1,194 @@
+/* Collective bandwidth per algorithm and message size (nccl-tests conventions): bytes is
+ * the full buffer (all-reduce: the buffer; reduce-scatter: the send buffer; all-gather:
+ * the receive buffer), algbw = bytes / time, busbw = algbw · 2(N-1)/N for all-reduce and
+ * algbw · (N-1)/N for reduce-scatter and all-gather. f32 data; all-reduce uses DT_AVG on
+ * ones so values stay finite and normal however many iterations run. */
+#include "bench_comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/mem.h"
+#include "../core/timer.h"
+
+#define MAX_SIZES 40
+static const dt_coll g_ops[3] = {DT_COLL_ALLREDUCE, DT_COLL_REDUCE_SCATTER, DT_COLL_ALLGATHER};
+
+static dt_status parse_bytes(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'i') end++;
+    if (*end == 'B') end++;
+    if (end == s || *end || v <= 0 || v * mul > 64.0 * 1024 * 1024 * 1024)
+        return dt_fail(DT_EINPUT, "bench comm: bad size '%s' (expected e.g. 4K, 16M, 1G)", s);
+    *out = (size_t)(v * mul);
+    return DT_OK;
+}
+
+static void fmt_bytes(char *out, size_t n, size_t b) {
+    if (b >= (1u << 30) && b % (1u << 30) == 0) snprintf(out, n, "%zu GiB", b >> 30);
+    else if (b >= (1u << 20) && b % (1u << 20) == 0) snprintf(out, n, "%zu MiB", b >> 20);
+    else if (b >= 1024 && b % 1024 == 0) snprintf(out, n, "%zu KiB", b >> 10);
+    else snprintf(out, n, "%zu B", b);
+}
+
+/* Parses a comma list of names; sel[i] = 1 for each name found at names[i]. */
+static dt_status parse_list(const char *opt, const char *arg, const char *const *names, int n, int *sel) {
+    memset(sel, 0, sizeof(int) * (size_t)n);
+    const char *p = arg;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            if (strlen(names[i]) == len && strncmp(names[i], p, len) == 0) sel[i] = found = 1;
+        if (!found) return dt_fail(DT_EINPUT, "bench comm: %s: unknown name '%.*s'", opt, (int)len, p);
+        p = e ? e + 1 : p + len;
+    }
+    return DT_OK;
+}
+
+static dt_status run_once(dt_comm *c, dt_coll op, float *a, float *b, size_t count) {
+    int r = dt_comm_rank(c);
+    switch (op) {
+    case DT_COLL_ALLREDUCE: return dt_allreduce(c, a, count, DT_F32, DT_AVG);
+    case DT_COLL_REDUCE_SCATTER: return dt_reduce_scatter(c, a, b, count, DT_F32, DT_AVG);
+    default: return dt_allgather(c, a + (size_t)r * count, a, count, DT_F32);
+    }
+}
+
+/* Slowest rank's value (timings are only as good as the slowest rank). */
+static dt_status max_over_ranks(dt_comm *ctl, double v, double *all, double *out) {
+    DT_TRY(dt_allgather(ctl, &v, all, 1, DT_F64));
+    *out = all[0];
+    for (int q = 1; q < dt_comm_size(ctl); q++)
+        if (all[q] > *out) *out = all[q];
+    return DT_OK;
+}
+
+static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int nsizes, const int *ops,
+                       const int *algos, int fixed_iters, float *a, float *b, double *all) {
+    int n = dt_comm_size(world), rank = dt_comm_rank(world);
+    if (rank == 0) {
+        printf("# bench comm: %d ranks (%d on this node), f32; time = slowest rank's mean per call\n", n,
+               dt_comm_local_size(world));
+        printf("%-15s %10s  %-5s %6s %12s %12s %12s\n", "op", "bytes", "algo", "iters", "time_us", "algbw_GB/s",
+               "busbw_GB/s");
+        fflush(stdout);
+    }
+    for (int oi = 0; oi < 3; oi++) {
+        dt_coll op = g_ops[oi];
+        if (!ops[oi]) continue;
+        for (int ai = 0; ai < DT_ALGO_N; ai++) {
+            if (!algos[ai] || !dt_algo_supports((dt_algo)ai, op)) continue;
+            if (dt_comm_set_algo(world, op, (dt_algo)ai) != DT_OK) { /* e.g. shm across nodes */
+                if (rank == 0) printf("# %s: %s skipped: %s\n", dt_coll_name(op), dt_algo_name((dt_algo)ai),
+                                      dt_error_message());
+                dt_error_clear();
+                continue;
+            }
+            for (int si = 0; si < nsizes; si++) {
+                size_t elems = sizes[si] / sizeof(float), count = op == DT_COLL_ALLREDUCE ? elems : elems / (size_t)n;
+                size_t bytes = (op == DT_COLL_ALLREDUCE ? count : count * (size_t)n) * sizeof(float);
+                if (count == 0) continue;
+                for (int w = 0; w < 2; w++) DT_TRY(run_once(world, op, a, b, count)); /* grows scratch/windows */
+                int iters = fixed_iters;
+                if (iters <= 0) {
+                    DT_TRY(dt_barrier(ctl));
+                    double t0 = dt_now(), t1;
+                    DT_TRY(run_once(world, op, a, b, count));
+                    DT_TRY(max_over_ranks(ctl, dt_now() - t0, all, &t1));
+                    iters = t1 > 0 ? (int)(0.25 / t1) : 1000;
+                    if (iters < 3) iters = 3;
+                    if (iters > 2000) iters = 2000;
+                }
+                DT_TRY(dt_barrier(ctl));
+                double t0 = dt_now(), t;
+                for (int it = 0; it < iters; it++) DT_TRY(run_once(world, op, a, b, count));
+                DT_TRY(max_over_ranks(ctl, (dt_now() - t0) / iters, all, &t));
+                if (rank == 0) {
+                    char sz[32];
+                    fmt_bytes(sz, sizeof sz, bytes);
+                    double algbw = (double)bytes / t / 1e9;
+                    double f = op == DT_COLL_ALLREDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+                    printf("%-15s %10s  %-5s %6d %12.1f %12.2f %12.2f\n", dt_coll_name(op), sz,
+                           dt_algo_name((dt_algo)ai), iters, t * 1e6, algbw, algbw * f);
+                    fflush(stdout);
+                }
+            }
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_bench_comm(dt_comm *world, int argc, char **argv) {
+    size_t lo = 4u << 10, hi = 256u << 20;
+    int ops[3] = {1, 1, 1}, algos[DT_ALGO_N], iters = 0;
+    for (int i = 0; i < DT_ALGO_N; i++) algos[i] = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        int known = !strcmp(o, "--sizes") || !strcmp(o, "--ops") || !strcmp(o, "--algos") || !strcmp(o, "--iters");
+        if (!known) return dt_fail(DT_EINPUT, "bench comm: unknown option '%s' (--sizes, --ops, --algos, --iters)", o);
+        if (i + 1 >= argc) return dt_fail(DT_EINPUT, "bench comm: option %s needs a value", o);
+        const char *v = argv[++i];
+        if (!strcmp(o, "--sizes")) {
+            const char *colon = strchr(v, ':');
+            char first[64];
+            if (!colon || (size_t)(colon - v) >= sizeof first)
+                return dt_fail(DT_EINPUT, "bench comm: --sizes expects MIN:MAX, got '%s'", v);
+            memcpy(first, v, (size_t)(colon - v));
+            first[colon - v] = 0;
+            DT_TRY(parse_bytes(first, &lo));
+            DT_TRY(parse_bytes(colon + 1, &hi));
+            if (lo > hi) return dt_fail(DT_EINPUT, "bench comm: --sizes %s: MIN exceeds MAX", v);
+        } else if (!strcmp(o, "--ops")) {
+            const char *names[3] = {"allreduce", "reduce_scatter", "allgather"};
+            DT_TRY(parse_list(o, v, names, 3, ops));
+        } else if (!strcmp(o, "--algos")) {
+            const char *names[DT_ALGO_N];
+            for (int k = 0; k < DT_ALGO_N; k++) names[k] = dt_algo_name((dt_algo)k);
+            DT_TRY(parse_list(o, v, names, DT_ALGO_N, algos));
+        } else {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 1000000) return dt_fail(DT_EINPUT, "bench comm: --iters '%s' is not in 1..1000000", v);
+            iters = (int)n;
+        }
+    }
+    /* 4 KiB · 4^k within [lo, hi], plus the bounds themselves */
+    size_t sizes[MAX_SIZES];
+    int ns = 0;
+    sizes[ns++] = lo;
+    for (size_t s = 4u << 10; s <= hi && ns < MAX_SIZES - 1; s *= 4)
+        if (s > lo && s < hi) sizes[ns++] = s;
+    if (hi > lo) sizes[ns++] = hi;
+
+    int n = dt_comm_size(world);
+    dt_algo saved[DT_COLL_N];
+    for (int k = 0; k < DT_COLL_N; k++) saved[k] = dt_comm_get_algo(world, (dt_coll)k);
+    dt_comm *ctl = NULL; /* control traffic (barriers, timings) on MPI's algorithms */
+    float *a = NULL, *b = NULL;
+    double *all = NULL;
+    dt_status st = dt_comm_split(world, 0, dt_comm_rank(world), &ctl);
+    for (int k = 0; ctl && !st && k < DT_COLL_N; k++) st = dt_comm_set_algo(ctl, (dt_coll)k, DT_ALGO_MPI);
+    /* buffers once, at the largest size: all-reduce and all-gather use a; reduce-scatter a -> b */
+    if (!st) st = dt_alloc((void **)&a, hi, "bench comm buffer");
+    if (!st) st = dt_alloc((void **)&b, hi / (size_t)n + 64, "bench comm buffer");
+    if (!st) st = dt_alloc((void **)&all, sizeof(double) * (size_t)n, "bench comm timings");
+    if (!st) {
+        for (size_t i = 0; i < hi / sizeof(float); i++) a[i] = 1.0f;
+        st = bench(world, ctl, sizes, ns, ops, algos, iters, a, b, all);
+    }
+    for (int k = 0; k < DT_COLL_N; k++) dt_comm_set_algo(world, (dt_coll)k, saved[k]);
+    dt_free(a);
+    dt_free(b);
+    dt_free(all);
+    dt_comm_free(ctl);
+    if (st) dt_error_context("bench comm");
+    return st;
+}

@@ -1,0 +1,827 @@
+/* World setup, communicators, algorithm choice and dispatch, blocking point-to-point,
+ * and the non-blocking machinery (MPI's own non-blocking collectives, or a
+ * per-communicator thread that runs our algorithms in issue order). */
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "comm_internal.h"
+
+/* MPI counts are int: larger messages go in pieces of this many elements. */
+#define DTC_PIECE ((size_t)1 << 30)
+#define DTC_MAX_MREQ 8
+
+enum { REQ_DONE, REQ_MPI, REQ_THREAD };
+
+struct dt_request {
+    dt_comm *c;
+    int kind;
+    /* REQ_MPI: MPI's requests, then an optional scale (DT_AVG) when they complete */
+    int nmreq;
+    MPI_Request mreq[DTC_MAX_MREQ];
+    void *scale_buf;
+    size_t scale_n;
+    double scale;
+    /* REQ_THREAD: the queued operation */
+    dt_coll coll;
+    dt_algo algo;
+    const void *send;
+    void *recv;
+    size_t count;
+    dt_dtype t;
+    dt_redop op;
+    int done; /* under c->mu */
+    dt_status st;
+    char err[768];
+    dt_request *next;
+};
+
+struct dt_comm {
+    int mpi;       /* backed by MPI (else a world of one without any MPI calls) */
+    int owns_mpi;  /* world that called MPI_Init_thread: finalizes */
+    int threads;   /* MPI_THREAD_MULTIPLE: the communication thread may call MPI */
+    MPI_Comm user; /* dt_send/dt_recv/dt_barrier and MPI's own collectives */
+    dtc_ctx fg;    /* our algorithms, called from the caller's thread */
+    dtc_ctx *bg;   /* our algorithms on the communication thread (made at first use) */
+    int rank, size, local_rank, local_size;
+    dt_algo algo[DT_COLL_N];
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t thr;
+    int thr_on, stop;
+    dt_request *head, *tail;
+};
+
+/* ---- lane helpers shared by the algorithm files ---- */
+
+dt_status dtc_fail(dtc_ctx *x, dt_status code, const char *fmt, ...) {
+    if (!x->err[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->err, sizeof x->err, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+dt_status dtc_mpi(dtc_ctx *x, int rc, const char *fmt, ...) {
+    if (rc == MPI_SUCCESS) return DT_OK;
+    if (!x->err[0]) {
+        char what[192], msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
+        snprintf(x->err, sizeof x->err, "%s: %s", what, msg);
+    }
+    return DT_ERUNTIME;
+}
+
+dt_status dtc_scratch(dtc_ctx *x, size_t bytes, void **out) {
+    if (x->scratch_cap < bytes) {
+        free(x->scratch);
+        x->scratch = NULL;
+        x->scratch_cap = 0;
+        void *p = NULL;
+        if (posix_memalign(&p, 4096, bytes) != 0 || !p)
+            return dtc_fail(x, DT_ERUNTIME, "out of memory allocating %zu bytes of communication scratch", bytes);
+        memset(p, 0, bytes); /* fault the pages in now, once */
+        x->scratch = p;
+        x->scratch_cap = bytes;
+    }
+    *out = x->scratch;
+    return DT_OK;
+}
+
+MPI_Datatype dtc_mpi_type(dt_dtype t) { return t == DT_F64 ? MPI_DOUBLE : MPI_FLOAT; }
+
+/* restrict lets these vectorise without runtime overlap checks; dtc_add picks the one
+ * whose operands do not alias (acc == a is the common in-place case). */
+static void add_to_f32(float *restrict o, const float *restrict y, size_t n, float s, int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) o[i] = (o[i] + y[i]) * s;
+    else
+        for (size_t i = 0; i < n; i++) o[i] = o[i] + y[i];
+}
+static void add3_f32(float *restrict o, const float *restrict x, const float *restrict y, size_t n, float s,
+                     int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) o[i] = (x[i] + y[i]) * s;
+    else
+        for (size_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+}
+static void add_to_f64(double *restrict o, const double *restrict y, size_t n, double s, int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) o[i] = (o[i] + y[i]) * s;
+    else
+        for (size_t i = 0; i < n; i++) o[i] = o[i] + y[i];
+}
+static void add3_f64(double *restrict o, const double *restrict x, const double *restrict y, size_t n, double s,
+                     int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) o[i] = (x[i] + y[i]) * s;
+    else
+        for (size_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+}
+
+void dtc_add(void *acc, const void *a, const void *b, size_t n, dt_dtype t, double scale) {
+    int scaled = scale != 1.0;
+    /* x + y == y + x exactly, so swapping operands keeps results bitwise identical */
+    if (acc == b) {
+        const void *tmp = a;
+        a = b;
+        b = tmp;
+    }
+    if (t == DT_F32) {
+        if (acc == a) add_to_f32(acc, b, n, (float)scale, scaled);
+        else add3_f32(acc, a, b, n, (float)scale, scaled);
+    } else {
+        if (acc == a) add_to_f64(acc, b, n, scale, scaled);
+        else add3_f64(acc, a, b, n, scale, scaled);
+    }
+}
+
+void dtc_scale(void *buf, size_t n, dt_dtype t, double scale) {
+    if (scale == 1.0) return;
+    if (t == DT_F32) {
+        float *p = buf, s = (float)scale;
+        for (size_t i = 0; i < n; i++) p[i] *= s;
+    } else {
+        double *p = buf;
+        for (size_t i = 0; i < n; i++) p[i] *= scale;
+    }
+}
+
+dt_status dtc_sendrecv(dtc_ctx *x, const void *s, size_t sn, int dst, void *r, size_t rn, int src, dt_dtype t,
+                       int tag) {
+    size_t es = dt_dtype_size(t);
+    size_t ns = (sn + DTC_PIECE - 1) / DTC_PIECE, nr = (rn + DTC_PIECE - 1) / DTC_PIECE;
+    size_t np = ns > nr ? ns : nr;
+    for (size_t i = 0; i < np; i++) {
+        size_t o = i * DTC_PIECE;
+        int sc = i < ns ? (int)(sn - o < DTC_PIECE ? sn - o : DTC_PIECE) : 0;
+        int rc = i < nr ? (int)(rn - o < DTC_PIECE ? rn - o : DTC_PIECE) : 0;
+        int e = MPI_Sendrecv(i < ns ? (const char *)s + o * es : NULL, sc, dtc_mpi_type(t), i < ns ? dst : MPI_PROC_NULL,
+                             tag, i < nr ? (char *)r + o * es : NULL, rc, dtc_mpi_type(t),
+                             i < nr ? src : MPI_PROC_NULL, tag, x->comm, MPI_STATUS_IGNORE);
+        DT_TRY(dtc_mpi(x, e, "MPI_Sendrecv (to rank %d, from rank %d)", dst, src));
+    }
+    return DT_OK;
+}
+
+dt_status dtc_sendrecv_reduce(dtc_ctx *x, const void *s, size_t sn, int dst, const void *in, void *acc, size_t rn,
+                              int src, dt_dtype t, double scale, int tag) {
+    size_t es = dt_dtype_size(t), seg = DTC_SEG_BYTES / es;
+    size_t nseg = ((sn > rn ? sn : rn) + seg - 1) / seg;
+    if (nseg == 0) return DT_OK;
+    char *tmp = NULL;
+    DT_TRY(dtc_scratch(x, 2 * (size_t)DTC_SEG_BYTES, (void **)&tmp));
+    MPI_Request rq[2][2];
+    MPI_Datatype mt = dtc_mpi_type(t);
+    for (size_t j = 0; j <= nseg; j++) {
+        /* post segment j (its receive buffer was freed by the reduction of j-2), then
+         * reduce segment j-1 while j is in flight */
+        if (j < nseg) {
+            size_t o = j * seg;
+            int b = (int)(j & 1);
+            rq[b][0] = rq[b][1] = MPI_REQUEST_NULL;
+            if (o < rn) {
+                int n = (int)(rn - o < seg ? rn - o : seg);
+                DT_TRY(dtc_mpi(x, MPI_Irecv(tmp + (size_t)b * DTC_SEG_BYTES, n, mt, src, tag, x->comm, &rq[b][0]),
+                               "MPI_Irecv (from rank %d)", src));
+            }
+            if (o < sn) {
+                int n = (int)(sn - o < seg ? sn - o : seg);
+                DT_TRY(dtc_mpi(x, MPI_Isend((const char *)s + o * es, n, mt, dst, tag, x->comm, &rq[b][1]),
+                               "MPI_Isend (to rank %d)", dst));
+            }
+        }
+        if (j > 0) {
+            size_t p = j - 1, o = p * seg;
+            int b = (int)(p & 1);
+            DT_TRY(dtc_mpi(x, MPI_Waitall(2, rq[b], MPI_STATUSES_IGNORE), "MPI_Waitall (to rank %d, from rank %d)",
+                           dst, src));
+            if (o < rn) {
+                size_t n = rn - o < seg ? rn - o : seg;
+                dtc_add((char *)acc + o * es, (const char *)in + o * es, tmp + (size_t)b * DTC_SEG_BYTES, n, t, scale);
+            }
+        }
+    }
+    return DT_OK;
+}
+
+/* ---- names, sizes, algorithm choice ---- */
+
+static const char *const g_algo_names[DT_ALGO_N] = {"mpi", "ring", "rhd", "tree", "shm"};
+static const char *const g_coll_names[DT_COLL_N] = {"allreduce", "reduce_scatter", "allgather", "bcast"};
+/* what error messages call each collective */
+static const char *const g_coll_ops[DT_COLL_N] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast"};
+
+dt_status dt_algo_parse(const char *name, dt_algo *out) {
+    for (int a = 0; a < DT_ALGO_N; a++)
+        if (name && strcmp(name, g_algo_names[a]) == 0) {
+            *out = (dt_algo)a;
+            return DT_OK;
+        }
+    return dt_fail(DT_EINPUT, "unknown communication algorithm '%s' (expected mpi, ring, rhd, tree or shm)",
+                   name ? name : "(null)");
+}
+
+const char *dt_algo_name(dt_algo a) { return (unsigned)a < DT_ALGO_N ? g_algo_names[a] : "?"; }
+const char *dt_coll_name(dt_coll c) { return (unsigned)c < DT_COLL_N ? g_coll_names[c] : "?"; }
+size_t dt_dtype_size(dt_dtype t) { return t == DT_F64 ? 8 : t == DT_F32 ? 4 : 0; }
+const char *dt_dtype_name(dt_dtype t) { return t == DT_F64 ? "f64" : t == DT_F32 ? "f32" : "?"; }
+
+int dt_algo_supports(dt_algo a, dt_coll c) {
+    if ((unsigned)c >= DT_COLL_N) return 0;
+    switch (a) {
+    case DT_ALGO_MPI:
+    case DT_ALGO_SHM: return 1;
+    case DT_ALGO_RING: return c != DT_COLL_BCAST;
+    case DT_ALGO_RHD: return c == DT_COLL_ALLREDUCE;
+    case DT_ALGO_TREE: return c == DT_COLL_ALLREDUCE || c == DT_COLL_BCAST;
+    default: return 0;
+    }
+}
+
+dt_status dt_comm_set_algo(dt_comm *c, dt_coll coll, dt_algo algo) {
+    if ((unsigned)coll >= DT_COLL_N) return dt_fail(DT_EINPUT, "set_algo: unknown collective %d", (int)coll);
+    if ((unsigned)algo >= DT_ALGO_N) return dt_fail(DT_EINPUT, "set_algo: unknown algorithm %d", (int)algo);
+    if (!dt_algo_supports(algo, coll))
+        return dt_fail(DT_EINPUT, "communication algorithm '%s' does not implement %s", dt_algo_name(algo),
+                       dt_coll_name(coll));
+    if (algo == DT_ALGO_SHM && !c->fg.one_node)
+        return dt_fail(DT_EINPUT,
+                       "communication algorithm 'shm' needs every rank on one node (%d of the %d ranks are on this "
+                       "node)",
+                       c->local_size, c->size);
+    c->algo[coll] = algo;
+    return DT_OK;
+}
+
+dt_algo dt_comm_get_algo(const dt_comm *c, dt_coll coll) {
+    return (unsigned)coll < DT_COLL_N ? c->algo[coll] : DT_ALGO_MPI;
+}
+
+/* ---- communicators ---- */
+
+static void ctx_free(dtc_ctx *x) {
+    dtc_shm_free(x);
+    free(x->shm.seg);
+    free(x->scratch);
+    if (x->node != MPI_COMM_NULL) MPI_Comm_free(&x->node);
+    if (x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
+    memset(x, 0, sizeof *x);
+    x->comm = x->node = MPI_COMM_NULL;
+}
+
+/* A lane over a private duplicate of `from` (MPI_COMM_NULL: a lane of one, no MPI). */
+static dt_status ctx_init(dtc_ctx *x, MPI_Comm from, int rank, int size) {
+    memset(x, 0, sizeof *x);
+    x->comm = x->node = MPI_COMM_NULL;
+    x->shm.win = MPI_WIN_NULL;
+    x->rank = rank;
+    x->size = size;
+    x->one_node = 1;
+    x->shm.seg = calloc((size_t)size, sizeof *x->shm.seg);
+    if (!x->shm.seg) return dtc_fail(x, DT_ERUNTIME, "out of memory");
+    if (from == MPI_COMM_NULL) return DT_OK;
+    DT_TRY(dtc_mpi(x, MPI_Comm_dup(from, &x->comm), "MPI_Comm_dup"));
+    MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
+    DT_TRY(dtc_mpi(x, MPI_Comm_split_type(x->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &x->node),
+                   "MPI_Comm_split_type"));
+    MPI_Comm_set_errhandler(x->node, MPI_ERRORS_RETURN);
+    int ls = 1;
+    DT_TRY(dtc_mpi(x, MPI_Comm_size(x->node, &ls), "MPI_Comm_size"));
+    x->one_node = ls == size;
+    return DT_OK;
+}
+
+/* Wraps `user` (owned from here on; MPI_COMM_NULL for a world of one without MPI). */
+static dt_status comm_make(MPI_Comm user, int mpi, int threads, dt_comm **out) {
+    *out = NULL;
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        if (user != MPI_COMM_NULL) MPI_Comm_free(&user);
+        return dt_fail(DT_ERUNTIME, "communicator: out of memory");
+    }
+    c->mpi = mpi;
+    c->threads = threads;
+    c->user = user;
+    c->rank = 0;
+    c->size = 1;
+    c->fg.comm = c->fg.node = MPI_COMM_NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->work, NULL);
+    pthread_cond_init(&c->done, NULL);
+    dt_status st = DT_OK;
+    if (mpi) {
+        MPI_Comm_set_errhandler(user, MPI_ERRORS_RETURN);
+        st = dtc_mpi(&c->fg, MPI_Comm_rank(user, &c->rank), "MPI_Comm_rank");
+        if (!st) st = dtc_mpi(&c->fg, MPI_Comm_size(user, &c->size), "MPI_Comm_size");
+    }
+    if (!st) st = ctx_init(&c->fg, user, c->rank, c->size);
+    if (st) {
+        st = dt_fail(st, "communicator setup: %s", c->fg.err);
+        dt_comm_free(c);
+        return st;
+    }
+    c->local_rank = c->rank;
+    c->local_size = c->size;
+    if (c->fg.node != MPI_COMM_NULL) {
+        MPI_Comm_rank(c->fg.node, &c->local_rank);
+        MPI_Comm_size(c->fg.node, &c->local_size);
+    }
+    *out = c;
+    return DT_OK;
+}
+
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
+}
+
+dt_status dt_comm_init(dt_comm **world, int *argc, char ***argv) {
+    *world = NULL;
+    if (!launched_by_mpi()) return comm_make(MPI_COMM_NULL, 0, 0, world);
+    int inited = 0, provided = MPI_THREAD_SINGLE, owns = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+            return dt_fail(DT_ERUNTIME, "MPI_Init_thread failed");
+        owns = 1;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm user;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &user) != MPI_SUCCESS) {
+        if (owns) MPI_Finalize();
+        return dt_fail(DT_ERUNTIME, "communicator setup: MPI_Comm_dup of MPI_COMM_WORLD failed");
+    }
+    dt_status st = comm_make(user, 1, provided >= MPI_THREAD_MULTIPLE, world);
+    if (st) {
+        if (owns) MPI_Finalize();
+        return st;
+    }
+    (*world)->owns_mpi = owns;
+    return DT_OK;
+}
+
+void dt_comm_free(dt_comm *c) {
+    if (!c) return;
+    if (c->thr_on) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_cond_signal(&c->work);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->thr, NULL);
+    }
+    if (c->bg) {
+        ctx_free(c->bg);
+        free(c->bg);
+    }
+    ctx_free(&c->fg);
+    if (c->user != MPI_COMM_NULL) MPI_Comm_free(&c->user);
+    pthread_cond_destroy(&c->done);
+    pthread_cond_destroy(&c->work);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void dt_comm_finalize(dt_comm *world) {
+    if (!world) return;
+    int owns = world->owns_mpi;
+    dt_comm_free(world);
+    if (owns) MPI_Finalize();
+}
+
+void dt_comm_abort(dt_comm *c, int code) {
+    if (c && c->mpi) MPI_Abort(c->user, code);
+    exit(code); /* a world without MPI is this process */
+}
+
+int dt_comm_rank(const dt_comm *c) { return c->rank; }
+int dt_comm_size(const dt_comm *c) { return c->size; }
+int dt_comm_local_rank(const dt_comm *c) { return c->local_rank; }
+int dt_comm_local_size(const dt_comm *c) { return c->local_size; }
+
+dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
+    *out = NULL;
+    if (color < 0) return dt_fail(DT_EINPUT, "split: color %d is negative", color);
+    if (!c->mpi) return comm_make(MPI_COMM_NULL, 0, 0, out);
+    MPI_Comm nc;
+    dt_status st = dtc_mpi(&c->fg, MPI_Comm_split(c->user, color, key, &nc), "MPI_Comm_split");
+    if (st) {
+        st = dt_fail(st, "split: %s", c->fg.err);
+        c->fg.err[0] = 0;
+        return st;
+    }
+    st = comm_make(nc, 1, c->threads, out);
+    if (!st) memcpy((*out)->algo, c->algo, sizeof c->algo);
+    if (!st && !(*out)->fg.one_node)
+        for (int k = 0; k < DT_COLL_N; k++)
+            if ((*out)->algo[k] == DT_ALGO_SHM) (*out)->algo[k] = DT_ALGO_MPI;
+    return st;
+}
+
+/* ---- dispatch ---- */
+
+static dt_status check_args(const dt_comm *c, const char *op, const void *a, const void *b, size_t count,
+                            dt_dtype t, dt_redop redop, int root) {
+    if (t != DT_F32 && t != DT_F64) return dt_fail(DT_EINPUT, "%s: unknown dtype %d", op, (int)t);
+    if (redop != DT_SUM && redop != DT_AVG) return dt_fail(DT_EINPUT, "%s: unknown reduction %d", op, (int)redop);
+    if (root < 0 || root >= c->size)
+        return dt_fail(DT_EINPUT, "%s: root %d is outside the communicator of size %d", op, root, c->size);
+    if (count > SIZE_MAX / 8 / (size_t)c->size)
+        return dt_fail(DT_EINPUT, "%s: count %zu is too large", op, count);
+    if (count && (!a || !b)) return dt_fail(DT_EINPUT, "%s: NULL buffer with count %zu", op, count);
+    return DT_OK;
+}
+
+/* Moves the lane's message into dt_fail, naming the operation. */
+static dt_status lane_fail(dtc_ctx *x, dt_status st, const char *op, dt_algo a, size_t count, dt_dtype t) {
+    if (st == DT_OK) return DT_OK;
+    st = dt_fail(st, "%s (%s, %zu x %s): %s", op, dt_algo_name(a), count, dt_dtype_name(t),
+                 x->err[0] ? x->err : "failed");
+    x->err[0] = 0;
+    return st;
+}
+
+/* Size one: every collective is a copy at most. */
+static void local_coll(dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t) {
+    if ((coll == DT_COLL_REDUCE_SCATTER || coll == DT_COLL_ALLGATHER) && send != recv && count)
+        memmove(recv, send, count * dt_dtype_size(t));
+}
+
+static dt_status run_ours(dtc_ctx *x, dt_coll coll, dt_algo a, const void *send, void *recv, size_t count,
+                          dt_dtype t, double scale, int root) {
+    switch (coll) {
+    case DT_COLL_ALLREDUCE:
+        switch (a) {
+        case DT_ALGO_RING: return dtc_ring_allreduce(x, recv, count, t, scale);
+        case DT_ALGO_RHD: return dtc_rhd_allreduce(x, recv, count, t, scale);
+        case DT_ALGO_TREE: return dtc_tree_allreduce(x, recv, count, t, scale);
+        case DT_ALGO_SHM: return dtc_shm_allreduce(x, recv, count, t, scale);
+        default: break;
+        }
+        break;
+    case DT_COLL_REDUCE_SCATTER:
+        if (a == DT_ALGO_RING) return dtc_ring_reduce_scatter(x, send, recv, count, t, scale);
+        if (a == DT_ALGO_SHM) return dtc_shm_reduce_scatter(x, send, recv, count, t, scale);
+        break;
+    case DT_COLL_ALLGATHER:
+        if (a == DT_ALGO_RING) return dtc_ring_allgather(x, send, recv, count, t);
+        if (a == DT_ALGO_SHM) return dtc_shm_allgather(x, send, recv, count, t);
+        break;
+    case DT_COLL_BCAST:
+        if (a == DT_ALGO_TREE) return dtc_tree_bcast(x, recv, count, t, root);
+        if (a == DT_ALGO_SHM) return dtc_shm_bcast(x, recv, count, t, root);
+        break;
+    default: break;
+    }
+    return dtc_fail(x, DT_EINPUT, "algorithm does not implement this collective");
+}
+
+static double scale_of(const dt_comm *c, dt_redop op) { return op == DT_AVG ? 1.0 / c->size : 1.0; }
+
+static dt_status mpi_coll(dt_comm *c, dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t,
+                          dt_redop op, int root) {
+    dtc_ctx *x = &c->fg;
+    MPI_Datatype mt = dtc_mpi_type(t);
+    size_t es = dt_dtype_size(t);
+    switch (coll) {
+    case DT_COLL_ALLREDUCE:
+        for (size_t o = 0; o < count; o += DTC_PIECE) {
+            int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
+            DT_TRY(dtc_mpi(x, MPI_Allreduce(MPI_IN_PLACE, (char *)recv + o * es, n, mt, MPI_SUM, c->user),
+                           "MPI_Allreduce"));
+        }
+        dtc_scale(recv, count, t, scale_of(c, op));
+        return DT_OK;
+    case DT_COLL_REDUCE_SCATTER:
+        if (count > INT_MAX) return dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
+        DT_TRY(dtc_mpi(x, MPI_Reduce_scatter_block(send, recv, (int)count, mt, MPI_SUM, c->user),
+                       "MPI_Reduce_scatter_block"));
+        dtc_scale(recv, count, t, scale_of(c, op));
+        return DT_OK;
+    case DT_COLL_ALLGATHER: {
+        if (count > INT_MAX) return dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
+        int inplace = send == (const char *)recv + (size_t)c->rank * count * es;
+        return dtc_mpi(x, MPI_Allgather(inplace ? MPI_IN_PLACE : send, (int)count, mt, recv, (int)count, mt, c->user),
+                       "MPI_Allgather");
+    }
+    case DT_COLL_BCAST:
+        for (size_t o = 0; o < count; o += DTC_PIECE) {
+            int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
+            DT_TRY(dtc_mpi(x, MPI_Bcast((char *)recv + o * es, n, mt, root, c->user), "MPI_Bcast"));
+        }
+        return DT_OK;
+    default: return dtc_fail(x, DT_EINPUT, "unknown collective");
+    }
+}
+
+/* Blocking collective: validation, size one, MPI's or ours on the caller's lane. */
+static dt_status coll_run(dt_comm *c, dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t,
+                          dt_redop op, int root) {
+    const char *name = g_coll_ops[coll];
+    DT_TRY(check_args(c, name, send, recv, count, t, op, root));
+    if (c->size == 1) {
+        local_coll(coll, send, recv, count, t);
+        return DT_OK;
+    }
+    dt_algo a = c->algo[coll];
+    dt_status st = a == DT_ALGO_MPI ? mpi_coll(c, coll, send, recv, count, t, op, root)
+                                    : run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), root);
+    return lane_fail(&c->fg, st, name, a, count, t);
+}
+
+dt_status dt_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op) {
+    return coll_run(c, DT_COLL_ALLREDUCE, buf, buf, count, t, op, 0);
+}
+
+dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op) {
+    return coll_run(c, DT_COLL_REDUCE_SCATTER, send, recv, recvcount, t, op, 0);
+}
+
+dt_status dt_allgather(dt_comm *c, const void *send, void *recv, size_t sendcount, dt_dtype t) {
+    return coll_run(c, DT_COLL_ALLGATHER, send, recv, sendcount, t, DT_SUM, 0);
+}
+
+dt_status dt_bcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root) {
+    return coll_run(c, DT_COLL_BCAST, buf, buf, count, t, DT_SUM, root);
+}
+
+dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op, int root) {
+    DT_TRY(check_args(c, "reduce", buf, buf, count, t, op, root));
+    if (c->size == 1) return DT_OK;
+    dtc_ctx *x = &c->fg;
+    dt_algo a = c->algo[DT_COLL_ALLREDUCE] == DT_ALGO_MPI ? DT_ALGO_MPI : DT_ALGO_TREE;
+    dt_status st = DT_OK;
+    if (a == DT_ALGO_MPI) {
+        size_t es = dt_dtype_size(t);
+        for (size_t o = 0; o < count && !st; o += DTC_PIECE) {
+            int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
+            char *p = (char *)buf + o * es;
+            st = dtc_mpi(x,
+                         MPI_Reduce(c->rank == root ? MPI_IN_PLACE : p, c->rank == root ? p : NULL, n, dtc_mpi_type(t),
+                                    MPI_SUM, root, c->user),
+                         "MPI_Reduce");
+        }
+        if (!st && c->rank == root) dtc_scale(buf, count, t, scale_of(c, op));
+    } else {
+        st = dtc_tree_reduce(x, buf, count, t, scale_of(c, op), root);
+    }
+    return lane_fail(x, st, "reduce", a, count, t);
+}
+
+static dt_status check_peer(const dt_comm *c, const char *op, const void *buf, size_t count, dt_dtype t, int peer,
+                            int tag) {
+    if (t != DT_F32 && t != DT_F64) return dt_fail(DT_EINPUT, "%s: unknown dtype %d", op, (int)t);
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return dt_fail(DT_EINPUT, "%s: peer rank %d is not another rank of this communicator (rank %d of %d)", op,
+                       peer, c->rank, c->size);
+    if (tag < 0) return dt_fail(DT_EINPUT, "%s: tag %d is negative", op, tag);
+    if (count && !buf) return dt_fail(DT_EINPUT, "%s: NULL buffer with count %zu", op, count);
+    return DT_OK;
+}
+
+dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst, int tag) {
+    DT_TRY(check_peer(c, "send", buf, count, t, dst, tag));
+    size_t es = dt_dtype_size(t);
+    size_t o = 0;
+    do { /* a zero count still sends one (empty) message to match the receive */
+        int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
+        dt_status st = dtc_mpi(&c->fg, MPI_Send((const char *)buf + o * es, n, dtc_mpi_type(t), dst, tag, c->user),
+                               "MPI_Send");
+        if (st) return lane_fail(&c->fg, st, "send", DT_ALGO_MPI, count, t);
+        o += DTC_PIECE;
+    } while (o < count);
+    return DT_OK;
+}
+
+dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int tag) {
+    DT_TRY(check_peer(c, "recv", buf, count, t, src, tag));
+    size_t es = dt_dtype_size(t);
+    size_t o = 0;
+    do {
+        int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
+        dt_status st = dtc_mpi(
+            &c->fg, MPI_Recv((char *)buf + o * es, n, dtc_mpi_type(t), src, tag, c->user, MPI_STATUS_IGNORE),
+            "MPI_Recv");
+        if (st) return lane_fail(&c->fg, st, "recv", DT_ALGO_MPI, count, t);
+        o += DTC_PIECE;
+    } while (o < count);
+    return DT_OK;
+}
+
+dt_status dt_barrier(dt_comm *c) {
+    if (!c->mpi || c->size == 1) return DT_OK;
+    dt_status st = dtc_mpi(&c->fg, MPI_Barrier(c->user), "MPI_Barrier");
+    if (st) {
+        st = dt_fail(st, "barrier: %s", c->fg.err);
+        c->fg.err[0] = 0;
+    }
+    return st;
+}
+
+/* ---- non-blocking ---- */
+
+static void *comm_thread(void *arg) {
+    dt_comm *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->head && !c->stop) pthread_cond_wait(&c->work, &c->mu);
+        dt_request *r = c->head;
+        if (!r) break; /* stopping, queue drained */
+        c->head = r->next;
+        if (!c->head) c->tail = NULL;
+        pthread_mutex_unlock(&c->mu);
+        dtc_ctx *x = c->bg;
+        dt_status st = run_ours(x, r->coll, r->algo, r->send, r->recv, r->count, r->t, scale_of(c, r->op), 0);
+        if (st)
+            snprintf(r->err, sizeof r->err, "%s (%s, %zu x %s): %s", g_coll_ops[r->coll], dt_algo_name(r->algo),
+                     r->count, dt_dtype_name(r->t), x->err[0] ? x->err : "failed");
+        x->err[0] = 0;
+        pthread_mutex_lock(&c->mu);
+        r->st = st;
+        r->done = 1; /* r may be freed by its waiter as soon as mu is released */
+        pthread_cond_broadcast(&c->done);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* The background lane and thread, made at the first non-blocking call of ours (every
+ * rank makes the same calls in the same order, so the collective dup matches). */
+static dt_status start_thread(dt_comm *c) {
+    if (!c->bg) {
+        dtc_ctx *x = calloc(1, sizeof *x);
+        if (!x) return dt_fail(DT_ERUNTIME, "communication thread: out of memory");
+        dt_status st = ctx_init(x, c->user, c->rank, c->size);
+        if (st) {
+            st = dt_fail(st, "communication thread setup: %s", x->err);
+            ctx_free(x);
+            free(x);
+            return st;
+        }
+        c->bg = x;
+    }
+    if (!c->thr_on) {
+        c->stop = 0;
+        if (pthread_create(&c->thr, NULL, comm_thread, c) != 0)
+            return dt_fail(DT_ERUNTIME, "communication thread: pthread_create failed");
+        c->thr_on = 1;
+    }
+    return DT_OK;
+}
+
+static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t,
+                        dt_redop op, dt_request **req) {
+    const char *name = g_coll_ops[coll];
+    *req = NULL;
+    DT_TRY(check_args(c, name, send, recv, count, t, op, 0));
+    dt_request *r = calloc(1, sizeof *r);
+    if (!r) return dt_fail(DT_ERUNTIME, "%s: out of memory", name);
+    r->c = c;
+    r->kind = REQ_DONE;
+    dt_algo a = c->algo[coll];
+    dt_status st = DT_OK;
+    if (c->size == 1) {
+        local_coll(coll, send, recv, count, t);
+    } else if (a == DT_ALGO_MPI) {
+        dtc_ctx *x = &c->fg;
+        MPI_Datatype mt = dtc_mpi_type(t);
+        size_t es = dt_dtype_size(t);
+        r->kind = REQ_MPI;
+        if (coll == DT_COLL_ALLREDUCE) {
+            if (count > DTC_PIECE * DTC_MAX_MREQ) st = dtc_fail(x, DT_EINPUT, "count too large for MPI_Iallreduce");
+            for (size_t o = 0; o < count && !st; o += DTC_PIECE) {
+                int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
+                st = dtc_mpi(x,
+                             MPI_Iallreduce(MPI_IN_PLACE, (char *)recv + o * es, n, mt, MPI_SUM, c->user,
+                                            &r->mreq[r->nmreq++]),
+                             "MPI_Iallreduce");
+            }
+        } else if (count > INT_MAX) {
+            st = dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
+        } else if (coll == DT_COLL_REDUCE_SCATTER) {
+            st = dtc_mpi(x, MPI_Ireduce_scatter_block(send, recv, (int)count, mt, MPI_SUM, c->user, &r->mreq[r->nmreq++]),
+                         "MPI_Ireduce_scatter_block");
+        } else {
+            int inplace = send == (const char *)recv + (size_t)c->rank * count * es;
+            st = dtc_mpi(x,
+                         MPI_Iallgather(inplace ? MPI_IN_PLACE : send, (int)count, mt, recv, (int)count, mt, c->user,
+                                        &r->mreq[r->nmreq++]),
+                         "MPI_Iallgather");
+        }
+        if (coll != DT_COLL_ALLGATHER) {
+            r->scale_buf = recv;
+            r->scale_n = count;
+            r->scale = scale_of(c, op);
+        }
+        r->t = t;
+        if (st) st = lane_fail(x, st, name, a, count, t); /* started pieces are abandoned with the error */
+    } else if (!c->threads) {
+        /* MPI without thread support: ours run here, before returning */
+        st = lane_fail(&c->fg, run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), 0), name, a, count, t);
+    } else {
+        st = start_thread(c);
+        if (!st) {
+            r->kind = REQ_THREAD;
+            r->coll = coll;
+            r->algo = a;
+            r->send = send;
+            r->recv = recv;
+            r->count = count;
+            r->t = t;
+            r->op = op;
+            pthread_mutex_lock(&c->mu);
+            if (c->tail) c->tail->next = r;
+            else c->head = r;
+            c->tail = r;
+            pthread_cond_signal(&c->work);
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
+    if (st) {
+        free(r);
+        return st;
+    }
+    *req = r;
+    return DT_OK;
+}
+
+dt_status dt_iallreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op, dt_request **req) {
+    return istart(c, DT_COLL_ALLREDUCE, buf, buf, count, t, op, req);
+}
+
+dt_status dt_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op,
+                             dt_request **req) {
+    return istart(c, DT_COLL_REDUCE_SCATTER, send, recv, recvcount, t, op, req);
+}
+
+dt_status dt_iallgather(dt_comm *c, const void *send, void *recv, size_t sendcount, dt_dtype t, dt_request **req) {
+    return istart(c, DT_COLL_ALLGATHER, send, recv, sendcount, t, DT_SUM, req);
+}
+
+/* MPI's requests finished: apply the mean and mark done. */
+static void mpi_finish(dt_request *r) {
+    if (r->scale_buf) dtc_scale(r->scale_buf, r->scale_n, r->t, r->scale);
+    r->kind = REQ_DONE;
+}
+
+dt_status dt_test(dt_request *r, int *done) {
+    *done = 0;
+    if (!r) return dt_fail(DT_EINPUT, "test: NULL request");
+    if (r->kind == REQ_DONE) {
+        *done = 1;
+    } else if (r->kind == REQ_MPI) {
+        int flag = 0;
+        dtc_ctx *x = &r->c->fg;
+        dt_status st = dtc_mpi(x, MPI_Testall(r->nmreq, r->mreq, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+        if (st) {
+            st = dt_fail(st, "non-blocking collective: %s", x->err);
+            x->err[0] = 0;
+            return st;
+        }
+        if (flag) {
+            mpi_finish(r);
+            *done = 1;
+        }
+    } else {
+        pthread_mutex_lock(&r->c->mu);
+        *done = r->done;
+        pthread_mutex_unlock(&r->c->mu);
+    }
+    return DT_OK;
+}
+
+dt_status dt_wait(dt_request *r) {
+    if (!r) return dt_fail(DT_EINPUT, "wait: NULL request");
+    dt_status st = DT_OK;
+    if (r->kind == REQ_MPI) {
+        dtc_ctx *x = &r->c->fg;
+        st = dtc_mpi(x, MPI_Waitall(r->nmreq, r->mreq, MPI_STATUSES_IGNORE), "MPI_Waitall");
+        if (st) {
+            st = dt_fail(st, "non-blocking collective: %s", x->err);
+            x->err[0] = 0;
+        } else {
+            mpi_finish(r);
+        }
+    } else if (r->kind == REQ_THREAD) {
+        dt_comm *c = r->c;
+        pthread_mutex_lock(&c->mu);
+        while (!r->done) pthread_cond_wait(&c->done, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        st = r->st;
+        if (st) dt_fail(st, "%s", r->err);
+    }
+    free(r);
+    return st;
+}

@@ -1,0 +1,237 @@
+/* Intra-node collectives through an MPI-3 shared-memory window (MPI_Win_allocate_shared
+ * on the node communicator): every rank maps every other rank's segment, so data moves
+ * with plain loads and stores instead of MPI messages. Valid only when the whole
+ * communicator is on one node (dt_comm_set_algo checks).
+ *
+ * Each rank's segment holds a sync counter and two buffers of `cap` bytes. Messages are
+ * processed in chunks that fit a buffer; successive chunks (across calls too) alternate
+ * buffers, so a chunk's buffer is rewritten only after every rank has passed the next
+ * chunk's first sync, i.e. finished reading it. Small chunks keep the data in cache
+ * between the copy-in, the reduction and the copy-out.
+ *
+ * All-reduce chunk: each rank copies its input into its buffer (except its own slice,
+ * which only it reads, straight from its input); sync; rank r sums slice r over all
+ * ranks in rank order 0..N-1 into its buffer and its output; sync; each copies the
+ * other slices out. Sum order: rank order, x0 + x1 + ... + x(N-1), for every element. */
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <stdlib.h> /* TUNING */
+
+#include "comm_internal.h"
+
+#define HDR_BYTES 4096
+#define CAP_MIN ((size_t)64 << 10)
+/* Per-rank chunk buffer: large enough that syncs are rare, small enough that a chunk
+ * stays in cache from copy-in to copy-out. */
+#define CAP_MAX ((size_t)1 << 20)
+#define BLK 2048 /* elements per reduction block: a few KiB, stays in L1 across passes */
+#define MAX_SRC 256
+
+static _Atomic uint64_t *counter(const dtc_shm *s, int q) { return (_Atomic uint64_t *)(void *)s->seg[q]; }
+static char *slot(const dtc_shm *s, int q, int b) { return s->seg[q] + HDR_BYTES + (size_t)b * s->cap; }
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Barrier over the node: publish this rank's count, wait for everyone else's. The
+ * release/acquire pair makes the buffers written before the sync visible after it. */
+static void shm_sync(dtc_ctx *x) {
+    dtc_shm *s = &x->shm;
+    uint64_t v = ++s->seq;
+    atomic_store_explicit(counter(s, x->rank), v, memory_order_release);
+    for (int q = 0; q < x->size; q++) {
+        if (q == x->rank) continue;
+        unsigned spins = 0;
+        while (atomic_load_explicit(counter(s, q), memory_order_acquire) < v) {
+            if (++spins < 4096) cpu_relax();
+            else sched_yield(); /* oversubscribed: let the rank we wait for run */
+        }
+    }
+}
+
+void dtc_shm_free(dtc_ctx *x) {
+    if (!x->shm.have) return;
+    shm_sync(x); /* nobody reads the window any more */
+    MPI_Win_free(&x->shm.win);
+    x->shm.have = 0;
+    x->shm.cap = 0;
+}
+
+/* Makes the window's buffers at least min(want, CAP_MAX) bytes. Collective over the
+ * node, but only when it grows, which all ranks decide alike from the same counts. */
+static dt_status shm_reserve(dtc_ctx *x, size_t want) {
+    size_t cap = CAP_MIN, capmax = getenv("DT_SHM_CAP") ? (size_t)atol(getenv("DT_SHM_CAP")) << 10 : CAP_MAX; /* TUNING */
+    while (cap < want && cap < capmax) cap *= 2;
+    if (x->shm.have && x->shm.cap >= cap) return DT_OK;
+    if (x->node == MPI_COMM_NULL) return dtc_fail(x, DT_EINPUT, "shm needs MPI");
+    if (x->size > MAX_SRC) return dtc_fail(x, DT_EINPUT, "shm supports at most %d ranks", MAX_SRC);
+    dtc_shm_free(x);
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each segment local to its rank */
+    char *base = NULL;
+    int rc = MPI_Win_allocate_shared((MPI_Aint)(HDR_BYTES + 2 * cap), 1, info, x->node, &base, &x->shm.win);
+    MPI_Info_free(&info);
+    DT_TRY(dtc_mpi(x, rc, "MPI_Win_allocate_shared (%zu bytes)", HDR_BYTES + 2 * cap));
+    MPI_Win_set_errhandler(x->shm.win, MPI_ERRORS_RETURN);
+    x->shm.have = 1;
+    x->shm.cap = cap;
+    for (int q = 0; q < x->size; q++) {
+        MPI_Aint sz;
+        int du;
+        void *p;
+        DT_TRY(dtc_mpi(x, MPI_Win_shared_query(x->shm.win, q, &sz, &du, &p), "MPI_Win_shared_query"));
+        x->shm.seg[q] = p;
+    }
+    atomic_store_explicit(counter(&x->shm, x->rank), 0, memory_order_relaxed);
+    memset(base + HDR_BYTES, 0, 2 * cap); /* fault the pages in now, not in the first chunks */
+    x->shm.seq = 0;
+    x->shm.chunks = 0;
+    /* every counter is zero before anyone syncs */
+    return dtc_mpi(x, MPI_Barrier(x->node), "MPI_Barrier");
+}
+
+/* d = a + b, d += a, then the last pass scaled; restrict: d is never a source. */
+static void sum2_f32(float *restrict d, const float *restrict a, const float *restrict b, size_t n, float s,
+                     int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) d[i] = (a[i] + b[i]) * s;
+    else
+        for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+}
+static void acc_f32(float *restrict d, const float *restrict a, size_t n, float s, int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) d[i] = (d[i] + a[i]) * s;
+    else
+        for (size_t i = 0; i < n; i++) d[i] += a[i];
+}
+static void sum2_f64(double *restrict d, const double *restrict a, const double *restrict b, size_t n, double s,
+                     int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) d[i] = (a[i] + b[i]) * s;
+    else
+        for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
+}
+static void acc_f64(double *restrict d, const double *restrict a, size_t n, double s, int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) d[i] = (d[i] + a[i]) * s;
+    else
+        for (size_t i = 0; i < n; i++) d[i] += a[i];
+}
+
+/* dst[i] = (src[0][i] + src[1][i] + ... + src[ns-1][i]) * scale, summed in that order,
+ * block by block so dst stays in L1 across the passes; each finished block is also
+ * copied to `copy` when given. dst must not overlap any source; ns >= 2. */
+static void reduce_n(void *dst, void *copy, const char *const *src, int ns, size_t n, dt_dtype t, double scale) {
+    size_t es = dt_dtype_size(t);
+    int scaled = scale != 1.0;
+    for (size_t o = 0; o < n; o += BLK) {
+        size_t m = n - o < BLK ? n - o : BLK, ob = o * es;
+        char *d = (char *)dst + ob;
+        if (t == DT_F32) {
+            sum2_f32((float *)d, (const float *)(src[0] + ob), (const float *)(src[1] + ob), m, (float)scale,
+                     scaled && ns == 2);
+            for (int q = 2; q < ns; q++)
+                acc_f32((float *)d, (const float *)(src[q] + ob), m, (float)scale, scaled && q == ns - 1);
+        } else {
+            sum2_f64((double *)d, (const double *)(src[0] + ob), (const double *)(src[1] + ob), m, scale,
+                     scaled && ns == 2);
+            for (int q = 2; q < ns; q++)
+                acc_f64((double *)d, (const double *)(src[q] + ob), m, scale, scaled && q == ns - 1);
+        }
+        if (copy) memcpy((char *)copy + ob, d, m * es);
+    }
+}
+
+dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale) {
+    int n = x->size, me = x->rank;
+    size_t es = dt_dtype_size(t), al = 64 / es; /* slices start on cache lines */
+    if (count == 0) return DT_OK;
+    DT_TRY(shm_reserve(x, count * es));
+    dtc_shm *s = &x->shm;
+    size_t cmax = s->cap / es;
+    const char *src[MAX_SRC];
+    for (size_t e = 0; e < count; e += cmax) {
+        size_t c = count - e < cmax ? count - e : cmax;
+        size_t sl = ((c + (size_t)n - 1) / (size_t)n + al - 1) / al * al;
+        size_t lo = (size_t)me * sl < c ? (size_t)me * sl : c, hi = lo + sl < c ? lo + sl : c;
+        int b = (int)(s->chunks++ & 1);
+        char *mine = slot(s, me, b), *u = (char *)buf + e * es;
+        memcpy(mine, u, lo * es);
+        memcpy(mine + hi * es, u + hi * es, (c - hi) * es);
+        shm_sync(x);
+        if (hi > lo) {
+            for (int q = 0; q < n; q++) src[q] = (q == me ? u : slot(s, q, b)) + lo * es;
+            reduce_n(mine + lo * es, u + lo * es, src, n, hi - lo, t, scale);
+        }
+        shm_sync(x);
+        for (int q = 0; q < n; q++) {
+            size_t ql = (size_t)q * sl < c ? (size_t)q * sl : c, qh = ql + sl < c ? ql + sl : c;
+            if (q != me && qh > ql) memcpy(u + ql * es, slot(s, q, b) + ql * es, (qh - ql) * es);
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t cnt, dt_dtype t, double scale) {
+    int n = x->size, me = x->rank;
+    size_t es = dt_dtype_size(t);
+    if (cnt == 0) return DT_OK;
+    DT_TRY(shm_reserve(x, (size_t)n * cnt * es));
+    dtc_shm *s = &x->shm;
+    size_t cmax = s->cap / ((size_t)n * es); /* elements of each block per chunk */
+    const char *in = send, *src[MAX_SRC];
+    for (size_t e = 0; e < cnt; e += cmax) {
+        size_t c = cnt - e < cmax ? cnt - e : cmax;
+        int b = (int)(s->chunks++ & 1);
+        char *mine = slot(s, me, b);
+        for (int p = 0; p < n; p++)
+            if (p != me) memcpy(mine + (size_t)p * c * es, in + ((size_t)p * cnt + e) * es, c * es);
+        shm_sync(x);
+        for (int q = 0; q < n; q++)
+            src[q] = q == me ? in + ((size_t)me * cnt + e) * es : slot(s, q, b) + (size_t)me * c * es;
+        reduce_n((char *)recv + e * es, NULL, src, n, c, t, scale);
+    }
+    return DT_OK;
+}
+
+dt_status dtc_shm_allgather(dtc_ctx *x, const void *send, void *recv, size_t cnt, dt_dtype t) {
+    int n = x->size, me = x->rank;
+    size_t es = dt_dtype_size(t);
+    char *out = recv, *own = out + (size_t)me * cnt * es;
+    if (cnt == 0) return DT_OK;
+    if (send != own) memmove(own, send, cnt * es);
+    DT_TRY(shm_reserve(x, cnt * es));
+    dtc_shm *s = &x->shm;
+    size_t cmax = s->cap / es;
+    for (size_t e = 0; e < cnt; e += cmax) {
+        size_t c = cnt - e < cmax ? cnt - e : cmax;
+        int b = (int)(s->chunks++ & 1);
+        memcpy(slot(s, me, b), own + e * es, c * es);
+        shm_sync(x);
+        for (int q = 0; q < n; q++)
+            if (q != me) memcpy(out + ((size_t)q * cnt + e) * es, slot(s, q, b), c * es);
+    }
+    return DT_OK;
+}
+
+dt_status dtc_shm_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root) {
+    size_t es = dt_dtype_size(t);
+    if (count == 0) return DT_OK;
+    DT_TRY(shm_reserve(x, count * es));
+    dtc_shm *s = &x->shm;
+    size_t cmax = s->cap / es;
+    for (size_t e = 0; e < count; e += cmax) {
+        size_t c = count - e < cmax ? count - e : cmax;
+        int b = (int)(s->chunks++ & 1);
+        char *u = (char *)buf + e * es;
+        if (x->rank == root) memcpy(slot(s, root, b), u, c * es);
+        shm_sync(x);
+        if (x->rank != root) memcpy(u, slot(s, root, b), c * es);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,112 @@
+#include "canonical.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/mem.h"
+
+static size_t block_start(size_t count, int N, int b) { return count * (size_t)b / (size_t)N; }
+
+/* Pairwise exchange without deadlock: the lower rank sends first. */
+static dt_status exchange(dt_comm *c, int partner, const float *send, size_t ns, float *recv, size_t nr) {
+    int me = dt_comm_rank(c);
+    if (me < partner) {
+        DT_TRY(dt_send(c, send, ns, DT_F32, partner, 7));
+        return dt_recv(c, recv, nr, DT_F32, partner, 7);
+    }
+    DT_TRY(dt_recv(c, recv, nr, DT_F32, partner, 7));
+    return dt_send(c, send, ns, DT_F32, partner, 7);
+}
+
+dt_status dt_tree_allreduce(dt_comm *c, float *buf, size_t count, float *tmp) {
+    int N = dt_comm_size(c), r = dt_comm_rank(c), steps = 0;
+    if (N == 1) return DT_OK;
+    if (N & (N - 1)) return dt_fail(DT_EINPUT, "bitwise reduction needs a power-of-two number of ranks (got %d)", N);
+    while ((1 << steps) < N) steps++;
+    int lo = 0, hi = N; /* blocks this rank still reduces */
+    for (int s = 0; s < steps; s++) {
+        int partner = r ^ (1 << s), mid = (lo + hi) / 2;
+        int keep_hi = (r >> s) & 1;
+        int klo = keep_hi ? mid : lo, khi = keep_hi ? hi : mid, slo = keep_hi ? lo : mid, shi = keep_hi ? mid : hi;
+        size_t k0 = block_start(count, N, klo), k1 = block_start(count, N, khi);
+        size_t s0 = block_start(count, N, slo), s1 = block_start(count, N, shi);
+        DT_TRY(exchange(c, partner, buf + s0, s1 - s0, tmp, k1 - k0));
+        for (size_t i = 0; i < k1 - k0; i++) buf[k0 + i] += tmp[i];
+        lo = klo;
+        hi = khi;
+    }
+    for (int s = steps - 1; s >= 0; s--) { /* all-gather back, mirror order */
+        int partner = r ^ (1 << s), width = hi - lo;
+        int plo = ((r >> s) & 1) ? lo - width : lo + width;
+        size_t m0 = block_start(count, N, lo), m1 = block_start(count, N, hi);
+        size_t p0 = block_start(count, N, plo), p1 = block_start(count, N, plo + width);
+        DT_TRY(exchange(c, partner, buf + m0, m1 - m0, buf + p0, p1 - p0));
+        if (plo < lo) lo = plo;
+        else hi = plo + width;
+    }
+    return DT_OK;
+}
+
+void dt_chunk_sumsq(const float *x, size_t n, double *out) {
+    size_t nc = (n + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nc; k++) {
+        size_t i0 = k * DT_CANON_CHUNK, i1 = i0 + DT_CANON_CHUNK < n ? i0 + DT_CANON_CHUNK : n;
+        double s = 0.0;
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        out[k] = s;
+    }
+}
+
+dt_status dt_fold_create(dt_fold *f, size_t n, int leaves) {
+    memset(f, 0, sizeof *f);
+    int h = 0;
+    while ((1 << h) < leaves) h++;
+    f->n = n;
+    f->cap = h + 1;
+    f->buf = calloc((size_t)f->cap + 1, sizeof(float *));
+    f->height = calloc((size_t)f->cap + 1, sizeof(int));
+    if (!f->buf || !f->height) return dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
+    for (int i = 0; i <= f->cap; i++) DT_TRY(dt_alloc((void **)&f->buf[i], n * sizeof(float), "bitwise reduction"));
+    dt_fold_reset(f);
+    return DT_OK;
+}
+
+void dt_fold_destroy(dt_fold *f) {
+    if (f->buf)
+        for (int i = 0; i <= f->cap; i++) dt_free(f->buf[i]);
+    free(f->buf);
+    free(f->height);
+    memset(f, 0, sizeof *f);
+}
+
+void dt_fold_reset(dt_fold *f) {
+    f->sp = 0;
+    f->leaf = f->cap; /* stack slots are buf[0..sp); the leaf lives in a free buffer */
+}
+
+float *dt_fold_next(dt_fold *f) {
+    memset(f->buf[f->leaf], 0, f->n * sizeof(float));
+    return f->buf[f->leaf];
+}
+
+void dt_fold_push(dt_fold *f) {
+    /* swap the leaf buffer into stack slot sp, keeping the freed slot as the next leaf */
+    float *leaf = f->buf[f->leaf];
+    f->buf[f->leaf] = f->buf[f->sp];
+    f->buf[f->sp] = leaf;
+    f->height[f->sp] = 0;
+    f->sp++;
+    while (f->sp >= 2 && f->height[f->sp - 1] == f->height[f->sp - 2]) {
+        float *left = f->buf[f->sp - 2];
+        const float *right = f->buf[f->sp - 1];
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < f->n; i++) left[i] += right[i];
+        f->height[f->sp - 2]++;
+        f->sp--;
+    }
+}
+
+float *dt_fold_root(dt_fold *f) { return f->sp == 1 ? f->buf[0] : NULL; }
+
+size_t dt_fold_bytes(const dt_fold *f) { return (size_t)(f->cap + 1) * f->n * sizeof(float); }

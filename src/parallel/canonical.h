@@ -1,0 +1,50 @@
+/* Bitwise-reproducible gradient reduction (parallel.determinism = bitwise).
+ *
+ * The gradient of a step is defined as one fixed binary tree over the step's M global
+ * micro-batches, leaves in order j = 0..M-1, adjacent pairs first. Micro-step k of
+ * data-parallel rank r computes leaf j = k·N + r, so the N leaves of micro-step k form
+ * an aligned subtree: its levels are summed across ranks by a recursive-halving
+ * exchange that pairs ranks at distance 1, 2, 4, ... (tree_allreduce), and the upper
+ * levels over k by a binary counter on each rank (the fold stack). Floating-point
+ * addition is commutative, so every node has the same value whichever rank computes
+ * it, and the weights after K steps are bitwise identical for any N and any mode.
+ * Needs N and M powers of two.
+ *
+ * The gradient norm is summed in double over fixed 1024-element chunks of each unit
+ * (unit-relative), in unit then chunk order; ZeRO shards are aligned to the chunks, so
+ * each partial is computed whole by one rank. */
+#ifndef DT_CANONICAL_H
+#define DT_CANONICAL_H
+#include <stddef.h>
+
+#include "../comm/comm.h"
+#include "../core/status.h"
+
+#define DT_CANON_CHUNK 1024
+
+/* In place over ranks (N a power of two); tmp holds count/2 + 1 floats. */
+dt_status dt_tree_allreduce(dt_comm *c, float *buf, size_t count, float *tmp);
+/* Sums of squares of x[0..n) per DT_CANON_CHUNK chunk into out[ceil(n/chunk)]. */
+void dt_chunk_sumsq(const float *x, size_t n, double *out);
+
+/* Binary-counter fold of leaves into tree nodes, over buffers of n floats. */
+typedef struct {
+    size_t n;
+    int cap, sp;
+    float **buf; /* cap + 1 buffers: stack slots and the next leaf */
+    int *height;
+    int leaf;    /* index into buf of the buffer the next leaf is written to */
+} dt_fold;
+
+dt_status dt_fold_create(dt_fold *f, size_t n, int leaves);
+void dt_fold_destroy(dt_fold *f);
+/* Buffer for the next leaf (zeroed). */
+float *dt_fold_next(dt_fold *f);
+/* The leaf written to dt_fold_next() is complete: merge equal-height nodes. */
+void dt_fold_push(dt_fold *f);
+/* After all leaves: the root (one node left). */
+float *dt_fold_root(dt_fold *f);
+void dt_fold_reset(dt_fold *f);
+size_t dt_fold_bytes(const dt_fold *f);
+
+#endif

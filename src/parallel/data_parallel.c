@@ -1,0 +1,326 @@
+#include "data_parallel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/mem.h"
+#include "dp_internal.h"
+
+static int is_zero(const dt_dp *d) { return !d->o.ps && d->o.zero > 0; }
+
+size_t dt_dp_align(const dt_dp *d) { return d->o.bitwise ? DT_CANON_CHUNK : DT_SHARD_ALIGN; }
+
+/* ---- bitwise mode (canonical.h) ---- */
+
+/* Elements of the per-micro-step leaf: flat grads, padded grads (zero 1), shard (zero 2/3). */
+static size_t leaf_size(const dt_dp *d) {
+    if (!is_zero(d)) return d->m->nparams;
+    return d->o.zero == 1 ? d->padded_total : d->shard_total;
+}
+
+static dt_status setup_bitwise(dt_dp *d) {
+    if (!d->o.bitwise) return DT_OK;
+    DT_TRY(dt_fold_create(&d->fold, leaf_size(d), d->o.leaves));
+    size_t maxunit = 0;
+    for (int u = 0; u < d->m->nunits; u++) {
+        size_t n = is_zero(d) ? d->P[u] : d->m->units[u].count;
+        if (n > maxunit) maxunit = n;
+    }
+    size_t tmp = (is_zero(d) && d->o.zero >= 2 ? maxunit : leaf_size(d)) / 2 + 1;
+    DT_TRY(dt_alloc((void **)&d->tree_tmp, tmp * sizeof(float), "bitwise exchange buffer"));
+    d->workspace_bytes += dt_fold_bytes(&d->fold) + tmp * sizeof(float);
+    return DT_OK;
+}
+
+/* Points the model's gradients at this micro-step's leaf (flat and zero-1 layouts). */
+static void bitwise_begin_micro(dt_dp *d) {
+    d->leaf = dt_fold_next(&d->fold);
+    if (is_zero(d) && d->o.zero >= 2) return; /* unit scratch as usual; after_backward fills the leaf */
+    gpt_model *m = d->m;
+    for (int u = 0; u < m->nunits; u++)
+        m->unit_grads[u] = d->leaf + (is_zero(d) ? d->poff[u] : m->units[u].offset);
+}
+
+dt_status dt_dp_end_micro(dt_dp *d) {
+    if (!d->o.bitwise) return DT_OK;
+    if (!is_zero(d) || d->o.zero == 1) DT_TRY(dt_tree_allreduce(d->comm, d->leaf, leaf_size(d), d->tree_tmp));
+    dt_fold_push(&d->fold);
+    return DT_OK;
+}
+
+dt_status dt_dp_canonical_norm(dt_dp *d, double *norm) {
+    gpt_model *m = d->m;
+    size_t total = 0;
+    for (int u = 0; u < m->nunits; u++) {
+        size_t n = is_zero(d) ? d->P[u] : m->units[u].count;
+        total += (n + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
+    }
+    double *part = malloc((total + 1) * sizeof(double)); /* one double per 4 KiB of gradient */
+    if (!part) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
+    size_t k = 0;
+    dt_status s = DT_OK;
+    for (int u = 0; u < m->nunits && s == DT_OK; u++) {
+        if (!is_zero(d)) {
+            dt_chunk_sumsq(d->grads + m->units[u].offset, m->units[u].count, part + k);
+            k += (m->units[u].count + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
+        } else { /* this rank's slice holds whole chunks; gather every rank's partials in order */
+            size_t per = d->S[u] / DT_CANON_CHUNK;
+            double *mine = part + k + (size_t)d->rank * per;
+            dt_chunk_sumsq(d->grad_shard + d->soff[u], d->S[u], mine);
+            s = dt_allgather(d->comm, mine, part + k, per, DT_F64);
+            k += per * (size_t)d->N;
+        }
+    }
+    double sum = 0.0;
+    for (size_t i = 0; i < k; i++) sum += part[i];
+    free(part);
+    *norm = sqrt(sum);
+    return s;
+}
+
+/* ---- DDP buckets ---- */
+
+static dt_status launch_bucket(dt_dp *d) {
+    if (d->bucket_hi <= d->bucket_lo) return DT_OK;
+    if (d->ninflight == MAX_INFLIGHT) { /* bounded: finish the oldest before starting more */
+        DT_TRY(dt_wait(d->inflight[0]));
+        memmove(d->inflight, d->inflight + 1, (MAX_INFLIGHT - 1) * sizeof(dt_request *));
+        d->ninflight--;
+    }
+    DT_TRY(dt_iallreduce(d->comm, d->grads + d->bucket_lo, d->bucket_hi - d->bucket_lo, DT_F32, DT_SUM,
+                         &d->inflight[d->ninflight]));
+    d->ninflight++;
+    d->bucket_lo = d->bucket_hi = 0;
+    return DT_OK;
+}
+
+/* Unit u's gradients are final for this micro-step. Units arrive in descending
+ * offset order, so the bucket stays one contiguous range. */
+static void ddp_after_backward(dt_dp *d, int u) {
+    if (!d->last_micro || d->N == 1 || d->o.bitwise) return;
+    const gpt_unit *un = &d->m->units[u];
+    if (d->bucket_hi <= d->bucket_lo) d->bucket_hi = un->offset + un->count;
+    d->bucket_lo = un->offset;
+    if ((d->bucket_hi - d->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) {
+        /* a failure here resurfaces from dt_wait in end_step */
+        if (launch_bucket(d) != DT_OK) d->bucket_lo = d->bucket_hi = 0;
+    }
+}
+
+/* ---- hooks: dispatch by mode ---- */
+
+void dt_zero_before_forward(dt_dp *d, int u);
+void dt_zero_after_forward(dt_dp *d, int u);
+void dt_zero_before_backward(dt_dp *d, int u);
+void dt_zero_after_backward(dt_dp *d, int u);
+
+static void h_before_forward(void *ctx, int u) {
+    dt_dp *d = ctx;
+    if (is_zero(d)) dt_zero_before_forward(d, u);
+}
+static void h_after_forward(void *ctx, int u) {
+    dt_dp *d = ctx;
+    if (is_zero(d)) dt_zero_after_forward(d, u);
+}
+static void h_before_backward(void *ctx, int u) {
+    dt_dp *d = ctx;
+    if (is_zero(d)) dt_zero_before_backward(d, u);
+}
+static void h_after_backward(void *ctx, int u) {
+    dt_dp *d = ctx;
+    if (is_zero(d)) dt_zero_after_backward(d, u);
+    else if (!d->o.ps) ddp_after_backward(d, u);
+}
+
+/* ---- engine ---- */
+
+static dt_status make_view(const gpt_model *m, float *base, float ***out) {
+    *out = calloc((size_t)m->nunits, sizeof(float *));
+    if (!*out) return dt_fail(DT_ERUNTIME, "out of memory (views)");
+    for (int u = 0; u < m->nunits; u++) (*out)[u] = base + m->units[u].offset;
+    return DT_OK;
+}
+
+static dt_status setup_plain(dt_dp *d) {
+    gpt_model *m = d->m;
+    size_t n = m->nparams;
+    DT_TRY(dt_alloc((void **)&d->params, n * sizeof(float), "parameters"));
+    DT_TRY(dt_alloc((void **)&d->grads, n * sizeof(float), "gradients"));
+    m->params = d->params;
+    m->grads = d->grads;
+    for (int u = 0; u < m->nunits; u++) {
+        m->unit_params[u] = d->params + m->units[u].offset;
+        m->unit_grads[u] = d->grads + m->units[u].offset;
+    }
+    if (!d->o.ps || d->rank == 0) { /* ps: only the central rank keeps optimizer state */
+        DT_TRY(dt_alloc((void **)&d->exp_avg, n * sizeof(float), "AdamW first moments"));
+        DT_TRY(dt_alloc((void **)&d->exp_avg_sq, n * sizeof(float), "AdamW second moments"));
+        DT_TRY(make_view(m, d->exp_avg, &d->m_view));
+        DT_TRY(make_view(m, d->exp_avg_sq, &d->v_view));
+    }
+    return DT_OK;
+}
+
+dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_hparams *hp, const dt_dp_opts *o) {
+    dt_dp *d = calloc(1, sizeof *d);
+    if (!d) return dt_fail(DT_ERUNTIME, "out of memory (data parallel)");
+    *out = d;
+    d->comm = comm;
+    d->N = dt_comm_size(comm);
+    d->rank = dt_comm_rank(comm);
+    d->m = m;
+    d->ops = m->ops;
+    d->hp = *hp;
+    d->o = *o;
+    m->hooks = (gpt_hooks){h_before_forward, h_after_forward, h_before_backward, h_after_backward, d};
+    if (d->o.bitwise && (d->N & (d->N - 1)))
+        return dt_fail(DT_EINPUT, "parallel.determinism=bitwise needs a power-of-two data-parallel size (got %d)",
+                       d->N);
+    if (d->o.bitwise && (d->o.leaves < 1 || (d->o.leaves & (d->o.leaves - 1))))
+        return dt_fail(DT_EINPUT,
+                       "parallel.determinism=bitwise needs a power-of-two number of accumulation steps (got %d)",
+                       d->o.leaves);
+    DT_TRY(is_zero(d) ? dt_zero_setup(d) : setup_plain(d));
+    return setup_bitwise(d);
+}
+
+void dt_dp_destroy(dt_dp *d) {
+    if (!d) return;
+    for (int i = 0; i < d->ninflight; i++) dt_wait(d->inflight[i]);
+    if (is_zero(d)) dt_zero_free(d);
+    dt_fold_destroy(&d->fold);
+    dt_free(d->tree_tmp);
+    dt_free(d->params);
+    dt_free(d->grads);
+    dt_free(d->exp_avg);
+    dt_free(d->exp_avg_sq);
+    free(d->m_view);
+    free(d->v_view);
+    d->m->params = d->m->grads = NULL;
+    memset(&d->m->hooks, 0, sizeof d->m->hooks);
+    free(d);
+}
+
+dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
+    if (is_zero(d)) return dt_zero_init_weights(d, seed, init_from);
+    if (init_from && *init_from) return dt_ckpt_load_weights(init_from, d->m);
+    gpt_init(d->m, seed);
+    return DT_OK;
+}
+
+dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
+    d->step = step;
+    if (is_zero(d)) return dt_zero_load(d, step_dir);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
+    DT_TRY(dt_ckpt_load_weights(path, d->m));
+    if (d->m_view) DT_TRY(dt_ckpt_load_optimizer(step_dir, d->m, d->m_view, d->v_view));
+    return DT_OK;
+}
+
+void dt_dp_begin_step(dt_dp *d) {
+    if (d->o.bitwise) dt_fold_reset(&d->fold);
+    else if (is_zero(d)) dt_zero_begin_step(d);
+    else memset(d->grads, 0, d->m->nparams * sizeof(float));
+}
+
+void dt_dp_begin_micro(dt_dp *d, int last) {
+    d->last_micro = last;
+    if (d->o.bitwise) bitwise_begin_micro(d);
+}
+
+/* AdamW over the whole flat buffer (ps root, DDP). */
+static void full_update(dt_dp *d, double lr, double norm) {
+    dt_clip_grads(d->ops, d->grads, d->m->nparams, norm, d->hp.grad_clip);
+    dt_adamw o = {.hp = d->hp, .n = d->m->nparams, .m = d->exp_avg, .v = d->exp_avg_sq, .step = d->step};
+    dt_adamw_step(&o, d->ops, d->m, lr);
+}
+
+dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
+    dt_status s = DT_OK;
+    if (is_zero(d)) {
+        s = dt_zero_end_step(d, lr, grad_norm);
+    } else if (d->o.bitwise) {
+        /* the fold's root is the canonical sum, already identical on every rank */
+        const float *root = dt_fold_root(&d->fold);
+        if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: micro-steps are not a power of two");
+        memcpy(d->grads, root, d->m->nparams * sizeof(float));
+        s = dt_dp_canonical_norm(d, grad_norm);
+        if (s == DT_OK && (!d->o.ps || d->rank == 0)) full_update(d, lr, *grad_norm);
+        if (s == DT_OK && d->o.ps && d->N > 1) s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0);
+    } else if (d->o.ps && d->N > 1) {
+        /* central rank: reduce to rank 0, update there, broadcast the parameters */
+        double norm = 0.0;
+        s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0);
+        if (s == DT_OK && d->rank == 0) {
+            norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
+            full_update(d, lr, norm);
+        }
+        if (s == DT_OK) s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0);
+        if (s == DT_OK) s = dt_bcast(d->comm, &norm, 1, DT_F64, 0);
+        *grad_norm = norm;
+    } else {
+        if (d->N > 1) {
+            s = launch_bucket(d);
+            for (int i = 0; i < d->ninflight; i++) {
+                dt_status w = dt_wait(d->inflight[i]);
+                if (s == DT_OK) s = w;
+            }
+            d->ninflight = 0;
+        }
+        if (s == DT_OK) {
+            *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
+            full_update(d, lr, *grad_norm);
+        }
+    }
+    d->step++;
+    return s;
+}
+
+dt_status dt_dp_gather_full(dt_dp *d) { return is_zero(d) ? dt_zero_gather_full(d) : DT_OK; }
+void dt_dp_release_full(dt_dp *d) {
+    if (is_zero(d)) dt_zero_release_full(d);
+}
+
+/* Every rank learns whether any rank failed; the failing rank's message stays its own. */
+static dt_status agree(dt_dp *d, dt_status s) {
+    double code = (double)s;
+    if (d->N > 1 && dt_allreduce(d->comm, &code, 1, DT_F64, DT_SUM) != DT_OK) return DT_ERUNTIME;
+    if (s == DT_OK && code != 0.0) return dt_fail(DT_ERUNTIME, "checkpoint: another rank failed to save");
+    return s;
+}
+
+dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json) {
+    float **mv = d->m_view, **vv = d->v_view;
+    dt_status s = DT_OK;
+    if (is_zero(d)) {
+        s = dt_zero_gather_full(d);
+        if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
+    }
+    if (s == DT_OK && d->rank == 0) s = dt_ckpt_save(dir, d->m, mv, vv, st, config_json);
+    if (is_zero(d)) {
+        dt_zero_free_views(mv, vv);
+        dt_zero_release_full(d);
+    }
+    return agree(d, s);
+}
+
+dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
+    DT_TRY(dt_dp_gather_full(d));
+    dt_weights_digest(d->m, hex);
+    dt_dp_release_full(d);
+    return DT_OK;
+}
+
+void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
+    memset(r, 0, sizeof *r);
+    if (is_zero(d)) {
+        dt_zero_memory(d, r);
+        return;
+    }
+    size_t n = d->m->nparams * sizeof(float);
+    r->params = n;
+    r->grads = n;
+    r->optim = d->exp_avg ? 2 * n : 0;
+}

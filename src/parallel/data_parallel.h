@@ -1,0 +1,59 @@
+/* Data parallelism: every rank runs the whole model on its share of each global batch
+ * and the ranks combine gradients. One engine, five modes (config parallel.dp_mode,
+ * parallel.zero):
+ *   ps    central rank (seeds 001/002/004): gradients reduced to rank 0, which updates
+ *         and broadcasts the parameters. The baseline DDP beats.
+ *   ddp   (zero 0) gradients all-reduced in buckets, started during backward of the
+ *         last micro-step as soon as a bucket's gradients are final (overlap); no
+ *         communication on earlier accumulation micro-steps.
+ *   zero 1/2/3 (zero.c) optimizer state, then gradients, then parameters partitioned.
+ * With one rank every mode is plain single-process training. The engine owns the
+ * optimizer state, so it also saves, loads and digests the full model. */
+#ifndef DT_DATA_PARALLEL_H
+#define DT_DATA_PARALLEL_H
+#include <stdint.h>
+
+#include "../ckpt/checkpoint.h"
+#include "../comm/comm.h"
+#include "../model/gpt.h"
+#include "../optim/optimizer.h"
+#include "../train/metrics.h"
+
+typedef struct {
+    int ps;              /* dp_mode ps */
+    int zero;            /* 0..3 */
+    size_t bucket_bytes; /* DDP bucket size */
+    int bitwise;         /* parallel.determinism = bitwise (canonical.h) */
+    int leaves;          /* bitwise: accumulation micro-steps per optimizer step */
+} dt_dp_opts;
+
+typedef struct dt_dp dt_dp;
+
+/* Creates the engine and the model's parameter/gradient storage for this mode
+ * (the model must come from gpt_create_ex(..., alloc_state = 0)). */
+dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_hparams *hp, const dt_dp_opts *o);
+void dt_dp_destroy(dt_dp *d);
+/* GPT-2 initialisation (identical on every rank), or weights from a safetensors file. */
+dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
+/* Weights, optimizer moments and step count from a checkpoint step directory. */
+dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step);
+/* Before the first micro-step of an optimizer step. */
+void dt_dp_begin_step(dt_dp *d);
+/* Before each micro-step; last = the final accumulation micro-step of this step. */
+void dt_dp_begin_micro(dt_dp *d, int last);
+/* After each micro-step's backward (bitwise mode reduces and folds it here). */
+dt_status dt_dp_end_micro(dt_dp *d);
+/* Combines gradients, clips to the global norm, updates, re-distributes parameters. */
+dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm);
+/* Collective: rank 0 writes the checkpoint (full, unsharded tensors). */
+dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json);
+/* Collective: digest of the full weights (every rank gets it). */
+dt_status dt_dp_digest(dt_dp *d, char hex[65]);
+/* Collective: makes the full weights readable through the model (ZeRO-3 gathers them;
+ * call dt_dp_release_full after use). */
+dt_status dt_dp_gather_full(dt_dp *d);
+void dt_dp_release_full(dt_dp *d);
+/* Bytes this rank holds for parameters, gradients, optimizer state and workspace. */
+void dt_dp_memory(const dt_dp *d, dt_mem_report *r);
+
+#endif

@@ -1,0 +1,76 @@
+/* Shared between data_parallel.c (engine, ps, DDP) and zero.c (ZeRO 1/2/3). */
+#ifndef DT_DP_INTERNAL_H
+#define DT_DP_INTERNAL_H
+#include "data_parallel.h"
+
+#include "canonical.h"
+
+/* Shards are aligned to this many elements (DT_CANON_CHUNK in bitwise mode, so shard
+ * boundaries never split a chunk of the canonical gradient norm). */
+#define DT_SHARD_ALIGN 64
+
+enum { MAX_INFLIGHT = 64 };
+
+struct dt_dp {
+    dt_comm *comm;
+    int N, rank;
+    gpt_model *m;
+    const dt_ops *ops;
+    dt_adamw_hparams hp;
+    dt_dp_opts o;
+    long long step;
+    int last_micro;
+
+    /* plain layout (ps, ddp): flat buffers from the model table */
+    float *params, *grads, *exp_avg, *exp_avg_sq; /* exp_avg* NULL on non-root ps ranks */
+    float **m_view, **v_view;                     /* optimizer moments as unit views */
+
+    /* DDP buckets: a contiguous range [lo, hi) of the flat gradient buffer grows downwards
+     * as units finish (units finish in descending offset order). */
+    size_t bucket_lo, bucket_hi;
+    dt_request *inflight[MAX_INFLIGHT];
+    int ninflight;
+
+    /* ZeRO layout: unit u is padded to P[u] = N·S[u] elements; rank r owns elements
+     * [r·S[u], (r+1)·S[u]) of it, stored at shard offset soff[u]. */
+    size_t *P, *S, *poff, *soff;
+    size_t shard_total, padded_total;
+    float *params_pad;         /* zero 1/2: full parameters in the padded layout */
+    float *grads_pad;          /* zero 1: full gradients in the padded layout */
+    float *param_shard;        /* zero 3 */
+    float *grad_shard, *m_shard, *v_shard;
+    float *gscratch[3];        /* zero 2/3 gradient scratch: unit 0, ln_f, blocks */
+    float *pgather[4];         /* zero 3 gathered parameters: unit 0, ln_f, two block buffers */
+    dt_request *prefetch;      /* zero 3: pending gather */
+    int prefetch_unit;
+    int held[4];               /* zero 3: unit currently in each gather buffer (-1: none) */
+    float *rs_tmp;             /* reduce-scatter output before accumulation */
+    float *full_tmp;           /* gather_full: temporary full padded parameters (zero 3) */
+    float **saved_view;
+    size_t workspace_bytes;
+
+    /* bitwise mode */
+    dt_fold fold;       /* over the flat grads (ps/ddp), padded grads (zero 1) or shard (zero 2/3) */
+    float *leaf;        /* this micro-step's leaf buffer */
+    float *tree_tmp;    /* dt_tree_allreduce exchange buffer */
+};
+
+size_t dt_dp_align(const dt_dp *d);
+/* Canonical global gradient norm (bitwise mode) over this rank's view of the gradient. */
+dt_status dt_dp_canonical_norm(dt_dp *d, double *norm);
+
+/* zero.c */
+dt_status dt_zero_setup(dt_dp *d);
+void dt_zero_free(dt_dp *d);
+void dt_zero_begin_step(dt_dp *d);
+dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm);
+dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
+dt_status dt_zero_load(dt_dp *d, const char *step_dir);
+dt_status dt_zero_gather_full(dt_dp *d);
+void dt_zero_release_full(dt_dp *d);
+/* Full optimizer moments as unit views (temporary buffers, freed by dt_zero_free_views). */
+dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view);
+void dt_zero_free_views(float **m_view, float **v_view);
+void dt_zero_memory(const dt_dp *d, dt_mem_report *r);
+
+#endif

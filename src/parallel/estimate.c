@@ -1,0 +1,54 @@
+#include "estimate.h"
+
+#include "../model/gpt.h"
+
+dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
+    dt_state_bytes b = {4 * psi, 4 * psi, 8 * psi};
+    if (zero >= 1) {
+        b.optim = 8 * psi / n;
+        b.grads = 4 * psi + 4 * psi / n;
+    }
+    if (zero >= 2) b.grads = 4 * psi / n;
+    if (zero >= 3) b.params = 4 * psi / n;
+    return b;
+}
+
+static double mixed(double psi, int n, int zero) {
+    static const double full[4] = {16, 4, 2, 0}, shard[4] = {0, 12, 14, 16};
+    return full[zero] * psi + shard[zero] * psi / n;
+}
+
+dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
+    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    DT_TRY(gpt_shape_check(&s));
+    double psi = (double)gpt_param_count(&s);
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+    double act = (double)gpt_activation_bytes(&s, c->train.micro_batch, T);
+    if (json) {
+        fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"activations\": %.0f, \"fp32\": [", psi, n, act);
+        for (int z = 0; z <= 3; z++) {
+            dt_state_bytes b = dt_estimate_fp32(psi, n, z);
+            fprintf(out, "%s{\"zero\": %d, \"params\": %.0f, \"grads\": %.0f, \"optim\": %.0f, \"total\": %.0f}",
+                    z ? ", " : "", z, b.params, b.grads, b.optim, b.params + b.grads + b.optim);
+        }
+        fprintf(out, "], \"mixed\": [%.0f, %.0f, %.0f, %.0f]}\n", mixed(psi, n, 0), mixed(psi, n, 1),
+                mixed(psi, n, 2), mixed(psi, n, 3));
+        return DT_OK;
+    }
+    fprintf(out, "model: %d layers, %d wide, vocab %d (padded %d): psi = %.0f parameters; N = %d data-parallel ranks\n",
+            s.n_layer, s.n_embd, s.vocab_size, s.padded_vocab, psi, n);
+    fprintf(out, "%-8s %-14s %12s   %-14s %12s %12s %12s %12s\n", "stage", "bf16+fp32", "per rank", "fp32 (cpu)",
+            "params", "grads", "optimizer", "per rank");
+    static const char *mf[4] = {"16psi", "4psi+12psi/N", "2psi+14psi/N", "16psi/N"};
+    static const char *ff[4] = {"16psi", "8psi+12psi/N", "4psi+12psi/N", "16psi/N"};
+    for (int z = 0; z <= 3; z++) {
+        dt_state_bytes b = dt_estimate_fp32(psi, n, z);
+        fprintf(out, "zero %-3d %-14s %9.1f MB   %-14s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", z, mf[z],
+                mixed(psi, n, z) / 1e6, ff[z], b.params / 1e6, b.grads / 1e6, b.optim / 1e6,
+                (b.params + b.grads + b.optim) / 1e6);
+    }
+    fprintf(out, "ps: rank 0 holds 16psi = %.1f MB, the other ranks 8psi = %.1f MB\n", 16 * psi / 1e6, 8 * psi / 1e6);
+    fprintf(out, "activations (micro-batch %d x %d tokens): %.1f MB per rank, in every mode\n", c->train.micro_batch, T,
+            act / 1e6);
+    return DT_OK;
+}

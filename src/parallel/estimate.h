@@ -1,0 +1,23 @@
+/* Memory estimator: per-rank bytes of model state for each data-parallel mode, from
+ * the seed-003 formulas (Ψ parameters, N data-parallel ranks):
+ *   mixed precision (bf16 params/grads, fp32 master + Adam):  16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N
+ *   fp32 (what the CPU backend holds):  ZeRO-0 16Ψ, ZeRO-1 8Ψ+12Ψ/N (full params and
+ *   grads, a grad shard, Adam shards), ZeRO-2 4Ψ+12Ψ/N, ZeRO-3 16Ψ/N.
+ * Workspace (buckets, gathered units) and activations are reported separately. */
+#ifndef DT_ESTIMATE_H
+#define DT_ESTIMATE_H
+#include <stdio.h>
+
+#include "../core/config.h"
+#include "../core/status.h"
+
+typedef struct {
+    double params, grads, optim; /* bytes per rank */
+} dt_state_bytes;
+
+/* fp32 state bytes per rank for zero stage z (0..3) with psi parameters over n ranks. */
+dt_state_bytes dt_estimate_fp32(double psi, int n, int zero);
+/* Prints the estimate table (json: one JSON object instead). */
+dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out);
+
+#endif

@@ -1,0 +1,338 @@
+/* ZeRO stages 1-3 (seed 003: 16Ψ -> 4Ψ+12Ψ/N -> 2Ψ+14Ψ/N -> 16Ψ/N with bf16; here the
+ * fp32 analogues, see docs/parallelism.md). Sharding is per model unit, like FSDP's
+ * flat parameters: unit u is padded to P[u] = N·S[u] elements and rank r owns the
+ * slice [r·S[u], (r+1)·S[u]), so every unit's reduce-scatter and all-gather are
+ * equal-count collectives.
+ *   ZeRO-1  full parameters and gradients; after accumulation each unit's gradients are
+ *           reduce-scattered, each rank updates its slice, parameters are all-gathered.
+ *   ZeRO-2  gradients partitioned: each unit's gradients are produced in a scratch buffer,
+ *           reduce-scattered as soon as the unit's backward is done and accumulated into
+ *           the rank's gradient shard; no full-size gradient buffer exists.
+ *   ZeRO-3  parameters partitioned too (FSDP): each block is all-gathered just before its
+ *           forward and again before its backward (the next block's gather is started
+ *           while the current one computes), into two alternating buffers. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/mem.h"
+#include "dp_internal.h"
+
+static int nblocks(const dt_dp *d) { return d->m->shape.n_layer; }
+static int lnf_unit(const dt_dp *d) { return nblocks(d) + 1; }
+
+/* zero 3: which gather buffer holds unit u */
+static int gbuf_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d) ? 1 : 2 + (u - 1) % 2; }
+/* zero 2/3: which gradient scratch unit u writes */
+static int gscr_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d) ? 1 : 2; }
+
+
+
+dt_status dt_zero_setup(dt_dp *d) {
+    gpt_model *m = d->m;
+    int U = m->nunits, N = d->N;
+    d->P = calloc((size_t)U, sizeof(size_t));
+    d->S = calloc((size_t)U, sizeof(size_t));
+    d->poff = calloc((size_t)U, sizeof(size_t));
+    d->soff = calloc((size_t)U, sizeof(size_t));
+    if (!d->P || !d->S || !d->poff || !d->soff) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    size_t A = (size_t)N * dt_dp_align(d), maxS = 0;
+    for (int u = 0; u < U; u++) {
+        d->P[u] = (m->units[u].count + A - 1) / A * A;
+        d->S[u] = d->P[u] / (size_t)N;
+        d->poff[u] = d->padded_total;
+        d->soff[u] = d->shard_total;
+        d->padded_total += d->P[u];
+        d->shard_total += d->S[u];
+        if (d->S[u] > maxS) maxS = d->S[u];
+    }
+    DT_TRY(dt_alloc((void **)&d->grad_shard, d->shard_total * sizeof(float), "gradient shard"));
+    DT_TRY(dt_alloc((void **)&d->m_shard, d->shard_total * sizeof(float), "AdamW first moments (shard)"));
+    DT_TRY(dt_alloc((void **)&d->v_shard, d->shard_total * sizeof(float), "AdamW second moments (shard)"));
+    DT_TRY(dt_alloc((void **)&d->rs_tmp, maxS * sizeof(float), "reduce-scatter buffer"));
+    d->workspace_bytes = maxS * sizeof(float);
+    int z = d->o.zero;
+    if (z <= 2) {
+        DT_TRY(dt_alloc((void **)&d->params_pad, d->padded_total * sizeof(float), "parameters"));
+        for (int u = 0; u < U; u++) m->unit_params[u] = d->params_pad + d->poff[u];
+    } else {
+        DT_TRY(dt_alloc((void **)&d->param_shard, d->shard_total * sizeof(float), "parameter shard"));
+        size_t sizes[4] = {d->P[0], d->P[lnf_unit(d)], d->P[1], d->P[1]};
+        for (int b = 0; b < 4; b++) {
+            DT_TRY(dt_alloc((void **)&d->pgather[b], sizes[b] * sizeof(float), "gathered parameters"));
+            d->workspace_bytes += sizes[b] * sizeof(float);
+            d->held[b] = -1;
+        }
+        for (int u = 0; u < U; u++) m->unit_params[u] = d->pgather[gbuf_of(d, u)];
+        d->prefetch_unit = -1;
+    }
+    if (z == 1) {
+        DT_TRY(dt_alloc((void **)&d->grads_pad, d->padded_total * sizeof(float), "gradients"));
+        for (int u = 0; u < U; u++) m->unit_grads[u] = d->grads_pad + d->poff[u];
+    } else {
+        size_t sizes[3] = {d->P[0], d->P[lnf_unit(d)], d->P[1]};
+        for (int b = 0; b < 3; b++) {
+            DT_TRY(dt_alloc((void **)&d->gscratch[b], sizes[b] * sizeof(float), "gradient scratch"));
+            d->workspace_bytes += sizes[b] * sizeof(float);
+        }
+        for (int u = 0; u < U; u++) m->unit_grads[u] = d->gscratch[gscr_of(d, u)];
+    }
+    m->params = m->grads = NULL; /* no flat layout in ZeRO modes */
+    return DT_OK;
+}
+
+void dt_zero_free(dt_dp *d) {
+    if (d->prefetch) dt_wait(d->prefetch);
+    dt_free(d->params_pad);
+    dt_free(d->grads_pad);
+    dt_free(d->param_shard);
+    dt_free(d->grad_shard);
+    dt_free(d->m_shard);
+    dt_free(d->v_shard);
+    dt_free(d->rs_tmp);
+    for (int b = 0; b < 3; b++) dt_free(d->gscratch[b]);
+    for (int b = 0; b < 4; b++) dt_free(d->pgather[b]);
+    free(d->P);
+    free(d->S);
+    free(d->poff);
+    free(d->soff);
+}
+
+/* ---- ZeRO-3 gathers ---- */
+
+static dt_status finish_prefetch(dt_dp *d) {
+    if (!d->prefetch) return DT_OK;
+    dt_status s = dt_wait(d->prefetch);
+    d->prefetch = NULL;
+    d->held[gbuf_of(d, d->prefetch_unit)] = s == DT_OK ? d->prefetch_unit : -1;
+    d->prefetch_unit = -1;
+    return s;
+}
+
+static dt_status gather_unit(dt_dp *d, int u) {
+    int b = gbuf_of(d, u);
+    if (d->prefetch && d->prefetch_unit == u) return finish_prefetch(d);
+    if (d->held[b] == u) return DT_OK;
+    DT_TRY(finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
+    d->held[b] = -1;
+    DT_TRY(dt_allgather(d->comm, d->param_shard + d->soff[u], d->pgather[b], d->S[u], DT_F32));
+    d->held[b] = u;
+    return DT_OK;
+}
+
+static void prefetch_unit(dt_dp *d, int u) {
+    if (u < 1 || u > nblocks(d) || d->prefetch) return;
+    int b = gbuf_of(d, u);
+    if (d->held[b] == u) return;
+    d->held[b] = -1;
+    if (dt_iallgather(d->comm, d->param_shard + d->soff[u], d->pgather[b], d->S[u], DT_F32, &d->prefetch) == DT_OK)
+        d->prefetch_unit = u;
+    else
+        d->prefetch = NULL; /* fall back to a blocking gather when the unit is needed */
+}
+
+/* Hook failures cannot return through the model; they surface as a mismatch caught
+ * by the next collective, so gathers are retried blocking inside gather_unit. */
+void dt_zero_before_forward(dt_dp *d, int u) {
+    if (d->o.zero < 3) return;
+    if (gather_unit(d, u) != DT_OK) return;
+    if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u + 1);
+}
+
+void dt_zero_after_forward(dt_dp *d, int u) {
+    (void)d;
+    (void)u; /* buffers are reused by the block two ahead; nothing to free */
+}
+
+void dt_zero_before_backward(dt_dp *d, int u) {
+    if (d->o.zero >= 3) {
+        if (gather_unit(d, u) == DT_OK && u >= 1 && u <= nblocks(d)) prefetch_unit(d, u - 1);
+    }
+    if (d->o.zero >= 2) memset(d->m->unit_grads[u], 0, d->P[u] * sizeof(float));
+}
+
+void dt_zero_after_backward(dt_dp *d, int u) {
+    if (d->o.zero < 2) return;
+    if (d->o.bitwise) { /* canonical tree over ranks, then keep this rank's slice of the leaf */
+        if (dt_tree_allreduce(d->comm, d->m->unit_grads[u], d->P[u], d->tree_tmp) != DT_OK) return;
+        memcpy(d->leaf + d->soff[u], d->m->unit_grads[u] + (size_t)d->rank * d->S[u], d->S[u] * sizeof(float));
+        return;
+    }
+    /* reduce-scatter this unit's gradients now and keep only this rank's slice */
+    if (dt_reduce_scatter(d->comm, d->m->unit_grads[u], d->rs_tmp, d->S[u], DT_F32, DT_SUM) != DT_OK) return;
+    float *dst = d->grad_shard + d->soff[u];
+    for (size_t i = 0; i < d->S[u]; i++) dst[i] += d->rs_tmp[i];
+}
+
+/* ---- step ---- */
+
+void dt_zero_begin_step(dt_dp *d) {
+    if (d->o.zero == 1) memset(d->grads_pad, 0, d->padded_total * sizeof(float));
+    else memset(d->grad_shard, 0, d->shard_total * sizeof(float));
+}
+
+/* Parameters of this rank's slice of unit u, at unit-relative element x. */
+static float *slice_param(dt_dp *d, int u, size_t x) {
+    size_t lo = (size_t)d->rank * d->S[u];
+    if (d->o.zero <= 2) return d->params_pad + d->poff[u] + x;
+    return d->param_shard + d->soff[u] + (x - lo);
+}
+
+dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
+    gpt_model *m = d->m;
+    if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
+    if (d->o.bitwise) {
+        const float *root = dt_fold_root(&d->fold);
+        if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: micro-steps are not a power of two");
+        if (d->o.zero == 1) /* the root is the full reduced gradient: keep this rank's slices */
+            for (int u = 0; u < m->nunits; u++)
+                memcpy(d->grad_shard + d->soff[u], root + d->poff[u] + (size_t)d->rank * d->S[u],
+                       d->S[u] * sizeof(float));
+        else
+            memcpy(d->grad_shard, root, d->shard_total * sizeof(float));
+        DT_TRY(dt_dp_canonical_norm(d, grad_norm));
+    } else {
+        if (d->o.zero == 1)
+            for (int u = 0; u < m->nunits; u++)
+                DT_TRY(dt_reduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u], d->S[u],
+                                         DT_F32, DT_SUM));
+        double ss = d->ops->sumsq(d->grad_shard, d->shard_total);
+        DT_TRY(dt_allreduce(d->comm, &ss, 1, DT_F64, DT_SUM));
+        *grad_norm = sqrt(ss);
+    }
+    dt_clip_grads(d->ops, d->grad_shard, d->shard_total, *grad_norm, d->hp.grad_clip);
+    long long step = d->step + 1;
+    float bc1 = (float)(1.0 - pow(d->hp.beta1, (double)step)), bc2 = (float)(1.0 - pow(d->hp.beta2, (double)step));
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[i];
+        int u = t->unit;
+        size_t a = t->offset - m->units[u].offset, b = a + t->numel;
+        size_t lo = (size_t)d->rank * d->S[u], hi = lo + d->S[u];
+        size_t x0 = a > lo ? a : lo, x1 = b < hi ? b : hi;
+        if (x0 >= x1) continue;
+        size_t k = d->soff[u] + (x0 - lo);
+        d->ops->adamw(slice_param(d, u, x0), d->grad_shard + k, d->m_shard + k, d->v_shard + k, x1 - x0, (float)lr,
+                      (float)d->hp.beta1, (float)d->hp.beta2, (float)d->hp.eps,
+                      t->decay ? (float)d->hp.weight_decay : 0.0f, bc1, bc2);
+    }
+    if (d->o.zero <= 2) {
+        for (int u = 0; u < m->nunits; u++) {
+            float *unit = d->params_pad + d->poff[u];
+            DT_TRY(dt_allgather(d->comm, unit + (size_t)d->rank * d->S[u], unit, d->S[u], DT_F32));
+        }
+    } else {
+        for (int b = 0; b < 4; b++) d->held[b] = -1; /* parameters changed: gather again */
+    }
+    return DT_OK;
+}
+
+/* ---- full views for init, load, save and digest ---- */
+
+/* Points the model at a full padded parameter buffer (ZeRO-3 only; others are full). */
+static dt_status push_full_view(dt_dp *d) {
+    gpt_model *m = d->m;
+    DT_TRY(dt_alloc((void **)&d->full_tmp, d->padded_total * sizeof(float), "full parameters"));
+    d->saved_view = malloc((size_t)m->nunits * sizeof(float *));
+    if (!d->saved_view) return dt_fail(DT_ERUNTIME, "out of memory (views)");
+    for (int u = 0; u < m->nunits; u++) {
+        d->saved_view[u] = m->unit_params[u];
+        m->unit_params[u] = d->full_tmp + d->poff[u];
+    }
+    return DT_OK;
+}
+
+static void pop_full_view(dt_dp *d) {
+    if (!d->saved_view) return;
+    for (int u = 0; u < d->m->nunits; u++) d->m->unit_params[u] = d->saved_view[u];
+    free(d->saved_view);
+    d->saved_view = NULL;
+    dt_free(d->full_tmp);
+    d->full_tmp = NULL;
+}
+
+/* Keeps this rank's slices of a full padded buffer. */
+static void take_slices(dt_dp *d, const float *full, float *shard) {
+    for (int u = 0; u < d->m->nunits; u++)
+        memcpy(shard + d->soff[u], full + d->poff[u] + (size_t)d->rank * d->S[u], d->S[u] * sizeof(float));
+}
+
+dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
+    if (d->o.zero >= 3) DT_TRY(push_full_view(d));
+    dt_status s = DT_OK;
+    if (init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
+    else gpt_init(d->m, seed);
+    if (d->o.zero >= 3) {
+        if (s == DT_OK) take_slices(d, d->full_tmp, d->param_shard);
+        pop_full_view(d);
+    }
+    return s;
+}
+
+static dt_status alloc_views(dt_dp *d, float **base, float ***view) {
+    DT_TRY(dt_alloc((void **)base, d->padded_total * sizeof(float), "full optimizer state"));
+    *view = malloc((size_t)d->m->nunits * sizeof(float *));
+    if (!*view) return dt_fail(DT_ERUNTIME, "out of memory (views)");
+    for (int u = 0; u < d->m->nunits; u++) (*view)[u] = *base + d->poff[u];
+    return DT_OK;
+}
+
+void dt_zero_free_views(float **m_view, float **v_view) {
+    if (m_view) dt_free(m_view[0]); /* poff[0] == 0: the first unit starts the buffer */
+    if (v_view) dt_free(v_view[0]);
+    free(m_view);
+    free(v_view);
+}
+
+dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
+    DT_TRY(dt_zero_init_weights(d, 0, path));
+    float *mb = NULL, *vb = NULL, **mv = NULL, **vv = NULL;
+    dt_status s = alloc_views(d, &mb, &mv);
+    if (s == DT_OK) s = alloc_views(d, &vb, &vv);
+    if (s == DT_OK) s = dt_ckpt_load_optimizer(step_dir, d->m, mv, vv);
+    if (s == DT_OK) {
+        take_slices(d, mb, d->m_shard);
+        take_slices(d, vb, d->v_shard);
+    }
+    if (mv) dt_zero_free_views(mv, vv);
+    else {
+        dt_free(mb);
+        dt_free(vb);
+    }
+    return s;
+}
+
+static dt_status gather_all(dt_dp *d, const float *shard, float *full) {
+    for (int u = 0; u < d->m->nunits; u++)
+        DT_TRY(dt_allgather(d->comm, shard + d->soff[u], full + d->poff[u], d->S[u], DT_F32));
+    return DT_OK;
+}
+
+dt_status dt_zero_gather_full(dt_dp *d) {
+    if (d->o.zero < 3) return DT_OK;
+    DT_TRY(finish_prefetch(d));
+    DT_TRY(push_full_view(d));
+    return gather_all(d, d->param_shard, d->full_tmp);
+}
+
+void dt_zero_release_full(dt_dp *d) {
+    if (d->o.zero >= 3) pop_full_view(d);
+}
+
+dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view) {
+    float *mb = NULL, *vb = NULL;
+    *m_view = *v_view = NULL;
+    DT_TRY(alloc_views(d, &mb, m_view));
+    DT_TRY(alloc_views(d, &vb, v_view));
+    DT_TRY(gather_all(d, d->m_shard, mb));
+    return gather_all(d, d->v_shard, vb);
+}
+
+void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
+    size_t f = sizeof(float);
+    r->params = (d->o.zero <= 2 ? d->padded_total : d->shard_total) * f;
+    r->grads = d->shard_total * f + (d->o.zero == 1 ? d->padded_total * f : 0);
+    r->optim = 2 * d->shard_total * f;
+    r->workspace = d->workspace_bytes;
+}

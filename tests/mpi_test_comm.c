@@ -1,0 +1,344 @@
+/* Communicator: every collective under every algorithm that implements it, both dtypes,
+ * many counts, blocking and non-blocking, against serial references every rank computes
+ * locally (rank q's input element i is a fixed function of (q, i)). Also: bitwise
+ * repeatability, shm's rank-order sums, overlapping non-blocking operations, split.
+ * Usage: mpirun -np N mpi_test_comm [SOURCE_DIR] */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "core/status.h"
+
+static int g_pass, g_fail, g_rank, g_size, g_printed;
+#define CHECK(cond, ...)                                                              \
+    do {                                                                              \
+        if (cond) g_pass++;                                                           \
+        else {                                                                        \
+            g_fail++;                                                                 \
+            if (g_printed++ < 30) {                                                   \
+                fprintf(stderr, "rank %d: FAIL %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
+                fprintf(stderr, __VA_ARGS__);                                         \
+                fprintf(stderr, "\n");                                                \
+            }                                                                         \
+        }                                                                             \
+    } while (0)
+#define OK(expr, what) CHECK((expr) == DT_OK, "%s: %s", what, dt_error_message())
+
+/* rank q's input element i: in [1, 2), so sums do not cancel and a relative tolerance holds */
+static double val(int q, size_t i) { return 1.0 + (double)((q * 7919u + i * 31u) % 1009u) / 1009.0; }
+
+static double getv(const void *p, size_t i, dt_dtype t) {
+    return t == DT_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+static void setv(void *p, size_t i, dt_dtype t, double v) {
+    if (t == DT_F32) ((float *)p)[i] = (float)v;
+    else ((double *)p)[i] = v;
+}
+static void fill(void *p, size_t n, dt_dtype t, int q, size_t base) {
+    for (size_t i = 0; i < n; i++) setv(p, i, t, val(q, base + i));
+}
+
+/* Sum over the member ranks in order, in the dtype's precision (then the mean's scale). */
+static double ref_sum(const int *mem, int m, size_t g, dt_dtype t, dt_redop op) {
+    if (t == DT_F32) {
+        float s = (float)val(mem[0], g);
+        for (int k = 1; k < m; k++) s += (float)val(mem[k], g);
+        if (op == DT_AVG) s *= (float)(1.0 / m);
+        return s;
+    }
+    double s = val(mem[0], g);
+    for (int k = 1; k < m; k++) s += val(mem[k], g);
+    if (op == DT_AVG) s *= 1.0 / m;
+    return s;
+}
+
+/* got[i] against the reduction of global element base+i; exact for rank-order sums */
+static void check_reduced(const char *what, const void *got, size_t n, dt_dtype t, const int *mem, int m, size_t base,
+                          dt_redop op, int exact) {
+    size_t bad = 0, first = 0;
+    double fg = 0, fr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double g = getv(got, i, t), r = ref_sum(mem, m, base + i, t, op);
+        int ok = exact ? g == r : fabs(g - r) <= 1e-6 * fabs(r);
+        if (!ok && bad++ == 0) {
+            first = i;
+            fg = g;
+            fr = r;
+        }
+    }
+    CHECK(bad == 0, "%s: %zu of %zu wrong, first at %zu: got %.10g want %.10g", what, bad, n, first, fg, fr);
+}
+
+/* got[i] == rank q's element base+i exactly */
+static void check_copy(const char *what, const void *got, size_t n, dt_dtype t, int q, size_t base) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        double want = t == DT_F32 ? (double)(float)val(q, base + i) : val(q, base + i);
+        if (getv(got, i, t) != want && bad++ == 0) first = i;
+    }
+    CHECK(bad == 0, "%s: %zu of %zu differ from rank %d's data, first at %zu", what, bad, n, q, first);
+}
+
+static dt_comm *g_world;
+static int g_all[64];
+static void *A, *B, *C; /* max-size buffers, allocated once */
+
+static void set_algo(dt_comm *c, dt_coll coll, dt_algo a) {
+    OK(dt_comm_set_algo(c, coll, a), "set_algo");
+}
+
+static void wait_polling(dt_request *r, const char *what) {
+    int done = 0;
+    dt_status st = DT_OK;
+    for (long i = 0; !done && !st && i < 100000000L; i++) st = dt_test(r, &done);
+    CHECK(st == DT_OK && done, "%s: dt_test: status %d, done %d: %s", what, st, done, dt_error_message());
+    OK(dt_wait(r), what);
+}
+
+static void test_allreduce(dt_comm *c, const int *mem, dt_algo a, dt_dtype t, size_t n, dt_redop op) {
+    char what[160];
+    int m = dt_comm_size(c), r = mem[dt_comm_rank(c)];
+    size_t es = dt_dtype_size(t);
+    snprintf(what, sizeof what, "allreduce %s %s n=%zu %s size=%d", dt_algo_name(a), dt_dtype_name(t), n,
+             op == DT_AVG ? "avg" : "sum", m);
+    set_algo(c, DT_COLL_ALLREDUCE, a);
+    fill(A, n, t, r, 0);
+    OK(dt_allreduce(c, A, n, t, op), what);
+    check_reduced(what, A, n, t, mem, m, 0, op, a == DT_ALGO_SHM);
+    fill(B, n, t, r, 0);
+    OK(dt_allreduce(c, B, n, t, op), what);
+    CHECK(memcmp(A, B, n * es) == 0, "%s: two runs differ", what);
+}
+
+static void test_iallreduce(dt_algo a, dt_dtype t, size_t n, dt_redop op) {
+    char what[160];
+    snprintf(what, sizeof what, "iallreduce %s %s n=%zu", dt_algo_name(a), dt_dtype_name(t), n);
+    set_algo(g_world, DT_COLL_ALLREDUCE, a);
+    fill(A, n, t, g_rank, 0);
+    dt_request *req = NULL;
+    OK(dt_iallreduce(g_world, A, n, t, op, &req), what);
+    if (req) wait_polling(req, what);
+    check_reduced(what, A, n, t, g_all, g_size, 0, op, a == DT_ALGO_SHM);
+}
+
+static void test_reduce_scatter(dt_algo a, dt_dtype t, size_t n, dt_redop op, int nonblocking) {
+    char what[160];
+    size_t es = dt_dtype_size(t);
+    snprintf(what, sizeof what, "%sreduce_scatter %s %s n=%zu %s", nonblocking ? "i" : "", dt_algo_name(a),
+             dt_dtype_name(t), n, op == DT_AVG ? "avg" : "sum");
+    set_algo(g_world, DT_COLL_REDUCE_SCATTER, a);
+    fill(A, (size_t)g_size * n, t, g_rank, 0);
+    if (nonblocking) {
+        dt_request *req = NULL;
+        OK(dt_ireduce_scatter(g_world, A, B, n, t, op, &req), what);
+        if (req) OK(dt_wait(req), what);
+    } else {
+        OK(dt_reduce_scatter(g_world, A, B, n, t, op), what);
+    }
+    check_reduced(what, B, n, t, g_all, g_size, (size_t)g_rank * n, op, a == DT_ALGO_SHM);
+    if (!nonblocking) {
+        OK(dt_reduce_scatter(g_world, A, C, n, t, op), what);
+        CHECK(memcmp(B, C, n * es) == 0, "%s: two runs differ", what);
+        check_copy(what, A, (size_t)g_size * n, t, g_rank, 0); /* send untouched */
+    }
+}
+
+static void test_allgather(dt_algo a, dt_dtype t, size_t n, int inplace, int nonblocking) {
+    char what[160];
+    size_t es = dt_dtype_size(t);
+    snprintf(what, sizeof what, "%sallgather %s %s n=%zu%s", nonblocking ? "i" : "", dt_algo_name(a), dt_dtype_name(t),
+             n, inplace ? " in place" : "");
+    set_algo(g_world, DT_COLL_ALLGATHER, a);
+    void *send = inplace ? (char *)B + (size_t)g_rank * n * es : A;
+    for (size_t i = 0; i < (size_t)g_size * n; i++) setv(B, i, t, -1.0);
+    fill(send, n, t, g_rank, 0);
+    if (nonblocking) {
+        dt_request *req = NULL;
+        OK(dt_iallgather(g_world, send, B, n, t, &req), what);
+        if (req) OK(dt_wait(req), what);
+    } else {
+        OK(dt_allgather(g_world, send, B, n, t), what);
+    }
+    for (int q = 0; q < g_size; q++) check_copy(what, (char *)B + (size_t)q * n * es, n, t, q, 0);
+}
+
+static void test_bcast(dt_algo a, dt_dtype t, size_t n, int root) {
+    char what[160];
+    snprintf(what, sizeof what, "bcast %s %s n=%zu root=%d", dt_algo_name(a), dt_dtype_name(t), n, root);
+    set_algo(g_world, DT_COLL_BCAST, a);
+    if (g_rank == root) fill(A, n, t, root, 0);
+    else
+        for (size_t i = 0; i < n; i++) setv(A, i, t, -1.0);
+    OK(dt_bcast(g_world, A, n, t, root), what);
+    check_copy(what, A, n, t, root, 0);
+}
+
+static void test_reduce(dt_algo a, dt_dtype t, size_t n, dt_redop op, int root) {
+    char what[160];
+    size_t es = dt_dtype_size(t);
+    snprintf(what, sizeof what, "reduce (allreduce algo %s) %s n=%zu root=%d %s", dt_algo_name(a), dt_dtype_name(t),
+             n, root, op == DT_AVG ? "avg" : "sum");
+    set_algo(g_world, DT_COLL_ALLREDUCE, a);
+    fill(A, n, t, g_rank, 0);
+    OK(dt_reduce(g_world, A, n, t, op, root), what);
+    if (g_rank == root) check_reduced(what, A, n, t, g_all, g_size, 0, op, 0);
+    else check_copy(what, A, n, t, g_rank, 0);
+    fill(B, n, t, g_rank, 0);
+    OK(dt_reduce(g_world, B, n, t, op, root), what);
+    CHECK(memcmp(A, B, n * es) == 0, "%s: two runs differ", what);
+}
+
+/* Two non-blocking all-reduces in flight at once, a blocking one between them, waited
+ * in reverse order. */
+static void test_overlap(dt_algo a, dt_dtype t, size_t n1, size_t n2) {
+    char what[160];
+    snprintf(what, sizeof what, "overlapping iallreduce %s %s n=%zu,%zu", dt_algo_name(a), dt_dtype_name(t), n1, n2);
+    set_algo(g_world, DT_COLL_ALLREDUCE, a);
+    fill(A, n1, t, g_rank, 0);
+    fill(B, n2, t, g_rank, 7);
+    fill(C, n2, t, g_rank, 3);
+    dt_request *r1 = NULL, *r2 = NULL;
+    OK(dt_iallreduce(g_world, A, n1, t, DT_SUM, &r1), what);
+    OK(dt_iallreduce(g_world, B, n2, t, DT_AVG, &r2), what);
+    OK(dt_allreduce(g_world, C, n2, t, DT_SUM), what);
+    if (r2) OK(dt_wait(r2), what);
+    if (r1) OK(dt_wait(r1), what);
+    check_reduced(what, A, n1, t, g_all, g_size, 0, DT_SUM, a == DT_ALGO_SHM);
+    check_reduced(what, B, n2, t, g_all, g_size, 7, DT_AVG, a == DT_ALGO_SHM);
+    check_reduced(what, C, n2, t, g_all, g_size, 3, DT_SUM, a == DT_ALGO_SHM);
+}
+
+static void test_split(void) {
+    dt_comm *sub = NULL;
+    OK(dt_comm_split(g_world, g_rank % 2, g_rank, &sub), "split");
+    if (!sub) return;
+    int mem[64], m = 0;
+    for (int q = g_rank % 2; q < g_size; q += 2) mem[m++] = q;
+    CHECK(dt_comm_size(sub) == m, "split: size %d, want %d", dt_comm_size(sub), m);
+    CHECK(dt_comm_rank(sub) == g_rank / 2, "split: rank %d, want %d", dt_comm_rank(sub), g_rank / 2);
+    for (int a = 0; a < DT_ALGO_N; a++)
+        for (int t = 0; t < 2; t++) {
+            size_t ns[] = {1, 13, 1021, 100003};
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+                test_allreduce(sub, mem, (dt_algo)a, (dt_dtype)t, ns[k], k % 2 ? DT_AVG : DT_SUM);
+        }
+    /* the world is unaffected by traffic on the sub-communicator */
+    set_algo(g_world, DT_COLL_ALLREDUCE, DT_ALGO_RING);
+    fill(A, 1000, DT_F32, g_rank, 0);
+    OK(dt_allreduce(g_world, A, 1000, DT_F32, DT_SUM), "world after split");
+    check_reduced("world after split", A, 1000, DT_F32, g_all, g_size, 0, DT_SUM, 0);
+    dt_comm_free(sub);
+}
+
+static void test_errors(void) {
+    dt_algo a;
+    dt_error_clear();
+    CHECK(dt_algo_parse("bogus", &a) == DT_EINPUT, "parse accepted bogus");
+    CHECK(strstr(dt_error_message(), "bogus") != NULL, "message: %s", dt_error_message());
+    dt_error_clear();
+    CHECK(dt_algo_parse("shm", &a) == DT_OK && a == DT_ALGO_SHM, "parse shm");
+    CHECK(dt_comm_set_algo(g_world, DT_COLL_BCAST, DT_ALGO_RHD) == DT_EINPUT, "rhd bcast accepted");
+    CHECK(dt_comm_set_algo(g_world, DT_COLL_BCAST, DT_ALGO_RING) == DT_EINPUT, "ring bcast accepted");
+    CHECK(dt_comm_set_algo(g_world, DT_COLL_REDUCE_SCATTER, DT_ALGO_TREE) == DT_EINPUT, "tree rs accepted");
+    dt_error_clear();
+    CHECK(dt_bcast(g_world, A, 1, DT_F32, g_size) == DT_EINPUT, "bcast root out of range accepted");
+    CHECK(strstr(dt_error_message(), "broadcast") != NULL, "message does not name the operation: %s",
+          dt_error_message());
+    dt_error_clear();
+    CHECK(dt_comm_local_size(g_world) == g_size, "local size %d of %d (one node)", dt_comm_local_size(g_world), g_size);
+    CHECK(dt_comm_local_rank(g_world) == g_rank, "local rank %d, rank %d", dt_comm_local_rank(g_world), g_rank);
+}
+
+static void test_p2p(void) {
+    if (g_size < 2) return;
+    double x[3] = {1, 2, 3};
+    if (g_rank == 0) {
+        OK(dt_send(g_world, x, 3, DT_F64, 1, 5), "send");
+    } else if (g_rank == 1) {
+        double y[3] = {0};
+        OK(dt_recv(g_world, y, 3, DT_F64, 0, 5), "recv");
+        CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3, "recv: got %g %g %g", y[0], y[1], y[2]);
+    }
+    OK(dt_barrier(g_world), "barrier");
+}
+
+int main(int argc, char **argv) {
+    if (dt_comm_init(&g_world, &argc, &argv) != DT_OK) {
+        fprintf(stderr, "mpi_test_comm: %s\n", dt_error_message());
+        return 1;
+    }
+    g_rank = dt_comm_rank(g_world);
+    g_size = dt_comm_size(g_world);
+    if (g_size > 64) {
+        fprintf(stderr, "mpi_test_comm: at most 64 ranks\n");
+        dt_comm_finalize(g_world);
+        return 77;
+    }
+    for (int q = 0; q < g_size; q++) g_all[q] = q;
+    const size_t big = (size_t)1 << 20;
+    size_t bytes = (size_t)g_size * (big + 8) * sizeof(double);
+    A = calloc(1, bytes), B = calloc(1, bytes), C = calloc(1, bytes);
+    if (!A || !B || !C) {
+        fprintf(stderr, "mpi_test_comm: out of memory\n");
+        return 1;
+    }
+    size_t counts[] = {0, 1, 2, 7, 13, 1021, (size_t)g_size * 1000 + 1, big};
+    size_t ncounts = sizeof counts / sizeof counts[0];
+
+    test_errors();
+    test_p2p();
+    for (int ai = 0; ai < DT_ALGO_N; ai++) {
+        dt_algo a = (dt_algo)ai;
+        for (int ti = 0; ti < 2; ti++) {
+            dt_dtype t = (dt_dtype)ti;
+            for (size_t k = 0; k < ncounts; k++) {
+                size_t n = counts[k];
+                if (dt_algo_supports(a, DT_COLL_ALLREDUCE)) {
+                    test_allreduce(g_world, g_all, a, t, n, DT_SUM);
+                    test_allreduce(g_world, g_all, a, t, n, DT_AVG);
+                    test_iallreduce(a, t, n, k % 2 ? DT_AVG : DT_SUM);
+                }
+                if (dt_algo_supports(a, DT_COLL_REDUCE_SCATTER)) {
+                    test_reduce_scatter(a, t, n, DT_SUM, 0);
+                    test_reduce_scatter(a, t, n, DT_AVG, 0);
+                    test_reduce_scatter(a, t, n, k % 2 ? DT_AVG : DT_SUM, 1);
+                }
+                if (dt_algo_supports(a, DT_COLL_ALLGATHER)) {
+                    test_allgather(a, t, n, 0, 0);
+                    test_allgather(a, t, n, 1, 0);
+                    test_allgather(a, t, n, k % 2, 1);
+                }
+                if (dt_algo_supports(a, DT_COLL_BCAST)) {
+                    test_bcast(a, t, n, 0);
+                    test_bcast(a, t, n, g_size - 1);
+                }
+            }
+        }
+        test_overlap(a, DT_F32, 100003, 5000);
+        test_overlap(a, DT_F64, big, 1021);
+    }
+    for (int ti = 0; ti < 2; ti++)
+        for (size_t k = 0; k < ncounts; k++) {
+            test_reduce(DT_ALGO_MPI, (dt_dtype)ti, counts[k], DT_SUM, 0);
+            test_reduce(DT_ALGO_TREE, (dt_dtype)ti, counts[k], DT_AVG, g_size - 1);
+            test_reduce(DT_ALGO_TREE, (dt_dtype)ti, counts[k], DT_SUM, 0);
+        }
+    test_split();
+
+    /* totals over ranks, exchanged with MPI's own all-reduce */
+    set_algo(g_world, DT_COLL_ALLREDUCE, DT_ALGO_MPI);
+    double tot[2] = {g_pass, g_fail};
+    if (dt_allreduce(g_world, tot, 2, DT_F64, DT_SUM) != DT_OK) {
+        fprintf(stderr, "rank %d: %s\n", g_rank, dt_error_message());
+        tot[1] += 1;
+    }
+    if (g_rank == 0) printf("%.0f passed, %.0f failed (%d ranks)\n", tot[0], tot[1], g_size);
+    free(A);
+    free(B);
+    free(C);
+    dt_comm_finalize(g_world);
+    return tot[1] > 0 ? 1 : 0;
+}

@@ -1,0 +1,98 @@
+# Data parallelism reproduces the single-process loss curve: dp in {2, 4} x
+# {ps, DDP, ZeRO-1, ZeRO-2, ZeRO-3}, same global batch, 20 steps, per-step loss and
+# grad norm within 1e-5 relative of the single-process run (parallel.determinism=fast);
+# plus the memory each rank reports against the ZeRO formulas, and bad layouts.
+source "$(dirname "$0")/lib.sh"
+command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+prepare_tiny
+RUN=("${TINY[@]}" --steps 20 --threads 1 --set train.micro_batch=2 --set train.global_batch=8 --set train.val_every=10)
+"$DTRAIN" train "${RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
+compare() { # compare NAME METRICS
+  python3 - "$TMP/ref.jsonl" "$2" <<'PY'
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    return {r["step"]: r for r in rows if "event" not in r}, [r["val_loss"] for r in rows if r.get("event") == "val"]
+(ref, rv), (got, gv) = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(got) == sorted(ref) == list(range(1, 21)), sorted(got)
+worst = 0.0
+for s in ref:
+    for k in ("loss", "grad_norm"):
+        worst = max(worst, abs(got[s][k] - ref[s][k]) / abs(ref[s][k]))
+for a, b in zip(rv, gv):
+    worst = max(worst, abs(a - b) / abs(a))
+assert len(rv) == len(gv) == 2, (rv, gv)
+print("max rel diff %.2e" % worst)
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}
+for np in 2 4; do
+  for mode in "ps:--set parallel.dp_mode=ps" "ddp:" "zero1:--set parallel.zero=1" "zero2:--set parallel.zero=2" \
+              "zero3:--set parallel.zero=3"; do
+    name=${mode%%:*}; args=${mode#*:}
+    if "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" $args --metrics "$TMP/$name$np.jsonl" >"$TMP/$name$np.out" 2>&1; then
+      r=$(compare "$name" "$TMP/$name$np.jsonl") && pass "dp=$np $name matches single process ($r)" \
+        || fail "dp=$np $name: $r"
+    else
+      fail "dp=$np $name run: $(tail -3 "$TMP/$name$np.out")"
+    fi
+  done
+done
+# bitwise mode: the weights after 20 steps are identical for every dp size and mode
+BW=("${RUN[@]}" --set parallel.determinism=bitwise --digest)
+"$DTRAIN" train "${BW[@]}" >"$TMP/bw1.out" 2>&1 || fail "bitwise single process"
+ref=$(digest_of "$TMP/bw1.out"); echo "single process: $ref"
+[ -n "$ref" ] || fail "no digest"
+for np in 1 2 4; do
+  for mode in "ps:--set parallel.dp_mode=ps" "ddp:" "zero1:--set parallel.zero=1" "zero2:--set parallel.zero=2" \
+              "zero3:--set parallel.zero=3"; do
+    name=${mode%%:*}; args=${mode#*:}
+    "${MPI[@]}" -np $np "$DTRAIN" train "${BW[@]}" $args >"$TMP/bw.out" 2>&1
+    [ "$(digest_of "$TMP/bw.out")" = "$ref" ] && pass "bitwise dp=$np $name: same digest" \
+      || fail "bitwise dp=$np $name: $(digest_of "$TMP/bw.out") $(tail -2 "$TMP/bw.out")"
+  done
+done
+# measured state bytes per rank vs `dtrain estimate` (within 2%)
+MEM=(--set model.n_embd=64 --set train.micro_batch=2 --set train.global_batch=8 --steps 2 --threads 1)
+for np in 2 4; do
+  "$DTRAIN" estimate "${TINY[@]}" "${MEM[@]}" -n $np --json >"$TMP/est$np.json" || fail "estimate -n $np"
+  for z in 0 1 2 3 ps; do
+    args="--set parallel.zero=$z"; [ $z = ps ] && args="--set parallel.dp_mode=ps"
+    "${MPI[@]}" -np $np "$DTRAIN" train "${TINY[@]}" "${MEM[@]}" $args --metrics "$TMP/mem$np$z.jsonl" \
+      >"$TMP/mem.out" 2>&1 || { fail "memory run np=$np zero=$z: $(tail -2 "$TMP/mem.out")"; continue; }
+    r=$(python3 - "$TMP/est$np.json" "$TMP/mem$np$z.jsonl" $z <<'PY'
+import json, sys
+est = json.load(open(sys.argv[1])); z = sys.argv[3]
+summ = [json.loads(l) for l in open(sys.argv[2]) if '"summary"' in l][-1]
+psi = est["psi"]
+worst = 0.0
+for m in summ["mem"]:
+    got = m["params"] + m["grads"] + m["optim"]
+    if z == "ps":
+        want = 16 * psi if m["rank"] == 0 else 8 * psi
+    else:
+        want = est["fp32"][int(z)]["total"]
+    worst = max(worst, abs(got - want) / want)
+print("worst %.2f%% over %d ranks" % (100 * worst, len(summ["mem"])))
+sys.exit(0 if worst <= 0.02 and len(summ["mem"]) == int(est["n"]) else 1)
+PY
+) && pass "np=$np zero=$z memory matches estimate ($r)" || fail "np=$np zero=$z memory: $r"
+  done
+done
+# bad layouts fail on every rank with exit 2 and one line, without hanging
+bad() { # NAME PATTERN ARGS...
+  local name=$1 pat=$2; shift 2
+  timeout 120 "${MPI[@]}" -np 2 "$DTRAIN" train "${TINY[@]}" --steps 2 "$@" >"$TMP/bad.out" 2>"$TMP/bad.err"; local rc=$?
+  local lines; lines=$(grep -c "dtrain: error" "$TMP/bad.err")
+  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && grep -qE "$pat" "$TMP/bad.err"; then pass "$name: $(grep 'dtrain: error' "$TMP/bad.err")"
+  else fail "$name: exit $rc, $lines error lines: $(head -c 400 "$TMP/bad.err")"; fi
+}
+bad "world not divisible by tp" "not divisible" --set parallel.tp=3
+bad "micro_batch x dp does not divide global_batch" "does not divide" --set train.micro_batch=4 --set train.global_batch=12
+bad "unknown algorithm" "comm.allreduce" --set comm.allreduce=butterfly
+bad "bitwise with a non-power-of-two accumulation" "power-of-two" --set parallel.determinism=bitwise \
+  --set train.micro_batch=1 --set train.global_batch=6
+bad "data file missing on every rank" "nope.bin" --set data.train="$TMP/nope.bin"
+finish
