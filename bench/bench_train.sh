@@ -71,13 +71,14 @@ echo "== dtrain: $dtrain ($(git -C "$src" rev-parse --short HEAD 2>/dev/null || 
 # ---- sgemm rate of dtrain's BLAS ----
 for th in $THREADS_LIST; do
     echo "== sgemm ${SGEMM_N}^3, $th thread(s)" >&2
-    p=$(probe)
+    p0=$(probe)
     line="$("${ENV[@]}" "$tmp/sgemm_bench" "$SGEMM_N" "$th" 5)"
     echo "  $line" >&2
+    p1=$(probe)
     best=$(sed -E 's/.*best ([0-9.]+).*/\1/' <<<"$line")
     median=$(sed -E 's/.*median ([0-9.]+).*/\1/' <<<"$line")
     core=$(sed -E 's/.*core ([A-Za-z0-9_]+).*/\1/' <<<"$line")
-    printf 'sgemm\t-\t%s\t%s\t%s\t%s\t%s\n' "$th" "$p" "$best" "$core" "$median" >>"$results"
+    printf 'sgemm\t-\t%s\t%s\t%s\t%s\t%s\t%s\n' "$th" "$p0" "$p1" "$best" "$median" "$core" >>"$results"
 done
 
 shape_args() { # name -> L C H T B
@@ -88,13 +89,20 @@ shape_args() { # name -> L C H T B
     esac
 }
 
+# step times (ms, one per line, timed steps only) -> "tokens/s max/min"
+rate() {
+    "$py" -c 'import sys; ms = [float(x) for x in sys.stdin.read().split()]; tok = int(sys.argv[1])
+print("%.1f %.2f" % (tok * len(ms) / (sum(ms) / 1e3), max(ms) / min(ms)) if ms else "NA NA")
+print("  timed steps (ms): " + " ".join("%.0f" % x for x in ms), file=sys.stderr)' "$1"
+}
+
 for shape in $SHAPES; do
     read -r L C H T B <<<"$(shape_args "$shape")"
     timed=$([ "$shape" = tiny ] && echo "$STEPS_TINY" || echo "$STEPS_SMALL")
     for th in $THREADS_LIST; do
         # ---- dtrain ----
         echo "== dtrain $shape (L$L C$C H$H T$T B$B), $th thread(s), $WARMUP + $timed steps" >&2
-        p=$(probe)
+        p0=$(probe)
         rm -f "$tmp/m.jsonl"
         rc=0
         "${ENV[@]}" timeout "$RUN_TIMEOUT" "$dtrain" train --set model.n_layer="$L" --set model.n_embd="$C" \
@@ -102,46 +110,46 @@ for shape in $SHAPES; do
             --set train.micro_batch="$B" --set train.global_batch="$B" --set data.train="$tmp/tokens.bin" \
             --set data.val= --set train.val_every=0 --set log.every=1000 --steps $((WARMUP + timed)) \
             --threads "$th" --metrics "$tmp/m.jsonl" >"$tmp/dtrain.log" 2>&1 || rc=$?
+        p1=$(probe)
         if [ "$rc" -ne 0 ]; then
             echo "  dtrain failed (exit $rc):" >&2
             tail -3 "$tmp/dtrain.log" >&2
-            printf 'dtrain\t%s\t%s\t%s\tNA\tNA\n' "$shape" "$th" "$p" >>"$results"
+            r="NA NA"
         else
             grep '^summary' "$tmp/dtrain.log" | sed 's/^/  /' >&2
-            tps=$("$py" - "$tmp/m.jsonl" "$WARMUP" $((B * T)) <<'EOF'
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-steps = [r for r in recs if "event" not in r and r["step"] > int(sys.argv[2])]
-print("%.1f" % (int(sys.argv[3]) * len(steps) / (sum(r["ms"] for r in steps) / 1e3)))
-print("  timed steps (ms): " + " ".join("%.0f" % r["ms"] for r in steps), file=sys.stderr)
-EOF
-)
-            sumgf=$(sed -nE 's/^summary:.* ([0-9.]+) GFLOP\/s.*/\1/p' "$tmp/dtrain.log")
-            printf 'dtrain\t%s\t%s\t%s\t%s\t%s\n' "$shape" "$th" "$p" "$tps" "${sumgf:-NA}" >>"$results"
-            if [ -n "${KEEP:-}" ]; then
-                mkdir -p "$KEEP"
-                cp "$tmp/m.jsonl" "$KEEP/dtrain_${shape}_${th}t.jsonl"
-                cp "$tmp/dtrain.log" "$KEEP/dtrain_${shape}_${th}t.log"
-            fi
+            r=$("$py" -c 'import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l) if l.strip() else {}
+    if "step" in r and "event" not in r and r["step"] > int(sys.argv[2]): print(r["ms"])' \
+                "$tmp/m.jsonl" "$WARMUP" | rate $((B * T)))
+        fi
+        printf 'dtrain\t%s\t%s\t%s\t%s\t%s\t%s\n' "$shape" "$th" "$p0" "$p1" ${r% *} ${r#* } >>"$results"
+        if [ -n "${KEEP:-}" ]; then
+            mkdir -p "$KEEP"
+            cp "$tmp/dtrain.log" "$KEEP/dtrain_${shape}_${th}t.log"
+            [ -f "$tmp/m.jsonl" ] && cp "$tmp/m.jsonl" "$KEEP/dtrain_${shape}_${th}t.jsonl"
         fi
         # ---- torch ----
         echo "== torch $shape, $th thread(s), $WARMUP + $timed steps" >&2
-        p=$(probe)
+        p0=$(probe)
         rc=0
         "${ENV[@]}" OMP_NUM_THREADS="$th" OPENBLAS_NUM_THREADS="$th" timeout "$RUN_TIMEOUT" "$py" \
             "$here/torch_gpt_bench.py" --n-layer "$L" --n-embd "$C" --n-head "$H" --seq "$T" --batch "$B" \
             --vocab 50304 --threads "$th" --warmup "$WARMUP" --steps "$timed" >"$tmp/torch.log" 2>&1 || rc=$?
+        p1=$(probe)
         if [ "$rc" -ne 0 ]; then
             echo "  torch failed (exit $rc):" >&2
             tail -3 "$tmp/torch.log" >&2
-            printf 'torch\t%s\t%s\t%s\tNA\n' "$shape" "$th" "$p" >>"$results"
+            r="NA NA"
         else
-            tps=$("$py" -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print("%.1f" % r["tokens_per_s"]); print("  timed steps (ms): " + " ".join("%.0f" % x for x in r["ms"]), file=sys.stderr)' "$tmp/torch.log")
-            printf 'torch\t%s\t%s\t%s\t%s\n' "$shape" "$th" "$p" "$tps" >>"$results"
-            if [ -n "${KEEP:-}" ]; then
-                mkdir -p "$KEEP"
-                cp "$tmp/torch.log" "$KEEP/torch_${shape}_${th}t.json"
-            fi
+            r=$("$py" -c 'import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print("\n".join(str(x) for x in r["ms"]))' "$tmp/torch.log" | rate $((B * T)))
+        fi
+        printf 'torch\t%s\t%s\t%s\t%s\t%s\t%s\n' "$shape" "$th" "$p0" "$p1" ${r% *} ${r#* } >>"$results"
+        if [ -n "${KEEP:-}" ]; then
+            mkdir -p "$KEEP"
+            cp "$tmp/torch.log" "$KEEP/torch_${shape}_${th}t.json"
         fi
     done
 done
@@ -152,13 +160,6 @@ echo "== done in ${elapsed} s" >&2
 import datetime, sys
 path, n, elapsed, warmup, st_tiny, st_small = sys.argv[1:7]
 rows = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
-sgemm = {r[2]: (float(r[3]), float(r[4]), r[5], float(r[6])) for r in rows if r[0] == "sgemm"}
-res = {(r[0], r[1], r[2]): r for r in rows if r[0] in ("dtrain", "torch")}
-shapes = {"tiny": (4, 256, 4, 256, 8), "small": (12, 768, 12, 256, 4)}
-V = 50257  # dtrain's FLOP count uses the real vocabulary (as gpt_flops_per_token does)
-
-def flops_per_token(L, C, T):
-    return 6 * (12 * L * C * C + V * C) + 6 * L * C * T
 
 def num(x):
     try:
@@ -166,51 +167,62 @@ def num(x):
     except ValueError:
         return None
 
-def flag(p):
-    return "%.2f%s" % (p, " (unreliable)" if p < 1.6 else "")
-
+# sgemm: th -> (probe before, probe after, best, median, core)
+sgemm = {r[2]: (num(r[3]), num(r[4]), num(r[5]), num(r[6]), r[7]) for r in rows if r[0] == "sgemm"}
+# (impl, shape, th) -> (probe before, probe after, tokens/s, step max/min)
+res = {(r[0], r[1], r[2]): (num(r[3]), num(r[4]), num(r[5]), num(r[6])) for r in rows if r[0] in ("dtrain", "torch")}
+shapes = {"tiny": (4, 256, 4, 256, 8), "small": (12, 768, 12, 256, 4)}
+V = 50257  # dtrain's FLOP count uses the real vocabulary (as gpt_flops_per_token does)
 unreliable = False
+
+def flops_per_token(L, C, T):
+    return 6 * (12 * L * C * C + V * C) + 6 * L * C * T
+
+def probes(p0, p1):
+    global unreliable
+    bad = min(p0, p1) < 1.6
+    unreliable |= bad
+    return "%.2f→%.2f%s" % (p0, p1, " ⚠" if bad else "")
+
 cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
 print()
-print("### Training throughput, dtrain vs PyTorch (%s, %s)" % (datetime.date.today().isoformat(), cpu))
+print("### Training throughput, dtrain vs PyTorch (%s, %s, %d cores)" % (
+    datetime.date.today().isoformat(), cpu, len([l for l in open("/proc/cpuinfo") if l.startswith("processor")])))
 print()
 print("fp32, full training step (forward, backward, clip, AdamW), random tokens, vocab 50257 (padded to 50304); "
-      "%s warm-up steps excluded, then %s (tiny) / %s (GPT-2 small) timed steps. tokens/s = timed tokens / timed "
-      "time. Model GFLOP/s uses 6·(12·L·C² + V·C) + 6·L·C·T FLOPs per token; \"%% of sgemm\" compares it with the "
-      "best %s³ sgemm rate of dtrain's OpenBLAS (OpenMP build) on the same thread count. Probe = throughput of two "
-      "integer-chain threads over one, taken just before each run (2.00 = two free cores; < 1.6 flagged "
-      "unreliable)." % (warmup, st_tiny, st_small, n))
+      "%s warm-up steps excluded, then %s (tiny) / %s (GPT-2 small) timed steps; tokens/s = timed tokens / timed "
+      "time. Model GFLOP/s counts 6·(12·L·C² + V·C) + 6·L·C·T FLOPs per token; \"%% of sgemm\" compares it with "
+      "the best %s³ sgemm rate of dtrain's OpenBLAS (OpenMP build) on the same thread count. Probes: throughput "
+      "of two integer-chain threads over one, just before → just after each run (2.00 = two free cores; ⚠ = "
+      "below 1.6, the machine was shared during the run). Spread: slowest / fastest timed step." % (
+          warmup, st_tiny, st_small, n))
 print()
-print("| shape | threads | dtrain tokens/s | torch tokens/s | dtrain / torch | dtrain GFLOP/s | % of sgemm | probe dtrain / torch |")
-print("|---|---|---|---|---|---|---|---|")
+print("| shape | threads | dtrain tokens/s | torch tokens/s | dtrain / torch | dtrain GFLOP/s | % of sgemm "
+      "| probes dtrain | probes torch | spread dtrain / torch |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for name, (L, C, H, T, B) in shapes.items():
     for th in sorted({r[2] for r in rows if r[1] == name}, key=int):
-        d, t = res.get(("dtrain", name, th)), res.get(("torch", name, th))
-        dt = num(d[4]) if d else None
-        tt = num(t[4]) if t else None
-        pd = num(d[3]) if d else None
-        pt = num(t[3]) if t else None
-        unreliable |= (pd is not None and pd < 1.6) or (pt is not None and pt < 1.6)
-        gf = dt * flops_per_token(L, C, T) / 1e9 if dt else None
+        d = res.get(("dtrain", name, th), (None,) * 4)
+        t = res.get(("torch", name, th), (None,) * 4)
+        gf = d[2] * flops_per_token(L, C, T) / 1e9 if d[2] else None
         sg = sgemm.get(th)
-        label = "tiny (L%d C%d H%d T%d B%d)" % (L, C, H, T, B) if name == "tiny" else \
-            "GPT-2 small (L%d C%d H%d T%d B%d)" % (L, C, H, T, B)
-        print("| %s | %s | %s | %s | %s | %s | %s | %s / %s |" % (
-            label, th, "%.0f" % dt if dt else "failed", "%.0f" % tt if tt else "failed",
-            "%.2f" % (dt / tt) if dt and tt else "-", "%.1f" % gf if gf else "-",
-            "%.0f%%" % (100 * gf / sg[1]) if gf and sg else "-",
-            flag(pd) if pd is not None else "-", flag(pt) if pt is not None else "-"))
+        label = ("tiny" if name == "tiny" else "GPT-2 small") + " (L%d C%d H%d T%d B%d)" % (L, C, H, T, B)
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            label, th, "%.0f" % d[2] if d[2] else "failed", "%.0f" % t[2] if t[2] else "failed",
+            "%.2f" % (d[2] / t[2]) if d[2] and t[2] else "-", "%.1f" % gf if gf else "-",
+            "%.0f%%" % (100 * gf / sg[2]) if gf and sg else "-",
+            probes(d[0], d[1]) if d[0] is not None else "-", probes(t[0], t[1]) if t[0] is not None else "-",
+            "%s / %s" % ("%.2f" % d[3] if d[3] else "-", "%.2f" % t[3] if t[3] else "-")))
 print()
-print("| sgemm %s³ (dtrain's OpenBLAS) | threads | GFLOP/s best of 5 | median | OpenBLAS kernel | probe |" % n)
+print("| sgemm %s³, dtrain's OpenBLAS | threads | GFLOP/s best of 5 | median | OpenBLAS kernel | probes |" % n)
 print("|---|---|---|---|---|---|")
 for th in sorted(sgemm, key=int):
-    p, g, core, med = sgemm[th]
-    unreliable |= p < 1.6
-    print("| | %s | %.1f | %.1f | %s | %s |" % (th, g, med, core, flag(p)))
+    p0, p1, best, med, core = sgemm[th]
+    print("| | %s | %.1f | %.1f | %s | %s |" % (th, best, med, core, probes(p0, p1)))
 print()
 if unreliable:
-    print("Some probes were below 1.6: the machine was shared with other work during those runs, so their "
-          "timings (and the thread scaling) are not trustworthy; rerun on an idle machine.")
+    print("⚠ rows ran while other work shared the two cores: their timings, and above all the 2-thread "
+          "scaling, understate what an idle machine gives; rerun those on an idle machine.")
     print()
-print("Script: `bash bench/bench_train.sh`, %s s in all." % elapsed)
+print("Script: `bash bench/bench_train.sh` (%s s in all)." % elapsed)
 EOF

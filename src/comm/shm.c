@@ -17,6 +17,12 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <stdlib.h> /* TUNING */
+#include <stdio.h>
+#include <time.h>
+static double P_[6]; static int P_on;
+static double pnow(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+1e-9*t.tv_nsec;}
+static void pdump(void){fprintf(stderr,"PROF in %.1f sync1 %.1f red %.1f sync2 %.1f out %.1f ms\n",P_[0]*1e3,P_[1]*1e3,P_[2]*1e3,P_[3]*1e3,P_[4]*1e3);}
+#define PT(k) do{ if(P_on){double t_=pnow(); P_[k]+=t_-pl_; pl_=t_;} }while(0)
 
 #include "comm_internal.h"
 
@@ -155,6 +161,25 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
     dtc_shm *s = &x->shm;
     size_t cmax = s->cap / es;
     const char *src[MAX_SRC];
+    if (!P_on && getenv("DT_SHM_PROF")) { P_on = 1; atexit(pdump); }
+    double pl_ = P_on ? pnow() : 0;
+    static int full = -1;
+    if (full < 0) full = getenv("DT_SHM_FULL") != NULL;
+    if (full) {
+        for (size_t e = 0; e < count; e += cmax) {
+            size_t c = count - e < cmax ? count - e : cmax;
+            int b = (int)(s->chunks++ & 1);
+            char *u = (char *)buf + e * es;
+            memcpy(slot(s, me, b), u, c * es);
+            PT(0);
+            shm_sync(x);
+            PT(1);
+            for (int q = 0; q < n; q++) src[q] = slot(s, q, b);
+            reduce_n(u, NULL, src, n, c, t, scale);
+            PT(2);
+        }
+        return DT_OK;
+    }
     for (size_t e = 0; e < count; e += cmax) {
         size_t c = count - e < cmax ? count - e : cmax;
         size_t sl = ((c + (size_t)n - 1) / (size_t)n + al - 1) / al * al;
@@ -163,16 +188,21 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
         char *mine = slot(s, me, b), *u = (char *)buf + e * es;
         memcpy(mine, u, lo * es);
         memcpy(mine + hi * es, u + hi * es, (c - hi) * es);
+        PT(0);
         shm_sync(x);
+        PT(1);
         if (hi > lo) {
             for (int q = 0; q < n; q++) src[q] = (q == me ? u : slot(s, q, b)) + lo * es;
             reduce_n(mine + lo * es, u + lo * es, src, n, hi - lo, t, scale);
         }
+        PT(2);
         shm_sync(x);
+        PT(3);
         for (int q = 0; q < n; q++) {
             size_t ql = (size_t)q * sl < c ? (size_t)q * sl : c, qh = ql + sl < c ? ql + sl : c;
             if (q != me && qh > ql) memcpy(u + ql * es, slot(s, q, b) + ql * es, (qh - ql) * es);
         }
+        PT(4);
     }
     return DT_OK;
 }

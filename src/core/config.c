@@ -83,6 +83,7 @@ static const key_desc KEYS[] = {
     ENUM("parallel.schedule", parallel.schedule, "gpipe|1f1b|interleaved", "1f1b", "pipeline schedule"),
     INT("parallel.micro_batches", parallel.micro_batches, 0, 1e6, "0", "pipeline micro-batches (0: derived)"),
     INT("parallel.virtual_stages", parallel.virtual_stages, 1, 1024, "1", "interleaved pipeline chunks per rank"),
+    BOOL("parallel.overlap", parallel.overlap, "true", "DDP: all-reduce buckets during backward (false: all after it)"),
     FLT("parallel.bucket_mb", parallel.bucket_mb, 0, 1e6, "25", "DDP gradient bucket size in MiB"),
     ENUM("comm.allreduce", comm.allreduce, "mpi|ring|rhd|tree|shm", "mpi", "all-reduce algorithm"),
     ENUM("comm.reduce_scatter", comm.reduce_scatter, "mpi|ring|rhd|shm", "mpi", "reduce-scatter algorithm"),

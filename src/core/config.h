@@ -40,6 +40,7 @@ typedef struct {
         int tp, pp, cp, sp, zero, micro_batches, virtual_stages;
         char dp_mode[8], schedule[16], determinism[8];
         double bucket_mb;
+        int overlap;
     } parallel;
     struct {
         char allreduce[8], reduce_scatter[8], allgather[8], bcast[8];

@@ -44,7 +44,9 @@ static void bitwise_begin_micro(dt_dp *d) {
 
 dt_status dt_dp_end_micro(dt_dp *d) {
     if (!d->o.bitwise) return DT_OK;
-    if (!is_zero(d) || d->o.zero == 1) DT_TRY(dt_tree_allreduce(d->comm, d->leaf, leaf_size(d), d->tree_tmp));
+    dt_status s = DT_OK;
+    if (!is_zero(d) || d->o.zero == 1) DP_COMM(d, s = dt_tree_allreduce(d->comm, d->leaf, leaf_size(d), d->tree_tmp));
+    DT_TRY(s);
     dt_fold_push(&d->fold);
     return DT_OK;
 }
@@ -102,7 +104,7 @@ static void ddp_after_backward(dt_dp *d, int u) {
     const gpt_unit *un = &d->m->units[u];
     if (d->bucket_hi <= d->bucket_lo) d->bucket_hi = un->offset + un->count;
     d->bucket_lo = un->offset;
-    if ((d->bucket_hi - d->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) {
+    if (d->o.overlap && (d->bucket_hi - d->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) {
         /* a failure here resurfaces from dt_wait in end_step */
         if (launch_bucket(d) != DT_OK) d->bucket_lo = d->bucket_hi = 0;
     }
@@ -252,22 +254,34 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
     } else if (d->o.ps && d->N > 1) {
         /* central rank: reduce to rank 0, update there, broadcast the parameters */
         double norm = 0.0;
-        s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0);
+        DP_COMM(d, s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0));
         if (s == DT_OK && d->rank == 0) {
             norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
             full_update(d, lr, norm);
         }
-        if (s == DT_OK) s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0);
+        if (s == DT_OK) DP_COMM(d, s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0));
         if (s == DT_OK) s = dt_bcast(d->comm, &norm, 1, DT_F64, 0);
         *grad_norm = norm;
     } else {
         if (d->N > 1) {
-            s = launch_bucket(d);
+            double t0 = dt_now();
+            if (!d->o.overlap) { /* everything at the end, in buckets of the same size */
+                size_t lo = d->bucket_lo, hi = d->bucket_hi, step = d->o.bucket_bytes / sizeof(float) + 1;
+                for (size_t top = hi; top > lo && s == DT_OK;) {
+                    d->bucket_hi = top;
+                    d->bucket_lo = top - lo > step ? top - step : lo;
+                    top = d->bucket_lo;
+                    s = launch_bucket(d);
+                }
+            } else {
+                s = launch_bucket(d);
+            }
             for (int i = 0; i < d->ninflight; i++) {
                 dt_status w = dt_wait(d->inflight[i]);
                 if (s == DT_OK) s = w;
             }
             d->ninflight = 0;
+            d->comm_s += dt_now() - t0;
         }
         if (s == DT_OK) {
             *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
@@ -312,6 +326,8 @@ dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
     dt_dp_release_full(d);
     return DT_OK;
 }
+
+double dt_dp_comm_seconds(const dt_dp *d) { return d->comm_s; }
 
 void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
     memset(r, 0, sizeof *r);

@@ -24,6 +24,7 @@ typedef struct {
     int zero;            /* 0..3 */
     size_t bucket_bytes; /* DDP bucket size */
     int bitwise;         /* parallel.determinism = bitwise (canonical.h) */
+    int overlap;         /* DDP: start bucket all-reduces during backward */
     int leaves;          /* bitwise: accumulation micro-steps per optimizer step */
 } dt_dp_opts;
 
@@ -53,6 +54,8 @@ dt_status dt_dp_digest(dt_dp *d, char hex[65]);
  * call dt_dp_release_full after use). */
 dt_status dt_dp_gather_full(dt_dp *d);
 void dt_dp_release_full(dt_dp *d);
+/* Seconds the training steps so far spent waiting on communication (exposed time). */
+double dt_dp_comm_seconds(const dt_dp *d);
 /* Bytes this rank holds for parameters, gradients, optimizer state and workspace. */
 void dt_dp_memory(const dt_dp *d, dt_mem_report *r);
 

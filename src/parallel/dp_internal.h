@@ -3,6 +3,7 @@
 #define DT_DP_INTERNAL_H
 #include "data_parallel.h"
 
+#include "../core/timer.h"
 #include "canonical.h"
 
 /* Shards are aligned to this many elements (DT_CANON_CHUNK in bitwise mode, so shard
@@ -48,6 +49,7 @@ struct dt_dp {
     float *full_tmp;           /* gather_full: temporary full padded parameters (zero 3) */
     float **saved_view;
     size_t workspace_bytes;
+    double comm_s; /* wall time the step waited on gradient/parameter communication */
 
     /* bitwise mode */
     dt_fold fold;       /* over the flat grads (ps/ddp), padded grads (zero 1) or shard (zero 2/3) */
@@ -56,6 +58,14 @@ struct dt_dp {
 };
 
 size_t dt_dp_align(const dt_dp *d);
+
+/* Runs a communication statement and charges its wall time to d->comm_s. */
+#define DP_COMM(d, stmt)                  \
+    do {                                  \
+        double dp_t0_ = dt_now();         \
+        stmt;                             \
+        (d)->comm_s += dt_now() - dp_t0_; \
+    } while (0)
 /* Canonical global gradient norm (bitwise mode) over this rank's view of the gradient. */
 dt_status dt_dp_canonical_norm(dt_dp *d, double *norm);
 

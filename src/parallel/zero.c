@@ -102,7 +102,8 @@ void dt_zero_free(dt_dp *d) {
 
 static dt_status finish_prefetch(dt_dp *d) {
     if (!d->prefetch) return DT_OK;
-    dt_status s = dt_wait(d->prefetch);
+    dt_status s;
+    DP_COMM(d, s = dt_wait(d->prefetch));
     d->prefetch = NULL;
     d->held[gbuf_of(d, d->prefetch_unit)] = s == DT_OK ? d->prefetch_unit : -1;
     d->prefetch_unit = -1;
@@ -115,7 +116,9 @@ static dt_status gather_unit(dt_dp *d, int u) {
     if (d->held[b] == u) return DT_OK;
     DT_TRY(finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
     d->held[b] = -1;
-    DT_TRY(dt_allgather(d->comm, d->param_shard + d->soff[u], d->pgather[b], d->S[u], DT_F32));
+    dt_status s;
+    DP_COMM(d, s = dt_allgather(d->comm, d->param_shard + d->soff[u], d->pgather[b], d->S[u], DT_F32));
+    DT_TRY(s);
     d->held[b] = u;
     return DT_OK;
 }
@@ -154,12 +157,16 @@ void dt_zero_before_backward(dt_dp *d, int u) {
 void dt_zero_after_backward(dt_dp *d, int u) {
     if (d->o.zero < 2) return;
     if (d->o.bitwise) { /* canonical tree over ranks, then keep this rank's slice of the leaf */
-        if (dt_tree_allreduce(d->comm, d->m->unit_grads[u], d->P[u], d->tree_tmp) != DT_OK) return;
+        dt_status s;
+        DP_COMM(d, s = dt_tree_allreduce(d->comm, d->m->unit_grads[u], d->P[u], d->tree_tmp));
+        if (s != DT_OK) return;
         memcpy(d->leaf + d->soff[u], d->m->unit_grads[u] + (size_t)d->rank * d->S[u], d->S[u] * sizeof(float));
         return;
     }
     /* reduce-scatter this unit's gradients now and keep only this rank's slice */
-    if (dt_reduce_scatter(d->comm, d->m->unit_grads[u], d->rs_tmp, d->S[u], DT_F32, DT_SUM) != DT_OK) return;
+    dt_status s;
+    DP_COMM(d, s = dt_reduce_scatter(d->comm, d->m->unit_grads[u], d->rs_tmp, d->S[u], DT_F32, DT_SUM));
+    if (s != DT_OK) return;
     float *dst = d->grad_shard + d->soff[u];
     for (size_t i = 0; i < d->S[u]; i++) dst[i] += d->rs_tmp[i];
 }
@@ -192,10 +199,12 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
             memcpy(d->grad_shard, root, d->shard_total * sizeof(float));
         DT_TRY(dt_dp_canonical_norm(d, grad_norm));
     } else {
+        double t0 = dt_now();
         if (d->o.zero == 1)
             for (int u = 0; u < m->nunits; u++)
                 DT_TRY(dt_reduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u], d->S[u],
                                          DT_F32, DT_SUM));
+        d->comm_s += dt_now() - t0;
         double ss = d->ops->sumsq(d->grad_shard, d->shard_total);
         DT_TRY(dt_allreduce(d->comm, &ss, 1, DT_F64, DT_SUM));
         *grad_norm = sqrt(ss);
@@ -216,10 +225,12 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
                       t->decay ? (float)d->hp.weight_decay : 0.0f, bc1, bc2);
     }
     if (d->o.zero <= 2) {
+        double t0 = dt_now();
         for (int u = 0; u < m->nunits; u++) {
             float *unit = d->params_pad + d->poff[u];
             DT_TRY(dt_allgather(d->comm, unit + (size_t)d->rank * d->S[u], unit, d->S[u], DT_F32));
         }
+        d->comm_s += dt_now() - t0;
     } else {
         for (int b = 0; b < 4; b++) d->held[b] = -1; /* parameters changed: gather again */
     }

@@ -146,7 +146,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     dt_dp_opts o = {!strcmp(c->parallel.dp_mode, "ps"), c->parallel.zero,
                     (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0), !strcmp(c->parallel.determinism, "bitwise"),
-                    t->accum};
+                    c->parallel.overlap, t->accum};
     DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
     dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
     if (c->checkpoint.resume[0]) {
@@ -326,6 +326,9 @@ static dt_status run(trainer *t) {
                    t->st.step - first, first, loss, tps, tps * flops_tok / 1e9, train_time, mem[0].params / 1e6,
                    mem[0].grads / 1e6, mem[0].optim / 1e6, mem[0].activations / 1e6, mem[0].workspace / 1e6,
                    mem[0].peak_rss / 1e6);
+        if (t->dp > 1 && timed_steps > 0)
+            printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
+                   1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);
         if (c->log.profile) dt_ops_profile_report(stdout);
     }
     free(mem);
