@@ -9,7 +9,11 @@
  * is per collective (dt_comm_set_algo), from config `comm.*`.
  *
  * Buffers are host memory. Counts are elements. Reductions of one algorithm are
- * deterministic: the same inputs on the same ranks give bitwise the same result. */
+ * deterministic: the same inputs on the same ranks give bitwise the same result, on
+ * every rank. Sum order: shm adds in rank order (x0 + x1 + ... per element); ring, rhd
+ * and tree use fixed but different orders (see each file); MPI's is Open MPI's. DT_AVG
+ * is the sum times 1/N. Every rank must make the same calls with the same counts and
+ * the same algorithm choices. */
 #ifndef DT_COMM_H
 #define DT_COMM_H
 #include <stddef.h>
@@ -36,7 +40,8 @@ int dt_comm_size(const dt_comm *c);
 /* Ranks sharing this node (for shared-memory paths and the launcher). */
 int dt_comm_local_rank(const dt_comm *c);
 int dt_comm_local_size(const dt_comm *c);
-/* Ranks with equal color form a sub-communicator, ordered by key. */
+/* Ranks with equal color (>= 0) form a sub-communicator, ordered by key. It starts with
+ * c's algorithm choices (shm becomes mpi if the new communicator spans nodes). */
 dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
 void dt_comm_free(dt_comm *c);
 
@@ -75,7 +80,11 @@ dt_status dt_barrier(dt_comm *c);
 
 /* Non-blocking variants: the operation progresses in the background (MPI's own
  * non-blocking collectives, or a communication thread for ours) while the caller
- * computes; buffers must not be touched until dt_wait returns. */
+ * computes; buffers must not be touched until dt_wait returns. Ours run one at a time
+ * in issue order on a per-communicator thread with its own MPI communicators and
+ * shared-memory window, so blocking calls may be made while they are in flight.
+ * MPI's non-blocking collectives progress mostly inside MPI calls (dt_test drives
+ * them). Without MPI_THREAD_MULTIPLE ours complete before the call returns. */
 dt_status dt_iallreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op, dt_request **req);
 dt_status dt_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op,
                              dt_request **req);

@@ -16,13 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <stdlib.h> /* TUNING */
-#include <stdio.h>
-#include <time.h>
-static double P_[6]; static int P_on;
-static double pnow(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+1e-9*t.tv_nsec;}
-static void pdump(void){fprintf(stderr,"PROF in %.1f sync1 %.1f red %.1f sync2 %.1f out %.1f ms\n",P_[0]*1e3,P_[1]*1e3,P_[2]*1e3,P_[3]*1e3,P_[4]*1e3);}
-#define PT(k) do{ if(P_on){double t_=pnow(); P_[k]+=t_-pl_; pl_=t_;} }while(0)
+#include <stdlib.h>
 
 #include "comm_internal.h"
 
@@ -70,8 +64,8 @@ void dtc_shm_free(dtc_ctx *x) {
 /* Makes the window's buffers at least min(want, CAP_MAX) bytes. Collective over the
  * node, but only when it grows, which all ranks decide alike from the same counts. */
 static dt_status shm_reserve(dtc_ctx *x, size_t want) {
-    size_t cap = CAP_MIN, capmax = getenv("DT_SHM_CAP") ? (size_t)atol(getenv("DT_SHM_CAP")) << 10 : CAP_MAX; /* TUNING */
-    while (cap < want && cap < capmax) cap *= 2;
+    size_t cap = CAP_MIN;
+    while (cap < want && cap < CAP_MAX) cap *= 2;
     if (x->shm.have && x->shm.cap >= cap) return DT_OK;
     if (x->node == MPI_COMM_NULL) return dtc_fail(x, DT_EINPUT, "shm needs MPI");
     if (x->size > MAX_SRC) return dtc_fail(x, DT_EINPUT, "shm supports at most %d ranks", MAX_SRC);
@@ -153,57 +147,81 @@ static void reduce_n(void *dst, void *copy, const char *const *src, int ns, size
     }
 }
 
+/* A pending memcpy, advanced piece by piece. */
+typedef struct {
+    char *d;
+    const char *s;
+    size_t n;
+} copy_job;
+
+/* Runs two lists of copies alternately in pieces, so the misses of both (e.g. reads
+ * from another core's cache and from DRAM) are in flight together. */
+#define PIECE ((size_t)16 << 10)
+static void copy_interleaved(copy_job *a, int na, copy_job *b, int nb) {
+    int ia = 0, ib = 0;
+    while (ia < na || ib < nb) {
+        copy_job *lists[2] = {ia < na ? &a[ia] : NULL, ib < nb ? &b[ib] : NULL};
+        for (int k = 0; k < 2; k++) {
+            copy_job *j = lists[k];
+            if (!j) continue;
+            size_t m = j->n < PIECE ? j->n : PIECE;
+            memcpy(j->d, j->s, m);
+            j->d += m;
+            j->s += m;
+            j->n -= m;
+            if (j->n == 0) {
+                if (k == 0) ia++;
+                else ib++;
+            }
+        }
+    }
+}
+
+/* Chunk e's slices: slice q is [q·sl, (q+1)·sl) clipped to c, sl a whole number of lines. */
+static size_t slice_len(size_t c, int n, size_t al) { return ((c + (size_t)n - 1) / (size_t)n + al - 1) / al * al; }
+static size_t clip(size_t v, size_t c) { return v < c ? v : c; }
+
 dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale) {
     int n = x->size, me = x->rank;
     size_t es = dt_dtype_size(t), al = 64 / es; /* slices start on cache lines */
     if (count == 0) return DT_OK;
     DT_TRY(shm_reserve(x, count * es));
     dtc_shm *s = &x->shm;
-    size_t cmax = s->cap / es;
+    size_t cmax = s->cap / es, nch = (count + cmax - 1) / cmax;
     const char *src[MAX_SRC];
-    if (!P_on && getenv("DT_SHM_PROF")) { P_on = 1; atexit(pdump); }
-    double pl_ = P_on ? pnow() : 0;
-    static int full = -1;
-    if (full < 0) full = getenv("DT_SHM_FULL") != NULL;
-    if (full) {
-        for (size_t e = 0; e < count; e += cmax) {
-            size_t c = count - e < cmax ? count - e : cmax;
-            int b = (int)(s->chunks++ & 1);
-            char *u = (char *)buf + e * es;
-            memcpy(slot(s, me, b), u, c * es);
-            PT(0);
-            shm_sync(x);
-            PT(1);
-            for (int q = 0; q < n; q++) src[q] = slot(s, q, b);
-            reduce_n(u, NULL, src, n, c, t, scale);
-            PT(2);
-        }
-        return DT_OK;
-    }
-    for (size_t e = 0; e < count; e += cmax) {
-        size_t c = count - e < cmax ? count - e : cmax;
-        size_t sl = ((c + (size_t)n - 1) / (size_t)n + al - 1) / al * al;
-        size_t lo = (size_t)me * sl < c ? (size_t)me * sl : c, hi = lo + sl < c ? lo + sl : c;
-        int b = (int)(s->chunks++ & 1);
+    copy_job out[MAX_SRC], in[2];
+    int il = getenv("DT_SHM_IL") != NULL;
+    /* copy-in of chunk k+1 shares a phase with copy-out of chunk k (no sync between them) */
+    for (size_t k = 0; k < nch; k++) {
+        size_t e = k * cmax, c = count - e < cmax ? count - e : cmax, sl = slice_len(c, n, al);
+        size_t lo = clip((size_t)me * sl, c), hi = clip(lo + sl, c);
+        int b = (int)((s->chunks + k) & 1);
         char *mine = slot(s, me, b), *u = (char *)buf + e * es;
-        memcpy(mine, u, lo * es);
-        memcpy(mine + hi * es, u + hi * es, (c - hi) * es);
-        PT(0);
+        if (k == 0 || !il) {
+            memcpy(mine, u, lo * es);
+            memcpy(mine + hi * es, u + hi * es, (c - hi) * es);
+        }
         shm_sync(x);
-        PT(1);
         if (hi > lo) {
             for (int q = 0; q < n; q++) src[q] = (q == me ? u : slot(s, q, b)) + lo * es;
             reduce_n(mine + lo * es, u + lo * es, src, n, hi - lo, t, scale);
         }
-        PT(2);
         shm_sync(x);
-        PT(3);
+        int nout = 0, nin = 0;
         for (int q = 0; q < n; q++) {
-            size_t ql = (size_t)q * sl < c ? (size_t)q * sl : c, qh = ql + sl < c ? ql + sl : c;
-            if (q != me && qh > ql) memcpy(u + ql * es, slot(s, q, b) + ql * es, (qh - ql) * es);
+            size_t ql = clip((size_t)q * sl, c), qh = clip(ql + sl, c);
+            if (q != me && qh > ql) out[nout++] = (copy_job){u + ql * es, slot(s, q, b) + ql * es, (qh - ql) * es};
         }
-        PT(4);
+        if (il && k + 1 < nch) {
+            size_t e2 = e + c, c2 = count - e2 < cmax ? count - e2 : cmax, sl2 = slice_len(c2, n, al);
+            size_t lo2 = clip((size_t)me * sl2, c2), hi2 = clip(lo2 + sl2, c2);
+            char *mine2 = slot(s, me, b ^ 1), *u2 = (char *)buf + e2 * es;
+            if (lo2) in[nin++] = (copy_job){mine2, u2, lo2 * es};
+            if (c2 > hi2) in[nin++] = (copy_job){mine2 + hi2 * es, u2 + hi2 * es, (c2 - hi2) * es};
+        }
+        copy_interleaved(out, nout, in, nin);
     }
+    s->chunks += nch;
     return DT_OK;
 }
 
