@@ -32,5 +32,10 @@ test-asan:
 demo: deps build
 	@bash scripts/demo.sh $(BUILD)/dtrain
 
+# Performance against PyTorch and the data-parallel comparison (minutes; see docs/benchmarks.md).
+bench: deps build
+	bash bench/bench_train.sh
+	bash bench/bench_ddp.sh $(BUILD)/dtrain
+
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -12,11 +12,11 @@
  * All-reduce chunk: each rank copies its input into its buffer (except its own slice,
  * which only it reads, straight from its input); sync; rank r sums slice r over all
  * ranks in rank order 0..N-1 into its buffer and its output; sync; each copies the
- * other slices out. Sum order: rank order, x0 + x1 + ... + x(N-1), for every element. */
+ * other slices out. With two ranks both add the whole chunk instead (see below). Sum
+ * order: rank order, x0 + x1 + ... + x(N-1), for every element. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <stdlib.h>
 
 #include "comm_internal.h"
 
@@ -25,6 +25,7 @@
 /* Per-rank chunk buffer: large enough that syncs are rare, small enough that a chunk
  * stays in cache from copy-in to copy-out. */
 #define CAP_MAX ((size_t)1 << 20)
+#define CHUNK2 ((size_t)256 << 10) /* all-reduce chunk with two ranks */
 #define BLK 2048 /* elements per reduction block: a few KiB, stays in L1 across passes */
 #define MAX_SRC 256
 
@@ -147,81 +148,53 @@ static void reduce_n(void *dst, void *copy, const char *const *src, int ns, size
     }
 }
 
-/* A pending memcpy, advanced piece by piece. */
-typedef struct {
-    char *d;
-    const char *s;
-    size_t n;
-} copy_job;
-
-/* Runs two lists of copies alternately in pieces, so the misses of both (e.g. reads
- * from another core's cache and from DRAM) are in flight together. */
-#define PIECE ((size_t)16 << 10)
-static void copy_interleaved(copy_job *a, int na, copy_job *b, int nb) {
-    int ia = 0, ib = 0;
-    while (ia < na || ib < nb) {
-        copy_job *lists[2] = {ia < na ? &a[ia] : NULL, ib < nb ? &b[ib] : NULL};
-        for (int k = 0; k < 2; k++) {
-            copy_job *j = lists[k];
-            if (!j) continue;
-            size_t m = j->n < PIECE ? j->n : PIECE;
-            memcpy(j->d, j->s, m);
-            j->d += m;
-            j->s += m;
-            j->n -= m;
-            if (j->n == 0) {
-                if (k == 0) ia++;
-                else ib++;
-            }
-        }
-    }
-}
-
-/* Chunk e's slices: slice q is [q·sl, (q+1)·sl) clipped to c, sl a whole number of lines. */
-static size_t slice_len(size_t c, int n, size_t al) { return ((c + (size_t)n - 1) / (size_t)n + al - 1) / al * al; }
-static size_t clip(size_t v, size_t c) { return v < c ? v : c; }
-
 dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale) {
     int n = x->size, me = x->rank;
     size_t es = dt_dtype_size(t), al = 64 / es; /* slices start on cache lines */
     if (count == 0) return DT_OK;
     DT_TRY(shm_reserve(x, count * es));
     dtc_shm *s = &x->shm;
-    size_t cmax = s->cap / es, nch = (count + cmax - 1) / cmax;
+    size_t cmax = s->cap / es;
     const char *src[MAX_SRC];
-    copy_job out[MAX_SRC], in[2];
-    int il = getenv("DT_SHM_IL") != NULL;
-    /* copy-in of chunk k+1 shares a phase with copy-out of chunk k (no sync between them) */
-    for (size_t k = 0; k < nch; k++) {
-        size_t e = k * cmax, c = count - e < cmax ? count - e : cmax, sl = slice_len(c, n, al);
-        size_t lo = clip((size_t)me * sl, c), hi = clip(lo + sl, c);
-        int b = (int)((s->chunks + k) & 1);
-        char *mine = slot(s, me, b), *u = (char *)buf + e * es;
-        if (k == 0 || !il) {
-            memcpy(mine, u, lo * es);
-            memcpy(mine + hi * es, u + hi * es, (c - hi) * es);
+    if (n == 2) {
+        /* Two ranks: each must read the peer's whole chunk either way, so both add the
+         * peer's chunk to their own in place: one sync per chunk and no copy-out.
+         * x0 + x1 == x1 + x0 bitwise, so both ranks get the rank-order sum. Adding into
+         * the output in place (rather than summing both buffers into it) measured ~1.4x
+         * faster; chunks of 256 KiB keep the working set in a 1 MiB L2. */
+        size_t c2 = cmax < CHUNK2 / es ? cmax : CHUNK2 / es;
+        int scaled = scale != 1.0;
+        for (size_t e = 0; e < count; e += c2) {
+            size_t c = count - e < c2 ? count - e : c2;
+            int b = (int)(s->chunks++ & 1);
+            char *u = (char *)buf + e * es;
+            memcpy(slot(s, me, b), u, c * es);
+            shm_sync(x);
+            const void *peer = slot(s, 1 - me, b);
+            if (t == DT_F32) acc_f32((float *)(void *)u, peer, c, (float)scale, scaled);
+            else acc_f64((double *)(void *)u, peer, c, scale, scaled);
         }
+        return DT_OK;
+    }
+    for (size_t e = 0; e < count; e += cmax) {
+        size_t c = count - e < cmax ? count - e : cmax;
+        size_t sl = ((c + (size_t)n - 1) / (size_t)n + al - 1) / al * al;
+        size_t lo = (size_t)me * sl < c ? (size_t)me * sl : c, hi = lo + sl < c ? lo + sl : c;
+        int b = (int)(s->chunks++ & 1);
+        char *mine = slot(s, me, b), *u = (char *)buf + e * es;
+        memcpy(mine, u, lo * es);
+        memcpy(mine + hi * es, u + hi * es, (c - hi) * es);
         shm_sync(x);
         if (hi > lo) {
             for (int q = 0; q < n; q++) src[q] = (q == me ? u : slot(s, q, b)) + lo * es;
             reduce_n(mine + lo * es, u + lo * es, src, n, hi - lo, t, scale);
         }
         shm_sync(x);
-        int nout = 0, nin = 0;
         for (int q = 0; q < n; q++) {
-            size_t ql = clip((size_t)q * sl, c), qh = clip(ql + sl, c);
-            if (q != me && qh > ql) out[nout++] = (copy_job){u + ql * es, slot(s, q, b) + ql * es, (qh - ql) * es};
+            size_t ql = (size_t)q * sl < c ? (size_t)q * sl : c, qh = ql + sl < c ? ql + sl : c;
+            if (q != me && qh > ql) memcpy(u + ql * es, slot(s, q, b) + ql * es, (qh - ql) * es);
         }
-        if (il && k + 1 < nch) {
-            size_t e2 = e + c, c2 = count - e2 < cmax ? count - e2 : cmax, sl2 = slice_len(c2, n, al);
-            size_t lo2 = clip((size_t)me * sl2, c2), hi2 = clip(lo2 + sl2, c2);
-            char *mine2 = slot(s, me, b ^ 1), *u2 = (char *)buf + e2 * es;
-            if (lo2) in[nin++] = (copy_job){mine2, u2, lo2 * es};
-            if (c2 > hi2) in[nin++] = (copy_job){mine2 + hi2 * es, u2 + hi2 * es, (c2 - hi2) * es};
-        }
-        copy_interleaved(out, nout, in, nin);
     }
-    s->chunks += nch;
     return DT_OK;
 }
 
