@@ -54,6 +54,16 @@ for np in 1 2 4; do
       || fail "bitwise dp=$np $name: $(digest_of "$TMP/bw.out") $(tail -2 "$TMP/bw.out")"
   done
 done
+# checkpoints hold full tensors: save at step 10 under one layout, resume under another,
+# and (bitwise mode) land on the straight 20-step weights
+"${MPI[@]}" -np 2 "$DTRAIN" train "${BW[@]}" --set parallel.zero=3 --set train.stop_after=10 --save "$TMP/ck" \
+  >"$TMP/ck1.out" 2>&1 || fail "save under dp=2 zero3: $(tail -2 "$TMP/ck1.out")"
+"${MPI[@]}" -np 4 "$DTRAIN" train "${BW[@]}" --set parallel.zero=1 --resume "$TMP/ck" >"$TMP/ck2.out" 2>&1
+[ "$(digest_of "$TMP/ck2.out")" = "$ref" ] && pass "save dp=2 ZeRO-3, resume dp=4 ZeRO-1: same weights as straight" \
+  || fail "cross-layout resume: $(digest_of "$TMP/ck2.out") $(tail -2 "$TMP/ck2.out")"
+"$DTRAIN" train "${BW[@]}" --resume "$TMP/ck" >"$TMP/ck3.out" 2>&1
+[ "$(digest_of "$TMP/ck3.out")" = "$ref" ] && pass "save dp=2 ZeRO-3, resume single process: same weights" \
+  || fail "resume single: $(tail -2 "$TMP/ck3.out")"
 # measured state bytes per rank vs `dtrain estimate` (within 2%)
 MEM=(--set model.n_embd=64 --set train.micro_batch=2 --set train.global_batch=8 --steps 2 --threads 1)
 for np in 2 4; do

@@ -110,6 +110,7 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
     DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, t->T, t->global_batch, c->data.shuffle,
                           (uint64_t)c->train.seed));
     if (c->checkpoint.dir[0] && t->rank0) DT_TRY(dt_ckpt_prepare_dir(c->checkpoint.dir));
+    dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
     if (c->checkpoint.resume[0]) {
         DT_TRY(dt_ckpt_resolve(c->checkpoint.resume, t->resume_dir, sizeof t->resume_dir));
         DT_TRY(dt_ckpt_load_state(t->resume_dir, &t->st, NULL));
@@ -148,9 +149,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                     (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0), !strcmp(c->parallel.determinism, "bitwise"),
                     c->parallel.overlap, t->accum};
     DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
-    dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
-    if (c->checkpoint.resume[0]) {
-        DT_TRY(dt_ckpt_load_state(t->resume_dir, &t->st, NULL));
+    if (c->checkpoint.resume[0]) { /* the trainer state was read in setup_local */
         DT_TRY(dt_dp_load(t->dpe, t->resume_dir, t->st.step));
         DT_TRY(dt_loader_seek(&t->loader, t->st.data_epoch, (size_t)t->st.data_pos));
     } else {
