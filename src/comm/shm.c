@@ -23,8 +23,9 @@
 #define HDR_BYTES 4096
 #define CAP_MIN ((size_t)64 << 10)
 /* Per-rank chunk buffer: large enough that syncs are rare, small enough that a chunk
- * stays in cache from copy-in to copy-out. */
-#define CAP_MAX ((size_t)1 << 20)
+ * stays in cache from copy-in to copy-out (two buffers = a 1 MiB L2; with 1 MiB
+ * buffers all-gather ran at a third of the speed). */
+#define CAP_MAX ((size_t)512 << 10)
 #define CHUNK2 ((size_t)256 << 10) /* all-reduce chunk with two ranks */
 #define BLK 2048 /* elements per reduction block: a few KiB, stays in L1 across passes */
 #define MAX_SRC 256
