@@ -25,8 +25,8 @@ STEPS=8
 # dtrain tokens/s averaged over the steps after the first two
 dt_tps() { python3 -c "
 import json,sys
-r=[json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l][2:]
-print('%.0f' % (sum(x['tokens_per_s'] for x in r)/len(r)))" "$1"; }
+r=sorted(json.loads(l)['tokens_per_s'] for l in open(sys.argv[1]) if '\"event\"' not in l)
+print('%.0f' % r[len(r)//2])" "$1"; }  # median step, as for PyTorch
 run_dtrain() { # name np threads shape-args... -> prints tok/s [exposed ms]
   local name=$1 np=$2 th=$3; shift 3
   local cmd=("${ENV[@]}" "$dtrain" train "$@" --set data.train="$tmp/rand.bin" --set data.val= --steps $STEPS
@@ -59,7 +59,8 @@ for shape in tiny small; do
     [ $ov = true ] && ddp=$v
   done
   p=$(probe)
-  tv=$("${ENV[@]}" /usr/bin/python3 "$here/torch_ddp_bench.py" "${T[@]}" --global-batch 8 --ranks 2 --steps 6 2>/dev/null \
+  tv=$("${ENV[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$here/torch_ddp_bench.py" "${T[@]}" \
+       --global-batch 8 --ranks 2 --steps 8 2>"$tmp/torch.err" \
        | python3 -c "import json,sys; print('%.0f' % json.loads(sys.stdin.readlines()[-1])['tokens_per_s'])")
   echo "| $shape | PyTorch DDP gloo 2 x 1 thread | $p | $tv | - | $(python3 -c "print('%.2f' % ($tv/$base))") (dtrain DDP / torch DDP: $(python3 -c "print('%.2f' % ($ddp/$tv))")) |"
 done
