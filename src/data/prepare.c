@@ -9,40 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/atomic_file.h"
 #include "tokenfile.h"
-
-static dt_status read_text(const char *path, char **out, size_t *len) {
-    *out = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_fail(DT_EINPUT, "%s: cannot open input: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return dt_fail(DT_EINPUT, "%s: input is not a readable regular file", path);
-    }
-    size_t size = (size_t)st.st_size, got = 0;
-    char *buf = malloc(size ? size : 1);
-    if (!buf) {
-        close(fd);
-        return dt_fail(DT_ERUNTIME, "%s: out of memory reading %zu bytes", path, size);
-    }
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got > (1u << 30) ? (1u << 30) : size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            dt_status s = dt_fail(DT_EINPUT, "%s: read failed: %s", path, r < 0 ? strerror(errno) : "file shrank");
-            free(buf);
-            close(fd);
-            return s;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    *out = buf;
-    *len = size;
-    return DT_OK;
-}
 
 /* Drops the '%' of every line that is exactly "%", in place; returns the new length. */
 static size_t strip_percent_lines(char *s, size_t n) {
@@ -77,7 +45,7 @@ dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninpu
     for (int k = 0; k < ninputs && st == DT_OK; k++) {
         char *text;
         size_t len;
-        st = read_text(inputs[k], &text, &len);
+        st = dt_read_file(inputs[k], &text, &len, (size_t)1 << 36);
         if (st != DT_OK) break;
         len = strip_percent_lines(text, len);
         if (k > 0 && eot >= 0) {

@@ -1,3 +1,4 @@
+#include "../core/atomic_file.h"
 #include "tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -304,45 +305,6 @@ int dt_tokenizer_eot(const dt_tokenizer *t) { return t->eot; }
 
 /* ---- loading GPT-2 files ----------------------------------------------------------------- */
 
-/* Whole file, NUL-terminated. Inputs are small (encoder.json ~1 MB), so 1 GiB is a sanity cap. */
-static dt_status read_all(const char *path, char **out, size_t *len) {
-    *out = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_fail(DT_EINPUT, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return dt_fail(DT_EINPUT, "%s: not a readable regular file", path);
-    }
-    if (st.st_size > (1 << 30)) {
-        close(fd);
-        return dt_fail(DT_EINPUT, "%s: too large (%lld bytes)", path, (long long)st.st_size);
-    }
-    size_t size = (size_t)st.st_size, got = 0;
-    char *buf = malloc(size + 1);
-    if (!buf) {
-        close(fd);
-        return dt_fail(DT_ERUNTIME, "%s: out of memory reading %zu bytes", path, size);
-    }
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            dt_status s = dt_fail(DT_EINPUT, "%s: read failed: %s", path, r < 0 ? strerror(errno) : "file shrank");
-            free(buf);
-            close(fd);
-            return s;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[size] = 0;
-    *out = buf;
-    *len = size;
-    return DT_OK;
-}
-
 /* GPT-2's bytes_to_unicode(): printable Latin-1 bytes stand for themselves, the other 68
  * bytes for U+0100.. in byte order. unichar_byte is the inverse (-1: not in the alphabet). */
 static void byte_alphabet(int16_t unichar_byte[324]) {
@@ -399,7 +361,7 @@ static size_t pow2_at_least(size_t n) {
 static dt_status load_encoder(dt_tokenizer *t, strmap *map, const char *path, const int16_t *unichar_byte) {
     char *text;
     size_t len;
-    DT_TRY(read_all(path, &text, &len));
+    DT_TRY(dt_read_file(path, &text, &len, (size_t)1 << 30));
     dt_status st = DT_OK;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
@@ -487,7 +449,7 @@ done:
 static dt_status load_merges(dt_tokenizer *t, const strmap *map, const char *path, const int16_t *unichar_byte) {
     char *text;
     size_t len;
-    DT_TRY(read_all(path, &text, &len));
+    DT_TRY(dt_read_file(path, &text, &len, (size_t)1 << 30));
     dt_status st = DT_OK;
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
