@@ -263,29 +263,40 @@ double gpt_flops_per_token(const gpt_shape *s, int T) {
 
 /* ---- forward ---- */
 
-static float *layer_in(const gpt_model *m, int l, size_t BTC) {
+static float *layer_in(const gpt_model *m, int l, size_t BTC) { /* block l's input residual stream */
     return l == 0 ? m->acts->encoded : m->acts->res3 + (size_t)(l - 1) * BTC;
+}
+
+/* Block l's saved activations. */
+typedef struct {
+    float *x, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fcg, *res3;
+} block_acts;
+
+static block_acts block_at(const gpt_model *m, int l) {
+    const gpt_acts *a = m->acts;
+    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * (size_t)m->shape.n_embd;
+    return (block_acts){layer_in(m, l, BTC),  a->ln1 + l * BTC,     a->ln1_mean + l * BT,
+                        a->ln1_rstd + l * BT, a->qkv + l * 3 * BTC, a->atty + l * BTC,
+                        a->lse + l * BT * (size_t)m->shape.n_head,  a->res2 + l * BTC,
+                        a->ln2 + l * BTC,     a->ln2_mean + l * BT, a->ln2_rstd + l * BT,
+                        a->fch + l * 4 * BTC, a->fch_gelu + l * 4 * BTC, a->res3 + l * BTC};
 }
 
 static void block_forward(gpt_model *m, int l, int B, int T) {
     const dt_ops *o = m->ops;
-    gpt_acts *a = m->acts;
+    float *proj = m->acts->proj;
     int C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
-    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * C;
-    float *x = layer_in(m, l, BTC);
-    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
-    float *res2 = a->res2 + l * BTC, *ln2 = a->ln2 + l * BTC, *res3 = a->res3 + l * BTC;
-    float *fch = a->fch + l * 4 * BTC, *fcg = a->fch_gelu + l * 4 * BTC;
-    o->layernorm_fwd(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, x, P(m, l, T_LN1W), P(m, l, T_LN1B), N, C);
-    o->linear_fwd(qkv, ln1, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * C);
-    o->attention_fwd(atty, a->lse + l * BT * NH, qkv, B, T, C, NH);
-    o->linear_fwd(a->proj, atty, P(m, l, T_APW), P(m, l, T_APB), N, C, C);
-    o->add(res2, x, a->proj, (size_t)N * C);
-    o->layernorm_fwd(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, res2, P(m, l, T_LN2W), P(m, l, T_LN2B), N, C);
-    o->linear_fwd(fch, ln2, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * C);
-    o->gelu_fwd(fcg, fch, (size_t)N * 4 * C);
-    o->linear_fwd(a->proj, fcg, P(m, l, T_MPW), P(m, l, T_MPB), N, 4 * C, C);
-    o->add(res3, res2, a->proj, (size_t)N * C);
+    block_acts b = block_at(m, l);
+    o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, l, T_LN1W), P(m, l, T_LN1B), N, C);
+    o->linear_fwd(b.qkv, b.ln1, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * C);
+    o->attention_fwd(b.atty, b.lse, b.qkv, B, T, C, NH);
+    o->linear_fwd(proj, b.atty, P(m, l, T_APW), P(m, l, T_APB), N, C, C);
+    o->add(b.res2, b.x, proj, (size_t)N * C);
+    o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, l, T_LN2W), P(m, l, T_LN2B), N, C);
+    o->linear_fwd(b.fch, b.ln2, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * C);
+    o->gelu_fwd(b.fcg, b.fch, (size_t)N * 4 * C);
+    o->linear_fwd(proj, b.fcg, P(m, l, T_MPW), P(m, l, T_MPB), N, 4 * C, C);
+    o->add(b.res3, b.res2, proj, (size_t)N * C);
 }
 
 /* Embeddings, every block, final LayerNorm: leaves lnf ready for the head. */
@@ -351,23 +362,19 @@ static void block_backward(gpt_model *m, int l, int B, int T) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
-    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * C;
-    float *x = layer_in(m, l, BTC);
-    float *ln1 = a->ln1 + l * BTC, *qkv = a->qkv + l * 3 * BTC, *atty = a->atty + l * BTC;
-    float *res2 = a->res2 + l * BTC, *ln2 = a->ln2 + l * BTC;
-    float *fch = a->fch + l * 4 * BTC, *fcg = a->fch_gelu + l * 4 * BTC;
+    block_acts b = block_at(m, l);
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), a->dres, fcg, P(m, l, T_MPW), N, 4 * C, C, 0);
-    o->gelu_bwd(a->dbig, fch, a->dbig, (size_t)N * 4 * C);
-    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, ln2, P(m, l, T_FCW), N, C, 4 * C, 0);
-    o->layernorm_bwd(a->dres, G(m, l, T_LN2W), G(m, l, T_LN2B), a->dsmall, res2, P(m, l, T_LN2W),
-                     a->ln2_mean + l * BT, a->ln2_rstd + l * BT, N, C);
+    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), a->dres, b.fcg, P(m, l, T_MPW), N, 4 * C, C, 0);
+    o->gelu_bwd(a->dbig, b.fch, a->dbig, (size_t)N * 4 * C);
+    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, b.ln2, P(m, l, T_FCW), N, C, 4 * C, 0);
+    o->layernorm_bwd(a->dres, G(m, l, T_LN2W), G(m, l, T_LN2B), a->dsmall, b.res2, P(m, l, T_LN2W), b.ln2_mean,
+                     b.ln2_rstd, N, C);
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
-    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), a->dres, atty, P(m, l, T_APW), N, C, C, 0);
-    o->attention_bwd(a->dbig, a->dsmall, qkv, atty, a->lse + l * BT * NH, B, T, C, NH);
-    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, ln1, P(m, l, T_QKVW), N, C, 3 * C, 0);
-    o->layernorm_bwd(a->dres, G(m, l, T_LN1W), G(m, l, T_LN1B), a->dsmall, x, P(m, l, T_LN1W),
-                     a->ln1_mean + l * BT, a->ln1_rstd + l * BT, N, C);
+    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), a->dres, b.atty, P(m, l, T_APW), N, C, C, 0);
+    o->attention_bwd(a->dbig, a->dsmall, b.qkv, b.atty, b.lse, B, T, C, NH);
+    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, b.ln1, P(m, l, T_QKVW), N, C, 3 * C, 0);
+    o->layernorm_bwd(a->dres, G(m, l, T_LN1W), G(m, l, T_LN1B), a->dsmall, b.x, P(m, l, T_LN1W), b.ln1_mean,
+                     b.ln1_rstd, N, C);
 }
 
 double gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
