@@ -14,7 +14,9 @@ foreach(src ${DT_SH_TESTS})
   get_filename_component(name ${src} NAME_WE)
   add_test(NAME ${name} COMMAND bash ${src} $<TARGET_FILE:dtrain> ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}
            WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
-  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77)
+  # the multi-rank CLI tests run Open MPI too: same LeakSanitizer suppressions as below
+  set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT
+    "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0")
 endforeach()
 # Every tests/mpi_test_*.c is a multi-rank test, run under mpirun with 2, 3 and 4 ranks
 # (oversubscribed on small machines, hence yield_when_idle). Open MPI leaks by design at
