@@ -14,20 +14,10 @@
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
 
-static int g_pass, g_fail;
+#include "check.h"
+
 static char g_dir[64]; /* fresh temp dir */
 
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (cond) {                                                   \
-            g_pass++;                                                 \
-        } else {                                                      \
-            g_fail++;                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fprintf(stderr, " [error: %s]\n", dt_error_message());   \
-        }                                                             \
-    } while (0)
 
 static void tmp_path(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", g_dir, name); }
 
@@ -511,6 +501,5 @@ int main(int argc, char **argv) {
     test_atomic();
     test_read_file();
     remove_tree(g_dir);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_finish();
 }

@@ -10,17 +10,8 @@
 #include "core/status.h"
 #include "data/tokenfile.h"
 
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) g_pass++;                                               \
-        else {                                                            \
-            g_fail++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-        }                                                                 \
-    } while (0)
+#include "check.h"
+
 
 static char g_dir[64];
 
@@ -215,6 +206,5 @@ int main(int argc, char **argv) {
     expect_bad(g_dir, 256, "not a readable regular file");
 
     cleanup();
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_finish();
 }

@@ -15,17 +15,8 @@
 #include "data/tokenfile.h"
 #include "data/tokenizer.h"
 
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) g_pass++;                                               \
-        else {                                                            \
-            g_fail++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-        }                                                                 \
-    } while (0)
+#include "check.h"
+
 
 static char g_dir[64];
 
@@ -370,6 +361,5 @@ int main(int argc, char **argv) {
     test_gpt2(srcdir, enc, bpe);
 
     cleanup();
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_finish();
 }

@@ -1,0 +1,29 @@
+/* The unit tests' one assertion: counts passes and failures, prints each failure with
+ * its location and the last dtrain error message, and never stops the test early. */
+#ifndef DT_TEST_CHECK_H
+#define DT_TEST_CHECK_H
+#include <stdio.h>
+
+#include "core/status.h"
+
+static int g_pass, g_fail;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        if (cond) {                                                             \
+            g_pass++;                                                           \
+        } else {                                                                \
+            g_fail++;                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fprintf(stderr, " [last error: %s]\n", dt_error_message());        \
+        }                                                                       \
+    } while (0)
+
+/* Prints the closing "N passed, M failed" line; returns the exit code. */
+static inline int check_finish(void) {
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
+
+#endif
