@@ -2,7 +2,11 @@
  * its location and the last dtrain error message, and never stops the test early. */
 #ifndef DT_TEST_CHECK_H
 #define DT_TEST_CHECK_H
+#include <dirent.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/status.h"
 
@@ -24,6 +28,27 @@ static int g_pass, g_fail;
 static inline int check_finish(void) {
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
+}
+
+/* Removes a test's temporary directory and everything below it. */
+static inline void check_remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char p[1024];
+            if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p) continue;
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+                chmod(p, 0700);
+                check_remove_tree(p);
+            } else {
+                unlink(p);
+            }
+        }
+        closedir(d);
+    }
+    rmdir(dir);
 }
 
 #endif

@@ -79,27 +79,6 @@ static int has_tmp_file(const char *dir) {
     return found;
 }
 
-/* Removes the files of one directory level (and empty subdirectories), then the directory. */
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        for (struct dirent *e; (e = readdir(d));) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char p[512];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            struct stat st;
-            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-                chmod(p, 0700);
-                remove_tree(p);
-            } else {
-                unlink(p);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 /* ------------------------------------------------------------ round trip */
 
 static void test_round_trip(void) {
@@ -500,6 +479,6 @@ int main(int argc, char **argv) {
     test_corrupt();
     test_atomic();
     test_read_file();
-    remove_tree(g_dir);
+    check_remove_tree(g_dir);
     return check_finish();
 }

@@ -55,21 +55,6 @@ static void expect_bad(const char *path, int vocab, const char *cause) {
     dt_tokenfile_free(&f);
 }
 
-static void cleanup(void) {
-    DIR *d = opendir(g_dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-                if (rmdir(p) != 0) unlink(p);
-            }
-        closedir(d);
-    }
-    rmdir(g_dir);
-}
-
 static int dir_entries(void) {
     int n = 0;
     DIR *d = opendir(g_dir);
@@ -205,6 +190,6 @@ int main(int argc, char **argv) {
     /* Not a regular file. */
     expect_bad(g_dir, 256, "not a readable regular file");
 
-    cleanup();
+    check_remove_tree(g_dir);
     return check_finish();
 }

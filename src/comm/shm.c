@@ -97,54 +97,17 @@ static dt_status shm_reserve(dtc_ctx *x, size_t want) {
     return dtc_mpi(x, MPI_Barrier(x->node), "MPI_Barrier");
 }
 
-/* d = a + b, d += a, then the last pass scaled; restrict: d is never a source. */
-static void sum2_f32(float *restrict d, const float *restrict a, const float *restrict b, size_t n, float s,
-                     int scaled) {
-    if (scaled)
-        for (size_t i = 0; i < n; i++) d[i] = (a[i] + b[i]) * s;
-    else
-        for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
-}
-static void acc_f32(float *restrict d, const float *restrict a, size_t n, float s, int scaled) {
-    if (scaled)
-        for (size_t i = 0; i < n; i++) d[i] = (d[i] + a[i]) * s;
-    else
-        for (size_t i = 0; i < n; i++) d[i] += a[i];
-}
-static void sum2_f64(double *restrict d, const double *restrict a, const double *restrict b, size_t n, double s,
-                     int scaled) {
-    if (scaled)
-        for (size_t i = 0; i < n; i++) d[i] = (a[i] + b[i]) * s;
-    else
-        for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i];
-}
-static void acc_f64(double *restrict d, const double *restrict a, size_t n, double s, int scaled) {
-    if (scaled)
-        for (size_t i = 0; i < n; i++) d[i] = (d[i] + a[i]) * s;
-    else
-        for (size_t i = 0; i < n; i++) d[i] += a[i];
-}
-
 /* dst[i] = (src[0][i] + src[1][i] + ... + src[ns-1][i]) * scale, summed in that order,
  * block by block so dst stays in L1 across the passes; each finished block is also
  * copied to `copy` when given. dst must not overlap any source; ns >= 2. */
 static void reduce_n(void *dst, void *copy, const char *const *src, int ns, size_t n, dt_dtype t, double scale) {
     size_t es = dt_dtype_size(t);
-    int scaled = scale != 1.0;
     for (size_t o = 0; o < n; o += BLK) {
         size_t m = n - o < BLK ? n - o : BLK, ob = o * es;
         char *d = (char *)dst + ob;
-        if (t == DT_F32) {
-            sum2_f32((float *)d, (const float *)(src[0] + ob), (const float *)(src[1] + ob), m, (float)scale,
-                     scaled && ns == 2);
-            for (int q = 2; q < ns; q++)
-                acc_f32((float *)d, (const float *)(src[q] + ob), m, (float)scale, scaled && q == ns - 1);
-        } else {
-            sum2_f64((double *)d, (const double *)(src[0] + ob), (const double *)(src[1] + ob), m, scale,
-                     scaled && ns == 2);
-            for (int q = 2; q < ns; q++)
-                acc_f64((double *)d, (const double *)(src[q] + ob), m, scale, scaled && q == ns - 1);
-        }
+        /* the scale applies on the last pass only */
+        dtc_add(d, src[0] + ob, src[1] + ob, m, t, ns == 2 ? scale : 1.0);
+        for (int q = 2; q < ns; q++) dtc_add(d, d, src[q] + ob, m, t, q == ns - 1 ? scale : 1.0);
         if (copy) memcpy((char *)copy + ob, d, m * es);
     }
 }
@@ -164,7 +127,6 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
          * the output in place (rather than summing both buffers into it) measured ~1.4x
          * faster; chunks of 256 KiB keep the working set in a 1 MiB L2. */
         size_t c2 = cmax < CHUNK2 / es ? cmax : CHUNK2 / es;
-        int scaled = scale != 1.0;
         for (size_t e = 0; e < count; e += c2) {
             size_t c = count - e < c2 ? count - e : c2;
             int b = (int)(s->chunks++ & 1);
@@ -172,8 +134,7 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
             memcpy(slot(s, me, b), u, c * es);
             shm_sync(x);
             const void *peer = slot(s, 1 - me, b);
-            if (t == DT_F32) acc_f32((float *)(void *)u, peer, c, (float)scale, scaled);
-            else acc_f64((double *)(void *)u, peer, c, scale, scaled);
+            dtc_add(u, u, peer, c, t, scale);
         }
         return DT_OK;
     }

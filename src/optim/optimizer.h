@@ -15,21 +15,23 @@ typedef struct {
     int warmup_steps, total_steps;
 } dt_adamw_hparams;
 
+/* Moments over the model's flat layout; their storage belongs to the caller (the
+ * data-parallel engine, which also shards them for ZeRO). */
 typedef struct {
     dt_adamw_hparams hp;
-    size_t n;        /* elements covered (the whole parameter buffer here) */
     float *m, *v;    /* first and second moments */
     long long step;  /* optimizer steps taken */
 } dt_adamw;
-
-dt_status dt_adamw_create(dt_adamw *o, const dt_adamw_hparams *hp, size_t n);
-void dt_adamw_destroy(dt_adamw *o);
 /* Learning rate for 0-based step s. */
 double dt_lr_at(const dt_adamw_hparams *hp, long long s);
 /* Global L2 norm of the gradient. */
 double dt_grad_norm(const dt_ops *ops, const float *grads, size_t n);
 /* Scales gradients so their norm is at most clip (torch's clip_grad_norm_ rule). */
 void dt_clip_grads(const dt_ops *ops, float *grads, size_t n, double norm, double clip);
+/* AdamW on n elements of one tensor (decay: it is a 2-D weight) at 1-based step `step`:
+ * the one place the update and its bias correction are spelled out. */
+void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long step, int decay, double lr, float *p,
+                    const float *g, float *m, float *v, size_t n);
 /* One AdamW step over every tensor of the model at learning rate lr. */
 void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr);
 

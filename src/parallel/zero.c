@@ -210,8 +210,6 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         *grad_norm = sqrt(ss);
     }
     dt_clip_grads(d->ops, d->grad_shard, d->shard_total, *grad_norm, d->hp.grad_clip);
-    long long step = d->step + 1;
-    float bc1 = (float)(1.0 - pow(d->hp.beta1, (double)step)), bc2 = (float)(1.0 - pow(d->hp.beta2, (double)step));
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         int u = t->unit;
@@ -220,9 +218,8 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         size_t x0 = a > lo ? a : lo, x1 = b < hi ? b : hi;
         if (x0 >= x1) continue;
         size_t k = d->soff[u] + (x0 - lo);
-        d->ops->adamw(slice_param(d, u, x0), d->grad_shard + k, d->m_shard + k, d->v_shard + k, x1 - x0, (float)lr,
-                      (float)d->hp.beta1, (float)d->hp.beta2, (float)d->hp.eps,
-                      t->decay ? (float)d->hp.weight_decay : 0.0f, bc1, bc2);
+        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, slice_param(d, u, x0), d->grad_shard + k,
+                       d->m_shard + k, d->v_shard + k, x1 - x0);
     }
     if (d->o.zero <= 2) {
         double t0 = dt_now();
