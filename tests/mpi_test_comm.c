@@ -1,7 +1,8 @@
 /* Communicator: every collective under every algorithm that implements it, both dtypes,
  * many counts, blocking and non-blocking, against serial references every rank computes
  * locally (rank q's input element i is a fixed function of (q, i)). Also: bitwise
- * repeatability, shm's rank-order sums, overlapping non-blocking operations, split.
+ * repeatability, shm's rank-order sums, overlapping non-blocking operations, split, and
+ * shm on node-shared (registered) buffers: the same bits as on ordinary ones.
  * Usage: mpirun -np N mpi_test_comm [SOURCE_DIR] */
 #include <math.h>
 #include <stdint.h>
@@ -211,6 +212,108 @@ static void test_overlap(dt_algo a, dt_dtype t, size_t n1, size_t n2) {
     check_reduced(what, C, n2, t, g_all, g_size, 3, DT_SUM, a == DT_ALGO_SHM);
 }
 
+/* Registered buffers (dt_comm_alloc_shared) at offset `off` elements: exact rank-order
+ * results, bitwise equal to shm on ordinary memory, blocking and non-blocking. */
+static void test_registered_once(void *RA, dt_dtype t, size_t n, size_t off) {
+    char what[160];
+    size_t es = dt_dtype_size(t);
+    char *ra = (char *)RA + off * es;
+    snprintf(what, sizeof what, "registered shm %s n=%zu off=%zu", dt_dtype_name(t), n, off);
+    set_algo(g_world, DT_COLL_ALLREDUCE, DT_ALGO_SHM);
+    set_algo(g_world, DT_COLL_REDUCE_SCATTER, DT_ALGO_SHM);
+    set_algo(g_world, DT_COLL_ALLGATHER, DT_ALGO_SHM);
+    /* all-reduce vs the same on ordinary memory */
+    fill(ra, n, t, g_rank, 0);
+    fill(A, n, t, g_rank, 0);
+    OK(dt_allreduce(g_world, ra, n, t, DT_AVG), what);
+    OK(dt_allreduce(g_world, A, n, t, DT_AVG), what);
+    check_reduced(what, ra, n, t, g_all, g_size, 0, DT_AVG, 1);
+    CHECK(n == 0 || memcmp(ra, A, n * es) == 0, "%s: all-reduce differs from ordinary memory", what);
+    fill(ra, n, t, g_rank, 5);
+    dt_request *req = NULL;
+    OK(dt_iallreduce(g_world, ra, n, t, DT_SUM, &req), what);
+    if (req) wait_polling(req, what);
+    check_reduced(what, ra, n, t, g_all, g_size, 5, DT_SUM, 1);
+    /* reduce-scatter from a registered send buffer, which stays untouched */
+    fill(ra, (size_t)g_size * n, t, g_rank, 0);
+    OK(dt_reduce_scatter(g_world, ra, B, n, t, DT_SUM), what);
+    check_reduced(what, B, n, t, g_all, g_size, (size_t)g_rank * n, DT_SUM, 1);
+    check_copy(what, ra, (size_t)g_size * n, t, g_rank, 0);
+    OK(dt_ireduce_scatter(g_world, ra, C, n, t, DT_SUM, &req), what);
+    if (req) OK(dt_wait(req), what);
+    CHECK(n == 0 || memcmp(B, C, n * es) == 0, "%s: non-blocking reduce-scatter differs", what);
+    /* all-gather into a registered buffer, from elsewhere and in place */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        for (size_t i = 0; i < (size_t)g_size * n; i++) setv(ra, i, t, -1.0);
+        void *send = inplace ? ra + (size_t)g_rank * n * es : A;
+        fill(send, n, t, g_rank, 0);
+        if (inplace) {
+            OK(dt_iallgather(g_world, send, ra, n, t, &req), what);
+            if (req) OK(dt_wait(req), what);
+        } else {
+            OK(dt_allgather(g_world, send, ra, n, t), what);
+        }
+        for (int q = 0; q < g_size; q++) check_copy(what, ra + (size_t)q * n * es, n, t, q, 0);
+    }
+}
+
+static void test_registered(void) {
+    const size_t cap = (size_t)4 << 20; /* elements of f64 */
+    void *RA = NULL, *RB = NULL;
+    OK(dt_comm_alloc_shared(g_world, cap * sizeof(double), "test", &RA), "alloc_shared");
+    OK(dt_comm_alloc_shared(g_world, 3000 * sizeof(double), "test", &RB), "alloc_shared");
+    if (!RA || !RB) return;
+    CHECK(((const double *)RA)[cap - 1] == 0.0 && ((const double *)RB)[0] == 0.0, "shared buffers not zeroed");
+    size_t counts[] = {0, 1, 7, 1021, (size_t)g_size * 1000 + 1, (size_t)1 << 20};
+    for (int t = 0; t < 2; t++)
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+            if ((size_t)g_size * (counts[k] + 3) > cap) continue;
+            test_registered_once(RA, (dt_dtype)t, counts[k], 0);
+            test_registered_once(RA, (dt_dtype)t, counts[k], 3); /* not cache-line aligned */
+        }
+    /* two registered all-reduces in flight and a blocking one on another buffer */
+    {
+        const char *what = "overlapping registered iallreduce";
+        float *x = RA, *y = (float *)RA + 200000;
+        fill(x, 100003, DT_F32, g_rank, 0);
+        fill(y, 5000, DT_F32, g_rank, 7);
+        fill(RB, 3000, DT_F64, g_rank, 3);
+        dt_request *r1 = NULL, *r2 = NULL;
+        OK(dt_iallreduce(g_world, x, 100003, DT_F32, DT_SUM, &r1), what);
+        OK(dt_iallreduce(g_world, y, 5000, DT_F32, DT_AVG, &r2), what);
+        OK(dt_allreduce(g_world, RB, 3000, DT_F64, DT_SUM), what);
+        if (r2) OK(dt_wait(r2), what);
+        if (r1) OK(dt_wait(r1), what);
+        check_reduced(what, x, 100003, DT_F32, g_all, g_size, 0, DT_SUM, 1);
+        check_reduced(what, y, 5000, DT_F32, g_all, g_size, 7, DT_AVG, 1);
+        check_reduced(what, RB, 3000, DT_F64, g_all, g_size, 3, DT_SUM, 1);
+    }
+    /* ranks passing different offsets: an error on every rank, not a hang or garbage */
+    if (g_size > 1) {
+        dt_error_clear();
+        float *x = (float *)RA + (g_rank == 0 ? 0 : 64);
+        dt_status st = dt_allreduce(g_world, x, 1000, DT_F32, DT_SUM);
+        CHECK(st == DT_EINPUT && strstr(dt_error_message(), "different shared buffers"),
+              "offset mismatch: status %d: %s", st, dt_error_message());
+        dt_error_clear();
+        void *bad = NULL;
+        st = dt_comm_alloc_shared(g_world, 4096 + (size_t)g_rank * 64, "test", &bad);
+        CHECK(st == DT_EINPUT && !bad && strstr(dt_error_message(), "different sizes"),
+              "size mismatch: status %d: %s", st, dt_error_message());
+        dt_error_clear();
+    }
+    dt_comm_free_shared(g_world, RB);
+    /* a slot freed and reused */
+    OK(dt_comm_alloc_shared(g_world, 3000 * sizeof(double), "test", &RB), "alloc_shared again");
+    if (RB) {
+        fill(RB, 3000, DT_F64, g_rank, 9);
+        OK(dt_allreduce(g_world, RB, 3000, DT_F64, DT_SUM), "reused slot");
+        check_reduced("reused slot", RB, 3000, DT_F64, g_all, g_size, 9, DT_SUM, 1);
+    }
+    dt_comm_free_shared(g_world, RB);
+    dt_comm_free_shared(g_world, RA);
+}
+
 static void test_split(void) {
     dt_comm *sub = NULL;
     OK(dt_comm_split(g_world, g_rank % 2, g_rank, &sub), "split");
@@ -327,6 +430,7 @@ int main(int argc, char **argv) {
             test_reduce(DT_ALGO_TREE, (dt_dtype)ti, counts[k], DT_SUM, 0);
         }
     test_split();
+    test_registered();
 
     /* totals over ranks, exchanged with MPI's own all-reduce */
     set_algo(g_world, DT_COLL_ALLREDUCE, DT_ALGO_MPI);

@@ -2,7 +2,9 @@
  * the full buffer (all-reduce: the buffer; reduce-scatter: the send buffer; all-gather:
  * the receive buffer), algbw = bytes / time, busbw = algbw · 2(N-1)/N for all-reduce and
  * algbw · (N-1)/N for reduce-scatter and all-gather. f32 data; all-reduce uses DT_AVG on
- * ones so values stay finite and normal however many iterations run. */
+ * ones so values stay finite and normal however many iterations run. The shm algorithm
+ * runs twice: on ordinary buffers ("shm") and on node-shared ones from
+ * dt_comm_alloc_shared ("shm-reg", as DDP's gradient buckets and ZeRO's buffers are). */
 #include "bench_comm.h"
 
 #include <stdio.h>
@@ -72,12 +74,12 @@ static dt_status max_over_ranks(dt_comm *ctl, double v, double *all, double *out
 }
 
 static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int nsizes, const int *ops,
-                       const int *algos, int fixed_iters, float *a, float *b, double *all) {
+                       const int *algos, int fixed_iters, float *plain, float *shared, float *b, double *all) {
     int n = dt_comm_size(world), rank = dt_comm_rank(world);
     if (rank == 0) {
         printf("# bench comm: %d ranks (%d on this node), f32; time = slowest rank's mean per call\n", n,
                dt_comm_local_size(world));
-        printf("%-15s %10s  %-5s %6s %12s %12s %12s\n", "op", "bytes", "algo", "iters", "time_us", "algbw_GB/s",
+        printf("%-15s %10s  %-7s %6s %12s %12s %12s\n", "op", "bytes", "algo", "iters", "time_us", "algbw_GB/s",
                "busbw_GB/s");
         fflush(stdout);
     }
@@ -92,6 +94,8 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
                 dt_error_clear();
                 continue;
             }
+            for (int v = 0; v < (ai == DT_ALGO_SHM ? 2 : 1); v++) {
+            float *a = v ? shared : plain;
             for (int si = 0; si < nsizes; si++) {
                 size_t elems = sizes[si] / sizeof(float), count = op == DT_COLL_ALLREDUCE ? elems : elems / (size_t)n;
                 size_t bytes = (op == DT_COLL_ALLREDUCE ? count : count * (size_t)n) * sizeof(float);
@@ -116,10 +120,11 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
                     fmt_bytes(sz, sizeof sz, bytes);
                     double algbw = (double)bytes / t / 1e9;
                     double f = op == DT_COLL_ALLREDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
-                    printf("%-15s %10s  %-5s %6d %12.1f %12.2f %12.2f\n", dt_coll_name(op), sz,
-                           dt_algo_name((dt_algo)ai), iters, t * 1e6, algbw, algbw * f);
+                    printf("%-15s %10s  %-7s %6d %12.1f %12.2f %12.2f\n", dt_coll_name(op), sz,
+                           v ? "shm-reg" : dt_algo_name((dt_algo)ai), iters, t * 1e6, algbw, algbw * f);
                     fflush(stdout);
                 }
+            }
             }
         }
     }
@@ -172,20 +177,23 @@ dt_status dt_bench_comm(dt_comm *world, int argc, char **argv) {
     dt_algo saved[DT_COLL_N];
     for (int k = 0; k < DT_COLL_N; k++) saved[k] = dt_comm_get_algo(world, (dt_coll)k);
     dt_comm *ctl = NULL; /* control traffic (barriers, timings) on MPI's algorithms */
-    float *a = NULL, *b = NULL;
+    float *a = NULL, *ra = NULL, *b = NULL;
     double *all = NULL;
     dt_status st = dt_comm_split(world, 0, dt_comm_rank(world), &ctl);
     for (int k = 0; ctl && !st && k < DT_COLL_N; k++) st = dt_comm_set_algo(ctl, (dt_coll)k, DT_ALGO_MPI);
     /* buffers once, at the largest size: all-reduce and all-gather use a; reduce-scatter a -> b */
     if (!st) st = dt_alloc((void **)&a, hi, "bench comm buffer");
+    if (!st && algos[DT_ALGO_SHM]) st = dt_comm_alloc_shared(world, hi, "bench comm buffer", (void **)&ra);
     if (!st) st = dt_alloc((void **)&b, hi / (size_t)n + 64, "bench comm buffer");
     if (!st) st = dt_alloc((void **)&all, sizeof(double) * (size_t)n, "bench comm timings");
     if (!st) {
         for (size_t i = 0; i < hi / sizeof(float); i++) a[i] = 1.0f;
-        st = bench(world, ctl, sizes, ns, ops, algos, iters, a, b, all);
+        if (ra) memcpy(ra, a, hi);
+        st = bench(world, ctl, sizes, ns, ops, algos, iters, a, ra, b, all);
     }
     for (int k = 0; k < DT_COLL_N; k++) dt_comm_set_algo(world, (dt_coll)k, saved[k]);
     dt_free(a);
+    dt_comm_free_shared(world, ra);
     dt_free(b);
     dt_free(all);
     dt_comm_free(ctl);

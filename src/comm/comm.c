@@ -8,12 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/mem.h"
 #include "comm.h"
 #include "comm_internal.h"
 
 /* MPI counts are int: larger messages go in pieces of this many elements. */
 #define DTC_PIECE ((size_t)1 << 30)
 #define DTC_MAX_MREQ 8
+/* Registered (node-shared) buffers per communicator; more are plain memory. */
+#define DTC_MAX_REGIONS 64
 
 enum { REQ_DONE, REQ_MPI, REQ_THREAD };
 
@@ -34,6 +37,8 @@ struct dt_request {
     size_t count;
     dt_dtype t;
     dt_redop op;
+    const dtc_region *reg; /* registered buffer of the call (NULL: none) */
+    size_t reg_off;
     int done; /* under c->mu */
     dt_status st;
     char err[768];
@@ -54,6 +59,8 @@ struct dt_comm {
     pthread_t thr;
     int thr_on, stop;
     dt_request *head, *tail;
+    dtc_region reg[DTC_MAX_REGIONS];
+    int nreg;
 };
 
 /* ---- lane helpers shared by the algorithm files ---- */
@@ -274,6 +281,7 @@ dt_algo dt_comm_get_algo(const dt_comm *c, dt_coll coll) {
 static void ctx_free(dtc_ctx *x) {
     dtc_shm_free(x);
     free(x->shm.seg);
+    free(x->peer);
     free(x->scratch);
     if (x->node != MPI_COMM_NULL) MPI_Comm_free(&x->node);
     if (x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
@@ -290,7 +298,8 @@ static dt_status ctx_init(dtc_ctx *x, MPI_Comm from, int rank, int size) {
     x->size = size;
     x->one_node = 1;
     x->shm.seg = calloc((size_t)size, sizeof *x->shm.seg);
-    if (!x->shm.seg) return dtc_fail(x, DT_ERUNTIME, "out of memory");
+    x->peer = calloc((size_t)size, sizeof *x->peer);
+    if (!x->shm.seg || !x->peer) return dtc_fail(x, DT_ERUNTIME, "out of memory");
     if (from == MPI_COMM_NULL) return DT_OK;
     DT_TRY(dtc_mpi(x, MPI_Comm_dup(from, &x->comm), "MPI_Comm_dup"));
     MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
@@ -386,6 +395,7 @@ void dt_comm_free(dt_comm *c) {
         ctx_free(c->bg);
         free(c->bg);
     }
+    while (c->nreg > 0) dt_comm_free_shared(c, c->reg[c->nreg - 1].base[c->rank]); /* collective, like the rest */
     ctx_free(&c->fg);
     if (c->user != MPI_COMM_NULL) MPI_Comm_free(&c->user);
     pthread_cond_destroy(&c->done);
@@ -460,7 +470,12 @@ static void local_coll(dt_coll coll, const void *send, void *recv, size_t count,
 }
 
 static dt_status run_ours(dtc_ctx *x, dt_coll coll, dt_algo a, const void *send, void *recv, size_t count,
-                          dt_dtype t, double scale, int root) {
+                          dt_dtype t, double scale, int root, const dtc_region *reg, size_t off) {
+    if (reg && a == DT_ALGO_SHM) {
+        if (coll == DT_COLL_ALLREDUCE) return dtc_shm_allreduce_reg(x, reg, off, count, t, scale);
+        if (coll == DT_COLL_REDUCE_SCATTER) return dtc_shm_reduce_scatter_reg(x, reg, off, recv, count, t, scale);
+        if (coll == DT_COLL_ALLGATHER) return dtc_shm_allgather_reg(x, send, reg, off, count, t);
+    }
     switch (coll) {
     case DT_COLL_ALLREDUCE:
         switch (a) {
@@ -526,6 +541,24 @@ static dt_status mpi_coll(dt_comm *c, dt_coll coll, const void *send, void *recv
     }
 }
 
+/* The registered buffer that the collective's peers read (all-reduce: buf; reduce-scatter:
+ * send; all-gather: recv), when it lies wholly inside one, for the shm algorithm. */
+static const dtc_region *find_region(const dt_comm *c, dt_coll coll, dt_algo a, const void *send, void *recv,
+                                     size_t count, dt_dtype t, size_t *off) {
+    if (a != DT_ALGO_SHM || c->nreg == 0 || coll == DT_COLL_BCAST) return NULL;
+    const char *p = coll == DT_COLL_REDUCE_SCATTER ? send : recv;
+    size_t bytes = count * dt_dtype_size(t) * (coll == DT_COLL_ALLREDUCE ? 1 : (size_t)c->size);
+    for (int i = 0; i < c->nreg; i++) {
+        if (!c->reg[i].base) continue;
+        const char *b = c->reg[i].base[c->rank];
+        if (p >= b && p <= b + c->reg[i].bytes && bytes <= c->reg[i].bytes - (size_t)(p - b)) {
+            *off = (size_t)(p - b);
+            return &c->reg[i];
+        }
+    }
+    return NULL;
+}
+
 /* Blocking collective: validation, size one, MPI's or ours on the caller's lane. */
 static dt_status coll_run(dt_comm *c, dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t,
                           dt_redop op, int root) {
@@ -536,8 +569,10 @@ static dt_status coll_run(dt_comm *c, dt_coll coll, const void *send, void *recv
         return DT_OK;
     }
     dt_algo a = c->algo[coll];
+    size_t off = 0;
+    const dtc_region *reg = find_region(c, coll, a, send, recv, count, t, &off);
     dt_status st = a == DT_ALGO_MPI ? mpi_coll(c, coll, send, recv, count, t, op, root)
-                                    : run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), root);
+                                    : run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), root, reg, off);
     return lane_fail(&c->fg, st, name, a, count, t);
 }
 
@@ -643,7 +678,8 @@ static void *comm_thread(void *arg) {
         if (!c->head) c->tail = NULL;
         pthread_mutex_unlock(&c->mu);
         dtc_ctx *x = c->bg;
-        dt_status st = run_ours(x, r->coll, r->algo, r->send, r->recv, r->count, r->t, scale_of(c, r->op), 0);
+        dt_status st = run_ours(x, r->coll, r->algo, r->send, r->recv, r->count, r->t, scale_of(c, r->op), 0, r->reg,
+                                r->reg_off);
         if (st)
             snprintf(r->err, sizeof r->err, "%s (%s, %zu x %s): %s", g_coll_ops[r->coll], dt_algo_name(r->algo),
                      r->count, dt_dtype_name(r->t), x->err[0] ? x->err : "failed");
@@ -691,6 +727,7 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
     r->c = c;
     r->kind = REQ_DONE;
     dt_algo a = c->algo[coll];
+    r->reg = find_region(c, coll, a, send, recv, count, t, &r->reg_off);
     dt_status st = DT_OK;
     if (c->size == 1) {
         local_coll(coll, send, recv, count, t);
@@ -729,7 +766,8 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
         if (st) st = lane_fail(x, st, name, a, count, t); /* started pieces are abandoned with the error */
     } else if (!c->threads) {
         /* MPI without thread support: ours run here, before returning */
-        st = lane_fail(&c->fg, run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), 0), name, a, count, t);
+        st = lane_fail(&c->fg, run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), 0, r->reg, r->reg_off),
+                       name, a, count, t);
     } else {
         st = start_thread(c);
         if (!st) {
@@ -824,4 +862,70 @@ dt_status dt_wait(dt_request *r) {
     }
     free(r);
     return st;
+}
+
+/* ---- node-shared buffers ---- */
+
+dt_status dt_comm_alloc_shared(dt_comm *c, size_t bytes, const char *what, void **out) {
+    *out = NULL;
+    int slot = 0; /* a free slot: every rank's table is alike, so all pick the same */
+    while (slot < DTC_MAX_REGIONS && c->reg[slot].base) slot++;
+    if (!c->mpi || c->size == 1 || !c->fg.one_node || slot == DTC_MAX_REGIONS) return dt_alloc(out, bytes, what);
+    dtc_ctx *x = &c->fg;
+    /* the same size everywhere, or offsets would not match across ranks */
+    long long mm[2] = {(long long)bytes, -(long long)bytes};
+    dt_status st = dtc_mpi(x, MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_LONG_LONG, MPI_MAX, c->user), "MPI_Allreduce");
+    if (!st && (mm[0] != (long long)bytes || -mm[1] != (long long)bytes))
+        st = dtc_fail(x, DT_EINPUT, "ranks asked for different sizes (%lld to %lld bytes)", -mm[1], mm[0]);
+    dtc_region *r = &c->reg[slot];
+    memset(r, 0, sizeof *r);
+    r->win = MPI_WIN_NULL;
+    size_t rounded = ((bytes ? bytes : 1) + 4095u) / 4096u * 4096u;
+    char *mine = NULL;
+    if (!st) {
+        r->base = calloc((size_t)c->size, sizeof *r->base);
+        if (!r->base) st = dtc_fail(x, DT_ERUNTIME, "out of memory");
+    }
+    if (!st) {
+        MPI_Info info;
+        MPI_Info_create(&info);
+        MPI_Info_set(info, "alloc_shared_noncontig", "true"); /* each copy in its own rank's pages */
+        st = dtc_mpi(x, MPI_Win_allocate_shared((MPI_Aint)rounded, 1, info, x->node, &mine, &r->win),
+                     "MPI_Win_allocate_shared (%zu bytes)", rounded);
+        MPI_Info_free(&info);
+    }
+    for (int q = 0; q < c->size && !st; q++) {
+        MPI_Aint sz;
+        int du;
+        void *p;
+        st = dtc_mpi(x, MPI_Win_shared_query(r->win, q, &sz, &du, &p), "MPI_Win_shared_query");
+        r->base[q] = p;
+    }
+    if (st) {
+        if (r->win != MPI_WIN_NULL) MPI_Win_free(&r->win);
+        free(r->base);
+        r->base = NULL;
+        st = dt_fail(st, "shared buffer for %s: %s", what, x->err);
+        x->err[0] = 0;
+        return st;
+    }
+    memset(mine, 0, rounded); /* fault this rank's pages in now, once */
+    r->bytes = bytes;
+    if (slot >= c->nreg) c->nreg = slot + 1;
+    *out = mine;
+    return DT_OK;
+}
+
+void dt_comm_free_shared(dt_comm *c, void *p) {
+    if (!p) return;
+    for (int i = 0; i < c->nreg; i++)
+        if (c->reg[i].base && c->reg[i].base[c->rank] == p) {
+            /* slots stay put: in-flight requests point at them */
+            MPI_Win_free(&c->reg[i].win);
+            free(c->reg[i].base);
+            c->reg[i].base = NULL;
+            while (c->nreg > 0 && !c->reg[c->nreg - 1].base) c->nreg--;
+            return;
+        }
+    dt_free(p);
 }

@@ -78,6 +78,20 @@ dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst
 dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int tag);
 dt_status dt_barrier(dt_comm *c);
 
+/* Node-shared buffers. dt_comm_alloc_shared places the buffer in an MPI-3 shared-memory
+ * window that every rank of c maps, so the shm algorithm reads peers' data where it lies
+ * instead of copying it through staging buffers (about half the memory traffic): for
+ * all-reduce when buf, for reduce-scatter when send, and for all-gather when recv lies
+ * inside such a buffer, at the same offset on every rank. Results are bitwise the same
+ * as with ordinary memory; other algorithms see ordinary memory. Collective over c:
+ * every rank asks for the same size (else an error on every rank). Zero-filled. Where no
+ * window can be had (no MPI, one rank, ranks on several nodes, 64 buffers already) it
+ * is ordinary memory from dt_alloc. dt_comm_free_shared is collective too (every rank
+ * frees the same buffers in the same order, with no operation on them in flight);
+ * dt_comm_free frees any left. */
+dt_status dt_comm_alloc_shared(dt_comm *c, size_t bytes, const char *what, void **out);
+void dt_comm_free_shared(dt_comm *c, void *p);
+
 /* Non-blocking variants: the operation progresses in the background (MPI's own
  * non-blocking collectives, or a communication thread for ours) while the caller
  * computes; buffers must not be touched until dt_wait returns. Ours run one at a time

@@ -30,6 +30,15 @@ typedef struct {
     uint64_t chunks; /* chunks processed: selects the buffer */
 } dtc_shm;
 
+/* A node-shared buffer from dt_comm_alloc_shared: one MPI-3 shared window whose segment
+ * q is rank q's copy of the buffer. Every rank allocated the same size, so a buffer at
+ * offset o in one rank's copy is at offset o in every rank's copy. */
+typedef struct {
+    MPI_Win win;
+    char **base;  /* base[q]: rank q's copy, mapped in this process */
+    size_t bytes; /* of each rank's copy */
+} dtc_region;
+
 typedef struct {
     MPI_Comm comm; /* MPI_COMM_NULL in a world without MPI */
     MPI_Comm node; /* the ranks of comm on this node, ordered by rank in comm */
@@ -38,6 +47,7 @@ typedef struct {
     void *scratch;
     size_t scratch_cap;
     dtc_shm shm;
+    char **peer;   /* size entries: the peers' copies of a registered buffer (shm.c) */
     char err[512]; /* first failure of the current operation ("" when none) */
 } dtc_ctx;
 
@@ -77,6 +87,16 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
 dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t, double scale);
 dt_status dtc_shm_allgather(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t);
 dt_status dtc_shm_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root);
+/* The same collectives on registered buffers (dtc_region): the buffer that other ranks
+ * must read (all-reduce: buf; reduce-scatter: send; all-gather: recv) is at byte offset
+ * off of region r on every rank, so peers read it where it lies, with no copy through the
+ * staging buffers; two syncs per call. Same results, bitwise, as the unregistered
+ * versions. Fails on every rank alike if the ranks passed different offsets. */
+dt_status dtc_shm_allreduce_reg(dtc_ctx *x, const dtc_region *r, size_t off, size_t count, dt_dtype t, double scale);
+dt_status dtc_shm_reduce_scatter_reg(dtc_ctx *x, const dtc_region *r, size_t off, void *recv, size_t n, dt_dtype t,
+                                     double scale);
+dt_status dtc_shm_allgather_reg(dtc_ctx *x, const void *send, const dtc_region *r, size_t off, size_t n,
+                                dt_dtype t);
 /* Frees the lane's window (collective over x->node). */
 void dtc_shm_free(dtc_ctx *x);
 

@@ -31,6 +31,9 @@
 #define MAX_SRC 256
 
 static _Atomic uint64_t *counter(const dtc_shm *s, int q) { return (_Atomic uint64_t *)(void *)s->seg[q]; }
+/* Rank q's description of the registered buffer of the current call: offset, bytes (own
+ * cache line, after the counter's). */
+static uint64_t *reg_tag(const dtc_shm *s, int q) { return (uint64_t *)(void *)(s->seg[q] + 64); }
 static char *slot(const dtc_shm *s, int q, int b) { return s->seg[q] + HDR_BYTES + (size_t)b * s->cap; }
 
 static void cpu_relax(void) {
@@ -97,17 +100,22 @@ static dt_status shm_reserve(dtc_ctx *x, size_t want) {
     return dtc_mpi(x, MPI_Barrier(x->node), "MPI_Barrier");
 }
 
-/* dst[i] = (src[0][i] + src[1][i] + ... + src[ns-1][i]) * scale, summed in that order,
- * block by block so dst stays in L1 across the passes; each finished block is also
- * copied to `copy` when given. dst must not overlap any source; ns >= 2. */
+/* dst[i] = (src[0][i] + src[1][i] + ... + src[ns-1][i]) * scale for m elements (one
+ * block), summed in that order; the scale applies on the last pass only. dst must not
+ * overlap any source; ns >= 2. */
+static void reduce_block(void *dst, const char *const *src, int ns, size_t ob, size_t m, dt_dtype t, double scale) {
+    dtc_add(dst, src[0] + ob, src[1] + ob, m, t, ns == 2 ? scale : 1.0);
+    for (int q = 2; q < ns; q++) dtc_add(dst, dst, src[q] + ob, m, t, q == ns - 1 ? scale : 1.0);
+}
+
+/* reduce_block over n elements, block by block so dst stays in L1 across the passes;
+ * each finished block is also copied to `copy` when given. */
 static void reduce_n(void *dst, void *copy, const char *const *src, int ns, size_t n, dt_dtype t, double scale) {
     size_t es = dt_dtype_size(t);
     for (size_t o = 0; o < n; o += BLK) {
         size_t m = n - o < BLK ? n - o : BLK, ob = o * es;
         char *d = (char *)dst + ob;
-        /* the scale applies on the last pass only */
-        dtc_add(d, src[0] + ob, src[1] + ob, m, t, ns == 2 ? scale : 1.0);
-        for (int q = 2; q < ns; q++) dtc_add(d, d, src[q] + ob, m, t, q == ns - 1 ? scale : 1.0);
+        reduce_block(d, src, ns, ob, m, t, scale);
         if (copy) memcpy((char *)copy + ob, d, m * es);
     }
 }
@@ -216,5 +224,81 @@ dt_status dtc_shm_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int roo
         shm_sync(x);
         if (x->rank != root) memcpy(u, slot(s, root, b), c * es);
     }
+    return DT_OK;
+}
+
+/* ---- registered buffers ---- */
+
+/* Publishes this call's (offset, bytes), syncs, and checks every rank passed the same:
+ * all ranks see all tags, so a mismatch fails everywhere at the same point. Fills
+ * x->peer with every rank's copy of the buffer. */
+static dt_status reg_begin(dtc_ctx *x, const dtc_region *r, size_t off, size_t bytes) {
+    DT_TRY(shm_reserve(x, 0));
+    dtc_shm *s = &x->shm;
+    reg_tag(s, x->rank)[0] = off;
+    reg_tag(s, x->rank)[1] = bytes;
+    shm_sync(x); /* also: every rank's data is final */
+    for (int q = 0; q < x->size; q++) {
+        const uint64_t *g = reg_tag(s, q);
+        if (g[0] != off || g[1] != bytes)
+            return dtc_fail(x, DT_EINPUT,
+                            "ranks passed different shared buffers (rank %d: offset %llu, %llu bytes; rank %d: "
+                            "offset %zu, %zu bytes)",
+                            q, (unsigned long long)g[0], (unsigned long long)g[1], x->rank, off, bytes);
+        x->peer[q] = r->base[q] + off;
+    }
+    return DT_OK;
+}
+
+dt_status dtc_shm_allreduce_reg(dtc_ctx *x, const dtc_region *r, size_t off, size_t count, dt_dtype t, double scale) {
+    int n = x->size, me = x->rank;
+    size_t es = dt_dtype_size(t), al = 64 / es;
+    if (count == 0) return DT_OK;
+    DT_TRY(reg_begin(x, r, off, count * es));
+    /* rank me reduces slice me of every copy and writes the sum into every copy: each
+     * rank reads and writes the message once, in total */
+    size_t sl = ((count + (size_t)n - 1) / (size_t)n + al - 1) / al * al;
+    size_t lo = (size_t)me * sl < count ? (size_t)me * sl : count, hi = lo + sl < count ? lo + sl : count;
+    _Alignas(64) char tmp[BLK * sizeof(double)];
+    for (size_t o = lo; o < hi; o += BLK) {
+        size_t m = hi - o < BLK ? hi - o : BLK, ob = o * es;
+        reduce_block(tmp, (const char *const *)x->peer, n, ob, m, t, scale);
+        for (int q = 0; q < n; q++) memcpy(x->peer[(me + q) % n] + ob, tmp, m * es);
+    }
+    shm_sync(x); /* nobody touches its copy again before every slice is written */
+    return DT_OK;
+}
+
+dt_status dtc_shm_reduce_scatter_reg(dtc_ctx *x, const dtc_region *r, size_t off, void *recv, size_t cnt, dt_dtype t,
+                                     double scale) {
+    int n = x->size, me = x->rank;
+    size_t es = dt_dtype_size(t);
+    if (cnt == 0) return DT_OK;
+    DT_TRY(reg_begin(x, r, off, (size_t)n * cnt * es));
+    const char *src[MAX_SRC];
+    for (int q = 0; q < n; q++) src[q] = x->peer[q] + (size_t)me * cnt * es;
+    _Alignas(64) char tmp[BLK * sizeof(double)];
+    for (size_t o = 0; o < cnt; o += BLK) { /* through tmp: recv may be anywhere, even in a copy */
+        size_t m = cnt - o < BLK ? cnt - o : BLK, ob = o * es;
+        reduce_block(tmp, src, n, ob, m, t, scale);
+        memcpy((char *)recv + ob, tmp, m * es);
+    }
+    shm_sync(x); /* peers are done reading this rank's send buffer */
+    return DT_OK;
+}
+
+dt_status dtc_shm_allgather_reg(dtc_ctx *x, const void *send, const dtc_region *r, size_t off, size_t cnt,
+                                dt_dtype t) {
+    int n = x->size, me = x->rank;
+    size_t es = dt_dtype_size(t), blk = cnt * es;
+    if (cnt == 0) return DT_OK;
+    char *own = r->base[me] + off + (size_t)me * blk;
+    if (send != own) memmove(own, send, blk); /* before the sync: peers read it after */
+    DT_TRY(reg_begin(x, r, off, (size_t)n * blk));
+    for (int k = 1; k < n; k++) {
+        int q = (me + k) % n; /* staggered, so ranks do not all read one peer at once */
+        memcpy(x->peer[me] + (size_t)q * blk, x->peer[q] + (size_t)q * blk, blk);
+    }
+    shm_sync(x); /* peers are done reading this rank's block */
     return DT_OK;
 }

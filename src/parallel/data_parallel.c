@@ -148,7 +148,8 @@ static dt_status setup_plain(dt_dp *d) {
     gpt_model *m = d->m;
     size_t n = m->nparams;
     DT_TRY(dt_alloc((void **)&d->params, n * sizeof(float), "parameters"));
-    DT_TRY(dt_alloc((void **)&d->grads, n * sizeof(float), "gradients"));
+    /* node-shared: DDP's bucket all-reduces read peers' gradients where they lie */
+    DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients", (void **)&d->grads));
     m->params = d->params;
     m->grads = d->grads;
     for (int u = 0; u < m->nunits; u++) {
@@ -194,7 +195,7 @@ void dt_dp_destroy(dt_dp *d) {
     dt_fold_destroy(&d->fold);
     dt_free(d->tree_tmp);
     dt_free(d->params);
-    dt_free(d->grads);
+    dt_comm_free_shared(d->comm, d->grads);
     dt_free(d->exp_avg);
     dt_free(d->exp_avg_sq);
     free(d->m_view);

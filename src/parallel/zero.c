@@ -53,13 +53,15 @@ dt_status dt_zero_setup(dt_dp *d) {
     d->workspace_bytes = maxS * sizeof(float);
     int z = d->o.zero;
     if (z <= 2) {
-        DT_TRY(dt_alloc((void **)&d->params_pad, d->padded_total * sizeof(float), "parameters"));
+        /* node-shared where peers read it: the all-gather into it reads peers' copies in place */
+        DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "parameters", (void **)&d->params_pad));
         for (int u = 0; u < U; u++) m->unit_params[u] = d->params_pad + d->poff[u];
     } else {
         DT_TRY(dt_alloc((void **)&d->param_shard, d->shard_total * sizeof(float), "parameter shard"));
         size_t sizes[4] = {d->P[0], d->P[lnf_unit(d)], d->P[1], d->P[1]};
         for (int b = 0; b < 4; b++) {
-            DT_TRY(dt_alloc((void **)&d->pgather[b], sizes[b] * sizeof(float), "gathered parameters"));
+            DT_TRY(dt_comm_alloc_shared(d->comm, sizes[b] * sizeof(float), "gathered parameters",
+                                        (void **)&d->pgather[b]));
             d->workspace_bytes += sizes[b] * sizeof(float);
             d->held[b] = -1;
         }
@@ -67,12 +69,13 @@ dt_status dt_zero_setup(dt_dp *d) {
         d->prefetch_unit = -1;
     }
     if (z == 1) {
-        DT_TRY(dt_alloc((void **)&d->grads_pad, d->padded_total * sizeof(float), "gradients"));
+        DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "gradients", (void **)&d->grads_pad));
         for (int u = 0; u < U; u++) m->unit_grads[u] = d->grads_pad + d->poff[u];
     } else {
         size_t sizes[3] = {d->P[0], d->P[lnf_unit(d)], d->P[1]};
         for (int b = 0; b < 3; b++) {
-            DT_TRY(dt_alloc((void **)&d->gscratch[b], sizes[b] * sizeof(float), "gradient scratch"));
+            DT_TRY(dt_comm_alloc_shared(d->comm, sizes[b] * sizeof(float), "gradient scratch",
+                                        (void **)&d->gscratch[b]));
             d->workspace_bytes += sizes[b] * sizeof(float);
         }
         for (int u = 0; u < U; u++) m->unit_grads[u] = d->gscratch[gscr_of(d, u)];
@@ -83,15 +86,16 @@ dt_status dt_zero_setup(dt_dp *d) {
 
 void dt_zero_free(dt_dp *d) {
     if (d->prefetch) dt_wait(d->prefetch);
-    dt_free(d->params_pad);
-    dt_free(d->grads_pad);
+    /* collective for node-shared buffers: every rank frees in this order */
+    dt_comm_free_shared(d->comm, d->params_pad);
+    dt_comm_free_shared(d->comm, d->grads_pad);
     dt_free(d->param_shard);
     dt_free(d->grad_shard);
     dt_free(d->m_shard);
     dt_free(d->v_shard);
     dt_free(d->rs_tmp);
-    for (int b = 0; b < 3; b++) dt_free(d->gscratch[b]);
-    for (int b = 0; b < 4; b++) dt_free(d->pgather[b]);
+    for (int b = 0; b < 3; b++) dt_comm_free_shared(d->comm, d->gscratch[b]);
+    for (int b = 0; b < 4; b++) dt_comm_free_shared(d->comm, d->pgather[b]);
     free(d->P);
     free(d->S);
     free(d->poff);
