@@ -22,11 +22,13 @@ toks = [random.randrange(50257) for _ in range(n)]
 open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
 PY
 STEPS=8
-# dtrain tokens/s averaged over the steps after the first two
+# dtrain tokens/s and exposed communication ms of the median step (as for PyTorch)
 dt_tps() { python3 -c "
 import json,sys
-r=sorted(json.loads(l)['tokens_per_s'] for l in open(sys.argv[1]) if '\"event\"' not in l)
-print('%.0f' % r[len(r)//2])" "$1"; }  # median step, as for PyTorch
+r=[json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l]
+med=lambda k: sorted(x[k] for x in r)[len(r)//2] if k in r[0] else None
+c=med('comm_ms')
+print('%.0f %s' % (med('tokens_per_s'), '-' if c is None else '%.1f' % c))" "$1"; }
 run_dtrain() { # name np threads shape-args... -> prints tok/s [exposed ms]
   local name=$1 np=$2 th=$3; shift 3
   local cmd=("${ENV[@]}" "$dtrain" train "$@" --set data.train="$tmp/rand.bin" --set data.val= --steps $STEPS
@@ -35,8 +37,7 @@ run_dtrain() { # name np threads shape-args... -> prints tok/s [exposed ms]
     cmd=(mpirun --oversubscribe --bind-to none --mca btl self,vader -x GLIBC_TUNABLES -x OMP_NUM_THREADS=$th -np "$np" "${cmd[@]}")
   fi
   "${cmd[@]}" >"$tmp/$name.out" 2>&1 || { echo "failed: $name" >&2; tail -3 "$tmp/$name.out" >&2; return 1; }
-  local ex; ex=$(grep -oE '[0-9.]+ ms/step exposed' "$tmp/$name.out" | grep -oE '^[0-9.]+' || true)
-  echo "$(dt_tps "$tmp/$name.jsonl") ${ex:--}"
+  dt_tps "$tmp/$name.jsonl"
 }
 echo "| shape | contender | probe | tokens/s | exposed comm ms/step | vs dp=1x1 |"
 echo "|---|---|---|---|---|---|"

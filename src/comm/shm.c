@@ -14,9 +14,12 @@
  * ranks in rank order 0..N-1 into its buffer and its output; sync; each copies the
  * other slices out. With two ranks both add the whole chunk instead (see below). Sum
  * order: rank order, x0 + x1 + ... + x(N-1), for every element. */
-#include <sched.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "comm_internal.h"
 
@@ -30,7 +33,10 @@
 #define BLK 2048 /* elements per reduction block: a few KiB, stays in L1 across passes */
 #define MAX_SRC 256
 
+/* Header of rank q's segment: its sync counter (whose low 32 bits are also the futex word
+ * waiters sleep on; little-endian), and how many peers sleep on it. */
 static _Atomic uint64_t *counter(const dtc_shm *s, int q) { return (_Atomic uint64_t *)(void *)s->seg[q]; }
+static _Atomic uint32_t *sleepers(const dtc_shm *s, int q) { return (_Atomic uint32_t *)(void *)(s->seg[q] + 8); }
 /* Rank q's description of the registered buffer of the current call: offset, bytes (own
  * cache line, after the counter's). */
 static uint64_t *reg_tag(const dtc_shm *s, int q) { return (uint64_t *)(void *)(s->seg[q] + 64); }
@@ -42,18 +48,40 @@ static void cpu_relax(void) {
 #endif
 }
 
+/* Process-shared futex (not FUTEX_PRIVATE: the word lives in another process's pages). */
+static void futex_wait(_Atomic uint64_t *word, uint32_t seen) {
+    struct timespec ts = {0, 50 * 1000 * 1000}; /* a bound, in case a wake-up is ever missed */
+    syscall(SYS_futex, (uint32_t *)(void *)word, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+static void futex_wake(_Atomic uint64_t *word) {
+    syscall(SYS_futex, (uint32_t *)(void *)word, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
+}
+
 /* Barrier over the node: publish this rank's count, wait for everyone else's. The
- * release/acquire pair makes the buffers written before the sync visible after it. */
+ * release/acquire pair makes the buffers written before the sync visible after it.
+ * A waiter spins briefly (the peer is usually microseconds away), then sleeps on the
+ * peer's counter: a spinning communication thread would take the core from the compute
+ * thread it overlaps with, and oversubscribed ranks from each other. The sleeper count
+ * and the counter are both seq_cst, so either the waker sees the sleeper or the sleeper
+ * sees the new count (and the futex rechecks the word itself). */
 static void shm_sync(dtc_ctx *x) {
     dtc_shm *s = &x->shm;
     uint64_t v = ++s->seq;
-    atomic_store_explicit(counter(s, x->rank), v, memory_order_release);
+    atomic_store(counter(s, x->rank), v);
+    if (atomic_load(sleepers(s, x->rank)) > 0) futex_wake(counter(s, x->rank));
     for (int q = 0; q < x->size; q++) {
         if (q == x->rank) continue;
+        _Atomic uint64_t *c = counter(s, q);
         unsigned spins = 0;
-        while (atomic_load_explicit(counter(s, q), memory_order_acquire) < v) {
-            if (++spins < 4096) cpu_relax();
-            else sched_yield(); /* oversubscribed: let the rank we wait for run */
+        uint64_t seen;
+        while ((seen = atomic_load_explicit(c, memory_order_acquire)) < v) {
+            if (++spins < 2048) {
+                cpu_relax();
+                continue;
+            }
+            atomic_fetch_add(sleepers(s, q), 1);
+            if ((seen = atomic_load(c)) < v) futex_wait(c, (uint32_t)seen);
+            atomic_fetch_sub(sleepers(s, q), 1);
         }
     }
 }
@@ -93,6 +121,7 @@ static dt_status shm_reserve(dtc_ctx *x, size_t want) {
         x->shm.seg[q] = p;
     }
     atomic_store_explicit(counter(&x->shm, x->rank), 0, memory_order_relaxed);
+    atomic_store_explicit(sleepers(&x->shm, x->rank), 0, memory_order_relaxed);
     memset(base + HDR_BYTES, 0, 2 * cap); /* fault the pages in now, not in the first chunks */
     x->shm.seq = 0;
     x->shm.chunks = 0;

@@ -12,11 +12,13 @@ dt_status dt_metrics_open(dt_metrics *m, const char *path, int append) {
 }
 
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, double tokens_per_s,
-                     double ms) {
+                     double ms, double comm_ms) {
     if (!m->fp) return;
     fprintf(m->fp,
-            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.2f, \"ms\": %.3f}\n",
+            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.2f, \"ms\": %.3f",
             step, loss, lr, grad_norm, tokens_per_s, ms);
+    if (comm_ms >= 0) fprintf(m->fp, ", \"comm_ms\": %.3f", comm_ms);
+    fputs("}\n", m->fp);
     fflush(m->fp);
 }
 

@@ -271,7 +271,7 @@ static dt_status run(trainer *t) {
     double tokens_per_step = (double)t->global_batch * t->T;
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
     while (t->st.step < stop) {
-        double t0 = dt_now(), norm, lr;
+        double t0 = dt_now(), c0 = dt_dp_comm_seconds(t->dpe), norm, lr;
         DT_TRY(train_step(t, &loss, &norm, &lr));
         double dt = dt_now() - t0;
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
@@ -281,7 +281,8 @@ static dt_status run(trainer *t) {
         double tps = tokens_per_step / dt;
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
         if (t->rank0) {
-            dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, tps, dt * 1e3);
+            dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, tps, dt * 1e3,
+                            t->dp > 1 ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
         int last = t->st.step == stop;
