@@ -12,3 +12,26 @@ prepare_tiny() {
 }
 TINY=(--config "$SRC/tests/data/tiny.json" --set "data.train=$TMP/c_train.bin" --set "data.val=$TMP/c_val.bin")
 digest_of() { grep -o 'digest sha256:[0-9a-f]*' "$1"; }
+# The data-parallel parity run: 20 steps, global batch 8, validation at steps 10 and 20.
+DP_RUN=("${TINY[@]}" --steps 20 --threads 1 --set train.micro_batch=2 --set train.global_batch=8 --set train.val_every=10)
+# compare_curves REF GOT: per-step loss and grad norm and both val losses of two DP_RUN
+# metrics files within 1e-5 relative; prints the worst difference.
+compare_curves() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    return {r["step"]: r for r in rows if "event" not in r}, [r["val_loss"] for r in rows if r.get("event") == "val"]
+(ref, rv), (got, gv) = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(got) == sorted(ref) == list(range(1, 21)), sorted(got)
+worst = 0.0
+for s in ref:
+    for k in ("loss", "grad_norm"):
+        worst = max(worst, abs(got[s][k] - ref[s][k]) / abs(ref[s][k]))
+for a, b in zip(rv, gv):
+    worst = max(worst, abs(a - b) / abs(a))
+assert len(rv) == len(gv) == 2, (rv, gv)
+print("max rel diff %.2e" % worst)
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}

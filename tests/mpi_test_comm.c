@@ -3,6 +3,8 @@
  * locally (rank q's input element i is a fixed function of (q, i)). Also: bitwise
  * repeatability, shm's rank-order sums, overlapping non-blocking operations, split, and
  * shm on node-shared (registered) buffers: the same bits as on ordinary ones.
+ * Across several nodes (tests/test_multinode.sh, with DT_TEST_RANKS_PER_NODE set and ranks
+ * placed by node) shm must refuse the world and run on each node's communicator.
  * Usage: mpirun -np N mpi_test_comm [SOURCE_DIR] */
 #include <math.h>
 #include <stdint.h>
@@ -13,7 +15,7 @@
 #include "comm/comm.h"
 #include "core/status.h"
 
-static int g_pass, g_fail, g_rank, g_size, g_printed;
+static int g_pass, g_fail, g_rank, g_size, g_printed, g_one_node;
 #define CHECK(cond, ...)                                                              \
     do {                                                                              \
         if (cond) g_pass++;                                                           \
@@ -257,7 +259,34 @@ static void test_registered_once(void *RA, dt_dtype t, size_t n, size_t off) {
     }
 }
 
+/* On the communicator of this rank's node (ranks are placed node by node, so the first
+ * rank of the node names it); the tests above use g_world, g_rank, g_size and g_all,
+ * which point at the node communicator meanwhile. */
+static void test_registered_world(void);
 static void test_registered(void) {
+    if (g_one_node) {
+        test_registered_world();
+        return;
+    }
+    dt_comm *node = NULL, *world = g_world;
+    int rank = g_rank, size = g_size, all[64];
+    memcpy(all, g_all, sizeof all);
+    OK(dt_comm_split(g_world, g_rank - dt_comm_local_rank(g_world), g_rank, &node), "split by node");
+    if (!node) return;
+    CHECK(dt_comm_local_size(node) == dt_comm_size(node), "node communicator spans nodes");
+    g_world = node;
+    g_rank = dt_comm_rank(node);
+    g_size = dt_comm_size(node);
+    for (int q = 0; q < g_size; q++) g_all[q] = q; /* inputs are functions of the node rank */
+    test_registered_world();
+    g_world = world;
+    g_rank = rank;
+    g_size = size;
+    memcpy(g_all, all, sizeof all);
+    dt_comm_free(node);
+}
+
+static void test_registered_world(void) {
     const size_t cap = (size_t)4 << 20; /* elements of f64 */
     void *RA = NULL, *RB = NULL;
     OK(dt_comm_alloc_shared(g_world, cap * sizeof(double), "test", &RA), "alloc_shared");
@@ -324,6 +353,7 @@ static void test_split(void) {
     CHECK(dt_comm_rank(sub) == g_rank / 2, "split: rank %d, want %d", dt_comm_rank(sub), g_rank / 2);
     for (int a = 0; a < DT_ALGO_N; a++)
         for (int t = 0; t < 2; t++) {
+            if (a == DT_ALGO_SHM && dt_comm_local_size(sub) != dt_comm_size(sub)) continue;
             size_t ns[] = {1, 13, 1021, 100003};
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
                 test_allreduce(sub, mem, (dt_algo)a, (dt_dtype)t, ns[k], k % 2 ? DT_AVG : DT_SUM);
@@ -351,8 +381,19 @@ static void test_errors(void) {
     CHECK(strstr(dt_error_message(), "broadcast") != NULL, "message does not name the operation: %s",
           dt_error_message());
     dt_error_clear();
-    CHECK(dt_comm_local_size(g_world) == g_size, "local size %d of %d (one node)", dt_comm_local_size(g_world), g_size);
-    CHECK(dt_comm_local_rank(g_world) == g_rank, "local rank %d, rank %d", dt_comm_local_rank(g_world), g_rank);
+    const char *rpn_env = getenv("DT_TEST_RANKS_PER_NODE");
+    int rpn = rpn_env ? atoi(rpn_env) : g_size;
+    CHECK(dt_comm_local_size(g_world) == rpn, "local size %d, want %d", dt_comm_local_size(g_world), rpn);
+    CHECK(dt_comm_local_rank(g_world) == g_rank % rpn, "local rank %d, rank %d", dt_comm_local_rank(g_world), g_rank);
+    if (!g_one_node) { /* shm refuses a communicator that spans nodes, naming why */
+        CHECK(dt_comm_set_algo(g_world, DT_COLL_ALLREDUCE, DT_ALGO_SHM) == DT_EINPUT &&
+                  strstr(dt_error_message(), "one node"),
+              "shm accepted across nodes: %s", dt_error_message());
+        dt_error_clear();
+        void *p = NULL; /* no window across nodes: ordinary memory */
+        OK(dt_comm_alloc_shared(g_world, 4096, "test", &p), "alloc_shared across nodes");
+        dt_comm_free_shared(g_world, p);
+    }
 }
 
 static void test_p2p(void) {
@@ -381,6 +422,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     for (int q = 0; q < g_size; q++) g_all[q] = q;
+    g_one_node = dt_comm_local_size(g_world) == g_size;
     const size_t big = (size_t)1 << 20;
     size_t bytes = (size_t)g_size * (big + 8) * sizeof(double);
     A = calloc(1, bytes), B = calloc(1, bytes), C = calloc(1, bytes);
@@ -395,6 +437,7 @@ int main(int argc, char **argv) {
     test_p2p();
     for (int ai = 0; ai < DT_ALGO_N; ai++) {
         dt_algo a = (dt_algo)ai;
+        if (a == DT_ALGO_SHM && !g_one_node) continue; /* see test_errors and test_registered */
         for (int ti = 0; ti < 2; ti++) {
             dt_dtype t = (dt_dtype)ti;
             for (size_t k = 0; k < ncounts; k++) {

@@ -7,32 +7,13 @@ command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
 prepare_tiny
-RUN=("${TINY[@]}" --steps 20 --threads 1 --set train.micro_batch=2 --set train.global_batch=8 --set train.val_every=10)
-"$DTRAIN" train "${RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
-compare() { # compare NAME METRICS
-  python3 - "$TMP/ref.jsonl" "$2" <<'PY'
-import json, sys
-def load(p):
-    rows = [json.loads(l) for l in open(p)]
-    return {r["step"]: r for r in rows if "event" not in r}, [r["val_loss"] for r in rows if r.get("event") == "val"]
-(ref, rv), (got, gv) = load(sys.argv[1]), load(sys.argv[2])
-assert sorted(got) == sorted(ref) == list(range(1, 21)), sorted(got)
-worst = 0.0
-for s in ref:
-    for k in ("loss", "grad_norm"):
-        worst = max(worst, abs(got[s][k] - ref[s][k]) / abs(ref[s][k]))
-for a, b in zip(rv, gv):
-    worst = max(worst, abs(a - b) / abs(a))
-assert len(rv) == len(gv) == 2, (rv, gv)
-print("max rel diff %.2e" % worst)
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
-}
+"$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
+compare() { compare_curves "$TMP/ref.jsonl" "$2"; }
 for np in 2 4; do
   for mode in "ps:--set parallel.dp_mode=ps" "ddp:" "zero1:--set parallel.zero=1" "zero2:--set parallel.zero=2" \
               "zero3:--set parallel.zero=3"; do
     name=${mode%%:*}; args=${mode#*:}
-    if "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" $args --metrics "$TMP/$name$np.jsonl" >"$TMP/$name$np.out" 2>&1; then
+    if "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" $args --metrics "$TMP/$name$np.jsonl" >"$TMP/$name$np.out" 2>&1; then
       r=$(compare "$name" "$TMP/$name$np.jsonl") && pass "dp=$np $name matches single process ($r)" \
         || fail "dp=$np $name: $r"
     else
@@ -41,7 +22,7 @@ for np in 2 4; do
   done
 done
 # bitwise mode: the weights after 20 steps are identical for every dp size and mode
-BW=("${RUN[@]}" --set parallel.determinism=bitwise --digest)
+BW=("${DP_RUN[@]}" --set parallel.determinism=bitwise --digest)
 "$DTRAIN" train "${BW[@]}" >"$TMP/bw1.out" 2>&1 || fail "bitwise single process"
 ref=$(digest_of "$TMP/bw1.out"); echo "single process: $ref"
 [ -n "$ref" ] || fail "no digest"
