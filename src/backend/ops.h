@@ -43,9 +43,10 @@ typedef struct dt_ops {
     /* sum of squares in double (fixed order for a fixed thread count) */
     double (*sumsq)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
-    /* AdamW on n elements: m, v updated; p -= lr·(m̂/(sqrt(v̂)+eps) + wd·p) */
+    /* AdamW on n elements of gradient g·gscale (gscale: the clipping factor, fused here so
+     * clipping costs no pass of its own): m, v updated; p -= lr·(m̂/(sqrt(v̂)+eps) + wd·p) */
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float wd, float bc1, float bc2);
+                  float eps, float wd, float bc1, float bc2, float gscale);
 } dt_ops;
 
 const dt_ops *dt_ops_cpu(void);

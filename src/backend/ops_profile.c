@@ -67,8 +67,8 @@ static double p_sumsq(const float *x, size_t n) {
 }
 static void p_scale(float *x, float s, size_t n) { TIMED(P_SCALE, inner->scale(x, s, n)); }
 static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
-                    float wd, float c1, float c2) {
-    TIMED(P_ADAMW, inner->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2));
+                    float wd, float c1, float c2, float gs) {
+    TIMED(P_ADAMW, inner->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2, gs));
 }
 
 static const dt_ops PROFILED = {

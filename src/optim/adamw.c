@@ -2,18 +2,18 @@
 
 #include "optimizer.h"
 
-void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long step, int decay, double lr, float *p,
-                    const float *g, float *m, float *v, size_t n) {
+void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long step, int decay, double lr, float gscale,
+                    float *p, const float *g, float *m, float *v, size_t n) {
     float bc1 = (float)(1.0 - pow(hp->beta1, (double)step)), bc2 = (float)(1.0 - pow(hp->beta2, (double)step));
     ops->adamw(p, g, m, v, n, (float)lr, (float)hp->beta1, (float)hp->beta2, (float)hp->eps,
-               decay ? (float)hp->weight_decay : 0.0f, bc1, bc2);
+               decay ? (float)hp->weight_decay : 0.0f, bc1, bc2, gscale);
 }
 
-void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr) {
+void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr, float gscale) {
     o->step++;
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         size_t k = t->offset;
-        dt_adamw_range(&o->hp, ops, o->step, t->decay, lr, m->params + k, m->grads + k, o->m + k, o->v + k, t->numel);
+        dt_adamw_range(&o->hp, ops, o->step, t->decay, lr, gscale, m->params + k, m->grads + k, o->m + k, o->v + k, t->numel);
     }
 }

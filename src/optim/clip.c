@@ -4,8 +4,8 @@
 
 double dt_grad_norm(const dt_ops *ops, const float *grads, size_t n) { return sqrt(ops->sumsq(grads, n)); }
 
-void dt_clip_grads(const dt_ops *ops, float *grads, size_t n, double norm, double clip) {
-    if (clip <= 0.0) return;
+float dt_clip_coef(double norm, double clip) {
+    if (clip <= 0.0) return 1.0f;
     double coef = clip / (norm + 1e-6);
-    if (coef < 1.0) ops->scale(grads, (float)coef, n);
+    return coef < 1.0 ? (float)coef : 1.0f;
 }

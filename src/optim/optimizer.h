@@ -26,13 +26,15 @@ typedef struct {
 double dt_lr_at(const dt_adamw_hparams *hp, long long s);
 /* Global L2 norm of the gradient. */
 double dt_grad_norm(const dt_ops *ops, const float *grads, size_t n);
-/* Scales gradients so their norm is at most clip (torch's clip_grad_norm_ rule). */
-void dt_clip_grads(const dt_ops *ops, float *grads, size_t n, double norm, double clip);
-/* AdamW on n elements of one tensor (decay: it is a 2-D weight) at 1-based step `step`:
- * the one place the update and its bias correction are spelled out. */
-void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long step, int decay, double lr, float *p,
-                    const float *g, float *m, float *v, size_t n);
-/* One AdamW step over every tensor of the model at learning rate lr. */
-void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr);
+/* The factor that brings the gradient norm to at most clip (torch's clip_grad_norm_ rule:
+ * clip / (norm + 1e-6) when that is below 1; 1 otherwise or when clip <= 0). The update
+ * applies it to each gradient element as it reads it. */
+float dt_clip_coef(double norm, double clip);
+/* AdamW on n elements of one tensor (decay: it is a 2-D weight) at 1-based step `step`,
+ * with gradient g·gscale: the one place the update and its bias correction are spelled out. */
+void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long step, int decay, double lr, float gscale,
+                    float *p, const float *g, float *m, float *v, size_t n);
+/* One AdamW step over every tensor of the model at learning rate lr, gradients times gscale. */
+void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr, float gscale);
 
 #endif

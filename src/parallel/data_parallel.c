@@ -235,9 +235,8 @@ void dt_dp_begin_micro(dt_dp *d, int last) {
 
 /* AdamW over the whole flat buffer (ps root, DDP). */
 static void full_update(dt_dp *d, double lr, double norm) {
-    dt_clip_grads(d->ops, d->grads, d->m->nparams, norm, d->hp.grad_clip);
     dt_adamw o = {.hp = d->hp, .m = d->exp_avg, .v = d->exp_avg_sq, .step = d->step};
-    dt_adamw_step(&o, d->ops, d->m, lr);
+    dt_adamw_step(&o, d->ops, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
 }
 
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {

@@ -213,7 +213,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         DT_TRY(dt_allreduce(d->comm, &ss, 1, DT_F64, DT_SUM));
         *grad_norm = sqrt(ss);
     }
-    dt_clip_grads(d->ops, d->grad_shard, d->shard_total, *grad_norm, d->hp.grad_clip);
+    float gscale = dt_clip_coef(*grad_norm, d->hp.grad_clip);
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         int u = t->unit;
@@ -222,7 +222,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         size_t x0 = a > lo ? a : lo, x1 = b < hi ? b : hi;
         if (x0 >= x1) continue;
         size_t k = d->soff[u] + (x0 - lo);
-        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, slice_param(d, u, x0), d->grad_shard + k,
+        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_param(d, u, x0), d->grad_shard + k,
                        d->m_shard + k, d->v_shard + k, x1 - x0);
     }
     if (d->o.zero <= 2) {
