@@ -2,7 +2,8 @@
 # Data-parallel throughput in one run (issue 3): for the tiny shape (4 layers, 256 wide,
 # seq 256, global batch 8) and GPT-2 small at seq 64 (global batch 8):
 #   dtrain dp=1 x 1 thread (base), dp=1 x 2 threads, dp=2 x 1 thread (DDP, overlap on
-#   and off: exposed communication per step), and PyTorch DDP (gloo, 2 ranks x 1 thread).
+#   and off: exposed communication per step; ZeRO-1), and PyTorch DDP (gloo, 2 ranks x 1
+#   thread).
 # Every contender gets the same environment: OpenBLAS variables unset and the glibc
 # malloc tunables that stop per-step page faults. A CPU-share probe runs before each
 # measurement (below ~1.6 the second core is shared and the row is unreliable).
@@ -59,6 +60,10 @@ for shape in tiny small; do
     echo "| $shape | dtrain DDP dp=2 x 1 thread, overlap $ov | $p | $v | $ex | $(python3 -c "print('%.2f' % ($v/$base))") (vs dp=1x2: $(python3 -c "print('%.2f' % ($v/$two))")) |"
     [ $ov = true ] && ddp=$v
   done
+  # ZeRO-1: the same data parallelism with the optimizer step split over the ranks (DDP
+  # repeats the memory-bound AdamW pass on every rank)
+  p=$(probe); read -r v ex < <(run_dtrain ${shape}_21z1 2 1 "${S[@]}" --set train.micro_batch=4 --set train.global_batch=8 --set parallel.zero=1)
+  echo "| $shape | dtrain ZeRO-1 dp=2 x 1 thread | $p | $v | $ex | $(python3 -c "print('%.2f' % ($v/$base))") (vs dp=1x2: $(python3 -c "print('%.2f' % ($v/$two))")) |"
   p=$(probe)
   tv=$("${ENV[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$here/torch_ddp_bench.py" "${T[@]}" \
        --global-batch 8 --ranks 2 --steps 8 2>"$tmp/torch.err" \

@@ -87,7 +87,7 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
         dt_coll op = g_ops[oi];
         if (!ops[oi]) continue;
         for (int ai = 0; ai < DT_ALGO_N; ai++) {
-            if (!algos[ai] || !dt_algo_supports((dt_algo)ai, op)) continue;
+            if (!algos[ai] || ai == DT_ALGO_AUTO || !dt_algo_supports((dt_algo)ai, op)) continue;
             if (dt_comm_set_algo(world, op, (dt_algo)ai) != DT_OK) { /* e.g. shm across nodes */
                 if (rank == 0) printf("# %s: %s skipped: %s\n", dt_coll_name(op), dt_algo_name((dt_algo)ai),
                                       dt_error_message());

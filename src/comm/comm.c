@@ -225,7 +225,7 @@ dt_status dtc_sendrecv_reduce(dtc_ctx *x, const void *s, size_t sn, int dst, con
 
 /* ---- names, sizes, algorithm choice ---- */
 
-static const char *const g_algo_names[DT_ALGO_N] = {"mpi", "ring", "rhd", "tree", "shm"};
+static const char *const g_algo_names[DT_ALGO_N] = {"mpi", "ring", "rhd", "tree", "shm", "auto"};
 static const char *const g_coll_names[DT_COLL_N] = {"allreduce", "reduce_scatter", "allgather", "bcast"};
 /* what error messages call each collective */
 static const char *const g_coll_ops[DT_COLL_N] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast"};
@@ -236,7 +236,7 @@ dt_status dt_algo_parse(const char *name, dt_algo *out) {
             *out = (dt_algo)a;
             return DT_OK;
         }
-    return dt_fail(DT_EINPUT, "unknown communication algorithm '%s' (expected mpi, ring, rhd, tree or shm)",
+    return dt_fail(DT_EINPUT, "unknown communication algorithm '%s' (expected mpi, ring, rhd, tree, shm or auto)",
                    name ? name : "(null)");
 }
 
@@ -249,7 +249,8 @@ int dt_algo_supports(dt_algo a, dt_coll c) {
     if ((unsigned)c >= DT_COLL_N) return 0;
     switch (a) {
     case DT_ALGO_MPI:
-    case DT_ALGO_SHM: return 1;
+    case DT_ALGO_SHM:
+    case DT_ALGO_AUTO: return 1;
     case DT_ALGO_RING: return c != DT_COLL_BCAST;
     case DT_ALGO_RHD: return c == DT_COLL_ALLREDUCE;
     case DT_ALGO_TREE: return c == DT_COLL_ALLREDUCE || c == DT_COLL_BCAST;
@@ -559,6 +560,18 @@ static const dtc_region *find_region(const dt_comm *c, dt_coll coll, dt_algo a, 
     return NULL;
 }
 
+/* The algorithm this call runs (DT_ALGO_AUTO resolved; see comm.h) and, for shm, the
+ * registered buffer it reads peers' data from (NULL: ordinary memory). */
+static dt_algo pick(const dt_comm *c, dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t,
+                    const dtc_region **reg, size_t *off) {
+    dt_algo a = c->algo[coll];
+    int autopick = a == DT_ALGO_AUTO;
+    if (autopick) a = c->fg.one_node && coll != DT_COLL_BCAST ? DT_ALGO_SHM : DT_ALGO_MPI;
+    *reg = find_region(c, coll, a, send, recv, count, t, off);
+    if (autopick && coll == DT_COLL_ALLGATHER && !*reg) a = DT_ALGO_MPI;
+    return a;
+}
+
 /* Blocking collective: validation, size one, MPI's or ours on the caller's lane. */
 static dt_status coll_run(dt_comm *c, dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t,
                           dt_redop op, int root) {
@@ -568,9 +581,9 @@ static dt_status coll_run(dt_comm *c, dt_coll coll, const void *send, void *recv
         local_coll(coll, send, recv, count, t);
         return DT_OK;
     }
-    dt_algo a = c->algo[coll];
     size_t off = 0;
-    const dtc_region *reg = find_region(c, coll, a, send, recv, count, t, &off);
+    const dtc_region *reg;
+    dt_algo a = pick(c, coll, send, recv, count, t, &reg, &off);
     dt_status st = a == DT_ALGO_MPI ? mpi_coll(c, coll, send, recv, count, t, op, root)
                                     : run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), root, reg, off);
     return lane_fail(&c->fg, st, name, a, count, t);
@@ -596,7 +609,8 @@ dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op
     DT_TRY(check_args(c, "reduce", buf, buf, count, t, op, root));
     if (c->size == 1) return DT_OK;
     dtc_ctx *x = &c->fg;
-    dt_algo a = c->algo[DT_COLL_ALLREDUCE] == DT_ALGO_MPI ? DT_ALGO_MPI : DT_ALGO_TREE;
+    dt_algo ar = c->algo[DT_COLL_ALLREDUCE];
+    dt_algo a = ar == DT_ALGO_MPI || ar == DT_ALGO_AUTO ? DT_ALGO_MPI : DT_ALGO_TREE;
     dt_status st = DT_OK;
     if (a == DT_ALGO_MPI) {
         size_t es = dt_dtype_size(t);
@@ -726,8 +740,7 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
     if (!r) return dt_fail(DT_ERUNTIME, "%s: out of memory", name);
     r->c = c;
     r->kind = REQ_DONE;
-    dt_algo a = c->algo[coll];
-    r->reg = find_region(c, coll, a, send, recv, count, t, &r->reg_off);
+    dt_algo a = pick(c, coll, send, recv, count, t, &r->reg, &r->reg_off);
     dt_status st = DT_OK;
     if (c->size == 1) {
         local_coll(coll, send, recv, count, t);

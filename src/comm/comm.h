@@ -26,7 +26,11 @@ typedef struct dt_request dt_request;
 typedef enum { DT_F32, DT_F64 } dt_dtype;
 typedef enum { DT_SUM, DT_AVG } dt_redop;
 typedef enum { DT_COLL_ALLREDUCE, DT_COLL_REDUCE_SCATTER, DT_COLL_ALLGATHER, DT_COLL_BCAST, DT_COLL_N } dt_coll;
-typedef enum { DT_ALGO_MPI, DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_TREE, DT_ALGO_SHM, DT_ALGO_N } dt_algo;
+/* DT_ALGO_AUTO picks per call what measured fastest here (docs/benchmarks.md): within one
+ * node shm for all-reduce and reduce-scatter, and for all-gather into a node-shared buffer
+ * (see dt_comm_alloc_shared; into ordinary memory Open MPI's single-copy path wins);
+ * MPI's own otherwise (across nodes, and broadcast). */
+typedef enum { DT_ALGO_MPI, DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_TREE, DT_ALGO_SHM, DT_ALGO_AUTO, DT_ALGO_N } dt_algo;
 
 /* MPI_Init (thread level MULTIPLE) when launched by an MPI launcher; size 1 otherwise. */
 dt_status dt_comm_init(dt_comm **world, int *argc, char ***argv);
@@ -45,17 +49,17 @@ int dt_comm_local_size(const dt_comm *c);
 dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
 void dt_comm_free(dt_comm *c);
 
-/* Parses "mpi", "ring", "rhd", "tree", "shm". */
+/* Parses "mpi", "ring", "rhd", "tree", "shm", "auto". */
 dt_status dt_algo_parse(const char *name, dt_algo *out);
 const char *dt_algo_name(dt_algo a);
 /* Chooses the algorithm for one collective; fails if it does not implement it.
  * Every rank must make the same choices (collectives must match across ranks).
  * The default is DT_ALGO_MPI for every collective. dt_reduce follows the all-reduce
- * choice: MPI_Reduce for DT_ALGO_MPI, our binomial tree otherwise. */
+ * choice: MPI_Reduce for DT_ALGO_MPI and DT_ALGO_AUTO, our binomial tree otherwise. */
 dt_status dt_comm_set_algo(dt_comm *c, dt_coll coll, dt_algo algo);
 dt_algo dt_comm_get_algo(const dt_comm *c, dt_coll coll);
 /* Whether the algorithm implements the collective (shm also needs a one-node communicator):
- * mpi and shm: all four; ring: all-reduce, reduce-scatter, all-gather; rhd: all-reduce;
+ * mpi, shm and auto: all four; ring: all-reduce, reduce-scatter, all-gather; rhd: all-reduce;
  * tree: all-reduce, bcast. */
 int dt_algo_supports(dt_algo algo, dt_coll coll);
 /* "allreduce", "reduce_scatter", "allgather", "bcast". */

@@ -89,7 +89,8 @@ static const key_desc KEYS[] = {
          "all-reduce algorithm (auto: shm when all ranks share a node, else mpi)"),
     ENUM("comm.reduce_scatter", comm.reduce_scatter, "auto|mpi|ring|shm", "auto",
          "reduce-scatter algorithm (auto: shm when all ranks share a node, else mpi)"),
-    ENUM("comm.allgather", comm.allgather, "mpi|ring|shm", "mpi", "all-gather algorithm"),
+    ENUM("comm.allgather", comm.allgather, "auto|mpi|ring|shm", "auto",
+         "all-gather algorithm (auto: shm into node-shared buffers within a node, else mpi)"),
     ENUM("comm.bcast", comm.bcast, "mpi|tree", "mpi", "broadcast algorithm"),
     ENUM("parallel.determinism", parallel.determinism, "fast|bitwise", "fast", "reduction order guarantee"),
 };

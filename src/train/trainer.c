@@ -138,10 +138,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     };
     for (size_t i = 0; i < sizeof algo_keys / sizeof algo_keys[0]; i++) {
         dt_algo a;
-        const char *name = (const char *)c + algo_keys[i].off;
-        if (!strcmp(name, "auto")) /* measured fastest here: docs/benchmarks.md */
-            name = dt_comm_local_size(t->mesh.dp_comm) == dt_comm_size(t->mesh.dp_comm) ? "shm" : "mpi";
-        DT_TRY(dt_algo_parse(name, &a));
+        DT_TRY(dt_algo_parse((const char *)c + algo_keys[i].off, &a));
         DT_TRY(dt_comm_set_algo(t->mesh.dp_comm, (dt_coll)algo_keys[i].coll, a));
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
