@@ -5,8 +5,11 @@
 #   and off: exposed communication per step; ZeRO-1), and PyTorch DDP (gloo, 2 ranks x 1
 #   thread).
 # Every contender gets the same environment: OpenBLAS variables unset and the glibc
-# malloc tunables that stop per-step page faults. A CPU-share probe runs before each
-# measurement (below ~1.6 the second core is shared and the row is unreliable).
+# malloc tunables that stop per-step page faults. The VM's speed drifts by 10-20% over
+# minutes, so contenders run interleaved, ROUNDS times (default 3): each figure is the
+# median over rounds of a run's median step, and each ratio the median of the ratios
+# taken within a round. A CPU-share probe runs before each measurement (below ~1.6 the
+# second core is shared; the table gives the lowest probe of the row).
 # usage: bench/bench_ddp.sh [build/dtrain]     (prints a markdown table)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -40,33 +43,60 @@ run_dtrain() { # name np threads shape-args... -> prints tok/s [exposed ms]
   "${cmd[@]}" >"$tmp/$name.out" 2>&1 || { echo "failed: $name" >&2; tail -3 "$tmp/$name.out" >&2; return 1; }
   dt_tps "$tmp/$name.jsonl"
 }
-echo "| shape | contender | probe | tokens/s | exposed comm ms/step | vs dp=1x1 |"
-echo "|---|---|---|---|---|---|"
+ROUNDS=${ROUNDS:-3}
+torch_tps() { # shape-args... -> tok/s
+  "${ENV[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$here/torch_ddp_bench.py" "$@" \
+    --global-batch 8 --ranks 2 --steps $STEPS 2>"$tmp/torch.err" \
+    | python3 -c "import json,sys; print('%.0f -' % json.loads(sys.stdin.readlines()[-1])['tokens_per_s'])"
+}
+# contenders: key|label|how (dtrain NP THREADS extra-args... | torch)
+CONTENDERS=(
+  "d11|dtrain dp=1 x 1 thread|dtrain 1 1 --set train.micro_batch=8"
+  "d12|dtrain dp=1 x 2 threads|dtrain 1 2 --set train.micro_batch=8"
+  "ddp|dtrain DDP dp=2 x 1 thread, overlap true|dtrain 2 1 --set train.micro_batch=4 --set parallel.overlap=true"
+  "ddpno|dtrain DDP dp=2 x 1 thread, overlap false|dtrain 2 1 --set train.micro_batch=4 --set parallel.overlap=false"
+  "z1|dtrain ZeRO-1 dp=2 x 1 thread|dtrain 2 1 --set train.micro_batch=4 --set parallel.zero=1"
+  "torch|PyTorch DDP gloo 2 x 1 thread|torch"
+)
 for shape in tiny small; do
   if [ $shape = tiny ]; then
     S=(--set model.n_layer=4 --set model.n_head=4 --set model.n_embd=256 --set model.seq_len=256 --set model.vocab_size=50257)
-    T=(--n-layer 4 --n-embd 256 --n-head 4 --seq 256); seq=256
+    T=(--n-layer 4 --n-embd 256 --n-head 4 --seq 256)
   else
     S=(--set model.n_layer=12 --set model.n_head=12 --set model.n_embd=768 --set model.seq_len=64 --set model.vocab_size=50257)
-    T=(--n-layer 12 --n-embd 768 --n-head 12 --seq 64); seq=64
+    T=(--n-layer 12 --n-embd 768 --n-head 12 --seq 64)
   fi
-  p=$(probe); read -r base _ < <(run_dtrain ${shape}_11 1 1 "${S[@]}" --set train.micro_batch=8)
-  echo "| $shape | dtrain dp=1 x 1 thread | $p | $base | - | 1.00 |"
-  p=$(probe); read -r v _ < <(run_dtrain ${shape}_12 1 2 "${S[@]}" --set train.micro_batch=8)
-  echo "| $shape | dtrain dp=1 x 2 threads | $p | $v | - | $(python3 -c "print('%.2f' % ($v/$base))") |"
-  two=$v
-  for ov in true false; do
-    p=$(probe); read -r v ex < <(run_dtrain ${shape}_21$ov 2 1 "${S[@]}" --set train.micro_batch=4 --set train.global_batch=8 --set parallel.overlap=$ov)
-    echo "| $shape | dtrain DDP dp=2 x 1 thread, overlap $ov | $p | $v | $ex | $(python3 -c "print('%.2f' % ($v/$base))") (vs dp=1x2: $(python3 -c "print('%.2f' % ($v/$two))")) |"
-    [ $ov = true ] && ddp=$v
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for c in "${CONTENDERS[@]}"; do
+      IFS='|' read -r key label how <<<"$c"
+      read -r -a h <<<"$how"
+      p=$(probe)
+      if [ "${h[0]}" = torch ]; then out=$(torch_tps "${T[@]}")
+      else out=$(run_dtrain ${shape}_$key "${h[1]}" "${h[2]}" "${S[@]}" --set train.global_batch=8 "${h[@]:3}"); fi
+      echo "$shape $key $r $p $out" >>"$tmp/results"
+    done
   done
-  # ZeRO-1: the same data parallelism with the optimizer step split over the ranks (DDP
-  # repeats the memory-bound AdamW pass on every rank)
-  p=$(probe); read -r v ex < <(run_dtrain ${shape}_21z1 2 1 "${S[@]}" --set train.micro_batch=4 --set train.global_batch=8 --set parallel.zero=1)
-  echo "| $shape | dtrain ZeRO-1 dp=2 x 1 thread | $p | $v | $ex | $(python3 -c "print('%.2f' % ($v/$base))") (vs dp=1x2: $(python3 -c "print('%.2f' % ($v/$two))")) |"
-  p=$(probe)
-  tv=$("${ENV[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$here/torch_ddp_bench.py" "${T[@]}" \
-       --global-batch 8 --ranks 2 --steps 8 2>"$tmp/torch.err" \
-       | python3 -c "import json,sys; print('%.0f' % json.loads(sys.stdin.readlines()[-1])['tokens_per_s'])")
-  echo "| $shape | PyTorch DDP gloo 2 x 1 thread | $p | $tv | - | $(python3 -c "print('%.2f' % ($tv/$base))") (dtrain DDP / torch DDP: $(python3 -c "print('%.2f' % ($ddp/$tv))")) |"
 done
+python3 - "$tmp/results" <<'PY'
+import statistics as st, sys
+rows = [l.split() for l in open(sys.argv[1])]
+labels = {"d11": "dtrain dp=1 x 1 thread", "d12": "dtrain dp=1 x 2 threads",
+          "ddp": "dtrain DDP dp=2 x 1 thread, overlap true", "ddpno": "dtrain DDP dp=2 x 1 thread, overlap false",
+          "z1": "dtrain ZeRO-1 dp=2 x 1 thread", "torch": "PyTorch DDP gloo 2 x 1 thread"}
+print("| shape | contender | lowest probe | tokens/s (median; range) | exposed comm ms/step | vs dp=1x1 | vs dp=1x2 | dtrain DDP / this |")
+print("|---|---|---|---|---|---|---|---|")
+for shape in ("tiny", "small"):
+    R = {}
+    for s, key, r, p, tps, ex in rows:
+        if s == shape: R.setdefault(key, {})[int(r)] = (float(p), float(tps), ex)
+    rounds = sorted(R["d11"])
+    def ratio(a, b): return st.median(R[a][r][1] / R[b][r][1] for r in rounds)
+    for key in labels:
+        v = [R[key][r][1] for r in rounds]
+        ex = [float(R[key][r][2]) for r in rounds if R[key][r][2] != "-"]
+        print("| %s | %s | %.2f | %.0f (%.0f-%.0f) | %s | %.2f | %s | %s |" % (
+            shape, labels[key], min(R[key][r][0] for r in rounds), st.median(v), min(v), max(v),
+            "%.1f" % st.median(ex) if ex else "-", ratio(key, "d11"),
+            "%.2f" % ratio(key, "d12") if key not in ("d11", "d12") else "-",
+            "%.2f" % ratio("ddp", key) if key == "torch" else "-"))
+PY
