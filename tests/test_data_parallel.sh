@@ -10,8 +10,10 @@ prepare_tiny
 "$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
 compare() { compare_curves "$TMP/ref.jsonl" "$2"; }
 for np in 2 4; do
+  # (ddp and zero1 start gradient collectives during backward; *_after: all after it)
   for mode in "ps:--set parallel.dp_mode=ps" "ddp:" "zero1:--set parallel.zero=1" "zero2:--set parallel.zero=2" \
-              "zero3:--set parallel.zero=3"; do
+              "zero3:--set parallel.zero=3" "ddp_after:--set parallel.overlap=false" \
+              "zero1_after:--set parallel.zero=1 --set parallel.overlap=false"; do
     name=${mode%%:*}; args=${mode#*:}
     if "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" $args --metrics "$TMP/$name$np.jsonl" >"$TMP/$name$np.out" 2>&1; then
       r=$(compare "$name" "$TMP/$name$np.jsonl") && pass "dp=$np $name matches single process ($r)" \

@@ -83,17 +83,49 @@ dt_status dt_dp_canonical_norm(dt_dp *d, double *norm) {
 
 /* ---- DDP buckets ---- */
 
-static dt_status launch_bucket(dt_dp *d) {
-    if (d->bucket_hi <= d->bucket_lo) return DT_OK;
+dt_status dt_dp_inflight_slot(dt_dp *d, dt_request ***slot) {
     if (d->ninflight == MAX_INFLIGHT) { /* bounded: finish the oldest before starting more */
-        DT_TRY(dt_wait(d->inflight[0]));
+        dt_status s;
+        DP_COMM(d, s = dt_wait(d->inflight[0]));
         memmove(d->inflight, d->inflight + 1, (MAX_INFLIGHT - 1) * sizeof(dt_request *));
         d->ninflight--;
+        DT_TRY(s);
     }
-    DT_TRY(dt_iallreduce(d->comm, d->grads + d->bucket_lo, d->bucket_hi - d->bucket_lo, DT_F32, DT_SUM,
-                         &d->inflight[d->ninflight]));
+    *slot = &d->inflight[d->ninflight];
+    return DT_OK;
+}
+
+dt_status dt_dp_inflight_wait(dt_dp *d) {
+    dt_status s = DT_OK;
+    double t0 = dt_now();
+    for (int i = 0; i < d->ninflight; i++) {
+        dt_status w = dt_wait(d->inflight[i]);
+        if (s == DT_OK) s = w;
+    }
+    d->ninflight = 0;
+    d->comm_s += dt_now() - t0;
+    return s;
+}
+
+static dt_status launch_bucket(dt_dp *d) {
+    if (d->bucket_hi <= d->bucket_lo) return DT_OK;
+    dt_request **slot;
+    DT_TRY(dt_dp_inflight_slot(d, &slot));
+    DT_TRY(dt_iallreduce(d->comm, d->grads + d->bucket_lo, d->bucket_hi - d->bucket_lo, DT_F32, DT_SUM, slot));
     d->ninflight++;
     d->bucket_lo = d->bucket_hi = 0;
+    return DT_OK;
+}
+
+/* Gradient norm of the all-reduced (identical) gradients, each rank summing squares over
+ * its 1/N of them; the partials are gathered and added in rank order on every rank, so
+ * every replica gets the same bits and applies the same clipping. */
+static dt_status ddp_norm(dt_dp *d, double *norm) {
+    size_t n = d->m->nparams, lo = n * (size_t)d->rank / (size_t)d->N, hi = n * (size_t)(d->rank + 1) / (size_t)d->N;
+    double mine = d->ops->sumsq(d->grads + lo, hi - lo), sum = 0.0;
+    DT_TRY(dt_allgather(d->comm, &mine, d->norm_parts, 1, DT_F64));
+    for (int q = 0; q < d->N; q++) sum += d->norm_parts[q];
+    *norm = sqrt(sum);
     return DT_OK;
 }
 
@@ -156,6 +188,8 @@ static dt_status setup_plain(dt_dp *d) {
         m->unit_params[u] = d->params + m->units[u].offset;
         m->unit_grads[u] = d->grads + m->units[u].offset;
     }
+    d->norm_parts = calloc((size_t)d->N, sizeof(double));
+    if (!d->norm_parts) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
     if (!d->o.ps || d->rank == 0) { /* ps: only the central rank keeps optimizer state */
         DT_TRY(dt_alloc((void **)&d->exp_avg, n * sizeof(float), "AdamW first moments"));
         DT_TRY(dt_alloc((void **)&d->exp_avg_sq, n * sizeof(float), "AdamW second moments"));
@@ -199,6 +233,7 @@ void dt_dp_destroy(dt_dp *d) {
     dt_free(d->exp_avg);
     dt_free(d->exp_avg_sq);
     free(d->m_view);
+    free(d->norm_parts);
     free(d->v_view);
     d->m->params = d->m->grads = NULL;
     memset(&d->m->hooks, 0, sizeof d->m->hooks);
@@ -264,7 +299,6 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         *grad_norm = norm;
     } else {
         if (d->N > 1) {
-            double t0 = dt_now();
             if (!d->o.overlap) { /* everything at the end, in buckets of the same size */
                 size_t lo = d->bucket_lo, hi = d->bucket_hi, step = d->o.bucket_bytes / sizeof(float) + 1;
                 for (size_t top = hi; top > lo && s == DT_OK;) {
@@ -276,17 +310,13 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
             } else {
                 s = launch_bucket(d);
             }
-            for (int i = 0; i < d->ninflight; i++) {
-                dt_status w = dt_wait(d->inflight[i]);
-                if (s == DT_OK) s = w;
-            }
-            d->ninflight = 0;
-            d->comm_s += dt_now() - t0;
-        }
-        if (s == DT_OK) {
+            dt_status w = dt_dp_inflight_wait(d);
+            if (s == DT_OK) s = w;
+            if (s == DT_OK) s = ddp_norm(d, grad_norm);
+        } else {
             *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
-            full_update(d, lr, *grad_norm);
         }
+        if (s == DT_OK) full_update(d, lr, *grad_norm);
     }
     d->step++;
     return s;

@@ -24,7 +24,7 @@ typedef struct {
     int zero;            /* 0..3 */
     size_t bucket_bytes; /* DDP bucket size */
     int bitwise;         /* parallel.determinism = bitwise (canonical.h) */
-    int overlap;         /* DDP: start bucket all-reduces during backward */
+    int overlap;         /* DDP, ZeRO-1: start gradient collectives during backward */
     int leaves;          /* bitwise: accumulation micro-steps per optimizer step */
 } dt_dp_opts;
 

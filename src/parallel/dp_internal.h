@@ -29,8 +29,10 @@ struct dt_dp {
     /* DDP buckets: a contiguous range [lo, hi) of the flat gradient buffer grows downwards
      * as units finish (units finish in descending offset order). */
     size_t bucket_lo, bucket_hi;
+    /* gradient collectives started during backward (DDP buckets, ZeRO-1 units), oldest first */
     dt_request *inflight[MAX_INFLIGHT];
     int ninflight;
+    double *norm_parts; /* DDP: every rank's partial sum of squares (N) */
 
     /* ZeRO layout: unit u is padded to P[u] = N·S[u] elements; rank r owns elements
      * [r·S[u], (r+1)·S[u]) of it, stored at shard offset soff[u]. */
@@ -46,6 +48,7 @@ struct dt_dp {
     int prefetch_unit;
     int held[4];               /* zero 3: unit currently in each gather buffer (-1: none) */
     float *rs_tmp;             /* reduce-scatter output before accumulation */
+    unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
     float *full_tmp;           /* gather_full: temporary full padded parameters (zero 3) */
     float **saved_view;
     size_t workspace_bytes;
@@ -58,6 +61,10 @@ struct dt_dp {
 };
 
 size_t dt_dp_align(const dt_dp *d);
+/* A free slot in d->inflight for a new request (the oldest is finished first when full). */
+dt_status dt_dp_inflight_slot(dt_dp *d, dt_request ***slot);
+/* Finishes every request in d->inflight, charging the wait to d->comm_s; first error wins. */
+dt_status dt_dp_inflight_wait(dt_dp *d);
 
 /* Runs a communication statement and charges its wall time to d->comm_s. */
 #define DP_COMM(d, stmt)                  \

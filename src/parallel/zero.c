@@ -69,6 +69,8 @@ dt_status dt_zero_setup(dt_dp *d) {
         d->prefetch_unit = -1;
     }
     if (z == 1) {
+        d->rs_started = calloc((size_t)U, 1);
+        if (!d->rs_started) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
         DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "gradients", (void **)&d->grads_pad));
         for (int u = 0; u < U; u++) m->unit_grads[u] = d->grads_pad + d->poff[u];
     } else {
@@ -96,6 +98,7 @@ void dt_zero_free(dt_dp *d) {
     dt_free(d->rs_tmp);
     for (int b = 0; b < 3; b++) dt_comm_free_shared(d->comm, d->gscratch[b]);
     for (int b = 0; b < 4; b++) dt_comm_free_shared(d->comm, d->pgather[b]);
+    free(d->rs_started);
     free(d->P);
     free(d->S);
     free(d->poff);
@@ -158,7 +161,22 @@ void dt_zero_before_backward(dt_dp *d, int u) {
     if (d->o.zero >= 2) memset(d->m->unit_grads[u], 0, d->P[u] * sizeof(float));
 }
 
+/* zero 1: unit u's gradients are final (last micro-step): start its reduce-scatter now,
+ * overlapping the rest of backward, as DDP does with buckets. A unit whose start fails is
+ * reduce-scattered blocking in end_step. */
+static void zero1_after_backward(dt_dp *d, int u) {
+    if (!d->last_micro || d->N == 1 || d->o.bitwise || !d->o.overlap) return;
+    dt_request **slot;
+    if (dt_dp_inflight_slot(d, &slot) != DT_OK) return;
+    if (dt_ireduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u], d->S[u], DT_F32, DT_SUM,
+                           slot) != DT_OK)
+        return;
+    d->ninflight++;
+    d->rs_started[u] = 1;
+}
+
 void dt_zero_after_backward(dt_dp *d, int u) {
+    if (d->o.zero == 1) zero1_after_backward(d, u);
     if (d->o.zero < 2) return;
     if (d->o.bitwise) { /* canonical tree over ranks, then keep this rank's slice of the leaf */
         dt_status s;
@@ -203,12 +221,17 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
             memcpy(d->grad_shard, root, d->shard_total * sizeof(float));
         DT_TRY(dt_dp_canonical_norm(d, grad_norm));
     } else {
-        double t0 = dt_now();
-        if (d->o.zero == 1)
-            for (int u = 0; u < m->nunits; u++)
-                DT_TRY(dt_reduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u], d->S[u],
-                                         DT_F32, DT_SUM));
-        d->comm_s += dt_now() - t0;
+        if (d->o.zero == 1) {
+            DT_TRY(dt_dp_inflight_wait(d)); /* the units started during backward */
+            double t0 = dt_now();
+            for (int u = 0; u < m->nunits; u++) {
+                if (!d->rs_started[u])
+                    DT_TRY(dt_reduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u],
+                                             d->S[u], DT_F32, DT_SUM));
+                d->rs_started[u] = 0;
+            }
+            d->comm_s += dt_now() - t0;
+        }
         double ss = d->ops->sumsq(d->grad_shard, d->shard_total);
         DT_TRY(dt_allreduce(d->comm, &ss, 1, DT_F64, DT_SUM));
         *grad_norm = sqrt(ss);
