@@ -49,6 +49,7 @@ struct dt_dp {
     int held[4];               /* zero 3: unit currently in each gather buffer (-1: none) */
     float *rs_tmp;             /* reduce-scatter output before accumulation */
     unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
+    dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
     float *full_tmp;           /* gather_full: temporary full padded parameters (zero 3) */
     float **saved_view;
     size_t workspace_bytes;

@@ -53,6 +53,8 @@ dt_status dt_zero_setup(dt_dp *d) {
     d->workspace_bytes = maxS * sizeof(float);
     int z = d->o.zero;
     if (z <= 2) {
+        d->ag_pending = calloc((size_t)U, sizeof(dt_request *));
+        if (!d->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
         /* node-shared where peers read it: the all-gather into it reads peers' copies in place */
         DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "parameters", (void **)&d->params_pad));
         for (int u = 0; u < U; u++) m->unit_params[u] = d->params_pad + d->poff[u];
@@ -86,8 +88,29 @@ dt_status dt_zero_setup(dt_dp *d) {
     return DT_OK;
 }
 
+/* zero 1/2: waits for unit u's parameter all-gather, if one is in flight. */
+static dt_status settle_unit(dt_dp *d, int u) {
+    if (!d->ag_pending || !d->ag_pending[u]) return DT_OK;
+    dt_status s;
+    DP_COMM(d, s = dt_wait(d->ag_pending[u]));
+    d->ag_pending[u] = NULL;
+    return s;
+}
+
+/* zero 1/2: waits for every parameter all-gather still in flight; first error wins. */
+static dt_status settle_all(dt_dp *d) {
+    dt_status s = DT_OK;
+    for (int u = 0; d->ag_pending && u < d->m->nunits; u++) {
+        dt_status w = settle_unit(d, u);
+        if (s == DT_OK) s = w;
+    }
+    return s;
+}
+
 void dt_zero_free(dt_dp *d) {
     if (d->prefetch) dt_wait(d->prefetch);
+    settle_all(d);
+    free(d->ag_pending);
     /* collective for node-shared buffers: every rank frees in this order */
     dt_comm_free_shared(d->comm, d->params_pad);
     dt_comm_free_shared(d->comm, d->grads_pad);
@@ -144,7 +167,10 @@ static void prefetch_unit(dt_dp *d, int u) {
 /* Hook failures cannot return through the model; they surface as a mismatch caught
  * by the next collective, so gathers are retried blocking inside gather_unit. */
 void dt_zero_before_forward(dt_dp *d, int u) {
-    if (d->o.zero < 3) return;
+    if (d->o.zero < 3) {
+        settle_unit(d, u); /* a failure leaves stale weights and resurfaces at the next collective */
+        return;
+    }
     if (gather_unit(d, u) != DT_OK) return;
     if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u + 1);
 }
@@ -210,6 +236,7 @@ static float *slice_param(dt_dp *d, int u, size_t x) {
 dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     gpt_model *m = d->m;
     if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
+    DT_TRY(settle_all(d));
     if (d->o.bitwise) {
         const float *root = dt_fold_root(&d->fold);
         if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: micro-steps are not a power of two");
@@ -249,10 +276,14 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
                        d->m_shard + k, d->v_shard + k, x1 - x0);
     }
     if (d->o.zero <= 2) {
+        /* updated slices to every rank; with overlap they travel while the next forward
+         * computes, each unit waited for just before its forward (settle_unit) */
         double t0 = dt_now();
         for (int u = 0; u < m->nunits; u++) {
             float *unit = d->params_pad + d->poff[u];
-            DT_TRY(dt_allgather(d->comm, unit + (size_t)d->rank * d->S[u], unit, d->S[u], DT_F32));
+            float *own = unit + (size_t)d->rank * d->S[u];
+            if (d->o.overlap && d->N > 1) DT_TRY(dt_iallgather(d->comm, own, unit, d->S[u], DT_F32, &d->ag_pending[u]));
+            else DT_TRY(dt_allgather(d->comm, own, unit, d->S[u], DT_F32));
         }
         d->comm_s += dt_now() - t0;
     } else {
@@ -345,7 +376,7 @@ static dt_status gather_all(dt_dp *d, const float *shard, float *full) {
 }
 
 dt_status dt_zero_gather_full(dt_dp *d) {
-    if (d->o.zero < 3) return DT_OK;
+    if (d->o.zero < 3) return settle_all(d);
     DT_TRY(finish_prefetch(d));
     DT_TRY(push_full_view(d));
     return gather_all(d, d->param_shard, d->full_tmp);
