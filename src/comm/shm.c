@@ -13,7 +13,12 @@
  * which only it reads, straight from its input); sync; rank r sums slice r over all
  * ranks in rank order 0..N-1 into its buffer and its output; sync; each copies the
  * other slices out. With two ranks both add the whole chunk instead (see below). Sum
- * order: rank order, x0 + x1 + ... + x(N-1), for every element. */
+ * order: rank order, x0 + x1 + ... + x(N-1), for every element.
+ *
+ * Registered buffers (the *_reg functions, bottom): when the user's buffer itself lives in
+ * a node-shared window (dt_comm_alloc_shared), peers read it in place, so there is no
+ * staging copy and no chunking: one sync when every rank's data is ready, one when every
+ * rank is done with the others' buffers. */
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <string.h>
