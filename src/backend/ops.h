@@ -42,7 +42,6 @@ typedef struct dt_ops {
     void (*softmax_xent)(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
     /* sum of squares in double (fixed order for a fixed thread count) */
     double (*sumsq)(const float *x, size_t n);
-    void (*scale)(float *x, float s, size_t n);
     /* AdamW on n elements of gradient g·gscale (gscale: the clipping factor, fused here so
      * clipping costs no pass of its own): m, v updated; p -= lr·(m̂/(sqrt(v̂)+eps) + wd·p) */
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,

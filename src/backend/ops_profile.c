@@ -6,10 +6,10 @@
 #include "ops.h"
 
 enum { P_GEMM, P_LIN_F, P_LIN_B, P_EMB_F, P_EMB_B, P_LN_F, P_LN_B, P_GELU_F, P_GELU_B, P_ADD, P_ATT_F, P_ATT_B,
-       P_XENT, P_SUMSQ, P_SCALE, P_ADAMW, P_N };
+       P_XENT, P_SUMSQ, P_ADAMW, P_N };
 static const char *NAMES[P_N] = {"gemm (head)", "linear fwd", "linear bwd", "embed fwd", "embed bwd",
                                  "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "residual add",
-                                 "attention fwd", "attention bwd", "softmax xent", "grad norm", "clip scale",
+                                 "attention fwd", "attention bwd", "softmax xent", "grad norm",
                                  "adamw"};
 static const dt_ops *inner;
 static double secs[P_N];
@@ -65,7 +65,6 @@ static double p_sumsq(const float *x, size_t n) {
     TIMED(P_SUMSQ, r = inner->sumsq(x, n));
     return r;
 }
-static void p_scale(float *x, float s, size_t n) { TIMED(P_SCALE, inner->scale(x, s, n)); }
 static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
                     float wd, float c1, float c2, float gs) {
     TIMED(P_ADAMW, inner->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2, gs));
@@ -75,7 +74,7 @@ static const dt_ops PROFILED = {
     .name = "profiled", .gemm = p_gemm, .linear_fwd = p_lin_f, .linear_bwd = p_lin_b, .embed_fwd = p_emb_f,
     .embed_bwd = p_emb_b, .layernorm_fwd = p_ln_f, .layernorm_bwd = p_ln_b, .gelu_fwd = p_gelu_f,
     .gelu_bwd = p_gelu_b, .add = p_add, .attention_fwd = p_att_f, .attention_bwd = p_att_b, .softmax_xent = p_xent,
-    .sumsq = p_sumsq, .scale = p_scale, .adamw = p_adamw,
+    .sumsq = p_sumsq, .adamw = p_adamw,
 };
 
 const dt_ops *dt_ops_profiled(const dt_ops *ops) {

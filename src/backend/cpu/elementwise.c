@@ -61,11 +61,6 @@ void cpu_add(float *out, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void cpu_scale(float *x, float s, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
 double cpu_sumsq(const float *x, size_t n) {
     enum { CHUNK = 1 << 16 };
     size_t nchunks = (n + CHUNK - 1) / CHUNK;

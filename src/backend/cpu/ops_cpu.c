@@ -17,7 +17,6 @@ static const dt_ops CPU_OPS = {
     .attention_bwd = cpu_attention_bwd,
     .softmax_xent = cpu_softmax_xent,
     .sumsq = cpu_sumsq,
-    .scale = cpu_scale,
     .adamw = cpu_adamw,
 };
 
