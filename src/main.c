@@ -9,6 +9,7 @@
 #include "comm/bench_comm.h"
 #include "comm/comm.h"
 #include "core/config.h"
+#include "core/signals.h"
 #include "core/status.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -16,6 +17,8 @@
 #include "parallel/estimate.h"
 #include "train/sample.h"
 #include "train/trainer.h"
+
+#define DT_VERSION "0.3.0"
 
 static const char *USAGE =
     "usage: dtrain <command> [options]\n"
@@ -28,7 +31,7 @@ static const char *USAGE =
     "  estimate  per-rank memory for each ZeRO stage (`-n N` ranks)\n"
     "  bench     `bench comm`: collective bandwidth per algorithm and message size\n"
     "\n"
-    "`dtrain <command> --help` describes each command's options.\n";
+    "`dtrain <command> --help` describes each command's options; `dtrain --version` prints the version.\n";
 
 static const char *TRAIN_USAGE =
     "usage: dtrain train [--config FILE.json] [--set key.path=value]... [flags]\n"
@@ -42,8 +45,12 @@ static const char *TRAIN_USAGE =
 
 static const char *SAMPLE_USAGE =
     "usage: dtrain sample --checkpoint DIR [--prompt TEXT] [--length N] [--temperature T] [--top-k K] [--seed S]\n"
+    "                     [--echo] [--set K=V]...\n"
+    "  prints the generated continuation (not the prompt) on stdout\n"
     "  --checkpoint DIR  checkpoint directory (a step directory, or a --save directory with `latest`)\n"
     "  --prompt TEXT     text to continue (default: start of a new document)\n"
+    "  --echo            print the prompt before the continuation\n"
+    "  --set K=V         override a key of the checkpoint's config, e.g. data.encoder_json=PATH\n"
     "  --length N        tokens to generate (default 200)\n"
     "  --temperature T   softmax temperature, 0 = greedy (default 0.8)\n"
     "  --top-k K         sample among the K most likely tokens, 0 = all (default 40)\n"
@@ -80,9 +87,8 @@ static dt_status parse_long(const char *opt, const char *v, long long lo, long l
     return DT_OK;
 }
 
-/* Options shared by train and config: --config, --set and the shorthand flags. */
-static dt_status parse_config_args(dt_config *c, int argc, char **argv) {
-    dt_config_defaults(c);
+/* --config FILE, then --set and the shorthand flags, on top of c's current values. */
+static dt_status apply_config_args(dt_config *c, int argc, char **argv) {
     for (int i = 0; i < argc; i++) /* the file first, so --set and flags override it whatever their order */
         if (!strcmp(argv[i], "--config")) {
             DT_TRY(need_value(i, argc, argv));
@@ -123,6 +129,29 @@ static dt_status parse_config_args(dt_config *c, int argc, char **argv) {
     return DT_OK;
 }
 
+/* The config a checkpoint was trained with, and its step directory. */
+static dt_status checkpoint_config(const char *ckpt, dt_config *c, char *dir, size_t cap) {
+    DT_TRY(dt_ckpt_resolve(ckpt, dir, cap));
+    return dt_ckpt_load_config(dir, c);
+}
+
+/* The effective config of train, config and estimate: defaults; on --resume the
+ * checkpoint's saved config (all but the per-invocation keys); then --config FILE;
+ * then --set and flags. A resume may not change the model shape or tokenizer. */
+static dt_status parse_config_args(dt_config *c, int argc, char **argv) {
+    dt_config_defaults(c);
+    DT_TRY(apply_config_args(c, argc, argv));
+    if (!c->checkpoint.resume[0]) return DT_OK;
+    dt_config saved;
+    char dir[1024], resume[DT_PATH_MAX];
+    snprintf(resume, sizeof resume, "%s", c->checkpoint.resume);
+    DT_TRY(checkpoint_config(resume, &saved, dir, sizeof dir));
+    dt_config_defaults(c);
+    dt_config_restore(c, &saved);
+    DT_TRY(apply_config_args(c, argc, argv));
+    return dt_config_check_resume(c, &saved, resume);
+}
+
 /* Set by commands that run on many ranks: whether this rank prints the error. */
 static int g_report = 1;
 
@@ -137,6 +166,7 @@ static dt_status cmd_train(dt_comm *world, int argc, char **argv) {
         g_report = dt_comm_rank(world) == 0;
         return s;
     }
+    dt_signals_install(dt_comm_rank(world) != 0);
     return dt_train_run(&c, world, &g_report);
 }
 
@@ -217,12 +247,29 @@ static dt_status cmd_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = "";
     dt_sample_opts o = {200, 0.8, 40};
     long long seed = 1, v;
+    int echo = 0;
+    for (int i = 0; i < argc; i++) { /* first pass: the checkpoint, whose config --set applies to */
+        if (!strcmp(argv[i], "--echo")) continue;
+        DT_TRY(need_value(i, argc, argv));
+        if (!strcmp(argv[i], "--checkpoint")) ckpt = argv[i + 1];
+        i++;
+    }
+    if (!ckpt) return dt_fail(DT_EINPUT, "sample: --checkpoint DIR is required");
+    char dir[1024], path[1100];
+    dt_config c, saved;
+    DT_TRY(checkpoint_config(ckpt, &saved, dir, sizeof dir));
+    c = saved;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--echo")) {
+            echo = 1;
+            continue;
+        }
         DT_TRY(need_value(i, argc, argv));
         const char *val = argv[++i];
-        if (!strcmp(a, "--checkpoint")) ckpt = val;
+        if (!strcmp(a, "--checkpoint")) continue;
         else if (!strcmp(a, "--prompt")) prompt = val;
+        else if (!strcmp(a, "--set")) DT_TRY(dt_config_set(&c, val));
         else if (!strcmp(a, "--length")) {
             DT_TRY(parse_long(a, val, 0, 1000000, &v));
             o.length = (int)v;
@@ -240,30 +287,20 @@ static dt_status cmd_sample(int argc, char **argv) {
             return dt_fail(DT_EINPUT, "unknown option '%s' (see dtrain sample --help)", a);
         }
     }
-    if (!ckpt) return dt_fail(DT_EINPUT, "sample: --checkpoint DIR is required");
-    char dir[1024], path[1100];
-    DT_TRY(dt_ckpt_resolve(ckpt, dir, sizeof dir));
-    dt_train_state st;
-    char *cfg_json = NULL;
-    DT_TRY(dt_ckpt_load_state(dir, &st, &cfg_json));
-    dt_config c;
-    dt_config_defaults(&c);
-    char origin[1100];
-    snprintf(origin, sizeof origin, "checkpoint '%s' config", dir);
-    dt_status s = dt_config_load_json(&c, cfg_json, origin);
-    free(cfg_json);
-    DT_TRY(s);
+    DT_TRY(dt_config_check_resume(&c, &saved, ckpt));
     dt_cpu_set_threads(c.threads);
     gpt_shape shape = {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.seq_len, c.model.vocab_size, 0};
     gpt_model m;
     dt_tokenizer *tok = NULL;
+    dt_status s = load_tokenizer(&c, &tok); /* before the model: a missing BPE file fails fast */
+    if (s != DT_OK) return s;
     s = gpt_create(&m, &shape, dt_ops_cpu(), 1, c.model.seq_len);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (s == DT_OK) s = dt_ckpt_load_weights(path, &m);
-    if (s == DT_OK) s = load_tokenizer(&c, &tok);
     if (s == DT_OK) {
         dt_rng rng;
         dt_rng_seed(&rng, (uint64_t)seed);
+        if (echo) fputs(prompt, stdout);
         s = dt_generate(&m, tok, prompt, &o, &rng, stdout);
     }
     dt_tokenizer_free(tok);
@@ -326,13 +363,18 @@ int main(int argc, char **argv) {
         s = dt_comm_init(&world, &argc, &argv);
         if (s == DT_OK) {
             s = !strcmp(cmd, "train") ? cmd_train(world, argc - 2, argv + 2) : cmd_bench(world, argc - 2, argv + 2);
-            if (s != DT_OK && g_report) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
+            if (s == DT_EINTERRUPTED && g_report) fprintf(stderr, "dtrain: %s\n", dt_error_message());
+            else if (s != DT_OK && g_report) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
             fflush(stdout);
             dt_comm_finalize(world);
         } else {
             fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
         }
-        return (int)s;
+        return s == DT_EINTERRUPTED ? 128 + dt_signal_pending() : (int)s;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("dtrain %s\n", DT_VERSION);
+        return 0;
     }
     if (!strcmp(cmd, "sample")) s = cmd_sample(argc - 2, argv + 2);
     else if (!strcmp(cmd, "prepare")) s = cmd_prepare(argc - 2, argv + 2);

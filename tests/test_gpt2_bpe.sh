@@ -10,7 +10,7 @@ grep -q "vocab 50257" "$TMP/prep" && pass "prepare with GPT-2 BPE" || fail "prep
 "$DTRAIN" train "${TINY[@]}" "${BPE[@]}" --set model.vocab_size=50257 --set data.train="$TMP/g_train.bin" \
   --set data.val="$TMP/g_val.bin" --steps 3 --save "$TMP/ck" >"$TMP/train" 2>&1 || fail "train gpt2: $(tail -2 "$TMP/train")"
 grep -q "padded 50304" "$TMP/train" && pass "vocabulary padded to 50304" || fail "padding"
-out=$("$DTRAIN" sample --checkpoint "$TMP/ck" --prompt "The man" --length 8 --seed 1) || fail "sample gpt2"
+out=$("$DTRAIN" sample --checkpoint "$TMP/ck" --prompt "The man" --length 8 --seed 1 --echo) || fail "sample gpt2"
 case "$out" in "The man"?*) pass "sample decodes BPE text: $(echo "$out" | head -1 | cut -c1-60)";; *) fail "sample: $out";; esac
 "$DTRAIN" train "${TINY[@]}" "${BPE[@]}" --set data.train="$TMP/g_train.bin" --steps 1 >/dev/null 2>"$TMP/err"
 [ $? -eq 2 ] && grep -q "vocab_size" "$TMP/err" && pass "gpt2 tokenizer needs vocab_size >= 50257" || fail "vocab check"

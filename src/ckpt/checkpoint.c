@@ -235,6 +235,17 @@ dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **co
     return s;
 }
 
+dt_status dt_ckpt_load_config(const char *step_dir, dt_config *c) {
+    dt_train_state st;
+    char *js = NULL, origin[1100];
+    DT_TRY(dt_ckpt_load_state(step_dir, &st, &js));
+    dt_config_defaults(c);
+    snprintf(origin, sizeof origin, "checkpoint '%s' config", step_dir);
+    dt_status s = dt_config_load_json(c, js, origin);
+    free(js);
+    return s;
+}
+
 /* Reads every model tensor (name prefixed) from an open safetensors file into base. */
 static dt_status read_tensors(st_file *f, const gpt_model *m, float *const *view, const char *prefix) {
     for (int i = 0; i < m->ntensors; i++) {

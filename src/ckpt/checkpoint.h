@@ -11,6 +11,7 @@
 #define DT_CHECKPOINT_H
 #include <stdint.h>
 
+#include "../core/config.h"
 #include "../core/rng.h"
 #include "../core/status.h"
 #include "../model/gpt.h"
@@ -32,6 +33,8 @@ dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_av
 dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap);
 /* Loads the trainer state and the saved config JSON (caller frees *config_json). */
 dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json);
+/* The config the checkpoint was trained with: defaults, then its saved config. */
+dt_status dt_ckpt_load_config(const char *step_dir, dt_config *c);
 /* Loads weights (into m->unit_params) from a safetensors file with HF GPT-2 names;
  * shapes must match exactly. */
 dt_status dt_ckpt_load_weights(const char *path, gpt_model *m);

@@ -81,6 +81,11 @@ dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op
 dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst, int tag);
 dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int tag);
 dt_status dt_barrier(dt_comm *c);
+/* Collective: every rank learns whether any rank's local step failed, so all leave
+ * together instead of some waiting in the next collective. Returns s on a failing rank;
+ * on the others DT_EINPUT if any rank had bad input, else DT_ERUNTIME, with the message
+ * "rank R failed" (R the lowest failing rank, also in *first when first is not NULL). */
+dt_status dt_comm_agree(dt_comm *c, dt_status s, int *first);
 
 /* Node-shared buffers. dt_comm_alloc_shared places the buffer in an MPI-3 shared-memory
  * window that every rank of c maps, so the shm algorithm reads peers' data where it lies

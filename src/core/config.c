@@ -39,7 +39,8 @@ static const key_desc KEYS[] = {
     INT("model.vocab_size", model.vocab_size, 1, 65536,
         "256", "vocabulary size V; padded internally to a multiple of 64 (token files hold uint16)"),
     STR("data.train", data.train, "data/demo_train.bin", "training token file (see docs/config.md#token-files)"),
-    STR("data.val", data.val, "data/demo_val.bin", "validation token file; empty disables validation"),
+    STR("data.val", data.val, "auto",
+        "validation token file; auto: the training file's `_val.bin` sibling (PREFIX_train.bin -> PREFIX_val.bin) if it exists; empty: no validation"),
     BOOL("data.shuffle", data.shuffle, "true", "seeded shuffle of sequences each epoch (false: file order)"),
     ENUM("data.tokenizer", data.tokenizer, "byte|gpt2", "byte", "tokenizer used by `prepare` and `sample`"),
     STR("data.encoder_json", data.encoder_json, "", "GPT-2 encoder.json (tokenizer gpt2)"),
@@ -63,6 +64,8 @@ static const key_desc KEYS[] = {
     INT("train.val_every", train.val_every, 0, 1e9, "100", "validate every N steps and at the end (0: never)"),
     STR("train.init_from", train.init_from, "", "start from these weights (safetensors, HF GPT-2 names) instead of random init"),
     INT("train.val_batches", train.val_batches, 1, 1e9, "8", "micro-batches per validation"),
+    BOOL("train.check_memory", train.check_memory, "true",
+         "refuse to start when the estimated memory of the ranks on this node exceeds the memory available"),
     STR("checkpoint.dir", checkpoint.dir, "", "save checkpoints here (empty: no saving)"),
     INT("checkpoint.every", checkpoint.every, 0, 1e9, "0", "save every N steps (0: only at the end)"),
     STR("checkpoint.resume", checkpoint.resume, "", "resume from this checkpoint directory"),
@@ -70,6 +73,8 @@ static const key_desc KEYS[] = {
     BOOL("log.digest", log.digest, "false", "print `digest sha256:...` of the final weights"),
     BOOL("log.profile", log.profile, "false", "time every kernel and print the breakdown at the end"),
     INT("log.every", log.every, 1, 1e9, "1", "print a plain progress line every N steps (non-TTY)"),
+    ENUM("log.progress", log.progress, "auto|tty|plain", "auto",
+         "progress display: tty = one updating line, plain = a line per step; auto: tty only on an interactive terminal outside MPI launchers"),
     INT("log.sample_tokens", log.sample_tokens, 0, 1e6, "0", "print a text sample of this many tokens at the end"),
     ENUM("backend", backend, "cpu|cuda", "cpu", "compute backend"),
     ENUM("precision", precision, "fp32|bf16", "fp32", "compute precision"),
@@ -101,6 +106,46 @@ static const key_desc *find_key(const char *path) {
     for (size_t i = 0; i < NKEYS; i++)
         if (strcmp(KEYS[i].path, path) == 0) return &KEYS[i];
     return NULL;
+}
+
+/* Edit distance (insert, delete, substitute, swap of neighbours) for "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+    enum { MAXL = 64 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= MAXL || m >= MAXL) return 1 << 20;
+    int d[MAXL][MAXL];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+/* The unknown key's error: names the closest known key when one is near (a typo, or
+ * the right leaf under the wrong group, e.g. train.n_layer for model.n_layer). */
+static dt_status unknown_key(const char *origin, const char *path) {
+    const char *best = NULL, *leaf = strrchr(path, '.');
+    leaf = leaf ? leaf + 1 : path;
+    int best_d = 1 << 20;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const char *kleaf = strrchr(KEYS[i].path, '.');
+        kleaf = kleaf ? kleaf + 1 : KEYS[i].path;
+        int dist = strcmp(kleaf, leaf) == 0 ? 1 : edit_distance(path, KEYS[i].path);
+        if (dist < best_d) {
+            best_d = dist;
+            best = KEYS[i].path;
+        }
+    }
+    int near = best && best_d <= 1 + (int)strlen(path) / 6;
+    return dt_fail(DT_EINPUT, "%s: unknown config key '%s'%s%s%s", origin, path, near ? " (did you mean '" : "",
+                   near ? best : "", near ? "'?)" : " (`dtrain config --doc` lists every key)");
 }
 
 static int enum_has(const char *choices, const char *v) {
@@ -181,7 +226,7 @@ static dt_status apply_json(dt_config *c, const cJSON *node, const char *prefix,
             DT_TRY(apply_json(c, it, path, origin));
             continue;
         }
-        if (!k) return dt_fail(DT_EINPUT, "%s: unknown config key '%s'", origin, path);
+        if (!k) return unknown_key(origin, path);
         char text[DT_PATH_MAX + 32];
         if (cJSON_IsNumber(it)) {
             if (k->type == K_I64 || k->type == K_INT) {
@@ -266,7 +311,7 @@ dt_status dt_config_set(dt_config *c, const char *assignment) {
     memcpy(path, assignment, n);
     path[n] = 0;
     const key_desc *k = find_key(path);
-    if (!k) return dt_fail(DT_EINPUT, "--set: unknown config key '%s'", path);
+    if (!k) return unknown_key("--set", path);
     return set_from_text(c, k, eq + 1);
 }
 
@@ -287,6 +332,81 @@ dt_status dt_config_validate(const dt_config *c) {
         return dt_fail(DT_EINPUT, "config: model.vocab_size (%d) is smaller than the GPT-2 tokenizer's 50257",
                        c->model.vocab_size);
     return DT_OK;
+}
+
+/* ---- resume: what a checkpoint's saved config restores ---- */
+
+/* Chosen for this invocation only, never taken from a checkpoint. */
+static const char *const PER_RUN[] = {"checkpoint.resume", "checkpoint.overwrite", "train.stop_after",
+                                      "train.init_from"};
+/* What the weights and the token ids depend on: fixed for the life of a run. */
+static const char *const FIXED[] = {"model.n_layer", "model.n_head", "model.n_embd", "model.seq_len",
+                                    "model.vocab_size", "data.tokenizer"};
+
+static int in_list(const char *path, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(path, list[i])) return 1;
+    return 0;
+}
+
+static void format_value(const key_desc *k, const dt_config *c, char *buf, size_t cap) {
+    const char *base = (const char *)c + k->offset;
+    switch (k->type) {
+    case K_INT:
+    case K_BOOL: snprintf(buf, cap, "%d", *(const int *)base); break;
+    case K_I64: snprintf(buf, cap, "%lld", *(const long long *)base); break;
+    case K_FLOAT: /* the shortest text that reads back as the same double */
+        for (int p = 1; p <= 17; p++) {
+            snprintf(buf, cap, "%.*g", p, *(const double *)base);
+            if (strtod(buf, NULL) == *(const double *)base) break;
+        }
+        break;
+    case K_STR:
+    case K_ENUM: snprintf(buf, cap, "'%s'", base); break;
+    }
+    if (k->type == K_BOOL) snprintf(buf, cap, "%s", *(const int *)base ? "true" : "false");
+}
+
+static int same_value(const key_desc *k, const dt_config *a, const dt_config *b) {
+    const char *x = (const char *)a + k->offset, *y = (const char *)b + k->offset;
+    if (k->type == K_STR || k->type == K_ENUM) return strcmp(x, y) == 0;
+    return memcmp(x, y, k->size) == 0;
+}
+
+void dt_config_restore(dt_config *dst, const dt_config *saved) {
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!in_list(KEYS[i].path, PER_RUN, sizeof PER_RUN / sizeof *PER_RUN))
+            memcpy((char *)dst + KEYS[i].offset, (const char *)saved + KEYS[i].offset, KEYS[i].size);
+}
+
+dt_status dt_config_check_resume(const dt_config *now, const dt_config *saved, const char *ckpt) {
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_desc *k = &KEYS[i];
+        if (!in_list(k->path, FIXED, sizeof FIXED / sizeof *FIXED) || same_value(k, now, saved)) continue;
+        char a[DT_PATH_MAX + 8], b[DT_PATH_MAX + 8];
+        format_value(k, now, a, sizeof a);
+        format_value(k, saved, b, sizeof b);
+        return dt_fail(DT_EINPUT, "--resume '%s': %s = %s, but the checkpoint was trained with %s (the model shape "
+                       "and tokenizer cannot change on resume)", ckpt, k->path, a, b);
+    }
+    return DT_OK;
+}
+
+int dt_config_changes(const dt_config *before, const dt_config *after, const char *const *keys, int nkeys, char *buf,
+                      size_t cap) {
+    int n = 0;
+    size_t len = 0;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_desc *k = &KEYS[i];
+        if (!in_list(k->path, keys, (size_t)nkeys) || same_value(k, before, after)) continue;
+        char a[DT_PATH_MAX + 8], b[DT_PATH_MAX + 8];
+        format_value(k, before, a, sizeof a);
+        format_value(k, after, b, sizeof b);
+        if (len < cap) len += (size_t)snprintf(buf + len, cap - len, "%s%s %s -> %s", n ? ", " : "", k->path, a, b);
+        n++;
+    }
+    return n;
 }
 
 static cJSON *ensure_object(cJSON *root, const char *path, const char **leaf) {

@@ -23,7 +23,7 @@ typedef struct {
         int steps, micro_batch, global_batch, warmup_steps, seq_len, stop_after;
         double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
         long long seed;
-        int val_every, val_batches;
+        int val_every, val_batches, check_memory;
         char init_from[DT_PATH_MAX];
     } train;
     struct {
@@ -33,6 +33,7 @@ typedef struct {
     struct {
         char metrics[DT_PATH_MAX];
         int digest, every, sample_tokens, profile;
+        char progress[8]; /* auto, tty, plain */
     } log;
     char backend[16], precision[16];
     int threads;
@@ -57,6 +58,15 @@ dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin
 dt_status dt_config_set(dt_config *c, const char *assignment);
 /* Cross-key checks (n_embd % n_head, batch divisibility, ...). */
 dt_status dt_config_validate(const dt_config *c);
+/* Resume: copies every key of a checkpoint's saved config except the per-invocation
+ * ones (checkpoint.resume, checkpoint.overwrite, train.stop_after, train.init_from). */
+void dt_config_restore(dt_config *dst, const dt_config *saved);
+/* DT_EINPUT naming the first key that may not differ from the checkpoint's (model
+ * shape, tokenizer), with both values. */
+dt_status dt_config_check_resume(const dt_config *now, const dt_config *saved, const char *ckpt);
+/* Describes the keys among keys[] that differ ("k old -> new, ..."); returns how many. */
+int dt_config_changes(const dt_config *before, const dt_config *after, const char *const *keys, int nkeys, char *buf,
+                      size_t cap);
 /* Serialises every key as nested JSON; caller frees with free(). */
 char *dt_config_to_json(const dt_config *c);
 /* Markdown table of every key: path, type, default, range, meaning. */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 static char g_msg[1024];
-static int g_set;
+static int g_set, g_secondary;
 
 dt_status dt_fail(dt_status code, const char *fmt, ...) {
     if (!g_set) {
@@ -46,4 +46,12 @@ const char *dt_error_message(void) { return g_set ? g_msg : "unknown error"; }
 void dt_error_clear(void) {
     g_msg[0] = 0;
     g_set = 0;
+    g_secondary = 0;
 }
+
+dt_status dt_fail_secondary(dt_status code, const char *msg) {
+    if (!g_set) g_secondary = 1;
+    return dt_fail(code, "%s", msg);
+}
+
+int dt_error_is_secondary(void) { return g_set && g_secondary; }

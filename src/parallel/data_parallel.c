@@ -19,6 +19,8 @@ static size_t leaf_size(const dt_dp *d) {
     return d->o.zero == 1 ? d->padded_total : d->shard_total;
 }
 
+static size_t canon_parts(const dt_dp *d);
+
 static dt_status setup_bitwise(dt_dp *d) {
     if (!d->o.bitwise) return DT_OK;
     DT_TRY(dt_fold_create(&d->fold, leaf_size(d), d->o.leaves));
@@ -29,6 +31,7 @@ static dt_status setup_bitwise(dt_dp *d) {
     }
     size_t tmp = (is_zero(d) && d->o.zero >= 2 ? maxunit : leaf_size(d)) / 2 + 1;
     DT_TRY(dt_alloc((void **)&d->tree_tmp, tmp * sizeof(float), "bitwise exchange buffer"));
+    DT_TRY(dt_alloc((void **)&d->canon_part, canon_parts(d) * sizeof(double), "gradient norm partials"));
     d->workspace_bytes += dt_fold_bytes(&d->fold) + tmp * sizeof(float);
     return DT_OK;
 }
@@ -51,15 +54,19 @@ dt_status dt_dp_end_micro(dt_dp *d) {
     return DT_OK;
 }
 
-dt_status dt_dp_canonical_norm(dt_dp *d, double *norm) {
-    gpt_model *m = d->m;
+/* Entries of the canonical norm's partial sums: one per 4 KiB chunk of gradient. */
+static size_t canon_parts(const dt_dp *d) {
     size_t total = 0;
-    for (int u = 0; u < m->nunits; u++) {
-        size_t n = is_zero(d) ? d->P[u] : m->units[u].count;
+    for (int u = 0; u < d->m->nunits; u++) {
+        size_t n = is_zero(d) ? d->P[u] : d->m->units[u].count;
         total += (n + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
     }
-    double *part = malloc((total + 1) * sizeof(double)); /* one double per 4 KiB of gradient */
-    if (!part) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
+    return total + 1;
+}
+
+dt_status dt_dp_canonical_norm(dt_dp *d, double *norm) {
+    gpt_model *m = d->m;
+    double *part = d->canon_part;
     size_t k = 0;
     dt_status s = DT_OK;
     for (int u = 0; u < m->nunits && s == DT_OK; u++) {
@@ -76,7 +83,6 @@ dt_status dt_dp_canonical_norm(dt_dp *d, double *norm) {
     }
     double sum = 0.0;
     for (size_t i = 0; i < k; i++) sum += part[i];
-    free(part);
     *norm = sqrt(sum);
     return s;
 }
@@ -228,6 +234,7 @@ void dt_dp_destroy(dt_dp *d) {
     if (is_zero(d)) dt_zero_free(d);
     dt_fold_destroy(&d->fold);
     dt_free(d->tree_tmp);
+    dt_free(d->canon_part);
     dt_free(d->params);
     dt_comm_free_shared(d->comm, d->grads);
     dt_free(d->exp_avg);
@@ -327,14 +334,6 @@ void dt_dp_release_full(dt_dp *d) {
     if (is_zero(d)) dt_zero_release_full(d);
 }
 
-/* Every rank learns whether any rank failed; the failing rank's message stays its own. */
-static dt_status agree(dt_dp *d, dt_status s) {
-    double code = (double)s;
-    if (d->N > 1 && dt_allreduce(d->comm, &code, 1, DT_F64, DT_SUM) != DT_OK) return DT_ERUNTIME;
-    if (s == DT_OK && code != 0.0) return dt_fail(DT_ERUNTIME, "checkpoint: another rank failed to save");
-    return s;
-}
-
 dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json) {
     float **mv = d->m_view, **vv = d->v_view;
     dt_status s = DT_OK;
@@ -347,14 +346,14 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
         dt_zero_free_views(mv, vv);
         dt_zero_release_full(d);
     }
-    return agree(d, s);
+    return dt_comm_agree(d->comm, s, NULL);
 }
 
 dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
-    DT_TRY(dt_dp_gather_full(d));
-    dt_weights_digest(d->m, hex);
+    dt_status s = dt_dp_gather_full(d);
+    if (s == DT_OK) dt_weights_digest(d->m, hex);
     dt_dp_release_full(d);
-    return DT_OK;
+    return s;
 }
 
 double dt_dp_comm_seconds(const dt_dp *d) { return d->comm_s; }

@@ -59,6 +59,7 @@ struct dt_dp {
     dt_fold fold;       /* over the flat grads (ps/ddp), padded grads (zero 1) or shard (zero 2/3) */
     float *leaf;        /* this micro-step's leaf buffer */
     float *tree_tmp;    /* dt_tree_allreduce exchange buffer */
+    double *canon_part; /* bitwise: partial sums of squares for the canonical norm */
 };
 
 size_t dt_dp_align(const dt_dp *d);

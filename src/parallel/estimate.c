@@ -1,5 +1,8 @@
 #include "estimate.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "../model/gpt.h"
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
@@ -16,6 +19,43 @@ dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
 static double mixed(double psi, int n, int zero) {
     static const double full[4] = {16, 4, 2, 0}, shard[4] = {0, 12, 14, 16};
     return full[zero] * psi + shard[zero] * psi / n;
+}
+
+double dt_estimate_rank_bytes(const dt_config *c, int dp) {
+    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    if (gpt_shape_check(&s) != DT_OK) return 0;
+    double psi = (double)gpt_param_count(&s);
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+    dt_state_bytes b = dt_estimate_fp32(psi, dp, c->parallel.zero);
+    double state = !strcmp(c->parallel.dp_mode, "ps") && dp > 1 ? 16 * psi : b.params + b.grads + b.optim;
+    /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer) */
+    double work = c->parallel.zero >= 3 ? 4 * 4 * psi / s.n_layer : c->parallel.bucket_mb * 1048576.0;
+    return state + (double)gpt_activation_bytes(&s, c->train.micro_batch, T) + work;
+}
+
+/* First number after key in a /proc-style file, times scale; -1 if absent. */
+static double read_number(const char *path, const char *key, double scale) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    size_t k = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, k)) {
+            double x;
+            if (sscanf(line + k, " %lf", &x) == 1) v = x * scale;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+double dt_memory_available(void) {
+    double avail = read_number("/proc/meminfo", "MemAvailable:", 1024.0);
+    double max = read_number("/sys/fs/cgroup/memory.max", "", 1.0); /* "max" (no limit) does not parse */
+    double cur = read_number("/sys/fs/cgroup/memory.current", "", 1.0);
+    if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail)) avail = max - cur;
+    return avail > 0 ? avail : 0;
 }
 
 dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {

@@ -17,6 +17,12 @@ typedef struct {
 
 /* fp32 state bytes per rank for zero stage z (0..3) with psi parameters over n ranks. */
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero);
+/* Bytes one rank of this config needs with dp data-parallel ranks: fp32 state for its
+ * ZeRO stage (the ps root's 16psi in ps mode), activations, and the largest workspace. */
+double dt_estimate_rank_bytes(const dt_config *c, int dp);
+/* Memory this process may still use: MemAvailable, or the cgroup's remaining limit
+ * when lower; 0 when unknown. */
+double dt_memory_available(void);
 /* Prints the estimate table (json: one JSON object instead). */
 dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out);
 

@@ -308,8 +308,8 @@ static dt_status push_full_view(dt_dp *d) {
 }
 
 static void pop_full_view(dt_dp *d) {
-    if (!d->saved_view) return;
-    for (int u = 0; u < d->m->nunits; u++) d->m->unit_params[u] = d->saved_view[u];
+    if (d->saved_view)
+        for (int u = 0; u < d->m->nunits; u++) d->m->unit_params[u] = d->saved_view[u];
     free(d->saved_view);
     d->saved_view = NULL;
     dt_free(d->full_tmp);
@@ -337,7 +337,11 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
 static dt_status alloc_views(dt_dp *d, float **base, float ***view) {
     DT_TRY(dt_alloc((void **)base, d->padded_total * sizeof(float), "full optimizer state"));
     *view = malloc((size_t)d->m->nunits * sizeof(float *));
-    if (!*view) return dt_fail(DT_ERUNTIME, "out of memory (views)");
+    if (!*view) {
+        dt_free(*base);
+        *base = NULL;
+        return dt_fail(DT_ERUNTIME, "out of memory (views)");
+    }
     for (int u = 0; u < d->m->nunits; u++) (*view)[u] = *base + d->poff[u];
     return DT_OK;
 }
@@ -378,7 +382,8 @@ static dt_status gather_all(dt_dp *d, const float *shard, float *full) {
 dt_status dt_zero_gather_full(dt_dp *d) {
     if (d->o.zero < 3) return settle_all(d);
     DT_TRY(finish_prefetch(d));
-    DT_TRY(push_full_view(d));
+    /* allocated here, so every rank must know before the gathers whether all could */
+    DT_TRY(dt_comm_agree(d->comm, push_full_view(d), NULL));
     return gather_all(d, d->param_shard, d->full_tmp);
 }
 
@@ -389,8 +394,9 @@ void dt_zero_release_full(dt_dp *d) {
 dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view) {
     float *mb = NULL, *vb = NULL;
     *m_view = *v_view = NULL;
-    DT_TRY(alloc_views(d, &mb, m_view));
-    DT_TRY(alloc_views(d, &vb, v_view));
+    dt_status s = alloc_views(d, &mb, m_view);
+    if (s == DT_OK) s = alloc_views(d, &vb, v_view);
+    DT_TRY(dt_comm_agree(d->comm, s, NULL)); /* before the gathers, as above */
     DT_TRY(gather_all(d, d->m_shard, mb));
     return gather_all(d, d->v_shard, vb);
 }

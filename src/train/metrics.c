@@ -1,38 +1,76 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 dt_status dt_metrics_open(dt_metrics *m, const char *path, int append) {
-    m->fp = NULL;
+    memset(m, 0, sizeof *m);
+    m->fail_step = -1;
     if (!path || !*path) return DT_OK;
+    snprintf(m->path, sizeof m->path, "%s", path);
     m->fp = fopen(path, append ? "a" : "w");
     if (!m->fp) return dt_fail(DT_EINPUT, "metrics file '%s': cannot open for writing (%s)", path, strerror(errno));
     return DT_OK;
 }
 
-void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, double tokens_per_s,
-                     double ms, double comm_ms) {
+/* JSON number, or null for NaN and infinities. */
+static const char *num(char *buf, size_t cap, const char *fmt, double v) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, cap, fmt, v);
+    return buf;
+}
+
+/* Flushes the line; the first failure is reported at once on stderr (not through
+ * dt_fail: training goes on, the run ends with the error in dt_metrics_close). */
+static void end_line(dt_metrics *m, long long step) {
+    errno = 0;
+    if ((fflush(m->fp) != 0 || ferror(m->fp)) && m->fail_step < 0) {
+        m->fail_step = step;
+        m->fail_errno = errno ? errno : EIO;
+        fprintf(stderr, "dtrain: warning: metrics file '%s': write failed at step %lld (%s); training goes on\n",
+                m->path, step, strerror(m->fail_errno));
+    }
+}
+
+void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
+                     double tokens_per_s, double ms, double comm_ms) {
     if (!m->fp) return;
-    fprintf(m->fp,
-            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.2f, \"ms\": %.3f",
-            step, loss, lr, grad_norm, tokens_per_s, ms);
-    if (comm_ms >= 0) fprintf(m->fp, ", \"comm_ms\": %.3f", comm_ms);
+    char a[40], b[40], c[40];
+    fprintf(m->fp, "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens\": %lld, ", step,
+            num(a, sizeof a, "%.9g", loss), num(b, sizeof b, "%.9g", lr), num(c, sizeof c, "%.9g", grad_norm), tokens);
+    fprintf(m->fp, "\"tokens_per_s\": %s, \"ms\": %s", num(a, sizeof a, "%.2f", tokens_per_s), num(b, sizeof b, "%.3f", ms));
+    if (comm_ms >= 0) fprintf(m->fp, ", \"comm_ms\": %s", num(a, sizeof a, "%.3f", comm_ms));
     fputs("}\n", m->fp);
-    fflush(m->fp);
+    end_line(m, step);
 }
 
 void dt_metrics_val(dt_metrics *m, long long step, double val_loss) {
     if (!m->fp) return;
-    fprintf(m->fp, "{\"event\": \"val\", \"step\": %lld, \"val_loss\": %.9g}\n", step, val_loss);
-    fflush(m->fp);
+    char a[40];
+    fprintf(m->fp, "{\"event\": \"val\", \"step\": %lld, \"val_loss\": %s}\n", step, num(a, sizeof a, "%.9g", val_loss));
+    end_line(m, step);
 }
 
-void dt_metrics_summary(dt_metrics *m, long long steps, double final_loss, double tokens_per_s,
+void dt_metrics_resume(dt_metrics *m, long long step, const char *dir) {
+    if (!m->fp) return;
+    fprintf(m->fp, "{\"event\": \"resume\", \"step\": %lld, \"from\": \"", step);
+    for (const char *p = dir; *p; p++) /* a path as a JSON string */
+        if (*p == '"' || *p == '\\') fprintf(m->fp, "\\%c", *p);
+        else if ((unsigned char)*p < 0x20) fprintf(m->fp, "\\u%04x", *p);
+        else fputc(*p, m->fp);
+    fputs("\"}\n", m->fp);
+    end_line(m, step);
+}
+
+void dt_metrics_summary(dt_metrics *m, long long steps, long long ran, double final_loss, double tokens_per_s,
                         const dt_mem_report *mem, int nranks) {
     if (!m->fp) return;
-    fprintf(m->fp, "{\"event\": \"summary\", \"steps\": %lld, \"final_loss\": %.9g, \"tokens_per_s\": %.2f, \"mem\": [",
-            steps, final_loss, tokens_per_s);
+    char a[40], b[40];
+    fprintf(m->fp, "{\"event\": \"summary\", \"steps\": %lld, \"steps_run\": %lld, \"final_loss\": %s, "
+            "\"tokens_per_s\": %s, \"mem\": [",
+            steps, ran, ran > 0 ? num(a, sizeof a, "%.9g", final_loss) : "null",
+            ran > 0 ? num(b, sizeof b, "%.2f", tokens_per_s) : "null");
     for (int r = 0; r < nranks; r++)
         fprintf(m->fp,
                 "%s{\"rank\": %d, \"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"activations\": %zu, "
@@ -40,10 +78,19 @@ void dt_metrics_summary(dt_metrics *m, long long steps, double final_loss, doubl
                 r ? ", " : "", r, mem[r].params, mem[r].grads, mem[r].optim, mem[r].activations, mem[r].workspace,
                 mem[r].peak_rss);
     fprintf(m->fp, "]}\n");
-    fflush(m->fp);
+    end_line(m, steps);
 }
 
-void dt_metrics_close(dt_metrics *m) {
-    if (m->fp) fclose(m->fp);
+dt_status dt_metrics_close(dt_metrics *m) {
+    if (!m->fp) return DT_OK;
+    errno = 0;
+    int bad = fclose(m->fp) != 0;
     m->fp = NULL;
+    if (bad && m->fail_step < 0) {
+        m->fail_step = 0;
+        m->fail_errno = errno ? errno : EIO;
+    }
+    if (m->fail_step < 0) return DT_OK;
+    return dt_fail(DT_ERUNTIME, "metrics file '%s': writes failed from step %lld on (%s)", m->path, m->fail_step,
+                   strerror(m->fail_errno));
 }

@@ -1,5 +1,7 @@
 /* JSON Lines metrics (interface.md): one object per optimizer step, per validation,
- * and a final summary; rank 0 writes, flushed every line. */
+ * a marker where a resumed run starts, and a final summary; rank 0 writes, flushed
+ * every line. Non-finite numbers are written as null (JSON has no NaN). A failed
+ * write is reported once as a warning when it happens and as an error at the end. */
 #ifndef DT_METRICS_H
 #define DT_METRICS_H
 #include <stddef.h>
@@ -12,16 +14,26 @@ typedef struct {
     size_t workspace; /* communication buckets, gathered ZeRO-3 units, gradient scratch */
 } dt_mem_report;
 
-typedef struct { FILE *fp; } dt_metrics;
+typedef struct {
+    FILE *fp;
+    char path[512];
+    long long fail_step; /* first step whose line could not be written (-1: none) */
+    int fail_errno;
+} dt_metrics;
 
 /* path "" disables; append when resuming so earlier steps are kept */
 dt_status dt_metrics_open(dt_metrics *m, const char *path, int append);
-/* comm_ms: wall time the step waited on data-parallel collectives (< 0: not written) */
-void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, double tokens_per_s,
-                     double ms, double comm_ms);
+/* tokens: tokens trained on since step 0; comm_ms: wall time the step waited on
+ * data-parallel collectives (< 0: not written) */
+void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
+                     double tokens_per_s, double ms, double comm_ms);
 void dt_metrics_val(dt_metrics *m, long long step, double val_loss);
-void dt_metrics_summary(dt_metrics *m, long long steps, double final_loss, double tokens_per_s,
+/* A resumed run starts after `step` (from the checkpoint at dir). */
+void dt_metrics_resume(dt_metrics *m, long long step, const char *dir);
+/* steps: the step reached; ran: steps this run trained (final_loss is null when 0) */
+void dt_metrics_summary(dt_metrics *m, long long steps, long long ran, double final_loss, double tokens_per_s,
                         const dt_mem_report *mem, int nranks);
-void dt_metrics_close(dt_metrics *m);
+/* Closes; DT_ERUNTIME naming the file if any write failed. */
+dt_status dt_metrics_close(dt_metrics *m);
 
 #endif

@@ -2,14 +2,25 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "../core/timer.h"
 
 static int g_line_open;
 
-void dt_progress_init(dt_progress *p, long long total_steps, int every) {
-    p->tty = isatty(STDOUT_FILENO);
+static int under_launcher(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+void dt_progress_init(dt_progress *p, long long total_steps, int every, const char *mode) {
+    if (!strcmp(mode, "tty")) p->tty = 1;
+    else if (!strcmp(mode, "plain")) p->tty = 0;
+    else p->tty = isatty(STDOUT_FILENO) && !under_launcher();
     p->every = every > 0 ? every : 1;
     p->total = total_steps;
     p->t_start = dt_now();

@@ -1,4 +1,7 @@
-/* Human progress output: one updating line on a terminal, plain lines otherwise. */
+/* Human progress output: one updating line on an interactive terminal, plain lines
+ * otherwise (log.progress: auto, tty, plain). Under an MPI launcher stdout is the
+ * launcher's pseudo-terminal even when the job's output goes to a file, so auto
+ * means plain lines there. */
 #ifndef DT_PROGRESS_H
 #define DT_PROGRESS_H
 
@@ -8,7 +11,8 @@ typedef struct {
     double t_start;
 } dt_progress;
 
-void dt_progress_init(dt_progress *p, long long total_steps, int every);
+/* mode: "auto", "tty" or "plain" */
+void dt_progress_init(dt_progress *p, long long total_steps, int every, const char *mode);
 void dt_progress_step(dt_progress *p, long long step, double loss, double lr, double grad_norm, double tokens_per_s,
                       double ms, double eta_s);
 /* A message on its own line (validation, checkpoint), not clobbered by the progress line. */

@@ -77,7 +77,6 @@ dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt,
         return dt_fail(DT_ERUNTIME, "out of memory (sampling)");
     }
     char buf[256]; /* GPT-2 tokens decode to at most 128 bytes */
-    fputs(prompt, out);
     for (int s = 0; s < o->length; s++) {
         int ctx = (int)n < maxT ? (int)n : maxT;
         gpt_next_logits(m, all + n - ctx, ctx, logits);

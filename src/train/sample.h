@@ -16,7 +16,7 @@ typedef struct {
 } dt_sample_opts;
 
 /* Encodes prompt (may be empty: starts from the end-of-text token, or a newline for
- * byte tokenizers), generates, and writes prompt + continuation as text to out. */
+ * byte tokenizers), generates, and writes the continuation (not the prompt) to out. */
 dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt, const dt_sample_opts *o, dt_rng *rng,
                       FILE *out);
 

@@ -1,6 +1,8 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,7 @@
 #include "../backend/ops.h"
 #include "../ckpt/checkpoint.h"
 #include "../core/mem.h"
+#include "../core/signals.h"
 #include "../core/timer.h"
 #include "../data/loader.h"
 #include "../data/tokenfile.h"
@@ -15,6 +18,7 @@
 #include "../model/gpt.h"
 #include "../optim/optimizer.h"
 #include "../parallel/data_parallel.h"
+#include "../parallel/estimate.h"
 #include "../parallel/mesh.h"
 #include "metrics.h"
 #include "progress.h"
@@ -35,9 +39,12 @@ typedef struct {
     int micro, accum, global_batch, T;
     dt_train_state st;
     char resume_dir[1024];
+    char val_path[DT_PATH_MAX]; /* data.val resolved ("" : no validation) */
+    dt_tokenizer *tok;          /* for the final sample (loaded up front: a bad path fails at start) */
     dt_metrics metrics;
     dt_progress progress;
     char *config_json;
+    double *mem_all; /* the final memory report: 7 numbers per rank, allocated up front */
 } trainer;
 
 static dt_status check_supported(const dt_config *c) {
@@ -52,27 +59,85 @@ static dt_status check_supported(const dt_config *c) {
 /* All ranks learn whether any failed (input errors win over runtime ones); only the
  * lowest failing rank reports its message, so an error prints once. */
 static dt_status agree(trainer *t, dt_status s, int *report) {
-    int n = dt_comm_size(t->world), rank = dt_comm_rank(t->world);
-    *report = s != DT_OK;
-    if (n == 1) return s;
-    double *v = calloc((size_t)n + 2, sizeof(double)); /* [input, runtime, failed by rank...] */
-    if (!v) return dt_fail(DT_ERUNTIME, "out of memory");
-    v[0] = s == DT_EINPUT;
-    v[1] = s == DT_ERUNTIME;
-    v[2 + rank] = s != DT_OK;
-    dt_status r = dt_allreduce(t->world, v, (size_t)n + 2, DT_F64, DT_SUM);
-    dt_status out = r != DT_OK ? r : v[0] > 0 ? DT_EINPUT : v[1] > 0 ? DT_ERUNTIME : DT_OK;
-    int first = n;
-    for (int i = 0; i < n && r == DT_OK; i++)
-        if (v[2 + i] > 0) {
-            first = i;
-            break;
-        }
-    free(v);
-    if (r != DT_OK) return r;
-    *report = out != DT_OK && rank == first;
-    if (s == DT_OK && out != DT_OK) dt_fail(out, "rank %d failed", first);
+    int first;
+    dt_status out = dt_comm_agree(t->world, s, &first);
+    *report = out != DT_OK && dt_comm_rank(t->world) == first;
     return out;
+}
+
+static dt_status load_tokenizer(const dt_config *c, dt_tokenizer **tok) {
+    if (!strcmp(c->data.tokenizer, "gpt2")) {
+        if (!c->data.encoder_json[0] || !c->data.vocab_bpe[0])
+            return dt_fail(DT_EINPUT, "config: data.tokenizer gpt2 needs data.encoder_json and data.vocab_bpe "
+                           "(the GPT-2 BPE files) to print the sample (log.sample_tokens)");
+        return dt_tokenizer_gpt2(tok, c->data.encoder_json, c->data.vocab_bpe);
+    }
+    return dt_tokenizer_byte(tok);
+}
+
+/* data.val "auto": PREFIX_val.bin beside a PREFIX_train.bin (what `dtrain prepare`
+ * writes), if it exists; a validation file never comes from another corpus. */
+static void resolve_val(const dt_config *c, char *out, size_t cap) {
+    out[0] = 0;
+    if (strcmp(c->data.val, "auto") != 0) {
+        snprintf(out, cap, "%s", c->data.val);
+        return;
+    }
+    static const char suffix[] = "_train.bin";
+    size_t n = strlen(c->data.train), k = sizeof suffix - 1;
+    if (n < k || strcmp(c->data.train + n - k, suffix) != 0 || n - k + 9 >= cap) return;
+    snprintf(out, cap, "%.*s_val.bin", (int)(n - k), c->data.train);
+    if (access(out, F_OK) != 0) out[0] = 0;
+}
+
+static dt_status read_data(const dt_config *c, trainer *t) {
+    dt_config d;
+    dt_config_defaults(&d);
+    dt_status s = dt_tokenfile_read(&t->train_tokens, c->data.train, c->model.vocab_size);
+    if (s != DT_OK && !strcmp(c->data.train, d.data.train) && access(c->data.train, F_OK) != 0)
+        return dt_fail(DT_EINPUT, "data.train: the default corpus '%s' is not here (it is made by `make demo` in the "
+                       "dtrain directory); set data.train to a token file (`dtrain prepare`)", c->data.train);
+    if (s != DT_OK) {
+        dt_error_context("data.train");
+        return s;
+    }
+    resolve_val(c, t->val_path, sizeof t->val_path);
+    if (!t->val_path[0]) return DT_OK;
+    s = dt_tokenfile_read(&t->val_tokens, t->val_path, c->model.vocab_size);
+    if (s != DT_OK) {
+        dt_error_context("data.val");
+        return s;
+    }
+    if (t->val_tokens.count < (size_t)t->T + 1)
+        return dt_fail(DT_EINPUT, "data.val: '%s' is too short: %zu tokens, validation needs at least %d", t->val_path,
+                       t->val_tokens.count, t->T + 1);
+    return DT_OK;
+}
+
+/* Refuses a layout whose estimated memory (this rank's state, activations and the
+ * largest workspace, times the ranks on this node) exceeds what the node has free:
+ * better one line now than the OOM killer halfway through allocation. */
+static dt_status check_memory(trainer *t, const dt_config *c) {
+    if (!c->train.check_memory) return DT_OK;
+    double need = dt_estimate_rank_bytes(c, t->dp) * dt_comm_local_size(t->world);
+    double avail = dt_memory_available();
+    if (avail <= 0 || need <= avail) return DT_OK;
+    return dt_fail(DT_EINPUT, "memory: the model needs an estimated %.1f GB on this node (%d rank%s x %.1f GB; "
+                   "`dtrain estimate`), but only %.1f GB is available; use a smaller model or batch, more ranks with "
+                   "ZeRO, or --set train.check_memory=false to try anyway",
+                   need / 1e9, dt_comm_local_size(t->world), dt_comm_local_size(t->world) > 1 ? "s" : "",
+                   need / 1e9 / dt_comm_local_size(t->world), avail / 1e9);
+}
+
+/* A resumed run may change its learning-rate schedule; say so, with both. */
+static dt_status note_schedule_change(trainer *t, const dt_config *c) {
+    dt_config saved;
+    DT_TRY(dt_ckpt_load_config(t->resume_dir, &saved));
+    static const char *const keys[] = {"train.lr", "train.min_lr", "train.warmup_steps", "train.steps"};
+    char buf[512];
+    if (dt_config_changes(&saved, c, keys, 4, buf, sizeof buf) > 0)
+        printf("dtrain: learning-rate schedule changed on resume: %s\n", buf);
+    return DT_OK;
 }
 
 /* Local checks and data: no communication, so a failing rank cannot strand the others. */
@@ -100,15 +165,11 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
                        t->micro, t->dp, t->global_batch);
     t->accum = t->global_batch / per_step;
 
-    DT_TRY(dt_tokenfile_read(&t->train_tokens, c->data.train, c->model.vocab_size));
-    if (c->data.val[0]) {
-        DT_TRY(dt_tokenfile_read(&t->val_tokens, c->data.val, c->model.vocab_size));
-        if (t->val_tokens.count < (size_t)t->T + 1)
-            return dt_fail(DT_EINPUT, "data file '%s' is too short: %zu tokens, validation needs at least %d",
-                           c->data.val, t->val_tokens.count, t->T + 1);
-    }
+    DT_TRY(read_data(c, t));
     DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, t->T, t->global_batch, c->data.shuffle,
                           (uint64_t)c->train.seed));
+    if (c->log.sample_tokens > 0) DT_TRY(load_tokenizer(c, &t->tok));
+    DT_TRY(check_memory(t, c));
     if (c->checkpoint.dir[0] && t->rank0) DT_TRY(dt_ckpt_prepare_dir(c->checkpoint.dir));
     dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
     if (c->checkpoint.resume[0]) {
@@ -117,12 +178,17 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
         if (t->st.step > c->train.steps)
             return dt_fail(DT_EINPUT, "checkpoint '%s' is at step %lld, beyond train.steps %d", t->resume_dir,
                            t->st.step, c->train.steps);
+        if (t->rank0) DT_TRY(note_schedule_change(t, c));
     }
     size_t ntok = (size_t)t->micro * t->T;
     t->inp = malloc(ntok * sizeof(uint16_t));
     t->tgt = malloc(ntok * sizeof(uint16_t));
-    if (!t->inp || !t->tgt) return dt_fail(DT_ERUNTIME, "out of memory (batch)");
-    if (t->rank0) DT_TRY(dt_metrics_open(&t->metrics, c->log.metrics, c->checkpoint.resume[0] != 0));
+    t->mem_all = calloc((size_t)dt_comm_size(t->world) * 7, sizeof(double));
+    if (!t->inp || !t->tgt || !t->mem_all) return dt_fail(DT_ERUNTIME, "out of memory (batch)");
+    if (t->rank0) {
+        DT_TRY(dt_metrics_open(&t->metrics, c->log.metrics, c->checkpoint.resume[0] != 0));
+        if (c->checkpoint.resume[0]) dt_metrics_resume(&t->metrics, t->st.step, t->resume_dir);
+    }
     return DT_OK;
 }
 
@@ -161,6 +227,8 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
 
 static void teardown(trainer *t) {
     dt_metrics_close(&t->metrics);
+    dt_tokenizer_free(t->tok);
+    free(t->mem_all);
     free(t->config_json);
     free(t->inp);
     free(t->tgt);
@@ -229,44 +297,54 @@ static dt_status save(trainer *t) {
 }
 
 static dt_status print_sample(trainer *t) {
-    const dt_config *c = t->cfg;
-    dt_tokenizer *tok = NULL;
-    if (!strcmp(c->data.tokenizer, "gpt2")) DT_TRY(dt_tokenizer_gpt2(&tok, c->data.encoder_json, c->data.vocab_bpe));
-    else DT_TRY(dt_tokenizer_byte(&tok));
-    dt_sample_opts o = {c->log.sample_tokens, 0.8, 40};
+    dt_sample_opts o = {t->cfg->log.sample_tokens, 0.8, 40};
     dt_rng rng;
-    dt_rng_seed(&rng, (uint64_t)c->train.seed);
+    dt_rng_seed(&rng, (uint64_t)t->cfg->train.seed);
     printf("--- sample (%d tokens, temperature 0.8, top-k 40) ---\n", o.length);
     gpt_hooks hooks = t->model.hooks; /* the full weights are in place: no per-unit gathers */
     memset(&t->model.hooks, 0, sizeof hooks);
-    dt_status s = dt_generate(&t->model, tok, "", &o, &rng, stdout);
+    dt_status s = dt_generate(&t->model, t->tok, "", &o, &rng, stdout);
     t->model.hooks = hooks;
     printf("---\n");
-    dt_tokenizer_free(tok);
     return s;
+}
+
+/* Whether any rank received SIGINT/SIGTERM (every rank learns the same answer). */
+static dt_status stop_requested(trainer *t, int *sig) {
+    double v = dt_signal_pending() != 0;
+    if (dt_comm_size(t->world) > 1) DT_TRY(dt_allreduce(t->world, &v, 1, DT_F64, DT_SUM));
+    if (v > 0) dt_signal_record(SIGTERM); /* keeps a signal this rank received itself */
+    *sig = dt_signal_pending();
+    return DT_OK;
+}
+
+static void print_header(trainer *t) {
+    const dt_config *c = t->cfg;
+    printf("dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
+           c->model.n_layer, c->model.n_head, c->model.n_embd, t->T, c->model.vocab_size, t->model.shape.padded_vocab,
+           (double)gpt_num_params(&t->model) / 1e6);
+    printf("dtrain: global batch %d x %d tokens (micro-batch %d x %d data-parallel x %d accumulation), %d "
+           "steps, %s%s, %d threads/rank, %s\n",
+           t->global_batch, t->T, t->micro, t->dp, t->accum, c->train.steps,
+           !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", dt_cpu_threads(),
+           dt_cpu_blas_info());
+    printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
+           t->val_path[0] ? t->val_path : "none");
+    if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
+    if (t->st.step > 0) printf("dtrain: resumed at step %lld from %s\n", t->st.step, t->resume_dir);
 }
 
 static dt_status run(trainer *t) {
     const dt_config *c = t->cfg;
     long long steps = c->train.steps;
     double flops_tok = gpt_flops_per_token(&t->model.shape, t->T);
-    if (t->rank0) {
-        printf("dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
-               c->model.n_layer, c->model.n_head, c->model.n_embd, t->T, c->model.vocab_size,
-               t->model.shape.padded_vocab, (double)gpt_num_params(&t->model) / 1e6);
-        printf("dtrain: global batch %d x %d tokens (micro-batch %d x %d data-parallel x %d accumulation), %lld "
-               "steps, %s%s, %d threads/rank, %s\n",
-               t->global_batch, t->T, t->micro, t->dp, t->accum, steps,
-               !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", dt_cpu_threads(),
-               dt_cpu_blas_info());
-        if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
-        if (t->st.step > 0) printf("dtrain: resumed at step %lld\n", t->st.step);
-    }
-    dt_progress_init(&t->progress, steps, c->log.every);
+    if (t->rank0) print_header(t);
+    dt_progress_init(&t->progress, steps, c->log.every, c->log.progress);
     double train_time = 0.0, loss = NAN;
     long long first = t->st.step, timed_steps = 0;
     double tokens_per_step = (double)t->global_batch * t->T;
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
+    int sig = 0;
     while (t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_dp_comm_seconds(t->dpe), norm, lr;
         DT_TRY(train_step(t, &loss, &norm, &lr));
@@ -278,12 +356,12 @@ static dt_status run(trainer *t) {
         double tps = tokens_per_step / dt;
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
         if (t->rank0) {
-            dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, tps, dt * 1e3,
-                            t->dp > 1 ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0);
+            dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step, tps,
+                            dt * 1e3, t->dp > 1 ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
         int last = t->st.step == stop;
-        if (c->data.val[0] && c->train.val_every > 0 && (t->st.step % c->train.val_every == 0 || last)) {
+        if (t->val_path[0] && c->train.val_every > 0 && (t->st.step % c->train.val_every == 0 || last)) {
             double vl;
             DT_TRY(validate(t, &vl));
             if (t->rank0) {
@@ -291,34 +369,38 @@ static dt_status run(trainer *t) {
                 dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
             }
         }
+        DT_TRY(stop_requested(t, &sig));
+        if (sig) break;
         if (c->checkpoint.dir[0] && c->checkpoint.every > 0 && t->st.step % c->checkpoint.every == 0 && !last)
             DT_TRY(save(t));
     }
     if (t->rank0) dt_progress_end(&t->progress);
-    if (c->checkpoint.dir[0]) DT_TRY(save(t));
+    if (c->checkpoint.dir[0] && (t->st.step > first || !c->checkpoint.resume[0])) DT_TRY(save(t));
+    if (sig)
+        return dt_fail(DT_EINTERRUPTED, "stopped by %s after step %lld; %s%s%s", dt_signal_name(sig), t->st.step,
+                       c->checkpoint.dir[0] ? "saved, resume with --resume " : "nothing saved (no checkpoint.dir)",
+                       c->checkpoint.dir[0] ? c->checkpoint.dir : "", "");
     double tps = timed_steps > 0 ? tokens_per_step * (double)timed_steps / train_time : 0.0;
-    /* per-rank memory, gathered to every rank as 6 numbers each */
+    /* per-rank memory, gathered to every rank as 6 numbers each, plus rank 0's metrics status */
     int n = dt_comm_size(t->world);
     dt_mem_report mine;
     dt_dp_memory(t->dpe, &mine);
     mine.activations = t->model.act_bytes;
     mine.peak_rss = dt_peak_rss();
-    double *all = calloc((size_t)n * 6, sizeof(double));
-    dt_mem_report *mem = calloc((size_t)n, sizeof(dt_mem_report));
-    if (!all || !mem) {
-        free(all);
-        free(mem);
-        return dt_fail(DT_ERUNTIME, "out of memory");
-    }
-    double me[6] = {(double)mine.params, (double)mine.grads, (double)mine.optim, (double)mine.activations,
-                    (double)mine.workspace, (double)mine.peak_rss};
-    dt_status s = dt_allgather(t->world, me, all, 6, DT_F64);
-    for (int r = 0; r < n; r++)
-        mem[r] = (dt_mem_report){(size_t)all[6 * r], (size_t)all[6 * r + 1], (size_t)all[6 * r + 2],
-                                 (size_t)all[6 * r + 3], (size_t)all[6 * r + 5], (size_t)all[6 * r + 4]};
-    free(all);
-    if (s == DT_OK && t->rank0) {
-        dt_metrics_summary(&t->metrics, t->st.step, loss, tps, mem, n);
+    double me[7] = {(double)mine.params, (double)mine.grads, (double)mine.optim, (double)mine.activations,
+                    (double)mine.workspace, (double)mine.peak_rss, t->rank0 && t->metrics.fail_step >= 0};
+    double *all = t->mem_all;
+    DT_TRY(dt_allgather(t->world, me, all, 7, DT_F64));
+    if (all[6] != 0.0) /* rank 0's metrics could not be written: an error on every rank, reported by rank 0 */
+        return t->rank0 ? dt_metrics_close(&t->metrics)
+                        : dt_fail(DT_ERUNTIME, "rank 0 could not write the metrics file");
+    if (t->rank0) {
+        dt_mem_report mem[n];
+        for (int r = 0; r < n; r++)
+            mem[r] = (dt_mem_report){(size_t)all[7 * r], (size_t)all[7 * r + 1], (size_t)all[7 * r + 2],
+                                     (size_t)all[7 * r + 3], (size_t)all[7 * r + 5], (size_t)all[7 * r + 4]};
+        dt_metrics_summary(&t->metrics, t->st.step, t->st.step - first, loss, tps, mem, n);
+        DT_TRY(dt_metrics_close(&t->metrics));
         if (timed_steps > 0)
             printf("summary: %lld steps (from %lld), final loss %.4f, %.0f tokens/s, %.1f GFLOP/s, %.1f s; "
                    "memory (rank 0): params %.1f MB, grads %.1f MB, optimizer %.1f MB, activations %.1f MB, "
@@ -326,13 +408,13 @@ static dt_status run(trainer *t) {
                    t->st.step - first, first, loss, tps, tps * flops_tok / 1e9, train_time, mem[0].params / 1e6,
                    mem[0].grads / 1e6, mem[0].optim / 1e6, mem[0].activations / 1e6, mem[0].workspace / 1e6,
                    mem[0].peak_rss / 1e6);
+        else
+            printf("summary: nothing to train (at step %lld of %lld)\n", t->st.step, steps);
         if (t->dp > 1 && timed_steps > 0)
             printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);
         if (c->log.profile) dt_ops_profile_report(stdout);
     }
-    free(mem);
-    DT_TRY(s);
     if (c->log.digest) {
         char hex[65];
         DT_TRY(dt_dp_digest(t->dpe, hex));
@@ -340,7 +422,7 @@ static dt_status run(trainer *t) {
     }
     if (c->log.sample_tokens > 0) {
         DT_TRY(dt_dp_gather_full(t->dpe));
-        s = t->rank0 ? print_sample(t) : DT_OK;
+        dt_status s = t->rank0 ? print_sample(t) : DT_OK;
         dt_dp_release_full(t->dpe);
         DT_TRY(s);
     }
@@ -358,7 +440,12 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, int *report) {
         /* from here on a failure on one rank (I/O, divergence) is seen by all through
          * the collectives it breaks, or reported by every rank alike */
         s = run(&t);
-        *report = s != DT_OK && t.rank0;
+        /* the report comes from the lowest rank whose failure is its own (the others
+         * only learnt of it), or rank 0 */
+        int first;
+        dt_comm_agree(world, s != DT_OK && !dt_error_is_secondary() ? s : DT_OK, &first);
+        if (first >= dt_comm_size(world)) first = 0;
+        *report = s != DT_OK && dt_comm_rank(world) == first;
     }
     teardown(&t);
     return s;

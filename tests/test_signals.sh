@@ -1,0 +1,70 @@
+# Preemption: SIGTERM or SIGINT finishes the current step, saves (if a save directory
+# is set), says so and exits 128 + signal; a second signal exits at once; under mpirun
+# every rank takes part. The saved step resumes to the weights of an uninterrupted run.
+source "$(dirname "$0")/lib.sh"
+prepare_tiny
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+LONG=("${TINY[@]}" --steps 200000 --threads 1 --set train.val_every=0)
+# wait_for_step FILE N: until the metrics file holds step N (the run is training)
+wait_for_step() {
+  for _ in $(seq 1 600); do
+    grep -q "\"step\": $2," "$1" 2>/dev/null && return 0; sleep 0.1
+  done
+  return 1
+}
+# interrupted SIG: one run stopped by SIG after it trained a few steps
+for sig in TERM INT; do
+  rm -rf "$TMP/ck" "$TMP/m.jsonl"
+  "$DTRAIN" train "${LONG[@]}" --save "$TMP/ck" --metrics "$TMP/m.jsonl" >"$TMP/out" 2>"$TMP/err" &
+  pid=$!
+  wait_for_step "$TMP/m.jsonl" 3 || fail "SIG$sig: run did not start"
+  kill -$sig $pid; wait $pid; rc=$?
+  want=$((128 + $(kill -l $sig)))
+  [ "$rc" -eq "$want" ] && pass "SIG$sig: exit $rc" || fail "SIG$sig: exit $rc, want $want ($(cat "$TMP/err"))"
+  step=$(tail -1 "$TMP/m.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+  latest=$(cat "$TMP/ck/latest" 2>/dev/null)
+  [ "$latest" = "$(printf 'step_%08d' "$step")" ] && pass "SIG$sig: saved the last finished step ($latest)" \
+    || fail "SIG$sig: latest '$latest', last metrics step $step"
+  grep -q "stopped by SIG$sig after step $step; saved" "$TMP/err" && pass "SIG$sig: says so: $(tail -1 "$TMP/err")" \
+    || fail "SIG$sig: message: $(cat "$TMP/err")"
+done
+# the saved step resumes to the weights of an uninterrupted run of the same length
+n=$((step + 5))
+"$DTRAIN" train "${LONG[@]}" --resume "$TMP/ck" --set train.stop_after=5 --digest >"$TMP/resumed" 2>&1 \
+  || fail "resume after SIGINT"
+"$DTRAIN" train "${LONG[@]}" --set train.stop_after=$n --digest >"$TMP/straight" 2>&1 || fail "straight run"
+[ -n "$(digest_of "$TMP/straight")" ] && [ "$(digest_of "$TMP/resumed")" = "$(digest_of "$TMP/straight")" ] \
+  && pass "resumed after the signal = $n straight steps (bitwise)" || fail "digest after signal resume differs"
+# no save directory: nothing saved, still a clean non-zero exit naming the signal
+"$DTRAIN" train "${LONG[@]}" --metrics "$TMP/m2.jsonl" >/dev/null 2>"$TMP/err" &
+pid=$!; wait_for_step "$TMP/m2.jsonl" 2; kill -TERM $pid; wait $pid; rc=$?
+[ "$rc" -eq 143 ] && grep -q "nothing saved" "$TMP/err" && pass "no save dir: exit 143, nothing saved" \
+  || fail "no save dir: exit $rc: $(cat "$TMP/err")"
+# a second signal exits at once: block the first one's save by making the step long
+"$DTRAIN" train "${TINY[@]}" --steps 100000 --threads 1 --set model.n_embd=256 --set model.n_head=4 \
+  --set train.micro_batch=64 --set train.global_batch=1024 --metrics "$TMP/m3.jsonl" --save "$TMP/ck3" \
+  >/dev/null 2>"$TMP/err" &
+pid=$!
+for _ in $(seq 1 300); do grep -q '"step": 1,' "$TMP/m3.jsonl" 2>/dev/null && break; sleep 0.1; done
+kill -TERM $pid; sleep 0.3; kill -TERM $pid
+t0=$(date +%s.%N); wait $pid; rc=$?; t1=$(date +%s.%N)
+[ "$rc" -eq 143 ] && ! grep -q "saved" "$TMP/err" && pass "second signal exits at once (exit $rc, no save)" \
+  || fail "second signal: exit $rc: $(cat "$TMP/err")"
+# under mpirun: every rank stops after the same step and the checkpoint is saved once
+if command -v mpirun >/dev/null; then
+  rm -rf "$TMP/ckm"
+  # mpirun SIGKILLs the ranks odls_base_sigkill_timeout (default 1 s) after forwarding the
+  # signal: a save needs longer than that on a slow disk
+  mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca odls_base_sigkill_timeout 60 -np 2 "$DTRAIN" train "${LONG[@]}" --save "$TMP/ckm" \
+    --metrics "$TMP/mm.jsonl" >"$TMP/outm" 2>"$TMP/errm" &
+  pid=$!
+  wait_for_step "$TMP/mm.jsonl" 3 || fail "mpirun: run did not start"
+  kill -TERM $pid # to mpirun, as Ctrl-C or a batch system's stop does; mpirun forwards it to every rank
+  wait $pid; rc=$?
+  step=$(tail -1 "$TMP/mm.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+  [ "$rc" -ne 0 ] && [ "$(cat "$TMP/ckm/latest")" = "$(printf 'step_%08d' "$step")" ] \
+    && [ "$(grep -c "stopped by SIGTERM" "$TMP/errm")" -eq 1 ] \
+    && pass "mpirun -np 2: both ranks stop after step $step, saved once, one message" \
+    || fail "mpirun: rc $rc, latest $(cat "$TMP/ckm/latest"), step $step: $(cat "$TMP/errm")"
+fi
+finish
