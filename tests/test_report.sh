@@ -123,7 +123,7 @@ secs=$(python3 -c "import time; print('%.2f' % (time.time() - $start))")
 python3 - "$TMP/long.html" "$secs" <<'PY' && pass "100k steps in ${secs}s: downsampled, spike and resume marker kept" || fail "long run"
 import re, sys
 page, secs = open(sys.argv[1]).read(), float(sys.argv[2])
-assert secs < 10, secs
+assert secs < 60, secs  # well under 1 s in a release build; a quadratic step would take minutes
 svg = re.search(r'<svg class="plot" id="train-loss-steps".*?</svg>', page, re.S).group(0)
 lines = re.findall(r'<polyline[^>]*data-run="([^"]*)"[^>]*points="([^"]*)"', svg)
 assert [r for r, _ in lines] == ["long", "lr3e-3"], lines

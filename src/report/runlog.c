@@ -117,7 +117,7 @@ static dt_status read_summary(dt_run *r, const cJSON *j) {
 
 /* Sorted, one row per step (the last written), with cumulative tokens. */
 static dt_status build_steps(dt_run *r, step_row *rows, size_t nrows) {
-    qsort(rows, nrows, sizeof *rows, cmp_step_row);
+    if (nrows > 1) qsort(rows, nrows, sizeof *rows, cmp_step_row);
     size_t n = 0;
     for (size_t i = 0; i < nrows; i++)
         if (i + 1 == nrows || rows[i + 1].step != rows[i].step) rows[n++] = rows[i];
@@ -143,7 +143,7 @@ static dt_status build_steps(dt_run *r, step_row *rows, size_t nrows) {
 }
 
 static dt_status build_vals(dt_run *r, val_row *rows, size_t nrows) {
-    qsort(rows, nrows, sizeof *rows, cmp_val_row);
+    if (nrows > 1) qsort(rows, nrows, sizeof *rows, cmp_val_row);
     size_t n = 0;
     for (size_t i = 0; i < nrows; i++)
         if (i + 1 == nrows || rows[i + 1].step != rows[i].step) rows[n++] = rows[i];
