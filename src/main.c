@@ -15,6 +15,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "parallel/estimate.h"
+#include "report/report.h"
 #include "train/sample.h"
 #include "train/trainer.h"
 
@@ -30,6 +31,7 @@ static const char *USAGE =
     "  config    print the effective config as JSON, or every key (--doc)\n"
     "  estimate  per-rank memory for each ZeRO stage (`-n N` ranks)\n"
     "  bench     `bench comm`: collective bandwidth per algorithm and message size\n"
+    "  report    one HTML page plotting metrics files (`report A.jsonl [B.jsonl ...] --out F.html`)\n"
     "\n"
     "`dtrain <command> --help` describes each command's options; `dtrain --version` prints the version.\n";
 
@@ -380,6 +382,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "prepare")) s = cmd_prepare(argc - 2, argv + 2);
     else if (!strcmp(cmd, "config")) s = cmd_config(argc - 2, argv + 2);
     else if (!strcmp(cmd, "estimate")) s = cmd_estimate(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "report")) s = dt_report_cmd(argc - 2, argv + 2);
     else s = dt_fail(DT_EINPUT, "unknown command '%s' (see dtrain --help)", cmd);
     if (s != DT_OK) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
     return (int)s;
