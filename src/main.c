@@ -6,6 +6,7 @@
 
 #include "backend/ops.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/export.h"
 #include "comm/bench_comm.h"
 #include "comm/comm.h"
 #include "core/config.h"
@@ -310,6 +311,36 @@ static dt_status cmd_sample(int argc, char **argv) {
     return s;
 }
 
+static const char *EXPORT_USAGE =
+    "usage: dtrain export CKPT OUT [--force]\n"
+    "  writes OUT/model.safetensors, config.json, generation_config.json (+ GPT-2 tokenizer files\n"
+    "  for BPE runs) for transformers' GPT2LMHeadModel.from_pretrained(OUT); see docs/checkpoints.md\n"
+    "  CKPT     a step directory, or a --save directory with `latest`\n"
+    "  --force  write into a non-empty OUT (replacing the exported files)\n";
+
+static dt_status cmd_export(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(EXPORT_USAGE, stdout);
+        return DT_OK;
+    }
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0, force = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--force")) force = 1;
+        else if (argv[i][0] == '-' || npos == 2)
+            return dt_fail(DT_EINPUT, "export: unexpected argument '%s' (see dtrain export --help)", argv[i]);
+        else pos[npos++] = argv[i];
+    }
+    if (npos != 2) return dt_fail(DT_EINPUT, "export: expected CKPT OUT (see dtrain export --help)");
+    dt_export_info info;
+    DT_TRY(dt_export(pos[0], pos[1], force, &info));
+    printf("export: step %lld from %s -> %s (model.safetensors, config.json, generation_config.json%s)\n", info.step,
+           info.step_dir, pos[1], info.tokenizer_files ? ", GPT-2 tokenizer files" : "");
+    if (!info.tokenizer_files)
+        printf("export: note: byte-tokenizer run: no Hugging Face tokenizer files written (token id = byte value)\n");
+    return DT_OK;
+}
+
 static dt_status cmd_prepare(int argc, char **argv) {
     if (wants_help(argc, argv)) {
         fputs(PREPARE_USAGE, stdout);
@@ -380,6 +411,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "sample")) s = cmd_sample(argc - 2, argv + 2);
     else if (!strcmp(cmd, "prepare")) s = cmd_prepare(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "export")) s = cmd_export(argc - 2, argv + 2);
     else if (!strcmp(cmd, "config")) s = cmd_config(argc - 2, argv + 2);
     else if (!strcmp(cmd, "estimate")) s = cmd_estimate(argc - 2, argv + 2);
     else if (!strcmp(cmd, "report")) s = dt_report_cmd(argc - 2, argv + 2);
