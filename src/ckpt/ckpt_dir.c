@@ -79,8 +79,8 @@ static dt_status list_steps(const char *dir, step_entry **out, int *count) {
     struct dirent *e;
     while (s == DT_OK && (e = readdir(d))) {
         long long step = dt_ckpt_step_of(e->d_name);
-        if (step < 0 || strlen(e->d_name) >= sizeof((step_entry *)0)->name || !is_kind(dir, e->d_name, S_IFDIR))
-            continue;
+        size_t len = strlen(e->d_name);
+        if (step < 0 || len >= sizeof((step_entry *)0)->name || !is_kind(dir, e->d_name, S_IFDIR)) continue;
         if (*count == cap) {
             cap = cap ? 2 * cap : 16;
             step_entry *grown = realloc(*out, (size_t)cap * sizeof **out);
@@ -90,7 +90,7 @@ static dt_status list_steps(const char *dir, step_entry **out, int *count) {
             }
             *out = grown;
         }
-        snprintf((*out)[*count].name, sizeof(*out)->name, "%s", e->d_name);
+        memcpy((*out)[*count].name, e->d_name, len + 1);
         (*out)[(*count)++].step = step;
     }
     closedir(d);
