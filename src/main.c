@@ -44,7 +44,7 @@ static const char *TRAIN_USAGE =
     "  --metrics FILE   log.metrics (JSON Lines)\n"
     "  --save DIR       checkpoint.dir       --save-every N  checkpoint.every\n"
     "  --resume DIR     checkpoint.resume    --digest        log.digest\n"
-    "  --threads N      threads\n";
+    "  --threads N      threads              --overwrite     checkpoint.overwrite\n";
 
 static const char *SAMPLE_USAGE =
     "usage: dtrain sample --checkpoint DIR [--prompt TEXT] [--length N] [--temperature T] [--top-k K] [--seed S]\n"
@@ -116,6 +116,10 @@ static dt_status apply_config_args(dt_config *c, int argc, char **argv) {
         }
         if (!strcmp(a, "--digest")) {
             DT_TRY(dt_config_set(c, "log.digest=true"));
+            continue;
+        }
+        if (!strcmp(a, "--overwrite")) {
+            DT_TRY(dt_config_set(c, "checkpoint.overwrite=true"));
             continue;
         }
         int matched = 0;

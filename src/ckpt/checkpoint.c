@@ -1,7 +1,6 @@
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "../core/atomic_file.h"
+#include "ckpt_dir.h"
 #include "safetensors.h"
 
 static int64_t saved_numel(const gpt_tensor *t) { return (int64_t)t->saved_rows * t->shape[1]; }
@@ -28,17 +28,6 @@ static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) 
     for (int d = 0; d < ndim && n < cap; d++)
         n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, d ? ", " : "", shape[d]);
     if (n < cap) snprintf(buf + n, cap - n, "]");
-}
-
-dt_status dt_ckpt_prepare_dir(const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return dt_fail(DT_EINPUT, "checkpoint dir '%s': cannot create (%s)", dir, strerror(errno));
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return dt_fail(DT_EINPUT, "checkpoint dir '%s': not a directory", dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return dt_fail(DT_EINPUT, "checkpoint dir '%s': not writable (%s)", dir, strerror(errno));
-    return DT_OK;
 }
 
 /* Tensor i inside a unit view (one base pointer per model unit, as in gpt_model.unit_params). */
@@ -92,30 +81,22 @@ static char *state_json(const dt_train_state *st, const char *config_json) {
     return s;
 }
 
-/* Removes a flat directory (our step directories hold only files). */
-static void remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[2048];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-                unlink(p);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
+/* Commit protocol. A new copy never takes the name of an existing directory, and a
+ * directory is removed only once `latest` names its replacement, so at every instant
+ * `latest` names a complete step directory. Crash points (the DT_TEST_CRASH_AT names)
+ * and what a kill there leaves:
+ *   "tmp"         .step_N.tmp.PID/ complete, not renamed: a leftover; `latest` unchanged
+ *   "renamed"     the new directory in place under a fresh name; `latest` still names
+ *                 the previous step (which resume uses; step N is then saved again)
+ *   "latest_tmp"  latest.tmp.PID written, not renamed: a leftover; `latest` unchanged
+ *   "latest"      `latest` names the new copy; a superseded copy of step N remains
+ *   "retire"      a superseded copy moved to .<name>.old.PID, not yet deleted
+ * Leftovers are removed by the next run's dt_ckpt_prepare_dir. */
 dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
                        const dt_train_state *st, const char *config_json) {
-    char name[64], tmp[1024], final[1024], old[1024], path[1100];
-    snprintf(name, sizeof name, "step_%08lld", st->step);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", dir, name, (int)getpid());
-    snprintf(final, sizeof final, "%s/%s", dir, name);
-    snprintf(old, sizeof old, "%s/.%s.old.%d", dir, name, (int)getpid());
-    remove_flat_dir(tmp);
+    char name[64], tmp[1024], final[1100], path[1100];
+    snprintf(tmp, sizeof tmp, "%s/.step_%08lld.tmp.%d", dir, st->step, (int)getpid());
+    dt_ckpt_remove_flat_dir(tmp); /* our own pid's leftover (pid reuse in containers) */
     if (mkdir(tmp, 0777) != 0)
         return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot create (%s)", tmp, strerror(errno));
     dt_status s;
@@ -136,33 +117,35 @@ dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_av
         free(js);
     }
     if (s == DT_OK) s = dt_fsync_dir(tmp);
+    if (s == DT_OK) dt_ckpt_test_crash("tmp", st->step);
+    if (s == DT_OK) s = dt_ckpt_fresh_name(dir, st->step, name, sizeof name);
+    if (s == DT_OK) {
+        snprintf(final, sizeof final, "%s/%s", dir, name);
+        if (rename(tmp, final) != 0)
+            s = dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot rename into place (%s)", final, strerror(errno));
+    }
     if (s != DT_OK) {
-        remove_flat_dir(tmp);
+        dt_ckpt_remove_flat_dir(tmp);
         return s;
     }
-    struct stat sb;
-    int had_old = stat(final, &sb) == 0;
-    if (had_old && rename(final, old) != 0) {
-        remove_flat_dir(tmp);
-        return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot move the previous copy aside (%s)", final,
-                       strerror(errno));
-    }
-    if (rename(tmp, final) != 0) {
-        int e = errno;
-        if (had_old) rename(old, final);
-        remove_flat_dir(tmp);
-        return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot rename into place (%s)", final, strerror(e));
-    }
-    if (had_old) remove_flat_dir(old);
     DT_TRY(dt_fsync_dir(dir));
+    dt_ckpt_test_crash("renamed", st->step);
     char latest[1024], line[80];
     snprintf(latest, sizeof latest, "%s/latest", dir);
     snprintf(line, sizeof line, "%s\n", name);
-    return dt_write_file_atomic(latest, line, strlen(line));
+    dt_atomic_file f;
+    DT_TRY(dt_atomic_open(&f, latest));
+    s = dt_atomic_write(&f, line, strlen(line));
+    if (s == DT_OK) dt_ckpt_test_crash("latest_tmp", st->step);
+    if (s == DT_OK) s = dt_atomic_commit(&f);
+    else dt_atomic_abort(&f);
+    DT_TRY(s);
+    dt_ckpt_test_crash("latest", st->step);
+    return dt_ckpt_retire_copies(dir, st->step, name);
 }
 
 dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap) {
-    char p[1100];
+    char p[1100], name[256];
     struct stat sb;
     snprintf(p, sizeof p, "%s/trainer_state.json", dir);
     if (stat(p, &sb) == 0) {
@@ -170,16 +153,10 @@ dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap) {
         return DT_OK;
     }
     snprintf(p, sizeof p, "%s/latest", dir);
-    char *txt = NULL;
-    size_t len = 0;
     if (stat(p, &sb) != 0)
         return dt_fail(DT_EINPUT, "checkpoint '%s': no trainer_state.json and no 'latest' file", dir);
-    DT_TRY(dt_read_file(p, &txt, &len, 4096));
-    while (len > 0 && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' ')) txt[--len] = 0;
-    int ok = len > 0 && !strchr(txt, '/') && strcmp(txt, "..") && strcmp(txt, ".");
-    if (ok) snprintf(step_dir, cap, "%s/%s", dir, txt);
-    free(txt);
-    if (!ok) return dt_fail(DT_EINPUT, "checkpoint '%s': 'latest' does not name a step directory", dir);
+    DT_TRY(dt_ckpt_read_latest(dir, name, sizeof name));
+    snprintf(step_dir, cap, "%s/%s", dir, name);
     snprintf(p, sizeof p, "%s/trainer_state.json", step_dir);
     if (stat(p, &sb) != 0) return dt_fail(DT_EINPUT, "checkpoint '%s': missing trainer_state.json", step_dir);
     return DT_OK;

@@ -4,9 +4,11 @@
  *   DIR/step_00000010/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
  *   DIR/step_00000010/trainer_state.json     step, data position, RNG, config
  *   DIR/latest                               name of the newest complete step directory
- * A step is written into a temporary directory, fsynced, and renamed into place;
- * `latest` is replaced atomically afterwards, so a crash at any point leaves the
- * previous checkpoint whole and `latest` always names a complete one. */
+ * A step is written into a temporary directory, fsynced, and renamed into place under
+ * a name no directory has; `latest` is replaced atomically afterwards and only then is
+ * an older copy of the same step removed, so a crash at any point leaves `latest`
+ * naming a complete checkpoint (protocol and crash points: checkpoint.c). The save
+ * directory's lifecycle (refusing a second run, cleanup, pruning): ckpt_dir.h. */
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
 #include <stdint.h>
@@ -23,13 +25,11 @@ typedef struct {
     dt_rng rng;           /* run RNG (sampling); saved for exact resume */
 } dt_train_state;
 
-/* Creates DIR if needed and checks it is writable (before any training work). */
-dt_status dt_ckpt_prepare_dir(const char *dir);
 /* Weights come from m->unit_params; the optimizer moments from unit views laid out
  * like it (one pointer per model unit; NULL: no optimizer file). */
 dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
                        const dt_train_state *st, const char *config_json);
-/* Resolves DIR (a step directory, or a checkpoint root with `latest`) to a step directory. */
+/* Resolves DIR (a step directory, or a checkpoint root: follows `latest`) to a step directory. */
 dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap);
 /* Loads the trainer state and the saved config JSON (caller frees *config_json). */
 dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json);

@@ -28,7 +28,7 @@ typedef struct {
     } train;
     struct {
         char dir[DT_PATH_MAX], resume[DT_PATH_MAX];
-        int every;
+        int every, overwrite, keep_last;
     } checkpoint;
     struct {
         char metrics[DT_PATH_MAX];

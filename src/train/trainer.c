@@ -9,6 +9,7 @@
 
 #include "../backend/ops.h"
 #include "../ckpt/checkpoint.h"
+#include "../ckpt/ckpt_dir.h"
 #include "../core/mem.h"
 #include "../core/signals.h"
 #include "../core/timer.h"
@@ -41,6 +42,8 @@ typedef struct {
     char resume_dir[1024];
     char val_path[DT_PATH_MAX]; /* data.val resolved ("" : no validation) */
     dt_tokenizer *tok;          /* for the final sample (loaded up front: a bad path fails at start) */
+    int drop_old_run; /* rank 0: --overwrite found another run's steps, dropped after our first save */
+    int saved;        /* saves done by this run */
     dt_metrics metrics;
     dt_progress progress;
     char *config_json;
@@ -170,7 +173,6 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
                           (uint64_t)c->train.seed));
     if (c->log.sample_tokens > 0) DT_TRY(load_tokenizer(c, &t->tok));
     DT_TRY(check_memory(t, c));
-    if (c->checkpoint.dir[0] && t->rank0) DT_TRY(dt_ckpt_prepare_dir(c->checkpoint.dir));
     dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
     if (c->checkpoint.resume[0]) {
         DT_TRY(dt_ckpt_resolve(c->checkpoint.resume, t->resume_dir, sizeof t->resume_dir));
@@ -180,6 +182,9 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
                            t->st.step, c->train.steps);
         if (t->rank0) DT_TRY(note_schedule_change(t, c));
     }
+    if (c->checkpoint.dir[0] && t->rank0) /* may refuse a directory in use: before any training */
+        DT_TRY(dt_ckpt_prepare_dir(c->checkpoint.dir, c->checkpoint.resume[0] ? t->resume_dir : NULL,
+                                   c->checkpoint.overwrite, &t->drop_old_run));
     size_t ntok = (size_t)t->micro * t->T;
     t->inp = malloc(ntok * sizeof(uint16_t));
     t->tgt = malloc(ntok * sizeof(uint16_t));
@@ -288,8 +293,17 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
 }
 
 static dt_status save(trainer *t) {
+    const dt_config *c = t->cfg;
     double t0 = dt_now();
-    DT_TRY(dt_dp_save(t->dpe, t->cfg->checkpoint.dir, &t->st, t->config_json));
+    DT_TRY(dt_dp_save(t->dpe, c->checkpoint.dir, &t->st, t->config_json));
+    /* rank 0 alone touches the directory; the condition is the same on every rank */
+    if ((c->checkpoint.overwrite && !t->saved) || c->checkpoint.keep_last > 0) {
+        int report;
+        DT_TRY(agree(t, t->rank0 ? dt_ckpt_prune(c->checkpoint.dir, c->checkpoint.keep_last, t->drop_old_run) : DT_OK,
+                     &report));
+        t->drop_old_run = 0;
+    }
+    t->saved++;
     if (t->rank0)
         dt_progress_note(&t->progress, "checkpoint: saved step %lld to %s (%.2f s)", t->st.step,
                          t->cfg->checkpoint.dir, dt_now() - t0);
