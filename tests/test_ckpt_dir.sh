@@ -19,7 +19,7 @@ complete() {
 # resume_check DIR STEP LABEL: resuming DIR starts at STEP and ends at the straight digest, leaving no temporaries
 resume_check() {
   "$DTRAIN" train "${RUN[@]}" --resume "$1" --save "$1" --digest >"$TMP/r.out" 2>&1 || { fail "$3: resume failed: $(tail -1 "$TMP/r.out")"; return; }
-  grep -q "resumed at step $2\$" "$TMP/r.out" || { fail "$3: did not resume at step $2"; return; }
+  grep -q "resumed at step $2 from " "$TMP/r.out" || { fail "$3: did not resume at step $2"; return; }
   [ "$(digest_of "$TMP/r.out")" = "$full" ] || { fail "$3: digest differs from the straight run"; return; }
   [ -z "$(leftovers "$1")" ] || { fail "$3: temporaries left: $(leftovers "$1")"; return; }
   pass "$3: resumes at step $2 to the straight digest, no temporaries left"

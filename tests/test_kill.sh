@@ -59,7 +59,7 @@ for ((i = 1; i <= TRIALS; i++)); do
     [ "$top" = "$committed" ] || { fail "$what: latest names step $committed, newest complete step is $top"; continue; }
     "$DTRAIN" train "${RUN[@]}" --save "$d" --resume "$d" --digest >"$d.out" 2>&1 \
       || { fail "$what: resume failed: $(tail -1 "$d.out")"; continue; }
-    resumed=$(sed -n 's/^dtrain: resumed at step \([0-9]*\)$/\1/p' "$d.out")
+    resumed=$(sed -n 's/^dtrain: resumed at step \([0-9]*\) from .*$/\1/p' "$d.out")
     [ "$resumed" = "$committed" ] || { fail "$what: resumed at step '$resumed', latest named $committed"; continue; }
   fi
   [ "$(digest_of "$d.out")" = "$full" ] || { fail "$what: digest after resume at step $resumed differs"; continue; }

@@ -1,4 +1,4 @@
-# Preemption: SIGTERM or SIGINT finishes the current step, saves (if a save directory
+# Preemption: SIGTERM, SIGINT or SIGUSR1 finishes the current step, saves (if a save directory
 # is set), says so and exits 128 + signal; a second signal exits at once; under mpirun
 # every rank takes part. The saved step resumes to the weights of an uninterrupted run.
 source "$(dirname "$0")/lib.sh"
@@ -13,7 +13,7 @@ wait_for_step() {
   return 1
 }
 # interrupted SIG: one run stopped by SIG after it trained a few steps
-for sig in TERM INT; do
+for sig in TERM USR1 INT; do
   rm -rf "$TMP/ck" "$TMP/m.jsonl"
   "$DTRAIN" train "${LONG[@]}" --save "$TMP/ck" --metrics "$TMP/m.jsonl" >"$TMP/out" 2>"$TMP/err" &
   pid=$!
@@ -50,21 +50,27 @@ kill -TERM $pid; sleep 0.3; kill -TERM $pid
 t0=$(date +%s.%N); wait $pid; rc=$?; t1=$(date +%s.%N)
 [ "$rc" -eq 143 ] && ! grep -q "saved" "$TMP/err" && pass "second signal exits at once (exit $rc, no save)" \
   || fail "second signal: exit $rc: $(cat "$TMP/err")"
-# under mpirun: every rank stops after the same step and the checkpoint is saved once
+# under mpirun: every rank stops after the same step, the checkpoint is saved once, one
+# message. Open MPI's mpirun forwards SIGUSR1 to every rank as it is; on SIGTERM/SIGINT
+# it kills the job itself: SIGCONT, odls_base_sigkill_timeout seconds (default 1), SIGTERM
+# to every rank, the same wait, SIGKILL; it does not read the ranks' output meanwhile
+# (so progress lines are kept few here, or a full pipe would stall rank 0).
 if command -v mpirun >/dev/null; then
-  rm -rf "$TMP/ckm"
-  # mpirun SIGKILLs the ranks odls_base_sigkill_timeout (default 1 s) after forwarding the
-  # signal: a save needs longer than that on a slow disk
-  mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca odls_base_sigkill_timeout 60 -np 2 "$DTRAIN" train "${LONG[@]}" --save "$TMP/ckm" \
-    --metrics "$TMP/mm.jsonl" >"$TMP/outm" 2>"$TMP/errm" &
-  pid=$!
-  wait_for_step "$TMP/mm.jsonl" 3 || fail "mpirun: run did not start"
-  kill -TERM $pid # to mpirun, as Ctrl-C or a batch system's stop does; mpirun forwards it to every rank
-  wait $pid; rc=$?
-  step=$(tail -1 "$TMP/mm.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
-  [ "$rc" -ne 0 ] && [ "$(cat "$TMP/ckm/latest")" = "$(printf 'step_%08d' "$step")" ] \
-    && [ "$(grep -c "stopped by SIGTERM" "$TMP/errm")" -eq 1 ] \
-    && pass "mpirun -np 2: both ranks stop after step $step, saved once, one message" \
-    || fail "mpirun: rc $rc, latest $(cat "$TMP/ckm/latest"), step $step: $(cat "$TMP/errm")"
+  for sig in USR1 TERM; do
+    rm -rf "$TMP/ckm" "$TMP/mm.jsonl"
+    mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca odls_base_sigkill_timeout 3 -np 2 "$DTRAIN" train \
+      "${LONG[@]}" --set log.every=1000000 --save "$TMP/ckm" --metrics "$TMP/mm.jsonl" >"$TMP/outm" 2>"$TMP/errm" &
+    pid=$!
+    wait_for_step "$TMP/mm.jsonl" 3 || fail "mpirun: run did not start"
+    kill -$sig $pid # to mpirun, as a user or a batch system does
+    wait $pid; rc=$?
+    step=$(tail -1 "$TMP/mm.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+    [ "$rc" -ne 0 ] && [ "$(cat "$TMP/ckm/latest")" = "$(printf 'step_%08d' "$step")" ] \
+      && [ "$(grep -c "stopped by SIG" "$TMP/errm")" -eq 1 ] && grep -q "stopped by SIG$sig after step $step; saved" "$TMP/errm" \
+      && pass "mpirun -np 2, SIG$sig to mpirun: both ranks stop after step $step, saved once, one message (exit $rc)" \
+      || fail "mpirun SIG$sig: rc $rc, latest $(cat "$TMP/ckm/latest"), step $step: $(cat "$TMP/errm")"
+    "$DTRAIN" train "${LONG[@]}" --resume "$TMP/ckm" --set train.stop_after=1 >/dev/null 2>&1 \
+      && pass "mpirun SIG$sig: the saved step resumes" || fail "mpirun SIG$sig: resume failed"
+  done
 fi
 finish

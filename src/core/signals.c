@@ -31,6 +31,10 @@ void dt_signals_install(int quiet) {
     sa.sa_flags = SA_RESTART; /* a step's I/O and collectives carry on */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* SIGUSR1: what Open MPI's mpirun forwards to every rank as it is (SIGTERM and
+     * SIGINT make mpirun kill the job itself), and what Slurm's --signal sends ahead
+     * of a time limit. */
+    sigaction(SIGUSR1, &sa, NULL);
     /* A launcher that is going away (mpirun forwarding a SIGTERM) closes our stdout
      * before the save is done: a write there must fail, not kill the process. */
     signal(SIGPIPE, SIG_IGN);
@@ -46,6 +50,7 @@ const char *dt_signal_name(int sig) {
     static char buf[32];
     if (sig == SIGINT) return "SIGINT";
     if (sig == SIGTERM) return "SIGTERM";
+    if (sig == SIGUSR1) return "SIGUSR1";
     snprintf(buf, sizeof buf, "signal %d", sig);
     return buf;
 }

@@ -1,4 +1,4 @@
-/* Preemption: SIGINT and SIGTERM ask the run to stop. The first one is recorded and
+/* Preemption: SIGINT, SIGTERM and SIGUSR1 ask the run to stop. The first one is recorded and
  * the trainer finishes its current step, saves and exits; a second one ends the
  * process at once (default action), as Ctrl-C twice does elsewhere. */
 #ifndef DT_SIGNALS_H
@@ -6,11 +6,11 @@
 
 /* Installs the handlers; quiet: do not print the "finishing the step" note (ranks > 0). */
 void dt_signals_install(int quiet);
-/* The first stop signal received (SIGINT or SIGTERM), or 0. */
+/* The first stop signal received (SIGINT, SIGTERM or SIGUSR1), or 0. */
 int dt_signal_pending(void);
 /* Records sig as received (a rank learning of another rank's signal). */
 void dt_signal_record(int sig);
-/* "SIGINT", "SIGTERM" or "signal N". */
+/* "SIGINT", "SIGTERM", "SIGUSR1" or "signal N". */
 const char *dt_signal_name(int sig);
 
 #endif

@@ -325,10 +325,17 @@ static dt_status print_sample(trainer *t) {
 
 /* Whether any rank received SIGINT/SIGTERM (every rank learns the same answer). */
 static dt_status stop_requested(trainer *t, int *sig) {
-    double v = dt_signal_pending() != 0;
-    if (dt_comm_size(t->world) > 1) DT_TRY(dt_allreduce(t->world, &v, 1, DT_F64, DT_SUM));
-    if (v > 0) dt_signal_record(SIGTERM); /* keeps a signal this rank received itself */
-    *sig = dt_signal_pending();
+    static const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};
+    int mine = dt_signal_pending();
+    double v[3];
+    for (int i = 0; i < 3; i++) v[i] = mine == sigs[i];
+    if (dt_comm_size(t->world) > 1) DT_TRY(dt_allreduce(t->world, v, 3, DT_F64, DT_SUM));
+    /* decided from the reduced values only: a signal arriving during the all-reduce
+     * is seen by every rank at the next step, not by this rank now */
+    *sig = 0;
+    for (int i = 0; i < 3; i++)
+        if (v[i] > 0 && (!*sig || sigs[i] == mine)) *sig = sigs[i];
+    if (*sig) dt_signal_record(*sig); /* a rank learning of another rank's signal */
     return DT_OK;
 }
 
