@@ -185,7 +185,8 @@ static dt_status make_view(const gpt_model *m, float *base, float ***out) {
 static dt_status setup_plain(dt_dp *d) {
     gpt_model *m = d->m;
     size_t n = m->nparams;
-    DT_TRY(dt_alloc((void **)&d->params, n * sizeof(float), "parameters"));
+    /* the node-shared buffer below is collective: every rank must get there */
+    DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&d->params, n * sizeof(float), "parameters"), NULL));
     /* node-shared: DDP's bucket all-reduces read peers' gradients where they lie */
     DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients", (void **)&d->grads));
     m->params = d->params;
@@ -224,8 +225,9 @@ dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_
         return dt_fail(DT_EINPUT,
                        "parallel.determinism=bitwise needs a power-of-two number of accumulation steps (got %d)",
                        d->o.leaves);
-    DT_TRY(is_zero(d) ? dt_zero_setup(d) : setup_plain(d));
-    return setup_bitwise(d);
+    dt_status s = is_zero(d) ? dt_zero_setup(d) : setup_plain(d);
+    if (s == DT_OK) s = setup_bitwise(d);
+    return dt_comm_agree(d->comm, s, NULL); /* what follows communicates */
 }
 
 void dt_dp_destroy(dt_dp *d) {

@@ -28,7 +28,8 @@ static int gscr_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d)
 
 
 
-dt_status dt_zero_setup(dt_dp *d) {
+/* The rank-local part of the setup: layout and private buffers (no communication). */
+static dt_status zero_setup_local(dt_dp *d) {
     gpt_model *m = d->m;
     int U = m->nunits, N = d->N;
     d->P = calloc((size_t)U, sizeof(size_t));
@@ -51,15 +52,30 @@ dt_status dt_zero_setup(dt_dp *d) {
     DT_TRY(dt_alloc((void **)&d->v_shard, d->shard_total * sizeof(float), "AdamW second moments (shard)"));
     DT_TRY(dt_alloc((void **)&d->rs_tmp, maxS * sizeof(float), "reduce-scatter buffer"));
     d->workspace_bytes = maxS * sizeof(float);
-    int z = d->o.zero;
-    if (z <= 2) {
+    if (d->o.zero <= 2) {
         d->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!d->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    } else {
+        DT_TRY(dt_alloc((void **)&d->param_shard, d->shard_total * sizeof(float), "parameter shard"));
+    }
+    if (d->o.zero == 1) {
+        d->rs_started = calloc((size_t)U, 1);
+        if (!d->rs_started) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    }
+    return DT_OK;
+}
+
+dt_status dt_zero_setup(dt_dp *d) {
+    gpt_model *m = d->m;
+    int U = m->nunits;
+    /* the node-shared buffers below are collective: every rank must get there */
+    DT_TRY(dt_comm_agree(d->comm, zero_setup_local(d), NULL));
+    int z = d->o.zero;
+    if (z <= 2) {
         /* node-shared where peers read it: the all-gather into it reads peers' copies in place */
         DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "parameters", (void **)&d->params_pad));
         for (int u = 0; u < U; u++) m->unit_params[u] = d->params_pad + d->poff[u];
     } else {
-        DT_TRY(dt_alloc((void **)&d->param_shard, d->shard_total * sizeof(float), "parameter shard"));
         size_t sizes[4] = {d->P[0], d->P[lnf_unit(d)], d->P[1], d->P[1]};
         for (int b = 0; b < 4; b++) {
             DT_TRY(dt_comm_alloc_shared(d->comm, sizes[b] * sizeof(float), "gathered parameters",
@@ -71,8 +87,6 @@ dt_status dt_zero_setup(dt_dp *d) {
         d->prefetch_unit = -1;
     }
     if (z == 1) {
-        d->rs_started = calloc((size_t)U, 1);
-        if (!d->rs_started) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
         DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "gradients", (void **)&d->grads_pad));
         for (int u = 0; u < U; u++) m->unit_grads[u] = d->grads_pad + d->poff[u];
     } else {

@@ -63,7 +63,11 @@ static dt_status check_supported(const dt_config *c) {
  * lowest failing rank reports its message, so an error prints once. */
 static dt_status agree(trainer *t, dt_status s, int *report) {
     int first;
-    dt_status out = dt_comm_agree(t->world, s, &first);
+    /* a failure this rank only learnt of (an inner agreement) is not its own to report */
+    int own = s != DT_OK && !dt_error_is_secondary();
+    dt_status out = dt_comm_agree(t->world, own ? s : DT_OK, &first);
+    if (s != DT_OK) out = s;
+    if (first >= dt_comm_size(t->world)) first = 0;
     *report = out != DT_OK && dt_comm_rank(t->world) == first;
     return out;
 }
@@ -213,7 +217,8 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
         DT_TRY(dt_comm_set_algo(t->mesh.dp_comm, (dt_coll)algo_keys[i].coll, a));
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    DT_TRY(gpt_create_ex(&t->model, &shape, t->ops, t->micro, t->T, 0));
+    /* activations are rank-local; the data-parallel setup below is collective */
+    DT_TRY(dt_comm_agree(t->world, gpt_create_ex(&t->model, &shape, t->ops, t->micro, t->T, 0), NULL));
     t->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     dt_dp_opts o = {!strcmp(c->parallel.dp_mode, "ps"), c->parallel.zero,
