@@ -38,7 +38,7 @@ out=$("${HF[@]}" same "$TMP/hf" "$TMP/ck/step_00000003") && pass "every tensor's
   || fail "tensor bytes: $out"
 out=$("${HF[@]}" loss "$TMP/hf" "$TMP/c_val.bin" 2 32 "$(val_of "$TMP/m.jsonl")" eps) \
   && pass "HF-semantics forward reproduces dtrain's val loss: $(echo $out)" || fail "forward loss: $out"
-"$DTRAIN" sample --checkpoint "$TMP/ck" --prompt "The " --length 4 --temperature 0 >"$TMP/greedy.out" \
+"$DTRAIN" sample --checkpoint "$TMP/ck" --prompt "The " --length 4 --temperature 0 --echo >"$TMP/greedy.out" \
   || fail "sample"
 out=$("${HF[@]}" greedy "$TMP/hf" '[84, 104, 101, 32]' 4 "$TMP/greedy.out" 4) && pass "$out" || fail "greedy: $out"
 
@@ -92,7 +92,7 @@ PY
     && pass "BPE config.json: vocab 50257 (padded 50304 internally), bos = eos = 50256" || fail "BPE config"
   out=$("${HF[@]}" header "$TMP/ghf") && pass "BPE header: wte [50257, 32]" || fail "BPE header: $out"
   ids=$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1])); print([e["The"], e["\u0120man"]])' "$ENC/encoder.json")
-  "$DTRAIN" sample --checkpoint "$TMP/gck" --prompt "The man" --length 2 --temperature 0 >"$TMP/gg.out" || fail "sample"
+  "$DTRAIN" sample --checkpoint "$TMP/gck" --prompt "The man" --length 2 --temperature 0 --echo >"$TMP/gg.out" || fail "sample"
   out=$("${HF[@]}" greedy "$TMP/ghf" "$ids" 2 "$TMP/gg.out" 7 "$TMP/ghf/vocab.json") && pass "BPE $out" \
     || fail "BPE greedy: $out"
   # a byte export over it with --force removes the tokenizer files that no longer fit
