@@ -390,8 +390,8 @@ dt_status dt_config_check_resume(const dt_config *now, const dt_config *saved, c
         char a[DT_PATH_MAX + 8], b[DT_PATH_MAX + 8];
         format_value(k, now, a, sizeof a);
         format_value(k, saved, b, sizeof b);
-        return dt_fail(DT_EINPUT, "--resume '%s': %s = %s, but the checkpoint was trained with %s (the model shape "
-                       "and tokenizer cannot change on resume)", ckpt, k->path, a, b);
+        return dt_fail(DT_EINPUT, "checkpoint '%s': %s = %s, but it was trained with %s (the model shape and "
+                       "tokenizer of a checkpoint cannot change)", ckpt, k->path, a, b);
     }
     return DT_OK;
 }

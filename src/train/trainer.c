@@ -101,9 +101,11 @@ static dt_status read_data(const dt_config *c, trainer *t) {
     dt_config d;
     dt_config_defaults(&d);
     dt_status s = dt_tokenfile_read(&t->train_tokens, c->data.train, c->model.vocab_size);
-    if (s != DT_OK && !strcmp(c->data.train, d.data.train) && access(c->data.train, F_OK) != 0)
+    if (s != DT_OK && !strcmp(c->data.train, d.data.train) && access(c->data.train, F_OK) != 0) {
+        dt_error_clear(); /* this message replaces the reader's */
         return dt_fail(DT_EINPUT, "data.train: the default corpus '%s' is not here (it is made by `make demo` in the "
                        "dtrain directory); set data.train to a token file (`dtrain prepare`)", c->data.train);
+    }
     if (s != DT_OK) {
         dt_error_context("data.train");
         return s;
