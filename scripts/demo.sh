@@ -18,4 +18,4 @@ rm -rf build/demo-ckpt
 "$dtrain" train --save build/demo-ckpt --metrics build/demo-metrics.jsonl
 echo
 echo "sample from the trained model (dtrain sample --checkpoint build/demo-ckpt --prompt 'The '):"
-"$dtrain" sample --checkpoint build/demo-ckpt --prompt "The " --length 400 --temperature 0.8 --top-k 40 --seed 1
+"$dtrain" sample --checkpoint build/demo-ckpt --prompt "The " --length 400 --temperature 0.8 --top-k 40 --seed 1 --echo

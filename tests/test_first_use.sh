@@ -61,4 +61,14 @@ grep -q "did you mean 'log.every'" "$TMP/e" && pass "did you mean (config comman
   >"$TMP/o" 2>"$TMP/e"; rc=$?
 [ $rc -eq 2 ] && ! grep -q "^step" "$TMP/o" && grep -q "data.encoder_json" "$TMP/e" \
   && pass "BPE without encoder files fails at start: $(cat "$TMP/e")" || fail "BPE at start: exit $rc: $(cat "$TMP/e")"
+# the ready-made configs in configs/ are valid, and the small ones train
+for f in "$SRC"/configs/*.json; do
+  "$DTRAIN" config --config "$f" >/dev/null 2>"$TMP/e" && pass "configs/$(basename "$f") is valid" \
+    || fail "configs/$(basename "$f"): $(cat "$TMP/e")"
+done
+for f in demo dp; do
+  (cd "$TMP" && "$DTRAIN" train --config "$SRC/configs/$f.json" --set "data.train=$TMP/c_train.bin" --set "data.val=$TMP/c_val.bin" \
+    --set train.stop_after=2 --set "checkpoint.dir=$TMP/run_$f" --set log.metrics= >"$TMP/o" 2>&1) \
+    && [ -f "$TMP/run_$f/latest" ] && pass "configs/$f.json trains (2 steps, saved)" || fail "configs/$f.json: $(tail -1 "$TMP/o")"
+done
 finish
