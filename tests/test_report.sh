@@ -88,6 +88,11 @@ expect_error() { # expect_error NAME PATTERN ARGS...: exit 2 and one stderr line
 }
 expect_error "missing file" "$TMP/nope.jsonl" "$TMP/lr3e-3.jsonl" "$TMP/nope.jsonl" --out "$TMP/r.html"
 expect_error "bad JSON line" "bad.jsonl:3: not valid JSON" "$TMP/bad.jsonl" --out "$TMP/r.html"
+# a killed run's file ends mid-line: plotted without that line, with one warning
+head -c -20 "$TMP/lr3e-3.jsonl" >"$TMP/torn.jsonl"
+"$DTRAIN" report "$TMP/torn.jsonl" --out "$TMP/torn.html" >/dev/null 2>"$TMP/te" && [ -s "$TMP/torn.html" ] \
+  && [ "$(wc -l <"$TMP/te")" -eq 1 ] && grep -q "warning: .*torn.jsonl: the last line is cut short" "$TMP/te" \
+  && pass "torn last line skipped with a warning" || fail "torn last line: $(cat "$TMP/te")"
 expect_error "no step rows" "nosteps.jsonl: no step rows" "$TMP/nosteps.jsonl" --out "$TMP/r.html"
 expect_error "missing --out" "--out FILE.html is required" "$TMP/lr3e-3.jsonl"
 expect_error "--out without value" "needs a value" "$TMP/lr3e-3.jsonl" --out

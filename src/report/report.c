@@ -261,6 +261,9 @@ dt_status dt_report_cmd(int argc, char **argv) {
     size_t loaded = 0;
     for (; s == DT_OK && loaded < n; loaded++)
         if ((s = dt_run_load(&runs[loaded], inputs[loaded])) != DT_OK) break;
+        else if (runs[loaded].torn_tail)
+            fprintf(stderr, "dtrain: warning: %s: the last line is cut short (a run stopped while writing it); "
+                    "skipped\n", inputs[loaded]);
     dt_sbuf page = {0};
     if (s == DT_OK) {
         unique_names(runs, n);

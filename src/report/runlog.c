@@ -184,6 +184,10 @@ dt_status dt_run_parse(dt_run *r, const char *name, const char *origin, const ch
         cJSON *j = cJSON_ParseWithLengthOpts(line, (size_t)(le - line), &stop, 0);
         if (!j || !stop || !blank(stop, le)) {
             cJSON_Delete(j);
+            if (!nl) { /* an unterminated last line: a run killed mid-write, not a bad file */
+                r->torn_tail = 1;
+                break;
+            }
             s = dt_fail(DT_EINPUT, "%s:%zu: not valid JSON", origin, lineno);
             break;
         }

@@ -29,6 +29,7 @@ typedef struct {
     size_t n_resume; /* {"event": "resume", "step"} markers, in file order */
     double *resume_step, *resume_tokens;
 
+    int torn_tail; /* the last line was cut short (a killed run) and was skipped */
     int has_summary; /* from the last summary line */
     double summary_steps, final_loss, summary_tokens_per_s;
     size_t n_mem;
