@@ -99,4 +99,84 @@ expect_bad "prepare missing input" "input" prepare --out "$TMP/x"
 expect_bad "prepare unreadable input" "nope.txt" prepare --input "$TMP/nope.txt" --out "$TMP/x"
 expect_bad "unsupported backend" "backend" train "${T[@]}" --set backend=cuda
 expect_bad "tp without ranks" "tp" train "${T[@]}" --set parallel.tp=2
+# --- issue 7 item 6: non-finite values in a checkpoint, named --------------------------
+"$DTRAIN" train "${TINY[@]}" --steps 2 --save "$TMP/fin" >/dev/null 2>&1 || fail "making a checkpoint"
+FIN="$TMP/fin/step_00000002"
+# poke FILE TENSOR VALUE: overwrite element 3 of TENSOR with VALUE (nan, inf, -inf)
+poke() {
+  python3 - "$@" <<'PY'
+import json, struct, sys
+path, name, val = sys.argv[1], sys.argv[2], float(sys.argv[3])
+raw = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+b, e = json.loads(raw[8:8 + n])[name]["data_offsets"]
+raw[8 + n + b + 12:8 + n + b + 16] = struct.pack("<f", val)
+open(path, "wb").write(raw)
+PY
+}
+for case in "model.safetensors h.1.mlp.c_fc.weight nan NaN" "model.safetensors wte.weight inf infinity" \
+            "optimizer.safetensors exp_avg_sq.ln_f.weight -inf infinity" "optimizer.safetensors exp_avg.h.0.attn.c_attn.bias nan NaN"; do
+  read -r file tensor val word <<<"$case"
+  rm -rf "$TMP/nf"; cp -r "$TMP/fin" "$TMP/nf"; poke "$TMP/nf/step_00000002/$file" "$tensor" "$val"
+  expect_bad "$val in $tensor on resume" "tensor '$tensor' holds $word at element 3" train --resume "$TMP/nf" --steps 4 --save "$TMP/save"
+done
+rm -rf "$TMP/nf"; cp -r "$TMP/fin" "$TMP/nf"; poke "$TMP/nf/step_00000002/model.safetensors" h.0.ln_1.weight nan
+expect_bad "NaN on sample" "h.0.ln_1.weight' holds NaN" sample --checkpoint "$TMP/nf" --length 3
+expect_bad "NaN on export" "h.0.ln_1.weight' holds NaN" export "$TMP/nf" "$TMP/save/hf"
+expect_bad "NaN on init_from" "h.0.ln_1.weight' holds NaN" train "${T[@]}" --set train.init_from="$TMP/nf/step_00000002/model.safetensors"
+
+# --- tensors the model does not have: another model's file ------------------------------
+"$DTRAIN" train "${TINY[@]}" --steps 0 --set model.n_layer=3 --save "$TMP/three" >/dev/null 2>&1 || fail "3-layer checkpoint"
+expect_bad "3-layer weights into a 2-layer model" "tensor 'h.2.[a-z_.0-9]*' is not part of this model" \
+  train "${T[@]}" --set train.init_from="$TMP/three/step_00000000/model.safetensors"
+python3 - "$FIN/optimizer.safetensors" "$TMP/extra_opt.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+h["exp_avg.lm_head.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+hb = json.dumps(h).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + data + b"\0\0\0\0")
+PY
+rm -rf "$TMP/nf"; cp -r "$TMP/fin" "$TMP/nf"; cp "$TMP/extra_opt.safetensors" "$TMP/nf/step_00000002/optimizer.safetensors"
+expect_bad "unknown tensor in the optimizer file" "tensor 'exp_avg.lm_head.weight' is not part of this model" \
+  train --resume "$TMP/nf" --steps 4 --save "$TMP/save"
+
+# --- item 7: files accepted that should not be -----------------------------------------
+printf '{"train": {"steps": 3}}\n{"train": {"steps": 9}}\n' >"$TMP/two.json"
+expect_bad "config with trailing JSON" "two.json.*unexpected text after the JSON object" train --config "$TMP/two.json"
+printf '{"train": {"steps": 3}} x' >"$TMP/trail.json"
+expect_bad "config with trailing bytes" "unexpected text after" train --config "$TMP/trail.json"
+printf '{"train": {"steps": 3}}\0garbage' >"$TMP/nul.json"
+expect_bad "config with a NUL byte" "NUL byte at offset 23" train --config "$TMP/nul.json"
+printf '{"train": {"steps": 3}}  \n\n' >"$TMP/ws.json"
+"$DTRAIN" config --config "$TMP/ws.json" >/dev/null 2>&1 && pass "trailing whitespace is fine" || fail "trailing whitespace refused"
+for v in 1e3 0x10 2.5 " 7" 7x "" 99999999999999999999; do
+  expect_bad "--set train.seed='$v'" "train.seed.*(not an integer|out of range)" train "${T[@]}" --set "train.seed=$v"
+done
+"$DTRAIN" config --set train.seed=9007199254740991 --set train.steps=+12 | python3 -c 'import json,sys; c=json.load(sys.stdin)["train"]; assert (c["seed"], c["steps"]) == (9007199254740991, 12), c' \
+  && pass "signed decimal integers parse exactly" || fail "signed integers"
+echo '{"train": {"seed": 2.5}}' >"$TMP/frac.json"
+expect_bad "fractional integer in a config file" "train.seed' must be an integer" train --config "$TMP/frac.json"
+# trainer_state.json
+state_case() { # NAME PATTERN PYTHON-EXPR-ON-TEXT: rewrite the state file, expect a refusal
+  rm -rf "$TMP/ts"; cp -r "$TMP/fin" "$TMP/ts"
+  python3 - "$TMP/ts/step_00000002/trainer_state.json" "$3" <<'PY'
+import json, sys
+p = sys.argv[1]; t = open(p).read(); s = json.loads(t)
+t = eval(sys.argv[2])
+open(p, "w").write(t if isinstance(t, str) else json.dumps(t))
+PY
+  expect_bad "trainer state: $1" "$2" train --resume "$TMP/ts" --steps 4 --save "$TMP/save"
+}
+state_case "trailing bytes" "not one valid JSON object" 't + "{}"'
+state_case "missing format" "format missing is not dtrain-checkpoint-v1" '{k: v for k, v in s.items() if k != "format"}'
+state_case "unknown format" "format 'dtrain-checkpoint-v9'" 'dict(s, format="dtrain-checkpoint-v9")'
+state_case "fractional step" "'step' = 2.5 is not an integer" 'dict(s, step=2.5)'
+state_case "negative step" "'step' = -1 is not an integer" 'dict(s, step=-1)'
+state_case "huge step" "'step' = .* is not an integer" 'dict(s, step=1e300)'
+state_case "fractional data position" "'pos' = .* is not an integer" 'dict(s, data=dict(s["data"], pos=s["data"]["pos"] + 0.5))'
+# prepare: a token file (or other binary) is not text
+expect_bad "prepare a token file" "c_train.bin is a token file" prepare --input "$TMP/c_train.bin" --out "$TMP/save/x"
+printf 'some text\0\1\2 binary' >"$TMP/bin.dat"
+expect_bad "prepare binary input" "bin.dat is binary, not text" prepare --input "$TMP/bin.dat" --out "$TMP/save/x"
 finish

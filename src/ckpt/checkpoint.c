@@ -1,8 +1,10 @@
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,9 @@
 #include "../core/atomic_file.h"
 #include "ckpt_dir.h"
 #include "safetensors.h"
+
+/* trainer_state.json's "format": a file without it is not one of ours */
+#define DT_CKPT_FORMAT "dtrain-checkpoint-v1"
 
 static int64_t saved_numel(const gpt_tensor *t) { return (int64_t)t->saved_rows * t->shape[1]; }
 
@@ -63,7 +68,7 @@ static dt_status write_sets(const char *path, const gpt_model *m, float *const *
 
 static char *state_json(const dt_train_state *st, const char *config_json) {
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "format", "dtrain-checkpoint-v1");
+    cJSON_AddStringToObject(root, "format", DT_CKPT_FORMAT);
     cJSON_AddNumberToObject(root, "step", (double)st->step);
     cJSON *data = cJSON_AddObjectToObject(root, "data");
     cJSON_AddNumberToObject(data, "epoch", (double)st->data_epoch);
@@ -162,11 +167,18 @@ dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap) {
     return DT_OK;
 }
 
-static int json_int(const cJSON *o, const char *key, double *out) {
+/* A non-negative integer field (JSON numbers are doubles: 2.5 or 1e300 are not steps). */
+static dt_status json_uint(const char *step_dir, const cJSON *o, const char *key, double max, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9.0e15) return 0;
-    *out = v->valuedouble;
-    return 1;
+    if (!cJSON_IsNumber(v))
+        return dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json: '%s' is missing or not a number", step_dir,
+                       key);
+    double x = v->valuedouble;
+    if (!(x >= 0 && x <= max && x == floor(x)))
+        return dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json: '%s' = %.17g is not an integer in [0, %.0f]",
+                       step_dir, key, x, max);
+    *out = x;
+    return DT_OK;
 }
 
 dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json) {
@@ -175,32 +187,49 @@ dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **co
     char *txt = NULL;
     size_t len = 0;
     DT_TRY(dt_read_file(p, &txt, &len, 16u << 20));
-    cJSON *root = cJSON_Parse(txt);
+    const char *end = NULL;
+    cJSON *root = strlen(txt) == len ? cJSON_ParseWithOpts(txt, &end, 0) : NULL;
+    if (root) {
+        while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r') end++;
+        if (*end) { /* a valid object followed by more: not what we wrote */
+            cJSON_Delete(root);
+            root = NULL;
+        }
+    }
     free(txt);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json is not valid JSON", step_dir);
+        return dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json is not one valid JSON object", step_dir);
     }
     dt_status s = DT_OK;
-    double step, epoch, pos;
+    double step = 0, epoch = 0, pos = 0;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "rng");
-    if (!json_int(root, "step", &step) || !cJSON_IsObject(data) || !json_int(data, "epoch", &epoch) ||
-        !json_int(data, "pos", &pos) || !cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4) {
-        s = dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json lacks step, data position or rng", step_dir);
-    } else {
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, DT_CKPT_FORMAT) != 0)
+        s = dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json: format %s%s%s is not %s (not a dtrain "
+                    "checkpoint, or one this version cannot read)", step_dir, cJSON_IsString(fmt) ? "'" : "",
+                    cJSON_IsString(fmt) ? fmt->valuestring : "missing", cJSON_IsString(fmt) ? "'" : "", DT_CKPT_FORMAT);
+    if (s == DT_OK) s = json_uint(step_dir, root, "step", 2147483647.0, &step);
+    if (s == DT_OK && !cJSON_IsObject(data))
+        s = dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json lacks the data position", step_dir);
+    if (s == DT_OK) s = json_uint(step_dir, data, "epoch", 9.0e15, &epoch);
+    if (s == DT_OK) s = json_uint(step_dir, data, "pos", 9.0e15, &pos);
+    if (s == DT_OK && (!cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4))
+        s = dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json: bad rng state", step_dir);
+    if (s == DT_OK) {
         st->step = (long long)step;
         st->data_epoch = (long long)epoch;
         st->data_pos = (uint64_t)pos;
         for (int i = 0; i < 4 && s == DT_OK; i++) {
             const cJSON *h = cJSON_GetArrayItem(rng, i);
-            char *end = NULL;
-            if (!cJSON_IsString(h) || strlen(h->valuestring) != 16) {
-                s = dt_fail(DT_EINPUT, "checkpoint '%s': bad rng state", step_dir);
+            char *e2 = NULL;
+            if (!cJSON_IsString(h) || strlen(h->valuestring) != 16 || !isxdigit((unsigned char)h->valuestring[0])) {
+                s = dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json: bad rng state", step_dir);
                 break;
             }
-            st->rng.s[i] = strtoull(h->valuestring, &end, 16);
-            if (*end) s = dt_fail(DT_EINPUT, "checkpoint '%s': bad rng state", step_dir);
+            st->rng.s[i] = strtoull(h->valuestring, &e2, 16);
+            if (*e2) s = dt_fail(DT_EINPUT, "checkpoint '%s': trainer_state.json: bad rng state", step_dir);
         }
     }
     if (s == DT_OK && config_json) {
@@ -245,8 +274,29 @@ static dt_status read_tensors(st_file *f, const gpt_model *m, float *const *view
         }
         float *dst = in_view(m, view, i);
         DT_TRY(st_read(f, e, dst, (uint64_t)saved_numel(t) * sizeof(float)));
+        for (size_t k = 0; k < (size_t)saved_numel(t); k++)
+            if (!isfinite(dst[k])) /* a diverged or corrupted run: training on it is undefined */
+                return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' holds %s at element %zu", f->path, name,
+                               isnan(dst[k]) ? "NaN" : "infinity", k);
         /* rows beyond the vocabulary (padding) stay zero */
         memset(dst + saved_numel(t), 0, (t->numel - (size_t)saved_numel(t)) * sizeof(float));
+    }
+    return DT_OK;
+}
+
+/* Every tensor in the file is one of the model's under one of the prefixes: a tensor the
+ * model does not have means another model (more layers, another naming). */
+static dt_status check_no_extra(const st_file *f, const gpt_model *m, const char *const *prefixes, int np) {
+    for (int i = 0; i < f->n; i++) {
+        const char *name = f->entries[i].name;
+        int known = 0;
+        for (int k = 0; k < np && !known; k++) {
+            size_t l = strlen(prefixes[k]);
+            known = !strncmp(name, prefixes[k], l) && gpt_find(m, name + l) != NULL;
+        }
+        if (!known)
+            return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is not part of this model (another model's "
+                           "checkpoint?)", f->path, name);
     }
     return DT_OK;
 }
@@ -254,7 +304,9 @@ static dt_status read_tensors(st_file *f, const gpt_model *m, float *const *view
 dt_status dt_ckpt_load_weights(const char *path, gpt_model *m) {
     st_file f;
     DT_TRY(st_open(&f, path));
-    dt_status s = read_tensors(&f, m, m->unit_params, "");
+    static const char *const none[] = {""};
+    dt_status s = check_no_extra(&f, m, none, 1);
+    if (s == DT_OK) s = read_tensors(&f, m, m->unit_params, "");
     st_close(&f);
     return s;
 }
@@ -265,7 +317,9 @@ dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float
     st_file f;
     snprintf(p, sizeof p, "%s/optimizer.safetensors", step_dir);
     DT_TRY(st_open(&f, p));
-    dt_status s = read_tensors(&f, m, exp_avg, "exp_avg.");
+    static const char *const moments[] = {"exp_avg.", "exp_avg_sq."};
+    dt_status s = check_no_extra(&f, m, moments, 2);
+    if (s == DT_OK) s = read_tensors(&f, m, exp_avg, "exp_avg.");
     if (s == DT_OK) s = read_tensors(&f, m, exp_avg_sq, "exp_avg_sq.");
     st_close(&f);
     return s;

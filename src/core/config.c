@@ -177,20 +177,27 @@ static dt_status set_from_text(dt_config *c, const key_desc *k, const char *text
     char *end = NULL;
     switch (k->type) {
     case K_INT:
-    case K_I64:
+    case K_I64: {
+        /* decimal digits only (1e3, 0x10, 2.5 are errors); range and value from one parse */
+        const char *d = text + (*text == '-' || *text == '+');
+        if (*d < '0' || *d > '9')
+            return dt_fail(DT_EINPUT, "config: %s = '%s' is not an integer", k->path, text);
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (*end != 0) return dt_fail(DT_EINPUT, "config: %s = '%s' is not an integer", k->path, text);
+        if (errno == ERANGE || (double)v < k->min || (double)v > k->max)
+            return dt_fail(DT_EINPUT, "config: %s = %s is out of range [%g, %g]", k->path, text, k->min, k->max);
+        if (k->type == K_INT) *(int *)base = (int)v;
+        else *(long long *)base = v;
+        return DT_OK;
+    }
     case K_FLOAT: {
         errno = 0;
         double v = strtod(text, &end);
         if (end == text || *end != 0 || errno == ERANGE || !isfinite(v))
             return dt_fail(DT_EINPUT, "config: %s = '%s' is not a number", k->path, text);
-        if (k->type != K_FLOAT && v != floor(v))
-            return dt_fail(DT_EINPUT, "config: %s = '%s' is not an integer", k->path, text);
         DT_TRY(check_range(k, v));
-        if (k->type == K_INT) *(int *)base = (int)v;
-        else if (k->type == K_I64) {
-            /* parse integers exactly (doubles lose precision above 2^53) */
-            *(long long *)base = strtoll(text, NULL, 10);
-        } else *(double *)base = v;
+        *(double *)base = v;
         return DT_OK;
     }
     case K_BOOL:
@@ -265,11 +272,18 @@ static dt_status apply_json(dt_config *c, const cJSON *node, const char *prefix,
 }
 
 dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin) {
-    cJSON *root = cJSON_Parse(json);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 0);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         size_t off = at ? (size_t)(at - json) : 0;
         return dt_fail(DT_EINPUT, "%s: malformed JSON near byte %zu", origin, off);
+    }
+    while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r') end++;
+    if (*end) {
+        cJSON_Delete(root);
+        return dt_fail(DT_EINPUT, "%s: unexpected text after the JSON object at byte %zu", origin,
+                       (size_t)(end - json));
     }
     dt_status s = DT_OK;
     if (!cJSON_IsObject(root)) s = dt_fail(DT_EINPUT, "%s: config must be a JSON object", origin);
@@ -301,7 +315,10 @@ dt_status dt_config_load_file(dt_config *c, const char *path) {
     buf[got] = 0;
     char origin[DT_PATH_MAX + 16];
     snprintf(origin, sizeof origin, "config file '%s'", path);
-    dt_status s = dt_config_load_json(c, buf, origin);
+    const char *nul = memchr(buf, 0, got); /* the parser would stop there and ignore the rest */
+    dt_status s = nul ? dt_fail(DT_EINPUT, "%s: a NUL byte at offset %zu (not a JSON text file)", origin,
+                                (size_t)(nul - buf))
+                      : dt_config_load_json(c, buf, origin);
     free(buf);
     return s;
 }
@@ -443,11 +460,23 @@ char *dt_config_to_json(const dt_config *c) {
         switch (k->type) {
         case K_INT: cJSON_AddNumberToObject(obj, leaf, *(const int *)base); break;
         case K_I64: {
-            /* the key's range keeps it below 2^53, so a JSON number holds it exactly */
-            cJSON_AddNumberToObject(obj, leaf, (double)*(const long long *)base);
+            char num[32]; /* as digits: cJSON prints doubles with 15 significant digits */
+            snprintf(num, sizeof num, "%lld", *(const long long *)base);
+            cJSON_AddRawToObject(obj, leaf, num);
             break;
         }
-        case K_FLOAT: cJSON_AddNumberToObject(obj, leaf, *(const double *)base); break;
+        case K_FLOAT: {
+            /* the shortest form that reads back as the same double (a resumed run's
+             * learning rate must be bitwise the saved one) */
+            double v = *(const double *)base;
+            char num[40];
+            for (int digits = 15; digits <= 17; digits++) {
+                snprintf(num, sizeof num, "%.*g", digits, v);
+                if (strtod(num, NULL) == v) break;
+            }
+            cJSON_AddRawToObject(obj, leaf, num);
+            break;
+        }
         case K_BOOL: cJSON_AddBoolToObject(obj, leaf, *(const int *)base); break;
         case K_STR:
         case K_ENUM: cJSON_AddStringToObject(obj, leaf, base); break;

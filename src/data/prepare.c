@@ -23,6 +23,21 @@ static size_t strip_percent_lines(char *s, size_t n) {
     return w;
 }
 
+/* Text is what prepare tokenizes: a token file (its own output) or other binary data
+ * would be turned into nonsense tokens without a word. */
+static dt_status check_text(const char *path, const char *s, size_t n) {
+    if (n >= 4 && (int32_t)((uint32_t)(unsigned char)s[0] | (uint32_t)(unsigned char)s[1] << 8 |
+                            (uint32_t)(unsigned char)s[2] << 16 | (uint32_t)(unsigned char)s[3] << 24) ==
+                      DT_TOKENFILE_MAGIC)
+        return dt_fail(DT_EINPUT, "prepare: %s is a token file (made by dtrain prepare), not text: pass it to "
+                       "train as data.train", path);
+    const char *nul = memchr(s, 0, n < 65536 ? n : 65536);
+    if (nul)
+        return dt_fail(DT_EINPUT, "prepare: %s is binary, not text (a NUL byte at offset %zu)", path,
+                       (size_t)(nul - s));
+    return DT_OK;
+}
+
 dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninputs, const char *out_prefix,
                      double val_fraction, size_t *ntrain, size_t *nval) {
     if (ntrain) *ntrain = 0;
@@ -47,6 +62,11 @@ dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninpu
         size_t len;
         st = dt_read_file(inputs[k], &text, &len, (size_t)1 << 36);
         if (st != DT_OK) break;
+        st = check_text(inputs[k], text, len);
+        if (st != DT_OK) {
+            free(text);
+            break;
+        }
         len = strip_percent_lines(text, len);
         if (k > 0 && eot >= 0) {
             uint16_t e = (uint16_t)eot;

@@ -5,8 +5,13 @@
 #include <math.h>
 #include <stdint.h>
 
+/* Defined for every input: the clamps are written so that NaN lands on -87 (the integer
+ * conversion below must never see NaN), and NaN is passed through at the end; -inf gives
+ * e^-87 ~ 1.6e-38 and +inf saturates at e^88. Finite inputs: unchanged results. */
 static inline float dt_expf(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float x0 = x;
+    x = x > -87.0f ? x : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
     float n = floorf(x * 1.44269504088896341f + 0.5f);
     float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500E-4f;
@@ -19,7 +24,8 @@ static inline float dt_expf(float x) {
     /* 2^n through the exponent bits; a union (not memcpy) keeps the loop vectorisable */
     union { int32_t i; float f; } scale;
     scale.i = ((int32_t)n + 127) << 23;
-    return p * scale.f;
+    float y = p * scale.f;
+    return x0 == x0 ? y : x0;
 }
 
 static inline float dt_tanhf(float x) {
