@@ -61,6 +61,20 @@ grep -q "did you mean 'log.every'" "$TMP/e" && pass "did you mean (config comman
   >"$TMP/o" 2>"$TMP/e"; rc=$?
 [ $rc -eq 2 ] && ! grep -q "^step" "$TMP/o" && grep -q "data.encoder_json" "$TMP/e" \
   && pass "BPE without encoder files fails at start: $(cat "$TMP/e")" || fail "BPE at start: exit $rc: $(cat "$TMP/e")"
+# item 11: the demo (the built-in default) is sized for about two minutes on a 2-core
+# machine: its training compute, 6 x parameters x tokens, stays under 12 TFLOP (it was 41)
+"$DTRAIN" config >"$TMP/default.json" && "$DTRAIN" estimate -n 1 --json >"$TMP/est.json" || fail "config/estimate"
+python3 - "$TMP/default.json" "$TMP/est.json" <<'PY' && pass "demo compute budget: $(python3 -c 'print(open("/dev/stdin").read())' <"$TMP/budget")" \
+  || fail "demo compute budget exceeded: $(cat "$TMP/budget")"
+import json, sys
+c, e = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+t = c["train"]
+seq = t["seq_len"] or c["model"]["seq_len"]
+gb = t["global_batch"] or t["micro_batch"]
+tflop = 6 * e["psi"] * t["steps"] * gb * seq / 1e12
+open(sys.argv[1].replace("default.json", "budget"), "w").write("%.1f TFLOP (%d steps x %d x %d tokens, %.2fM parameters)" % (tflop, t["steps"], gb, seq, e["psi"] / 1e6))
+assert tflop < 12, tflop
+PY
 # the ready-made configs in configs/ are valid, and the small ones train
 for f in "$SRC"/configs/*.json; do
   "$DTRAIN" config --config "$f" >/dev/null 2>"$TMP/e" && pass "configs/$(basename "$f") is valid" \
