@@ -13,7 +13,11 @@ prepare_tiny() {
 TINY=(--config "$SRC/tests/data/tiny.json" --set "data.train=$TMP/c_train.bin" --set "data.val=$TMP/c_val.bin")
 digest_of() { grep -o 'digest sha256:[0-9a-f]*' "$1"; }
 # The data-parallel parity run: 20 steps, global batch 8, validation at steps 10 and 20.
-DP_RUN=("${TINY[@]}" --steps 20 --threads 1 --set train.micro_batch=2 --set train.global_batch=8 --set train.val_every=10)
+# Seed 1: with seed 42, step 15 has a gradient spike (norm 17 against ~1.3: token 70 at
+# position 0) where micro-batch gradients cancel, and fp32 summation order alone moves
+# the norm by 2.6e-5 relative; a parity test should compare implementations, not that.
+DP_RUN=("${TINY[@]}" --steps 20 --threads 1 --seed 1 --set train.micro_batch=2 --set train.global_batch=8
+        --set train.val_every=10)
 # compare_curves REF GOT: per-step loss and grad norm and both val losses of two DP_RUN
 # metrics files within 1e-5 relative; prints the worst difference.
 compare_curves() {

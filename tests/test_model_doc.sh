@@ -14,7 +14,7 @@ check_const() { # doc-pattern source-file source-pattern label
 }
 check_const "sqrt(var + 1e-5)" src/backend/cpu/layernorm.c "v / C + 1e-5f" "LayerNorm eps"
 check_const "0.044715 · x³" src/backend/cpu/elementwise.c "0.044715f * x * x * x" "GELU (tanh form)"
-check_const "σ = 0.02 / sqrt(2 · L)" src/model/gpt.c "0.02f / sqrtf(2.0f * (float)m->shape.n_layer)" "residual init scale"
+check_const "σ = 0.02 / sqrt(2 · L)" src/model/gpt.c "0.02f / sqrtf(2.0f * (float)n_layer)" "residual init scale"
 check_const "(q_t · k_u) / sqrt(hs)" src/backend/cpu/attention.c "sqrtf" "attention scale"
 for sec in "## Learning-rate schedule" "## Gradient norm and clipping" "## AdamW" "## Validation"; do
   grep -qF "$sec" "$DOC" && pass "section '$sec'" || fail "docs/model.md lacks '$sec'"

@@ -45,3 +45,22 @@ double dt_rng_normal(dt_rng *r) {
     double u2 = (double)(dt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+
+uint64_t dt_rng_key(uint64_t seed, const char *name) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a-64 */
+    for (; *name; name++) h = (h ^ (unsigned char)*name) * 1099511628211ULL;
+    return seed ^ h;
+}
+
+/* splitmix64's c-th output (0-based) for the stream that starts at key */
+static uint64_t splitmix64_at(uint64_t key, uint64_t c) {
+    uint64_t x = key + c * 0x9e3779b97f4a7c15ULL;
+    return splitmix64(&x);
+}
+
+double dt_rng_normal_at(uint64_t key, uint64_t index) {
+    uint64_t a = splitmix64_at(key, 2 * index), b = splitmix64_at(key, 2 * index + 1);
+    double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740993.0); /* (0,1] */
+    double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}

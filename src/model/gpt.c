@@ -195,34 +195,28 @@ void gpt_destroy(gpt_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
+gpt_init_rule gpt_init_rule_for(const char *name, int n_layer, uint64_t seed) {
+    size_t len = strlen(name);
+    if (len > 5 && !strcmp(name + len - 5, ".bias")) return (gpt_init_rule){0, 0.0f, 0};
+    if (strstr(name, "ln_")) return (gpt_init_rule){1, 0.0f, 0};
+    float std = strstr(name, "c_proj.weight") ? 0.02f / sqrtf(2.0f * (float)n_layer) : 0.02f;
+    return (gpt_init_rule){2, std, dt_rng_key(seed, name)};
+}
+
+float gpt_init_at(const gpt_init_rule *r, uint64_t index) {
+    if (r->kind == 0) return 0.0f;
+    if (r->kind == 1) return 1.0f;
+    return (float)(r->std * dt_rng_normal_at(r->key, index));
 }
 
 void gpt_init(gpt_model *m, uint64_t seed) {
-    float resid_std = 0.02f / sqrtf(2.0f * (float)m->shape.n_layer);
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         float *w = tp(m, i);
-        size_t n = t->numel;
-        const char *nm = t->name;
-        size_t len = strlen(nm);
-        int is_bias = len > 5 && !strcmp(nm + len - 5, ".bias");
-        int is_ln = strstr(nm, "ln_") != NULL;
-        if (is_bias) {
-            memset(w, 0, n * sizeof(float));
-        } else if (is_ln) {
-            for (size_t j = 0; j < n; j++) w[j] = 1.0f;
-        } else {
-            float std = strstr(nm, "c_proj.weight") ? resid_std : 0.02f;
-            dt_rng r;
-            dt_rng_seed(&r, seed ^ fnv1a(nm));
-            size_t keep = (size_t)t->saved_rows * t->shape[1];
-            for (size_t j = 0; j < keep; j++) w[j] = (float)(std * dt_rng_normal(&r));
-            memset(w + keep, 0, (n - keep) * sizeof(float));
-        }
+        gpt_init_rule rule = gpt_init_rule_for(t->name, m->shape.n_layer, seed);
+        size_t keep = (size_t)t->saved_rows * t->shape[1];
+        for (size_t j = 0; j < keep; j++) w[j] = gpt_init_at(&rule, j);
+        memset(w + keep, 0, (t->numel - keep) * sizeof(float)); /* padded vocabulary rows */
     }
 }
 

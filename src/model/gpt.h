@@ -82,8 +82,17 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int ma
 dt_status gpt_create_ex(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T, int alloc_state);
 void gpt_destroy(gpt_model *m);
 /* GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer),
- * LayerNorm weight 1, biases 0, padded vocab rows 0. Each tensor draws from its own
- * stream seeded by (seed, name), so any shard can be initialised independently. */
+ * LayerNorm weight 1, biases 0, padded vocab rows 0. Element i (row-major index in the
+ * unsharded tensor) of a tensor is gpt_init_at(rule, i) with the tensor's rule, a pure
+ * function of (seed, name, i): a shard initialises its elements alone, and every layout
+ * starts from bitwise the same weights. */
+typedef struct {
+    int kind;       /* 0: zeros, 1: ones, 2: normal */
+    float std;      /* kind 2 */
+    uint64_t key;   /* kind 2: dt_rng_key(seed, name) */
+} gpt_init_rule;
+gpt_init_rule gpt_init_rule_for(const char *name, int n_layer, uint64_t seed);
+float gpt_init_at(const gpt_init_rule *r, uint64_t index);
 void gpt_init(gpt_model *m, uint64_t seed);
 const gpt_tensor *gpt_find(const gpt_model *m, const char *name);
 /* Tensor indices in lexicographic name order (the digest and safetensors order). */
