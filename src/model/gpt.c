@@ -89,9 +89,10 @@ static float *tg(const gpt_model *m, int i) {
 static float *P(const gpt_model *m, int layer, int k) { return tp(m, 2 + layer * T_PER_LAYER + k); }
 static float *G(const gpt_model *m, int layer, int k) { return tg(m, 2 + layer * T_PER_LAYER + k); }
 
-static void hook(const gpt_model *m, void (*fn)(void *, int), int unit) {
-    if (fn) fn(m->hooks.ctx, unit);
+static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit) {
+    return fn ? fn(m->hooks.ctx, unit) : DT_OK;
 }
+#define HOOK(name, unit) DT_TRY(hook(m, m->hooks.name, unit))
 
 /* Lays the activation buffers out in a->arena (or, with a NULL arena, only counts). */
 static size_t act_layout(const gpt_shape *s, int max_B, int max_T, gpt_acts *a) {
@@ -294,22 +295,23 @@ static void block_forward(gpt_model *m, int l, int B, int T) {
 }
 
 /* Embeddings, every block, final LayerNorm: leaves lnf ready for the head. */
-static void forward_body(gpt_model *m, const uint16_t *tokens, int B, int T) {
+static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, L = m->shape.n_layer;
     size_t BTC = (size_t)m->max_B * m->max_T * C;
-    hook(m, m->hooks.before_forward, 0);
+    HOOK(before_forward, 0);
     o->embed_fwd(a->encoded, tokens, tp(m, 0), tp(m, 1), B, T, C);
     for (int l = 0; l < L; l++) {
-        hook(m, m->hooks.before_forward, 1 + l);
+        HOOK(before_forward, 1 + l);
         block_forward(m, l, B, T);
-        hook(m, m->hooks.after_forward, 1 + l);
+        HOOK(after_forward, 1 + l);
     }
-    hook(m, m->hooks.before_forward, L + 1);
+    HOOK(before_forward, L + 1);
     o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, L, BTC), tp(m, m->ntensors - 2),
                      tp(m, m->ntensors - 1), B * T, C);
-    hook(m, m->hooks.after_forward, L + 1);
+    HOOK(after_forward, L + 1);
+    return DT_OK;
 }
 
 /* LM head over row chunks: logits = lnf·wteᵀ, softmax cross-entropy, and when
@@ -334,20 +336,21 @@ static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scal
     return loss;
 }
 
-double gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T) {
-    forward_body(m, tokens, B, T);
-    double loss = head(m, targets, B * T, 0.0f);
-    hook(m, m->hooks.after_forward, 0);
-    return loss;
+dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss) {
+    DT_TRY(forward_body(m, tokens, B, T));
+    *loss = head(m, targets, B * T, 0.0f);
+    HOOK(after_forward, 0);
+    return DT_OK;
 }
 
-void gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
-    forward_body(m, tokens, 1, T);
+dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
+    DT_TRY(forward_body(m, tokens, 1, T));
     int C = m->shape.n_embd, Vp = m->shape.padded_vocab;
     m->ops->gemm(0, 1, 1, Vp, C, 1.0f, m->acts->lnf + (size_t)(T - 1) * C, C, tp(m, 0), C, 0.0f, m->acts->logits,
                  Vp);
-    hook(m, m->hooks.after_forward, 0);
+    HOOK(after_forward, 0);
     memcpy(logits, m->acts->logits, (size_t)m->shape.vocab_size * sizeof(float));
+    return DT_OK;
 }
 
 /* ---- backward ---- */
@@ -371,27 +374,28 @@ static void block_backward(gpt_model *m, int l, int B, int T) {
                      b.ln1_rstd, N, C);
 }
 
-double gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
-                            float grad_scale) {
+dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
+                               float grad_scale, double *loss_out) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
     size_t BTC = (size_t)m->max_B * m->max_T * C;
-    forward_body(m, tokens, B, T);
-    hook(m, m->hooks.before_backward, 0);
+    DT_TRY(forward_body(m, tokens, B, T));
+    HOOK(before_backward, 0);
     double loss = head(m, targets, N, grad_scale); /* leaves dlnf in dsmall */
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
     memset(a->dres, 0, (size_t)N * C * sizeof(float));
-    hook(m, m->hooks.before_backward, L + 1);
+    HOOK(before_backward, L + 1);
     o->layernorm_bwd(a->dres, tg(m, lnw), tg(m, lnb), a->dsmall, layer_in(m, L, BTC), tp(m, lnw), a->lnf_mean,
                      a->lnf_rstd, N, C);
-    hook(m, m->hooks.after_backward, L + 1);
+    HOOK(after_backward, L + 1);
     for (int l = L - 1; l >= 0; l--) {
-        hook(m, m->hooks.before_backward, 1 + l);
+        HOOK(before_backward, 1 + l);
         block_backward(m, l, B, T);
-        hook(m, m->hooks.after_backward, 1 + l);
+        HOOK(after_backward, 1 + l);
     }
     o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, tokens, B, T, C);
-    hook(m, m->hooks.after_backward, 0);
-    return loss;
+    HOOK(after_backward, 0);
+    *loss_out = loss;
+    return DT_OK;
 }

@@ -49,10 +49,10 @@ typedef struct {
  * data-parallel wrapper can start reducing them while the rest of backward runs.
  * Evaluation calls the forward hooks and ends with after_forward(0). */
 typedef struct {
-    void (*before_forward)(void *ctx, int unit);
-    void (*after_forward)(void *ctx, int unit);
-    void (*before_backward)(void *ctx, int unit);
-    void (*after_backward)(void *ctx, int unit);
+    dt_status (*before_forward)(void *ctx, int unit);
+    dt_status (*after_forward)(void *ctx, int unit);
+    dt_status (*before_backward)(void *ctx, int unit);
+    dt_status (*after_backward)(void *ctx, int unit);
     void *ctx;
 } gpt_hooks;
 
@@ -100,14 +100,16 @@ void gpt_sorted_order(const gpt_model *m, int *order);
 
 /* Zeroes every unit's gradients (through unit_grads). */
 void gpt_zero_grad(gpt_model *m);
-/* Forward, loss and backward for one micro-batch: grads += d(loss_sum · grad_scale).
- * Returns the sum of per-token losses (double). tokens/targets are B x T. */
-double gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
-                            float grad_scale);
-/* Forward and loss only. Returns the sum of per-token losses. */
-double gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T);
+/* Forward, loss and backward for one micro-batch: grads += d(loss_sum · grad_scale);
+ * *loss = the sum of per-token losses (double). tokens/targets are B x T. A hook's
+ * failure (a collective of the strategy around the model) stops the pass and is
+ * returned; the gradients are then incomplete. */
+dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
+                               float grad_scale, double *loss);
+/* Forward and loss only: *loss = the sum of per-token losses. */
+dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss);
 /* Logits (vocab_size floats) for the next token after tokens[0..T), T <= max_T. */
-void gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
+dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
 /* Parameters the model allocates (vocabulary padding included), without building it. */
 size_t gpt_param_count(const gpt_shape *s);
 /* Bytes of the activation arena for B x T (what gpt_create allocates). */

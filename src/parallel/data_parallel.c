@@ -137,40 +137,34 @@ static dt_status ddp_norm(dt_dp *d, double *norm) {
 
 /* Unit u's gradients are final for this micro-step. Units arrive in descending
  * offset order, so the bucket stays one contiguous range. */
-static void ddp_after_backward(dt_dp *d, int u) {
-    if (!d->last_micro || d->N == 1 || d->o.bitwise) return;
+static dt_status ddp_after_backward(dt_dp *d, int u) {
+    if (!d->last_micro || d->N == 1 || d->o.bitwise) return DT_OK;
     const gpt_unit *un = &d->m->units[u];
     if (d->bucket_hi <= d->bucket_lo) d->bucket_hi = un->offset + un->count;
     d->bucket_lo = un->offset;
-    if (d->o.overlap && (d->bucket_hi - d->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) {
-        /* a failure here resurfaces from dt_wait in end_step */
-        if (launch_bucket(d) != DT_OK) d->bucket_lo = d->bucket_hi = 0;
-    }
+    if (d->o.overlap && (d->bucket_hi - d->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) return launch_bucket(d);
+    return DT_OK;
 }
 
 /* ---- hooks: dispatch by mode ---- */
 
-void dt_zero_before_forward(dt_dp *d, int u);
-void dt_zero_after_forward(dt_dp *d, int u);
-void dt_zero_before_backward(dt_dp *d, int u);
-void dt_zero_after_backward(dt_dp *d, int u);
-
-static void h_before_forward(void *ctx, int u) {
+static dt_status h_before_forward(void *ctx, int u) {
     dt_dp *d = ctx;
-    if (is_zero(d)) dt_zero_before_forward(d, u);
+    return is_zero(d) ? dt_zero_before_forward(d, u) : DT_OK;
 }
-static void h_after_forward(void *ctx, int u) {
-    dt_dp *d = ctx;
-    if (is_zero(d)) dt_zero_after_forward(d, u);
+static dt_status h_after_forward(void *ctx, int u) {
+    (void)ctx;
+    (void)u; /* ZeRO-3's gathered buffers are reused by the block two ahead: nothing to free */
+    return DT_OK;
 }
-static void h_before_backward(void *ctx, int u) {
+static dt_status h_before_backward(void *ctx, int u) {
     dt_dp *d = ctx;
-    if (is_zero(d)) dt_zero_before_backward(d, u);
+    return is_zero(d) ? dt_zero_before_backward(d, u) : DT_OK;
 }
-static void h_after_backward(void *ctx, int u) {
+static dt_status h_after_backward(void *ctx, int u) {
     dt_dp *d = ctx;
-    if (is_zero(d)) dt_zero_after_backward(d, u);
-    else if (!d->o.ps) ddp_after_backward(d, u);
+    if (is_zero(d)) return dt_zero_after_backward(d, u);
+    return d->o.ps ? DT_OK : ddp_after_backward(d, u);
 }
 
 /* ---- engine ---- */

@@ -83,6 +83,11 @@ dt_status dt_zero_setup(dt_dp *d);
 void dt_zero_free(dt_dp *d);
 void dt_zero_begin_step(dt_dp *d);
 dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm);
+/* The model's hooks in ZeRO modes: gathers (stage 3), waits for the update's all-gather
+ * (stages 1-2), gradient reduce-scatters; a failed collective is returned. */
+dt_status dt_zero_before_forward(dt_dp *d, int u);
+dt_status dt_zero_before_backward(dt_dp *d, int u);
+dt_status dt_zero_after_backward(dt_dp *d, int u);
 dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 dt_status dt_zero_load(dt_dp *d, const char *step_dir);
 dt_status dt_zero_gather_full(dt_dp *d);

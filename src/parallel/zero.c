@@ -178,59 +178,52 @@ static void prefetch_unit(dt_dp *d, int u) {
         d->prefetch = NULL; /* fall back to a blocking gather when the unit is needed */
 }
 
-/* Hook failures cannot return through the model; they surface as a mismatch caught
- * by the next collective, so gathers are retried blocking inside gather_unit. */
-void dt_zero_before_forward(dt_dp *d, int u) {
-    if (d->o.zero < 3) {
-        settle_unit(d, u); /* a failure leaves stale weights and resurfaces at the next collective */
-        return;
-    }
-    if (gather_unit(d, u) != DT_OK) return;
+dt_status dt_zero_before_forward(dt_dp *d, int u) {
+    if (d->o.zero < 3) return settle_unit(d, u); /* the update's all-gather of this unit */
+    DT_TRY(gather_unit(d, u));
     if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u + 1);
+    return DT_OK;
 }
 
-void dt_zero_after_forward(dt_dp *d, int u) {
-    (void)d;
-    (void)u; /* buffers are reused by the block two ahead; nothing to free */
-}
-
-void dt_zero_before_backward(dt_dp *d, int u) {
+dt_status dt_zero_before_backward(dt_dp *d, int u) {
     if (d->o.zero >= 3) {
-        if (gather_unit(d, u) == DT_OK && u >= 1 && u <= nblocks(d)) prefetch_unit(d, u - 1);
+        DT_TRY(gather_unit(d, u));
+        if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u - 1);
     }
     if (d->o.zero >= 2) memset(d->m->unit_grads[u], 0, d->P[u] * sizeof(float));
+    return DT_OK;
 }
 
 /* zero 1: unit u's gradients are final (last micro-step): start its reduce-scatter now,
  * overlapping the rest of backward, as DDP does with buckets. A unit whose start fails is
  * reduce-scattered blocking in end_step. */
-static void zero1_after_backward(dt_dp *d, int u) {
-    if (!d->last_micro || d->N == 1 || d->o.bitwise || !d->o.overlap) return;
+static dt_status zero1_after_backward(dt_dp *d, int u) {
+    if (!d->last_micro || d->N == 1 || d->o.bitwise || !d->o.overlap) return DT_OK;
     dt_request **slot;
-    if (dt_dp_inflight_slot(d, &slot) != DT_OK) return;
-    if (dt_ireduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u], d->S[u], DT_F32, DT_SUM,
-                           slot) != DT_OK)
-        return;
+    DT_TRY(dt_dp_inflight_slot(d, &slot));
+    DT_TRY(dt_ireduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u], d->S[u], DT_F32, DT_SUM,
+                              slot));
     d->ninflight++;
     d->rs_started[u] = 1;
+    return DT_OK;
 }
 
-void dt_zero_after_backward(dt_dp *d, int u) {
-    if (d->o.zero == 1) zero1_after_backward(d, u);
-    if (d->o.zero < 2) return;
+dt_status dt_zero_after_backward(dt_dp *d, int u) {
+    if (d->o.zero == 1) return zero1_after_backward(d, u);
+    if (d->o.zero < 2) return DT_OK;
+    dt_status s;
     if (d->o.bitwise) { /* canonical tree over ranks, then keep this rank's slice of the leaf */
-        dt_status s;
         DP_COMM(d, s = dt_tree_allreduce(d->comm, d->m->unit_grads[u], d->P[u], d->tree_tmp));
-        if (s != DT_OK) return;
+        DT_TRY(s);
         memcpy(d->leaf + d->soff[u], d->m->unit_grads[u] + (size_t)d->rank * d->S[u], d->S[u] * sizeof(float));
-        return;
+        return DT_OK;
     }
     /* reduce-scatter this unit's gradients now and keep only this rank's slice */
-    dt_status s;
     DP_COMM(d, s = dt_reduce_scatter(d->comm, d->m->unit_grads[u], d->rs_tmp, d->S[u], DT_F32, DT_SUM));
-    if (s != DT_OK) return;
+    DT_TRY(s);
     float *dst = d->grad_shard + d->soff[u];
     for (size_t i = 0; i < d->S[u]; i++) dst[i] += d->rs_tmp[i];
+    return DT_OK;
 }
 
 /* ---- step ---- */

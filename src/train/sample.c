@@ -77,9 +77,10 @@ dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt,
         return dt_fail(DT_ERUNTIME, "out of memory (sampling)");
     }
     char buf[256]; /* GPT-2 tokens decode to at most 128 bytes */
-    for (int s = 0; s < o->length; s++) {
+    dt_status st = DT_OK;
+    for (int s = 0; s < o->length && st == DT_OK; s++) {
         int ctx = (int)n < maxT ? (int)n : maxT;
-        gpt_next_logits(m, all + n - ctx, ctx, logits);
+        if ((st = gpt_next_logits(m, all + n - ctx, ctx, logits)) != DT_OK) break;
         int t = pick(logits, V, o, rng);
         all[n++] = (uint16_t)t;
         size_t k = dt_tokenizer_decode(tok, t, buf, sizeof buf);
@@ -89,5 +90,5 @@ dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt,
     fputc('\n', out);
     free(all);
     free(logits);
-    return DT_OK;
+    return st;
 }

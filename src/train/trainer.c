@@ -264,7 +264,8 @@ static dt_status validate(trainer *t, double *out) {
         size_t w = (size_t)(b < nb ? b : 0) * (size_t)t->micro;
         for (int k = 0; k < t->micro; k++, w++)
             dt_loader_window(&t->val_tokens, t->T, w % nwin, t->inp + (size_t)k * t->T, t->tgt + (size_t)k * t->T);
-        double l = gpt_eval_loss(&t->model, t->inp, t->tgt, t->micro, t->T);
+        double l;
+        DT_TRY(gpt_eval_loss(&t->model, t->inp, t->tgt, t->micro, t->T, &l));
         if (b < nb) {
             acc[0] += l;
             acc[1] += (double)t->micro * t->T;
@@ -286,7 +287,9 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
     for (int k = 0; k < t->accum; k++) {
         dt_loader_fill(&t->loader, (k * t->dp + t->dp_rank) * t->micro, t->micro, t->inp, t->tgt);
         dt_dp_begin_micro(t->dpe, k == t->accum - 1);
-        sum += gpt_forward_backward(&t->model, t->inp, t->tgt, t->micro, t->T, grad_scale);
+        double l;
+        DT_TRY(gpt_forward_backward(&t->model, t->inp, t->tgt, t->micro, t->T, grad_scale, &l));
+        sum += l;
         DT_TRY(dt_dp_end_micro(t->dpe));
     }
     *lr = dt_lr_at(&t->hp, t->st.step);
