@@ -77,6 +77,38 @@ int main(void) {
         for (size_t j = 0; j < t->numel; j++) same &= v[j] == (j < keep ? gpt_init_at(&r, j) : 0.0f);
     }
     CHECK(same, "gpt_init = gpt_init_at for every element, padding zero");
+    /* with tensor-parallel shard specs (q|k|v columns split per part, wte's padded vocabulary
+     * rows split), gpt_init writes each rank's piece of the same global values */
+    float *full_params = malloc(m.nparams * sizeof(float));
+    memcpy(full_params, m.params, m.nparams * sizeof(float));
+    static const char *split_names[] = {"h.1.attn.c_attn.weight", "h.1.attn.c_attn.bias", "h.0.mlp.c_fc.weight",
+                                        "h.0.mlp.c_proj.weight", "wte.weight"};
+    static const int split_dim[] = {1, 1, 1, 0, 0}, split_parts[] = {3, 3, 1, 1, 1};
+    for (int pieces = 2; pieces <= 4; pieces *= 2)
+        for (int p = 0; p < pieces; p++) {
+            int ok = 1;
+            for (int k = 0; k < 5; k++) {
+                gpt_tensor *t = (gpt_tensor *)gpt_find(&m, split_names[k]);
+                ok &= dt_shard_split(&t->shard, split_dim[k], pieces, p, split_parts[k], t->name) == DT_OK;
+            }
+            gpt_init(&m, 42);
+            for (int k = 0; k < 5; k++) {
+                gpt_tensor *t = (gpt_tensor *)gpt_find(&m, split_names[k]);
+                int64_t lr, lc;
+                dt_shard_local_shape(&t->shard, &lr, &lc);
+                for (int64_t r = 0; r < lr; r++)
+                    for (int64_t c = 0; c < lc; c++) {
+                        float want = dt_shard_row_is_real(&t->shard, r)
+                                         ? full_params[t->offset + dt_shard_global_index(&t->shard, r, c)]
+                                         : 0.0f;
+                        ok &= m.params[t->offset + r * lc + c] == want;
+                    }
+                t->shard = t->ndim == 2 ? dt_shard_full(t->shape[0], t->shape[1], t->saved_rows)
+                                        : dt_shard_full(1, t->shape[0], 1);
+            }
+            CHECK(ok, "piece %d of %d initialises to its slice of the unsharded weights", p, pieces);
+        }
+    free(full_params);
     gpt_destroy(&m);
 
     /* statistics: N(0, 0.02²) and no correlation between two tensors */

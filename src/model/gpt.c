@@ -44,6 +44,8 @@ static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, in
     t->shape[0] = rows;
     t->shape[1] = cols > 0 ? cols : 1;
     t->saved_rows = saved_rows;
+    /* unsharded for now: a strategy splitting the model sets the pieces */
+    t->shard = cols > 0 ? dt_shard_full(rows, cols, saved_rows) : dt_shard_full(1, rows, 1);
     t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
     t->offset = *off;
     t->decay = decay;
@@ -215,9 +217,16 @@ void gpt_init(gpt_model *m, uint64_t seed) {
         const gpt_tensor *t = &m->tensors[i];
         float *w = tp(m, i);
         gpt_init_rule rule = gpt_init_rule_for(t->name, m->shape.n_layer, seed);
-        size_t keep = (size_t)t->saved_rows * t->shape[1];
-        for (size_t j = 0; j < keep; j++) w[j] = gpt_init_at(&rule, j);
-        memset(w + keep, 0, (t->numel - keep) * sizeof(float)); /* padded vocabulary rows */
+        int64_t rows, cols;
+        dt_shard_local_shape(&t->shard, &rows, &cols);
+        for (int64_t r = 0; r < rows; r++) { /* by global index: a shard gets its own slice */
+            float *row = w + r * cols;
+            if (!dt_shard_row_is_real(&t->shard, r)) {
+                memset(row, 0, (size_t)cols * sizeof(float)); /* padded vocabulary rows */
+                continue;
+            }
+            for (int64_t c = 0; c < cols; c++) row[c] = gpt_init_at(&rule, (uint64_t)dt_shard_global_index(&t->shard, r, c));
+        }
     }
 }
 

@@ -14,6 +14,7 @@
 
 #include "../backend/ops.h"
 #include "../core/status.h"
+#include "shard.h"
 
 typedef struct {
     int n_layer, n_head, n_embd, seq_len, vocab_size;
@@ -25,6 +26,7 @@ typedef struct {
     int ndim;
     int shape[2];      /* as stored in memory (wte: padded_vocab x C) */
     int saved_rows;    /* rows that belong to the model (wte: vocab_size; else shape[0]) */
+    dt_shard shard;    /* this rank's piece of the unsharded tensor (1-D tensors as [1, n]) */
     size_t offset;     /* in floats, into params/grads */
     size_t numel;
     int decay;         /* weight decay applies (2-D weights) */
