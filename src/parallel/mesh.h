@@ -15,7 +15,15 @@
 #include "../comm/comm.h"
 #include "../core/status.h"
 
-typedef enum { DT_MESH_DP, DT_MESH_PP, DT_MESH_CP, DT_MESH_TP, DT_MESH_DP_CP, DT_MESH_EMB, DT_MESH_NGROUPS } dt_mesh_group;
+typedef enum {
+    DT_MESH_DP,
+    DT_MESH_PP,
+    DT_MESH_CP,
+    DT_MESH_TP,
+    DT_MESH_DP_CP,
+    DT_MESH_EMB,
+    DT_MESH_NGROUPS
+} dt_mesh_group;
 
 typedef struct {
     int world, dp, pp, cp, tp;
