@@ -638,13 +638,14 @@ int main(int argc, char **argv) {
                 if (dt_algo_supports(a, DT_COLL_ALLREDUCE)) {
                     test_allreduce(g_world, g_all, a, t, n, DT_SUM);
                     test_allreduce(g_world, g_all, a, t, n, DT_AVG);
-                    test_allreduce(g_world, g_all, a, t, n, DT_MAX);
+                    /* max at the largest count: f32 only (saves time under the sanitizers) */
+                    if (n < big || t == DT_F32) test_allreduce(g_world, g_all, a, t, n, DT_MAX);
                     test_iallreduce(a, t, n, (dt_redop)(k % 3));
                 }
                 if (dt_algo_supports(a, DT_COLL_REDUCE_SCATTER)) {
                     test_reduce_scatter(a, t, n, DT_SUM, 0);
                     test_reduce_scatter(a, t, n, DT_AVG, 0);
-                    test_reduce_scatter(a, t, n, DT_MAX, 0);
+                    if (n < big || t == DT_F32) test_reduce_scatter(a, t, n, DT_MAX, 0);
                     test_reduce_scatter(a, t, n, (dt_redop)(k % 3), 1);
                 }
                 if (dt_algo_supports(a, DT_COLL_ALLGATHER)) {
