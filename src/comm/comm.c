@@ -1,7 +1,8 @@
-/* World setup, communicators, algorithm choice and dispatch, blocking point-to-point,
- * and the non-blocking machinery (MPI's own non-blocking collectives, or a
- * per-communicator thread that runs our algorithms in issue order). */
+/* World setup, communicators, algorithm choice and dispatch, the reduction kernels,
+ * point-to-point, and the non-blocking machinery (MPI's own non-blocking collectives and
+ * point-to-point, or a per-communicator thread that runs our algorithms in issue order). */
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,7 +19,8 @@
 /* Registered (node-shared) buffers per communicator; more are plain memory. */
 #define DTC_MAX_REGIONS 64
 
-enum { REQ_DONE, REQ_MPI, REQ_THREAD };
+/* REQ_SELF: a send to or receive from self in a world without MPI, not yet matched */
+enum { REQ_DONE, REQ_MPI, REQ_THREAD, REQ_SELF };
 
 struct dt_request {
     dt_comm *c;
@@ -42,7 +44,9 @@ struct dt_request {
     int done; /* under c->mu */
     dt_status st;
     char err[768];
-    dt_request *next;
+    dt_request *next; /* REQ_THREAD: the thread's queue; REQ_SELF: c->self_q */
+    /* REQ_SELF (and the send/recv, count, t above) */
+    int is_send, tag;
 };
 
 struct dt_comm {
@@ -61,7 +65,12 @@ struct dt_comm {
     dt_request *head, *tail;
     dtc_region reg[DTC_MAX_REGIONS];
     int nreg;
+    dt_request *self_q; /* unmatched REQ_SELF requests, in posting order */
 };
+
+/* MPI has no bf16: sums and maxima of bf16 (as MPI_UINT16_T) use these user-defined ops,
+ * made by dt_comm_init (MPI_OP_NULL until then). [0]: sum, [1]: max. */
+static MPI_Op g_bf16_op[2] = {MPI_OP_NULL, MPI_OP_NULL};
 
 /* ---- lane helpers shared by the algorithm files ---- */
 
@@ -106,7 +115,12 @@ dt_status dtc_scratch(dtc_ctx *x, size_t bytes, void **out) {
     return DT_OK;
 }
 
-MPI_Datatype dtc_mpi_type(dt_dtype t) { return t == DT_F64 ? MPI_DOUBLE : MPI_FLOAT; }
+MPI_Datatype dtc_mpi_type(dt_dtype t) { return t == DT_F64 ? MPI_DOUBLE : t == DT_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
+
+static MPI_Op mpi_op(dt_dtype t, dt_redop op) {
+    if (t == DT_BF16) return g_bf16_op[op == DT_MAX];
+    return op == DT_MAX ? MPI_MAX : MPI_SUM;
+}
 
 /* restrict lets these vectorise without runtime overlap checks; dtc_add picks the one
  * whose operands do not alias (acc == a is the common in-place case). */
@@ -137,8 +151,57 @@ static void add3_f64(double *restrict o, const double *restrict x, const double 
         for (size_t i = 0; i < n; i++) o[i] = x[i] + y[i];
 }
 
-void dtc_add(void *acc, const void *a, const void *b, size_t n, dt_dtype t, double scale) {
+/* bf16: each element converted to fp32, added (and scaled) there, rounded back once.
+ * Element-wise read-before-write, so o may equal x or y. */
+static void add_bf16(uint16_t *o, const uint16_t *x, const uint16_t *y, size_t n, float s, int scaled) {
+    if (scaled)
+        for (size_t i = 0; i < n; i++) o[i] = dtc_f32_to_bf16((dtc_bf16_to_f32(x[i]) + dtc_bf16_to_f32(y[i])) * s);
+    else
+        for (size_t i = 0; i < n; i++) o[i] = dtc_f32_to_bf16(dtc_bf16_to_f32(x[i]) + dtc_bf16_to_f32(y[i]));
+}
+
+/* Maxima whose bits do not depend on operand order (the two-rank shm path has each rank
+ * compute max(own, peer)): a > b ? a : b would return either zero of max(-0, +0) and
+ * either operand when one is NaN. */
+static inline double max_f64(double a, double b) {
+    if (a > b) return a;
+    if (b > a) return b;
+    if (a == b) return signbit(a) ? b : a; /* equal bits, or -0 and +0: +0 */
+    return NAN;
+}
+static inline float max_f32(float a, float b) {
+    if (a > b) return a;
+    if (b > a) return b;
+    if (a == b) return signbit(a) ? b : a;
+    return NAN;
+}
+
+static void max_any(void *acc, const void *a, const void *b, size_t n, dt_dtype t) {
+    if (t == DT_F32) {
+        float *o = acc;
+        const float *x = a, *y = b;
+        for (size_t i = 0; i < n; i++) o[i] = max_f32(x[i], y[i]);
+    } else if (t == DT_F64) {
+        double *o = acc;
+        const double *x = a, *y = b;
+        for (size_t i = 0; i < n; i++) o[i] = max_f64(x[i], y[i]);
+    } else { /* exact: the larger operand's bits, or the canonical NaN */
+        uint16_t *o = acc;
+        const uint16_t *x = a, *y = b;
+        for (size_t i = 0; i < n; i++) o[i] = dtc_f32_to_bf16(max_f32(dtc_bf16_to_f32(x[i]), dtc_bf16_to_f32(y[i])));
+    }
+}
+
+void dtc_combine(void *acc, const void *a, const void *b, size_t n, dt_dtype t, dt_redop op, double scale) {
+    if (op == DT_MAX) {
+        max_any(acc, a, b, n, t);
+        return;
+    }
     int scaled = scale != 1.0;
+    if (t == DT_BF16) {
+        add_bf16(acc, a, b, n, (float)scale, scaled);
+        return;
+    }
     /* x + y == y + x exactly, so swapping operands keeps results bitwise identical */
     if (acc == b) {
         const void *tmp = a;
@@ -159,10 +222,24 @@ void dtc_scale(void *buf, size_t n, dt_dtype t, double scale) {
     if (t == DT_F32) {
         float *p = buf, s = (float)scale;
         for (size_t i = 0; i < n; i++) p[i] *= s;
+    } else if (t == DT_BF16) {
+        uint16_t *p = buf;
+        float s = (float)scale;
+        for (size_t i = 0; i < n; i++) p[i] = dtc_f32_to_bf16(dtc_bf16_to_f32(p[i]) * s);
     } else {
         double *p = buf;
         for (size_t i = 0; i < n; i++) p[i] *= scale;
     }
+}
+
+/* The user-defined MPI_Ops for bf16 (inout = in op inout; both commutative). */
+static void mpi_bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    dtc_combine(inout, inout, in, (size_t)*len, DT_BF16, DT_SUM, 1.0);
+}
+static void mpi_bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    dtc_combine(inout, inout, in, (size_t)*len, DT_BF16, DT_MAX, 1.0);
 }
 
 dt_status dtc_sendrecv(dtc_ctx *x, const void *s, size_t sn, int dst, void *r, size_t rn, int src, dt_dtype t,
@@ -183,7 +260,7 @@ dt_status dtc_sendrecv(dtc_ctx *x, const void *s, size_t sn, int dst, void *r, s
 }
 
 dt_status dtc_sendrecv_reduce(dtc_ctx *x, const void *s, size_t sn, int dst, const void *in, void *acc, size_t rn,
-                              int src, dt_dtype t, double scale, int tag) {
+                              int src, dt_dtype t, dt_redop op, double scale, int tag) {
     size_t es = dt_dtype_size(t), seg = DTC_SEG_BYTES / es;
     size_t nseg = ((sn > rn ? sn : rn) + seg - 1) / seg;
     if (nseg == 0) return DT_OK;
@@ -216,7 +293,8 @@ dt_status dtc_sendrecv_reduce(dtc_ctx *x, const void *s, size_t sn, int dst, con
                            dst, src));
             if (o < rn) {
                 size_t n = rn - o < seg ? rn - o : seg;
-                dtc_add((char *)acc + o * es, (const char *)in + o * es, tmp + (size_t)b * DTC_SEG_BYTES, n, t, scale);
+                dtc_combine((char *)acc + o * es, (const char *)in + o * es, tmp + (size_t)b * DTC_SEG_BYTES, n, t, op,
+                            scale);
             }
         }
     }
@@ -242,8 +320,11 @@ dt_status dt_algo_parse(const char *name, dt_algo *out) {
 
 const char *dt_algo_name(dt_algo a) { return (unsigned)a < DT_ALGO_N ? g_algo_names[a] : "?"; }
 const char *dt_coll_name(dt_coll c) { return (unsigned)c < DT_COLL_N ? g_coll_names[c] : "?"; }
-size_t dt_dtype_size(dt_dtype t) { return t == DT_F64 ? 8 : t == DT_F32 ? 4 : 0; }
-const char *dt_dtype_name(dt_dtype t) { return t == DT_F64 ? "f64" : t == DT_F32 ? "f32" : "?"; }
+size_t dt_dtype_size(dt_dtype t) { return t == DT_F64 ? 8 : t == DT_F32 ? 4 : t == DT_BF16 ? 2 : 0; }
+const char *dt_dtype_name(dt_dtype t) {
+    return t == DT_F64 ? "f64" : t == DT_F32 ? "f32" : t == DT_BF16 ? "bf16" : "?";
+}
+static int dtype_ok(dt_dtype t) { return t == DT_F32 || t == DT_F64 || t == DT_BF16; }
 
 int dt_algo_supports(dt_algo a, dt_coll c) {
     if ((unsigned)c >= DT_COLL_N) return 0;
@@ -369,6 +450,12 @@ dt_status dt_comm_init(dt_comm **world, int *argc, char ***argv) {
         MPI_Query_thread(&provided);
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (g_bf16_op[0] == MPI_OP_NULL &&
+        (MPI_Op_create(mpi_bf16_sum, 1, &g_bf16_op[0]) != MPI_SUCCESS ||
+         MPI_Op_create(mpi_bf16_max, 1, &g_bf16_op[1]) != MPI_SUCCESS)) {
+        if (owns) MPI_Finalize();
+        return dt_fail(DT_ERUNTIME, "communicator setup: MPI_Op_create failed");
+    }
     MPI_Comm user;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &user) != MPI_SUCCESS) {
         if (owns) MPI_Finalize();
@@ -409,7 +496,11 @@ void dt_comm_finalize(dt_comm *world) {
     if (!world) return;
     int owns = world->owns_mpi;
     dt_comm_free(world);
-    if (owns) MPI_Finalize();
+    if (owns) {
+        for (int i = 0; i < 2; i++)
+            if (g_bf16_op[i] != MPI_OP_NULL) MPI_Op_free(&g_bf16_op[i]);
+        MPI_Finalize();
+    }
 }
 
 void dt_comm_abort(dt_comm *c, int code) {
@@ -424,15 +515,17 @@ int dt_comm_local_size(const dt_comm *c) { return c->local_size; }
 
 dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
     *out = NULL;
-    if (color < 0) return dt_fail(DT_EINPUT, "split: color %d is negative", color);
-    if (!c->mpi) return comm_make(MPI_COMM_NULL, 0, 0, out);
+    if (color < 0 && color != DT_COMM_NO_GROUP) return dt_fail(DT_EINPUT, "split: color %d is negative", color);
+    if (!c->mpi) return color == DT_COMM_NO_GROUP ? DT_OK : comm_make(MPI_COMM_NULL, 0, 0, out);
     MPI_Comm nc;
-    dt_status st = dtc_mpi(&c->fg, MPI_Comm_split(c->user, color, key, &nc), "MPI_Comm_split");
+    dt_status st = dtc_mpi(
+        &c->fg, MPI_Comm_split(c->user, color == DT_COMM_NO_GROUP ? MPI_UNDEFINED : color, key, &nc), "MPI_Comm_split");
     if (st) {
         st = dt_fail(st, "split: %s", c->fg.err);
         c->fg.err[0] = 0;
         return st;
     }
+    if (nc == MPI_COMM_NULL) return DT_OK;
     st = comm_make(nc, 1, c->threads, out);
     if (!st) memcpy((*out)->algo, c->algo, sizeof c->algo);
     if (!st && !(*out)->fg.one_node)
@@ -445,8 +538,9 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
 
 static dt_status check_args(const dt_comm *c, const char *op, const void *a, const void *b, size_t count,
                             dt_dtype t, dt_redop redop, int root) {
-    if (t != DT_F32 && t != DT_F64) return dt_fail(DT_EINPUT, "%s: unknown dtype %d", op, (int)t);
-    if (redop != DT_SUM && redop != DT_AVG) return dt_fail(DT_EINPUT, "%s: unknown reduction %d", op, (int)redop);
+    if (!dtype_ok(t)) return dt_fail(DT_EINPUT, "%s: unknown dtype %d", op, (int)t);
+    if (redop != DT_SUM && redop != DT_AVG && redop != DT_MAX)
+        return dt_fail(DT_EINPUT, "%s: unknown reduction %d", op, (int)redop);
     if (root < 0 || root >= c->size)
         return dt_fail(DT_EINPUT, "%s: root %d is outside the communicator of size %d", op, root, c->size);
     if (count > SIZE_MAX / 8 / (size_t)c->size)
@@ -471,25 +565,25 @@ static void local_coll(dt_coll coll, const void *send, void *recv, size_t count,
 }
 
 static dt_status run_ours(dtc_ctx *x, dt_coll coll, dt_algo a, const void *send, void *recv, size_t count,
-                          dt_dtype t, double scale, int root, const dtc_region *reg, size_t off) {
+                          dt_dtype t, dt_redop op, double scale, int root, const dtc_region *reg, size_t off) {
     if (reg && a == DT_ALGO_SHM) {
-        if (coll == DT_COLL_ALLREDUCE) return dtc_shm_allreduce_reg(x, reg, off, count, t, scale);
-        if (coll == DT_COLL_REDUCE_SCATTER) return dtc_shm_reduce_scatter_reg(x, reg, off, recv, count, t, scale);
+        if (coll == DT_COLL_ALLREDUCE) return dtc_shm_allreduce_reg(x, reg, off, count, t, op, scale);
+        if (coll == DT_COLL_REDUCE_SCATTER) return dtc_shm_reduce_scatter_reg(x, reg, off, recv, count, t, op, scale);
         if (coll == DT_COLL_ALLGATHER) return dtc_shm_allgather_reg(x, send, reg, off, count, t);
     }
     switch (coll) {
     case DT_COLL_ALLREDUCE:
         switch (a) {
-        case DT_ALGO_RING: return dtc_ring_allreduce(x, recv, count, t, scale);
-        case DT_ALGO_RHD: return dtc_rhd_allreduce(x, recv, count, t, scale);
-        case DT_ALGO_TREE: return dtc_tree_allreduce(x, recv, count, t, scale);
-        case DT_ALGO_SHM: return dtc_shm_allreduce(x, recv, count, t, scale);
+        case DT_ALGO_RING: return dtc_ring_allreduce(x, recv, count, t, op, scale);
+        case DT_ALGO_RHD: return dtc_rhd_allreduce(x, recv, count, t, op, scale);
+        case DT_ALGO_TREE: return dtc_tree_allreduce(x, recv, count, t, op, scale);
+        case DT_ALGO_SHM: return dtc_shm_allreduce(x, recv, count, t, op, scale);
         default: break;
         }
         break;
     case DT_COLL_REDUCE_SCATTER:
-        if (a == DT_ALGO_RING) return dtc_ring_reduce_scatter(x, send, recv, count, t, scale);
-        if (a == DT_ALGO_SHM) return dtc_shm_reduce_scatter(x, send, recv, count, t, scale);
+        if (a == DT_ALGO_RING) return dtc_ring_reduce_scatter(x, send, recv, count, t, op, scale);
+        if (a == DT_ALGO_SHM) return dtc_shm_reduce_scatter(x, send, recv, count, t, op, scale);
         break;
     case DT_COLL_ALLGATHER:
         if (a == DT_ALGO_RING) return dtc_ring_allgather(x, send, recv, count, t);
@@ -515,14 +609,14 @@ static dt_status mpi_coll(dt_comm *c, dt_coll coll, const void *send, void *recv
     case DT_COLL_ALLREDUCE:
         for (size_t o = 0; o < count; o += DTC_PIECE) {
             int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
-            DT_TRY(dtc_mpi(x, MPI_Allreduce(MPI_IN_PLACE, (char *)recv + o * es, n, mt, MPI_SUM, c->user),
+            DT_TRY(dtc_mpi(x, MPI_Allreduce(MPI_IN_PLACE, (char *)recv + o * es, n, mt, mpi_op(t, op), c->user),
                            "MPI_Allreduce"));
         }
         dtc_scale(recv, count, t, scale_of(c, op));
         return DT_OK;
     case DT_COLL_REDUCE_SCATTER:
         if (count > INT_MAX) return dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
-        DT_TRY(dtc_mpi(x, MPI_Reduce_scatter_block(send, recv, (int)count, mt, MPI_SUM, c->user),
+        DT_TRY(dtc_mpi(x, MPI_Reduce_scatter_block(send, recv, (int)count, mt, mpi_op(t, op), c->user),
                        "MPI_Reduce_scatter_block"));
         dtc_scale(recv, count, t, scale_of(c, op));
         return DT_OK;
@@ -584,8 +678,9 @@ static dt_status coll_run(dt_comm *c, dt_coll coll, const void *send, void *recv
     size_t off = 0;
     const dtc_region *reg;
     dt_algo a = pick(c, coll, send, recv, count, t, &reg, &off);
-    dt_status st = a == DT_ALGO_MPI ? mpi_coll(c, coll, send, recv, count, t, op, root)
-                                    : run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), root, reg, off);
+    dt_status st = a == DT_ALGO_MPI
+                       ? mpi_coll(c, coll, send, recv, count, t, op, root)
+                       : run_ours(&c->fg, coll, a, send, recv, count, t, op, scale_of(c, op), root, reg, off);
     return lane_fail(&c->fg, st, name, a, count, t);
 }
 
@@ -619,29 +714,30 @@ dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op
             char *p = (char *)buf + o * es;
             st = dtc_mpi(x,
                          MPI_Reduce(c->rank == root ? MPI_IN_PLACE : p, c->rank == root ? p : NULL, n, dtc_mpi_type(t),
-                                    MPI_SUM, root, c->user),
+                                    mpi_op(t, op), root, c->user),
                          "MPI_Reduce");
         }
         if (!st && c->rank == root) dtc_scale(buf, count, t, scale_of(c, op));
     } else {
-        st = dtc_tree_reduce(x, buf, count, t, scale_of(c, op), root);
+        st = dtc_tree_reduce(x, buf, count, t, op, scale_of(c, op), root);
     }
     return lane_fail(x, st, "reduce", a, count, t);
 }
 
+/* self: whether the peer may be this rank (the non-blocking calls) */
 static dt_status check_peer(const dt_comm *c, const char *op, const void *buf, size_t count, dt_dtype t, int peer,
-                            int tag) {
-    if (t != DT_F32 && t != DT_F64) return dt_fail(DT_EINPUT, "%s: unknown dtype %d", op, (int)t);
-    if (peer < 0 || peer >= c->size || peer == c->rank)
-        return dt_fail(DT_EINPUT, "%s: peer rank %d is not another rank of this communicator (rank %d of %d)", op,
-                       peer, c->rank, c->size);
+                            int tag, int self) {
+    if (!dtype_ok(t)) return dt_fail(DT_EINPUT, "%s: unknown dtype %d", op, (int)t);
+    if (peer < 0 || peer >= c->size || (peer == c->rank && !self))
+        return dt_fail(DT_EINPUT, "%s: peer rank %d is not %s rank of this communicator (rank %d of %d)", op, peer,
+                       self ? "a" : "another", c->rank, c->size);
     if (tag < 0) return dt_fail(DT_EINPUT, "%s: tag %d is negative", op, tag);
     if (count && !buf) return dt_fail(DT_EINPUT, "%s: NULL buffer with count %zu", op, count);
     return DT_OK;
 }
 
 dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst, int tag) {
-    DT_TRY(check_peer(c, "send", buf, count, t, dst, tag));
+    DT_TRY(check_peer(c, "send", buf, count, t, dst, tag, 0));
     size_t es = dt_dtype_size(t);
     size_t o = 0;
     do { /* a zero count still sends one (empty) message to match the receive */
@@ -655,7 +751,7 @@ dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst
 }
 
 dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int tag) {
-    DT_TRY(check_peer(c, "recv", buf, count, t, src, tag));
+    DT_TRY(check_peer(c, "recv", buf, count, t, src, tag, 0));
     size_t es = dt_dtype_size(t);
     size_t o = 0;
     do {
@@ -667,6 +763,30 @@ dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int 
         o += DTC_PIECE;
     } while (o < count);
     return DT_OK;
+}
+
+dt_status dt_gather(dt_comm *c, const void *send, void *recv, size_t sendcount, dt_dtype t, int root) {
+    int at_root = root == c->rank;
+    /* recv matters at the root only: elsewhere check send twice */
+    DT_TRY(check_args(c, "gather", send, at_root ? recv : send, sendcount, t, DT_SUM, root));
+    size_t es = dt_dtype_size(t);
+    if (c->size == 1) {
+        if (sendcount && send != recv) memmove(recv, send, sendcount * es);
+        return DT_OK;
+    }
+    dtc_ctx *x = &c->fg;
+    dt_status st;
+    if (sendcount > INT_MAX) {
+        st = dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
+    } else {
+        MPI_Datatype mt = dtc_mpi_type(t);
+        int inplace = at_root && send == (const char *)recv + (size_t)root * sendcount * es;
+        st = dtc_mpi(x,
+                     MPI_Gather(inplace ? MPI_IN_PLACE : send, (int)sendcount, mt, at_root ? recv : NULL,
+                                (int)sendcount, mt, root, c->user),
+                     "MPI_Gather");
+    }
+    return lane_fail(x, st, "gather", DT_ALGO_MPI, sendcount, t);
 }
 
 dt_status dt_barrier(dt_comm *c) {
@@ -692,8 +812,8 @@ static void *comm_thread(void *arg) {
         if (!c->head) c->tail = NULL;
         pthread_mutex_unlock(&c->mu);
         dtc_ctx *x = c->bg;
-        dt_status st = run_ours(x, r->coll, r->algo, r->send, r->recv, r->count, r->t, scale_of(c, r->op), 0, r->reg,
-                                r->reg_off);
+        dt_status st = run_ours(x, r->coll, r->algo, r->send, r->recv, r->count, r->t, r->op, scale_of(c, r->op), 0,
+                                r->reg, r->reg_off);
         if (st)
             snprintf(r->err, sizeof r->err, "%s (%s, %zu x %s): %s", g_coll_ops[r->coll], dt_algo_name(r->algo),
                      r->count, dt_dtype_name(r->t), x->err[0] ? x->err : "failed");
@@ -754,14 +874,16 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
             for (size_t o = 0; o < count && !st; o += DTC_PIECE) {
                 int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
                 st = dtc_mpi(x,
-                             MPI_Iallreduce(MPI_IN_PLACE, (char *)recv + o * es, n, mt, MPI_SUM, c->user,
+                             MPI_Iallreduce(MPI_IN_PLACE, (char *)recv + o * es, n, mt, mpi_op(t, op), c->user,
                                             &r->mreq[r->nmreq++]),
                              "MPI_Iallreduce");
             }
         } else if (count > INT_MAX) {
             st = dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
         } else if (coll == DT_COLL_REDUCE_SCATTER) {
-            st = dtc_mpi(x, MPI_Ireduce_scatter_block(send, recv, (int)count, mt, MPI_SUM, c->user, &r->mreq[r->nmreq++]),
+            st = dtc_mpi(x,
+                         MPI_Ireduce_scatter_block(send, recv, (int)count, mt, mpi_op(t, op), c->user,
+                                                   &r->mreq[r->nmreq++]),
                          "MPI_Ireduce_scatter_block");
         } else {
             int inplace = send == (const char *)recv + (size_t)c->rank * count * es;
@@ -779,7 +901,8 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
         if (st) st = lane_fail(x, st, name, a, count, t); /* started pieces are abandoned with the error */
     } else if (!c->threads) {
         /* MPI without thread support: ours run here, before returning */
-        st = lane_fail(&c->fg, run_ours(&c->fg, coll, a, send, recv, count, t, scale_of(c, op), 0, r->reg, r->reg_off),
+        st = lane_fail(&c->fg,
+                       run_ours(&c->fg, coll, a, send, recv, count, t, op, scale_of(c, op), 0, r->reg, r->reg_off),
                        name, a, count, t);
     } else {
         st = start_thread(c);
@@ -821,6 +944,81 @@ dt_status dt_iallgather(dt_comm *c, const void *send, void *recv, size_t sendcou
     return istart(c, DT_COLL_ALLGATHER, send, recv, sendcount, t, DT_SUM, req);
 }
 
+/* A world without MPI: r (a send to or receive from self) completes with the oldest
+ * unmatched opposite request of its tag, as MPI would match them, or waits in c->self_q. */
+static dt_status self_post(dt_comm *c, dt_request *r) {
+    for (dt_request **pp = &c->self_q; *pp; pp = &(*pp)->next) {
+        dt_request *q = *pp;
+        if (q->is_send == r->is_send || q->tag != r->tag) continue;
+        if (q->count != r->count || q->t != r->t)
+            return dt_fail(DT_EINPUT, "%s self (tag %d): %zu x %s, but the matching %s has %zu x %s",
+                           r->is_send ? "send to" : "receive from", r->tag, r->count, dt_dtype_name(r->t),
+                           q->is_send ? "send" : "receive", q->count, dt_dtype_name(q->t));
+        const dt_request *s = r->is_send ? r : q;
+        dt_request *d = r->is_send ? q : r;
+        if (r->count) memcpy(d->recv, s->send, r->count * dt_dtype_size(r->t));
+        *pp = q->next;
+        q->kind = REQ_DONE;
+        r->kind = REQ_DONE;
+        return DT_OK;
+    }
+    r->kind = REQ_SELF;
+    r->next = NULL;
+    dt_request **tail = &c->self_q;
+    while (*tail) tail = &(*tail)->next;
+    *tail = r;
+    return DT_OK;
+}
+
+static dt_status p2p_start(dt_comm *c, int is_send, void *buf, size_t count, dt_dtype t, int peer, int tag,
+                           dt_request **req) {
+    const char *name = is_send ? "isend" : "irecv";
+    *req = NULL;
+    DT_TRY(check_peer(c, name, buf, count, t, peer, tag, 1));
+    if (count > DTC_PIECE * DTC_MAX_MREQ) return dt_fail(DT_EINPUT, "%s: count %zu is too large", name, count);
+    dt_request *r = calloc(1, sizeof *r);
+    if (!r) return dt_fail(DT_ERUNTIME, "%s: out of memory", name);
+    r->c = c;
+    r->is_send = is_send;
+    r->tag = tag;
+    r->count = count;
+    r->t = t;
+    r->send = buf;
+    r->recv = buf;
+    dt_status st = DT_OK;
+    if (!c->mpi) {
+        st = self_post(c, r);
+    } else {
+        /* the same pieces as dt_send/dt_recv, so either side may be blocking */
+        dtc_ctx *x = &c->fg;
+        size_t es = dt_dtype_size(t), o = 0;
+        r->kind = REQ_MPI;
+        do {
+            int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
+            char *p = (char *)buf + o * es;
+            MPI_Request *mr = &r->mreq[r->nmreq++];
+            st = is_send ? dtc_mpi(x, MPI_Isend(p, n, dtc_mpi_type(t), peer, tag, c->user, mr), "MPI_Isend")
+                         : dtc_mpi(x, MPI_Irecv(p, n, dtc_mpi_type(t), peer, tag, c->user, mr), "MPI_Irecv");
+            o += DTC_PIECE;
+        } while (!st && o < count);
+        if (st) st = lane_fail(x, st, name, DT_ALGO_MPI, count, t); /* started pieces are abandoned */
+    }
+    if (st) {
+        free(r);
+        return st;
+    }
+    *req = r;
+    return DT_OK;
+}
+
+dt_status dt_isend(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst, int tag, dt_request **req) {
+    return p2p_start(c, 1, (void *)buf, count, t, dst, tag, req); /* never written through */
+}
+
+dt_status dt_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int tag, dt_request **req) {
+    return p2p_start(c, 0, buf, count, t, src, tag, req);
+}
+
 /* MPI's requests finished: apply the mean and mark done. */
 static void mpi_finish(dt_request *r) {
     if (r->scale_buf) dtc_scale(r->scale_buf, r->scale_n, r->t, r->scale);
@@ -845,11 +1043,11 @@ dt_status dt_test(dt_request *r, int *done) {
             mpi_finish(r);
             *done = 1;
         }
-    } else {
+    } else if (r->kind == REQ_THREAD) {
         pthread_mutex_lock(&r->c->mu);
         *done = r->done;
         pthread_mutex_unlock(&r->c->mu);
-    }
+    } /* REQ_SELF: not until its match is posted */
     return DT_OK;
 }
 
@@ -872,6 +1070,12 @@ dt_status dt_wait(dt_request *r) {
         pthread_mutex_unlock(&c->mu);
         st = r->st;
         if (st) dt_fail(st, "%s", r->err);
+    } else if (r->kind == REQ_SELF) { /* nothing else could ever match it */
+        dt_request **pp = &r->c->self_q;
+        while (*pp && *pp != r) pp = &(*pp)->next;
+        if (*pp) *pp = r->next;
+        st = dt_fail(DT_ERUNTIME, "wait: %s self (tag %d) has no matching %s posted, so it would never complete",
+                     r->is_send ? "send to" : "receive from", r->tag, r->is_send ? "receive" : "send");
     }
     free(r);
     return st;

@@ -13,7 +13,15 @@
  * every rank. Sum order: shm adds in rank order (x0 + x1 + ... per element); ring, rhd
  * and tree use fixed but different orders (see each file); MPI's is Open MPI's. DT_AVG
  * is the sum times 1/N. Every rank must make the same calls with the same counts and
- * the same algorithm choices. */
+ * the same algorithm choices.
+ *
+ * Reductions: DT_SUM, DT_AVG and DT_MAX, every algorithm, every dtype. Ours take the
+ * maximum so that operand order cannot change its bits: NaN (the canonical quiet NaN) if
+ * any rank has one, +0 over -0; MPI's MPI_MAX treats NaN and signed zeros Open MPI's way.
+ * DT_BF16 (bfloat16: the top 16 bits of an IEEE fp32, in a uint16_t) reduces by converting
+ * both operands to fp32, adding (or comparing) and scaling there, and rounding each partial
+ * result back to bf16, to nearest-even; so a bf16 sum over N ranks is rounded N-1 times, in
+ * the algorithm's order (MPI's implementations get these as our user-defined MPI_Ops). */
 #ifndef DT_COMM_H
 #define DT_COMM_H
 #include <stddef.h>
@@ -23,8 +31,8 @@
 typedef struct dt_comm dt_comm;
 typedef struct dt_request dt_request;
 
-typedef enum { DT_F32, DT_F64 } dt_dtype;
-typedef enum { DT_SUM, DT_AVG } dt_redop;
+typedef enum { DT_F32, DT_F64, DT_BF16 } dt_dtype;
+typedef enum { DT_SUM, DT_AVG, DT_MAX } dt_redop;
 typedef enum { DT_COLL_ALLREDUCE, DT_COLL_REDUCE_SCATTER, DT_COLL_ALLGATHER, DT_COLL_BCAST, DT_COLL_N } dt_coll;
 /* DT_ALGO_AUTO picks per call what measured fastest here (docs/benchmarks.md): within one
  * node shm for all-reduce and reduce-scatter, and for all-gather into a node-shared buffer
@@ -45,7 +53,9 @@ int dt_comm_size(const dt_comm *c);
 int dt_comm_local_rank(const dt_comm *c);
 int dt_comm_local_size(const dt_comm *c);
 /* Ranks with equal color (>= 0) form a sub-communicator, ordered by key. It starts with
- * c's algorithm choices (shm becomes mpi if the new communicator spans nodes). */
+ * c's algorithm choices (shm becomes mpi if the new communicator spans nodes). A rank
+ * passing DT_COMM_NO_GROUP joins none and gets *out = NULL (still collective over c). */
+#define DT_COMM_NO_GROUP (-1)
 dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
 void dt_comm_free(dt_comm *c);
 
@@ -66,9 +76,9 @@ int dt_algo_supports(dt_algo algo, dt_coll coll);
 const char *dt_coll_name(dt_coll coll);
 
 size_t dt_dtype_size(dt_dtype t);
-const char *dt_dtype_name(dt_dtype t); /* "f32", "f64" */
+const char *dt_dtype_name(dt_dtype t); /* "f32", "f64", "bf16" */
 
-/* In place: buf (count elements) becomes the sum (or mean) over ranks. */
+/* In place: buf (count elements) becomes the sum (mean, maximum) over ranks. */
 dt_status dt_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op);
 /* send holds size·recvcount elements; rank r receives the reduced block r. */
 dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op);
@@ -76,8 +86,14 @@ dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t rec
  * send may alias recv + rank·sendcount (in place). */
 dt_status dt_allgather(dt_comm *c, const void *send, void *recv, size_t sendcount, dt_dtype t);
 dt_status dt_bcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root);
-/* Sum (or mean) to root only; other ranks' buf is unchanged. */
+/* Sum (mean, maximum) to root only; other ranks' buf is unchanged. */
 dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op, int root);
+/* At root, recv (size·sendcount elements) = every rank's send in rank order; recv is not
+ * used elsewhere (may be NULL). send may alias recv + root·sendcount at root. MPI's
+ * implementation whatever the algorithm choices; sendcount at most INT_MAX. */
+dt_status dt_gather(dt_comm *c, const void *send, void *recv, size_t sendcount, dt_dtype t, int root);
+/* Blocking point-to-point with another rank (not self); tag >= 0. The receive's count
+ * must equal the send's. Matches dt_isend/dt_irecv on the other side. */
 dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst, int tag);
 dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int tag);
 dt_status dt_barrier(dt_comm *c);
@@ -112,6 +128,15 @@ dt_status dt_iallreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redo
 dt_status dt_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op,
                              dt_request **req);
 dt_status dt_iallgather(dt_comm *c, const void *send, void *recv, size_t sendcount, dt_dtype t, dt_request **req);
+/* Non-blocking point-to-point (MPI_Isend/MPI_Irecv): complete with dt_wait/dt_test, in any
+ * order; messages between two ranks with one tag arrive in the order sent. Counts as for
+ * dt_send/dt_recv, at most 2^33 elements. The peer may be this rank: with MPI as usual;
+ * in a world without MPI a send to self is matched to a receive from self with the same
+ * tag, in posting order, when the second of the two is posted (counts and dtypes must
+ * match, else DT_EINPUT), and dt_wait on one still unmatched fails (DT_ERUNTIME) rather
+ * than wait forever. Wait for every request before freeing c. */
+dt_status dt_isend(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst, int tag, dt_request **req);
+dt_status dt_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int tag, dt_request **req);
 dt_status dt_wait(dt_request *req);          /* frees req */
 dt_status dt_test(dt_request *req, int *done); /* done: req may be waited on without blocking */
 

@@ -57,10 +57,24 @@ dt_status dtc_fail(dtc_ctx *x, dt_status code, const char *fmt, ...) __attribute
 dt_status dtc_mpi(dtc_ctx *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Lane scratch of at least `bytes`, grown (rarely) and kept across calls. */
 dt_status dtc_scratch(dtc_ctx *x, size_t bytes, void **out);
+/* MPI_FLOAT, MPI_DOUBLE, or MPI_UINT16_T for bf16 (bytes to MPI: it has no bf16). */
 MPI_Datatype dtc_mpi_type(dt_dtype t);
 
-/* acc[i] = (a[i] + b[i]) * scale for n elements; acc may equal a or b. */
-void dtc_add(void *acc, const void *a, const void *b, size_t n, dt_dtype t, double scale);
+/* bf16 <-> fp32: exact one way; to nearest-even the other (NaN stays a quiet NaN). */
+static inline float dtc_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+static inline uint16_t dtc_f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = {f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* acc[i] = op(a[i], b[i]) for n elements: for DT_SUM and DT_AVG the sum times scale (1, or
+ * 1/size on the mean's last pass), for DT_MAX the maximum (scale unused; see comm.h for NaN
+ * and signed zeros: the same bits whatever the operand order). acc may equal a or b. */
+void dtc_combine(void *acc, const void *a, const void *b, size_t n, dt_dtype t, dt_redop op, double scale);
 void dtc_scale(void *buf, size_t n, dt_dtype t, double scale);
 
 /* Sends sn elements of s to dst while receiving rn elements from src into r (a zero
@@ -68,23 +82,26 @@ void dtc_scale(void *buf, size_t n, dt_dtype t, double scale);
 dt_status dtc_sendrecv(dtc_ctx *x, const void *s, size_t sn, int dst, void *r, size_t rn, int src, dt_dtype t,
                        int tag);
 /* Sends sn elements of s to dst while receiving rn elements from src, and writes
- * acc[i] = (in[i] + received[i]) * scale. Pipelined in DTC_SEG_BYTES segments through
+ * acc[i] = op(in[i], received[i]) (see dtc_combine). Pipelined in DTC_SEG_BYTES segments through
  * lane scratch. s may alias acc (segment j+1 is sent while segment j is written).
  * Messages are per segment, so the peer must use this function too (rn = 0 or sn = 0
  * for a one-way transfer). */
 dt_status dtc_sendrecv_reduce(dtc_ctx *x, const void *s, size_t sn, int dst, const void *in, void *acc, size_t rn,
-                              int src, dt_dtype t, double scale, int tag);
+                              int src, dt_dtype t, dt_redop op, double scale, int tag);
 
-/* Algorithms. Callers handle size 1 and validate arguments; scale is 1 or 1/size. */
-dt_status dtc_ring_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale);
-dt_status dtc_ring_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t, double scale);
+/* Algorithms. Callers handle size 1 and validate arguments; op is the caller's, scale is 1
+ * or 1/size (DT_AVG), applied once, on the last pass (see dtc_combine). */
+dt_status dtc_ring_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale);
+dt_status dtc_ring_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t, dt_redop op,
+                                  double scale);
 dt_status dtc_ring_allgather(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t);
-dt_status dtc_rhd_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale);
-dt_status dtc_tree_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale);
-dt_status dtc_tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale, int root);
+dt_status dtc_rhd_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale);
+dt_status dtc_tree_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale);
+dt_status dtc_tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale, int root);
 dt_status dtc_tree_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root);
-dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale);
-dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t, double scale);
+dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale);
+dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t, dt_redop op,
+                                 double scale);
 dt_status dtc_shm_allgather(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t);
 dt_status dtc_shm_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root);
 /* The same collectives on registered buffers (dtc_region): the buffer that other ranks
@@ -92,9 +109,10 @@ dt_status dtc_shm_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int roo
  * off of region r on every rank, so peers read it where it lies, with no copy through the
  * staging buffers; two syncs per call. Same results, bitwise, as the unregistered
  * versions. Fails on every rank alike if the ranks passed different offsets. */
-dt_status dtc_shm_allreduce_reg(dtc_ctx *x, const dtc_region *r, size_t off, size_t count, dt_dtype t, double scale);
+dt_status dtc_shm_allreduce_reg(dtc_ctx *x, const dtc_region *r, size_t off, size_t count, dt_dtype t, dt_redop op,
+                                double scale);
 dt_status dtc_shm_reduce_scatter_reg(dtc_ctx *x, const dtc_region *r, size_t off, void *recv, size_t n, dt_dtype t,
-                                     double scale);
+                                     dt_redop op, double scale);
 dt_status dtc_shm_allgather_reg(dtc_ctx *x, const void *send, const dtc_region *r, size_t off, size_t n,
                                 dt_dtype t);
 /* Frees the lane's window (collective over x->node). */

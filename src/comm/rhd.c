@@ -20,7 +20,7 @@ static size_t block_off(size_t count, int p, int k) {
     return (size_t)k * q + ((size_t)k < rem ? (size_t)k : rem);
 }
 
-dt_status dtc_rhd_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale) {
+dt_status dtc_rhd_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale) {
     int n = x->size, r = x->rank;
     size_t es = dt_dtype_size(t);
     char *b = buf;
@@ -31,10 +31,10 @@ dt_status dtc_rhd_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
     if (r < 2 * extra) {
         if (r % 2 == 0) {
             /* same segmentation as the receiving side's dtc_sendrecv_reduce */
-            DT_TRY(dtc_sendrecv_reduce(x, b, count, r + 1, NULL, NULL, 0, MPI_PROC_NULL, t, 1.0, TAG_FOLD));
+            DT_TRY(dtc_sendrecv_reduce(x, b, count, r + 1, NULL, NULL, 0, MPI_PROC_NULL, t, op, 1.0, TAG_FOLD));
             nr = -1;
         } else {
-            DT_TRY(dtc_sendrecv_reduce(x, NULL, 0, MPI_PROC_NULL, b, b, count, r - 1, t, 1.0, TAG_FOLD));
+            DT_TRY(dtc_sendrecv_reduce(x, NULL, 0, MPI_PROC_NULL, b, b, count, r - 1, t, op, 1.0, TAG_FOLD));
             nr = r / 2;
         }
     } else {
@@ -47,7 +47,7 @@ dt_status dtc_rhd_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
             int keep = nr & mask ? lo + mask : lo, give = nr & mask ? lo : lo + mask;
             size_t ko = block_off(count, p, keep), kn = block_off(count, p, keep + mask) - ko;
             size_t go = block_off(count, p, give), gn = block_off(count, p, give + mask) - go;
-            DT_TRY(dtc_sendrecv_reduce(x, b + go * es, gn, peer, b + ko * es, b + ko * es, kn, peer, t,
+            DT_TRY(dtc_sendrecv_reduce(x, b + go * es, gn, peer, b + ko * es, b + ko * es, kn, peer, t, op,
                                        mask == 1 ? scale : 1.0, TAG_RS));
             lo = keep;
         }

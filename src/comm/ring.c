@@ -20,7 +20,7 @@ static size_t chunk_off(size_t count, int n, int k) {
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-dt_status dtc_ring_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale) {
+dt_status dtc_ring_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale) {
     int n = x->size, r = x->rank, right = mod(r + 1, n), left = mod(r - 1, n);
     size_t es = dt_dtype_size(t);
     char *b = buf;
@@ -29,7 +29,7 @@ dt_status dtc_ring_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, do
         int ks = mod(r - s - 1, n), kr = mod(r - s - 2, n);
         size_t so = chunk_off(count, n, ks), sn = chunk_off(count, n, ks + 1) - so;
         size_t ro = chunk_off(count, n, kr), rn = chunk_off(count, n, kr + 1) - ro;
-        DT_TRY(dtc_sendrecv_reduce(x, b + so * es, sn, right, b + ro * es, b + ro * es, rn, left, t,
+        DT_TRY(dtc_sendrecv_reduce(x, b + so * es, sn, right, b + ro * es, b + ro * es, rn, left, t, op,
                                    s == n - 2 ? scale : 1.0, TAG_RS));
     }
     /* rank r now holds the finished chunk r; pass the finished chunks around */
@@ -42,7 +42,8 @@ dt_status dtc_ring_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, do
     return DT_OK;
 }
 
-dt_status dtc_ring_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t cnt, dt_dtype t, double scale) {
+dt_status dtc_ring_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t cnt, dt_dtype t, dt_redop op,
+                                  double scale) {
     int n = x->size, r = x->rank, right = mod(r + 1, n), left = mod(r - 1, n);
     size_t es = dt_dtype_size(t);
     const char *in = send;
@@ -52,7 +53,7 @@ dt_status dtc_ring_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size
     for (int s = 0; s < n - 1; s++) {
         int ks = mod(r - s - 1, n), kr = mod(r - s - 2, n);
         const void *sp = s == 0 ? in + (size_t)ks * cnt * es : recv;
-        DT_TRY(dtc_sendrecv_reduce(x, sp, cnt, right, in + (size_t)kr * cnt * es, recv, cnt, left, t,
+        DT_TRY(dtc_sendrecv_reduce(x, sp, cnt, right, in + (size_t)kr * cnt * es, recv, cnt, left, t, op,
                                    s == n - 2 ? scale : 1.0, TAG_RS));
     }
     return DT_OK;

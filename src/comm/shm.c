@@ -135,26 +135,28 @@ static dt_status shm_reserve(dtc_ctx *x, size_t want) {
 }
 
 /* dst[i] = (src[0][i] + src[1][i] + ... + src[ns-1][i]) * scale for m elements (one
- * block), summed in that order; the scale applies on the last pass only. dst must not
- * overlap any source; ns >= 2. */
-static void reduce_block(void *dst, const char *const *src, int ns, size_t ob, size_t m, dt_dtype t, double scale) {
-    dtc_add(dst, src[0] + ob, src[1] + ob, m, t, ns == 2 ? scale : 1.0);
-    for (int q = 2; q < ns; q++) dtc_add(dst, dst, src[q] + ob, m, t, q == ns - 1 ? scale : 1.0);
+ * block), summed in that order (or their maximum); the scale applies on the last pass
+ * only. dst must not overlap any source; ns >= 2. */
+static void reduce_block(void *dst, const char *const *src, int ns, size_t ob, size_t m, dt_dtype t, dt_redop op,
+                         double scale) {
+    dtc_combine(dst, src[0] + ob, src[1] + ob, m, t, op, ns == 2 ? scale : 1.0);
+    for (int q = 2; q < ns; q++) dtc_combine(dst, dst, src[q] + ob, m, t, op, q == ns - 1 ? scale : 1.0);
 }
 
 /* reduce_block over n elements, block by block so dst stays in L1 across the passes;
  * each finished block is also copied to `copy` when given. */
-static void reduce_n(void *dst, void *copy, const char *const *src, int ns, size_t n, dt_dtype t, double scale) {
+static void reduce_n(void *dst, void *copy, const char *const *src, int ns, size_t n, dt_dtype t, dt_redop op,
+                     double scale) {
     size_t es = dt_dtype_size(t);
     for (size_t o = 0; o < n; o += BLK) {
         size_t m = n - o < BLK ? n - o : BLK, ob = o * es;
         char *d = (char *)dst + ob;
-        reduce_block(d, src, ns, ob, m, t, scale);
+        reduce_block(d, src, ns, ob, m, t, op, scale);
         if (copy) memcpy((char *)copy + ob, d, m * es);
     }
 }
 
-dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale) {
+dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale) {
     int n = x->size, me = x->rank;
     size_t es = dt_dtype_size(t), al = 64 / es; /* slices start on cache lines */
     if (count == 0) return DT_OK;
@@ -165,7 +167,8 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
     if (n == 2) {
         /* Two ranks: each must read the peer's whole chunk either way, so both add the
          * peer's chunk to their own in place: one sync per chunk and no copy-out.
-         * x0 + x1 == x1 + x0 bitwise, so both ranks get the rank-order sum. Adding into
+         * x0 + x1 == x1 + x0 bitwise (and max is made order-free, see dtc_combine), so
+         * both ranks get the rank-order result. Adding into
          * the output in place (rather than summing both buffers into it) measured ~1.4x
          * faster; chunks of 256 KiB keep the working set in a 1 MiB L2. */
         size_t c2 = cmax < CHUNK2 / es ? cmax : CHUNK2 / es;
@@ -176,7 +179,7 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
             memcpy(slot(s, me, b), u, c * es);
             shm_sync(x);
             const void *peer = slot(s, 1 - me, b);
-            dtc_add(u, u, peer, c, t, scale);
+            dtc_combine(u, u, peer, c, t, op, scale);
         }
         return DT_OK;
     }
@@ -191,7 +194,7 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
         shm_sync(x);
         if (hi > lo) {
             for (int q = 0; q < n; q++) src[q] = (q == me ? u : slot(s, q, b)) + lo * es;
-            reduce_n(mine + lo * es, u + lo * es, src, n, hi - lo, t, scale);
+            reduce_n(mine + lo * es, u + lo * es, src, n, hi - lo, t, op, scale);
         }
         shm_sync(x);
         for (int q = 0; q < n; q++) {
@@ -202,7 +205,8 @@ dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dou
     return DT_OK;
 }
 
-dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t cnt, dt_dtype t, double scale) {
+dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t cnt, dt_dtype t, dt_redop op,
+                                 double scale) {
     int n = x->size, me = x->rank;
     size_t es = dt_dtype_size(t);
     if (cnt == 0) return DT_OK;
@@ -219,7 +223,7 @@ dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_
         shm_sync(x);
         for (int q = 0; q < n; q++)
             src[q] = q == me ? in + ((size_t)me * cnt + e) * es : slot(s, q, b) + (size_t)me * c * es;
-        reduce_n((char *)recv + e * es, NULL, src, n, c, t, scale);
+        reduce_n((char *)recv + e * es, NULL, src, n, c, t, op, scale);
     }
     return DT_OK;
 }
@@ -284,7 +288,8 @@ static dt_status reg_begin(dtc_ctx *x, const dtc_region *r, size_t off, size_t b
     return DT_OK;
 }
 
-dt_status dtc_shm_allreduce_reg(dtc_ctx *x, const dtc_region *r, size_t off, size_t count, dt_dtype t, double scale) {
+dt_status dtc_shm_allreduce_reg(dtc_ctx *x, const dtc_region *r, size_t off, size_t count, dt_dtype t, dt_redop op,
+                                double scale) {
     int n = x->size, me = x->rank;
     size_t es = dt_dtype_size(t), al = 64 / es;
     if (count == 0) return DT_OK;
@@ -296,7 +301,7 @@ dt_status dtc_shm_allreduce_reg(dtc_ctx *x, const dtc_region *r, size_t off, siz
     _Alignas(64) char tmp[BLK * sizeof(double)];
     for (size_t o = lo; o < hi; o += BLK) {
         size_t m = hi - o < BLK ? hi - o : BLK, ob = o * es;
-        reduce_block(tmp, (const char *const *)x->peer, n, ob, m, t, scale);
+        reduce_block(tmp, (const char *const *)x->peer, n, ob, m, t, op, scale);
         for (int q = 0; q < n; q++) memcpy(x->peer[(me + q) % n] + ob, tmp, m * es);
     }
     shm_sync(x); /* nobody touches its copy again before every slice is written */
@@ -304,7 +309,7 @@ dt_status dtc_shm_allreduce_reg(dtc_ctx *x, const dtc_region *r, size_t off, siz
 }
 
 dt_status dtc_shm_reduce_scatter_reg(dtc_ctx *x, const dtc_region *r, size_t off, void *recv, size_t cnt, dt_dtype t,
-                                     double scale) {
+                                     dt_redop op, double scale) {
     int n = x->size, me = x->rank;
     size_t es = dt_dtype_size(t);
     if (cnt == 0) return DT_OK;
@@ -314,7 +319,7 @@ dt_status dtc_shm_reduce_scatter_reg(dtc_ctx *x, const dtc_region *r, size_t off
     _Alignas(64) char tmp[BLK * sizeof(double)];
     for (size_t o = 0; o < cnt; o += BLK) { /* through tmp: recv may be anywhere, even in a copy */
         size_t m = cnt - o < BLK ? cnt - o : BLK, ob = o * es;
-        reduce_block(tmp, src, n, ob, m, t, scale);
+        reduce_block(tmp, src, n, ob, m, t, op, scale);
         memcpy((char *)recv + ob, tmp, m * es);
     }
     shm_sync(x); /* peers are done reading this rank's send buffer */

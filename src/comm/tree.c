@@ -32,7 +32,8 @@ static int tree_links(int r, int n, int root, int *parent, int *child) {
 
 /* inplace: non-root ranks may overwrite buf with their partial sums (all-reduce);
  * otherwise they build them in scratch so buf is left as it was. */
-static dt_status tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale, int root, int inplace) {
+static dt_status tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale, int root,
+                             int inplace) {
     int n = x->size, parent, child[MAX_CHILDREN];
     int nc = tree_links(x->rank, n, root, &parent, child);
     size_t es = dt_dtype_size(t), seg = DTC_SEG_BYTES / es, nseg = (count + seg - 1) / seg;
@@ -66,8 +67,8 @@ static dt_status tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, do
         }
         for (int i = 0; i < nc; i++) {
             DT_TRY(dtc_mpi(x, MPI_Wait(&rrq[sb][i], MPI_STATUS_IGNORE), "MPI_Wait (receive from rank %d)", child[i]));
-            dtc_add(acc, i == 0 ? mine : acc, scr + (size_t)(2 * i + sb) * DTC_SEG_BYTES, len, t,
-                    parent < 0 && i == nc - 1 ? scale : 1.0);
+            dtc_combine(acc, i == 0 ? mine : acc, scr + (size_t)(2 * i + sb) * DTC_SEG_BYTES, len, t, op,
+                        parent < 0 && i == nc - 1 ? scale : 1.0);
         }
         if (parent < 0) {
             if (nc == 0) dtc_scale(acc, len, t, scale);
@@ -81,8 +82,8 @@ static dt_status tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, do
     return DT_OK;
 }
 
-dt_status dtc_tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale, int root) {
-    return tree_reduce(x, buf, count, t, scale, root, 0);
+dt_status dtc_tree_reduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale, int root) {
+    return tree_reduce(x, buf, count, t, op, scale, root, 0);
 }
 
 dt_status dtc_tree_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root) {
@@ -110,7 +111,7 @@ dt_status dtc_tree_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int ro
     return DT_OK;
 }
 
-dt_status dtc_tree_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, double scale) {
-    DT_TRY(tree_reduce(x, buf, count, t, scale, 0, 1));
+dt_status dtc_tree_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale) {
+    DT_TRY(tree_reduce(x, buf, count, t, op, scale, 0, 1));
     return dtc_tree_bcast(x, buf, count, t, 0);
 }

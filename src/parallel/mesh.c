@@ -9,6 +9,56 @@ void dt_mesh_coords(int rank, int pp, int cp, int tp, int *dp_r, int *pp_r, int 
     *dp_r = rank / (tp * cp * pp);
 }
 
+int dt_mesh_rank_of(int dp_r, int pp_r, int cp_r, int tp_r, int pp, int cp, int tp) {
+    return ((dp_r * pp + pp_r) * cp + cp_r) * tp + tp_r;
+}
+
+int dt_mesh_group_of(dt_mesh_group g, int rank, int dp, int pp, int cp, int tp, int *color, int *index) {
+    int d, p, c, t;
+    dt_mesh_coords(rank, pp, cp, tp, &d, &p, &c, &t);
+    /* a group's color is the world rank of its member with its free coordinates at 0 */
+    switch (g) {
+    case DT_MESH_DP:
+        *color = dt_mesh_rank_of(0, p, c, t, pp, cp, tp);
+        *index = d;
+        return dp;
+    case DT_MESH_PP:
+        *color = dt_mesh_rank_of(d, 0, c, t, pp, cp, tp);
+        *index = p;
+        return pp;
+    case DT_MESH_CP:
+        *color = dt_mesh_rank_of(d, p, 0, t, pp, cp, tp);
+        *index = c;
+        return cp;
+    case DT_MESH_TP:
+        *color = dt_mesh_rank_of(d, p, c, 0, pp, cp, tp);
+        *index = t;
+        return tp;
+    case DT_MESH_DP_CP:
+        *color = dt_mesh_rank_of(0, p, 0, t, pp, cp, tp);
+        *index = d * cp + c;
+        return dp * cp;
+    case DT_MESH_EMB:
+        if (p == 0 || p == pp - 1) {
+            *color = dt_mesh_rank_of(d, 0, c, t, pp, cp, tp);
+            *index = p == 0 ? 0 : 1;
+            return pp == 1 ? 1 : 2;
+        }
+        break;
+    default: break;
+    }
+    *color = DT_COMM_NO_GROUP;
+    *index = -1;
+    return 0;
+}
+
+void dt_mesh_pp_neighbours(int rank, int pp, int cp, int tp, int *prev, int *next) {
+    int d, p, c, t;
+    dt_mesh_coords(rank, pp, cp, tp, &d, &p, &c, &t);
+    *prev = p > 0 ? dt_mesh_rank_of(d, p - 1, c, t, pp, cp, tp) : -1;
+    *next = p < pp - 1 ? dt_mesh_rank_of(d, p + 1, c, t, pp, cp, tp) : -1;
+}
+
 dt_status dt_mesh_create(dt_mesh *m, dt_comm *world, int tp, int pp, int cp) {
     memset(m, 0, sizeof *m);
     m->world_comm = world;
@@ -23,23 +73,27 @@ dt_status dt_mesh_create(dt_mesh *m, dt_comm *world, int tp, int pp, int cp) {
     m->cp = cp;
     m->dp = m->world / (int)model;
     dt_mesh_coords(m->rank, pp, cp, tp, &m->dp_rank, &m->pp_rank, &m->cp_rank, &m->tp_rank);
-    /* Each group: ranks that agree on every other coordinate. color = the other coordinates. */
-    int r = m->rank;
-    int dp_color = r % (tp * cp * pp);                                     /* (pp, cp, tp) */
-    int tp_color = r / tp;                                                 /* (dp, pp, cp) */
-    int cp_color = (r / (tp * cp)) * tp + m->tp_rank;                      /* (dp, pp, tp) */
-    int pp_color = m->dp_rank * (cp * tp) + m->cp_rank * tp + m->tp_rank; /* (dp, cp, tp) */
-    DT_TRY(dt_comm_split(world, dp_color, m->dp_rank, &m->dp_comm));
-    DT_TRY(dt_comm_split(world, pp_color, m->pp_rank, &m->pp_comm));
-    DT_TRY(dt_comm_split(world, cp_color, m->cp_rank, &m->cp_comm));
-    DT_TRY(dt_comm_split(world, tp_color, m->tp_rank, &m->tp_comm));
+    m->pp_first = m->pp_rank == 0;
+    m->pp_last = m->pp_rank == pp - 1;
+    dt_mesh_pp_neighbours(m->rank, pp, cp, tp, &m->pp_prev, &m->pp_next);
+    dt_comm **comm[DT_MESH_NGROUPS] = {&m->dp_comm, &m->pp_comm,    &m->cp_comm,
+                                       &m->tp_comm, &m->dp_cp_comm, &m->emb_comm};
+    for (int g = 0; g < DT_MESH_NGROUPS; g++) {
+        int color, index;
+        dt_mesh_group_of((dt_mesh_group)g, m->rank, m->dp, pp, cp, tp, &color, &index);
+        if (g == DT_MESH_DP_CP) m->dp_cp_rank = index;
+        if (g == DT_MESH_EMB) {
+            m->in_emb = index >= 0;
+            m->emb_rank = index;
+        }
+        DT_TRY(dt_comm_split(world, color, index, comm[g]));
+    }
     return DT_OK;
 }
 
 void dt_mesh_destroy(dt_mesh *m) {
-    if (m->dp_comm) dt_comm_free(m->dp_comm);
-    if (m->pp_comm) dt_comm_free(m->pp_comm);
-    if (m->cp_comm) dt_comm_free(m->cp_comm);
-    if (m->tp_comm) dt_comm_free(m->tp_comm);
+    dt_comm *all[] = {m->dp_comm, m->pp_comm, m->cp_comm, m->tp_comm, m->dp_cp_comm, m->emb_comm};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]) dt_comm_free(all[i]);
     memset(m, 0, sizeof *m);
 }
