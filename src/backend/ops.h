@@ -9,8 +9,20 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../core/status.h"
+
 typedef struct dt_ops {
     const char *name;
+    /* Memory the kernels run on: host memory for cpu, device memory for cuda (on_device).
+     * Kernels and transfers run in order; on a device they may run after the call
+     * returns, and a failure among them is reported by the next sync. */
+    int on_device;
+    dt_status (*alloc)(void **p, size_t bytes, const char *what); /* zero-filled */
+    void (*free)(void *p);
+    void (*zero)(void *p, size_t bytes);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes); /* complete on return */
+    dt_status (*sync)(void);
     /* C[M,N] = alpha·op(A)·op(B) + beta·C, op = transpose when trans* != 0 */
     void (*gemm)(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
@@ -42,6 +54,8 @@ typedef struct dt_ops {
     void (*softmax_xent)(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
     /* sum of squares in double (fixed order for a fixed thread count) */
     double (*sumsq)(const float *x, size_t n);
+    /* sum in double (per-token losses: in index order on cpu) */
+    double (*sum)(const float *x, size_t n);
     /* AdamW on n elements of gradient g·gscale (gscale: the clipping factor, fused here so
      * clipping costs no pass of its own): m, v updated; p -= lr·(m̂/(sqrt(v̂)+eps) + wd·p) */
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
@@ -49,6 +63,11 @@ typedef struct dt_ops {
 } dt_ops;
 
 const dt_ops *dt_ops_cpu(void);
+/* The CUDA backend on this process's GPU; a one-line error when the build has no CUDA
+ * or the machine no GPU. */
+dt_status dt_ops_cuda(const dt_ops **out);
+/* This process's GPU ("none" without CUDA). */
+const char *dt_gpu_name(void);
 /* Wraps ops so every call is timed (one wrapper per process); report prints the totals. */
 const dt_ops *dt_ops_profiled(const dt_ops *ops);
 void dt_ops_profile_report(FILE *out);

@@ -18,6 +18,7 @@ struct gpt_acts {
     float *losses; /* BT */
     float *proj;   /* BTC: attention / MLP projection output before the residual add */
     float *dres, *dsmall, *dbig; /* BTC, BTC, BT·4C */
+    uint16_t *tok, *tgt; /* BT: this micro-batch's tokens and targets, in the backend's memory */
     int head_rows;
     void *arena;
 };
@@ -121,6 +122,7 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, gpt_acts *a) 
         {&a->lnf_mean, BT},            {&a->lnf_rstd, BT},            {&a->logits, head_rows * Vp},
         {&a->losses, BT},              {&a->proj, BT * C},            {&a->dres, BT * C},
         {&a->dsmall, BT * C},          {&a->dbig, BT * 4 * C},
+        {(float **)&a->tok, (BT + 1) / 2}, {(float **)&a->tgt, (BT + 1) / 2},
     };
     size_t total = 0;
     float *p = a->arena;
@@ -171,8 +173,8 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
         u->count += t->numel;
     }
     if (alloc_state) {
-        DT_TRY(dt_alloc((void **)&m->params, m->nparams * sizeof(float), "parameters"));
-        DT_TRY(dt_alloc((void **)&m->grads, m->nparams * sizeof(float), "gradients"));
+        DT_TRY(ops->alloc((void **)&m->params, m->nparams * sizeof(float), "parameters"));
+        DT_TRY(ops->alloc((void **)&m->grads, m->nparams * sizeof(float), "gradients"));
         for (int u = 0; u < m->nunits; u++) {
             m->unit_params[u] = m->params + m->units[u].offset;
             m->unit_grads[u] = m->grads + m->units[u].offset;
@@ -180,17 +182,19 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
     }
 
     gpt_acts *a = m->acts;
-    DT_TRY(dt_alloc(&a->arena, gpt_activation_bytes(&m->shape, max_B, max_T), "activations"));
+    DT_TRY(ops->alloc(&a->arena, gpt_activation_bytes(&m->shape, max_B, max_T), "activations"));
     m->act_bytes = gpt_activation_bytes(&m->shape, max_B, max_T);
     act_layout(&m->shape, max_B, max_T, a);
     return DT_OK;
 }
 
 void gpt_destroy(gpt_model *m) {
-    if (m->acts) dt_free(m->acts->arena);
+    if (m->ops) {
+        if (m->acts) m->ops->free(m->acts->arena);
+        m->ops->free(m->params);
+        m->ops->free(m->grads);
+    }
     free(m->acts);
-    dt_free(m->params);
-    dt_free(m->grads);
     free(m->tensors);
     free(m->units);
     free(m->unit_params);
@@ -212,10 +216,13 @@ float gpt_init_at(const gpt_init_rule *r, uint64_t index) {
     return (float)(r->std * dt_rng_normal_at(r->key, index));
 }
 
-void gpt_init(gpt_model *m, uint64_t seed) {
+dt_status gpt_init(gpt_model *m, uint64_t seed) {
+    const dt_ops *o = m->ops;
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
-        float *w = tp(m, i);
+        /* on a device: drawn on the host, then copied (once, at start) */
+        float *w = o->on_device ? malloc(t->numel * sizeof(float)) : tp(m, i);
+        if (!w) return dt_fail(DT_ERUNTIME, "out of memory (initialising %s)", t->name);
         gpt_init_rule rule = gpt_init_rule_for(t->name, m->shape.n_layer, seed);
         int64_t rows, cols;
         dt_shard_local_shape(&t->shard, &rows, &cols);
@@ -227,7 +234,13 @@ void gpt_init(gpt_model *m, uint64_t seed) {
             }
             for (int64_t c = 0; c < cols; c++) row[c] = gpt_init_at(&rule, (uint64_t)dt_shard_global_index(&t->shard, r, c));
         }
+        if (o->on_device) {
+            o->upload(tp(m, i), w, t->numel * sizeof(float));
+            DT_TRY(o->sync()); /* w is freed next */
+            free(w);
+        }
     }
+    return DT_OK;
 }
 
 const gpt_tensor *gpt_find(const gpt_model *m, const char *name) {
@@ -248,7 +261,7 @@ void gpt_sorted_order(const gpt_model *m, int *order) {
 }
 
 void gpt_zero_grad(gpt_model *m) {
-    for (int u = 0; u < m->nunits; u++) memset(m->unit_grads[u], 0, m->units[u].count * sizeof(float));
+    for (int u = 0; u < m->nunits; u++) m->ops->zero(m->unit_grads[u], m->units[u].count * sizeof(float));
 }
 
 size_t gpt_num_params(const gpt_model *m) {
@@ -310,7 +323,8 @@ static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T
     int C = m->shape.n_embd, L = m->shape.n_layer;
     size_t BTC = (size_t)m->max_B * m->max_T * C;
     HOOK(before_forward, 0);
-    o->embed_fwd(a->encoded, tokens, tp(m, 0), tp(m, 1), B, T, C);
+    o->upload(a->tok, tokens, (size_t)B * T * sizeof(uint16_t));
+    o->embed_fwd(a->encoded, a->tok, tp(m, 0), tp(m, 1), B, T, C);
     for (int l = 0; l < L; l++) {
         HOOK(before_forward, 1 + l);
         block_forward(m, l, B, T);
@@ -330,7 +344,8 @@ static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scal
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
     const float *wte = tp(m, 0);
-    double loss = 0.0;
+    o->upload(a->tgt, targets, (size_t)N * sizeof(uint16_t));
+    targets = a->tgt;
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
         const float *x = a->lnf + (size_t)r0 * C;
@@ -341,8 +356,7 @@ static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scal
             o->gemm(1, 0, Vp, C, R, 1.0f, a->logits, Vp, x, C, 1.0f, tg(m, 0), C);
         }
     }
-    for (int i = 0; i < N; i++) loss += a->losses[i];
-    return loss;
+    return o->sum(a->losses, (size_t)N);
 }
 
 dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss) {
@@ -358,7 +372,7 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
     m->ops->gemm(0, 1, 1, Vp, C, 1.0f, m->acts->lnf + (size_t)(T - 1) * C, C, tp(m, 0), C, 0.0f, m->acts->logits,
                  Vp);
     HOOK(after_forward, 0);
-    memcpy(logits, m->acts->logits, (size_t)m->shape.vocab_size * sizeof(float));
+    m->ops->download(logits, m->acts->logits, (size_t)m->shape.vocab_size * sizeof(float));
     return DT_OK;
 }
 
@@ -393,7 +407,7 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
     HOOK(before_backward, 0);
     double loss = head(m, targets, N, grad_scale); /* leaves dlnf in dsmall */
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
-    memset(a->dres, 0, (size_t)N * C * sizeof(float));
+    o->zero(a->dres, (size_t)N * C * sizeof(float));
     HOOK(before_backward, L + 1);
     o->layernorm_bwd(a->dres, tg(m, lnw), tg(m, lnb), a->dsmall, layer_in(m, L, BTC), tp(m, lnw), a->lnf_mean,
                      a->lnf_rstd, N, C);
@@ -403,7 +417,7 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
         block_backward(m, l, B, T);
         HOOK(after_backward, 1 + l);
     }
-    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, tokens, B, T, C);
+    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C);
     HOOK(after_backward, 0);
     *loss_out = loss;
     return DT_OK;

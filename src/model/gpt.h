@@ -95,7 +95,7 @@ typedef struct {
 } gpt_init_rule;
 gpt_init_rule gpt_init_rule_for(const char *name, int n_layer, uint64_t seed);
 float gpt_init_at(const gpt_init_rule *r, uint64_t index);
-void gpt_init(gpt_model *m, uint64_t seed);
+dt_status gpt_init(gpt_model *m, uint64_t seed);
 const gpt_tensor *gpt_find(const gpt_model *m, const char *name);
 /* Tensor indices in lexicographic name order (the digest and safetensors order). */
 void gpt_sorted_order(const gpt_model *m, int *order);

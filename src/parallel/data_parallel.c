@@ -179,10 +179,15 @@ static dt_status make_view(const gpt_model *m, float *base, float ***out) {
 static dt_status setup_plain(dt_dp *d) {
     gpt_model *m = d->m;
     size_t n = m->nparams;
-    /* the node-shared buffer below is collective: every rank must get there */
-    DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&d->params, n * sizeof(float), "parameters"), NULL));
-    /* node-shared: DDP's bucket all-reduces read peers' gradients where they lie */
-    DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients", (void **)&d->grads));
+    if (d->ops->on_device) { /* one rank (the trainer checks): device memory, no sharing */
+        DT_TRY(d->ops->alloc((void **)&d->params, n * sizeof(float), "parameters"));
+        DT_TRY(d->ops->alloc((void **)&d->grads, n * sizeof(float), "gradients"));
+    } else {
+        /* the node-shared buffer below is collective: every rank must get there */
+        DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&d->params, n * sizeof(float), "parameters"), NULL));
+        /* node-shared: DDP's bucket all-reduces read peers' gradients where they lie */
+        DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients", (void **)&d->grads));
+    }
     m->params = d->params;
     m->grads = d->grads;
     for (int u = 0; u < m->nunits; u++) {
@@ -192,8 +197,8 @@ static dt_status setup_plain(dt_dp *d) {
     d->norm_parts = calloc((size_t)d->N, sizeof(double));
     if (!d->norm_parts) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
     if (!d->o.ps || d->rank == 0) { /* ps: only the central rank keeps optimizer state */
-        DT_TRY(dt_alloc((void **)&d->exp_avg, n * sizeof(float), "AdamW first moments"));
-        DT_TRY(dt_alloc((void **)&d->exp_avg_sq, n * sizeof(float), "AdamW second moments"));
+        DT_TRY(d->ops->alloc((void **)&d->exp_avg, n * sizeof(float), "AdamW first moments"));
+        DT_TRY(d->ops->alloc((void **)&d->exp_avg_sq, n * sizeof(float), "AdamW second moments"));
         DT_TRY(make_view(m, d->exp_avg, &d->m_view));
         DT_TRY(make_view(m, d->exp_avg_sq, &d->v_view));
     }
@@ -231,10 +236,15 @@ void dt_dp_destroy(dt_dp *d) {
     dt_fold_destroy(&d->fold);
     dt_free(d->tree_tmp);
     dt_free(d->canon_part);
-    dt_free(d->params);
-    dt_comm_free_shared(d->comm, d->grads);
-    dt_free(d->exp_avg);
-    dt_free(d->exp_avg_sq);
+    if (d->ops->on_device) {
+        d->ops->free(d->params);
+        d->ops->free(d->grads);
+    } else {
+        dt_free(d->params);
+        dt_comm_free_shared(d->comm, d->grads);
+    }
+    d->ops->free(d->exp_avg);
+    d->ops->free(d->exp_avg_sq);
     free(d->m_view);
     free(d->norm_parts);
     free(d->v_view);
@@ -243,11 +253,80 @@ void dt_dp_destroy(dt_dp *d) {
     free(d);
 }
 
+/* ---- device state seen from the host ----
+ * Checkpoint and digest code read and write host memory. With the state on a device
+ * they work on a host copy, made at save/load time only (never per step): the model's
+ * unit views (and the moment views) point at it in between. */
+typedef struct {
+    float *p, *mom[2];
+    float **params_view, **mom_view[2]; /* the device views, restored at close */
+    int swapped;                        /* unit_params point at p */
+} host_copy;
+
+static dt_status host_open(dt_dp *d, int moments, int fetch, host_copy *h) {
+    memset(h, 0, sizeof *h);
+    if (!d->ops->on_device) return DT_OK;
+    gpt_model *m = d->m;
+    size_t n = m->nparams, bytes = n * sizeof(float);
+    int nm = moments && d->m_view ? 2 : 0;
+    float *dev_mom[2] = {d->exp_avg, d->exp_avg_sq};
+    float ***views[2] = {&d->m_view, &d->v_view};
+    h->p = malloc(bytes);
+    h->params_view = malloc((size_t)m->nunits * sizeof(float *));
+    if (!h->p || !h->params_view) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the parameters)");
+    for (int k = 0; k < nm; k++) {
+        h->mom[k] = malloc(bytes);
+        if (!h->mom[k]) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the optimizer state)");
+        DT_TRY(make_view(m, h->mom[k], &h->mom_view[k]));
+        if (fetch) d->ops->download(h->mom[k], dev_mom[k], bytes);
+        float **dev_view = *views[k];
+        *views[k] = h->mom_view[k];
+        h->mom_view[k] = dev_view;
+    }
+    if (fetch) d->ops->download(h->p, d->params, bytes);
+    for (int u = 0; u < m->nunits; u++) {
+        h->params_view[u] = m->unit_params[u];
+        m->unit_params[u] = h->p + m->units[u].offset;
+    }
+    h->swapped = 1;
+    return d->ops->sync();
+}
+
+/* Points the views back at the device; push: copies the host copy there first. */
+static dt_status host_close(dt_dp *d, int push, host_copy *h) {
+    if (!d->ops->on_device) return DT_OK;
+    gpt_model *m = d->m;
+    size_t bytes = m->nparams * sizeof(float);
+    float *dev_mom[2] = {d->exp_avg, d->exp_avg_sq};
+    float ***views[2] = {&d->m_view, &d->v_view};
+    if (h->swapped) {
+        if (push) d->ops->upload(d->params, h->p, bytes);
+        for (int u = 0; u < m->nunits; u++) m->unit_params[u] = h->params_view[u];
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!h->mom[k]) continue;
+        if (push) d->ops->upload(dev_mom[k], h->mom[k], bytes);
+        if (h->mom_view[k]) {
+            free(*views[k]); /* the host view made by host_open */
+            *views[k] = h->mom_view[k];
+        }
+    }
+    dt_status s = d->ops->sync(); /* the uploads have read the host copy */
+    free(h->p);
+    free(h->params_view);
+    free(h->mom[0]);
+    free(h->mom[1]);
+    return s;
+}
+
 dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     if (is_zero(d)) return dt_zero_init_weights(d, seed, init_from);
-    if (init_from && *init_from) return dt_ckpt_load_weights(init_from, d->m);
-    gpt_init(d->m, seed);
-    return DT_OK;
+    if (!init_from || !*init_from) return gpt_init(d->m, seed);
+    host_copy h;
+    dt_status s = host_open(d, 0, 0, &h);
+    if (s == DT_OK) s = dt_ckpt_load_weights(init_from, d->m);
+    dt_status c = host_close(d, s == DT_OK, &h);
+    return s != DT_OK ? s : c;
 }
 
 dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
@@ -255,15 +334,18 @@ dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
     if (is_zero(d)) return dt_zero_load(d, step_dir);
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
-    DT_TRY(dt_ckpt_load_weights(path, d->m));
-    if (d->m_view) DT_TRY(dt_ckpt_load_optimizer(step_dir, d->m, d->m_view, d->v_view));
-    return DT_OK;
+    host_copy h;
+    dt_status s = host_open(d, 1, 0, &h);
+    if (s == DT_OK) s = dt_ckpt_load_weights(path, d->m);
+    if (s == DT_OK && d->m_view) s = dt_ckpt_load_optimizer(step_dir, d->m, d->m_view, d->v_view);
+    dt_status c = host_close(d, s == DT_OK, &h);
+    return s != DT_OK ? s : c;
 }
 
 void dt_dp_begin_step(dt_dp *d) {
     if (d->o.bitwise) dt_fold_reset(&d->fold);
     else if (is_zero(d)) dt_zero_begin_step(d);
-    else memset(d->grads, 0, d->m->nparams * sizeof(float));
+    else d->ops->zero(d->grads, d->m->nparams * sizeof(float));
 }
 
 void dt_dp_begin_micro(dt_dp *d, int last) {
@@ -337,7 +419,14 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
         s = dt_zero_gather_full(d);
         if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
     }
-    if (s == DT_OK && d->rank == 0) s = dt_ckpt_save(dir, d->m, mv, vv, st, config_json);
+    if (s == DT_OK && d->rank == 0) {
+        host_copy h;
+        s = host_open(d, 1, 1, &h);
+        if (s == DT_OK && !is_zero(d)) mv = d->m_view, vv = d->v_view; /* the host views, on a device */
+        if (s == DT_OK) s = dt_ckpt_save(dir, d->m, mv, vv, st, config_json);
+        dt_status c = host_close(d, 0, &h);
+        if (s == DT_OK) s = c;
+    }
     if (is_zero(d)) {
         dt_zero_free_views(mv, vv);
         dt_zero_release_full(d);
@@ -347,9 +436,12 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
 
 dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
     dt_status s = dt_dp_gather_full(d);
+    host_copy h;
+    if (s == DT_OK) s = host_open(d, 0, 1, &h);
     if (s == DT_OK) dt_weights_digest(d->m, hex);
+    dt_status c = host_close(d, 0, &h);
     dt_dp_release_full(d);
-    return s;
+    return s != DT_OK ? s : c;
 }
 
 double dt_dp_comm_seconds(const dt_dp *d) { return d->comm_s; }

@@ -333,7 +333,7 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     if (d->o.zero >= 3) DT_TRY(push_full_view(d));
     dt_status s = DT_OK;
     if (init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
-    else gpt_init(d->m, seed);
+    else DT_TRY(gpt_init(d->m, seed));
     if (d->o.zero >= 3) {
         if (s == DT_OK) take_slices(d, d->full_tmp, d->param_shard);
         pop_full_view(d);

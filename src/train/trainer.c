@@ -50,12 +50,24 @@ typedef struct {
     double *mem_all; /* the final memory report: 7 numbers per rank, allocated up front */
 } trainer;
 
-static dt_status check_supported(const dt_config *c) {
-    if (strcmp(c->backend, "cpu") != 0)
-        return dt_fail(DT_EINPUT, "config: backend '%s' is not available in this build (cpu only)", c->backend);
+static dt_status check_supported(const dt_config *c, int world) {
     if (strcmp(c->precision, "fp32") != 0)
-        return dt_fail(DT_EINPUT, "config: precision '%s' is not supported by the cpu backend (fp32 only)",
-                       c->precision);
+        return dt_fail(DT_EINPUT, "config: precision '%s' is not implemented yet (fp32 only)", c->precision);
+    if (strcmp(c->backend, "cuda") != 0) return DT_OK;
+    /* the data-parallel engines keep their buffers and collectives in host memory */
+    if (world > 1)
+        return dt_fail(DT_EINPUT, "backend cuda: %d ranks: the GPU backend runs one rank so far (data parallelism "
+                       "on GPUs is not implemented yet)", world);
+    if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise"))
+        return dt_fail(DT_EINPUT, "backend cuda: parallel.zero and parallel.determinism=bitwise are not "
+                       "implemented on the GPU yet");
+    return DT_OK;
+}
+
+static dt_status choose_ops(const dt_config *c, const dt_ops **ops) {
+    if (!strcmp(c->backend, "cuda")) DT_TRY(dt_ops_cuda(ops));
+    else *ops = dt_ops_cpu();
+    if (c->log.profile) *ops = dt_ops_profiled(*ops);
     return DT_OK;
 }
 
@@ -127,7 +139,8 @@ static dt_status read_data(const dt_config *c, trainer *t) {
  * largest workspace, times the ranks on this node) exceeds what the node has free:
  * better one line now than the OOM killer halfway through allocation. */
 static dt_status check_memory(trainer *t, const dt_config *c) {
-    if (!c->train.check_memory) return DT_OK;
+    /* on a GPU the state lives in device memory: an allocation failure there names the buffer */
+    if (!c->train.check_memory || t->ops->on_device) return DT_OK;
     double need = dt_estimate_rank_bytes(c, t->dp) * dt_comm_local_size(t->world);
     double avail = dt_memory_available();
     if (avail <= 0 || need <= avail) return DT_OK;
@@ -152,9 +165,9 @@ static dt_status note_schedule_change(trainer *t, const dt_config *c) {
 /* Local checks and data: no communication, so a failing rank cannot strand the others. */
 static dt_status setup_local(trainer *t, const dt_config *c) {
     t->cfg = c;
-    t->ops = c->log.profile ? dt_ops_profiled(dt_ops_cpu()) : dt_ops_cpu();
     DT_TRY(dt_config_validate(c));
-    DT_TRY(check_supported(c));
+    DT_TRY(check_supported(c, dt_comm_size(t->world)));
+    DT_TRY(choose_ops(c, &t->ops));
     dt_cpu_set_threads(c->threads);
     t->T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     t->micro = c->train.micro_batch;
@@ -294,6 +307,7 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
     }
     *lr = dt_lr_at(&t->hp, t->st.step);
     DT_TRY(dt_dp_end_step(t->dpe, *lr, grad_norm));
+    DT_TRY(t->ops->sync()); /* a device failure during the step surfaces here */
     if (t->dp > 1) DT_TRY(dt_allreduce(t->mesh.dp_comm, &sum, 1, DT_F64, DT_SUM));
     t->st.step++;
     t->st.data_epoch = t->loader.epoch;
@@ -358,7 +372,7 @@ static void print_header(trainer *t) {
            "steps, %s%s, %d threads/rank, %s\n",
            t->global_batch, t->T, t->micro, t->dp, t->accum, c->train.steps,
            !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", dt_cpu_threads(),
-           dt_cpu_blas_info());
+           t->ops->on_device ? dt_gpu_name() : dt_cpu_blas_info());
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
            t->val_path[0] ? t->val_path : "none");
     if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);

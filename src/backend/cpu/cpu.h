@@ -24,6 +24,7 @@ void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
                        int T, int C, int NH);
 void cpu_softmax_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
 double cpu_sumsq(const float *x, size_t n);
+double cpu_sum(const float *x, size_t n);
 void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
                float wd, float bc1, float bc2, float gscale);
 

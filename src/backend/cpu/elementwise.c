@@ -91,6 +91,12 @@ double cpu_sumsq(const float *x, size_t n) {
     return s;
 }
 
+double cpu_sum(const float *x, size_t n) { /* in index order: the loss digest depends on it */
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
 void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
                float wd, float bc1, float bc2, float gscale) {
 #pragma omp parallel for simd schedule(static)

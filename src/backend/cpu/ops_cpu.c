@@ -1,8 +1,25 @@
+#include <string.h>
+
+#include "../../core/mem.h"
 #include "../ops.h"
 #include "cpu.h"
 
+/* Host memory: kernels run synchronously, so transfers are copies and sync has nothing to wait for. */
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (dst != src) memcpy(dst, src, bytes);
+}
+static dt_status cpu_sync(void) { return DT_OK; }
+
 static const dt_ops CPU_OPS = {
     .name = "cpu",
+    .on_device = 0,
+    .alloc = dt_alloc,
+    .free = dt_free,
+    .zero = cpu_zero,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .sync = cpu_sync,
     .gemm = cpu_gemm,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,
@@ -17,6 +34,7 @@ static const dt_ops CPU_OPS = {
     .attention_bwd = cpu_attention_bwd,
     .softmax_xent = cpu_softmax_xent,
     .sumsq = cpu_sumsq,
+    .sum = cpu_sum,
     .adamw = cpu_adamw,
 };
 

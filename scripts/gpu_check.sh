@@ -1,0 +1,27 @@
+#!/bin/bash
+# On a GPU machine, from the repository root: unpacks .gpu/bundle.tar.xz (made by
+# scripts/gpu_bundle.sh), finds CUDA's libraries, runs the GPU tests, then the
+# benchmarks named as arguments (bench/gpu/*.sh). Logs go to $OUT when set.
+set -uo pipefail
+out=${OUT:-/tmp/gpu_out}
+mkdir -p "$out" /tmp/dt
+tar -C /tmp/dt -xJf .gpu/bundle.tar.xz || exit 2
+libdirs=/tmp/dt/lib
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, n, "lib") for p in nvidia.__path__ for n in os.listdir(p)))' 2>/dev/null); do
+  [ -d "$d" ] && ls "$d" | grep -q -E 'libcublasLt\.so|libnccl\.so|libcudnn\.so' && libdirs="$libdirs:$d"
+done
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export DT_BIN=/tmp/dt/bin
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+echo "libraries: $LD_LIBRARY_PATH"
+rc=0
+for t in test_cuda_ops test_cuda_model; do
+  echo "== $t"; "$DT_BIN/$t" > "$out/$t.log" 2>&1; r=$?
+  grep -E "^(FAIL|GPU)|passed|FAILED|skip" "$out/$t.log"; [ $r -eq 0 ] || rc=1
+done
+echo "== test_cuda_train"
+bash tests/test_cuda_train.sh "$DT_BIN/dtrain" "$PWD" /tmp > "$out/test_cuda_train.log" 2>&1 || rc=1
+grep -E "^(ok|FAIL)|passed" "$out/test_cuda_train.log"
+for b in "$@"; do echo "== $b"; bash "$b" "$DT_BIN/dtrain" "$out" || rc=1; done
+exit $rc

@@ -1,0 +1,238 @@
+/* Causal attention in fp32 without the T×T matrix (FlashAttention's recurrence):
+ * forward keeps a running max and sum per query row over key tiles in shared memory
+ * and stores only the log-sum-exp; backward recomputes probabilities from it, one
+ * kernel for dK/dV (a thread per key) and one for dQ (a thread per query).
+ * This is the exact-arithmetic reference path (one thread per row, CUDA cores); the
+ * bf16 path uses tensor cores. Head sizes 8..128 (powers of two) are compiled. */
+#include <math.h>
+#include <stdio.h>
+
+#include "cuda_internal.h"
+
+enum { TILE = 64 }; /* query rows (threads) per block */
+/* key (or query, in dK/dV) rows per shared-memory tile: two tiles fit the 48 KB of static shared memory */
+template <int HS> struct kt { enum { N = HS <= 64 ? 64 : 32 }; };
+
+template <int HS>
+__global__ void __launch_bounds__(TILE) attn_fwd_k(float *out, float *lse, const float *qkv, int T, int C, int NH,
+                                                   float scale) {
+    enum { KT = kt<HS>::N };
+    __shared__ float Ks[KT][HS], Vs[KT][HS];
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
+    int t = blockIdx.x * TILE + threadIdx.x;
+    const float *base = qkv + (size_t)b * T * C3 + h * HS;
+    bool valid = t < T;
+    float q[HS], acc[HS];
+#pragma unroll
+    for (int d = 0; d < HS; d++) {
+        q[d] = valid ? base[(size_t)t * C3 + d] : 0.0f;
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    int last = min(T, (int)(blockIdx.x + 1) * TILE) - 1;
+    for (int k0 = 0; k0 <= last; k0 += KT) {
+        for (int e = threadIdx.x; e < KT * HS; e += TILE) {
+            int r = e / HS, d = e % HS, key = k0 + r;
+            Ks[r][d] = key < T ? base[(size_t)key * C3 + C + d] : 0.0f;
+            Vs[r][d] = key < T ? base[(size_t)key * C3 + 2 * C + d] : 0.0f;
+        }
+        __syncthreads();
+        int kend = valid ? min((int)KT, t - k0 + 1) : 0; /* keys k0 .. t */
+        if (kend > 0) {
+            float s[KT], mt = m;
+#pragma unroll
+            for (int j = 0; j < KT; j++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int d = 0; d < HS; d++) dot += q[d] * Ks[j][d];
+                s[j] = dot * scale;
+                if (j < kend) mt = fmaxf(mt, s[j]);
+            }
+            float corr = expf(m - mt);
+            l *= corr;
+#pragma unroll
+            for (int d = 0; d < HS; d++) acc[d] *= corr;
+#pragma unroll
+            for (int j = 0; j < KT; j++) {
+                float p = j < kend ? expf(s[j] - mt) : 0.0f;
+                l += p;
+#pragma unroll
+                for (int d = 0; d < HS; d++) acc[d] += p * Vs[j][d];
+            }
+            m = mt;
+        }
+        __syncthreads();
+    }
+    if (!valid) return;
+    float *o = out + ((size_t)b * T + t) * C + h * HS;
+    float inv = 1.0f / l;
+#pragma unroll
+    for (int d = 0; d < HS; d++) o[d] = acc[d] * inv;
+    lse[(size_t)bh * T + t] = m + logf(l);
+}
+
+/* D[bh][t] = dO[t]·O[t] (the softmax backward's row term) */
+__global__ void attn_rowdot_k(float *D, const float *dout, const float *out, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    size_t n = (size_t)B * NH * T;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t bh = i / T, t = i % T, b = bh / NH, h = bh % NH;
+        const float *o = out + (b * T + t) * C + h * HS, *d = dout + (b * T + t) * C + h * HS;
+        float s = 0.0f;
+        for (int k = 0; k < HS; k++) s += o[k] * d[k];
+        D[i] = s;
+    }
+}
+
+/* dK, dV: a thread per key j, over the query tiles that can see it */
+template <int HS>
+__global__ void __launch_bounds__(TILE) attn_bwd_kv_k(float *dqkv, const float *dout, const float *qkv,
+                                                      const float *lse, const float *D, int T, int C, int NH,
+                                                      float scale) {
+    enum { KT = kt<HS>::N };
+    __shared__ float Qs[KT][HS], dOs[KT][HS], Ls[KT], Ds[KT];
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
+    int j = blockIdx.x * TILE + threadIdx.x;
+    bool valid = j < T;
+    const float *base = qkv + (size_t)b * T * C3 + h * HS;
+    const float *dbase = dout + (size_t)b * T * C + h * HS;
+    float k[HS], v[HS], dk[HS], dv[HS];
+#pragma unroll
+    for (int d = 0; d < HS; d++) {
+        k[d] = valid ? base[(size_t)j * C3 + C + d] : 0.0f;
+        v[d] = valid ? base[(size_t)j * C3 + 2 * C + d] : 0.0f;
+        dk[d] = dv[d] = 0.0f;
+    }
+    for (int i0 = blockIdx.x * TILE; i0 < T; i0 += KT) {
+        for (int e = threadIdx.x; e < KT * HS; e += TILE) {
+            int r = e / HS, d = e % HS, qi = i0 + r;
+            Qs[r][d] = qi < T ? base[(size_t)qi * C3 + d] : 0.0f;
+            dOs[r][d] = qi < T ? dbase[(size_t)qi * C + d] : 0.0f;
+        }
+        if ((int)threadIdx.x < KT && i0 + (int)threadIdx.x < T) {
+            Ls[threadIdx.x] = lse[(size_t)bh * T + i0 + threadIdx.x];
+            Ds[threadIdx.x] = D[(size_t)bh * T + i0 + threadIdx.x];
+        }
+        __syncthreads();
+        if (valid)
+            for (int r = 0; r < KT; r++) {
+                int qi = i0 + r;
+                if (qi >= T) break;
+                if (qi < j) continue;
+                float s = 0.0f, dp = 0.0f;
+#pragma unroll
+                for (int d = 0; d < HS; d++) {
+                    s += Qs[r][d] * k[d];
+                    dp += dOs[r][d] * v[d];
+                }
+                float p = expf(s * scale - Ls[r]);
+                float ds = p * (dp - Ds[r]) * scale;
+#pragma unroll
+                for (int d = 0; d < HS; d++) {
+                    dv[d] += p * dOs[r][d];
+                    dk[d] += ds * Qs[r][d];
+                }
+            }
+        __syncthreads();
+    }
+    if (!valid) return;
+    float *g = dqkv + ((size_t)b * T + j) * C3 + h * HS;
+#pragma unroll
+    for (int d = 0; d < HS; d++) {
+        g[C + d] = dk[d];
+        g[2 * C + d] = dv[d];
+    }
+}
+
+/* dQ: a thread per query i, over the key tiles it sees */
+template <int HS>
+__global__ void __launch_bounds__(TILE) attn_bwd_q_k(float *dqkv, const float *dout, const float *qkv,
+                                                     const float *lse, const float *D, int T, int C, int NH,
+                                                     float scale) {
+    enum { KT = kt<HS>::N };
+    __shared__ float Ks[KT][HS], Vs[KT][HS];
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
+    int i = blockIdx.x * TILE + threadIdx.x;
+    bool valid = i < T;
+    const float *base = qkv + (size_t)b * T * C3 + h * HS;
+    float q[HS], dO[HS], dq[HS];
+    const float *dsrc = dout + ((size_t)b * T + (valid ? i : 0)) * C + h * HS;
+#pragma unroll
+    for (int d = 0; d < HS; d++) {
+        q[d] = valid ? base[(size_t)i * C3 + d] : 0.0f;
+        dO[d] = valid ? dsrc[d] : 0.0f;
+        dq[d] = 0.0f;
+    }
+    float li = valid ? lse[(size_t)bh * T + i] : 0.0f, Di = valid ? D[(size_t)bh * T + i] : 0.0f;
+    int last = min(T, (int)(blockIdx.x + 1) * TILE) - 1;
+    for (int k0 = 0; k0 <= last; k0 += KT) {
+        for (int e = threadIdx.x; e < KT * HS; e += TILE) {
+            int r = e / HS, d = e % HS, key = k0 + r;
+            Ks[r][d] = key < T ? base[(size_t)key * C3 + C + d] : 0.0f;
+            Vs[r][d] = key < T ? base[(size_t)key * C3 + 2 * C + d] : 0.0f;
+        }
+        __syncthreads();
+        int kend = valid ? min((int)KT, i - k0 + 1) : 0;
+        for (int r = 0; r < kend; r++) {
+            float s = 0.0f, dp = 0.0f;
+#pragma unroll
+            for (int d = 0; d < HS; d++) {
+                s += q[d] * Ks[r][d];
+                dp += dO[d] * Vs[r][d];
+            }
+            float p = expf(s * scale - li);
+            float ds = p * (dp - Di) * scale;
+#pragma unroll
+            for (int d = 0; d < HS; d++) dq[d] += ds * Ks[r][d];
+        }
+        __syncthreads();
+    }
+    if (!valid) return;
+    float *g = dqkv + ((size_t)b * T + i) * C3 + h * HS;
+#pragma unroll
+    for (int d = 0; d < HS; d++) g[d] = dq[d];
+}
+
+static int head_size_ok(int HS) {
+    if (HS == 8 || HS == 16 || HS == 32 || HS == 64 || HS == 128) return 1;
+    char msg[96];
+    snprintf(msg, sizeof msg, "head size %d is not supported (8, 16, 32, 64 or 128)", HS);
+    dt_cuda_record("attention", msg);
+    return 0;
+}
+
+#define HS_SWITCH(HS, CALL)          \
+    switch (HS) {                    \
+    case 8: { enum { H = 8 }; CALL; } break;     \
+    case 16: { enum { H = 16 }; CALL; } break;   \
+    case 32: { enum { H = 32 }; CALL; } break;   \
+    case 64: { enum { H = 64 }; CALL; } break;   \
+    case 128: { enum { H = 128 }; CALL; } break; \
+    }
+
+void dt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    if (!head_size_ok(HS)) return;
+    dim3 grid((T + TILE - 1) / TILE, B * NH);
+    float scale = 1.0f / sqrtf((float)HS);
+    HS_SWITCH(HS, (attn_fwd_k<H><<<grid, TILE, 0, dt_cuda_stream()>>>(out, lse, qkv, T, C, NH, scale)));
+    DT_CUDA_LAUNCHED("attention_fwd");
+}
+
+void dt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                           int B, int T, int C, int NH) {
+    int HS = C / NH;
+    if (!head_size_ok(HS)) return;
+    float *D = (float *)dt_cuda_scratch((size_t)B * NH * T * sizeof(float));
+    if (!D) return;
+    cudaStream_t s = dt_cuda_stream();
+    size_t n = (size_t)B * NH * T;
+    attn_rowdot_k<<<(int)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0, s>>>(D, dout, out, B, T, C, NH);
+    DT_CUDA_LAUNCHED("attention_rowdot");
+    dim3 grid((T + TILE - 1) / TILE, B * NH);
+    float scale = 1.0f / sqrtf((float)HS);
+    HS_SWITCH(HS, (attn_bwd_kv_k<H><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));
+    DT_CUDA_LAUNCHED("attention_bwd_kv");
+    HS_SWITCH(HS, (attn_bwd_q_k<H><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));
+    DT_CUDA_LAUNCHED("attention_bwd_q");
+}

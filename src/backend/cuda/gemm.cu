@@ -1,0 +1,146 @@
+/* GEMMs through cuBLASLt. ops.h is row-major; cuBLASLt is column-major, and a
+ * row-major matrix is its column-major transpose, so C = op(A)·op(B) is computed as
+ * Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands swapped. The linear layer's bias rides in the
+ * matmul epilogue. Plans (descriptors + the heuristic's algorithm) are cached per
+ * shape, so a step does no planning and no allocation after the first. */
+#include <cublasLt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static cublasLtHandle_t g_lt;
+static void *g_workspace;
+static const size_t WORKSPACE = 32u << 20;
+
+typedef struct {
+    int ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} plan;
+
+enum { MAX_PLANS = 256 };
+static plan g_plans[MAX_PLANS];
+static int g_nplans;
+
+int dt_cuda_gemm_init(void) {
+    if (cublasLtCreate(&g_lt) != CUBLAS_STATUS_SUCCESS) {
+        dt_cuda_record("cublasLtCreate", "failed");
+        return 0;
+    }
+    if (cudaMalloc(&g_workspace, WORKSPACE) != cudaSuccess) {
+        dt_cuda_record("cuBLASLt workspace", "out of GPU memory");
+        return 0;
+    }
+    return 1;
+}
+
+static int alignment(const void *p) { /* the largest of 16, 8, 4 bytes dividing the address */
+    uintptr_t a = (uintptr_t)p;
+    return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : 4;
+}
+
+static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int bias, int beta0,
+                       int align) {
+    for (int i = 0; i < g_nplans; i++) {
+        plan *p = &g_plans[i];
+        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
+            p->ldc == ldc && p->bias == bias && p->beta0 == beta0 && p->align == align)
+            return p;
+    }
+    if (g_nplans == MAX_PLANS) { /* shapes are few in training; evict the oldest if not */
+        plan *p = &g_plans[0];
+        cublasLtMatmulDescDestroy(p->op);
+        cublasLtMatrixLayoutDestroy(p->la);
+        cublasLtMatrixLayoutDestroy(p->lb);
+        cublasLtMatrixLayoutDestroy(p->lc);
+        memmove(g_plans, g_plans + 1, sizeof(plan) * (MAX_PLANS - 1));
+        g_nplans--;
+    }
+    plan *p = &g_plans[g_nplans];
+    memset(p, 0, sizeof *p);
+    *p = (plan){ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, NULL, NULL, NULL, NULL, {}};
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    /* fp32 in, fp32 out, fp32 arithmetic (no TF32): the parity mode */
+    cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    if (st == CUBLAS_STATUS_SUCCESS && bias) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, m, n, ldc);
+    cublasLtMatmulPreference_t pref = NULL;
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WORKSPACE,
+                                                  sizeof WORKSPACE);
+    uint32_t al = (uint32_t)align;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no algorithm for %s%s m=%d n=%d k=%d (%s)", ta ? "T" : "N", tb ? "T" : "N", m, n,
+                 k, cublasLtGetStatusString(st));
+        dt_cuda_record("cuBLASLt", msg);
+        return NULL;
+    }
+    p->algo = res.algo;
+    g_nplans++;
+    return p;
+}
+
+/* Column-major D = alpha·op(A)·op(B) + beta·D (+ bias[m] broadcast over columns). */
+static void lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C, int ldc, const float *bias) {
+    if (m == 0 || n == 0) return;
+    int align = alignment(A);
+    int a2 = alignment(B), a3 = alignment(C);
+    if (a2 < align) align = a2;
+    if (a3 < align) align = a3;
+    plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta == 0.0f, align);
+    if (!p) return;
+    if (bias &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
+            CUBLAS_STATUS_SUCCESS) {
+        dt_cuda_record("cuBLASLt", "bias pointer");
+        return;
+    }
+    cublasStatus_t st = cublasLtMatmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
+                                       g_workspace, WORKSPACE, dt_cuda_stream());
+    if (st != CUBLAS_STATUS_SUCCESS) dt_cuda_record("cublasLtMatmul", cublasLtGetStatusString(st));
+}
+
+void dt_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                  int ldb, float beta, float *C, int ldc) {
+    lt_matmul(transB, transA, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, NULL);
+}
+
+void dt_cuda_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC) {
+    lt_matmul(0, 0, OC, N, IC, 1.0f, w, OC, inp, IC, 0.0f, out, OC, bias);
+}
+
+void dt_cuda_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                        int N, int IC, int OC, int acc_dinp) {
+    lt_matmul(1, 0, IC, N, OC, 1.0f, w, OC, dout, OC, acc_dinp ? 1.0f : 0.0f, dinp, IC, NULL); /* dout·wᵀ */
+    lt_matmul(0, 1, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, OC, NULL);                  /* += inpᵀ·dout */
+    if (dbias) dt_cuda_colsum_acc(dbias, dout, N, OC);
+}

@@ -1,0 +1,297 @@
+/* Embedding, LayerNorm, GELU, residual add, softmax cross-entropy and AdamW on the GPU,
+ * fp32. Row-wise kernels give one warp (or one block for vocabulary rows) to a row;
+ * sums over rows go through fixed-order partials (reduce.cu's pattern), so results are
+ * reproducible run to run. */
+#include <math.h>
+
+#include "cuda_internal.h"
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static int blocks_for(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    size_t cap = (size_t)dt_cuda_sm_count() * 32;
+    if (cap == 0) cap = 4096;
+    return (int)(b < cap ? (b > 0 ? b : 1) : cap);
+}
+
+/* ---- embedding ---- */
+
+__global__ void embed_fwd_k(float *out, const uint16_t *tok, const float *wte, const float *wpe, int BT, int T,
+                            int C) {
+    size_t n = (size_t)BT * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C, c = i % C;
+        out[i] = wte[(size_t)tok[bt] * C + c] + wpe[(bt % T) * C + c];
+    }
+}
+
+void dt_cuda_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+    embed_fwd_k<<<blocks_for((size_t)B * T * C, 256), 256, 0, dt_cuda_stream()>>>(out, tok, wte, wpe, B * T, T, C);
+    DT_CUDA_LAUNCHED("embed_fwd");
+}
+
+/* dwpe[t][c] += sum over b, in b order (deterministic) */
+__global__ void embed_bwd_pos_k(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t n = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int b = 0; b < B; b++) s += dout[(size_t)b * n + i];
+        dwpe[i] += s;
+    }
+}
+
+/* dwte[tok][c] += dout[bt][c]: tokens repeat, so rows collide; float atomics make the
+ * summation order (and the last bits) vary from run to run. */
+__global__ void embed_bwd_tok_k(float *dwte, const float *dout, const uint16_t *tok, int BT, int C) {
+    size_t n = (size_t)BT * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C, c = i % C;
+        atomicAdd(&dwte[(size_t)tok[bt] * C + c], dout[i]);
+    }
+}
+
+void dt_cuda_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C) {
+    embed_bwd_pos_k<<<blocks_for((size_t)T * C, 256), 256, 0, dt_cuda_stream()>>>(dwpe, dout, B, T, C);
+    DT_CUDA_LAUNCHED("embed_bwd_pos");
+    embed_bwd_tok_k<<<blocks_for((size_t)B * T * C, 256), 256, 0, dt_cuda_stream()>>>(dwte, dout, tok, B * T, C);
+    DT_CUDA_LAUNCHED("embed_bwd_tok");
+}
+
+/* ---- LayerNorm: one warp per row ---- */
+
+enum { LN_WARPS = 8 };
+
+__global__ void ln_fwd_k(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                         int N, int C) {
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+void dt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                           int N, int C) {
+    ln_fwd_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, dt_cuda_stream()>>>(out, mean, rstd, inp, w, b, N, C);
+    DT_CUDA_LAUNCHED("layernorm_fwd");
+}
+
+__global__ void ln_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                            const float *rstd, int N, int C) {
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float a = 0.0f, bsum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float dn = w[c] * dy[c];
+        a += dn;
+        bsum += dn * (x[c] - m) * r;
+    }
+    a = warp_sum(a) / C;
+    bsum = warp_sum(bsum) / C;
+    float *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float n = (x[c] - m) * r;
+        dx[c] += (w[c] * dy[c] - a - n * bsum) * r;
+    }
+}
+
+enum { COL_TILE = 32, ROW_LANES = 8 };
+
+/* partial sums over a chunk of rows of (x-mean)·rstd·dy and dy, per column */
+__global__ void ln_dwdb_partial_k(float *pw, float *pb, const float *dout, const float *inp, const float *mean,
+                                  const float *rstd, int N, int C, int rows_per_chunk) {
+    __shared__ float sw[ROW_LANES][COL_TILE], sb[ROW_LANES][COL_TILE];
+    int c = blockIdx.x * COL_TILE + threadIdx.x, r = blockIdx.y;
+    int r0 = r * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C)
+        for (int i = r0 + threadIdx.y; i < r1; i += ROW_LANES) {
+            float dy = dout[(size_t)i * C + c];
+            aw += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * dy;
+            ab += dy;
+        }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int k = 0; k < ROW_LANES; k++) {
+            tw += sw[k][threadIdx.x];
+            tb += sb[k][threadIdx.x];
+        }
+        pw[(size_t)r * C + c] = tw;
+        pb[(size_t)r * C + c] = tb;
+    }
+}
+
+__global__ void ln_dwdb_finish_k(float *dw, float *db, const float *pw, const float *pb, int chunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float tw = 0.0f, tb = 0.0f;
+    for (int r = 0; r < chunks; r++) {
+        tw += pw[(size_t)r * C + c];
+        tb += pb[(size_t)r * C + c];
+    }
+    dw[c] += tw;
+    db[c] += tb;
+}
+
+void dt_cuda_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, int N, int C) {
+    cudaStream_t s = dt_cuda_stream();
+    ln_bwd_dx_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    DT_CUDA_LAUNCHED("layernorm_bwd_dx");
+    int rows = (N + 255) / 256;
+    if (rows < 64) rows = 64;
+    int chunks = (N + rows - 1) / rows;
+    float *pw = (float *)dt_cuda_scratch(2 * (size_t)chunks * C * sizeof(float));
+    if (!pw) return;
+    float *pb = pw + (size_t)chunks * C;
+    dim3 grid((C + COL_TILE - 1) / COL_TILE, chunks), block(COL_TILE, ROW_LANES);
+    ln_dwdb_partial_k<<<grid, block, 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C, rows);
+    DT_CUDA_LAUNCHED("layernorm_bwd_dwdb");
+    ln_dwdb_finish_k<<<(C + 255) / 256, 256, 0, s>>>(dw, db, pw, pb, chunks, C);
+    DT_CUDA_LAUNCHED("layernorm_bwd_finish");
+}
+
+/* ---- elementwise ---- */
+
+__global__ void gelu_fwd_k(float *out, const float *inp, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+__global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+__global__ void add_k(float *out, const float *a, const float *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+void dt_cuda_gelu_fwd(float *out, const float *inp, size_t n) {
+    gelu_fwd_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(out, inp, n);
+    DT_CUDA_LAUNCHED("gelu_fwd");
+}
+void dt_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+    gelu_bwd_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(dinp, inp, dout, n);
+    DT_CUDA_LAUNCHED("gelu_bwd");
+}
+void dt_cuda_add(float *out, const float *a, const float *b, size_t n) {
+    add_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(out, a, b, n);
+    DT_CUDA_LAUNCHED("add");
+}
+
+/* ---- softmax cross-entropy: one block per row ---- */
+
+enum { XENT_THREADS = 512 };
+
+static __device__ __forceinline__ void merge_max_sum(float &m, float &s, float m2, float s2) {
+    float M = fmaxf(m, m2);
+    if (M == -INFINITY) return; /* both empty */
+    s = s * expf(m - M) + s2 * expf(m2 - M);
+    m = M;
+}
+
+__global__ void xent_k(float *logits, float *losses, const uint16_t *targets, int V, int Vp, float scale) {
+    __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
+    __shared__ float row_m, row_s;
+    float *x = logits + (size_t)blockIdx.x * Vp;
+    int t = targets[blockIdx.x];
+    float xt = x[t]; /* read before any thread overwrites the row */
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += XENT_THREADS) { /* online max and sum of exponentials */
+        float v = x[j];
+        if (v > m) {
+            s = s * expf(m - v) + 1.0f;
+            m = v;
+        } else {
+            s += expf(v - m);
+        }
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        merge_max_sum(m, s, m2, s2);
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) {
+        sm[warp] = m;
+        ss[warp] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = sm[0], S = ss[0];
+        for (int w = 1; w < XENT_THREADS / 32; w++) merge_max_sum(M, S, sm[w], ss[w]);
+        row_m = M;
+        row_s = S;
+        losses[blockIdx.x] = logf(S) + M - xt;
+    }
+    __syncthreads();
+    if (scale == 0.0f) return;
+    float M = row_m, k = scale / row_s;
+    for (int j = threadIdx.x; j < Vp; j += XENT_THREADS) {
+        float g = j < V ? expf(x[j] - M) * k : 0.0f;
+        x[j] = j == t ? g - scale : g;
+    }
+}
+
+void dt_cuda_softmax_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale) {
+    if (N <= 0) return;
+    xent_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, losses, targets, V, Vp, scale);
+    DT_CUDA_LAUNCHED("softmax_xent");
+}
+
+/* ---- AdamW ---- */
+
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                        float eps, float wd, float bc1, float bc2, float gscale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i] * gscale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
+
+void dt_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                   float eps, float wd, float bc1, float bc2, float gscale) {
+    if (n == 0) return;
+    adamw_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2,
+                                                               gscale);
+    DT_CUDA_LAUNCHED("adamw");
+}

@@ -1,0 +1,94 @@
+/* Reductions in a fixed order (no atomics): the same inputs give the same bits on
+ * every run, as the CPU backend promises. Two passes each: partial sums over fixed
+ * row chunks / element ranges, then one ordered sum of the partials. */
+#include "cuda_internal.h"
+
+enum { COL_TILE = 32, ROW_THREADS = 8, MAX_ROW_CHUNKS = 256, SUM_BLOCKS = 512, SUM_THREADS = 256 };
+
+/* partial[r][c] = sum of src[rows of chunk r][c]; block (x, r), threads (32 columns x 8 row lanes) */
+__global__ void colsum_partial(float *partial, const float *src, int N, int C, int rows_per_chunk) {
+    __shared__ float acc[ROW_THREADS][COL_TILE];
+    int c = blockIdx.x * COL_TILE + threadIdx.x, r = blockIdx.y;
+    int r0 = r * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float s = 0.0f;
+    if (c < C)
+        for (int i = r0 + threadIdx.y; i < r1; i += ROW_THREADS) s += src[(size_t)i * C + c];
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t = 0.0f;
+        for (int k = 0; k < ROW_THREADS; k++) t += acc[k][threadIdx.x];
+        partial[(size_t)r * C + c] = t;
+    }
+}
+
+__global__ void colsum_finish(float *dst, const float *partial, int chunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int r = 0; r < chunks; r++) s += partial[(size_t)r * C + c];
+    dst[c] += s;
+}
+
+void dt_cuda_colsum_acc(float *dst, const float *src, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    int rows = (N + MAX_ROW_CHUNKS - 1) / MAX_ROW_CHUNKS;
+    if (rows < 64) rows = 64;
+    int chunks = (N + rows - 1) / rows;
+    float *partial = (float *)dt_cuda_scratch((size_t)chunks * C * sizeof(float));
+    if (!partial) return;
+    dim3 grid((C + COL_TILE - 1) / COL_TILE, chunks), block(COL_TILE, ROW_THREADS);
+    colsum_partial<<<grid, block, 0, dt_cuda_stream()>>>(partial, src, N, C, rows);
+    DT_CUDA_LAUNCHED("colsum_partial");
+    colsum_finish<<<(C + 255) / 256, 256, 0, dt_cuda_stream()>>>(dst, partial, chunks, C);
+    DT_CUDA_LAUNCHED("colsum_finish");
+}
+
+template <int SQUARE>
+__global__ void sum_partial(double *partial, const float *x, size_t n, size_t per_block) {
+    __shared__ double sh[SUM_THREADS];
+    size_t i0 = blockIdx.x * per_block, i1 = i0 + per_block < n ? i0 + per_block : n;
+    double s = 0.0;
+    for (size_t i = i0 + threadIdx.x; i < i1; i += SUM_THREADS) {
+        double v = x[i];
+        s += SQUARE ? v * v : v;
+    }
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = SUM_THREADS / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+__global__ void sum_finish(double *out, const double *partial, int nblocks) {
+    double s = 0.0;
+    for (int i = 0; i < nblocks; i++) s += partial[i];
+    *out = s;
+}
+
+template <int SQUARE>
+static double sum_impl(const float *x, size_t n) {
+    if (n == 0) return 0.0;
+    size_t per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
+    per = (per + SUM_THREADS - 1) / SUM_THREADS * SUM_THREADS;
+    int nblocks = (int)((n + per - 1) / per);
+    double *partial = (double *)dt_cuda_scratch((size_t)(nblocks + 1) * sizeof(double));
+    if (!partial) return NAN;
+    sum_partial<SQUARE><<<nblocks, SUM_THREADS, 0, dt_cuda_stream()>>>(partial, x, n, per);
+    DT_CUDA_LAUNCHED("sum_partial");
+    sum_finish<<<1, 1, 0, dt_cuda_stream()>>>(partial + nblocks, partial, nblocks);
+    DT_CUDA_LAUNCHED("sum_finish");
+    double r = NAN;
+    cudaError_t e = cudaMemcpyAsync(&r, partial + nblocks, sizeof r, cudaMemcpyDeviceToHost, dt_cuda_stream());
+    if (e == cudaSuccess) e = cudaStreamSynchronize(dt_cuda_stream());
+    if (e != cudaSuccess) {
+        dt_cuda_record("sum", cudaGetErrorString(e));
+        return NAN;
+    }
+    return r;
+}
+
+double dt_cuda_sumsq(const float *x, size_t n) { return sum_impl<1>(x, n); }
+double dt_cuda_sum(const float *x, size_t n) { return sum_impl<0>(x, n); }

@@ -1,0 +1,262 @@
+/* Every CUDA kernel against the CPU backend on fresh random inputs (fp32: relative
+ * error under 1e-5 by ‖gpu − cpu‖ / ‖cpu‖), outputs poisoned with NaN first so an
+ * unwritten element fails, odd shapes included; reductions twice for bitwise
+ * reproducibility. Skips (77) without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/ops.h"
+#include "core/rng.h"
+
+static int failures;
+static const dt_ops *G, *H;
+static dt_rng rng;
+
+static float *rnd(size_t n, float scale) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = scale * (float)dt_rng_normal(&rng);
+    return x;
+}
+static float *dev(const float *h, size_t n) { /* device copy of h (NaN-poisoned when h is NULL) */
+    float *d;
+    if (G->alloc((void **)&d, n * sizeof(float), "test") != DT_OK) exit(1);
+    if (h) G->upload(d, h, n * sizeof(float));
+    else {
+        float *nan = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) nan[i] = NAN;
+        G->upload(d, nan, n * sizeof(float));
+        G->sync();
+        free(nan);
+    }
+    return d;
+}
+static float *host(const float *d, size_t n) {
+    float *h = malloc(n * sizeof(float));
+    G->download(h, d, n * sizeof(float));
+    return h;
+}
+/* compares device result d with the CPU's c: ‖d − c‖ / max(‖c‖, floor·√n) ≤ tol (a floor
+ * makes it absolute for values near zero, such as a log-sum-exp of one small score) */
+static void check_floor(const char *what, const float *d, const float *c, size_t n, double tol, double floor);
+static void check(const char *what, const float *d, const float *c, size_t n, double tol) {
+    check_floor(what, d, c, n, tol, 0.0);
+}
+static void check_floor(const char *what, const float *d, const float *c, size_t n, double tol, double floor) {
+    float *g = host(d, n);
+    double num = 0, den = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(g[i]) && isfinite(c[i])) bad++;
+        double e = (double)g[i] - c[i];
+        num += e * e;
+        den += (double)c[i] * c[i];
+    }
+    if (den < floor * floor * (double)n) den = floor * floor * (double)n;
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    int ok = bad == 0 && rel <= tol;
+    printf("%-4s %-44s rel %.2e%s\n", ok ? "ok" : "FAIL", what, rel, bad ? " (unwritten or non-finite)" : "");
+    if (!ok) failures++;
+    free(g);
+}
+
+static void test_gemm(int tA, int tB, int M, int N, int K) {
+    int lda = tA ? M : K, ldb = tB ? K : N;
+    float *A = rnd((size_t)M * K, 1), *B = rnd((size_t)K * N, 1), *C = rnd((size_t)M * N, 1);
+    float *dA = dev(A, (size_t)M * K), *dB = dev(B, (size_t)K * N), *dC = dev(C, (size_t)M * N);
+    H->gemm(tA, tB, M, N, K, 0.5f, A, lda, B, ldb, 1.0f, C, N);
+    G->gemm(tA, tB, M, N, K, 0.5f, dA, lda, dB, ldb, 1.0f, dC, N);
+    char name[64];
+    snprintf(name, sizeof name, "gemm %c%c %dx%dx%d beta=1", tA ? 'T' : 'N', tB ? 'T' : 'N', M, N, K);
+    check(name, dC, C, (size_t)M * N, 1e-5);
+    free(A), free(B), free(C), G->free(dA), G->free(dB), G->free(dC);
+}
+
+static void test_linear(int N, int IC, int OC, int bias, int acc) {
+    float *x = rnd((size_t)N * IC, 1), *w = rnd((size_t)IC * OC, 0.1f), *b = rnd(OC, 1), *dy = rnd((size_t)N * OC, 1);
+    float *dx = rnd((size_t)N * IC, 1), *dw = rnd((size_t)IC * OC, 1), *db = rnd(OC, 1);
+    float *y = malloc((size_t)N * OC * sizeof(float));
+    float *gx = dev(x, (size_t)N * IC), *gw = dev(w, (size_t)IC * OC), *gb = dev(b, OC), *gdy = dev(dy, (size_t)N * OC);
+    float *gy = dev(NULL, (size_t)N * OC), *gdx = acc ? dev(dx, (size_t)N * IC) : dev(NULL, (size_t)N * IC);
+    float *gdw = dev(dw, (size_t)IC * OC), *gdb = dev(db, OC);
+    H->linear_fwd(y, x, w, bias ? b : NULL, N, IC, OC);
+    G->linear_fwd(gy, gx, gw, bias ? gb : NULL, N, IC, OC);
+    H->linear_bwd(dx, dw, bias ? db : NULL, dy, x, w, N, IC, OC, acc);
+    G->linear_bwd(gdx, gdw, bias ? gdb : NULL, gdy, gx, gw, N, IC, OC, acc);
+    char name[80];
+    snprintf(name, sizeof name, "linear %dx%d->%d bias=%d: out", N, IC, OC, bias);
+    check(name, gy, y, (size_t)N * OC, 1e-5);
+    snprintf(name, sizeof name, "linear %dx%d->%d acc=%d: dinp", N, IC, OC, acc);
+    check(name, gdx, dx, (size_t)N * IC, 1e-5);
+    snprintf(name, sizeof name, "linear %dx%d->%d: dw", N, IC, OC);
+    check(name, gdw, dw, (size_t)IC * OC, 1e-5);
+    if (bias) check("linear: dbias", gdb, db, OC, 1e-5);
+    free(x), free(w), free(b), free(dy), free(dx), free(dw), free(db), free(y);
+    G->free(gx), G->free(gw), G->free(gb), G->free(gdy), G->free(gy), G->free(gdx), G->free(gdw), G->free(gdb);
+}
+
+static void test_layernorm(int N, int C) {
+    float *x = rnd((size_t)N * C, 2), *w = rnd(C, 1), *b = rnd(C, 1), *dy = rnd((size_t)N * C, 1);
+    float *y = malloc((size_t)N * C * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+    float *dx = rnd((size_t)N * C, 1), *dw = rnd(C, 1), *db = rnd(C, 1);
+    float *gx = dev(x, (size_t)N * C), *gw = dev(w, C), *gb = dev(b, C), *gdy = dev(dy, (size_t)N * C);
+    float *gy = dev(NULL, (size_t)N * C), *gm = dev(NULL, N), *gr = dev(NULL, N);
+    float *gdx = dev(dx, (size_t)N * C), *gdw = dev(dw, C), *gdb = dev(db, C);
+    H->layernorm_fwd(y, mean, rstd, x, w, b, N, C);
+    G->layernorm_fwd(gy, gm, gr, gx, gw, gb, N, C);
+    H->layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    G->layernorm_bwd(gdx, gdw, gdb, gdy, gx, gw, gm, gr, N, C);
+    char name[64];
+    snprintf(name, sizeof name, "layernorm %dx%d: out", N, C);
+    check(name, gy, y, (size_t)N * C, 1e-5);
+    check("layernorm: mean", gm, mean, N, 1e-5);
+    check("layernorm: rstd", gr, rstd, N, 1e-5);
+    check("layernorm: dinp (+=)", gdx, dx, (size_t)N * C, 1e-5);
+    check("layernorm: dw (+=)", gdw, dw, C, 1e-5);
+    check("layernorm: db (+=)", gdb, db, C, 1e-5);
+    /* the weight gradient's reduction is ordered: the same inputs give the same bits */
+    G->upload(gdw, dw, C * 4);
+    G->layernorm_bwd(gdx, gdw, gdb, gdy, gx, gw, gm, gr, N, C);
+    float *r1 = host(gdw, C);
+    G->upload(gdw, dw, C * 4);
+    G->layernorm_bwd(gdx, gdw, gdb, gdy, gx, gw, gm, gr, N, C);
+    float *r2 = host(gdw, C);
+    int same = !memcmp(r1, r2, C * 4);
+    printf("%-4s layernorm: dw bitwise reproducible\n", same ? "ok" : "FAIL");
+    failures += !same;
+    free(r1), free(r2);
+    free(x), free(w), free(b), free(dy), free(y), free(mean), free(rstd), free(dx), free(dw), free(db);
+    G->free(gx), G->free(gw), G->free(gb), G->free(gdy), G->free(gy), G->free(gm), G->free(gr), G->free(gdx);
+    G->free(gdw), G->free(gdb);
+}
+
+static void test_elementwise(size_t n) {
+    float *x = rnd(n, 3), *d = rnd(n, 1), *y = malloc(n * 4), *z = malloc(n * 4);
+    float *gx = dev(x, n), *gd = dev(d, n), *gy = dev(NULL, n), *gz = dev(NULL, n);
+    H->gelu_fwd(y, x, n);
+    G->gelu_fwd(gy, gx, n);
+    check("gelu fwd", gy, y, n, 1e-6);
+    H->gelu_bwd(z, x, d, n);
+    G->gelu_bwd(gz, gx, gd, n);
+    check("gelu bwd", gz, z, n, 1e-6);
+    H->add(y, x, d, n);
+    G->add(gy, gx, gd, n);
+    check("add", gy, y, n, 0);
+    /* adamw, with a clipping factor */
+    float *p = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    float *gp = dev(p, n), *gm = dev(m, n), *gv = dev(v, n);
+    H->adamw(p, d, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.3f, 0.7f);
+    G->adamw(gp, gd, gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.3f, 0.7f);
+    check("adamw: params", gp, p, n, 1e-6);
+    check("adamw: m", gm, m, n, 1e-6);
+    check("adamw: v", gv, v, n, 1e-6);
+    double s1 = H->sumsq(x, n), s2 = G->sumsq(gx, n), s3 = G->sumsq(gx, n);
+    double t1 = H->sum(x, n), t2 = G->sum(gx, n);
+    int ok = fabs(s1 - s2) <= 1e-9 * s1 && s2 == s3 && fabs(t1 - t2) <= 1e-9 * (fabs(t1) + sqrt(s1));
+    printf("%-4s sumsq/sum n=%zu: %.9g vs %.9g, %.9g vs %.9g, repeat equal\n", ok ? "ok" : "FAIL", n, s2, s1, t2, t1);
+    failures += !ok;
+    free(x), free(d), free(y), free(z), free(p), free(m), free(v);
+    G->free(gx), G->free(gd), G->free(gy), G->free(gz), G->free(gp), G->free(gm), G->free(gv);
+}
+
+static void test_embed(int B, int T, int C, int V) {
+    uint16_t *tok = malloc((size_t)B * T * 2), *gtok;
+    for (int i = 0; i < B * T; i++) tok[i] = (uint16_t)(dt_rng_below(&rng, (uint64_t)(i % 3 ? V : 4))); /* repeats */
+    float *wte = rnd((size_t)V * C, 1), *wpe = rnd((size_t)T * C, 1), *dy = rnd((size_t)B * T * C, 1);
+    float *out = malloc((size_t)B * T * C * 4), *dwte = rnd((size_t)V * C, 1), *dwpe = rnd((size_t)T * C, 1);
+    if (G->alloc((void **)&gtok, (size_t)B * T * 2, "tok") != DT_OK) exit(1);
+    G->upload(gtok, tok, (size_t)B * T * 2);
+    float *gwte = dev(wte, (size_t)V * C), *gwpe = dev(wpe, (size_t)T * C), *gdy = dev(dy, (size_t)B * T * C);
+    float *gout = dev(NULL, (size_t)B * T * C), *gdwte = dev(dwte, (size_t)V * C), *gdwpe = dev(dwpe, (size_t)T * C);
+    H->embed_fwd(out, tok, wte, wpe, B, T, C);
+    G->embed_fwd(gout, gtok, gwte, gwpe, B, T, C);
+    check("embed fwd", gout, out, (size_t)B * T * C, 0);
+    H->embed_bwd(dwte, dwpe, dy, tok, B, T, C);
+    G->embed_bwd(gdwte, gdwpe, gdy, gtok, B, T, C);
+    check("embed bwd: dwte (repeated tokens)", gdwte, dwte, (size_t)V * C, 1e-6);
+    check("embed bwd: dwpe", gdwpe, dwpe, (size_t)T * C, 1e-6);
+    free(tok), free(wte), free(wpe), free(dy), free(out), free(dwte), free(dwpe);
+    G->free(gtok), G->free(gwte), G->free(gwpe), G->free(gdy), G->free(gout), G->free(gdwte), G->free(gdwpe);
+}
+
+static void test_xent(int N, int V, int Vp, float scale) {
+    float *lg = rnd((size_t)N * Vp, 3), *loss = malloc(N * 4);
+    uint16_t *t = malloc(N * 2), *gt;
+    for (int i = 0; i < N; i++) t[i] = (uint16_t)(dt_rng_below(&rng, (uint64_t)V));
+    if (G->alloc((void **)&gt, N * 2, "t") != DT_OK) exit(1);
+    G->upload(gt, t, N * 2);
+    float *glg = dev(lg, (size_t)N * Vp), *gloss = dev(NULL, N);
+    H->softmax_xent(lg, loss, t, N, V, Vp, scale);
+    G->softmax_xent(glg, gloss, gt, N, V, Vp, scale);
+    char name[64];
+    snprintf(name, sizeof name, "softmax_xent %dx%d(%d) scale=%g: loss", N, V, Vp, scale);
+    check(name, gloss, loss, N, 1e-6);
+    if (scale != 0) check("softmax_xent: dlogits (padding zero)", glg, lg, (size_t)N * Vp, 1e-5);
+    free(lg), free(loss), free(t), G->free(gt), G->free(glg), G->free(gloss);
+}
+
+static void test_attention(int B, int T, int C, int NH) {
+    size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = rnd(nqkv, 1), *dy = rnd(no, 1), *out = malloc(no * 4), *lse = malloc(nl * 4),
+          *dqkv = malloc(nqkv * 4);
+    float *gqkv = dev(qkv, nqkv), *gdy = dev(dy, no), *gout = dev(NULL, no), *glse = dev(NULL, nl),
+          *gdqkv = dev(NULL, nqkv);
+    H->attention_fwd(out, lse, qkv, B, T, C, NH);
+    G->attention_fwd(gout, glse, gqkv, B, T, C, NH);
+    char name[80];
+    snprintf(name, sizeof name, "attention B%d T%d C%d NH%d (hs %d): out", B, T, C, NH, C / NH);
+    check(name, gout, out, no, 1e-5);
+    check_floor("attention: lse", glse, lse, nl, 1e-6, 1.0);
+    H->attention_bwd(dqkv, dy, qkv, out, lse, B, T, C, NH);
+    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, B, T, C, NH);
+    check("attention: dqkv", gdqkv, dqkv, nqkv, 1e-5);
+    float *r1 = host(gdqkv, nqkv);
+    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, B, T, C, NH);
+    float *r2 = host(gdqkv, nqkv);
+    int same = !memcmp(r1, r2, nqkv * 4);
+    printf("%-4s attention: dqkv bitwise reproducible\n", same ? "ok" : "FAIL");
+    failures += !same;
+    free(r1), free(r2), free(qkv), free(dy), free(out), free(lse), free(dqkv);
+    G->free(gqkv), G->free(gdy), G->free(gout), G->free(glse), G->free(gdqkv);
+}
+
+int main(void) {
+    if (dt_ops_cuda(&G) != DT_OK) {
+        printf("skip: %s\n", dt_error_message());
+        return 77;
+    }
+    H = dt_ops_cpu();
+    printf("GPU: %s\n", dt_gpu_name());
+    dt_rng_seed(&rng, (uint64_t)time(NULL)); /* fresh inputs every run */
+    for (int tA = 0; tA < 2; tA++)
+        for (int tB = 0; tB < 2; tB++) test_gemm(tA, tB, 67, 45, 129);
+    test_gemm(0, 1, 512, 1024, 768);
+    test_linear(100, 48, 144, 1, 0);
+    test_linear(257, 96, 32, 0, 1);
+    test_linear(1024, 768, 2304, 1, 1);
+    test_layernorm(1, 7);
+    test_layernorm(300, 96);
+    test_layernorm(4096, 768);
+    test_elementwise(1);
+    test_elementwise(1000003);
+    test_embed(3, 17, 40, 100);
+    test_embed(4, 256, 768, 1000);
+    test_xent(5, 100, 128, 0.0f);
+    test_xent(33, 1000, 1024, 1.0f / 33);
+    test_xent(8, 50257, 50304, 0.125f);
+    static const int shapes[][4] = {{1, 1, 32, 1},   {2, 63, 64, 2},   {1, 64, 64, 1},  {2, 65, 128, 4},
+                                    {1, 200, 256, 4}, {2, 130, 96, 12}, {1, 97, 512, 4}, {1, 300, 64, 8},
+                                    {2, 1024, 768, 12}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        test_attention(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+    dt_status s = G->sync();
+    if (s != DT_OK) {
+        printf("FAIL %s\n", dt_error_message());
+        failures++;
+    }
+    printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
+    return failures ? 1 : 0;
+}
