@@ -114,7 +114,7 @@ static void run(const dt_ops *gpu, gpt_shape s, int B, int T, size_t samples) {
 
 int main(void) {
     const dt_ops *gpu;
-    if (dt_ops_cuda(&gpu) != DT_OK) {
+    if (dt_ops_cuda(&gpu, 0) != DT_OK) {
         printf("skip: %s\n", dt_error_message());
         return 77;
     }

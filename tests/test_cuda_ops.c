@@ -1,7 +1,9 @@
-/* Every CUDA kernel against the CPU backend on fresh random inputs (fp32: relative
- * error under 1e-5 by ‖gpu − cpu‖ / ‖cpu‖), outputs poisoned with NaN first so an
- * unwritten element fails, odd shapes included; reductions twice for bitwise
- * reproducibility. Skips (77) without a GPU. */
+/* Every CUDA kernel against the CPU backend on fresh random inputs, outputs poisoned
+ * with NaN first so an unwritten element fails, odd shapes included; reductions twice
+ * for bitwise reproducibility. Twice: fp32 (relative error ‖gpu − cpu‖ / ‖cpu‖ under
+ * 1e-5) and bf16 storage (the GPU's bf16 kernels against the CPU's bf16-storage
+ * adapter on the same bf16 inputs, under 1e-2: both compute in fp32, so only output
+ * rounding and the GEMMs' accumulation order differ). Skips (77) without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,55 +11,78 @@
 #include <time.h>
 
 #include "backend/ops.h"
+#include "core/bf16.h"
 #include "core/rng.h"
 
-static int failures;
+static int failures, BF; /* BF: storage arrays hold bf16 (packed at the start of a float-sized buffer) */
 static const dt_ops *G, *H;
 static dt_rng rng;
 
-static float *rnd(size_t n, float scale) {
-    float *x = malloc(n * sizeof(float));
+static size_t E(void) { return BF ? 2 : 4; }
+static float val(const float *a, size_t i) { return BF ? dt_bf16_to_f32(((const uint16_t *)a)[i]) : a[i]; }
+static float *rnd32(size_t n, float scale) { /* fp32 whatever the storage (moments, statistics) */
+    float *x = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = scale * (float)dt_rng_normal(&rng);
     return x;
 }
-static float *dev(const float *h, size_t n) { /* device copy of h (NaN-poisoned when h is NULL) */
+static float *rnd(size_t n, float scale) { /* in storage precision */
+    float *x = rnd32(n, scale);
+    if (BF)
+        for (size_t i = 0; i < n; i++) ((uint16_t *)x)[i] = dt_f32_to_bf16(x[i]); /* in place: i-th over 2i-th */
+    return x;
+}
+static float *dev_e(const float *h, size_t n, size_t e) { /* device copy of h (NaN-poisoned when h is NULL) */
     float *d;
-    if (G->alloc((void **)&d, n * sizeof(float), "test") != DT_OK) exit(1);
-    if (h) G->upload(d, h, n * sizeof(float));
+    if (G->alloc((void **)&d, n * e, "test") != DT_OK) exit(1);
+    if (h) G->upload(d, h, n * e);
     else {
-        float *nan = malloc(n * sizeof(float));
-        for (size_t i = 0; i < n; i++) nan[i] = NAN;
-        G->upload(d, nan, n * sizeof(float));
+        float *nan = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) {
+            if (e == 2) ((uint16_t *)nan)[i] = 0x7fc0;
+            else nan[i] = NAN;
+        }
+        G->upload(d, nan, n * e);
         G->sync();
         free(nan);
     }
     return d;
 }
-static float *host(const float *d, size_t n) {
-    float *h = malloc(n * sizeof(float));
-    G->download(h, d, n * sizeof(float));
+static float *dev(const float *h, size_t n) { return dev_e(h, n, E()); }
+static float *dev32(const float *h, size_t n) { return dev_e(h, n, 4); }
+static float *host_e(const float *d, size_t n, size_t e) {
+    float *h = malloc((n ? n : 1) * 4);
+    G->download(h, d, n * e);
     return h;
 }
+static float *host(const float *d, size_t n) { return host_e(d, n, E()); }
 /* compares device result d with the CPU's c: ‖d − c‖ / max(‖c‖, floor·√n) ≤ tol (a floor
  * makes it absolute for values near zero, such as a log-sum-exp of one small score) */
-static void check_floor(const char *what, const float *d, const float *c, size_t n, double tol, double floor);
+static void compare(const char *what, const float *d, const float *c, size_t n, double tol, double floor, int bf);
 static void check(const char *what, const float *d, const float *c, size_t n, double tol) {
-    check_floor(what, d, c, n, tol, 0.0);
+    compare(what, d, c, n, BF ? (tol > 1e-2 ? tol : 1e-2) : tol, 0.0, BF);
 }
-static void check_floor(const char *what, const float *d, const float *c, size_t n, double tol, double floor) {
+static void check32(const char *what, const float *d, const float *c, size_t n, double tol, double floor) {
+    compare(what, d, c, n, BF ? (tol > 1e-4 ? tol : 1e-4) : tol, floor, 0); /* fp32 outputs from bf16 inputs */
+}
+static void compare(const char *what, const float *d, const float *c, size_t n, double tol, double floor, int bf) {
+    int keep = BF;
+    BF = bf;
     float *g = host(d, n);
     double num = 0, den = 0;
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!isfinite(g[i]) && isfinite(c[i])) bad++;
-        double e = (double)g[i] - c[i];
+        double gi = val(g, i), ci = val(c, i);
+        if (!isfinite(gi) && isfinite(ci)) bad++;
+        double e = gi - ci;
         num += e * e;
-        den += (double)c[i] * c[i];
+        den += ci * ci;
     }
+    BF = keep;
     if (den < floor * floor * (double)n) den = floor * floor * (double)n;
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     int ok = bad == 0 && rel <= tol;
-    printf("%-4s %-44s rel %.2e%s\n", ok ? "ok" : "FAIL", what, rel, bad ? " (unwritten or non-finite)" : "");
+    printf("%-4s %s %-44s rel %.2e%s\n", ok ? "ok" : "FAIL", BF ? "bf16" : "fp32", what, rel,
+           bad ? " (unwritten or non-finite)" : "");
     if (!ok) failures++;
     free(g);
 }
@@ -77,7 +102,7 @@ static void test_gemm(int tA, int tB, int M, int N, int K) {
 static void test_linear(int N, int IC, int OC, int bias, int acc) {
     float *x = rnd((size_t)N * IC, 1), *w = rnd((size_t)IC * OC, 0.1f), *b = rnd(OC, 1), *dy = rnd((size_t)N * OC, 1);
     float *dx = rnd((size_t)N * IC, 1), *dw = rnd((size_t)IC * OC, 1), *db = rnd(OC, 1);
-    float *y = malloc((size_t)N * OC * sizeof(float));
+    float *y = rnd((size_t)N * OC, 1);
     float *gx = dev(x, (size_t)N * IC), *gw = dev(w, (size_t)IC * OC), *gb = dev(b, OC), *gdy = dev(dy, (size_t)N * OC);
     float *gy = dev(NULL, (size_t)N * OC), *gdx = acc ? dev(dx, (size_t)N * IC) : dev(NULL, (size_t)N * IC);
     float *gdw = dev(dw, (size_t)IC * OC), *gdb = dev(db, OC);
@@ -99,10 +124,10 @@ static void test_linear(int N, int IC, int OC, int bias, int acc) {
 
 static void test_layernorm(int N, int C) {
     float *x = rnd((size_t)N * C, 2), *w = rnd(C, 1), *b = rnd(C, 1), *dy = rnd((size_t)N * C, 1);
-    float *y = malloc((size_t)N * C * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+    float *y = rnd((size_t)N * C, 1), *mean = rnd32(N, 1), *rstd = rnd32(N, 1);
     float *dx = rnd((size_t)N * C, 1), *dw = rnd(C, 1), *db = rnd(C, 1);
     float *gx = dev(x, (size_t)N * C), *gw = dev(w, C), *gb = dev(b, C), *gdy = dev(dy, (size_t)N * C);
-    float *gy = dev(NULL, (size_t)N * C), *gm = dev(NULL, N), *gr = dev(NULL, N);
+    float *gy = dev(NULL, (size_t)N * C), *gm = dev32(NULL, N), *gr = dev32(NULL, N);
     float *gdx = dev(dx, (size_t)N * C), *gdw = dev(dw, C), *gdb = dev(db, C);
     H->layernorm_fwd(y, mean, rstd, x, w, b, N, C);
     G->layernorm_fwd(gy, gm, gr, gx, gw, gb, N, C);
@@ -111,19 +136,19 @@ static void test_layernorm(int N, int C) {
     char name[64];
     snprintf(name, sizeof name, "layernorm %dx%d: out", N, C);
     check(name, gy, y, (size_t)N * C, 1e-5);
-    check("layernorm: mean", gm, mean, N, 1e-5);
-    check("layernorm: rstd", gr, rstd, N, 1e-5);
+    check32("layernorm: mean", gm, mean, N, 1e-5, 0);
+    check32("layernorm: rstd", gr, rstd, N, 1e-5, 0);
     check("layernorm: dinp (+=)", gdx, dx, (size_t)N * C, 1e-5);
     check("layernorm: dw (+=)", gdw, dw, C, 1e-5);
     check("layernorm: db (+=)", gdb, db, C, 1e-5);
     /* the weight gradient's reduction is ordered: the same inputs give the same bits */
-    G->upload(gdw, dw, C * 4);
+    G->upload(gdw, dw, C * E());
     G->layernorm_bwd(gdx, gdw, gdb, gdy, gx, gw, gm, gr, N, C);
     float *r1 = host(gdw, C);
-    G->upload(gdw, dw, C * 4);
+    G->upload(gdw, dw, C * E());
     G->layernorm_bwd(gdx, gdw, gdb, gdy, gx, gw, gm, gr, N, C);
     float *r2 = host(gdw, C);
-    int same = !memcmp(r1, r2, C * 4);
+    int same = !memcmp(r1, r2, C * E());
     printf("%-4s layernorm: dw bitwise reproducible\n", same ? "ok" : "FAIL");
     failures += !same;
     free(r1), free(r2);
@@ -133,7 +158,7 @@ static void test_layernorm(int N, int C) {
 }
 
 static void test_elementwise(size_t n) {
-    float *x = rnd(n, 3), *d = rnd(n, 1), *y = malloc(n * 4), *z = malloc(n * 4);
+    float *x = rnd(n, 3), *d = rnd(n, 1), *y = rnd(n, 1), *z = rnd(n, 1);
     float *gx = dev(x, n), *gd = dev(d, n), *gy = dev(NULL, n), *gz = dev(NULL, n);
     H->gelu_fwd(y, x, n);
     G->gelu_fwd(gy, gx, n);
@@ -143,39 +168,42 @@ static void test_elementwise(size_t n) {
     check("gelu bwd", gz, z, n, 1e-6);
     H->add(y, x, d, n);
     G->add(gy, gx, gd, n);
-    check("add", gy, y, n, 0);
+    check("add", gy, y, n, BF ? 1e-2 : 0);
     /* adamw, with a clipping factor */
-    float *p = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f);
+    float *p = rnd32(n, 1), *m = rnd32(n, 0.1f), *v = rnd32(n, 0.1f), *ps = rnd(n, 1);
     for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
-    float *gp = dev(p, n), *gm = dev(m, n), *gv = dev(v, n);
-    H->adamw(p, d, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.3f, 0.7f);
-    G->adamw(gp, gd, gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.3f, 0.7f);
-    check("adamw: params", gp, p, n, 1e-6);
-    check("adamw: m", gm, m, n, 1e-6);
-    check("adamw: v", gv, v, n, 1e-6);
+    float *gp = dev32(p, n), *gm = dev32(m, n), *gv = dev32(v, n), *gps = dev(NULL, n);
+    H->adamw(p, BF ? ps : NULL, d, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.3f, 0.7f);
+    G->adamw(gp, BF ? gps : NULL, gd, gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.3f, 0.7f);
+    check32("adamw: params (fp32 master)", gp, p, n, 1e-6, 0);
+    check32("adamw: m", gm, m, n, 1e-6, 0);
+    check32("adamw: v", gv, v, n, 1e-6, 0);
+    if (BF) check("adamw: bf16 copy of the params", gps, ps, n, 1e-2);
     double s1 = H->sumsq(x, n), s2 = G->sumsq(gx, n), s3 = G->sumsq(gx, n);
-    double t1 = H->sum(x, n), t2 = G->sum(gx, n);
-    int ok = fabs(s1 - s2) <= 1e-9 * s1 && s2 == s3 && fabs(t1 - t2) <= 1e-9 * (fabs(t1) + sqrt(s1));
+    float *x32 = rnd32(n, 1), *gx32 = dev32(x32, n);
+    double t1 = H->sum(x32, n), t2 = G->sum(gx32, n);
+    int ok = fabs(s1 - s2) <= 1e-9 * s1 && s2 == s3 && fabs(t1 - t2) <= 1e-9 * (fabs(t1) + sqrt((double)n));
     printf("%-4s sumsq/sum n=%zu: %.9g vs %.9g, %.9g vs %.9g, repeat equal\n", ok ? "ok" : "FAIL", n, s2, s1, t2, t1);
     failures += !ok;
-    free(x), free(d), free(y), free(z), free(p), free(m), free(v);
-    G->free(gx), G->free(gd), G->free(gy), G->free(gz), G->free(gp), G->free(gm), G->free(gv);
+    free(x), free(d), free(y), free(z), free(p), free(m), free(v), free(ps), free(x32);
+    G->free(gx), G->free(gd), G->free(gy), G->free(gz), G->free(gp), G->free(gm), G->free(gv), G->free(gps);
+    G->free(gx32);
 }
 
 static void test_embed(int B, int T, int C, int V) {
     uint16_t *tok = malloc((size_t)B * T * 2), *gtok;
     for (int i = 0; i < B * T; i++) tok[i] = (uint16_t)(dt_rng_below(&rng, (uint64_t)(i % 3 ? V : 4))); /* repeats */
     float *wte = rnd((size_t)V * C, 1), *wpe = rnd((size_t)T * C, 1), *dy = rnd((size_t)B * T * C, 1);
-    float *out = malloc((size_t)B * T * C * 4), *dwte = rnd((size_t)V * C, 1), *dwpe = rnd((size_t)T * C, 1);
+    float *out = rnd((size_t)B * T * C, 1), *dwte = rnd((size_t)V * C, 1), *dwpe = rnd((size_t)T * C, 1);
     if (G->alloc((void **)&gtok, (size_t)B * T * 2, "tok") != DT_OK) exit(1);
     G->upload(gtok, tok, (size_t)B * T * 2);
     float *gwte = dev(wte, (size_t)V * C), *gwpe = dev(wpe, (size_t)T * C), *gdy = dev(dy, (size_t)B * T * C);
     float *gout = dev(NULL, (size_t)B * T * C), *gdwte = dev(dwte, (size_t)V * C), *gdwpe = dev(dwpe, (size_t)T * C);
-    H->embed_fwd(out, tok, wte, wpe, B, T, C);
-    G->embed_fwd(gout, gtok, gwte, gwpe, B, T, C);
-    check("embed fwd", gout, out, (size_t)B * T * C, 0);
-    H->embed_bwd(dwte, dwpe, dy, tok, B, T, C);
-    G->embed_bwd(gdwte, gdwpe, gdy, gtok, B, T, C);
+    H->embed_fwd(out, tok, wte, wpe, B, T, C, V);
+    G->embed_fwd(gout, gtok, gwte, gwpe, B, T, C, V);
+    check("embed fwd", gout, out, (size_t)B * T * C, BF ? 1e-2 : 0);
+    H->embed_bwd(dwte, dwpe, dy, tok, B, T, C, V);
+    G->embed_bwd(gdwte, gdwpe, gdy, gtok, B, T, C, V);
     check("embed bwd: dwte (repeated tokens)", gdwte, dwte, (size_t)V * C, 1e-6);
     check("embed bwd: dwpe", gdwpe, dwpe, (size_t)T * C, 1e-6);
     free(tok), free(wte), free(wpe), free(dy), free(out), free(dwte), free(dwpe);
@@ -183,54 +211,73 @@ static void test_embed(int B, int T, int C, int V) {
 }
 
 static void test_xent(int N, int V, int Vp, float scale) {
-    float *lg = rnd((size_t)N * Vp, 3), *loss = malloc(N * 4);
+    float *lg = rnd((size_t)N * Vp, 3), *loss = rnd32(N, 1);
     uint16_t *t = malloc(N * 2), *gt;
     for (int i = 0; i < N; i++) t[i] = (uint16_t)(dt_rng_below(&rng, (uint64_t)V));
     if (G->alloc((void **)&gt, N * 2, "t") != DT_OK) exit(1);
     G->upload(gt, t, N * 2);
-    float *glg = dev(lg, (size_t)N * Vp), *gloss = dev(NULL, N);
+    float *glg = dev(lg, (size_t)N * Vp), *gloss = dev32(NULL, N);
     H->softmax_xent(lg, loss, t, N, V, Vp, scale);
     G->softmax_xent(glg, gloss, gt, N, V, Vp, scale);
     char name[64];
     snprintf(name, sizeof name, "softmax_xent %dx%d(%d) scale=%g: loss", N, V, Vp, scale);
-    check(name, gloss, loss, N, 1e-6);
+    check32(name, gloss, loss, N, 1e-6, 0);
     if (scale != 0) check("softmax_xent: dlogits (padding zero)", glg, lg, (size_t)N * Vp, 1e-5);
     free(lg), free(loss), free(t), G->free(gt), G->free(glg), G->free(gloss);
 }
 
 static void test_attention(int B, int T, int C, int NH) {
     size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    float *qkv = rnd(nqkv, 1), *dy = rnd(no, 1), *out = malloc(no * 4), *lse = malloc(nl * 4),
-          *dqkv = malloc(nqkv * 4);
-    float *gqkv = dev(qkv, nqkv), *gdy = dev(dy, no), *gout = dev(NULL, no), *glse = dev(NULL, nl),
+    float *qkv = rnd(nqkv, 1), *dy = rnd(no, 1), *out = rnd(no, 1), *lse = rnd32(nl, 1), *dqkv = rnd(nqkv, 1);
+    float *gqkv = dev(qkv, nqkv), *gdy = dev(dy, no), *gout = dev(NULL, no), *glse = dev32(NULL, nl),
           *gdqkv = dev(NULL, nqkv);
     H->attention_fwd(out, lse, qkv, B, T, C, NH);
     G->attention_fwd(gout, glse, gqkv, B, T, C, NH);
     char name[80];
     snprintf(name, sizeof name, "attention B%d T%d C%d NH%d (hs %d): out", B, T, C, NH, C / NH);
     check(name, gout, out, no, 1e-5);
-    check_floor("attention: lse", glse, lse, nl, 1e-6, 1.0);
+    check32("attention: lse", glse, lse, nl, 1e-6, 1.0);
+    /* backward from the same forward outputs on both sides (the CPU's, uploaded) */
+    G->upload(gout, out, no * E());
+    G->upload(glse, lse, nl * 4);
     H->attention_bwd(dqkv, dy, qkv, out, lse, B, T, C, NH);
     G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, B, T, C, NH);
     check("attention: dqkv", gdqkv, dqkv, nqkv, 1e-5);
     float *r1 = host(gdqkv, nqkv);
     G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, B, T, C, NH);
     float *r2 = host(gdqkv, nqkv);
-    int same = !memcmp(r1, r2, nqkv * 4);
+    int same = !memcmp(r1, r2, nqkv * E());
     printf("%-4s attention: dqkv bitwise reproducible\n", same ? "ok" : "FAIL");
     failures += !same;
     free(r1), free(r2), free(qkv), free(dy), free(out), free(lse), free(dqkv);
     G->free(gqkv), G->free(gdy), G->free(gout), G->free(glse), G->free(gdqkv);
 }
 
+static void all_ops(void);
+
 int main(void) {
-    if (dt_ops_cuda(&G) != DT_OK) {
+    if (dt_ops_cuda(&G, 0) != DT_OK) {
         printf("skip: %s\n", dt_error_message());
         return 77;
     }
-    H = dt_ops_cpu();
     printf("GPU: %s\n", dt_gpu_name());
     dt_rng_seed(&rng, (uint64_t)time(NULL)); /* fresh inputs every run */
+    H = dt_ops_cpu();
+    all_ops();
+    BF = 1;
+    H = dt_ops_bf16_storage(dt_ops_cpu());
+    if (dt_ops_cuda(&G, 1) != DT_OK) return 1;
+    all_ops();
+    dt_status s = G->sync();
+    if (s != DT_OK) {
+        printf("FAIL %s\n", dt_error_message());
+        failures++;
+    }
+    printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
+    return failures ? 1 : 0;
+}
+
+static void all_ops(void) {
     for (int tA = 0; tA < 2; tA++)
         for (int tB = 0; tB < 2; tB++) test_gemm(tA, tB, 67, 45, 129);
     test_gemm(0, 1, 512, 1024, 768);
@@ -252,11 +299,8 @@ int main(void) {
                                     {2, 1024, 768, 12}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         test_attention(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
-    dt_status s = G->sync();
-    if (s != DT_OK) {
+    if (G->sync() != DT_OK) {
         printf("FAIL %s\n", dt_error_message());
         failures++;
     }
-    printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
-    return failures ? 1 : 0;
 }

@@ -14,9 +14,10 @@ if [ $rc -ne 0 ] && echo "$out" | grep -q -E "no usable GPU|built without CUDA";
   exit 77
 fi
 
-# curves A B TOL: per-step loss and grad norm, and val losses, within TOL relative
+# curves A B TOL [KEYS]: per-step loss and grad norm (or KEYS, comma-separated), and
+# val losses, within TOL relative
 curves() {
-  python3 - "$1" "$2" "$3" <<'PY'
+  python3 - "$1" "$2" "$3" "${4:-loss,grad_norm}" <<'PY'
 import json, sys
 def load(p):
     rows = [json.loads(l) for l in open(p)]
@@ -25,7 +26,7 @@ def load(p):
 assert sorted(got) == sorted(ref), (sorted(got), sorted(ref))
 worst = 0.0
 for s in ref:
-    for k in ("loss", "grad_norm"):
+    for k in sys.argv[4].split(","):
         worst = max(worst, abs(got[s][k] - ref[s][k]) / abs(ref[s][k]))
 for a, b in zip(rv, gv):
     worst = max(worst, abs(a - b) / abs(a))
@@ -53,6 +54,16 @@ r=$(curves "$TMP/cpu.jsonl" "$TMP/g10.jsonl" 1e-4) && pass "gpu save -> cpu resu
 "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --resume "$TMP/c10" --metrics "$TMP/c10.jsonl" > /dev/null 2>&1 ||
   fail "gpu resumes a cpu checkpoint"
 r=$(curves "$TMP/cpu.jsonl" "$TMP/c10.jsonl" 1e-4) && pass "cpu save -> gpu resume: $r" || fail "cpu -> gpu: $r"
+
+# bf16 on the GPU tracks the fp32 curve (acceptance: within 2%), and the CPU's bf16
+"$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set precision=bf16 --metrics "$TMP/gpu16.jsonl" \
+  > "$TMP/gpu16.log" 2>&1 || { tail -3 "$TMP/gpu16.log"; fail "gpu bf16 run"; }
+r=$(curves "$TMP/cpu.jsonl" "$TMP/gpu16.jsonl" 0.02 loss) && pass "gpu bf16 loss vs fp32: $r" ||
+  fail "gpu bf16 vs fp32: $r"
+"$DTRAIN" train "${DP_RUN[@]}" --set precision=bf16 --metrics "$TMP/cpu16.jsonl" > /dev/null 2>&1 ||
+  fail "cpu bf16 run"
+r=$(curves "$TMP/cpu16.jsonl" "$TMP/gpu16.jsonl" 0.01) && pass "gpu bf16 vs cpu bf16 storage: $r" ||
+  fail "gpu bf16 vs cpu bf16: $r"
 
 # what the GPU backend does not run yet is refused before any work
 out=$("$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.zero=1 2>&1)

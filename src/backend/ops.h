@@ -2,7 +2,13 @@
  * know which backend runs it (CPU today; CUDA implements the same table later).
  * Kernels know shapes, never ranks. Row-major throughout. Linear weights use the
  * Hugging Face GPT-2 (Conv1D) layout: w[in][out], y = x·w + b.
- * Shapes: N rows (tokens), C channels. "acc" arguments add into the output. */
+ * Shapes: N rows (tokens), C channels. "acc" arguments add into the output.
+ *
+ * Storage precision (bf16 below): activations, the model's parameters and gradients
+ * are fp32, or bf16 with `precision: bf16`. Pointers are float* either way; with bf16
+ * storage they point at bf16 data (offsets in elements of dt_elem_bytes). What stays
+ * fp32 in both: LayerNorm mean/rstd, attention lse, per-token losses, the optimizer's
+ * master weights and moments. Kernels compute in fp32. */
 #ifndef DT_OPS_H
 #define DT_OPS_H
 #include <stddef.h>
@@ -17,12 +23,17 @@ typedef struct dt_ops {
      * Kernels and transfers run in order; on a device they may run after the call
      * returns, and a failure among them is reported by the next sync. */
     int on_device;
+    int bf16; /* storage precision of activations, parameters, gradients (see above) */
     dt_status (*alloc)(void **p, size_t bytes, const char *what); /* zero-filled */
     void (*free)(void *p);
     void (*zero)(void *p, size_t bytes);
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes); /* complete on return */
     dt_status (*sync)(void);
+    /* fp32 <-> bf16, n elements in the backend's memory (round to nearest even), in
+     * every table whatever its storage precision */
+    void (*to_bf16)(void *dst, const float *src, size_t n);
+    void (*from_bf16)(float *dst, const void *src, size_t n);
     /* C[M,N] = alpha·op(A)·op(B) + beta·C, op = transpose when trans* != 0 */
     void (*gemm)(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
@@ -31,9 +42,10 @@ typedef struct dt_ops {
     /* dinp (= or += when acc_dinp), dw +=, dbias += (dbias may be NULL) */
     void (*linear_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                        const float *w, int N, int IC, int OC, int acc_dinp);
-    /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] */
-    void (*embed_fwd)(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C);
-    void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C);
+    /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]; wte has Vp rows */
+    void (*embed_fwd)(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C,
+                      int Vp);
+    void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C, int Vp);
     void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                           int N, int C);
     /* dinp +=, dw +=, db += */
@@ -52,20 +64,28 @@ typedef struct dt_ops {
     /* Softmax cross-entropy over rows of logits[N, Vp] (columns >= V are padding and excluded).
      * Writes loss per row; if scale != 0, overwrites logits with dloss/dlogits · scale. */
     void (*softmax_xent)(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
-    /* sum of squares in double (fixed order for a fixed thread count) */
+    /* sum of squares in double (fixed order for a fixed thread count); x in storage precision */
     double (*sumsq)(const float *x, size_t n);
-    /* sum in double (per-token losses: in index order on cpu) */
+    /* sum in double of fp32 values (per-token losses: in index order on cpu) */
     double (*sum)(const float *x, size_t n);
     /* AdamW on n elements of gradient g·gscale (gscale: the clipping factor, fused here so
-     * clipping costs no pass of its own): m, v updated; p -= lr·(m̂/(sqrt(v̂)+eps) + wd·p) */
-    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float wd, float bc1, float bc2, float gscale);
+     * clipping costs no pass of its own): m, v updated; p -= lr·(m̂/(sqrt(v̂)+eps) + wd·p).
+     * p, m, v fp32; g in storage precision; p_store (NULL: none) receives p rounded to
+     * storage precision (the model's bf16 copy of its fp32 master weights). */
+    void (*adamw)(float *p, float *p_store, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, float bc1, float bc2, float gscale);
 } dt_ops;
 
 const dt_ops *dt_ops_cpu(void);
+/* bf16 storage around an fp32 table: each kernel converts its bf16 arguments to fp32
+ * scratch (the inner backend's memory, grown once, reused), runs the fp32 kernel and
+ * rounds what it wrote back to bf16. The CPU backend's bf16 mode (bf16 storage, fp32
+ * compute); one table per process. */
+const dt_ops *dt_ops_bf16_storage(const dt_ops *f32);
+static inline size_t dt_elem_bytes(const dt_ops *o) { return o->bf16 ? 2 : 4; }
 /* The CUDA backend on this process's GPU; a one-line error when the build has no CUDA
  * or the machine no GPU. */
-dt_status dt_ops_cuda(const dt_ops **out);
+dt_status dt_ops_cuda(const dt_ops **out, int bf16);
 /* This process's GPU ("none" without CUDA). */
 const char *dt_gpu_name(void);
 /* Wraps ops so every call is timed (one wrapper per process); report prints the totals. */

@@ -36,11 +36,11 @@ static void p_lin_b(float *di, float *dw, float *db, const float *d, const float
                     int OC, int acc) {
     TIMED(P_LIN_B, inner->linear_bwd(di, dw, db, d, i, w, N, IC, OC, acc));
 }
-static void p_emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int T, int C) {
-    TIMED(P_EMB_F, inner->embed_fwd(o, t, e, p, B, T, C));
+static void p_emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int T, int C, int V) {
+    TIMED(P_EMB_F, inner->embed_fwd(o, t, e, p, B, T, C, V));
 }
-static void p_emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int T, int C) {
-    TIMED(P_EMB_B, inner->embed_bwd(de, dp, d, t, B, T, C));
+static void p_emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int T, int C, int V) {
+    TIMED(P_EMB_B, inner->embed_bwd(de, dp, d, t, B, T, C, V));
 }
 static void p_ln_f(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
     TIMED(P_LN_F, inner->layernorm_fwd(o, m, r, i, w, b, N, C));
@@ -72,9 +72,9 @@ static double p_sum(const float *x, size_t n) {
     TIMED(P_SUM, r = inner->sum(x, n));
     return r;
 }
-static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
-                    float wd, float c1, float c2, float gs) {
-    TIMED(P_ADAMW, inner->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2, gs));
+static void p_adamw(float *p, float *ps, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                    float eps, float wd, float c1, float c2, float gs) {
+    TIMED(P_ADAMW, inner->adamw(p, ps, g, m, v, n, lr, b1, b2, eps, wd, c1, c2, gs));
 }
 
 static dt_ops PROFILED;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/bf16.h"
 #include "../core/mem.h"
 #include "../core/rng.h"
 
@@ -80,14 +81,18 @@ static void build_table(gpt_model *m) {
     m->nparams = off;
 }
 
+/* base + n elements of storage precision (fp32 or bf16: ops.h) */
+static float *S(const gpt_model *m, const float *base, size_t n) {
+    return (float *)((const char *)base + n * m->esz);
+}
 /* Where tensor i's parameters / gradients live now (through its unit's pointer). */
 static float *tp(const gpt_model *m, int i) {
     const gpt_tensor *t = &m->tensors[i];
-    return m->unit_params[t->unit] + (t->offset - m->units[t->unit].offset);
+    return S(m, m->unit_params[t->unit], t->offset - m->units[t->unit].offset);
 }
 static float *tg(const gpt_model *m, int i) {
     const gpt_tensor *t = &m->tensors[i];
-    return m->unit_grads[t->unit] + (t->offset - m->units[t->unit].offset);
+    return S(m, m->unit_grads[t->unit], t->offset - m->units[t->unit].offset);
 }
 static float *P(const gpt_model *m, int layer, int k) { return tp(m, 2 + layer * T_PER_LAYER + k); }
 static float *G(const gpt_model *m, int layer, int k) { return tg(m, 2 + layer * T_PER_LAYER + k); }
@@ -97,8 +102,9 @@ static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit
 }
 #define HOOK(name, unit) DT_TRY(hook(m, m->hooks.name, unit))
 
-/* Lays the activation buffers out in a->arena (or, with a NULL arena, only counts). */
-static size_t act_layout(const gpt_shape *s, int max_B, int max_T, gpt_acts *a) {
+/* Lays the activation buffers out in a->arena (or, with a NULL arena, only counts).
+ * esz: bytes per element of storage precision; statistics and losses stay fp32. */
+static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, gpt_acts *a) {
     size_t LL = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
     size_t NH = (size_t)s->n_head;
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
@@ -113,27 +119,31 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, gpt_acts *a) 
         a = &dummy;
     }
     a->head_rows = (int)head_rows;
-    struct { float **p; size_t n; } parts[] = {
-        {&a->encoded, BT * C},         {&a->ln1, LL * BT * C},         {&a->ln1_mean, LL * BT},
-        {&a->ln1_rstd, LL * BT},        {&a->qkv, LL * BT * 3 * C},     {&a->atty, LL * BT * C},
-        {&a->lse, LL * BT * NH},        {&a->res2, LL * BT * C},        {&a->ln2, LL * BT * C},
-        {&a->ln2_mean, LL * BT},        {&a->ln2_rstd, LL * BT},        {&a->fch, LL * BT * 4 * C},
-        {&a->fch_gelu, LL * BT * 4 * C}, {&a->res3, LL * BT * C},        {&a->lnf, BT * C},
-        {&a->lnf_mean, BT},            {&a->lnf_rstd, BT},            {&a->logits, head_rows * Vp},
-        {&a->losses, BT},              {&a->proj, BT * C},            {&a->dres, BT * C},
-        {&a->dsmall, BT * C},          {&a->dbig, BT * 4 * C},
-        {(float **)&a->tok, (BT + 1) / 2}, {(float **)&a->tgt, (BT + 1) / 2},
+    enum { F32 = 4, U16 = 2 };
+    const size_t E = esz;
+    struct { float **p; size_t n, bytes; } parts[] = {
+        {&a->encoded, BT * C, E},            {&a->ln1, LL * BT * C, E},         {&a->ln1_mean, LL * BT, F32},
+        {&a->ln1_rstd, LL * BT, F32},         {&a->qkv, LL * BT * 3 * C, E},     {&a->atty, LL * BT * C, E},
+        {&a->lse, LL * BT * NH, F32},         {&a->res2, LL * BT * C, E},        {&a->ln2, LL * BT * C, E},
+        {&a->ln2_mean, LL * BT, F32},         {&a->ln2_rstd, LL * BT, F32},      {&a->fch, LL * BT * 4 * C, E},
+        {&a->fch_gelu, LL * BT * 4 * C, E},   {&a->res3, LL * BT * C, E},        {&a->lnf, BT * C, E},
+        {&a->lnf_mean, BT, F32},             {&a->lnf_rstd, BT, F32},           {&a->logits, head_rows * Vp, E},
+        {&a->losses, BT, F32},               {&a->proj, BT * C, E},             {&a->dres, BT * C, E},
+        {&a->dsmall, BT * C, E},             {&a->dbig, BT * 4 * C, E},
+        {(float **)&a->tok, BT, U16},        {(float **)&a->tgt, BT, U16},
     };
-    size_t total = 0;
-    float *p = a->arena;
+    size_t total = 0; /* bytes, each part 64-byte aligned */
+    char *p = a->arena;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        if (p) *parts[i].p = p + total;
-        total += (parts[i].n + 15) / 16 * 16;
+        if (p) *parts[i].p = (float *)(p + total);
+        total += (parts[i].n * parts[i].bytes + 63) / 64 * 64;
     }
-    return total * sizeof(float);
+    return total;
 }
 
-size_t gpt_activation_bytes(const gpt_shape *s, int B, int T) { return act_layout(s, B, T, NULL); }
+size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes) {
+    return act_layout(s, B, T, elem_bytes, NULL);
+}
 
 size_t gpt_param_count(const gpt_shape *s) {
     size_t C = (size_t)s->n_embd;
@@ -153,6 +163,7 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
         return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
                        m->shape.seq_len);
     m->ops = ops;
+    m->esz = dt_elem_bytes(ops);
     m->max_B = max_B;
     m->max_T = max_T;
     m->tensors = calloc((size_t)(4 + T_PER_LAYER * m->shape.n_layer), sizeof(gpt_tensor));
@@ -173,18 +184,18 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
         u->count += t->numel;
     }
     if (alloc_state) {
-        DT_TRY(ops->alloc((void **)&m->params, m->nparams * sizeof(float), "parameters"));
-        DT_TRY(ops->alloc((void **)&m->grads, m->nparams * sizeof(float), "gradients"));
+        DT_TRY(ops->alloc((void **)&m->params, m->nparams * m->esz, "parameters"));
+        DT_TRY(ops->alloc((void **)&m->grads, m->nparams * m->esz, "gradients"));
         for (int u = 0; u < m->nunits; u++) {
-            m->unit_params[u] = m->params + m->units[u].offset;
-            m->unit_grads[u] = m->grads + m->units[u].offset;
+            m->unit_params[u] = S(m, m->params, m->units[u].offset);
+            m->unit_grads[u] = S(m, m->grads, m->units[u].offset);
         }
     }
 
     gpt_acts *a = m->acts;
-    DT_TRY(ops->alloc(&a->arena, gpt_activation_bytes(&m->shape, max_B, max_T), "activations"));
-    m->act_bytes = gpt_activation_bytes(&m->shape, max_B, max_T);
-    act_layout(&m->shape, max_B, max_T, a);
+    m->act_bytes = gpt_activation_bytes(&m->shape, max_B, max_T, m->esz);
+    DT_TRY(ops->alloc(&a->arena, m->act_bytes, "activations"));
+    act_layout(&m->shape, max_B, max_T, m->esz, a);
     return DT_OK;
 }
 
@@ -216,13 +227,10 @@ float gpt_init_at(const gpt_init_rule *r, uint64_t index) {
     return (float)(r->std * dt_rng_normal_at(r->key, index));
 }
 
-dt_status gpt_init(gpt_model *m, uint64_t seed) {
-    const dt_ops *o = m->ops;
+void gpt_init(gpt_model *m, uint64_t seed) {
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
-        /* on a device: drawn on the host, then copied (once, at start) */
-        float *w = o->on_device ? malloc(t->numel * sizeof(float)) : tp(m, i);
-        if (!w) return dt_fail(DT_ERUNTIME, "out of memory (initialising %s)", t->name);
+        float *w = m->unit_params[t->unit] + (t->offset - m->units[t->unit].offset); /* fp32 host views */
         gpt_init_rule rule = gpt_init_rule_for(t->name, m->shape.n_layer, seed);
         int64_t rows, cols;
         dt_shard_local_shape(&t->shard, &rows, &cols);
@@ -234,13 +242,7 @@ dt_status gpt_init(gpt_model *m, uint64_t seed) {
             }
             for (int64_t c = 0; c < cols; c++) row[c] = gpt_init_at(&rule, (uint64_t)dt_shard_global_index(&t->shard, r, c));
         }
-        if (o->on_device) {
-            o->upload(tp(m, i), w, t->numel * sizeof(float));
-            DT_TRY(o->sync()); /* w is freed next */
-            free(w);
-        }
     }
-    return DT_OK;
 }
 
 const gpt_tensor *gpt_find(const gpt_model *m, const char *name) {
@@ -261,7 +263,7 @@ void gpt_sorted_order(const gpt_model *m, int *order) {
 }
 
 void gpt_zero_grad(gpt_model *m) {
-    for (int u = 0; u < m->nunits; u++) m->ops->zero(m->unit_grads[u], m->units[u].count * sizeof(float));
+    for (int u = 0; u < m->nunits; u++) m->ops->zero(m->unit_grads[u], m->units[u].count * m->esz);
 }
 
 size_t gpt_num_params(const gpt_model *m) {
@@ -281,7 +283,7 @@ double gpt_flops_per_token(const gpt_shape *s, int T) {
 /* ---- forward ---- */
 
 static float *layer_in(const gpt_model *m, int l, size_t BTC) { /* block l's input residual stream */
-    return l == 0 ? m->acts->encoded : m->acts->res3 + (size_t)(l - 1) * BTC;
+    return l == 0 ? m->acts->encoded : S(m, m->acts->res3, (size_t)(l - 1) * BTC);
 }
 
 /* Block l's saved activations. */
@@ -292,11 +294,12 @@ typedef struct {
 static block_acts block_at(const gpt_model *m, int l) {
     const gpt_acts *a = m->acts;
     size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * (size_t)m->shape.n_embd;
-    return (block_acts){layer_in(m, l, BTC),  a->ln1 + l * BTC,     a->ln1_mean + l * BT,
-                        a->ln1_rstd + l * BT, a->qkv + l * 3 * BTC, a->atty + l * BTC,
-                        a->lse + l * BT * (size_t)m->shape.n_head,  a->res2 + l * BTC,
-                        a->ln2 + l * BTC,     a->ln2_mean + l * BT, a->ln2_rstd + l * BT,
-                        a->fch + l * 4 * BTC, a->fch_gelu + l * 4 * BTC, a->res3 + l * BTC};
+    size_t L = (size_t)l; /* storage-precision buffers step through S(); statistics are fp32 */
+    return (block_acts){layer_in(m, l, BTC),          S(m, a->ln1, L * BTC),      a->ln1_mean + L * BT,
+                        a->ln1_rstd + L * BT,         S(m, a->qkv, L * 3 * BTC),  S(m, a->atty, L * BTC),
+                        a->lse + L * BT * (size_t)m->shape.n_head,                S(m, a->res2, L * BTC),
+                        S(m, a->ln2, L * BTC),        a->ln2_mean + L * BT,       a->ln2_rstd + L * BT,
+                        S(m, a->fch, L * 4 * BTC),    S(m, a->fch_gelu, L * 4 * BTC), S(m, a->res3, L * BTC)};
 }
 
 static void block_forward(gpt_model *m, int l, int B, int T) {
@@ -324,7 +327,7 @@ static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T
     size_t BTC = (size_t)m->max_B * m->max_T * C;
     HOOK(before_forward, 0);
     o->upload(a->tok, tokens, (size_t)B * T * sizeof(uint16_t));
-    o->embed_fwd(a->encoded, a->tok, tp(m, 0), tp(m, 1), B, T, C);
+    o->embed_fwd(a->encoded, a->tok, tp(m, 0), tp(m, 1), B, T, C, m->shape.padded_vocab);
     for (int l = 0; l < L; l++) {
         HOOK(before_forward, 1 + l);
         block_forward(m, l, B, T);
@@ -348,11 +351,11 @@ static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scal
     targets = a->tgt;
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
-        const float *x = a->lnf + (size_t)r0 * C;
+        const float *x = S(m, a->lnf, (size_t)r0 * C);
         o->gemm(0, 1, R, Vp, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vp);
         o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vp, grad_scale);
         if (grad_scale != 0.0f) {
-            o->gemm(0, 0, R, C, Vp, 1.0f, a->logits, Vp, wte, C, 0.0f, a->dsmall + (size_t)r0 * C, C);
+            o->gemm(0, 0, R, C, Vp, 1.0f, a->logits, Vp, wte, C, 0.0f, S(m, a->dsmall, (size_t)r0 * C), C);
             o->gemm(1, 0, Vp, C, R, 1.0f, a->logits, Vp, x, C, 1.0f, tg(m, 0), C);
         }
     }
@@ -369,10 +372,19 @@ dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *ta
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
     DT_TRY(forward_body(m, tokens, 1, T));
     int C = m->shape.n_embd, Vp = m->shape.padded_vocab;
-    m->ops->gemm(0, 1, 1, Vp, C, 1.0f, m->acts->lnf + (size_t)(T - 1) * C, C, tp(m, 0), C, 0.0f, m->acts->logits,
-                 Vp);
+    m->ops->gemm(0, 1, 1, Vp, C, 1.0f, S(m, m->acts->lnf, (size_t)(T - 1) * C), C, tp(m, 0), C, 0.0f,
+                 m->acts->logits, Vp);
     HOOK(after_forward, 0);
-    m->ops->download(logits, m->acts->logits, (size_t)m->shape.vocab_size * sizeof(float));
+    size_t V = (size_t)m->shape.vocab_size;
+    if (!m->ops->bf16) {
+        m->ops->download(logits, m->acts->logits, V * sizeof(float));
+    } else { /* bf16 logits, widened on the host (sampling, not training: a small allocation is fine) */
+        uint16_t *h = malloc(V * sizeof(uint16_t));
+        if (!h) return dt_fail(DT_ERUNTIME, "out of memory (logits)");
+        m->ops->download(h, m->acts->logits, V * sizeof(uint16_t));
+        for (size_t i = 0; i < V; i++) logits[i] = dt_bf16_to_f32(h[i]);
+        free(h);
+    }
     return DT_OK;
 }
 
@@ -407,7 +419,7 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
     HOOK(before_backward, 0);
     double loss = head(m, targets, N, grad_scale); /* leaves dlnf in dsmall */
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
-    o->zero(a->dres, (size_t)N * C * sizeof(float));
+    o->zero(a->dres, (size_t)N * C * m->esz);
     HOOK(before_backward, L + 1);
     o->layernorm_bwd(a->dres, tg(m, lnw), tg(m, lnb), a->dsmall, layer_in(m, L, BTC), tp(m, lnw), a->lnf_mean,
                      a->lnf_rstd, N, C);
@@ -417,7 +429,7 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
         block_backward(m, l, B, T);
         HOOK(after_backward, 1 + l);
     }
-    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C);
+    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C, m->shape.padded_vocab);
     HOOK(after_backward, 0);
     *loss_out = loss;
     return DT_OK;

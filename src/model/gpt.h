@@ -73,6 +73,7 @@ typedef struct {
     int max_B, max_T; /* activation buffers are sized for these */
     gpt_acts *acts;
     size_t act_bytes;
+    size_t esz;       /* bytes per element of parameters, gradients, activations (ops.h storage) */
     gpt_hooks hooks;
 } gpt_model;
 
@@ -95,7 +96,9 @@ typedef struct {
 } gpt_init_rule;
 gpt_init_rule gpt_init_rule_for(const char *name, int n_layer, uint64_t seed);
 float gpt_init_at(const gpt_init_rule *r, uint64_t index);
-dt_status gpt_init(gpt_model *m, uint64_t seed);
+/* Writes through unit_params, which must be fp32 host memory here (the engine points
+ * them at a host copy when the model's storage is on a device or in bf16). */
+void gpt_init(gpt_model *m, uint64_t seed);
 const gpt_tensor *gpt_find(const gpt_model *m, const char *name);
 /* Tensor indices in lexicographic name order (the digest and safetensors order). */
 void gpt_sorted_order(const gpt_model *m, int *order);
@@ -115,7 +118,7 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
 /* Parameters the model allocates (vocabulary padding included), without building it. */
 size_t gpt_param_count(const gpt_shape *s);
 /* Bytes of the activation arena for B x T (what gpt_create allocates). */
-size_t gpt_activation_bytes(const gpt_shape *s, int B, int T);
+size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes);
 /* Parameter count of the model proper (padding excluded). */
 size_t gpt_num_params(const gpt_model *m);
 /* FLOPs of one training token (forward + backward), for tokens/s -> FLOP/s. */

@@ -20,6 +20,7 @@ typedef struct {
 typedef struct {
     dt_adamw_hparams hp;
     float *m, *v;    /* first and second moments */
+    float *master;   /* fp32 master weights when the model's are bf16 (NULL: the model's own) */
     long long step;  /* optimizer steps taken */
 } dt_adamw;
 /* Learning rate for 0-based step s. */
@@ -31,9 +32,10 @@ double dt_grad_norm(const dt_ops *ops, const float *grads, size_t n);
  * applies it to each gradient element as it reads it. */
 float dt_clip_coef(double norm, double clip);
 /* AdamW on n elements of one tensor (decay: it is a 2-D weight) at 1-based step `step`,
- * with gradient g·gscale: the one place the update and its bias correction are spelled out. */
+ * with gradient g·gscale: the one place the update and its bias correction are spelled out.
+ * p_store: where the bf16 copy of p goes (NULL in fp32). */
 void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long step, int decay, double lr, float gscale,
-                    float *p, const float *g, float *m, float *v, size_t n);
+                    float *p, float *p_store, const float *g, float *m, float *v, size_t n);
 /* One AdamW step over every tensor of the model at learning rate lr, gradients times gscale. */
 void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr, float gscale);
 

@@ -176,23 +176,28 @@ static dt_status make_view(const gpt_model *m, float *base, float ***out) {
     return DT_OK;
 }
 
+static float *elems(const dt_dp *d, float *base, size_t n) { /* base + n storage-precision elements */
+    return (float *)((char *)base + n * dt_elem_bytes(d->ops));
+}
+
 static dt_status setup_plain(dt_dp *d) {
     gpt_model *m = d->m;
-    size_t n = m->nparams;
+    size_t n = m->nparams, e = dt_elem_bytes(d->ops);
     if (d->ops->on_device) { /* one rank (the trainer checks): device memory, no sharing */
-        DT_TRY(d->ops->alloc((void **)&d->params, n * sizeof(float), "parameters"));
-        DT_TRY(d->ops->alloc((void **)&d->grads, n * sizeof(float), "gradients"));
+        DT_TRY(d->ops->alloc((void **)&d->params, n * e, "parameters"));
+        DT_TRY(d->ops->alloc((void **)&d->grads, n * e, "gradients"));
     } else {
         /* the node-shared buffer below is collective: every rank must get there */
-        DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&d->params, n * sizeof(float), "parameters"), NULL));
+        DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&d->params, n * e, "parameters"), NULL));
         /* node-shared: DDP's bucket all-reduces read peers' gradients where they lie */
-        DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients", (void **)&d->grads));
+        DT_TRY(dt_comm_alloc_shared(d->comm, n * e, "gradients", (void **)&d->grads));
     }
+    if (d->ops->bf16) DT_TRY(d->ops->alloc((void **)&d->master, n * sizeof(float), "fp32 master weights"));
     m->params = d->params;
     m->grads = d->grads;
     for (int u = 0; u < m->nunits; u++) {
-        m->unit_params[u] = d->params + m->units[u].offset;
-        m->unit_grads[u] = d->grads + m->units[u].offset;
+        m->unit_params[u] = elems(d, d->params, m->units[u].offset);
+        m->unit_grads[u] = elems(d, d->grads, m->units[u].offset);
     }
     d->norm_parts = calloc((size_t)d->N, sizeof(double));
     if (!d->norm_parts) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
@@ -245,6 +250,7 @@ void dt_dp_destroy(dt_dp *d) {
     }
     d->ops->free(d->exp_avg);
     d->ops->free(d->exp_avg_sq);
+    d->ops->free(d->master);
     free(d->m_view);
     free(d->norm_parts);
     free(d->v_view);
@@ -263,9 +269,11 @@ typedef struct {
     int swapped;                        /* unit_params point at p */
 } host_copy;
 
+static int needs_host_copy(const dt_dp *d) { return d->ops->on_device || d->ops->bf16; }
+
 static dt_status host_open(dt_dp *d, int moments, int fetch, host_copy *h) {
     memset(h, 0, sizeof *h);
-    if (!d->ops->on_device) return DT_OK;
+    if (!needs_host_copy(d)) return DT_OK;
     gpt_model *m = d->m;
     size_t n = m->nparams, bytes = n * sizeof(float);
     int nm = moments && d->m_view ? 2 : 0;
@@ -283,7 +291,7 @@ static dt_status host_open(dt_dp *d, int moments, int fetch, host_copy *h) {
         *views[k] = h->mom_view[k];
         h->mom_view[k] = dev_view;
     }
-    if (fetch) d->ops->download(h->p, d->params, bytes);
+    if (fetch) d->ops->download(h->p, d->master ? d->master : d->params, bytes); /* fp32 weights */
     for (int u = 0; u < m->nunits; u++) {
         h->params_view[u] = m->unit_params[u];
         m->unit_params[u] = h->p + m->units[u].offset;
@@ -294,13 +302,18 @@ static dt_status host_open(dt_dp *d, int moments, int fetch, host_copy *h) {
 
 /* Points the views back at the device; push: copies the host copy there first. */
 static dt_status host_close(dt_dp *d, int push, host_copy *h) {
-    if (!d->ops->on_device) return DT_OK;
+    if (!needs_host_copy(d)) return DT_OK;
     gpt_model *m = d->m;
     size_t bytes = m->nparams * sizeof(float);
     float *dev_mom[2] = {d->exp_avg, d->exp_avg_sq};
     float ***views[2] = {&d->m_view, &d->v_view};
     if (h->swapped) {
-        if (push) d->ops->upload(d->params, h->p, bytes);
+        if (push && d->master) {
+            d->ops->upload(d->master, h->p, bytes);
+            d->ops->to_bf16(d->params, d->master, m->nparams); /* the model's compute copy */
+        } else if (push) {
+            d->ops->upload(d->params, h->p, bytes);
+        }
         for (int u = 0; u < m->nunits; u++) m->unit_params[u] = h->params_view[u];
     }
     for (int k = 0; k < 2; k++) {
@@ -321,10 +334,10 @@ static dt_status host_close(dt_dp *d, int push, host_copy *h) {
 
 dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     if (is_zero(d)) return dt_zero_init_weights(d, seed, init_from);
-    if (!init_from || !*init_from) return gpt_init(d->m, seed);
     host_copy h;
     dt_status s = host_open(d, 0, 0, &h);
-    if (s == DT_OK) s = dt_ckpt_load_weights(init_from, d->m);
+    if (s == DT_OK && (!init_from || !*init_from)) gpt_init(d->m, seed);
+    else if (s == DT_OK) s = dt_ckpt_load_weights(init_from, d->m);
     dt_status c = host_close(d, s == DT_OK, &h);
     return s != DT_OK ? s : c;
 }
@@ -345,7 +358,7 @@ dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
 void dt_dp_begin_step(dt_dp *d) {
     if (d->o.bitwise) dt_fold_reset(&d->fold);
     else if (is_zero(d)) dt_zero_begin_step(d);
-    else d->ops->zero(d->grads, d->m->nparams * sizeof(float));
+    else d->ops->zero(d->grads, d->m->nparams * dt_elem_bytes(d->ops));
 }
 
 void dt_dp_begin_micro(dt_dp *d, int last) {
@@ -355,7 +368,7 @@ void dt_dp_begin_micro(dt_dp *d, int last) {
 
 /* AdamW over the whole flat buffer (ps root, DDP). */
 static void full_update(dt_dp *d, double lr, double norm) {
-    dt_adamw o = {.hp = d->hp, .m = d->exp_avg, .v = d->exp_avg_sq, .step = d->step};
+    dt_adamw o = {.hp = d->hp, .m = d->exp_avg, .v = d->exp_avg_sq, .master = d->master, .step = d->step};
     dt_adamw_step(&o, d->ops, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
 }
 
@@ -452,8 +465,8 @@ void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
         dt_zero_memory(d, r);
         return;
     }
-    size_t n = d->m->nparams * sizeof(float);
-    r->params = n;
-    r->grads = n;
+    size_t n = d->m->nparams * sizeof(float), e = d->m->nparams * dt_elem_bytes(d->ops);
+    r->params = e + (d->master ? n : 0); /* bf16: the compute copy and the fp32 master */
+    r->grads = e;
     r->optim = d->exp_avg ? 2 * n : 0;
 }

@@ -27,10 +27,12 @@ double dt_estimate_rank_bytes(const dt_config *c, int dp) {
     double psi = (double)gpt_param_count(&s);
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     dt_state_bytes b = dt_estimate_fp32(psi, dp, c->parallel.zero);
+    int bf16 = !strcmp(c->precision, "bf16");
     double state = !strcmp(c->parallel.dp_mode, "ps") && dp > 1 ? 16 * psi : b.params + b.grads + b.optim;
+    if (bf16) state = mixed(psi, dp, c->parallel.zero);
     /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer) */
     double work = c->parallel.zero >= 3 ? 4 * 4 * psi / s.n_layer : c->parallel.bucket_mb * 1048576.0;
-    return state + (double)gpt_activation_bytes(&s, c->train.micro_batch, T) + work;
+    return state + (double)gpt_activation_bytes(&s, c->train.micro_batch, T, bf16 ? 2 : 4) + work;
 }
 
 /* First number after key in a /proc-style file, times scale; -1 if absent. */
@@ -63,7 +65,7 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     DT_TRY(gpt_shape_check(&s));
     double psi = (double)gpt_param_count(&s);
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
-    double act = (double)gpt_activation_bytes(&s, c->train.micro_batch, T);
+    double act = (double)gpt_activation_bytes(&s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4);
     if (json) {
         fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"activations\": %.0f, \"fp32\": [", psi, n, act);
         for (int z = 0; z <= 3; z++) {
@@ -88,7 +90,7 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                 (b.params + b.grads + b.optim) / 1e6);
     }
     fprintf(out, "ps: rank 0 holds 16psi = %.1f MB, the other ranks 8psi = %.1f MB\n", 16 * psi / 1e6, 8 * psi / 1e6);
-    fprintf(out, "activations (micro-batch %d x %d tokens): %.1f MB per rank, in every mode\n", c->train.micro_batch, T,
-            act / 1e6);
+    fprintf(out, "activations (micro-batch %d x %d tokens, %s): %.1f MB per rank, in every mode\n",
+            c->train.micro_batch, T, c->precision, act / 1e6);
     return DT_OK;
 }

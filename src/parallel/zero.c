@@ -279,7 +279,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         size_t x0 = a > lo ? a : lo, x1 = b < hi ? b : hi;
         if (x0 >= x1) continue;
         size_t k = d->soff[u] + (x0 - lo);
-        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_param(d, u, x0), d->grad_shard + k,
+        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_param(d, u, x0), NULL, d->grad_shard + k,
                        d->m_shard + k, d->v_shard + k, x1 - x0);
     }
     if (d->o.zero <= 2) {
@@ -333,7 +333,7 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     if (d->o.zero >= 3) DT_TRY(push_full_view(d));
     dt_status s = DT_OK;
     if (init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
-    else DT_TRY(gpt_init(d->m, seed));
+    else gpt_init(d->m, seed);
     if (d->o.zero >= 3) {
         if (s == DT_OK) take_slices(d, d->full_tmp, d->param_shard);
         pop_full_view(d);

@@ -51,8 +51,12 @@ typedef struct {
 } trainer;
 
 static dt_status check_supported(const dt_config *c, int world) {
-    if (strcmp(c->precision, "fp32") != 0)
-        return dt_fail(DT_EINPUT, "config: precision '%s' is not implemented yet (fp32 only)", c->precision);
+    /* bf16's fp32 master weights live in the plain engine; the sharded and bitwise ones
+     * and the host collectives still assume fp32 gradients */
+    if (!strcmp(c->precision, "bf16") &&
+        (world > 1 || c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise")))
+        return dt_fail(DT_EINPUT, "precision bf16: runs on one rank without ZeRO or bitwise mode so far (world %d, "
+                       "zero %d, determinism %s)", world, c->parallel.zero, c->parallel.determinism);
     if (strcmp(c->backend, "cuda") != 0) return DT_OK;
     /* the data-parallel engines keep their buffers and collectives in host memory */
     if (world > 1)
@@ -65,8 +69,9 @@ static dt_status check_supported(const dt_config *c, int world) {
 }
 
 static dt_status choose_ops(const dt_config *c, const dt_ops **ops) {
-    if (!strcmp(c->backend, "cuda")) DT_TRY(dt_ops_cuda(ops));
-    else *ops = dt_ops_cpu();
+    int bf16 = !strcmp(c->precision, "bf16");
+    if (!strcmp(c->backend, "cuda")) DT_TRY(dt_ops_cuda(ops, bf16));
+    else *ops = bf16 ? dt_ops_bf16_storage(dt_ops_cpu()) : dt_ops_cpu();
     if (c->log.profile) *ops = dt_ops_profiled(*ops);
     return DT_OK;
 }
@@ -369,8 +374,8 @@ static void print_header(trainer *t) {
            c->model.n_layer, c->model.n_head, c->model.n_embd, t->T, c->model.vocab_size, t->model.shape.padded_vocab,
            (double)gpt_num_params(&t->model) / 1e6);
     printf("dtrain: global batch %d x %d tokens (micro-batch %d x %d data-parallel x %d accumulation), %d "
-           "steps, %s%s, %d threads/rank, %s\n",
-           t->global_batch, t->T, t->micro, t->dp, t->accum, c->train.steps,
+           "steps, %s, %s%s, %d threads/rank, %s\n",
+           t->global_batch, t->T, t->micro, t->dp, t->accum, c->train.steps, c->precision,
            !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", dt_cpu_threads(),
            t->ops->on_device ? dt_gpu_name() : dt_cpu_blas_info());
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,

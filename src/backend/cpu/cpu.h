@@ -10,8 +10,10 @@ void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *b
 void cpu_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
                     int IC, int OC, int acc_dinp);
 void cpu_colsum_acc(float *dst, const float *src, int N, int C);
-void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C);
-void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C);
+void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C,
+                   int Vp);
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C,
+                   int Vp);
 void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                        int C);
 void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
@@ -25,7 +27,7 @@ void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
 void cpu_softmax_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
 double cpu_sumsq(const float *x, size_t n);
 double cpu_sum(const float *x, size_t n);
-void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
-               float wd, float bc1, float bc2, float gscale);
+void cpu_adamw(float *p, float *p_store, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+               float beta2, float eps, float wd, float bc1, float bc2, float gscale);
 
 #endif

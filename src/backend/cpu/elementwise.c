@@ -3,10 +3,13 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "../../core/bf16.h"
 #include "cpu.h"
 #include "fastmath.h"
 
-void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C,
+                   int Vp) {
+    (void)Vp;
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         const float *e = wte + (size_t)tok[bt] * C, *p = wpe + (size_t)(bt % T) * C;
@@ -15,7 +18,9 @@ void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const floa
     }
 }
 
-void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C) {
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C,
+                   int Vp) {
+    (void)Vp;
     /* channel blocks per thread: tokens repeat, so rows cannot be split without races */
     enum { CB = 32 };
     int nb = (C + CB - 1) / CB;
@@ -97,8 +102,9 @@ double cpu_sum(const float *x, size_t n) { /* in index order: the loss digest de
     return s;
 }
 
-void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
-               float wd, float bc1, float bc2, float gscale) {
+void cpu_adamw(float *p, float *p_store, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+               float beta2, float eps, float wd, float bc1, float bc2, float gscale) {
+    uint16_t *p16 = (uint16_t *)p_store; /* the bf16 copy, when there is one */
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * gscale; /* rounded like a separate clipping pass: same bits */
@@ -108,5 +114,6 @@ void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
         v[i] = vi;
         float mhat = mi / bc1, vhat = vi / bc2;
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+        if (p16) p16[i] = dt_f32_to_bf16(p[i]);
     }
 }

@@ -1,5 +1,6 @@
 #include <string.h>
 
+#include "../../core/bf16.h"
 #include "../../core/mem.h"
 #include "../ops.h"
 #include "cpu.h"
@@ -10,6 +11,16 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) {
     if (dst != src) memcpy(dst, src, bytes);
 }
 static dt_status cpu_sync(void) { return DT_OK; }
+static void cpu_to_bf16(void *dst, const float *src, size_t n) {
+    uint16_t *d = dst;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) d[i] = dt_f32_to_bf16(src[i]);
+}
+static void cpu_from_bf16(float *dst, const void *src, size_t n) {
+    const uint16_t *s = src;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_f32(s[i]);
+}
 
 static const dt_ops CPU_OPS = {
     .name = "cpu",
@@ -20,6 +31,8 @@ static const dt_ops CPU_OPS = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .sync = cpu_sync,
+    .to_bf16 = cpu_to_bf16,
+    .from_bf16 = cpu_from_bf16,
     .gemm = cpu_gemm,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd = cpu_linear_bwd,

@@ -13,19 +13,19 @@ enum { TILE = 64 }; /* query rows (threads) per block */
 /* key (or query, in dK/dV) rows per shared-memory tile: two tiles fit the 48 KB of static shared memory */
 template <int HS> struct kt { enum { N = HS <= 64 ? 64 : 32 }; };
 
-template <int HS>
-__global__ void __launch_bounds__(TILE) attn_fwd_k(float *out, float *lse, const float *qkv, int T, int C, int NH,
+template <int HS, typename E>
+__global__ void __launch_bounds__(TILE) attn_fwd_k(E *out, float *lse, const E *qkv, int T, int C, int NH,
                                                    float scale) {
     enum { KT = kt<HS>::N };
     __shared__ float Ks[KT][HS], Vs[KT][HS];
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
     int t = blockIdx.x * TILE + threadIdx.x;
-    const float *base = qkv + (size_t)b * T * C3 + h * HS;
+    const E *base = qkv + (size_t)b * T * C3 + h * HS;
     bool valid = t < T;
     float q[HS], acc[HS];
 #pragma unroll
     for (int d = 0; d < HS; d++) {
-        q[d] = valid ? base[(size_t)t * C3 + d] : 0.0f;
+        q[d] = valid ? ld(base[(size_t)t * C3 + d]) : 0.0f;
         acc[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(TILE) attn_fwd_k(float *out, float *lse, const
     for (int k0 = 0; k0 <= last; k0 += KT) {
         for (int e = threadIdx.x; e < KT * HS; e += TILE) {
             int r = e / HS, d = e % HS, key = k0 + r;
-            Ks[r][d] = key < T ? base[(size_t)key * C3 + C + d] : 0.0f;
-            Vs[r][d] = key < T ? base[(size_t)key * C3 + 2 * C + d] : 0.0f;
+            Ks[r][d] = key < T ? ld(base[(size_t)key * C3 + C + d]) : 0.0f;
+            Vs[r][d] = key < T ? ld(base[(size_t)key * C3 + 2 * C + d]) : 0.0f;
         }
         __syncthreads();
         int kend = valid ? min((int)KT, t - k0 + 1) : 0; /* keys k0 .. t */
@@ -64,50 +64,50 @@ __global__ void __launch_bounds__(TILE) attn_fwd_k(float *out, float *lse, const
         __syncthreads();
     }
     if (!valid) return;
-    float *o = out + ((size_t)b * T + t) * C + h * HS;
+    E *o = out + ((size_t)b * T + t) * C + h * HS;
     float inv = 1.0f / l;
 #pragma unroll
-    for (int d = 0; d < HS; d++) o[d] = acc[d] * inv;
+    for (int d = 0; d < HS; d++) o[d] = st<E>(acc[d] * inv);
     lse[(size_t)bh * T + t] = m + logf(l);
 }
 
 /* D[bh][t] = dO[t]·O[t] (the softmax backward's row term) */
-__global__ void attn_rowdot_k(float *D, const float *dout, const float *out, int B, int T, int C, int NH) {
+template <typename E>
+__global__ void attn_rowdot_k(float *D, const E *dout, const E *out, int B, int T, int C, int NH) {
     int HS = C / NH;
     size_t n = (size_t)B * NH * T;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t bh = i / T, t = i % T, b = bh / NH, h = bh % NH;
-        const float *o = out + (b * T + t) * C + h * HS, *d = dout + (b * T + t) * C + h * HS;
+        const E *o = out + (b * T + t) * C + h * HS, *d = dout + (b * T + t) * C + h * HS;
         float s = 0.0f;
-        for (int k = 0; k < HS; k++) s += o[k] * d[k];
+        for (int k = 0; k < HS; k++) s += ld(o[k]) * ld(d[k]);
         D[i] = s;
     }
 }
 
 /* dK, dV: a thread per key j, over the query tiles that can see it */
-template <int HS>
-__global__ void __launch_bounds__(TILE) attn_bwd_kv_k(float *dqkv, const float *dout, const float *qkv,
-                                                      const float *lse, const float *D, int T, int C, int NH,
-                                                      float scale) {
+template <int HS, typename E>
+__global__ void __launch_bounds__(TILE) attn_bwd_kv_k(E *dqkv, const E *dout, const E *qkv, const float *lse,
+                                                      const float *D, int T, int C, int NH, float scale) {
     enum { KT = kt<HS>::N };
     __shared__ float Qs[KT][HS], dOs[KT][HS], Ls[KT], Ds[KT];
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
     int j = blockIdx.x * TILE + threadIdx.x;
     bool valid = j < T;
-    const float *base = qkv + (size_t)b * T * C3 + h * HS;
-    const float *dbase = dout + (size_t)b * T * C + h * HS;
+    const E *base = qkv + (size_t)b * T * C3 + h * HS;
+    const E *dbase = dout + (size_t)b * T * C + h * HS;
     float k[HS], v[HS], dk[HS], dv[HS];
 #pragma unroll
     for (int d = 0; d < HS; d++) {
-        k[d] = valid ? base[(size_t)j * C3 + C + d] : 0.0f;
-        v[d] = valid ? base[(size_t)j * C3 + 2 * C + d] : 0.0f;
+        k[d] = valid ? ld(base[(size_t)j * C3 + C + d]) : 0.0f;
+        v[d] = valid ? ld(base[(size_t)j * C3 + 2 * C + d]) : 0.0f;
         dk[d] = dv[d] = 0.0f;
     }
     for (int i0 = blockIdx.x * TILE; i0 < T; i0 += KT) {
         for (int e = threadIdx.x; e < KT * HS; e += TILE) {
             int r = e / HS, d = e % HS, qi = i0 + r;
-            Qs[r][d] = qi < T ? base[(size_t)qi * C3 + d] : 0.0f;
-            dOs[r][d] = qi < T ? dbase[(size_t)qi * C + d] : 0.0f;
+            Qs[r][d] = qi < T ? ld(base[(size_t)qi * C3 + d]) : 0.0f;
+            dOs[r][d] = qi < T ? ld(dbase[(size_t)qi * C + d]) : 0.0f;
         }
         if ((int)threadIdx.x < KT && i0 + (int)threadIdx.x < T) {
             Ls[threadIdx.x] = lse[(size_t)bh * T + i0 + threadIdx.x];
@@ -136,31 +136,30 @@ __global__ void __launch_bounds__(TILE) attn_bwd_kv_k(float *dqkv, const float *
         __syncthreads();
     }
     if (!valid) return;
-    float *g = dqkv + ((size_t)b * T + j) * C3 + h * HS;
+    E *g = dqkv + ((size_t)b * T + j) * C3 + h * HS;
 #pragma unroll
     for (int d = 0; d < HS; d++) {
-        g[C + d] = dk[d];
-        g[2 * C + d] = dv[d];
+        g[C + d] = st<E>(dk[d]);
+        g[2 * C + d] = st<E>(dv[d]);
     }
 }
 
 /* dQ: a thread per query i, over the key tiles it sees */
-template <int HS>
-__global__ void __launch_bounds__(TILE) attn_bwd_q_k(float *dqkv, const float *dout, const float *qkv,
-                                                     const float *lse, const float *D, int T, int C, int NH,
-                                                     float scale) {
+template <int HS, typename E>
+__global__ void __launch_bounds__(TILE) attn_bwd_q_k(E *dqkv, const E *dout, const E *qkv, const float *lse,
+                                                     const float *D, int T, int C, int NH, float scale) {
     enum { KT = kt<HS>::N };
     __shared__ float Ks[KT][HS], Vs[KT][HS];
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
     int i = blockIdx.x * TILE + threadIdx.x;
     bool valid = i < T;
-    const float *base = qkv + (size_t)b * T * C3 + h * HS;
+    const E *base = qkv + (size_t)b * T * C3 + h * HS;
     float q[HS], dO[HS], dq[HS];
-    const float *dsrc = dout + ((size_t)b * T + (valid ? i : 0)) * C + h * HS;
+    const E *dsrc = dout + ((size_t)b * T + (valid ? i : 0)) * C + h * HS;
 #pragma unroll
     for (int d = 0; d < HS; d++) {
-        q[d] = valid ? base[(size_t)i * C3 + d] : 0.0f;
-        dO[d] = valid ? dsrc[d] : 0.0f;
+        q[d] = valid ? ld(base[(size_t)i * C3 + d]) : 0.0f;
+        dO[d] = valid ? ld(dsrc[d]) : 0.0f;
         dq[d] = 0.0f;
     }
     float li = valid ? lse[(size_t)bh * T + i] : 0.0f, Di = valid ? D[(size_t)bh * T + i] : 0.0f;
@@ -168,8 +167,8 @@ __global__ void __launch_bounds__(TILE) attn_bwd_q_k(float *dqkv, const float *d
     for (int k0 = 0; k0 <= last; k0 += KT) {
         for (int e = threadIdx.x; e < KT * HS; e += TILE) {
             int r = e / HS, d = e % HS, key = k0 + r;
-            Ks[r][d] = key < T ? base[(size_t)key * C3 + C + d] : 0.0f;
-            Vs[r][d] = key < T ? base[(size_t)key * C3 + 2 * C + d] : 0.0f;
+            Ks[r][d] = key < T ? ld(base[(size_t)key * C3 + C + d]) : 0.0f;
+            Vs[r][d] = key < T ? ld(base[(size_t)key * C3 + 2 * C + d]) : 0.0f;
         }
         __syncthreads();
         int kend = valid ? min((int)KT, i - k0 + 1) : 0;
@@ -188,9 +187,9 @@ __global__ void __launch_bounds__(TILE) attn_bwd_q_k(float *dqkv, const float *d
         __syncthreads();
     }
     if (!valid) return;
-    float *g = dqkv + ((size_t)b * T + i) * C3 + h * HS;
+    E *g = dqkv + ((size_t)b * T + i) * C3 + h * HS;
 #pragma unroll
-    for (int d = 0; d < HS; d++) g[d] = dq[d];
+    for (int d = 0; d < HS; d++) g[d] = st<E>(dq[d]);
 }
 
 static int head_size_ok(int HS) {
@@ -210,29 +209,38 @@ static int head_size_ok(int HS) {
     case 128: { enum { H = 128 }; CALL; } break; \
     }
 
-void dt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+template <typename E>
+void cuda_attention_fwd(E *out, float *lse, const E *qkv, int B, int T, int C, int NH) {
     int HS = C / NH;
     if (!head_size_ok(HS)) return;
     dim3 grid((T + TILE - 1) / TILE, B * NH);
     float scale = 1.0f / sqrtf((float)HS);
-    HS_SWITCH(HS, (attn_fwd_k<H><<<grid, TILE, 0, dt_cuda_stream()>>>(out, lse, qkv, T, C, NH, scale)));
+    HS_SWITCH(HS, (attn_fwd_k<H, E><<<grid, TILE, 0, dt_cuda_stream()>>>(out, lse, qkv, T, C, NH, scale)));
     DT_CUDA_LAUNCHED("attention_fwd");
 }
 
-void dt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                           int B, int T, int C, int NH) {
+template <typename E>
+void cuda_attention_bwd(E *dqkv, const E *dout, const E *qkv, const E *out, const float *lse, int B, int T, int C,
+                        int NH) {
     int HS = C / NH;
     if (!head_size_ok(HS)) return;
     float *D = (float *)dt_cuda_scratch((size_t)B * NH * T * sizeof(float));
     if (!D) return;
     cudaStream_t s = dt_cuda_stream();
     size_t n = (size_t)B * NH * T;
-    attn_rowdot_k<<<(int)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0, s>>>(D, dout, out, B, T, C, NH);
+    attn_rowdot_k<E><<<(int)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0, s>>>(D, dout, out, B, T, C, NH);
     DT_CUDA_LAUNCHED("attention_rowdot");
     dim3 grid((T + TILE - 1) / TILE, B * NH);
     float scale = 1.0f / sqrtf((float)HS);
-    HS_SWITCH(HS, (attn_bwd_kv_k<H><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));
+    HS_SWITCH(HS, (attn_bwd_kv_k<H, E><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));
     DT_CUDA_LAUNCHED("attention_bwd_kv");
-    HS_SWITCH(HS, (attn_bwd_q_k<H><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));
+    HS_SWITCH(HS, (attn_bwd_q_k<H, E><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));
     DT_CUDA_LAUNCHED("attention_bwd_q");
 }
+
+template void cuda_attention_fwd<float>(float *, float *, const float *, int, int, int, int);
+template void cuda_attention_fwd<bf16>(bf16 *, float *, const bf16 *, int, int, int, int);
+template void cuda_attention_bwd<float>(float *, const float *, const float *, const float *, const float *, int, int,
+                                        int, int);
+template void cuda_attention_bwd<bf16>(bf16 *, const bf16 *, const bf16 *, const bf16 *, const float *, int, int, int,
+                                       int);

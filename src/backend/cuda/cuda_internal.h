@@ -3,6 +3,7 @@
  * failure wins) and returned by the next sync, since ops functions return nothing. */
 #ifndef DT_CUDA_INTERNAL_H
 #define DT_CUDA_INTERNAL_H
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,6 +11,15 @@
 extern "C" {
 #include "../ops.h"
 }
+
+/* Storage types: kernels are templates over T (float or bf16), load to fp32, compute in
+ * fp32, store rounded to T. */
+typedef __nv_bfloat16 bf16;
+static __device__ __forceinline__ float ld(float x) { return x; }
+static __device__ __forceinline__ float ld(bf16 x) { return __bfloat162float(x); }
+template <typename T> static __device__ __forceinline__ T st(float x);
+template <> __device__ __forceinline__ float st<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 st<bf16>(float x) { return __float2bfloat16_rn(x); }
 
 cudaStream_t dt_cuda_stream(void);
 /* Records the first failure ("what: detail"); later ones are dropped. */
@@ -22,36 +32,47 @@ void dt_cuda_check_launch(const char *kernel);
 void *dt_cuda_scratch(size_t bytes);
 int dt_cuda_sm_count(void);
 
-/* gemm.cu */
+/* gemm.cu: T = float (fp32 arithmetic) or bf16 (bf16 operands, fp32 accumulation) */
 int dt_cuda_gemm_init(void);
-void dt_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                  int ldb, float beta, float *C, int ldc);
-void dt_cuda_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
-void dt_cuda_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                        int N, int IC, int OC, int acc_dinp);
+template <typename T>
+void cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const T *A, int lda, const T *B, int ldb,
+               float beta, T *C, int ldc);
+template <typename T>
+void cuda_linear_fwd(T *out, const T *inp, const T *w, const T *bias, int N, int IC, int OC);
+template <typename T>
+void cuda_linear_bwd(T *dinp, T *dw, T *dbias, const T *dout, const T *inp, const T *w, int N, int IC, int OC,
+                     int acc_dinp);
 
 /* reduce.cu: deterministic column sums and whole-buffer sums */
-void dt_cuda_colsum_acc(float *dst, const float *src, int N, int C);
-double dt_cuda_sumsq(const float *x, size_t n);
+template <typename T> void cuda_colsum_acc(T *dst, const T *src, int N, int C);
+template <typename T> double cuda_sumsq(const T *x, size_t n);
 double dt_cuda_sum(const float *x, size_t n);
 
 /* kernels.cu */
-void dt_cuda_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C);
-void dt_cuda_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C);
-void dt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                           int N, int C);
-void dt_cuda_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                           const float *mean, const float *rstd, int N, int C);
-void dt_cuda_gelu_fwd(float *out, const float *inp, size_t n);
-void dt_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
-void dt_cuda_add(float *out, const float *a, const float *b, size_t n);
-void dt_cuda_softmax_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
-void dt_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                   float eps, float wd, float bc1, float bc2, float gscale);
+template <typename T>
+void cuda_embed_fwd(T *out, const uint16_t *tok, const T *wte, const T *wpe, int B, int Tn, int C);
+template <typename T>
+void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const uint16_t *tok, int B, int Tn, int C);
+template <typename T>
+void cuda_layernorm_fwd(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C);
+template <typename T>
+void cuda_layernorm_bwd(T *dinp, T *dw, T *db, const T *dout, const T *inp, const T *w, const float *mean,
+                        const float *rstd, int N, int C);
+template <typename T> void cuda_gelu_fwd(T *out, const T *inp, size_t n);
+template <typename T> void cuda_gelu_bwd(T *dinp, const T *inp, const T *dout, size_t n);
+template <typename T> void cuda_add(T *out, const T *a, const T *b, size_t n);
+template <typename T>
+void cuda_softmax_xent(T *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
+template <typename T>
+void cuda_adamw(float *p, T *p_store, const T *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                float eps, float wd, float bc1, float bc2, float gscale);
+void dt_cuda_to_bf16(void *dst, const float *src, size_t n);
+void dt_cuda_from_bf16(float *dst, const void *src, size_t n);
 
 /* attention.cu */
-void dt_cuda_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
-void dt_cuda_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                           int B, int T, int C, int NH);
+template <typename T> void cuda_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH);
+template <typename T>
+void cuda_attention_bwd(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int B, int Tn, int C,
+                        int NH);
 
 #endif

@@ -1,4 +1,5 @@
-/* GEMMs through cuBLASLt. ops.h is row-major; cuBLASLt is column-major, and a
+/* GEMMs through cuBLASLt, fp32 (fp32 arithmetic, no TF32: the parity mode) or bf16
+ * (bf16 operands and output, fp32 accumulation). ops.h is row-major; cuBLASLt is column-major, and a
  * row-major matrix is its column-major transpose, so C = op(A)·op(B) is computed as
  * Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands swapped. The linear layer's bias rides in the
  * matmul epilogue. Plans (descriptors + the heuristic's algorithm) are cached per
@@ -14,7 +15,7 @@ static void *g_workspace;
 static const size_t WORKSPACE = 32u << 20;
 
 typedef struct {
-    int ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align;
+    int ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -42,11 +43,11 @@ static int alignment(const void *p) { /* the largest of 16, 8, 4 bytes dividing 
 }
 
 static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int bias, int beta0,
-                       int align) {
+                       int align, int bf) {
     for (int i = 0; i < g_nplans; i++) {
         plan *p = &g_plans[i];
         if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc && p->bias == bias && p->beta0 == beta0 && p->align == align)
+            p->ldc == ldc && p->bias == bias && p->beta0 == beta0 && p->align == align && p->bf == bf)
             return p;
     }
     if (g_nplans == MAX_PLANS) { /* shapes are few in training; evict the oldest if not */
@@ -60,9 +61,9 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     }
     plan *p = &g_plans[g_nplans];
     memset(p, 0, sizeof *p);
-    *p = (plan){ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, NULL, NULL, NULL, NULL, {}};
+    *p = (plan){ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf, NULL, NULL, NULL, NULL, {}};
+    cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    /* fp32 in, fp32 out, fp32 arithmetic (no TF32): the parity mode */
     cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
@@ -73,10 +74,10 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
         st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
     }
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda);
+        st = cublasLtMatrixLayoutCreate(&p->la, dt, ta ? k : m, ta ? m : k, lda);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb);
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, m, n, ldc);
+        st = cublasLtMatrixLayoutCreate(&p->lb, dt, tb ? n : k, tb ? k : n, ldb);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p->lc, dt, m, n, ldc);
     cublasLtMatmulPreference_t pref = NULL;
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -109,14 +110,15 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
 }
 
 /* Column-major D = alpha·op(A)·op(B) + beta·D (+ bias[m] broadcast over columns). */
-static void lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
-                      int ldb, float beta, float *C, int ldc, const float *bias) {
+template <typename T>
+static void lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const T *A, int lda, const T *B, int ldb,
+                      float beta, T *C, int ldc, const T *bias) {
     if (m == 0 || n == 0) return;
     int align = alignment(A);
     int a2 = alignment(B), a3 = alignment(C);
     if (a2 < align) align = a2;
     if (a3 < align) align = a3;
-    plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta == 0.0f, align);
+    plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta == 0.0f, align, sizeof(T) == 2);
     if (!p) return;
     if (bias &&
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
@@ -129,18 +131,31 @@ static void lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const fl
     if (st != CUBLAS_STATUS_SUCCESS) dt_cuda_record("cublasLtMatmul", cublasLtGetStatusString(st));
 }
 
-void dt_cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-                  int ldb, float beta, float *C, int ldc) {
-    lt_matmul(transB, transA, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, NULL);
+template <typename T>
+void cuda_gemm(int transA, int transB, int M, int N, int K, float alpha, const T *A, int lda, const T *B, int ldb,
+               float beta, T *C, int ldc) {
+    lt_matmul<T>(transB, transA, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, NULL);
 }
 
-void dt_cuda_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC) {
-    lt_matmul(0, 0, OC, N, IC, 1.0f, w, OC, inp, IC, 0.0f, out, OC, bias);
+template <typename T>
+void cuda_linear_fwd(T *out, const T *inp, const T *w, const T *bias, int N, int IC, int OC) {
+    lt_matmul<T>(0, 0, OC, N, IC, 1.0f, w, OC, inp, IC, 0.0f, out, OC, bias);
 }
 
-void dt_cuda_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                        int N, int IC, int OC, int acc_dinp) {
-    lt_matmul(1, 0, IC, N, OC, 1.0f, w, OC, dout, OC, acc_dinp ? 1.0f : 0.0f, dinp, IC, NULL); /* dout·wᵀ */
-    lt_matmul(0, 1, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, OC, NULL);                  /* += inpᵀ·dout */
-    if (dbias) dt_cuda_colsum_acc(dbias, dout, N, OC);
+template <typename T>
+void cuda_linear_bwd(T *dinp, T *dw, T *dbias, const T *dout, const T *inp, const T *w, int N, int IC, int OC,
+                     int acc_dinp) {
+    lt_matmul<T>(1, 0, IC, N, OC, 1.0f, w, OC, dout, OC, acc_dinp ? 1.0f : 0.0f, dinp, IC, NULL); /* dout·wᵀ */
+    lt_matmul<T>(0, 1, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, OC, NULL);                  /* += inpᵀ·dout */
+    if (dbias) cuda_colsum_acc<T>(dbias, dout, N, OC);
 }
+
+template void cuda_gemm<float>(int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
+                               int);
+template void cuda_gemm<bf16>(int, int, int, int, int, float, const bf16 *, int, const bf16 *, int, float, bf16 *, int);
+template void cuda_linear_fwd<float>(float *, const float *, const float *, const float *, int, int, int);
+template void cuda_linear_fwd<bf16>(bf16 *, const bf16 *, const bf16 *, const bf16 *, int, int, int);
+template void cuda_linear_bwd<float>(float *, float *, float *, const float *, const float *, const float *, int, int,
+                                     int, int);
+template void cuda_linear_bwd<bf16>(bf16 *, bf16 *, bf16 *, const bf16 *, const bf16 *, const bf16 *, int, int, int,
+                                    int);

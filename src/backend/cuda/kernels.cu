@@ -1,5 +1,5 @@
 /* Embedding, LayerNorm, GELU, residual add, softmax cross-entropy and AdamW on the GPU,
- * fp32. Row-wise kernels give one warp (or one block for vocabulary rows) to a row;
+ * templates over the storage type (fp32 or bf16), arithmetic in fp32. Row-wise kernels give one warp (or one block for vocabulary rows) to a row;
  * sums over rows go through fixed-order partials (reduce.cu's pattern), so results are
  * reproducible run to run. */
 #include <math.h>
@@ -22,32 +22,35 @@ static int blocks_for(size_t n, int threads) {
 
 /* ---- embedding ---- */
 
-__global__ void embed_fwd_k(float *out, const uint16_t *tok, const float *wte, const float *wpe, int BT, int T,
-                            int C) {
+template <typename T>
+__global__ void embed_fwd_k(T *out, const uint16_t *tok, const T *wte, const T *wpe, int BT, int Tn, int C) {
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C, c = i % C;
-        out[i] = wte[(size_t)tok[bt] * C + c] + wpe[(bt % T) * C + c];
+        out[i] = st<T>(ld(wte[(size_t)tok[bt] * C + c]) + ld(wpe[(bt % Tn) * C + c]));
     }
 }
 
-void dt_cuda_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
-    embed_fwd_k<<<blocks_for((size_t)B * T * C, 256), 256, 0, dt_cuda_stream()>>>(out, tok, wte, wpe, B * T, T, C);
+template <typename T>
+void cuda_embed_fwd(T *out, const uint16_t *tok, const T *wte, const T *wpe, int B, int Tn, int C) {
+    embed_fwd_k<<<blocks_for((size_t)B * Tn * C, 256), 256, 0, dt_cuda_stream()>>>(out, tok, wte, wpe, B * Tn, Tn, C);
     DT_CUDA_LAUNCHED("embed_fwd");
 }
 
 /* dwpe[t][c] += sum over b, in b order (deterministic) */
-__global__ void embed_bwd_pos_k(float *dwpe, const float *dout, int B, int T, int C) {
-    size_t n = (size_t)T * C;
+template <typename T>
+__global__ void embed_bwd_pos_k(T *dwpe, const T *dout, int B, int Tn, int C) {
+    size_t n = (size_t)Tn * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
-        for (int b = 0; b < B; b++) s += dout[(size_t)b * n + i];
-        dwpe[i] += s;
+        for (int b = 0; b < B; b++) s += ld(dout[(size_t)b * n + i]);
+        dwpe[i] = st<T>(ld(dwpe[i]) + s);
     }
 }
 
-/* dwte[tok][c] += dout[bt][c]: tokens repeat, so rows collide; float atomics make the
- * summation order (and the last bits) vary from run to run. */
+/* dwte[tok][c] += dout[bt][c]: tokens repeat, so rows collide; atomics make the
+ * summation order (and the last bits) vary from run to run. bf16 rows are added with
+ * bf16x2 atomics, two channels at a time (C is even). */
 __global__ void embed_bwd_tok_k(float *dwte, const float *dout, const uint16_t *tok, int BT, int C) {
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -55,11 +58,19 @@ __global__ void embed_bwd_tok_k(float *dwte, const float *dout, const uint16_t *
         atomicAdd(&dwte[(size_t)tok[bt] * C + c], dout[i]);
     }
 }
+__global__ void embed_bwd_tok_k(bf16 *dwte, const bf16 *dout, const uint16_t *tok, int BT, int C) {
+    size_t n = (size_t)BT * C / 2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = 2 * i / C, c = 2 * i % C;
+        atomicAdd((__nv_bfloat162 *)&dwte[(size_t)tok[bt] * C + c], *(const __nv_bfloat162 *)&dout[2 * i]);
+    }
+}
 
-void dt_cuda_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C) {
-    embed_bwd_pos_k<<<blocks_for((size_t)T * C, 256), 256, 0, dt_cuda_stream()>>>(dwpe, dout, B, T, C);
+template <typename T>
+void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const uint16_t *tok, int B, int Tn, int C) {
+    embed_bwd_pos_k<<<blocks_for((size_t)Tn * C, 256), 256, 0, dt_cuda_stream()>>>(dwpe, dout, B, Tn, C);
     DT_CUDA_LAUNCHED("embed_bwd_pos");
-    embed_bwd_tok_k<<<blocks_for((size_t)B * T * C, 256), 256, 0, dt_cuda_stream()>>>(dwte, dout, tok, B * T, C);
+    embed_bwd_tok_k<<<blocks_for((size_t)B * Tn * C, 256), 256, 0, dt_cuda_stream()>>>(dwte, dout, tok, B * Tn, C);
     DT_CUDA_LAUNCHED("embed_bwd_tok");
 }
 
@@ -67,59 +78,61 @@ void dt_cuda_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16
 
 enum { LN_WARPS = 8 };
 
-__global__ void ln_fwd_k(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                         int N, int C) {
+template <typename T>
+__global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C) {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const T *x = inp + (size_t)row * C;
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += x[c];
+    for (int c = lane; c < C; c += 32) s += ld(x[c]);
     float m = warp_sum(s) / C;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float d = x[c] - m;
+        float d = ld(x[c]) - m;
         v += d * d;
     }
     float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    T *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = st<T>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
     }
 }
 
-void dt_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                           int N, int C) {
+template <typename T>
+void cuda_layernorm_fwd(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C) {
     ln_fwd_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, dt_cuda_stream()>>>(out, mean, rstd, inp, w, b, N, C);
     DT_CUDA_LAUNCHED("layernorm_fwd");
 }
 
-__global__ void ln_bwd_dx_k(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
-                            const float *rstd, int N, int C) {
+template <typename T>
+__global__ void ln_bwd_dx_k(T *dinp, const T *dout, const T *inp, const T *w, const float *mean, const float *rstd,
+                            int N, int C) {
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float m = mean[row], r = rstd[row];
     float a = 0.0f, bsum = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float dn = w[c] * dy[c];
+        float dn = ld(w[c]) * ld(dy[c]);
         a += dn;
-        bsum += dn * (x[c] - m) * r;
+        bsum += dn * (ld(x[c]) - m) * r;
     }
     a = warp_sum(a) / C;
     bsum = warp_sum(bsum) / C;
-    float *dx = dinp + (size_t)row * C;
+    T *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
-        float n = (x[c] - m) * r;
-        dx[c] += (w[c] * dy[c] - a - n * bsum) * r;
+        float n = (ld(x[c]) - m) * r;
+        dx[c] = st<T>(ld(dx[c]) + (ld(w[c]) * ld(dy[c]) - a - n * bsum) * r);
     }
 }
 
 enum { COL_TILE = 32, ROW_LANES = 8 };
 
 /* partial sums over a chunk of rows of (x-mean)·rstd·dy and dy, per column */
-__global__ void ln_dwdb_partial_k(float *pw, float *pb, const float *dout, const float *inp, const float *mean,
+template <typename T>
+__global__ void ln_dwdb_partial_k(float *pw, float *pb, const T *dout, const T *inp, const float *mean,
                                   const float *rstd, int N, int C, int rows_per_chunk) {
     __shared__ float sw[ROW_LANES][COL_TILE], sb[ROW_LANES][COL_TILE];
     int c = blockIdx.x * COL_TILE + threadIdx.x, r = blockIdx.y;
@@ -127,8 +140,8 @@ __global__ void ln_dwdb_partial_k(float *pw, float *pb, const float *dout, const
     float aw = 0.0f, ab = 0.0f;
     if (c < C)
         for (int i = r0 + threadIdx.y; i < r1; i += ROW_LANES) {
-            float dy = dout[(size_t)i * C + c];
-            aw += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * dy;
+            float dy = ld(dout[(size_t)i * C + c]);
+            aw += (ld(inp[(size_t)i * C + c]) - mean[i]) * rstd[i] * dy;
             ab += dy;
         }
     sw[threadIdx.y][threadIdx.x] = aw;
@@ -145,7 +158,8 @@ __global__ void ln_dwdb_partial_k(float *pw, float *pb, const float *dout, const
     }
 }
 
-__global__ void ln_dwdb_finish_k(float *dw, float *db, const float *pw, const float *pb, int chunks, int C) {
+template <typename T>
+__global__ void ln_dwdb_finish_k(T *dw, T *db, const float *pw, const float *pb, int chunks, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float tw = 0.0f, tb = 0.0f;
@@ -153,12 +167,13 @@ __global__ void ln_dwdb_finish_k(float *dw, float *db, const float *pw, const fl
         tw += pw[(size_t)r * C + c];
         tb += pb[(size_t)r * C + c];
     }
-    dw[c] += tw;
-    db[c] += tb;
+    dw[c] = st<T>(ld(dw[c]) + tw);
+    db[c] = st<T>(ld(db[c]) + tb);
 }
 
-void dt_cuda_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                           const float *mean, const float *rstd, int N, int C) {
+template <typename T>
+void cuda_layernorm_bwd(T *dinp, T *dw, T *db, const T *dout, const T *inp, const T *w, const float *mean,
+                        const float *rstd, int N, int C) {
     cudaStream_t s = dt_cuda_stream();
     ln_bwd_dx_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     DT_CUDA_LAUNCHED("layernorm_bwd_dx");
@@ -177,39 +192,45 @@ void dt_cuda_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
 
 /* ---- elementwise ---- */
 
-__global__ void gelu_fwd_k(float *out, const float *inp, size_t n) {
+template <typename T>
+__global__ void gelu_fwd_k(T *out, const T *inp, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = ld(inp[i]);
         float u = GELU_K * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(u));
+        out[i] = st<T>(0.5f * x * (1.0f + tanhf(u)));
     }
 }
 
-__global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n) {
+template <typename T>
+__global__ void gelu_bwd_k(T *dinp, const T *inp, const T *dout, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = ld(inp[i]);
         float u = GELU_K * (x + 0.044715f * x * x * x);
         float th = tanhf(u);
         float sech2 = 1.0f - th * th;
         float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = g * dout[i];
+        dinp[i] = st<T>(g * ld(dout[i]));
     }
 }
 
-__global__ void add_k(float *out, const float *a, const float *b, size_t n) {
+template <typename T>
+__global__ void add_k(T *out, const T *a, const T *b, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        out[i] = a[i] + b[i];
+        out[i] = st<T>(ld(a[i]) + ld(b[i]));
 }
 
-void dt_cuda_gelu_fwd(float *out, const float *inp, size_t n) {
+template <typename T>
+void cuda_gelu_fwd(T *out, const T *inp, size_t n) {
     gelu_fwd_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(out, inp, n);
     DT_CUDA_LAUNCHED("gelu_fwd");
 }
-void dt_cuda_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+template <typename T>
+void cuda_gelu_bwd(T *dinp, const T *inp, const T *dout, size_t n) {
     gelu_bwd_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(dinp, inp, dout, n);
     DT_CUDA_LAUNCHED("gelu_bwd");
 }
-void dt_cuda_add(float *out, const float *a, const float *b, size_t n) {
+template <typename T>
+void cuda_add(T *out, const T *a, const T *b, size_t n) {
     add_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(out, a, b, n);
     DT_CUDA_LAUNCHED("add");
 }
@@ -225,15 +246,16 @@ static __device__ __forceinline__ void merge_max_sum(float &m, float &s, float m
     m = M;
 }
 
-__global__ void xent_k(float *logits, float *losses, const uint16_t *targets, int V, int Vp, float scale) {
+template <typename T>
+__global__ void xent_k(T *logits, float *losses, const uint16_t *targets, int V, int Vp, float scale) {
     __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
     __shared__ float row_m, row_s;
-    float *x = logits + (size_t)blockIdx.x * Vp;
+    T *x = logits + (size_t)blockIdx.x * Vp;
     int t = targets[blockIdx.x];
-    float xt = x[t]; /* read before any thread overwrites the row */
+    float xt = ld(x[t]); /* read before any thread overwrites the row */
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += XENT_THREADS) { /* online max and sum of exponentials */
-        float v = x[j];
+        float v = ld(x[j]);
         if (v > m) {
             s = s * expf(m - v) + 1.0f;
             m = v;
@@ -262,12 +284,13 @@ __global__ void xent_k(float *logits, float *losses, const uint16_t *targets, in
     if (scale == 0.0f) return;
     float M = row_m, k = scale / row_s;
     for (int j = threadIdx.x; j < Vp; j += XENT_THREADS) {
-        float g = j < V ? expf(x[j] - M) * k : 0.0f;
-        x[j] = j == t ? g - scale : g;
+        float g = j < V ? expf(ld(x[j]) - M) * k : 0.0f;
+        x[j] = st<T>(j == t ? g - scale : g);
     }
 }
 
-void dt_cuda_softmax_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale) {
+template <typename T>
+void cuda_softmax_xent(T *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale) {
     if (N <= 0) return;
     xent_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, losses, targets, V, Vp, scale);
     DT_CUDA_LAUNCHED("softmax_xent");
@@ -275,23 +298,62 @@ void dt_cuda_softmax_xent(float *logits, float *losses, const uint16_t *targets,
 
 /* ---- AdamW ---- */
 
-__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                        float eps, float wd, float bc1, float bc2, float gscale) {
+template <typename T>
+__global__ void adamw_k(float *p, T *p_store, const T *g, float *m, float *v, size_t n, float lr, float beta1,
+                        float beta2, float eps, float wd, float bc1, float bc2, float gscale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i] * gscale;
+        float gi = ld(g[i]) * gscale;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
         float mhat = mi / bc1, vhat = vi / bc2;
-        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+        float pi = p[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+        p[i] = pi;
+        if (p_store) p_store[i] = st<T>(pi);
     }
 }
 
-void dt_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                   float eps, float wd, float bc1, float bc2, float gscale) {
+template <typename T>
+void cuda_adamw(float *p, T *p_store, const T *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                float eps, float wd, float bc1, float bc2, float gscale) {
     if (n == 0) return;
-    adamw_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2,
-                                                               gscale);
+    adamw_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(p, p_store, g, m, v, n, lr, beta1, beta2, eps, wd, bc1,
+                                                               bc2, gscale);
     DT_CUDA_LAUNCHED("adamw");
 }
+
+__global__ void to_bf16_k(bf16 *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = st<bf16>(src[i]);
+}
+__global__ void from_bf16_k(float *dst, const bf16 *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = ld(src[i]);
+}
+void dt_cuda_to_bf16(void *dst, const float *src, size_t n) {
+    if (n == 0) return;
+    to_bf16_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>((bf16 *)dst, src, n);
+    DT_CUDA_LAUNCHED("to_bf16");
+}
+void dt_cuda_from_bf16(float *dst, const void *src, size_t n) {
+    if (n == 0) return;
+    from_bf16_k<<<blocks_for(n, 256), 256, 0, dt_cuda_stream()>>>(dst, (const bf16 *)src, n);
+    DT_CUDA_LAUNCHED("from_bf16");
+}
+
+/* both storage types */
+#define DT_INSTANTIATE(T)                                                                                           \
+    template void cuda_embed_fwd<T>(T *, const uint16_t *, const T *, const T *, int, int, int);                      \
+    template void cuda_embed_bwd<T>(T *, T *, const T *, const uint16_t *, int, int, int);                            \
+    template void cuda_layernorm_fwd<T>(T *, float *, float *, const T *, const T *, const T *, int, int);            \
+    template void cuda_layernorm_bwd<T>(T *, T *, T *, const T *, const T *, const T *, const float *, const float *, \
+                                        int, int);                                                                   \
+    template void cuda_gelu_fwd<T>(T *, const T *, size_t);                                                          \
+    template void cuda_gelu_bwd<T>(T *, const T *, const T *, size_t);                                               \
+    template void cuda_add<T>(T *, const T *, const T *, size_t);                                                    \
+    template void cuda_softmax_xent<T>(T *, float *, const uint16_t *, int, int, int, float);                         \
+    template void cuda_adamw<T>(float *, T *, const T *, float *, float *, size_t, float, float, float, float, float, \
+                                float, float, float);
+DT_INSTANTIATE(float)
+DT_INSTANTIATE(bf16)

@@ -89,34 +89,90 @@ static dt_status cu_sync(void) {
     return DT_OK;
 }
 
-static const dt_ops CUDA_OPS = {
-    .name = "cuda",
-    .on_device = 1,
-    .alloc = cu_alloc,
-    .free = cu_free,
-    .zero = cu_zero,
-    .upload = cu_upload,
-    .download = cu_download,
-    .sync = cu_sync,
-    .gemm = dt_cuda_gemm,
-    .linear_fwd = dt_cuda_linear_fwd,
-    .linear_bwd = dt_cuda_linear_bwd,
-    .embed_fwd = dt_cuda_embed_fwd,
-    .embed_bwd = dt_cuda_embed_bwd,
-    .layernorm_fwd = dt_cuda_layernorm_fwd,
-    .layernorm_bwd = dt_cuda_layernorm_bwd,
-    .gelu_fwd = dt_cuda_gelu_fwd,
-    .gelu_bwd = dt_cuda_gelu_bwd,
-    .add = dt_cuda_add,
-    .attention_fwd = dt_cuda_attention_fwd,
-    .attention_bwd = dt_cuda_attention_bwd,
-    .softmax_xent = dt_cuda_softmax_xent,
-    .sumsq = dt_cuda_sumsq,
-    .sum = dt_cuda_sum,
-    .adamw = dt_cuda_adamw,
+/* The ops.h signatures (float *) over the storage type T of each table. */
+template <typename T> struct wrap {
+    static T *P(float *p) { return (T *)p; }
+    static const T *P(const float *p) { return (const T *)p; }
+    static void gemm(int tA, int tB, int M, int N, int K, float al, const float *A, int lda, const float *B, int ldb,
+                     float be, float *C, int ldc) {
+        cuda_gemm<T>(tA, tB, M, N, K, al, P(A), lda, P(B), ldb, be, P(C), ldc);
+    }
+    static void lin_f(float *o, const float *i, const float *w, const float *b, int N, int IC, int OC) {
+        cuda_linear_fwd<T>(P(o), P(i), P(w), P(b), N, IC, OC);
+    }
+    static void lin_b(float *di, float *dw, float *db, const float *d, const float *i, const float *w, int N, int IC,
+                      int OC, int acc) {
+        cuda_linear_bwd<T>(P(di), P(dw), P(db), P(d), P(i), P(w), N, IC, OC, acc);
+    }
+    static void emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int Tn, int C, int Vp) {
+        (void)Vp;
+        cuda_embed_fwd<T>(P(o), t, P(e), P(p), B, Tn, C);
+    }
+    static void emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int Tn, int C, int Vp) {
+        (void)Vp;
+        cuda_embed_bwd<T>(P(de), P(dp), P(d), t, B, Tn, C);
+    }
+    static void ln_f(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
+        cuda_layernorm_fwd<T>(P(o), m, r, P(i), P(w), P(b), N, C);
+    }
+    static void ln_b(float *di, float *dw, float *db, const float *d, const float *i, const float *w, const float *m,
+                     const float *r, int N, int C) {
+        cuda_layernorm_bwd<T>(P(di), P(dw), P(db), P(d), P(i), P(w), m, r, N, C);
+    }
+    static void gelu_f(float *o, const float *i, size_t n) { cuda_gelu_fwd<T>(P(o), P(i), n); }
+    static void gelu_b(float *di, const float *i, const float *d, size_t n) { cuda_gelu_bwd<T>(P(di), P(i), P(d), n); }
+    static void add(float *o, const float *a, const float *b, size_t n) { cuda_add<T>(P(o), P(a), P(b), n); }
+    static void att_f(float *o, float *l, const float *q, int B, int Tn, int C, int NH) {
+        cuda_attention_fwd<T>(P(o), l, P(q), B, Tn, C, NH);
+    }
+    static void att_b(float *dq, const float *d, const float *q, const float *o, const float *l, int B, int Tn, int C,
+                      int NH) {
+        cuda_attention_bwd<T>(P(dq), P(d), P(q), P(o), l, B, Tn, C, NH);
+    }
+    static void xent(float *lg, float *ls, const uint16_t *t, int N, int V, int Vp, float s) {
+        cuda_softmax_xent<T>(P(lg), ls, t, N, V, Vp, s);
+    }
+    static double sumsq(const float *x, size_t n) { return cuda_sumsq<T>(P(x), n); }
+    static void adamw(float *p, float *ps, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                      float eps, float wd, float c1, float c2, float gs) {
+        cuda_adamw<T>(p, P(ps), P(g), m, v, n, lr, b1, b2, eps, wd, c1, c2, gs);
+    }
+    static dt_ops table(const char *name, int bf16) {
+        dt_ops o = {};
+        o.name = name;
+        o.on_device = 1;
+        o.bf16 = bf16;
+        o.alloc = cu_alloc;
+        o.free = cu_free;
+        o.zero = cu_zero;
+        o.upload = cu_upload;
+        o.download = cu_download;
+        o.sync = cu_sync;
+        o.to_bf16 = dt_cuda_to_bf16;
+        o.from_bf16 = dt_cuda_from_bf16;
+        o.gemm = gemm;
+        o.linear_fwd = lin_f;
+        o.linear_bwd = lin_b;
+        o.embed_fwd = emb_f;
+        o.embed_bwd = emb_b;
+        o.layernorm_fwd = ln_f;
+        o.layernorm_bwd = ln_b;
+        o.gelu_fwd = gelu_f;
+        o.gelu_bwd = gelu_b;
+        o.add = add;
+        o.attention_fwd = att_f;
+        o.attention_bwd = att_b;
+        o.softmax_xent = xent;
+        o.sumsq = sumsq;
+        o.sum = dt_cuda_sum;
+        o.adamw = adamw;
+        return o;
+    }
 };
 
-extern "C" dt_status dt_ops_cuda(const dt_ops **out) {
+static dt_ops g_f32, g_bf16;
+
+extern "C" dt_status dt_ops_cuda(const dt_ops **out, int want_bf16) {
     static int inited;
     *out = NULL;
     if (!inited) {
@@ -133,9 +189,11 @@ extern "C" dt_status dt_ops_cuda(const dt_ops **out) {
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return dt_fail(DT_ERUNTIME, "backend cuda: GPU %d: %s", dev, cudaGetErrorString(e));
         if (!dt_cuda_gemm_init()) return dt_fail(DT_ERUNTIME, "backend cuda: cuBLASLt: %s", g_err);
+        g_f32 = wrap<float>::table("cuda", 0);
+        g_bf16 = wrap<bf16>::table("cuda-bf16", 1);
         inited = 1;
     }
-    *out = &CUDA_OPS;
+    *out = want_bf16 ? &g_bf16 : &g_f32;
     return DT_OK;
 }
 

@@ -6,13 +6,14 @@
 enum { COL_TILE = 32, ROW_THREADS = 8, MAX_ROW_CHUNKS = 256, SUM_BLOCKS = 512, SUM_THREADS = 256 };
 
 /* partial[r][c] = sum of src[rows of chunk r][c]; block (x, r), threads (32 columns x 8 row lanes) */
-__global__ void colsum_partial(float *partial, const float *src, int N, int C, int rows_per_chunk) {
+template <typename T>
+__global__ void colsum_partial(float *partial, const T *src, int N, int C, int rows_per_chunk) {
     __shared__ float acc[ROW_THREADS][COL_TILE];
     int c = blockIdx.x * COL_TILE + threadIdx.x, r = blockIdx.y;
     int r0 = r * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float s = 0.0f;
     if (c < C)
-        for (int i = r0 + threadIdx.y; i < r1; i += ROW_THREADS) s += src[(size_t)i * C + c];
+        for (int i = r0 + threadIdx.y; i < r1; i += ROW_THREADS) s += ld(src[(size_t)i * C + c]);
     acc[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -22,15 +23,17 @@ __global__ void colsum_partial(float *partial, const float *src, int N, int C, i
     }
 }
 
-__global__ void colsum_finish(float *dst, const float *partial, int chunks, int C) {
+template <typename T>
+__global__ void colsum_finish(T *dst, const float *partial, int chunks, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
     for (int r = 0; r < chunks; r++) s += partial[(size_t)r * C + c];
-    dst[c] += s;
+    dst[c] = st<T>(ld(dst[c]) + s);
 }
 
-void dt_cuda_colsum_acc(float *dst, const float *src, int N, int C) {
+template <typename T>
+void cuda_colsum_acc(T *dst, const T *src, int N, int C) {
     if (N <= 0 || C <= 0) return;
     int rows = (N + MAX_ROW_CHUNKS - 1) / MAX_ROW_CHUNKS;
     if (rows < 64) rows = 64;
@@ -44,13 +47,13 @@ void dt_cuda_colsum_acc(float *dst, const float *src, int N, int C) {
     DT_CUDA_LAUNCHED("colsum_finish");
 }
 
-template <int SQUARE>
-__global__ void sum_partial(double *partial, const float *x, size_t n, size_t per_block) {
+template <int SQUARE, typename T>
+__global__ void sum_partial(double *partial, const T *x, size_t n, size_t per_block) {
     __shared__ double sh[SUM_THREADS];
     size_t i0 = blockIdx.x * per_block, i1 = i0 + per_block < n ? i0 + per_block : n;
     double s = 0.0;
     for (size_t i = i0 + threadIdx.x; i < i1; i += SUM_THREADS) {
-        double v = x[i];
+        double v = ld(x[i]);
         s += SQUARE ? v * v : v;
     }
     sh[threadIdx.x] = s;
@@ -68,15 +71,15 @@ __global__ void sum_finish(double *out, const double *partial, int nblocks) {
     *out = s;
 }
 
-template <int SQUARE>
-static double sum_impl(const float *x, size_t n) {
+template <int SQUARE, typename T>
+static double sum_impl(const T *x, size_t n) {
     if (n == 0) return 0.0;
     size_t per = (n + SUM_BLOCKS - 1) / SUM_BLOCKS;
     per = (per + SUM_THREADS - 1) / SUM_THREADS * SUM_THREADS;
     int nblocks = (int)((n + per - 1) / per);
     double *partial = (double *)dt_cuda_scratch((size_t)(nblocks + 1) * sizeof(double));
     if (!partial) return NAN;
-    sum_partial<SQUARE><<<nblocks, SUM_THREADS, 0, dt_cuda_stream()>>>(partial, x, n, per);
+    sum_partial<SQUARE, T><<<nblocks, SUM_THREADS, 0, dt_cuda_stream()>>>(partial, x, n, per);
     DT_CUDA_LAUNCHED("sum_partial");
     sum_finish<<<1, 1, 0, dt_cuda_stream()>>>(partial + nblocks, partial, nblocks);
     DT_CUDA_LAUNCHED("sum_finish");
@@ -90,5 +93,10 @@ static double sum_impl(const float *x, size_t n) {
     return r;
 }
 
-double dt_cuda_sumsq(const float *x, size_t n) { return sum_impl<1>(x, n); }
-double dt_cuda_sum(const float *x, size_t n) { return sum_impl<0>(x, n); }
+template <typename T> double cuda_sumsq(const T *x, size_t n) { return sum_impl<1, T>(x, n); }
+double dt_cuda_sum(const float *x, size_t n) { return sum_impl<0, float>(x, n); }
+
+template void cuda_colsum_acc<float>(float *, const float *, int, int);
+template void cuda_colsum_acc<bf16>(bf16 *, const bf16 *, int, int);
+template double cuda_sumsq<float>(const float *, size_t);
+template double cuda_sumsq<bf16>(const bf16 *, size_t);

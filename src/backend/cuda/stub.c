@@ -1,7 +1,8 @@
 /* Builds without CUDA: `backend: cuda` is an input error naming why. */
 #include "../ops.h"
 
-dt_status dt_ops_cuda(const dt_ops **out) {
+dt_status dt_ops_cuda(const dt_ops **out, int bf16) {
+    (void)bf16;
     *out = 0;
     return dt_fail(DT_EINPUT, "backend cuda: this dtrain was built without CUDA (no nvcc at configure time; "
                    "install the CUDA toolkit and rebuild)");
