@@ -1,7 +1,9 @@
 #!/bin/bash
 # On a GPU machine, from the repository root: unpacks .gpu/bundle.tar.xz (made by
-# scripts/gpu_bundle.sh), finds CUDA's libraries, runs the GPU tests, then the
-# benchmarks named as arguments (bench/gpu/*.sh). Logs go to $OUT when set.
+# scripts/gpu_bundle.sh), finds CUDA's libraries, runs the GPU tests, then each
+# argument as a shell command with $DTRAIN and $OUTDIR set, e.g.
+#   scripts/gpu_check.sh 'bench/gpu/bench_dtrain.sh $DTRAIN $OUTDIR bf16 16 32'
+# Logs go to $OUT when set (the device tool's folder), else /tmp/gpu_out.
 set -uo pipefail
 out=${OUT:-/tmp/gpu_out}
 mkdir -p "$out" /tmp/dt
@@ -23,5 +25,5 @@ done
 echo "== test_cuda_train"
 bash tests/test_cuda_train.sh "$DT_BIN/dtrain" "$PWD" /tmp > "$out/test_cuda_train.log" 2>&1 || rc=1
 grep -E "^(ok|FAIL)|passed" "$out/test_cuda_train.log"
-for b in "$@"; do echo "== $b"; bash "$b" "$DT_BIN/dtrain" "$out" || rc=1; done
+for cmd in "$@"; do echo "== $cmd"; DTRAIN="$DT_BIN/dtrain" OUTDIR="$out" bash -c "$cmd" || rc=1; done
 exit $rc

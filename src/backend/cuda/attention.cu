@@ -6,6 +6,8 @@
  * bf16 path uses tensor cores. Head sizes 8..128 (powers of two) are compiled. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 
@@ -209,8 +211,24 @@ static int head_size_ok(int HS) {
     case 128: { enum { H = 128 }; CALL; } break; \
     }
 
+/* bf16 goes to the tensor cores where the shape allows (DT_CUDA_ATTENTION=simt: never) */
+static int use_tc(int C, int NH) {
+    static int simt = -1;
+    if (simt < 0) {
+        const char *e = getenv("DT_CUDA_ATTENTION");
+        simt = e && !strcmp(e, "simt");
+    }
+    return !simt && dt_cuda_attention_tc_ok(C, NH);
+}
+
 template <typename E>
 void cuda_attention_fwd(E *out, float *lse, const E *qkv, int B, int T, int C, int NH) {
+    if constexpr (sizeof(E) == 2) {
+        if (use_tc(C, NH)) {
+            dt_cuda_attention_tc_fwd(out, lse, qkv, B, T, C, NH);
+            return;
+        }
+    }
     int HS = C / NH;
     if (!head_size_ok(HS)) return;
     dim3 grid((T + TILE - 1) / TILE, B * NH);
@@ -230,6 +248,12 @@ void cuda_attention_bwd(E *dqkv, const E *dout, const E *qkv, const E *out, cons
     size_t n = (size_t)B * NH * T;
     attn_rowdot_k<E><<<(int)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0, s>>>(D, dout, out, B, T, C, NH);
     DT_CUDA_LAUNCHED("attention_rowdot");
+    if constexpr (sizeof(E) == 2) {
+        if (use_tc(C, NH)) {
+            dt_cuda_attention_tc_bwd(dqkv, dout, qkv, lse, D, B, T, C, NH);
+            return;
+        }
+    }
     dim3 grid((T + TILE - 1) / TILE, B * NH);
     float scale = 1.0f / sqrtf((float)HS);
     HS_SWITCH(HS, (attn_bwd_kv_k<H, E><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));

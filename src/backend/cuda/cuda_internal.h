@@ -69,6 +69,12 @@ void cuda_adamw(float *p, T *p_store, const T *g, float *m, float *v, size_t n, 
 void dt_cuda_to_bf16(void *dst, const float *src, size_t n);
 void dt_cuda_from_bf16(float *dst, const void *src, size_t n);
 
+/* attention_tc.cu: tensor-core attention for bf16 (head size 32/64/128, C % 8 == 0) */
+int dt_cuda_attention_tc_ok(int C, int NH);
+void dt_cuda_attention_tc_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int Tn, int C, int NH);
+void dt_cuda_attention_tc_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int B,
+                              int Tn, int C, int NH);
+
 /* attention.cu */
 template <typename T> void cuda_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH);
 template <typename T>

@@ -23,12 +23,19 @@ __global__ void colsum_partial(float *partial, const T *src, int N, int C, int r
     }
 }
 
+/* 8 lanes per column over the partials, then across lanes: a fixed order, and enough
+ * threads in flight that the pass is not one long chain of dependent loads */
 template <typename T>
 __global__ void colsum_finish(T *dst, const float *partial, int chunks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float acc[ROW_THREADS][COL_TILE];
+    int c = blockIdx.x * COL_TILE + threadIdx.x;
     float s = 0.0f;
-    for (int r = 0; r < chunks; r++) s += partial[(size_t)r * C + c];
+    if (c < C)
+        for (int r = threadIdx.y; r < chunks; r += ROW_THREADS) s += partial[(size_t)r * C + c];
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+    for (int k = 1; k < ROW_THREADS; k++) s += acc[k][threadIdx.x];
     dst[c] = st<T>(ld(dst[c]) + s);
 }
 
@@ -43,7 +50,7 @@ void cuda_colsum_acc(T *dst, const T *src, int N, int C) {
     dim3 grid((C + COL_TILE - 1) / COL_TILE, chunks), block(COL_TILE, ROW_THREADS);
     colsum_partial<<<grid, block, 0, dt_cuda_stream()>>>(partial, src, N, C, rows);
     DT_CUDA_LAUNCHED("colsum_partial");
-    colsum_finish<<<(C + 255) / 256, 256, 0, dt_cuda_stream()>>>(dst, partial, chunks, C);
+    colsum_finish<<<(C + COL_TILE - 1) / COL_TILE, block, 0, dt_cuda_stream()>>>(dst, partial, chunks, C);
     DT_CUDA_LAUNCHED("colsum_finish");
 }
 
