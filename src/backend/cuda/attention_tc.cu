@@ -15,6 +15,10 @@
 using namespace nvcuda;
 
 enum { BR = 64, WARPS = 4, WR = 16 }; /* rows per block, warps, rows per warp */
+/* Shared-memory row strides, padded so that consecutive rows start in different banks
+ * (an unpadded 64-wide row is a multiple of 128 bytes: every row in the same banks). */
+enum { LDS = BR + 4, LDP = BR + 8 }; /* fp32 score rows, bf16 probability rows */
+template <int HS> struct ld_of { enum { H = HS + 8, O = HS + 4 }; }; /* bf16 q/k/v rows, fp32 O rows */
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b_row;
@@ -25,52 +29,73 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
  * rows at or past T are zero */
 template <int HS>
 static __device__ void load_tile(bf16 *dst, const bf16 *src, int r0, int T, int stride) {
-    enum { VEC = 8, PER_ROW = HS / VEC };
+    enum { VEC = 8, PER_ROW = HS / VEC, LD = ld_of<HS>::H };
     for (int e = threadIdx.x; e < BR * PER_ROW; e += blockDim.x) {
         int r = e / PER_ROW, v = e % PER_ROW;
         uint4 val = make_uint4(0, 0, 0, 0);
         if (r0 + r < T) val = *(const uint4 *)(src + (size_t)(r0 + r) * stride + v * VEC);
-        *(uint4 *)(dst + r * HS + v * VEC) = val;
+        *(uint4 *)(dst + r * LD + v * VEC) = val;
     }
 }
 
-/* S[16][64] (fp32, ld 64) = A[16][HS] · Bᵀ, with B stored [64][HS] (rows are keys or queries) */
+/* The warp's 16 rows of A [.][HS] (smem, stride LD) as fragments, loaded once */
 template <int HS>
-static __device__ void mm_abt(float *S, const bf16 *A, const bf16 *B) {
+static __device__ void load_rows(frag_a (&f)[HS / 16], const bf16 *A) {
+#pragma unroll
+    for (int k = 0; k < HS / 16; k++) wmma::load_matrix_sync(f[k], A + k * 16, ld_of<HS>::H);
+}
+
+/* S[16][64] (fp32, stride LDS) = A·Bᵀ: A the warp's 16 rows (fragments), B stored [64][HS] */
+template <int HS>
+static __device__ void mm_abt(float *S, const frag_a (&a)[HS / 16], const bf16 *B) {
+#pragma unroll
     for (int j = 0; j < BR / 16; j++) {
         frag_c c;
         wmma::fill_fragment(c, 0.0f);
 #pragma unroll
         for (int k = 0; k < HS / 16; k++) {
-            frag_a a;
             frag_b_col b;
-            wmma::load_matrix_sync(a, A + k * 16, HS);
-            wmma::load_matrix_sync(b, B + j * 16 * HS + k * 16, HS);
-            wmma::mma_sync(c, a, b, c);
+            wmma::load_matrix_sync(b, B + j * 16 * ld_of<HS>::H + k * 16, ld_of<HS>::H);
+            wmma::mma_sync(c, a[k], b, c);
         }
-        wmma::store_matrix_sync(S + j * 16, c, BR, wmma::mem_row_major);
+        wmma::store_matrix_sync(S + j * 16, c, LDS, wmma::mem_row_major);
     }
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+static __device__ __forceinline__ float warp_sum32(float v) {
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
 template <int HS>
 __global__ void __launch_bounds__(WARPS * 32) tc_attn_fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int C,
                                                              int NH, float scale) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *Ks = Qs + BR * HS, *Vs = Ks + BR * HS;
-    float *Ss = (float *)(Vs + BR * HS); /* per warp [16][64] */
-    bf16 *Ps = (bf16 *)(Ss + WARPS * WR * BR);
-    float *Os = (float *)(Ps + WARPS * WR * BR); /* per warp [16][HS] */
+    enum { LH = ld_of<HS>::H, LO = ld_of<HS>::O };
+    extern __shared__ __align__(32) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *Ks = Qs + BR * LH, *Vs = Ks + BR * LH;
+    float *Ss = (float *)(Vs + BR * LH); /* per warp [16][LDS] */
+    bf16 *Ps = (bf16 *)(Ss + WARPS * WR * LDS);
+    float *Os = (float *)(Ps + WARPS * WR * LDP); /* per warp [16][LO] */
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
-    int q0 = blockIdx.x * BR;
+    int q0 = blockIdx.x * BR, qw = q0 + warp * WR; /* the warp's first query */
     const bf16 *base = qkv + (size_t)b * T * C3 + h * HS;
-    float *S = Ss + warp * WR * BR, *O = Os + warp * WR * HS;
-    bf16 *P = Ps + warp * WR * BR;
+    float *S = Ss + warp * WR * LDS, *O = Os + warp * WR * LO;
+    bf16 *P = Ps + warp * WR * LDP;
     load_tile<HS>(Qs, base, q0, T, C3);
-    for (int i = lane; i < WR * HS; i += 32) O[i] = 0.0f;
-    /* lanes 2r and 2r+1 own row r of the warp's 16, columns [32·(lane&1), +32) */
-    int row = lane / 2, half = lane % 2, q = q0 + warp * WR + row;
-    float m = -INFINITY, l = 0.0f;
+    for (int i = lane; i < WR * LO; i += 32) O[i] = 0.0f;
+    __syncthreads();
+    frag_a qf[HS / 16];
+    load_rows<HS>(qf, Qs + warp * WR * LH);
+    /* row statistics, every lane holding all 16 rows' (row-wise work goes row by row with
+     * the lanes across columns: no bank conflicts) */
+    float m[WR], l[WR];
+#pragma unroll
+    for (int r = 0; r < WR; r++) m[r] = -INFINITY, l[r] = 0.0f;
     int ntiles = (min(T, q0 + BR) + BR - 1) / BR;
     for (int t = 0; t < ntiles; t++) {
         int k0 = t * BR;
@@ -78,52 +103,50 @@ __global__ void __launch_bounds__(WARPS * 32) tc_attn_fwd_k(bf16 *out, float *ls
         load_tile<HS>(Ks, base + C, k0, T, C3);
         load_tile<HS>(Vs, base + 2 * C, k0, T, C3);
         __syncthreads();
-        mm_abt<HS>(S, Qs + warp * WR * HS, Ks);
+        mm_abt<HS>(S, qf, Ks);
         __syncwarp();
-        float *srow = S + row * BR + half * 32;
-        float mx = -INFINITY;
-        for (int c = 0; c < 32; c++) {
-            int k = k0 + half * 32 + c;
-            float s = k <= q ? srow[c] * scale : -INFINITY;
-            srow[c] = s;
-            mx = fmaxf(mx, s);
+#pragma unroll
+        for (int r = 0; r < WR; r++) {
+            int q = qw + r;
+            float s0 = k0 + lane <= q ? S[r * LDS + lane] * scale : -INFINITY;
+            float s1 = k0 + lane + 32 <= q ? S[r * LDS + lane + 32] * scale : -INFINITY;
+            float mnew = fmaxf(m[r], warp_max(fmaxf(s0, s1)));
+            float corr = mnew == -INFINITY ? 1.0f : expf(m[r] - mnew); /* rows past T see no key */
+            bf16 p0 = __float2bfloat16_rn(s0 == -INFINITY ? 0.0f : expf(s0 - mnew));
+            bf16 p1 = __float2bfloat16_rn(s1 == -INFINITY ? 0.0f : expf(s1 - mnew));
+            P[r * LDP + lane] = p0;
+            P[r * LDP + lane + 32] = p1;
+            /* the normaliser sums what P·V multiplies */
+            l[r] = l[r] * corr + warp_sum32(__bfloat162float(p0) + __bfloat162float(p1));
+            m[r] = mnew;
+            for (int c = lane; c < HS; c += 32) O[r * LO + c] *= corr;
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float mnew = fmaxf(m, mx);
-        float corr = mnew == -INFINITY ? 1.0f : expf(m - mnew); /* rows past T see no key */
-        float sum = 0.0f;
-        bf16 *prow = P + row * BR + half * 32;
-        for (int c = 0; c < 32; c++) {
-            float p = srow[c] == -INFINITY ? 0.0f : expf(srow[c] - mnew);
-            bf16 pb = __float2bfloat16_rn(p);
-            prow[c] = pb;
-            sum += __bfloat162float(pb); /* the normaliser sums what P·V multiplies */
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l = l * corr + sum;
-        m = mnew;
-        for (int c = 0; c < HS / 2; c++) O[row * HS + half * (HS / 2) + c] *= corr;
         __syncwarp();
+#pragma unroll
         for (int j = 0; j < HS / 16; j++) { /* O += P·V */
             frag_c c;
-            wmma::load_matrix_sync(c, O + j * 16, HS, wmma::mem_row_major);
+            wmma::load_matrix_sync(c, O + j * 16, LO, wmma::mem_row_major);
 #pragma unroll
             for (int k = 0; k < BR / 16; k++) {
                 frag_a a;
                 frag_b_row bv;
-                wmma::load_matrix_sync(a, P + k * 16, BR);
-                wmma::load_matrix_sync(bv, Vs + k * 16 * HS + j * 16, HS);
+                wmma::load_matrix_sync(a, P + k * 16, LDP);
+                wmma::load_matrix_sync(bv, Vs + k * 16 * LH + j * 16, LH);
                 wmma::mma_sync(c, a, bv, c);
             }
-            wmma::store_matrix_sync(O + j * 16, c, HS, wmma::mem_row_major);
+            wmma::store_matrix_sync(O + j * 16, c, LO, wmma::mem_row_major);
         }
         __syncwarp();
     }
-    if (q >= T) return;
-    float inv = 1.0f / l;
-    bf16 *o = out + ((size_t)b * T + q) * C + h * HS + half * (HS / 2);
-    for (int c = 0; c < HS / 2; c++) o[c] = __float2bfloat16_rn(O[row * HS + half * (HS / 2) + c] * inv);
-    if (half == 0) lse[(size_t)bh * T + q] = m + logf(l);
+#pragma unroll
+    for (int r = 0; r < WR; r++) {
+        int q = qw + r;
+        if (q >= T) break;
+        float inv = 1.0f / l[r];
+        bf16 *o = out + ((size_t)b * T + q) * C + h * HS;
+        for (int c = lane; c < HS; c += 32) o[c] = __float2bfloat16_rn(O[r * LO + c] * inv);
+        if (lane == 0) lse[(size_t)bh * T + q] = m[r] + logf(l[r]);
+    }
 }
 
 /* dK, dV for 64 keys: over the query tiles at or after them */
@@ -131,26 +154,30 @@ template <int HS>
 __global__ void __launch_bounds__(WARPS * 32) tc_attn_bwd_kv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
                                                                 const float *lse, const float *D, int T, int C,
                                                                 int NH, float scale) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *dOs = Qs + BR * HS, *Ks = dOs + BR * HS, *Vs = Ks + BR * HS;
-    float *Ss = (float *)(Vs + BR * HS), *dPs = Ss + WARPS * WR * BR; /* per warp [16][64]: Sᵀ, dPᵀ */
-    bf16 *Ps = (bf16 *)(dPs + WARPS * WR * BR), *dSs = Ps + WARPS * WR * BR;
-    float *Ls = (float *)(dSs + WARPS * WR * BR), *Ds = Ls + BR;
+    enum { LH = ld_of<HS>::H };
+    extern __shared__ __align__(32) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *dOs = Qs + BR * LH, *Ks = dOs + BR * LH, *Vs = Ks + BR * LH;
+    float *Ss = (float *)(Vs + BR * LH), *dPs = Ss + WARPS * WR * LDS; /* per warp [16][LDS]: Sᵀ, dPᵀ */
+    bf16 *Ps = (bf16 *)(dPs + WARPS * WR * LDS), *dSs = Ps + WARPS * WR * LDP;
+    float *Ls = (float *)(dSs + WARPS * WR * LDP), *Ds = Ls + BR;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
-    int k0 = blockIdx.x * BR;
+    int k0 = blockIdx.x * BR, kw = k0 + warp * WR; /* the warp's first key */
     const bf16 *base = qkv + (size_t)b * T * C3 + h * HS, *dbase = dout + (size_t)b * T * C + h * HS;
-    float *ST = Ss + warp * WR * BR, *dPT = dPs + warp * WR * BR;
-    bf16 *PT = Ps + warp * WR * BR, *dST = dSs + warp * WR * BR;
+    float *ST = Ss + warp * WR * LDS, *dPT = dPs + warp * WR * LDS;
+    bf16 *PT = Ps + warp * WR * LDP, *dST = dSs + warp * WR * LDP;
     load_tile<HS>(Ks, base + C, k0, T, C3);
     load_tile<HS>(Vs, base + 2 * C, k0, T, C3);
+    __syncthreads();
+    frag_a kf[HS / 16], vf[HS / 16];
+    load_rows<HS>(kf, Ks + warp * WR * LH);
+    load_rows<HS>(vf, Vs + warp * WR * LH);
     frag_c dk[HS / 16], dv[HS / 16];
 #pragma unroll
     for (int j = 0; j < HS / 16; j++) {
         wmma::fill_fragment(dk[j], 0.0f);
         wmma::fill_fragment(dv[j], 0.0f);
     }
-    int row = lane / 2, half = lane % 2, key = k0 + warp * WR + row; /* this lane's key row */
     for (int q0 = k0; q0 < T; q0 += BR) {
         __syncthreads();
         load_tile<HS>(Qs, base, q0, T, C3);
@@ -160,46 +187,51 @@ __global__ void __launch_bounds__(WARPS * 32) tc_attn_bwd_kv_k(bf16 *dqkv, const
             Ds[i] = q0 + i < T ? D[(size_t)bh * T + q0 + i] : 0.0f;
         }
         __syncthreads();
-        mm_abt<HS>(ST, Ks + warp * WR * HS, Qs);  /* Sᵀ = K·Qᵀ */
-        mm_abt<HS>(dPT, Vs + warp * WR * HS, dOs); /* dPᵀ = V·dOᵀ */
+        mm_abt<HS>(ST, kf, Qs);  /* Sᵀ = K·Qᵀ */
+        mm_abt<HS>(dPT, vf, dOs); /* dPᵀ = V·dOᵀ */
         __syncwarp();
-        for (int c = 0; c < 32; c++) {
-            int ci = half * 32 + c, qi = q0 + ci;
-            float p = qi >= key && qi < T ? expf(ST[row * BR + ci] * scale - Ls[ci]) : 0.0f;
-            float ds = p * (dPT[row * BR + ci] - Ds[ci]) * scale;
-            PT[row * BR + ci] = __float2bfloat16_rn(p);
-            dST[row * BR + ci] = __float2bfloat16_rn(ds);
+        float l0 = Ls[lane], l1 = Ls[lane + 32], d0 = Ds[lane], d1 = Ds[lane + 32];
+        int qa = q0 + lane, qb = q0 + lane + 32;
+#pragma unroll
+        for (int r = 0; r < WR; r++) {
+            int key = kw + r;
+            float p0 = qa >= key && qa < T ? expf(ST[r * LDS + lane] * scale - l0) : 0.0f;
+            float p1 = qb >= key && qb < T ? expf(ST[r * LDS + lane + 32] * scale - l1) : 0.0f;
+            PT[r * LDP + lane] = __float2bfloat16_rn(p0);
+            PT[r * LDP + lane + 32] = __float2bfloat16_rn(p1);
+            dST[r * LDP + lane] = __float2bfloat16_rn(p0 * (dPT[r * LDS + lane] - d0) * scale);
+            dST[r * LDP + lane + 32] = __float2bfloat16_rn(p1 * (dPT[r * LDS + lane + 32] - d1) * scale);
         }
         __syncwarp();
 #pragma unroll
-        for (int j = 0; j < HS / 16; j++)
+        for (int k = 0; k < BR / 16; k++) {
+            frag_a pa, sa;
+            wmma::load_matrix_sync(pa, PT + k * 16, LDP);
+            wmma::load_matrix_sync(sa, dST + k * 16, LDP);
 #pragma unroll
-            for (int k = 0; k < BR / 16; k++) {
-                frag_a a;
+            for (int j = 0; j < HS / 16; j++) {
                 frag_b_row bm;
-                wmma::load_matrix_sync(a, PT + k * 16, BR); /* dV += Pᵀ·dO */
-                wmma::load_matrix_sync(bm, dOs + k * 16 * HS + j * 16, HS);
-                wmma::mma_sync(dv[j], a, bm, dv[j]);
-                wmma::load_matrix_sync(a, dST + k * 16, BR); /* dK += dSᵀ·Q */
-                wmma::load_matrix_sync(bm, Qs + k * 16 * HS + j * 16, HS);
-                wmma::mma_sync(dk[j], a, bm, dk[j]);
+                wmma::load_matrix_sync(bm, dOs + k * 16 * LH + j * 16, LH); /* dV += Pᵀ·dO */
+                wmma::mma_sync(dv[j], pa, bm, dv[j]);
+                wmma::load_matrix_sync(bm, Qs + k * 16 * LH + j * 16, LH); /* dK += dSᵀ·Q */
+                wmma::mma_sync(dk[j], sa, bm, dk[j]);
             }
+        }
     }
     __syncwarp();
-    float *stage = ST; /* [16][64] fp32 holds one 16 x HS result at a time (HS <= 64) or half of it */
-    for (int which = 0; which < 2; which++) {
+    float *stage = ST; /* [16][LDS] fp32: up to 64 columns of a result at a time */
+    for (int which = 0; which < 2; which++)
         for (int j0 = 0; j0 < HS / 16; j0 += BR / 16) {
             int nj = min(BR / 16, HS / 16 - j0);
             for (int j = 0; j < nj; j++)
-                wmma::store_matrix_sync(stage + j * 16, which ? dv[j0 + j] : dk[j0 + j], BR, wmma::mem_row_major);
+                wmma::store_matrix_sync(stage + j * 16, which ? dv[j0 + j] : dk[j0 + j], LDS, wmma::mem_row_major);
             __syncwarp();
-            if (key < T) {
-                bf16 *g = dqkv + ((size_t)b * T + key) * C3 + h * HS + (which ? 2 * C : C) + j0 * 16;
-                for (int c = half; c < nj * 16; c += 2) g[c] = __float2bfloat16_rn(stage[row * BR + c]);
+            for (int r = 0; r < WR && kw + r < T; r++) {
+                bf16 *g = dqkv + ((size_t)b * T + kw + r) * C3 + h * HS + (which ? 2 * C : C) + j0 * 16;
+                for (int c = lane; c < nj * 16; c += 32) g[c] = __float2bfloat16_rn(stage[r * LDS + c]);
             }
             __syncwarp();
         }
-    }
 }
 
 /* dQ for 64 queries: over the key tiles up to them */
@@ -207,20 +239,30 @@ template <int HS>
 __global__ void __launch_bounds__(WARPS * 32) tc_attn_bwd_q_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
                                                                const float *lse, const float *D, int T, int C, int NH,
                                                                float scale) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *dOs = Qs + BR * HS, *Ks = dOs + BR * HS, *Vs = Ks + BR * HS;
-    float *Ss = (float *)(Vs + BR * HS), *dPs = Ss + WARPS * WR * BR;
-    bf16 *dSs = (bf16 *)(dPs + WARPS * WR * BR);
+    enum { LH = ld_of<HS>::H };
+    extern __shared__ __align__(32) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *dOs = Qs + BR * LH, *Ks = dOs + BR * LH, *Vs = Ks + BR * LH;
+    float *Ss = (float *)(Vs + BR * LH), *dPs = Ss + WARPS * WR * LDS;
+    bf16 *dSs = (bf16 *)(dPs + WARPS * WR * LDS);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
-    int q0 = blockIdx.x * BR;
+    int q0 = blockIdx.x * BR, qw = q0 + warp * WR;
     const bf16 *base = qkv + (size_t)b * T * C3 + h * HS, *dbase = dout + (size_t)b * T * C + h * HS;
-    float *S = Ss + warp * WR * BR, *dP = dPs + warp * WR * BR;
-    bf16 *dS = dSs + warp * WR * BR;
+    float *S = Ss + warp * WR * LDS, *dP = dPs + warp * WR * LDS;
+    bf16 *dS = dSs + warp * WR * LDP;
     load_tile<HS>(Qs, base, q0, T, C3);
     load_tile<HS>(dOs, dbase, q0, T, C);
-    int row = lane / 2, half = lane % 2, q = q0 + warp * WR + row;
-    float lq = q < T ? lse[(size_t)bh * T + q] : 0.0f, Dq = q < T ? D[(size_t)bh * T + q] : 0.0f;
+    __syncthreads();
+    frag_a qf[HS / 16], of[HS / 16];
+    load_rows<HS>(qf, Qs + warp * WR * LH);
+    load_rows<HS>(of, dOs + warp * WR * LH);
+    float lq[WR], Dq[WR];
+#pragma unroll
+    for (int r = 0; r < WR; r++) {
+        int q = qw + r;
+        lq[r] = q < T ? lse[(size_t)bh * T + q] : 0.0f;
+        Dq[r] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+    }
     frag_c dq[HS / 16];
 #pragma unroll
     for (int j = 0; j < HS / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
@@ -231,48 +273,54 @@ __global__ void __launch_bounds__(WARPS * 32) tc_attn_bwd_q_k(bf16 *dqkv, const 
         load_tile<HS>(Ks, base + C, k0, T, C3);
         load_tile<HS>(Vs, base + 2 * C, k0, T, C3);
         __syncthreads();
-        mm_abt<HS>(S, Qs + warp * WR * HS, Ks);
-        mm_abt<HS>(dP, dOs + warp * WR * HS, Vs);
+        mm_abt<HS>(S, qf, Ks);
+        mm_abt<HS>(dP, of, Vs);
         __syncwarp();
-        for (int c = 0; c < 32; c++) {
-            int ci = half * 32 + c, k = k0 + ci;
-            float p = k <= q && q < T ? expf(S[row * BR + ci] * scale - lq) : 0.0f;
-            dS[row * BR + ci] = __float2bfloat16_rn(p * (dP[row * BR + ci] - Dq) * scale);
+#pragma unroll
+        for (int r = 0; r < WR; r++) {
+            int q = qw + r, ka = k0 + lane, kb = k0 + lane + 32;
+            float p0 = ka <= q && q < T ? expf(S[r * LDS + lane] * scale - lq[r]) : 0.0f;
+            float p1 = kb <= q && q < T ? expf(S[r * LDS + lane + 32] * scale - lq[r]) : 0.0f;
+            dS[r * LDP + lane] = __float2bfloat16_rn(p0 * (dP[r * LDS + lane] - Dq[r]) * scale);
+            dS[r * LDP + lane + 32] = __float2bfloat16_rn(p1 * (dP[r * LDS + lane + 32] - Dq[r]) * scale);
         }
         __syncwarp();
 #pragma unroll
-        for (int j = 0; j < HS / 16; j++)
+        for (int k = 0; k < BR / 16; k++) {
+            frag_a a;
+            wmma::load_matrix_sync(a, dS + k * 16, LDP); /* dQ += dS·K */
 #pragma unroll
-            for (int k = 0; k < BR / 16; k++) {
-                frag_a a;
+            for (int j = 0; j < HS / 16; j++) {
                 frag_b_row bk;
-                wmma::load_matrix_sync(a, dS + k * 16, BR); /* dQ += dS·K */
-                wmma::load_matrix_sync(bk, Ks + k * 16 * HS + j * 16, HS);
+                wmma::load_matrix_sync(bk, Ks + k * 16 * LH + j * 16, LH);
                 wmma::mma_sync(dq[j], a, bk, dq[j]);
             }
+        }
     }
     __syncwarp();
     float *stage = S;
     for (int j0 = 0; j0 < HS / 16; j0 += BR / 16) {
         int nj = min(BR / 16, HS / 16 - j0);
-        for (int j = 0; j < nj; j++) wmma::store_matrix_sync(stage + j * 16, dq[j0 + j], BR, wmma::mem_row_major);
+        for (int j = 0; j < nj; j++) wmma::store_matrix_sync(stage + j * 16, dq[j0 + j], LDS, wmma::mem_row_major);
         __syncwarp();
-        if (q < T) {
-            bf16 *g = dqkv + ((size_t)b * T + q) * C3 + h * HS + j0 * 16;
-            for (int c = half; c < nj * 16; c += 2) g[c] = __float2bfloat16_rn(stage[row * BR + c]);
+        for (int r = 0; r < WR && qw + r < T; r++) {
+            bf16 *g = dqkv + ((size_t)b * T + qw + r) * C3 + h * HS + j0 * 16;
+            for (int c = lane; c < nj * 16; c += 32) g[c] = __float2bfloat16_rn(stage[r * LDS + c]);
         }
         __syncwarp();
     }
 }
 
 template <int HS> static size_t fwd_smem() {
-    return 3 * BR * HS * sizeof(bf16) + WARPS * WR * BR * (sizeof(float) + sizeof(bf16)) + WARPS * WR * HS * sizeof(float);
+    return 3 * BR * ld_of<HS>::H * sizeof(bf16) + WARPS * WR * (LDS * sizeof(float) + LDP * sizeof(bf16)) +
+           WARPS * WR * ld_of<HS>::O * sizeof(float);
 }
 template <int HS> static size_t kv_smem() {
-    return 4 * BR * HS * sizeof(bf16) + 2 * WARPS * WR * BR * (sizeof(float) + sizeof(bf16)) + 2 * BR * sizeof(float);
+    return 4 * BR * ld_of<HS>::H * sizeof(bf16) + 2 * WARPS * WR * (LDS * sizeof(float) + LDP * sizeof(bf16)) +
+           2 * BR * sizeof(float);
 }
 template <int HS> static size_t q_smem() {
-    return 4 * BR * HS * sizeof(bf16) + 2 * WARPS * WR * BR * sizeof(float) + WARPS * WR * BR * sizeof(bf16);
+    return 4 * BR * ld_of<HS>::H * sizeof(bf16) + 2 * WARPS * WR * LDS * sizeof(float) + WARPS * WR * LDP * sizeof(bf16);
 }
 
 template <int HS> static void set_smem_limits(void) {
