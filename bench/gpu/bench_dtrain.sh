@@ -34,6 +34,8 @@ flops = 6 * (L * 12 * C * C + V * C) + 6 * L * C * T
 print("dtrain precision=%s batch=%s T=1024 tokens/s=%.0f MFU=%.1f%% loss=%.4f" % (
     sys.argv[3], sys.argv[2], tps, 100 * tps * flops / 989e12, rows[-1]["loss"]))
 PY
+  grep "^gpu:" $out/dtrain_${precision}_b$B.log
+  "$dtrain" estimate "${common[@]}" --set train.micro_batch=$B 2>&1 | grep -E "^zero 0|^activations"
 done
 B=${batches%% *}
 "$dtrain" train "${common[@]}" --set train.micro_batch=$B --set train.global_batch=$B --steps 4 \

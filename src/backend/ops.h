@@ -88,9 +88,17 @@ static inline size_t dt_elem_bytes(const dt_ops *o) { return o->bf16 ? 2 : 4; }
 dt_status dt_ops_cuda(const dt_ops **out, int bf16);
 /* This process's GPU ("none" without CUDA). */
 const char *dt_gpu_name(void);
+/* Most device memory dtrain has held at once (buffers, scratch, library workspace). */
+size_t dt_gpu_peak_bytes(void);
+/* Dense bf16 peak of this GPU in FLOP/s from a table of known devices (0: unknown):
+ * the denominator of MFU. */
+double dt_gpu_bf16_peak(void);
 /* Wraps ops so every call is timed (one wrapper per process); report prints the totals. */
 const dt_ops *dt_ops_profiled(const dt_ops *ops);
 void dt_ops_profile_report(FILE *out);
+/* Forgets the totals so far (the trainer calls it after the first step: one-time costs
+ * such as library planning and lazy kernel loading would otherwise skew the profile). */
+void dt_ops_profile_reset(void);
 /* Human-readable description of the CPU BLAS and the kernel it runs. */
 const char *dt_cpu_blas_info(void);
 /* Sets OpenMP and BLAS thread counts (0: leave the library default). */

@@ -102,10 +102,17 @@ const dt_ops *dt_ops_profiled(const dt_ops *ops) {
     return &PROFILED;
 }
 
+static int reset_done;
+
+void dt_ops_profile_reset(void) {
+    for (int i = 0; i < P_N; i++) secs[i] = 0, calls[i] = 0;
+    reset_done = 1;
+}
+
 void dt_ops_profile_report(FILE *out) {
     double total = 0;
     for (int i = 0; i < P_N; i++) total += secs[i];
-    fprintf(out, "profile: kernel time %.3f s\n", total);
+    fprintf(out, "profile: kernel time %.3f s%s\n", total, reset_done ? " (from the second step on)" : "");
     for (int i = 0; i < P_N; i++)
         if (calls[i])
             fprintf(out, "profile: %-14s %8.3f s %5.1f%% %8ld calls\n", NAMES[i], secs[i],

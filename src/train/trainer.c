@@ -398,6 +398,7 @@ static dt_status run(trainer *t) {
     while (t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_dp_comm_seconds(t->dpe), norm, lr;
         DT_TRY(train_step(t, &loss, &norm, &lr));
+        if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();
         double dt = dt_now() - t0;
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
@@ -460,6 +461,12 @@ static dt_status run(trainer *t) {
                    mem[0].peak_rss / 1e6);
         else
             printf("summary: nothing to train (at step %lld of %lld)\n", t->st.step, steps);
+        if (t->ops->on_device && timed_steps > 0) {
+            double peak = dt_gpu_bf16_peak();
+            printf("gpu: %s, peak device memory %.2f GB (rank 0)", dt_gpu_name(), (double)dt_gpu_peak_bytes() / 1e9);
+            if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s dense bf16", 100.0 * tps * flops_tok / peak, peak / 1e12);
+            printf("\n");
+        }
         if (t->dp > 1 && timed_steps > 0)
             printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);

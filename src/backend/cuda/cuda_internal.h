@@ -31,6 +31,8 @@ void dt_cuda_check_launch(const char *kernel);
  * once the largest size has been seen). NULL (and a recorded error) on failure. */
 void *dt_cuda_scratch(size_t bytes);
 int dt_cuda_sm_count(void);
+/* Counts device memory allocated outside the ops table (library workspaces) in the peak. */
+void dt_cuda_count_alloc(size_t bytes);
 
 /* gemm.cu: T = float (fp32 arithmetic) or bf16 (bf16 operands, fp32 accumulation) */
 int dt_cuda_gemm_init(void);

@@ -34,6 +34,7 @@ int dt_cuda_gemm_init(void) {
         dt_cuda_record("cuBLASLt workspace", "out of GPU memory");
         return 0;
     }
+    dt_cuda_count_alloc(WORKSPACE);
     return 1;
 }
 

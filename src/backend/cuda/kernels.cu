@@ -100,8 +100,103 @@ __global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T
     }
 }
 
+/* 16-byte vectors: 8 bf16 or 4 fp32 elements per load */
+template <typename T> struct vec { enum { N = 16 / sizeof(T) }; };
+template <typename T> static __device__ __forceinline__ void load_vec(const T *p, float (&f)[vec<T>::N]) {
+    uint4 u = *(const uint4 *)p;
+    const T *e = (const T *)&u;
+#pragma unroll
+    for (int i = 0; i < vec<T>::N; i++) f[i] = ld(e[i]);
+}
+template <typename T> static __device__ __forceinline__ void store_vec(T *p, const float (&f)[vec<T>::N]) {
+    uint4 u;
+    T *e = (T *)&u;
+#pragma unroll
+    for (int i = 0; i < vec<T>::N; i++) e[i] = st<T>(f[i]);
+    *(uint4 *)p = u;
+}
+
+/* rows whose length is a multiple of 32 vectors, all pointers 16-byte aligned */
+template <typename T>
+__global__ void ln_fwd_vec_k(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C) {
+    enum { V = vec<T>::N };
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C;
+    float xv[V], s = 0.0f;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        load_vec(x + c, xv);
+#pragma unroll
+        for (int i = 0; i < V; i++) s += xv[i];
+    }
+    float m = warp_sum(s) / C, v = 0.0f;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        load_vec(x + c, xv);
+#pragma unroll
+        for (int i = 0; i < V; i++) v += (xv[i] - m) * (xv[i] - m);
+    }
+    float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    T *o = out + (size_t)row * C;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        float wv[V], bv[V];
+        load_vec(x + c, xv);
+        load_vec(w + c, wv);
+        load_vec(b + c, bv);
+#pragma unroll
+        for (int i = 0; i < V; i++) xv[i] = (xv[i] - m) * r * wv[i] + bv[i];
+        store_vec(o + c, xv);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+template <typename T>
+__global__ void ln_bwd_dx_vec_k(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
+                                const float *rstd, int N, int C) {
+    enum { V = vec<T>::N };
+    int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row], a = 0.0f, bsum = 0.0f;
+    float xv[V], dv[V], wv[V];
+    for (int c = lane * V; c < C; c += 32 * V) {
+        load_vec(x + c, xv);
+        load_vec(dy + c, dv);
+        load_vec(w + c, wv);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            float dn = wv[i] * dv[i];
+            a += dn;
+            bsum += dn * (xv[i] - m) * r;
+        }
+    }
+    a = warp_sum(a) / C;
+    bsum = warp_sum(bsum) / C;
+    T *dx = dinp + (size_t)row * C;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        float ov[V];
+        load_vec(x + c, xv);
+        load_vec(dy + c, dv);
+        load_vec(w + c, wv);
+        load_vec(dx + c, ov);
+#pragma unroll
+        for (int i = 0; i < V; i++) ov[i] += (wv[i] * dv[i] - a - (xv[i] - m) * r * bsum) * r;
+        store_vec(dx + c, ov);
+    }
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 template <typename T>
 void cuda_layernorm_fwd(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C) {
+    if (C % (32 * vec<T>::N) == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b)) {
+        ln_fwd_vec_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, dt_cuda_stream()>>>(out, mean, rstd, inp, w, b,
+                                                                                          N, C);
+        DT_CUDA_LAUNCHED("layernorm_fwd");
+        return;
+    }
     ln_fwd_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, dt_cuda_stream()>>>(out, mean, rstd, inp, w, b, N, C);
     DT_CUDA_LAUNCHED("layernorm_fwd");
 }
@@ -185,7 +280,10 @@ template <typename T>
 void cuda_layernorm_bwd(T *dinp, T *dw, T *db, const T *dout, const T *inp, const T *w, const float *mean,
                         const float *rstd, int N, int C) {
     cudaStream_t s = dt_cuda_stream();
-    ln_bwd_dx_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    if (C % (32 * vec<T>::N) == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w))
+        ln_bwd_dx_vec_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    else
+        ln_bwd_dx_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     DT_CUDA_LAUNCHED("layernorm_bwd_dx");
     int rows = (N + 255) / 256;
     if (rows < 64) rows = 64;

@@ -12,6 +12,13 @@ static int g_failed;
 static void *g_scratch;
 static size_t g_scratch_bytes;
 static int g_sms;
+static size_t g_held, g_peak; /* device bytes dtrain holds now, and at most */
+
+static void held(long long delta) {
+    g_held += delta;
+    if (g_held > g_peak) g_peak = g_held;
+}
+void dt_cuda_count_alloc(size_t bytes) { held((long long)bytes); }
 
 cudaStream_t dt_cuda_stream(void) { return g_stream; }
 int dt_cuda_sm_count(void) { return g_sms; }
@@ -31,6 +38,7 @@ void *dt_cuda_scratch(size_t bytes) {
     if (bytes <= g_scratch_bytes) return g_scratch;
     /* grows to the largest request seen, then stays: no allocation in steady state */
     if (g_scratch) cudaFree(g_scratch); /* synchronising: earlier users are done */
+    held(-(long long)g_scratch_bytes);
     g_scratch = NULL;
     g_scratch_bytes = 0;
     size_t want = bytes + bytes / 4;
@@ -40,8 +48,14 @@ void *dt_cuda_scratch(size_t bytes) {
         return NULL;
     }
     g_scratch_bytes = want;
+    held((long long)want);
     return g_scratch;
 }
+
+/* sizes of live allocations, for the peak (a few dozen buffers: a linear list is fine) */
+enum { MAX_LIVE = 4096 };
+static void *g_live_p[MAX_LIVE];
+static size_t g_live_n[MAX_LIVE];
 
 static dt_status cu_alloc(void **p, size_t bytes, const char *what) {
     *p = NULL;
@@ -57,11 +71,25 @@ static dt_status cu_alloc(void **p, size_t bytes, const char *what) {
     }
     e = cudaMemsetAsync(*p, 0, bytes, g_stream);
     if (e != cudaSuccess) dt_cuda_record("cudaMemset", cudaGetErrorString(e));
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (!g_live_p[i]) {
+            g_live_p[i] = *p;
+            g_live_n[i] = bytes;
+            held((long long)bytes);
+            break;
+        }
     return DT_OK;
 }
 
 static void cu_free(void *p) {
-    if (p) cudaFree(p);
+    if (!p) return;
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (g_live_p[i] == p) {
+            held(-(long long)g_live_n[i]);
+            g_live_p[i] = NULL;
+            break;
+        }
+    cudaFree(p);
 }
 
 static void cu_zero(void *p, size_t bytes) {
@@ -204,4 +232,15 @@ extern "C" const char *dt_gpu_name(void) {
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "unknown GPU";
     snprintf(name, sizeof name, "%s", p.name);
     return name;
+}
+
+extern "C" size_t dt_gpu_peak_bytes(void) { return g_peak; }
+
+extern "C" double dt_gpu_bf16_peak(void) {
+    const char *n = dt_gpu_name();
+    if (strstr(n, "H100") && strstr(n, "PCIe")) return 756e12;
+    if (strstr(n, "H100") || strstr(n, "H200") || strstr(n, "GH200")) return 989e12; /* SXM / HBM3 */
+    if (strstr(n, "A100")) return 312e12;
+    if (strstr(n, "L40S")) return 362e12;
+    return 0.0;
 }
