@@ -16,7 +16,8 @@ $(BUILD)/Makefile: CMakeLists.txt
 build: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
-# Every test, then the unit tests again under ASan + UBSan.
+# Every test, then the unit tests again under ASan + UBSan (without the CUDA backend:
+# its code is built and, on a GPU machine, tested in the first pass).
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	$(MAKE) --no-print-directory test-asan
@@ -25,7 +26,7 @@ test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
 test-asan:
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON -DDT_CUDA=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2
 

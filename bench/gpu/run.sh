@@ -1,0 +1,17 @@
+#!/bin/bash
+# The GPU comparison in one command (issue 11): GPT-2 124M (12 x 768, T 1024, vocab
+# 50304 padded), bf16, one micro-batch per step, dtrain and then PyTorch (compiled,
+# fused AdamW, SDPA) at the same batch in the same run, and their ratio.
+# On a GPU machine: bench/gpu/run.sh DTRAIN OUT_DIR [BATCH]   (from the repository root;
+# through the device tool: scripts/gpu_check.sh 'bench/gpu/run.sh $DTRAIN $OUTDIR 64')
+set -uo pipefail
+dtrain=$1 out=$2 B=${3:-64}
+here=$(dirname "$0")
+bash "$here/bench_dtrain.sh" "$dtrain" "$out" bf16 "$B" | tee "$out/dtrain.txt"
+bash "$here/bench_torch.sh" x "$out" "$B" | tee "$out/torch.txt"
+python3 - "$out/dtrain.txt" "$out/torch.txt" <<'PY'
+import re, sys
+get = lambda p: float(re.search(r"tokens/s=(\d+)", open(p).read()).group(1))
+d, t = get(sys.argv[1]), get(sys.argv[2])
+print("dtrain / torch = %.0f / %.0f = %.2fx" % (d, t, d / t))
+PY
