@@ -65,6 +65,18 @@ r=$(curves "$TMP/cpu.jsonl" "$TMP/gpu16.jsonl" 0.02 loss) && pass "gpu bf16 loss
 r=$(curves "$TMP/cpu16.jsonl" "$TMP/gpu16.jsonl" 0.01) && pass "gpu bf16 vs cpu bf16 storage: $r" ||
   fail "gpu bf16 vs cpu bf16: $r"
 
+# data parallelism on one GPU: two ranks (DDP over MPI, gradients staged through the
+# host) train the single-process run's model
+if command -v mpirun > /dev/null; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+    "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --metrics "$TMP/gdp2.jsonl" > "$TMP/gdp2.log" 2>&1 ||
+    { tail -3 "$TMP/gdp2.log"; fail "gpu dp2 run"; }
+  r=$(curves "$TMP/gpu.jsonl" "$TMP/gdp2.jsonl" 1e-5) && pass "gpu dp2 = gpu single process: $r" ||
+    fail "gpu dp2: $r"
+else
+  echo "note: no mpirun on this machine, dp2 on the GPU not run"
+fi
+
 # what the GPU backend does not run yet is refused before any work
 out=$("$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.zero=1 2>&1)
 [ $? -eq 2 ] && pass "gpu + zero refused: $out" || fail "gpu + zero: $out"

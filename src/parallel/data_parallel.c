@@ -117,7 +117,8 @@ static dt_status launch_bucket(dt_dp *d) {
     if (d->bucket_hi <= d->bucket_lo) return DT_OK;
     dt_request **slot;
     DT_TRY(dt_dp_inflight_slot(d, &slot));
-    DT_TRY(dt_iallreduce(d->comm, d->grads + d->bucket_lo, d->bucket_hi - d->bucket_lo, DT_F32, DT_SUM, slot));
+    float *g = d->grads_host ? d->grads_host : d->grads; /* host staging for device gradients */
+    DT_TRY(dt_iallreduce(d->comm, g + d->bucket_lo, d->bucket_hi - d->bucket_lo, DT_F32, DT_SUM, slot));
     d->ninflight++;
     d->bucket_lo = d->bucket_hi = 0;
     return DT_OK;
@@ -138,7 +139,8 @@ static dt_status ddp_norm(dt_dp *d, double *norm) {
 /* Unit u's gradients are final for this micro-step. Units arrive in descending
  * offset order, so the bucket stays one contiguous range. */
 static dt_status ddp_after_backward(dt_dp *d, int u) {
-    if (!d->last_micro || d->N == 1 || d->o.bitwise) return DT_OK;
+    /* device gradients are staged to the host once, after backward (end_step) */
+    if (!d->last_micro || d->N == 1 || d->o.bitwise || d->grads_host) return DT_OK;
     const gpt_unit *un = &d->m->units[u];
     if (d->bucket_hi <= d->bucket_lo) d->bucket_hi = un->offset + un->count;
     d->bucket_lo = un->offset;
@@ -183,9 +185,13 @@ static float *elems(const dt_dp *d, float *base, size_t n) { /* base + n storage
 static dt_status setup_plain(dt_dp *d) {
     gpt_model *m = d->m;
     size_t n = m->nparams, e = dt_elem_bytes(d->ops);
-    if (d->ops->on_device) { /* one rank (the trainer checks): device memory, no sharing */
-        DT_TRY(d->ops->alloc((void **)&d->params, n * e, "parameters"));
-        DT_TRY(d->ops->alloc((void **)&d->grads, n * e, "gradients"));
+    if (d->ops->on_device) {
+        dt_status s = d->ops->alloc((void **)&d->params, n * e, "parameters");
+        if (s == DT_OK) s = d->ops->alloc((void **)&d->grads, n * e, "gradients");
+        /* several ranks (DDP, fp32: the trainer checks): MPI reduces a node-shared host
+         * copy, allocated collectively, so every rank must get there */
+        DT_TRY(dt_comm_agree(d->comm, s, NULL));
+        if (d->N > 1) DT_TRY(dt_comm_alloc_shared(d->comm, n * e, "gradients (host staging)", (void **)&d->grads_host));
     } else {
         /* the node-shared buffer below is collective: every rank must get there */
         DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&d->params, n * e, "parameters"), NULL));
@@ -244,6 +250,7 @@ void dt_dp_destroy(dt_dp *d) {
     if (d->ops->on_device) {
         d->ops->free(d->params);
         d->ops->free(d->grads);
+        if (d->grads_host) dt_comm_free_shared(d->comm, d->grads_host);
     } else {
         dt_free(d->params);
         dt_comm_free_shared(d->comm, d->grads);
@@ -397,7 +404,12 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         *grad_norm = norm;
     } else {
         if (d->N > 1) {
-            if (!d->o.overlap) { /* everything at the end, in buckets of the same size */
+            if (d->grads_host) { /* device gradients: to the host, reduced there, back below */
+                d->bucket_lo = 0;
+                d->bucket_hi = d->m->nparams;
+                DP_COMM(d, d->ops->download(d->grads_host, d->grads, d->m->nparams * sizeof(float)));
+            }
+            if (!d->o.overlap || d->grads_host) { /* everything at the end, in buckets of the same size */
                 size_t lo = d->bucket_lo, hi = d->bucket_hi, step = d->o.bucket_bytes / sizeof(float) + 1;
                 for (size_t top = hi; top > lo && s == DT_OK;) {
                     d->bucket_hi = top;
@@ -410,6 +422,10 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
             }
             dt_status w = dt_dp_inflight_wait(d);
             if (s == DT_OK) s = w;
+            if (s == DT_OK && d->grads_host) {
+                d->ops->upload(d->grads, d->grads_host, d->m->nparams * sizeof(float));
+                s = d->ops->sync();
+            }
             if (s == DT_OK) s = ddp_norm(d, grad_norm);
         } else {
             *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);

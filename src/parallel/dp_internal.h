@@ -25,6 +25,7 @@ struct dt_dp {
     /* plain layout (ps, ddp): flat buffers from the model table */
     float *params, *grads, *exp_avg, *exp_avg_sq; /* exp_avg* NULL on non-root ps ranks */
     float *master;                                /* bf16: fp32 master weights (params is their bf16 copy) */
+    float *grads_host; /* device state with several ranks: the host copy the MPI collectives reduce */
     float **m_view, **v_view;                     /* optimizer moments as unit views */
 
     /* DDP buckets: a contiguous range [lo, hi) of the flat gradient buffer grows downwards

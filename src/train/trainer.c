@@ -58,13 +58,12 @@ static dt_status check_supported(const dt_config *c, int world) {
         return dt_fail(DT_EINPUT, "precision bf16: runs on one rank without ZeRO or bitwise mode so far (world %d, "
                        "zero %d, determinism %s)", world, c->parallel.zero, c->parallel.determinism);
     if (strcmp(c->backend, "cuda") != 0) return DT_OK;
-    /* the data-parallel engines keep their buffers and collectives in host memory */
-    if (world > 1)
-        return dt_fail(DT_EINPUT, "backend cuda: %d ranks: the GPU backend runs one rank so far (data parallelism "
-                       "on GPUs is not implemented yet)", world);
-    if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise"))
-        return dt_fail(DT_EINPUT, "backend cuda: parallel.zero and parallel.determinism=bitwise are not "
-                       "implemented on the GPU yet");
+    /* several ranks: DDP over MPI with the gradients staged through host memory; the
+     * sharded, central-rank and bitwise engines keep their state on the host */
+    if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
+        (world > 1 && !strcmp(c->parallel.dp_mode, "ps")))
+        return dt_fail(DT_EINPUT, "backend cuda: parallel.zero, parallel.dp_mode=ps and parallel.determinism=bitwise "
+                       "are not implemented on the GPU yet");
     return DT_OK;
 }
 
