@@ -15,7 +15,7 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
 done
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export DT_BIN=/tmp/dt/bin
-if [ -x /tmp/dt/ompi/bin/mpirun ] && ! command -v mpirun > /dev/null; then # the bundle's Open MPI
+if [ -x /tmp/dt/ompi/bin/mpirun ]; then # the bundle's Open MPI, matching the libmpi it carries
   export OPAL_PREFIX=/tmp/dt/ompi PATH=/tmp/dt/ompi/bin:$PATH OMPI_MCA_mca_base_component_show_load_errors=0
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
