@@ -38,17 +38,28 @@ dt_status gpt_shape_check(gpt_shape *s) {
     return DT_OK;
 }
 
+/* split: -1 replicated, else the dimension of the [rows, cols] (1-D: [1, n]) tensor that
+ * tensor parallelism splits, in `parts` fused parts */
 static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, int rows, int cols, int saved_rows,
-                       int decay, int layer) {
+                       int decay, int layer, int split, int parts) {
     gpt_tensor *t = &m->tensors[(*idx)++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = cols > 0 ? 2 : 1;
-    t->shape[0] = rows;
-    t->shape[1] = cols > 0 ? cols : 1;
-    t->saved_rows = saved_rows;
-    /* unsharded for now: a strategy splitting the model sets the pieces */
     t->shard = cols > 0 ? dt_shard_full(rows, cols, saved_rows) : dt_shard_full(1, rows, 1);
-    t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+    if (split >= 0 && m->tp > 1) /* divisibility is checked with n_head % tp */
+        (void)dt_shard_split(&t->shard, split, m->tp, m->tp_rank, parts, name);
+    int64_t lr, lc;
+    dt_shard_local_shape(&t->shard, &lr, &lc);
+    if (cols > 0) { /* the local shape is what lives in memory */
+        t->shape[0] = (int)lr;
+        t->shape[1] = (int)lc;
+        t->saved_rows = split == 0 ? (int)lr : saved_rows;
+    } else {
+        t->shape[0] = (int)lc;
+        t->shape[1] = 1;
+        t->saved_rows = (int)lc;
+    }
+    t->numel = (size_t)lr * (size_t)lc;
     t->offset = *off;
     t->decay = decay;
     t->layer = layer;
@@ -60,8 +71,8 @@ static void build_table(gpt_model *m) {
     int C = s->n_embd, idx = 0;
     size_t off = 0;
     char name[48];
-    add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1);
-    add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1);
+    add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1, -1, 1);
+    add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1, -1, 1);
     for (int l = 0; l < s->n_layer; l++) {
         static const char *suffix[T_PER_LAYER] = {
             "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
@@ -69,14 +80,17 @@ static void build_table(gpt_model *m) {
             "mlp.c_proj.weight", "mlp.c_proj.bias"};
         static const int rows[T_PER_LAYER] = {1, 1, 1, 3, 1, 1, 1, 1, 1, 4, 4, 1};
         static const int cols[T_PER_LAYER] = {0, 0, 3, 0, 1, 0, 0, 0, 4, 0, 1, 0};
+        /* Megatron: c_attn, c_fc column-parallel (q, k, v split each); c_proj row-parallel */
+        static const int split[T_PER_LAYER] = {-1, -1, 1, 1, 0, -1, -1, -1, 1, 1, 0, -1};
+        static const int parts[T_PER_LAYER] = {1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
         for (int k = 0; k < T_PER_LAYER; k++) {
             snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
             int r = rows[k] * C, c = cols[k] * C;
-            add_tensor(m, &idx, &off, name, r, c, r, cols[k] > 0, l);
+            add_tensor(m, &idx, &off, name, r, c, r, cols[k] > 0, l, split[k], parts[k]);
         }
     }
-    add_tensor(m, &idx, &off, "ln_f.weight", C, 0, C, 0, -1);
-    add_tensor(m, &idx, &off, "ln_f.bias", C, 0, C, 0, -1);
+    add_tensor(m, &idx, &off, "ln_f.weight", C, 0, C, 0, -1, -1, 1);
+    add_tensor(m, &idx, &off, "ln_f.bias", C, 0, C, 0, -1, -1, 1);
     m->ntensors = idx;
     m->nparams = off;
 }
@@ -104,9 +118,9 @@ static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit
 
 /* Lays the activation buffers out in a->arena (or, with a NULL arena, only counts).
  * esz: bytes per element of storage precision; statistics and losses stay fp32. */
-static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, gpt_acts *a) {
+static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, int tp, gpt_acts *a) {
     size_t LL = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
-    size_t NH = (size_t)s->n_head;
+    size_t NH = (size_t)s->n_head / (size_t)tp, Cl = C / (size_t)tp; /* this rank's heads and width */
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
      * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
      * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
@@ -123,13 +137,13 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, g
     const size_t E = esz;
     struct { float **p; size_t n, bytes; } parts[] = {
         {&a->encoded, BT * C, E},            {&a->ln1, LL * BT * C, E},         {&a->ln1_mean, LL * BT, F32},
-        {&a->ln1_rstd, LL * BT, F32},         {&a->qkv, LL * BT * 3 * C, E},     {&a->atty, LL * BT * C, E},
+        {&a->ln1_rstd, LL * BT, F32},         {&a->qkv, LL * BT * 3 * Cl, E},    {&a->atty, LL * BT * Cl, E},
         {&a->lse, LL * BT * NH, F32},         {&a->res2, LL * BT * C, E},        {&a->ln2, LL * BT * C, E},
-        {&a->ln2_mean, LL * BT, F32},         {&a->ln2_rstd, LL * BT, F32},      {&a->fch, LL * BT * 4 * C, E},
-        {&a->fch_gelu, LL * BT * 4 * C, E},   {&a->res3, LL * BT * C, E},        {&a->lnf, BT * C, E},
+        {&a->ln2_mean, LL * BT, F32},         {&a->ln2_rstd, LL * BT, F32},      {&a->fch, LL * BT * 4 * Cl, E},
+        {&a->fch_gelu, LL * BT * 4 * Cl, E},  {&a->res3, LL * BT * C, E},        {&a->lnf, BT * C, E},
         {&a->lnf_mean, BT, F32},             {&a->lnf_rstd, BT, F32},           {&a->logits, head_rows * Vp, E},
         {&a->losses, BT, F32},               {&a->proj, BT * C, E},             {&a->dres, BT * C, E},
-        {&a->dsmall, BT * C, E},             {&a->dbig, BT * 4 * C, E},
+        {&a->dsmall, BT * C, E},             {&a->dbig, BT * 4 * Cl, E},
         {(float **)&a->tok, BT, U16},        {(float **)&a->tgt, BT, U16},
     };
     size_t total = 0; /* bytes, each part 64-byte aligned */
@@ -142,7 +156,7 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, g
 }
 
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes) {
-    return act_layout(s, B, T, elem_bytes, NULL);
+    return act_layout(s, B, T, elem_bytes, 1, NULL);
 }
 
 size_t gpt_param_count(const gpt_shape *s) {
@@ -156,9 +170,19 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, in
 
 dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
                         int alloc_state) {
+    return gpt_create_tp(m, shape, ops, max_B, max_T, alloc_state, 1, 0);
+}
+
+dt_status gpt_create_tp(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
+                        int alloc_state, int tp, int tp_rank) {
     memset(m, 0, sizeof *m);
     m->shape = *shape;
+    m->tp = tp;
+    m->tp_rank = tp_rank;
     DT_TRY(gpt_shape_check(&m->shape));
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m->shape.n_head % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
+                       "tensor-parallel ranks)", tp, m->shape.n_head);
     if (max_T > m->shape.seq_len)
         return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
                        m->shape.seq_len);
@@ -193,9 +217,9 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
     }
 
     gpt_acts *a = m->acts;
-    m->act_bytes = gpt_activation_bytes(&m->shape, max_B, max_T, m->esz);
+    m->act_bytes = act_layout(&m->shape, max_B, max_T, m->esz, tp, NULL);
     DT_TRY(ops->alloc(&a->arena, m->act_bytes, "activations"));
-    act_layout(&m->shape, max_B, max_T, m->esz, a);
+    act_layout(&m->shape, max_B, max_T, m->esz, tp, a);
     return DT_OK;
 }
 
@@ -268,7 +292,8 @@ void gpt_zero_grad(gpt_model *m) {
 
 size_t gpt_num_params(const gpt_model *m) {
     size_t n = 0;
-    for (int i = 0; i < m->ntensors; i++) n += (size_t)m->tensors[i].saved_rows * m->tensors[i].shape[1];
+    for (int i = 0; i < m->ntensors; i++) /* of the whole model, whatever this rank holds */
+        n += (size_t)(m->tensors[i].shard.real_rows * m->tensors[i].shard.cols);
     return n;
 }
 
@@ -293,30 +318,43 @@ typedef struct {
 
 static block_acts block_at(const gpt_model *m, int l) {
     const gpt_acts *a = m->acts;
-    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * (size_t)m->shape.n_embd;
+    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp;
     size_t L = (size_t)l; /* storage-precision buffers step through S(); statistics are fp32 */
     return (block_acts){layer_in(m, l, BTC),          S(m, a->ln1, L * BTC),      a->ln1_mean + L * BT,
-                        a->ln1_rstd + L * BT,         S(m, a->qkv, L * 3 * BTC),  S(m, a->atty, L * BTC),
-                        a->lse + L * BT * (size_t)m->shape.n_head,                S(m, a->res2, L * BTC),
+                        a->ln1_rstd + L * BT,         S(m, a->qkv, L * 3 * BTCl), S(m, a->atty, L * BTCl),
+                        a->lse + L * BT * (size_t)(m->shape.n_head / m->tp),      S(m, a->res2, L * BTC),
                         S(m, a->ln2, L * BTC),        a->ln2_mean + L * BT,       a->ln2_rstd + L * BT,
-                        S(m, a->fch, L * 4 * BTC),    S(m, a->fch_gelu, L * 4 * BTC), S(m, a->res3, L * BTC)};
+                        S(m, a->fch, L * 4 * BTCl),   S(m, a->fch_gelu, L * 4 * BTCl), S(m, a->res3, L * BTC)};
 }
 
-static void block_forward(gpt_model *m, int l, int B, int T) {
+/* Megatron's g (forward, after a row-parallel layer) and f (backward, before a
+ * column-parallel one): a sum over the tensor-parallel group; nothing on one rank. */
+static dt_status tp_sum(gpt_model *m, float *x, size_t n) {
+    return m->tp_comm.allreduce ? m->tp_comm.allreduce(m->tp_comm.ctx, x, n) : DT_OK;
+}
+
+/* With tensor parallelism (tp ranks) this rank holds NH/tp heads (Cl = C/tp of the
+ * attention width) and 4C/tp MLP columns; the row-parallel projections produce partial
+ * sums, completed by tp_sum, their bias added by piece 0 alone. */
+static dt_status block_forward(gpt_model *m, int l, int B, int T) {
     const dt_ops *o = m->ops;
     float *proj = m->acts->proj;
-    int C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
+    int bias_here = m->tp_rank == 0;
     block_acts b = block_at(m, l);
     o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, l, T_LN1W), P(m, l, T_LN1B), N, C);
-    o->linear_fwd(b.qkv, b.ln1, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * C);
-    o->attention_fwd(b.atty, b.lse, b.qkv, B, T, C, NH);
-    o->linear_fwd(proj, b.atty, P(m, l, T_APW), P(m, l, T_APB), N, C, C);
+    o->linear_fwd(b.qkv, b.ln1, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * Cl);
+    o->attention_fwd(b.atty, b.lse, b.qkv, B, T, Cl, NHl);
+    o->linear_fwd(proj, b.atty, P(m, l, T_APW), bias_here ? P(m, l, T_APB) : NULL, N, Cl, C);
+    DT_TRY(tp_sum(m, proj, (size_t)N * C));
     o->add(b.res2, b.x, proj, (size_t)N * C);
     o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, l, T_LN2W), P(m, l, T_LN2B), N, C);
-    o->linear_fwd(b.fch, b.ln2, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * C);
-    o->gelu_fwd(b.fcg, b.fch, (size_t)N * 4 * C);
-    o->linear_fwd(proj, b.fcg, P(m, l, T_MPW), P(m, l, T_MPB), N, 4 * C, C);
+    o->linear_fwd(b.fch, b.ln2, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * Cl);
+    o->gelu_fwd(b.fcg, b.fch, (size_t)N * 4 * Cl);
+    o->linear_fwd(proj, b.fcg, P(m, l, T_MPW), bias_here ? P(m, l, T_MPB) : NULL, N, 4 * Cl, C);
+    DT_TRY(tp_sum(m, proj, (size_t)N * C));
     o->add(b.res3, b.res2, proj, (size_t)N * C);
+    return DT_OK;
 }
 
 /* Embeddings, every block, final LayerNorm: leaves lnf ready for the head. */
@@ -330,7 +368,7 @@ static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T
     o->embed_fwd(a->encoded, a->tok, tp(m, 0), tp(m, 1), B, T, C, m->shape.padded_vocab);
     for (int l = 0; l < L; l++) {
         HOOK(before_forward, 1 + l);
-        block_forward(m, l, B, T);
+        DT_TRY(block_forward(m, l, B, T));
         HOOK(after_forward, 1 + l);
     }
     HOOK(before_forward, L + 1);
@@ -390,23 +428,28 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
 
 /* ---- backward ---- */
 
-static void block_backward(gpt_model *m, int l, int B, int T) {
+/* The c_proj biases' gradients are computed on every tensor-parallel rank from the same
+ * (replicated) output gradient, so the replicated bias stays the same everywhere. */
+static dt_status block_backward(gpt_model *m, int l, int B, int T) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
     block_acts b = block_at(m, l);
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), a->dres, b.fcg, P(m, l, T_MPW), N, 4 * C, C, 0);
-    o->gelu_bwd(a->dbig, b.fch, a->dbig, (size_t)N * 4 * C);
-    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, b.ln2, P(m, l, T_FCW), N, C, 4 * C, 0);
+    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), a->dres, b.fcg, P(m, l, T_MPW), N, 4 * Cl, C, 0);
+    o->gelu_bwd(a->dbig, b.fch, a->dbig, (size_t)N * 4 * Cl);
+    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, b.ln2, P(m, l, T_FCW), N, C, 4 * Cl, 0);
+    DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
     o->layernorm_bwd(a->dres, G(m, l, T_LN2W), G(m, l, T_LN2B), a->dsmall, b.res2, P(m, l, T_LN2W), b.ln2_mean,
                      b.ln2_rstd, N, C);
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
-    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), a->dres, b.atty, P(m, l, T_APW), N, C, C, 0);
-    o->attention_bwd(a->dbig, a->dsmall, b.qkv, b.atty, b.lse, B, T, C, NH);
-    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, b.ln1, P(m, l, T_QKVW), N, C, 3 * C, 0);
+    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), a->dres, b.atty, P(m, l, T_APW), N, Cl, C, 0);
+    o->attention_bwd(a->dbig, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl);
+    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, b.ln1, P(m, l, T_QKVW), N, C, 3 * Cl, 0);
+    DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
     o->layernorm_bwd(a->dres, G(m, l, T_LN1W), G(m, l, T_LN1B), a->dsmall, b.x, P(m, l, T_LN1W), b.ln1_mean,
                      b.ln1_rstd, N, C);
+    return DT_OK;
 }
 
 dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
@@ -426,7 +469,7 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
     HOOK(after_backward, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         HOOK(before_backward, 1 + l);
-        block_backward(m, l, B, T);
+        DT_TRY(block_backward(m, l, B, T));
         HOOK(after_backward, 1 + l);
     }
     o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C, m->shape.padded_vocab);

@@ -136,6 +136,23 @@ static dt_status ddp_norm(dt_dp *d, double *norm) {
     return DT_OK;
 }
 
+/* With tensor parallelism: sharded tensors' squares are summed over the tensor-parallel
+ * group, replicated ones (identical on every rank) counted once, each tensor in table
+ * order: the global norm of the unsharded model's gradient. */
+static dt_status tp_norm(dt_dp *d, double *norm) {
+    const gpt_model *m = d->m;
+    double sharded = 0.0, replicated = 0.0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[i];
+        double ss = d->ops->sumsq(d->grads + t->offset, t->numel);
+        if (t->shard.pieces > 1) sharded += ss;
+        else replicated += ss;
+    }
+    DT_TRY(dt_allreduce(d->o.tp_comm, &sharded, 1, DT_F64, DT_SUM));
+    *norm = sqrt(sharded + replicated);
+    return DT_OK;
+}
+
 /* Unit u's gradients are final for this micro-step. Units arrive in descending
  * offset order, so the bucket stays one contiguous range. */
 static dt_status ddp_after_backward(dt_dp *d, int u) {
@@ -426,7 +443,9 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
                 d->ops->upload(d->grads, d->grads_host, d->m->nparams * sizeof(float));
                 s = d->ops->sync();
             }
-            if (s == DT_OK) s = ddp_norm(d, grad_norm);
+            if (s == DT_OK) s = d->o.tp_comm ? tp_norm(d, grad_norm) : ddp_norm(d, grad_norm);
+        } else if (d->o.tp_comm) {
+            s = tp_norm(d, grad_norm);
         } else {
             *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
         }

@@ -1,0 +1,47 @@
+# Tensor parallelism (Megatron layout) trains the single-process model: tp 2 and
+# dp 2 x tp 2 give the single-process loss curve (per-step loss and grad norm, both
+# validation losses) within 1e-5 relative; each rank holds 1/tp of the split tensors
+# (exactly the bytes the layout implies); invalid layouts fail before any work.
+source "$(dirname "$0")/lib.sh"
+command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+prepare_tiny
+"$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
+for layout in "tp2:2:--set parallel.tp=2" "dp2_tp2:4:--set parallel.tp=2" \
+              "dp2_tp2_after:4:--set parallel.tp=2 --set parallel.overlap=false"; do
+  name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
+  if "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
+    r=$(compare_curves "$TMP/ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
+      fail "$name: $r"
+  else
+    fail "$name run: $(tail -2 "$TMP/$name.out")"
+  fi
+done
+grep -q "tensor parallel 2" "$TMP/tp2.out" && pass "the header names the layout" || fail "header: $(head -5 "$TMP/tp2.out")"
+
+# parameter bytes per rank: replicated tensors whole, the split ones halved
+python3 - "$TMP/ref.jsonl" "$TMP/tp2.jsonl" <<'PY' && pass "tp2 ranks hold half of the split tensors" || fail "tp2 memory"
+import json, sys
+mem = lambda p: [r for r in map(json.loads, open(p)) if r.get("event") == "summary"][0]["mem"]
+C, L, Vp, T = 32, 2, 320, 32   # tests/data/tiny.json
+split = L * (12 * C * C + 7 * C)              # c_attn w+b, attn c_proj w, c_fc w+b, mlp c_proj w
+replicated = Vp * C + T * C + L * 6 * C + 2 * C  # wte, wpe, ln_1/ln_2, the c_proj biases, ln_f
+one, two = mem(sys.argv[1])[0]["params"], [m["params"] for m in mem(sys.argv[2])]
+print("params: 1 rank %d B, tp2 ranks %s B" % (one, two))
+sys.exit(0 if one == 4 * (split + replicated) and two == [4 * (split // 2 + replicated)] * 2 else 1)
+PY
+
+bad() { # name pattern np args...: exit 2 with one dtrain error line, on every rank
+  local name=$1 pat=$2 np=$3; shift 3
+  "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "$@" >"$TMP/bad.out" 2>&1
+  local rc=$? n; n=$(grep -c "^dtrain: error" "$TMP/bad.out")
+  [ $rc -ne 0 ] && [ "$n" -eq 1 ] && grep -q "$pat" "$TMP/bad.out" && pass "$name: $(grep '^dtrain: error' "$TMP/bad.out")" ||
+    fail "$name: rc $rc, $n error lines: $(tail -3 "$TMP/bad.out")"
+}
+bad "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
+bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
+bad "tp with zero" "not implemented with tensor parallelism" 2 --set parallel.tp=2 --set parallel.zero=1
+bad "tp with checkpoints" "checkpoints" 2 --set parallel.tp=2 --save "$TMP/ck"
+[ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"
+finish
