@@ -1,7 +1,8 @@
-# Tensor parallelism (Megatron layout) trains the single-process model: tp 2 and
-# dp 2 x tp 2 give the single-process loss curve (per-step loss and grad norm, both
-# validation losses) within 1e-5 relative; each rank holds 1/tp of the split tensors
-# (exactly the bytes the layout implies); invalid layouts fail before any work.
+# Tensor parallelism (Megatron layout, vocabulary-parallel embedding and loss) trains
+# the single-process model: tp 2 and dp 2 x tp 2 give the single-process loss curve
+# (per-step loss and grad norm, both validation losses) within 1e-5 relative; each
+# rank holds 1/tp of the split tensors (exactly the bytes the layout implies); invalid
+# layouts fail before any work.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -25,8 +26,8 @@ python3 - "$TMP/ref.jsonl" "$TMP/tp2.jsonl" <<'PY' && pass "tp2 ranks hold half 
 import json, sys
 mem = lambda p: [r for r in map(json.loads, open(p)) if r.get("event") == "summary"][0]["mem"]
 C, L, Vp, T = 32, 2, 320, 32   # tests/data/tiny.json
-split = L * (12 * C * C + 7 * C)              # c_attn w+b, attn c_proj w, c_fc w+b, mlp c_proj w
-replicated = Vp * C + T * C + L * 6 * C + 2 * C  # wte, wpe, ln_1/ln_2, the c_proj biases, ln_f
+split = L * (12 * C * C + 7 * C) + Vp * C     # c_attn w+b, attn c_proj w, c_fc w+b, mlp c_proj w; wte
+replicated = T * C + L * 6 * C + 2 * C         # wpe, ln_1/ln_2, the c_proj biases, ln_f
 one, two = mem(sys.argv[1])[0]["params"], [m["params"] for m in mem(sys.argv[2])]
 print("params: 1 rank %d B, tp2 ranks %s B" % (one, two))
 sys.exit(0 if one == 4 * (split + replicated) and two == [4 * (split // 2 + replicated)] * 2 else 1)
@@ -40,6 +41,7 @@ bad() { # name pattern np args...: exit 2 with one dtrain error line, on every r
     fail "$name: rc $rc, $n error lines: $(tail -3 "$TMP/bad.out")"
 }
 bad "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
+bad "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
 bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
 bad "tp with zero" "not implemented with tensor parallelism" 2 --set parallel.tp=2 --set parallel.zero=1
 bad "tp with checkpoints" "checkpoints" 2 --set parallel.tp=2 --save "$TMP/ck"

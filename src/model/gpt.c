@@ -20,6 +20,7 @@ struct gpt_acts {
     float *proj;   /* BTC: attention / MLP projection output before the residual add */
     float *dres, *dsmall, *dbig; /* BTC, BTC, BT·4C */
     uint16_t *tok, *tgt; /* BT: this micro-batch's tokens and targets, in the backend's memory */
+    float *xstat;        /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit) */
     int head_rows;
     void *arena;
 };
@@ -53,7 +54,9 @@ static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, in
     if (cols > 0) { /* the local shape is what lives in memory */
         t->shape[0] = (int)lr;
         t->shape[1] = (int)lc;
-        t->saved_rows = split == 0 ? (int)lr : saved_rows;
+        /* the real rows of this piece (split rows: those below real_rows of the whole) */
+        int64_t first = split == 0 && m->tp > 1 ? (int64_t)m->tp_rank * lr : 0, real = saved_rows - first;
+        t->saved_rows = split == 0 ? (int)(real < 0 ? 0 : real > lr ? lr : real) : saved_rows;
     } else {
         t->shape[0] = (int)lc;
         t->shape[1] = 1;
@@ -71,7 +74,8 @@ static void build_table(gpt_model *m) {
     int C = s->n_embd, idx = 0;
     size_t off = 0;
     char name[48];
-    add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1, -1, 1);
+    /* vocabulary-parallel: split by rows (the last pieces may hold the padding rows) */
+    add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1, 0, 1);
     add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1, -1, 1);
     for (int l = 0; l < s->n_layer; l++) {
         static const char *suffix[T_PER_LAYER] = {
@@ -144,7 +148,7 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, i
         {&a->lnf_mean, BT, F32},             {&a->lnf_rstd, BT, F32},           {&a->logits, head_rows * Vp, E},
         {&a->losses, BT, F32},               {&a->proj, BT * C, E},             {&a->dres, BT * C, E},
         {&a->dsmall, BT * C, E},             {&a->dbig, BT * 4 * Cl, E},
-        {(float **)&a->tok, BT, U16},        {(float **)&a->tgt, BT, U16},
+        {(float **)&a->tok, BT, U16},        {(float **)&a->tgt, BT, U16},     {&a->xstat, 3 * head_rows, F32},
     };
     size_t total = 0; /* bytes, each part 64-byte aligned */
     char *p = a->arena;
@@ -183,6 +187,12 @@ dt_status gpt_create_tp(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m->shape.n_head % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
                        "tensor-parallel ranks)", tp, m->shape.n_head);
+    if (m->shape.padded_vocab % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide the padded vocabulary %d (a multiple of 64)", tp,
+                       m->shape.padded_vocab);
+    if (tp > 1 && (!ops->xent_rowmax || !ops->xent_rowsum || !ops->xent_finish))
+        return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
+                       ops->name);
     if (max_T > m->shape.seq_len)
         return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
                        m->shape.seq_len);
@@ -330,7 +340,7 @@ static block_acts block_at(const gpt_model *m, int l) {
 /* Megatron's g (forward, after a row-parallel layer) and f (backward, before a
  * column-parallel one): a sum over the tensor-parallel group; nothing on one rank. */
 static dt_status tp_sum(gpt_model *m, float *x, size_t n) {
-    return m->tp_comm.allreduce ? m->tp_comm.allreduce(m->tp_comm.ctx, x, n) : DT_OK;
+    return m->tp_comm.allreduce ? m->tp_comm.allreduce(m->tp_comm.ctx, x, n, 0) : DT_OK;
 }
 
 /* With tensor parallelism (tp ranks) this rank holds NH/tp heads (Cl = C/tp of the
@@ -365,7 +375,10 @@ static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T
     size_t BTC = (size_t)m->max_B * m->max_T * C;
     HOOK(before_forward, 0);
     o->upload(a->tok, tokens, (size_t)B * T * sizeof(uint16_t));
-    o->embed_fwd(a->encoded, a->tok, tp(m, 0), tp(m, 1), B, T, C, m->shape.padded_vocab);
+    /* vocabulary-parallel: each rank embeds the tokens in its rows, piece 0 adds the positions */
+    int Vl = m->shape.padded_vocab / m->tp;
+    o->embed_fwd(a->encoded, a->tok, tp(m, 0), m->tp_rank == 0 ? tp(m, 1) : NULL, B, T, C, m->tp_rank * Vl, Vl);
+    DT_TRY(tp_sum(m, a->encoded, (size_t)B * T * C));
     for (int l = 0; l < L; l++) {
         HOOK(before_forward, 1 + l);
         DT_TRY(block_forward(m, l, B, T));
@@ -380,34 +393,56 @@ static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T
 
 /* LM head over row chunks: logits = lnf·wteᵀ, softmax cross-entropy, and when
  * grad_scale != 0 its backward (dlnf into dsmall, dwte +=) while the chunk is hot. */
-static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scale) {
+/* Vocabulary-parallel cross-entropy over R rows of local logits (columns [v0, v0 + Vl)):
+ * the row max and then the sum of exponentials and the target's logit are completed over
+ * the tensor-parallel group, so no rank ever holds a whole row of logits. */
+static dt_status xent_tp(gpt_model *m, int R, int r0, const uint16_t *targets, float grad_scale) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
-    const float *wte = tp(m, 0);
+    int Vl = m->shape.padded_vocab / m->tp, v0 = m->tp_rank * Vl;
+    int real = m->shape.vocab_size - v0 < 0 ? 0 : m->shape.vocab_size - v0 > Vl ? Vl : m->shape.vocab_size - v0;
+    float *mx = a->xstat, *st = a->xstat + a->head_rows;
+    o->xent_rowmax(a->logits, mx, R, Vl, real);
+    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, mx, (size_t)R, 1));
+    o->xent_rowsum(a->logits, mx, targets + r0, st, R, Vl, real, v0);
+    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, st, 2 * (size_t)R, 0));
+    o->xent_finish(a->logits, a->losses + r0, mx, st, targets + r0, R, Vl, real, v0, grad_scale);
+    return DT_OK;
+}
+
+static dt_status head(gpt_model *m, const uint16_t *targets, int N, float grad_scale, double *loss) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
+    const float *wte = tp(m, 0); /* this rank's vocabulary rows */
+    int vocab_parallel = m->tp_comm.allreduce != NULL;
     o->upload(a->tgt, targets, (size_t)N * sizeof(uint16_t));
     targets = a->tgt;
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
         const float *x = S(m, a->lnf, (size_t)r0 * C);
-        o->gemm(0, 1, R, Vp, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vp);
-        o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vp, grad_scale);
-        if (grad_scale != 0.0f) {
-            o->gemm(0, 0, R, C, Vp, 1.0f, a->logits, Vp, wte, C, 0.0f, S(m, a->dsmall, (size_t)r0 * C), C);
-            o->gemm(1, 0, Vp, C, R, 1.0f, a->logits, Vp, x, C, 1.0f, tg(m, 0), C);
+        o->gemm(0, 1, R, Vl, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vl);
+        if (vocab_parallel) DT_TRY(xent_tp(m, R, r0, targets, grad_scale));
+        else o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vl, grad_scale);
+        if (grad_scale != 0.0f) { /* dlnf: a partial sum over the vocabulary pieces (completed below) */
+            o->gemm(0, 0, R, C, Vl, 1.0f, a->logits, Vl, wte, C, 0.0f, S(m, a->dsmall, (size_t)r0 * C), C);
+            o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, tg(m, 0), C);
         }
     }
-    return o->sum(a->losses, (size_t)N);
+    if (grad_scale != 0.0f) DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
+    *loss = o->sum(a->losses, (size_t)N);
+    return DT_OK;
 }
 
 dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss) {
     DT_TRY(forward_body(m, tokens, B, T));
-    *loss = head(m, targets, B * T, 0.0f);
+    DT_TRY(head(m, targets, B * T, 0.0f, loss));
     HOOK(after_forward, 0);
     return DT_OK;
 }
 
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
+    if (m->tp > 1) return dt_fail(DT_EINPUT, "sampling with tensor parallelism is not implemented yet");
     DT_TRY(forward_body(m, tokens, 1, T));
     int C = m->shape.n_embd, Vp = m->shape.padded_vocab;
     m->ops->gemm(0, 1, 1, Vp, C, 1.0f, S(m, m->acts->lnf, (size_t)(T - 1) * C), C, tp(m, 0), C, 0.0f,
@@ -460,7 +495,8 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
     size_t BTC = (size_t)m->max_B * m->max_T * C;
     DT_TRY(forward_body(m, tokens, B, T));
     HOOK(before_backward, 0);
-    double loss = head(m, targets, N, grad_scale); /* leaves dlnf in dsmall */
+    double loss;
+    DT_TRY(head(m, targets, N, grad_scale, &loss)); /* leaves dlnf in dsmall */
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
     o->zero(a->dres, (size_t)N * C * m->esz);
     HOOK(before_backward, L + 1);
@@ -472,7 +508,8 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
         DT_TRY(block_backward(m, l, B, T));
         HOOK(after_backward, 1 + l);
     }
-    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C, m->shape.padded_vocab);
+    int Vl = m->shape.padded_vocab / m->tp; /* dwpe on every rank: dres is replicated */
+    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C, m->tp_rank * Vl, Vl);
     HOOK(after_backward, 0);
     *loss_out = loss;
     return DT_OK;

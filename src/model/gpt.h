@@ -65,7 +65,7 @@ typedef struct gpt_acts gpt_acts;
  * (after a row-parallel layer, forward) and f (before a column-parallel layer, backward)
  * sit. With one rank (allreduce NULL) both are identities. */
 typedef struct {
-    dt_status (*allreduce)(void *ctx, float *x, size_t n); /* in place, sum */
+    dt_status (*allreduce)(void *ctx, float *x, size_t n, int max); /* in place: sum (max = 0) or max */
     void *ctx;
 } gpt_tp_comm;
 
@@ -96,8 +96,10 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int ma
 dt_status gpt_create_ex(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T, int alloc_state);
 /* The same, this rank holding tensor-parallel piece tp_rank of tp (Megatron layout):
  * c_attn (q, k, v each) and c_fc split by output columns, attention heads split, the two
- * c_proj split by input rows (their bias added by piece 0 only); LayerNorms and
- * embeddings replicated. Fails (DT_EINPUT) unless tp divides n_head. */
+ * c_proj split by input rows (their bias added by piece 0 only); wte split by vocabulary
+ * rows (vocabulary-parallel embedding and cross-entropy: no rank holds a whole row of
+ * logits); LayerNorms and wpe replicated. Fails (DT_EINPUT) unless tp divides n_head
+ * and the padded vocabulary. */
 dt_status gpt_create_tp(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T, int alloc_state,
                         int tp, int tp_rank);
 void gpt_destroy(gpt_model *m);

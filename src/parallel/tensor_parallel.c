@@ -2,8 +2,8 @@
 
 #include <string.h>
 
-static dt_status tp_allreduce(void *ctx, float *x, size_t n) {
-    return dt_allreduce((dt_comm *)ctx, x, n, DT_F32, DT_SUM);
+static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
+    return dt_allreduce((dt_comm *)ctx, x, n, DT_F32, max ? DT_MAX : DT_SUM);
 }
 
 void dt_tp_attach(gpt_model *m, dt_comm *tp_comm) {
