@@ -33,6 +33,47 @@ print("params: 1 rank %d B, tp2 ranks %s B" % (one, two))
 sys.exit(0 if one == 4 * (split + replicated) and two == [4 * (split // 2 + replicated)] * 2 else 1)
 PY
 
+# tp 4 (4 heads) and a vocabulary that tp does not divide (299: the last piece holds
+# real rows and padding)
+SIX=(--set model.n_head=4 --set model.vocab_size=299)
+"$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --metrics "$TMP/ref4.jsonl" >"$TMP/ref4.out" 2>&1 || fail "single (4 heads)"
+if "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --set parallel.tp=4 --metrics "$TMP/tp4.jsonl" \
+   >"$TMP/tp4.out" 2>&1; then
+  r=$(compare_curves "$TMP/ref4.jsonl" "$TMP/tp4.jsonl") && pass "tp4, vocabulary 299, matches single process ($r)" ||
+    fail "tp4: $r"
+else
+  fail "tp4 run: $(tail -2 "$TMP/tp4.out")"
+fi
+
+# every layout starts from the single-process weights, bit for bit
+d1=$("$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true 2>&1 | grep -o 'sha256:[0-9a-f]*')
+for np in 2 4; do
+  d=$("${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true \
+      --set parallel.tp=$np 2>&1 | grep -o 'sha256:[0-9a-f]*')
+  [ -n "$d1" ] && [ "$d" = "$d1" ] && pass "tp$np initial weights = single process ($d)" || fail "tp$np initial: $d vs $d1"
+done
+
+# checkpoints hold whole tensors: tp2 saves and resumes; a tp2 checkpoint resumes in one
+# process and a single-process one under tp2, each continuing the same curve
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.tp=2 --set train.stop_after=10 --save "$TMP/c2" \
+  --metrics "$TMP/c2.jsonl" >"$TMP/c2.out" 2>&1 || fail "tp2 first half"
+cp -r "$TMP/c2" "$TMP/c2copy" && cp "$TMP/c2.jsonl" "$TMP/c2b.jsonl"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c2" --set parallel.tp=2 --metrics "$TMP/c2.jsonl" \
+  >"$TMP/c2r.out" 2>&1 || fail "tp2 resume"
+grep -q "tensor parallel 2" "$TMP/c2r.out" && pass "the resumed run is tp2" || fail "the resumed run is not tp2"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2.jsonl") && pass "tp2 save + tp2 resume = single process ($r)" ||
+  fail "tp2 resume: $r"
+"$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c2copy" --save "$TMP/c2copy" --metrics "$TMP/c2b.jsonl" \
+  > "$TMP/c2b.out" 2>&1 || fail "one process resumes a tp2 checkpoint: $(tail -2 "$TMP/c2b.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2b.jsonl") && pass "tp2 save + single resume = single process ($r)" ||
+  fail "tp2 -> single: $r"
+"$DTRAIN" train "${DP_RUN[@]}" --set train.stop_after=10 --save "$TMP/c1" --metrics "$TMP/c1.jsonl" > /dev/null 2>&1 ||
+  fail "single first half"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c1" --set parallel.tp=2 --metrics "$TMP/c1.jsonl" \
+  >"$TMP/c1r.out" 2>&1 || fail "tp2 resumes a single-process checkpoint: $(tail -2 "$TMP/c1r.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "single save + tp2 resume = single process ($r)" ||
+  fail "single -> tp2: $r"
+
 bad() { # name pattern np args...: exit 2 with one dtrain error line, on every rank
   local name=$1 pat=$2 np=$3; shift 3
   "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "$@" >"$TMP/bad.out" 2>&1
@@ -44,6 +85,6 @@ bad "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n
 bad "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
 bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
 bad "tp with zero" "not implemented with tensor parallelism" 2 --set parallel.tp=2 --set parallel.zero=1
-bad "tp with checkpoints" "checkpoints" 2 --set parallel.tp=2 --save "$TMP/ck"
+bad "tp with the final sample" "sample" 2 --set parallel.tp=2 --set log.sample_tokens=10 --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"
 finish

@@ -1,5 +1,6 @@
 #include "tensor_parallel.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
@@ -21,12 +22,51 @@ dt_status dt_tp_check(const dt_config *c) {
     else if (c->parallel.zero > 0) what = "parallel.zero > 0";
     else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
-    else if (c->checkpoint.dir[0] || c->checkpoint.resume[0] || c->train.init_from[0])
-        what = "checkpoints (checkpoint.dir, --resume, train.init_from)";
-    else if (c->log.digest) what = "log.digest";
     else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what)
         return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet (so far it runs "
                        "with DDP, fp32, on the CPU)", c->parallel.tp, what);
+    return DT_OK;
+}
+
+/* local <-> global runs of one piece (dt_shard_runs), at most cap of them */
+static dt_status piece_runs(const dt_shard *s, dt_shard_run **runs, int64_t *n) {
+    int64_t cap = dt_shard_max_runs(s);
+    *runs = malloc((size_t)(cap > 0 ? cap : 1) * sizeof **runs);
+    if (!*runs) return dt_fail(DT_ERUNTIME, "out of memory (shard runs)");
+    *n = dt_shard_runs(s, *runs, cap);
+    return DT_OK;
+}
+
+dt_status dt_tp_gather_tensor(dt_comm *tp, const gpt_tensor *t, const float *local, float *full, float *scratch) {
+    int root = dt_comm_rank(tp) == 0;
+    if (t->shard.pieces <= 1) { /* replicated: every rank has it whole */
+        if (root) memcpy(full, local, t->numel * sizeof(float));
+        return DT_OK;
+    }
+    DT_TRY(dt_gather(tp, local, scratch, t->numel, DT_F32, 0));
+    if (!root) return DT_OK;
+    for (int p = 0; p < t->shard.pieces; p++) {
+        dt_shard s = t->shard;
+        s.index = p;
+        dt_shard_run *runs = NULL;
+        int64_t n = 0;
+        DT_TRY(piece_runs(&s, &runs, &n));
+        for (int64_t k = 0; k < n; k++)
+            memcpy(full + runs[k].global, scratch + (size_t)p * t->numel + runs[k].local,
+                   (size_t)runs[k].len * sizeof(float));
+        free(runs);
+    }
+    return DT_OK;
+}
+
+dt_status dt_tp_slice_tensor(const gpt_tensor *t, const float *full, float *local) {
+    dt_shard_run *runs = NULL;
+    int64_t n = 0;
+    DT_TRY(piece_runs(&t->shard, &runs, &n));
+    memset(local, 0, t->numel * sizeof(float)); /* padding rows are not in the runs */
+    for (int64_t k = 0; k < n; k++)
+        memcpy(local + runs[k].local, full + runs[k].global, (size_t)runs[k].len * sizeof(float));
+    free(runs);
     return DT_OK;
 }

@@ -15,4 +15,12 @@ void dt_tp_attach(gpt_model *m, dt_comm *tp_comm);
  * one line (DT_EINPUT). */
 dt_status dt_tp_check(const dt_config *c);
 
+/* Tensor t's pieces (local: this rank's, t->numel floats, host memory) assembled into
+ * the unsharded tensor at the group's index 0: full receives [rows, cols] in the global
+ * layout (padding rows untouched); scratch holds tp·numel floats there. Collective over
+ * tp; full and scratch are only used at index 0. */
+dt_status dt_tp_gather_tensor(dt_comm *tp, const gpt_tensor *t, const float *local, float *full, float *scratch);
+/* This rank's piece of tensor t cut from the unsharded full (the inverse, no communication). */
+dt_status dt_tp_slice_tensor(const gpt_tensor *t, const float *full, float *local);
+
 #endif
