@@ -33,6 +33,19 @@ print("params: 1 rank %d B, tp2 ranks %s B" % (one, two))
 sys.exit(0 if one == 4 * (split + replicated) and two == [4 * (split // 2 + replicated)] * 2 else 1)
 PY
 
+# per-rank memory (params, grads, optimizer, activations) against `dtrain estimate`
+"$DTRAIN" estimate "${DP_RUN[@]}" --set parallel.tp=2 -n 2 --json > "$TMP/est.json" 2>&1 || fail "estimate tp2"
+python3 - "$TMP/dp2_tp2.jsonl" "$TMP/est.json" <<'PY' && pass "dp2 x tp2 memory = dtrain estimate" || fail "tp memory vs estimate"
+import json, sys
+mem = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "summary"][0]["mem"]
+est = json.load(open(sys.argv[2]))
+z0 = est["fp32"][0]
+want = {"params": z0["params"], "grads": z0["grads"], "optim": z0["optim"], "activations": est["activations"]}
+worst = max(abs(m[k] - v) / v for m in mem for k, v in want.items())
+print("estimate %s; measured rank 0 %s; worst %.2e" % (want, {k: mem[0][k] for k in want}, worst))
+sys.exit(0 if worst <= 0.02 and len(mem) == 4 else 1)
+PY
+
 # tp 4 (4 heads) and a vocabulary that tp does not divide (299: the last piece holds
 # real rows and padding)
 SIX=(--set model.n_head=4 --set model.vocab_size=299)

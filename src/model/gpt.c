@@ -163,6 +163,17 @@ size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes)
     return act_layout(s, B, T, elem_bytes, 1, NULL);
 }
 
+size_t gpt_activation_bytes_tp(const gpt_shape *s, int B, int T, size_t elem_bytes, int tp) {
+    return act_layout(s, B, T, elem_bytes, tp, NULL);
+}
+
+size_t gpt_param_count_tp(const gpt_shape *s, int tp) {
+    size_t C = (size_t)s->n_embd, L = (size_t)s->n_layer, t = (size_t)tp;
+    size_t split = (size_t)s->padded_vocab * C + L * (12 * C * C + 7 * C); /* wte; c_attn, c_fc, the c_proj weights */
+    size_t replicated = (size_t)s->seq_len * C + L * 6 * C + 2 * C;      /* wpe, LayerNorms, c_proj biases, ln_f */
+    return split / t + replicated;
+}
+
 size_t gpt_param_count(const gpt_shape *s) {
     size_t C = (size_t)s->n_embd;
     return (size_t)s->padded_vocab * C + (size_t)s->seq_len * C + (size_t)s->n_layer * (12 * C * C + 13 * C) + 2 * C;

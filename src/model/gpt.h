@@ -136,8 +136,12 @@ dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *ta
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
 /* Parameters the model allocates (vocabulary padding included), without building it. */
 size_t gpt_param_count(const gpt_shape *s);
+/* The same for one rank of tp tensor-parallel ranks (gpt_create_tp's pieces). */
+size_t gpt_param_count_tp(const gpt_shape *s, int tp);
 /* Bytes of the activation arena for B x T (what gpt_create allocates). */
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes);
+/* The same for one rank of tp tensor-parallel ranks. */
+size_t gpt_activation_bytes_tp(const gpt_shape *s, int B, int T, size_t elem_bytes, int tp);
 /* Parameter count of the model proper (padding excluded). */
 size_t gpt_num_params(const gpt_model *m);
 /* FLOPs of one training token (forward + backward), for tokens/s -> FLOP/s. */
