@@ -3,9 +3,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/timer.h"
+
+static double g_comm_s; /* wall time in the paired functions' all-reduces */
+
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
-    return dt_allreduce((dt_comm *)ctx, x, n, DT_F32, max ? DT_MAX : DT_SUM);
+    double t0 = dt_now();
+    dt_status s = dt_allreduce((dt_comm *)ctx, x, n, DT_F32, max ? DT_MAX : DT_SUM);
+    g_comm_s += dt_now() - t0;
+    return s;
 }
+
+double dt_tp_comm_seconds(void) { return g_comm_s; }
 
 void dt_tp_attach(gpt_model *m, dt_comm *tp_comm) {
     if (dt_comm_size(tp_comm) > 1) m->tp_comm = (gpt_tp_comm){tp_allreduce, tp_comm};

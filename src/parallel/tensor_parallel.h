@@ -11,6 +11,9 @@
 /* Connects the model's paired functions to the tensor-parallel communicator (a group
  * of one leaves them identities). */
 void dt_tp_attach(gpt_model *m, dt_comm *tp_comm);
+/* Seconds this process has spent in tensor-parallel all-reduces (inside forward and
+ * backward: none of it overlaps computation). */
+double dt_tp_comm_seconds(void);
 /* Layouts that tensor parallelism does not run yet fail here, before any work, with
  * one line (DT_EINPUT). */
 dt_status dt_tp_check(const dt_config *c);

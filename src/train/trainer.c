@@ -474,6 +474,10 @@ static dt_status run(trainer *t) {
             if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s dense bf16", 100.0 * tps * flops_tok / peak, peak / 1e12);
             printf("\n");
         }
+        if (t->mesh.tp > 1 && timed_steps > 0)
+            printf("tensor-parallel communication: %.1f ms/step (all-reduces inside forward and backward, validation "
+                   "included, rank 0)\n",
+                   1e3 * dt_tp_comm_seconds() / (double)timed_steps);
         if (t->dp > 1 && timed_steps > 0)
             printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);
