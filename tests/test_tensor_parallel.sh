@@ -10,7 +10,9 @@ MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
 prepare_tiny
 "$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
 for layout in "tp2:2:--set parallel.tp=2" "dp2_tp2:4:--set parallel.tp=2" \
-              "dp2_tp2_after:4:--set parallel.tp=2 --set parallel.overlap=false"; do
+              "dp2_tp2_after:4:--set parallel.tp=2 --set parallel.overlap=false" \
+              "dp2_tp2_zero1:4:--set parallel.tp=2 --set parallel.zero=1" \
+              "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
   if "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
     r=$(compare_curves "$TMP/ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
@@ -60,10 +62,12 @@ fi
 
 # every layout starts from the single-process weights, bit for bit
 d1=$("$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true 2>&1 | grep -o 'sha256:[0-9a-f]*')
-for np in 2 4; do
-  d=$("${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true \
-      --set parallel.tp=$np 2>&1 | grep -o 'sha256:[0-9a-f]*')
-  [ -n "$d1" ] && [ "$d" = "$d1" ] && pass "tp$np initial weights = single process ($d)" || fail "tp$np initial: $d vs $d1"
+for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" \
+           "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+  d=$("${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true $args 2>&1 |
+      grep -o 'sha256:[0-9a-f]*')
+  [ -n "$d1" ] && [ "$d" = "$d1" ] && pass "$name initial weights = single process ($d)" || fail "$name initial: $d vs $d1"
 done
 
 # checkpoints hold whole tensors: tp2 saves and resumes; a tp2 checkpoint resumes in one
@@ -86,6 +90,12 @@ r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2b.jsonl") && pass "tp2 save + single
   >"$TMP/c1r.out" 2>&1 || fail "tp2 resumes a single-process checkpoint: $(tail -2 "$TMP/c1r.out")"
 r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "single save + tp2 resume = single process ($r)" ||
   fail "single -> tp2: $r"
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.tp=2 --set parallel.zero=1 --set train.stop_after=10 \
+  --save "$TMP/cz" --metrics "$TMP/cz.jsonl" >"$TMP/cz.out" 2>&1 || fail "dp2 tp2 zero1 first half"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/cz" --set parallel.tp=2 --set parallel.zero=0 \
+  --metrics "$TMP/cz.jsonl" >"$TMP/czr.out" 2>&1 || fail "tp2 resumes a dp2 tp2 zero1 checkpoint: $(tail -2 "$TMP/czr.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/cz.jsonl") && pass "dp2 tp2 zero1 save + tp2 resume = single process ($r)" ||
+  fail "zero1+tp2 -> tp2: $r"
 
 bad() { # name pattern np args...: exit 2 with one dtrain error line, on every rank
   local name=$1 pat=$2 np=$3; shift 3
@@ -97,7 +107,8 @@ bad() { # name pattern np args...: exit 2 with one dtrain error line, on every r
 bad "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
 bad "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
 bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
-bad "tp with zero" "not implemented with tensor parallelism" 2 --set parallel.tp=2 --set parallel.zero=1
+bad "tp with zero loading a checkpoint" "not implemented with tensor parallelism" 2 --set parallel.tp=2 \
+  --set parallel.zero=1 --set train.init_from="$TMP/c1/latest/model.safetensors"
 bad "tp with the final sample" "sample" 2 --set parallel.tp=2 --set log.sample_tokens=10 --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"
 finish

@@ -375,8 +375,10 @@ static void tp_full_free(tp_full *f) {
     }
 }
 
-/* The whole model (and moments) at tp index 0; collective over the tensor-parallel group. */
-static dt_status tp_full_gather(dt_dp *d, int moments, tp_full *f) {
+/* The whole model (and moments) at tp index 0, from this rank's unit views of its pieces
+ * (parameters: the model's; moments: mv, vv, or NULL); collective over the tp group. */
+static dt_status tp_full_gather(dt_dp *d, float *const *mv, float *const *vv, tp_full *f) {
+    int moments = mv != NULL;
     memset(f, 0, sizeof *f);
     const gpt_model *m = d->m;
     int root = dt_comm_rank(d->o.tp_comm) == 0, tp = dt_comm_size(d->o.tp_comm);
@@ -396,12 +398,13 @@ static dt_status tp_full_gather(dt_dp *d, int moments, tp_full *f) {
         if (s == DT_OK && !scratch) s = dt_fail(DT_ERUNTIME, "out of memory (gathering tensor pieces)");
     }
     s = dt_comm_agree(d->o.tp_comm, s, NULL);
-    const float *src[3] = {d->params, d->exp_avg, d->exp_avg_sq};
+    float *const *src[3] = {m->unit_params, mv, vv};
     for (int k = 0; s == DT_OK && k < (moments ? 3 : 1); k++)
         for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
             const gpt_tensor *t = &m->tensors[i];
             float *dst = root ? (k == 0 ? f->full.params : f->mom[k - 1]) + f->full.tensors[i].offset : NULL;
-            s = dt_tp_gather_tensor(d->o.tp_comm, t, src[k] + t->offset, dst, scratch);
+            const float *piece = src[k][t->unit] + (t->offset - m->units[t->unit].offset);
+            s = dt_tp_gather_tensor(d->o.tp_comm, t, piece, dst, scratch);
         }
     free(scratch);
     return s;
@@ -542,10 +545,19 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
     dt_status s = DT_OK;
     if (d->o.tp_comm) { /* whole tensors at the first rank of data-parallel group 0 */
         tp_full f;
-        s = tp_full_gather(d, 1, &f);
+        memset(&f, 0, sizeof f);
+        if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
+            s = dt_zero_gather_full(d);
+            if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
+        }
+        if (s == DT_OK) s = tp_full_gather(d, mv, vv, &f);
         if (s == DT_OK && d->rank == 0 && dt_comm_rank(d->o.tp_comm) == 0)
             s = dt_ckpt_save(dir, &f.full, f.view[0], f.view[1], st, config_json);
         tp_full_free(&f);
+        if (is_zero(d)) {
+            dt_zero_free_views(mv, vv);
+            dt_zero_release_full(d);
+        }
         s = dt_comm_agree(d->o.tp_comm, s, NULL);
         return dt_comm_agree(d->comm, s, NULL);
     }
@@ -571,10 +583,13 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
 dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
     if (d->o.tp_comm) { /* of the whole model, at the group's first rank */
         tp_full f;
-        dt_status s = tp_full_gather(d, 0, &f);
+        memset(&f, 0, sizeof f);
+        dt_status s = dt_dp_gather_full(d);
+        if (s == DT_OK) s = tp_full_gather(d, NULL, NULL, &f);
         hex[0] = 0;
         if (s == DT_OK && dt_comm_rank(d->o.tp_comm) == 0) dt_weights_digest(&f.full, hex);
         tp_full_free(&f);
+        dt_dp_release_full(d);
         return dt_comm_agree(d->o.tp_comm, s, NULL);
     }
     dt_status s = dt_dp_gather_full(d);

@@ -28,13 +28,14 @@ dt_status dt_tp_check(const dt_config *c) {
     const char *what = NULL;
     if (strcmp(c->backend, "cpu") != 0) what = "backend cuda";
     else if (strcmp(c->precision, "fp32") != 0) what = "precision bf16";
-    else if (c->parallel.zero > 0) what = "parallel.zero > 0";
+    else if (c->parallel.zero > 0 && (c->checkpoint.resume[0] || c->train.init_from[0]))
+        what = "loading a checkpoint with ZeRO (--resume, train.init_from)";
     else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what)
-        return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet (so far it runs "
-                       "with DDP, fp32, on the CPU)", c->parallel.tp, what);
+        return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet",
+                       c->parallel.tp, what);
     return DT_OK;
 }
 
