@@ -199,11 +199,11 @@ static void test_embed(int B, int T, int C, int V) {
     G->upload(gtok, tok, (size_t)B * T * 2);
     float *gwte = dev(wte, (size_t)V * C), *gwpe = dev(wpe, (size_t)T * C), *gdy = dev(dy, (size_t)B * T * C);
     float *gout = dev(NULL, (size_t)B * T * C), *gdwte = dev(dwte, (size_t)V * C), *gdwpe = dev(dwpe, (size_t)T * C);
-    H->embed_fwd(out, tok, wte, wpe, B, T, C, V);
-    G->embed_fwd(gout, gtok, gwte, gwpe, B, T, C, V);
+    H->embed_fwd(out, tok, wte, wpe, B, T, C, 0, V);
+    G->embed_fwd(gout, gtok, gwte, gwpe, B, T, C, 0, V);
     check("embed fwd", gout, out, (size_t)B * T * C, BF ? 1e-2 : 0);
-    H->embed_bwd(dwte, dwpe, dy, tok, B, T, C, V);
-    G->embed_bwd(gdwte, gdwpe, gdy, gtok, B, T, C, V);
+    H->embed_bwd(dwte, dwpe, dy, tok, B, T, C, 0, V);
+    G->embed_bwd(gdwte, gdwpe, gdy, gtok, B, T, C, 0, V);
     check("embed bwd: dwte (repeated tokens)", gdwte, dwte, (size_t)V * C, 1e-6);
     check("embed bwd: dwpe", gdwpe, dwpe, (size_t)T * C, 1e-6);
     free(tok), free(wte), free(wpe), free(dy), free(out), free(dwte), free(dwpe);

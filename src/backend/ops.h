@@ -42,10 +42,13 @@ typedef struct dt_ops {
     /* dinp (= or += when acc_dinp), dw +=, dbias += (dbias may be NULL) */
     void (*linear_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                        const float *w, int N, int IC, int OC, int acc_dinp);
-    /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]; wte has Vp rows */
+    /* out[b,t,:] = wte[tok[b,t] - v0,:] + wpe[t,:]. wte holds the vocabulary rows [v0, v0 + rows)
+     * (all of them, or a vocabulary-parallel rank's slice): other tokens add nothing; a
+     * NULL wpe adds nothing. Backward: dwte += for tokens in range, dwpe += (NULL: skipped). */
     void (*embed_fwd)(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C,
-                      int Vp);
-    void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C, int Vp);
+                      int v0, int rows);
+    void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C, int v0,
+                      int rows);
     void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                           int N, int C);
     /* dinp +=, dw +=, db += */
@@ -64,6 +67,17 @@ typedef struct dt_ops {
     /* Softmax cross-entropy over rows of logits[N, Vp] (columns >= V are padding and excluded).
      * Writes loss per row; if scale != 0, overwrites logits with dloss/dlogits · scale. */
     void (*softmax_xent)(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
+    /* Vocabulary-parallel cross-entropy: each rank holds columns [v0, v0 + Vl) of every row
+     * of the logits (real of them real vocabulary), so the row statistics are completed
+     * by the caller's all-reduces between the steps: row max (then MAX over ranks), then
+     * sum of exp(x - max) and the target's logit (target outside the slice: 0) into
+     * st[2i], st[2i+1] (then SUM), then the loss per row and, if scale != 0, dlogits·scale
+     * in place (padding columns zero). fp32 statistics; NULL in backends without them. */
+    void (*xent_rowmax)(const float *logits, float *mx, int N, int Vl, int real);
+    void (*xent_rowsum)(const float *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl,
+                        int real, int v0);
+    void (*xent_finish)(float *logits, float *losses, const float *mx, const float *st, const uint16_t *targets,
+                        int N, int Vl, int real, int v0, float scale);
     /* sum of squares in double (fixed order for a fixed thread count); x in storage precision */
     double (*sumsq)(const float *x, size_t n);
     /* sum in double of fp32 values (per-token losses: in index order on cpu) */

@@ -79,20 +79,24 @@ static void b_lin_b(float *dinp, float *dw, float *dbias, const float *dout, con
     narrow(dbias, db, (size_t)OC);
 }
 
-static void b_emb_f(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int Tt, int C, int Vp) {
+static void b_emb_f(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int Tt, int C, int v0,
+                    int rows) {
     size_t n = (size_t)B * Tt * C;
-    float *o = buf(0, n), *e = wide(1, wte, (size_t)Vp * C), *p = wide(2, wpe, (size_t)Tt * C);
-    NEED(o, e, p);
-    in->embed_fwd(o, tok, e, p, B, Tt, C, Vp);
+    float *o = buf(0, n), *e = wide(1, wte, (size_t)rows * C), *p = wide(2, wpe, (size_t)Tt * C);
+    NEED(o, e);
+    if (wpe && !p) return;
+    in->embed_fwd(o, tok, e, p, B, Tt, C, v0, rows);
     narrow(out, o, n);
 }
 
-static void b_emb_b(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int Tt, int C, int Vp) {
-    float *de = wide(0, dwte, (size_t)Vp * C), *dp = wide(1, dwpe, (size_t)Tt * C);
+static void b_emb_b(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int Tt, int C, int v0,
+                    int rows) {
+    float *de = wide(0, dwte, (size_t)rows * C), *dp = wide(1, dwpe, (size_t)Tt * C);
     float *d = wide(2, dout, (size_t)B * Tt * C);
-    NEED(de, dp, d);
-    in->embed_bwd(de, dp, d, tok, B, Tt, C, Vp);
-    narrow(dwte, de, (size_t)Vp * C);
+    NEED(de, d);
+    if (dwpe && !dp) return;
+    in->embed_bwd(de, dp, d, tok, B, Tt, C, v0, rows);
+    narrow(dwte, de, (size_t)rows * C);
     narrow(dwpe, dp, (size_t)Tt * C);
 }
 
@@ -200,6 +204,9 @@ const dt_ops *dt_ops_bf16_storage(const dt_ops *f32) {
     T.attention_fwd = b_att_f;
     T.attention_bwd = b_att_b;
     T.softmax_xent = b_xent;
+    T.xent_rowmax = NULL; /* vocabulary-parallel loss: fp32 only so far */
+    T.xent_rowsum = NULL;
+    T.xent_finish = NULL;
     T.sumsq = b_sumsq;
     T.adamw = b_adamw;
     return &T;

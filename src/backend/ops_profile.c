@@ -36,11 +36,12 @@ static void p_lin_b(float *di, float *dw, float *db, const float *d, const float
                     int OC, int acc) {
     TIMED(P_LIN_B, inner->linear_bwd(di, dw, db, d, i, w, N, IC, OC, acc));
 }
-static void p_emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int T, int C, int V) {
-    TIMED(P_EMB_F, inner->embed_fwd(o, t, e, p, B, T, C, V));
+static void p_emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int T, int C, int v0,
+                    int rows) {
+    TIMED(P_EMB_F, inner->embed_fwd(o, t, e, p, B, T, C, v0, rows));
 }
-static void p_emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int T, int C, int V) {
-    TIMED(P_EMB_B, inner->embed_bwd(de, dp, d, t, B, T, C, V));
+static void p_emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int T, int C, int v0, int rows) {
+    TIMED(P_EMB_B, inner->embed_bwd(de, dp, d, t, B, T, C, v0, rows));
 }
 static void p_ln_f(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
     TIMED(P_LN_F, inner->layernorm_fwd(o, m, r, i, w, b, N, C));

@@ -357,9 +357,11 @@ dt_status dt_config_validate(const dt_config *c) {
 
 /* ---- resume: what a checkpoint's saved config restores ---- */
 
-/* Chosen for this invocation only, never taken from a checkpoint. */
+/* Chosen for this invocation only, never taken from a checkpoint. The model-parallel
+ * layout is the job's (how its ranks split the model): checkpoints hold whole tensors,
+ * so any layout resumes any checkpoint, as any data-parallel size does. */
 static const char *const PER_RUN[] = {"checkpoint.resume", "checkpoint.overwrite", "train.stop_after",
-                                      "train.init_from"};
+                                      "train.init_from", "parallel.tp", "parallel.pp", "parallel.cp"};
 /* What the weights and the token ids depend on: fixed for the life of a run. */
 static const char *const FIXED[] = {"model.n_layer", "model.n_head", "model.n_embd", "model.seq_len",
                                     "model.vocab_size", "data.tokenizer"};

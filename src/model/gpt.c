@@ -20,6 +20,7 @@ struct gpt_acts {
     float *proj;   /* BTC: attention / MLP projection output before the residual add */
     float *dres, *dsmall, *dbig; /* BTC, BTC, BT·4C */
     uint16_t *tok, *tgt; /* BT: this micro-batch's tokens and targets, in the backend's memory */
+    float *xstat;        /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit) */
     int head_rows;
     void *arena;
 };
@@ -38,17 +39,30 @@ dt_status gpt_shape_check(gpt_shape *s) {
     return DT_OK;
 }
 
+/* split: -1 replicated, else the dimension of the [rows, cols] (1-D: [1, n]) tensor that
+ * tensor parallelism splits, in `parts` fused parts */
 static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, int rows, int cols, int saved_rows,
-                       int decay, int layer) {
+                       int decay, int layer, int split, int parts) {
     gpt_tensor *t = &m->tensors[(*idx)++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = cols > 0 ? 2 : 1;
-    t->shape[0] = rows;
-    t->shape[1] = cols > 0 ? cols : 1;
-    t->saved_rows = saved_rows;
-    /* unsharded for now: a strategy splitting the model sets the pieces */
     t->shard = cols > 0 ? dt_shard_full(rows, cols, saved_rows) : dt_shard_full(1, rows, 1);
-    t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+    if (split >= 0 && m->tp > 1) /* divisibility is checked with n_head % tp */
+        (void)dt_shard_split(&t->shard, split, m->tp, m->tp_rank, parts, name);
+    int64_t lr, lc;
+    dt_shard_local_shape(&t->shard, &lr, &lc);
+    if (cols > 0) { /* the local shape is what lives in memory */
+        t->shape[0] = (int)lr;
+        t->shape[1] = (int)lc;
+        /* the real rows of this piece (split rows: those below real_rows of the whole) */
+        int64_t first = split == 0 && m->tp > 1 ? (int64_t)m->tp_rank * lr : 0, real = saved_rows - first;
+        t->saved_rows = split == 0 ? (int)(real < 0 ? 0 : real > lr ? lr : real) : saved_rows;
+    } else {
+        t->shape[0] = (int)lc;
+        t->shape[1] = 1;
+        t->saved_rows = (int)lc;
+    }
+    t->numel = (size_t)lr * (size_t)lc;
     t->offset = *off;
     t->decay = decay;
     t->layer = layer;
@@ -60,8 +74,9 @@ static void build_table(gpt_model *m) {
     int C = s->n_embd, idx = 0;
     size_t off = 0;
     char name[48];
-    add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1);
-    add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1);
+    /* vocabulary-parallel: split by rows (the last pieces may hold the padding rows) */
+    add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1, 0, 1);
+    add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1, -1, 1);
     for (int l = 0; l < s->n_layer; l++) {
         static const char *suffix[T_PER_LAYER] = {
             "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
@@ -69,14 +84,17 @@ static void build_table(gpt_model *m) {
             "mlp.c_proj.weight", "mlp.c_proj.bias"};
         static const int rows[T_PER_LAYER] = {1, 1, 1, 3, 1, 1, 1, 1, 1, 4, 4, 1};
         static const int cols[T_PER_LAYER] = {0, 0, 3, 0, 1, 0, 0, 0, 4, 0, 1, 0};
+        /* Megatron: c_attn, c_fc column-parallel (q, k, v split each); c_proj row-parallel */
+        static const int split[T_PER_LAYER] = {-1, -1, 1, 1, 0, -1, -1, -1, 1, 1, 0, -1};
+        static const int parts[T_PER_LAYER] = {1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
         for (int k = 0; k < T_PER_LAYER; k++) {
             snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
             int r = rows[k] * C, c = cols[k] * C;
-            add_tensor(m, &idx, &off, name, r, c, r, cols[k] > 0, l);
+            add_tensor(m, &idx, &off, name, r, c, r, cols[k] > 0, l, split[k], parts[k]);
         }
     }
-    add_tensor(m, &idx, &off, "ln_f.weight", C, 0, C, 0, -1);
-    add_tensor(m, &idx, &off, "ln_f.bias", C, 0, C, 0, -1);
+    add_tensor(m, &idx, &off, "ln_f.weight", C, 0, C, 0, -1, -1, 1);
+    add_tensor(m, &idx, &off, "ln_f.bias", C, 0, C, 0, -1, -1, 1);
     m->ntensors = idx;
     m->nparams = off;
 }
@@ -104,9 +122,9 @@ static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit
 
 /* Lays the activation buffers out in a->arena (or, with a NULL arena, only counts).
  * esz: bytes per element of storage precision; statistics and losses stay fp32. */
-static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, gpt_acts *a) {
+static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, int tp, gpt_acts *a) {
     size_t LL = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
-    size_t NH = (size_t)s->n_head;
+    size_t NH = (size_t)s->n_head / (size_t)tp, Cl = C / (size_t)tp; /* this rank's heads and width */
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
      * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
      * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
@@ -123,14 +141,14 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, g
     const size_t E = esz;
     struct { float **p; size_t n, bytes; } parts[] = {
         {&a->encoded, BT * C, E},            {&a->ln1, LL * BT * C, E},         {&a->ln1_mean, LL * BT, F32},
-        {&a->ln1_rstd, LL * BT, F32},         {&a->qkv, LL * BT * 3 * C, E},     {&a->atty, LL * BT * C, E},
+        {&a->ln1_rstd, LL * BT, F32},         {&a->qkv, LL * BT * 3 * Cl, E},    {&a->atty, LL * BT * Cl, E},
         {&a->lse, LL * BT * NH, F32},         {&a->res2, LL * BT * C, E},        {&a->ln2, LL * BT * C, E},
-        {&a->ln2_mean, LL * BT, F32},         {&a->ln2_rstd, LL * BT, F32},      {&a->fch, LL * BT * 4 * C, E},
-        {&a->fch_gelu, LL * BT * 4 * C, E},   {&a->res3, LL * BT * C, E},        {&a->lnf, BT * C, E},
+        {&a->ln2_mean, LL * BT, F32},         {&a->ln2_rstd, LL * BT, F32},      {&a->fch, LL * BT * 4 * Cl, E},
+        {&a->fch_gelu, LL * BT * 4 * Cl, E},  {&a->res3, LL * BT * C, E},        {&a->lnf, BT * C, E},
         {&a->lnf_mean, BT, F32},             {&a->lnf_rstd, BT, F32},           {&a->logits, head_rows * Vp, E},
         {&a->losses, BT, F32},               {&a->proj, BT * C, E},             {&a->dres, BT * C, E},
-        {&a->dsmall, BT * C, E},             {&a->dbig, BT * 4 * C, E},
-        {(float **)&a->tok, BT, U16},        {(float **)&a->tgt, BT, U16},
+        {&a->dsmall, BT * C, E},             {&a->dbig, BT * 4 * Cl, E},
+        {(float **)&a->tok, BT, U16},        {(float **)&a->tgt, BT, U16},     {&a->xstat, 3 * head_rows, F32},
     };
     size_t total = 0; /* bytes, each part 64-byte aligned */
     char *p = a->arena;
@@ -142,7 +160,18 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, g
 }
 
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes) {
-    return act_layout(s, B, T, elem_bytes, NULL);
+    return act_layout(s, B, T, elem_bytes, 1, NULL);
+}
+
+size_t gpt_activation_bytes_tp(const gpt_shape *s, int B, int T, size_t elem_bytes, int tp) {
+    return act_layout(s, B, T, elem_bytes, tp, NULL);
+}
+
+size_t gpt_param_count_tp(const gpt_shape *s, int tp) {
+    size_t C = (size_t)s->n_embd, L = (size_t)s->n_layer, t = (size_t)tp;
+    size_t split = (size_t)s->padded_vocab * C + L * (12 * C * C + 7 * C); /* wte; c_attn, c_fc, the c_proj weights */
+    size_t replicated = (size_t)s->seq_len * C + L * 6 * C + 2 * C;      /* wpe, LayerNorms, c_proj biases, ln_f */
+    return split / t + replicated;
 }
 
 size_t gpt_param_count(const gpt_shape *s) {
@@ -156,9 +185,25 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, in
 
 dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
                         int alloc_state) {
+    return gpt_create_tp(m, shape, ops, max_B, max_T, alloc_state, 1, 0);
+}
+
+dt_status gpt_create_tp(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
+                        int alloc_state, int tp, int tp_rank) {
     memset(m, 0, sizeof *m);
     m->shape = *shape;
+    m->tp = tp;
+    m->tp_rank = tp_rank;
     DT_TRY(gpt_shape_check(&m->shape));
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m->shape.n_head % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
+                       "tensor-parallel ranks)", tp, m->shape.n_head);
+    if (m->shape.padded_vocab % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide the padded vocabulary %d (a multiple of 64)", tp,
+                       m->shape.padded_vocab);
+    if (tp > 1 && (!ops->xent_rowmax || !ops->xent_rowsum || !ops->xent_finish))
+        return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
+                       ops->name);
     if (max_T > m->shape.seq_len)
         return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
                        m->shape.seq_len);
@@ -193,9 +238,9 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
     }
 
     gpt_acts *a = m->acts;
-    m->act_bytes = gpt_activation_bytes(&m->shape, max_B, max_T, m->esz);
+    m->act_bytes = act_layout(&m->shape, max_B, max_T, m->esz, tp, NULL);
     DT_TRY(ops->alloc(&a->arena, m->act_bytes, "activations"));
-    act_layout(&m->shape, max_B, max_T, m->esz, a);
+    act_layout(&m->shape, max_B, max_T, m->esz, tp, a);
     return DT_OK;
 }
 
@@ -268,7 +313,8 @@ void gpt_zero_grad(gpt_model *m) {
 
 size_t gpt_num_params(const gpt_model *m) {
     size_t n = 0;
-    for (int i = 0; i < m->ntensors; i++) n += (size_t)m->tensors[i].saved_rows * m->tensors[i].shape[1];
+    for (int i = 0; i < m->ntensors; i++) /* of the whole model, whatever this rank holds */
+        n += (size_t)(m->tensors[i].shard.real_rows * m->tensors[i].shard.cols);
     return n;
 }
 
@@ -293,30 +339,43 @@ typedef struct {
 
 static block_acts block_at(const gpt_model *m, int l) {
     const gpt_acts *a = m->acts;
-    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * (size_t)m->shape.n_embd;
+    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp;
     size_t L = (size_t)l; /* storage-precision buffers step through S(); statistics are fp32 */
     return (block_acts){layer_in(m, l, BTC),          S(m, a->ln1, L * BTC),      a->ln1_mean + L * BT,
-                        a->ln1_rstd + L * BT,         S(m, a->qkv, L * 3 * BTC),  S(m, a->atty, L * BTC),
-                        a->lse + L * BT * (size_t)m->shape.n_head,                S(m, a->res2, L * BTC),
+                        a->ln1_rstd + L * BT,         S(m, a->qkv, L * 3 * BTCl), S(m, a->atty, L * BTCl),
+                        a->lse + L * BT * (size_t)(m->shape.n_head / m->tp),      S(m, a->res2, L * BTC),
                         S(m, a->ln2, L * BTC),        a->ln2_mean + L * BT,       a->ln2_rstd + L * BT,
-                        S(m, a->fch, L * 4 * BTC),    S(m, a->fch_gelu, L * 4 * BTC), S(m, a->res3, L * BTC)};
+                        S(m, a->fch, L * 4 * BTCl),   S(m, a->fch_gelu, L * 4 * BTCl), S(m, a->res3, L * BTC)};
 }
 
-static void block_forward(gpt_model *m, int l, int B, int T) {
+/* Megatron's g (forward, after a row-parallel layer) and f (backward, before a
+ * column-parallel one): a sum over the tensor-parallel group; nothing on one rank. */
+static dt_status tp_sum(gpt_model *m, float *x, size_t n) {
+    return m->tp_comm.allreduce ? m->tp_comm.allreduce(m->tp_comm.ctx, x, n, 0) : DT_OK;
+}
+
+/* With tensor parallelism (tp ranks) this rank holds NH/tp heads (Cl = C/tp of the
+ * attention width) and 4C/tp MLP columns; the row-parallel projections produce partial
+ * sums, completed by tp_sum, their bias added by piece 0 alone. */
+static dt_status block_forward(gpt_model *m, int l, int B, int T) {
     const dt_ops *o = m->ops;
     float *proj = m->acts->proj;
-    int C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
+    int bias_here = m->tp_rank == 0;
     block_acts b = block_at(m, l);
     o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, l, T_LN1W), P(m, l, T_LN1B), N, C);
-    o->linear_fwd(b.qkv, b.ln1, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * C);
-    o->attention_fwd(b.atty, b.lse, b.qkv, B, T, C, NH);
-    o->linear_fwd(proj, b.atty, P(m, l, T_APW), P(m, l, T_APB), N, C, C);
+    o->linear_fwd(b.qkv, b.ln1, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * Cl);
+    o->attention_fwd(b.atty, b.lse, b.qkv, B, T, Cl, NHl);
+    o->linear_fwd(proj, b.atty, P(m, l, T_APW), bias_here ? P(m, l, T_APB) : NULL, N, Cl, C);
+    DT_TRY(tp_sum(m, proj, (size_t)N * C));
     o->add(b.res2, b.x, proj, (size_t)N * C);
     o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, l, T_LN2W), P(m, l, T_LN2B), N, C);
-    o->linear_fwd(b.fch, b.ln2, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * C);
-    o->gelu_fwd(b.fcg, b.fch, (size_t)N * 4 * C);
-    o->linear_fwd(proj, b.fcg, P(m, l, T_MPW), P(m, l, T_MPB), N, 4 * C, C);
+    o->linear_fwd(b.fch, b.ln2, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * Cl);
+    o->gelu_fwd(b.fcg, b.fch, (size_t)N * 4 * Cl);
+    o->linear_fwd(proj, b.fcg, P(m, l, T_MPW), bias_here ? P(m, l, T_MPB) : NULL, N, 4 * Cl, C);
+    DT_TRY(tp_sum(m, proj, (size_t)N * C));
     o->add(b.res3, b.res2, proj, (size_t)N * C);
+    return DT_OK;
 }
 
 /* Embeddings, every block, final LayerNorm: leaves lnf ready for the head. */
@@ -327,10 +386,13 @@ static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T
     size_t BTC = (size_t)m->max_B * m->max_T * C;
     HOOK(before_forward, 0);
     o->upload(a->tok, tokens, (size_t)B * T * sizeof(uint16_t));
-    o->embed_fwd(a->encoded, a->tok, tp(m, 0), tp(m, 1), B, T, C, m->shape.padded_vocab);
+    /* vocabulary-parallel: each rank embeds the tokens in its rows, piece 0 adds the positions */
+    int Vl = m->shape.padded_vocab / m->tp;
+    o->embed_fwd(a->encoded, a->tok, tp(m, 0), m->tp_rank == 0 ? tp(m, 1) : NULL, B, T, C, m->tp_rank * Vl, Vl);
+    DT_TRY(tp_sum(m, a->encoded, (size_t)B * T * C));
     for (int l = 0; l < L; l++) {
         HOOK(before_forward, 1 + l);
-        block_forward(m, l, B, T);
+        DT_TRY(block_forward(m, l, B, T));
         HOOK(after_forward, 1 + l);
     }
     HOOK(before_forward, L + 1);
@@ -342,34 +404,56 @@ static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T
 
 /* LM head over row chunks: logits = lnf·wteᵀ, softmax cross-entropy, and when
  * grad_scale != 0 its backward (dlnf into dsmall, dwte +=) while the chunk is hot. */
-static double head(gpt_model *m, const uint16_t *targets, int N, float grad_scale) {
+/* Vocabulary-parallel cross-entropy over R rows of local logits (columns [v0, v0 + Vl)):
+ * the row max and then the sum of exponentials and the target's logit are completed over
+ * the tensor-parallel group, so no rank ever holds a whole row of logits. */
+static dt_status xent_tp(gpt_model *m, int R, int r0, const uint16_t *targets, float grad_scale) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, V = m->shape.vocab_size, Vp = m->shape.padded_vocab;
-    const float *wte = tp(m, 0);
+    int Vl = m->shape.padded_vocab / m->tp, v0 = m->tp_rank * Vl;
+    int real = m->shape.vocab_size - v0 < 0 ? 0 : m->shape.vocab_size - v0 > Vl ? Vl : m->shape.vocab_size - v0;
+    float *mx = a->xstat, *st = a->xstat + a->head_rows;
+    o->xent_rowmax(a->logits, mx, R, Vl, real);
+    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, mx, (size_t)R, 1));
+    o->xent_rowsum(a->logits, mx, targets + r0, st, R, Vl, real, v0);
+    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, st, 2 * (size_t)R, 0));
+    o->xent_finish(a->logits, a->losses + r0, mx, st, targets + r0, R, Vl, real, v0, grad_scale);
+    return DT_OK;
+}
+
+static dt_status head(gpt_model *m, const uint16_t *targets, int N, float grad_scale, double *loss) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
+    const float *wte = tp(m, 0); /* this rank's vocabulary rows */
+    int vocab_parallel = m->tp_comm.allreduce != NULL;
     o->upload(a->tgt, targets, (size_t)N * sizeof(uint16_t));
     targets = a->tgt;
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
         const float *x = S(m, a->lnf, (size_t)r0 * C);
-        o->gemm(0, 1, R, Vp, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vp);
-        o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vp, grad_scale);
-        if (grad_scale != 0.0f) {
-            o->gemm(0, 0, R, C, Vp, 1.0f, a->logits, Vp, wte, C, 0.0f, S(m, a->dsmall, (size_t)r0 * C), C);
-            o->gemm(1, 0, Vp, C, R, 1.0f, a->logits, Vp, x, C, 1.0f, tg(m, 0), C);
+        o->gemm(0, 1, R, Vl, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vl);
+        if (vocab_parallel) DT_TRY(xent_tp(m, R, r0, targets, grad_scale));
+        else o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vl, grad_scale);
+        if (grad_scale != 0.0f) { /* dlnf: a partial sum over the vocabulary pieces (completed below) */
+            o->gemm(0, 0, R, C, Vl, 1.0f, a->logits, Vl, wte, C, 0.0f, S(m, a->dsmall, (size_t)r0 * C), C);
+            o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, tg(m, 0), C);
         }
     }
-    return o->sum(a->losses, (size_t)N);
+    if (grad_scale != 0.0f) DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
+    *loss = o->sum(a->losses, (size_t)N);
+    return DT_OK;
 }
 
 dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss) {
     DT_TRY(forward_body(m, tokens, B, T));
-    *loss = head(m, targets, B * T, 0.0f);
+    DT_TRY(head(m, targets, B * T, 0.0f, loss));
     HOOK(after_forward, 0);
     return DT_OK;
 }
 
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
+    if (m->tp > 1) return dt_fail(DT_EINPUT, "sampling with tensor parallelism is not implemented yet");
     DT_TRY(forward_body(m, tokens, 1, T));
     int C = m->shape.n_embd, Vp = m->shape.padded_vocab;
     m->ops->gemm(0, 1, 1, Vp, C, 1.0f, S(m, m->acts->lnf, (size_t)(T - 1) * C), C, tp(m, 0), C, 0.0f,
@@ -390,23 +474,28 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
 
 /* ---- backward ---- */
 
-static void block_backward(gpt_model *m, int l, int B, int T) {
+/* The c_proj biases' gradients are computed on every tensor-parallel rank from the same
+ * (replicated) output gradient, so the replicated bias stays the same everywhere. */
+static dt_status block_backward(gpt_model *m, int l, int B, int T) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, NH = m->shape.n_head, N = B * T;
+    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
     block_acts b = block_at(m, l);
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), a->dres, b.fcg, P(m, l, T_MPW), N, 4 * C, C, 0);
-    o->gelu_bwd(a->dbig, b.fch, a->dbig, (size_t)N * 4 * C);
-    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, b.ln2, P(m, l, T_FCW), N, C, 4 * C, 0);
+    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), a->dres, b.fcg, P(m, l, T_MPW), N, 4 * Cl, C, 0);
+    o->gelu_bwd(a->dbig, b.fch, a->dbig, (size_t)N * 4 * Cl);
+    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, b.ln2, P(m, l, T_FCW), N, C, 4 * Cl, 0);
+    DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
     o->layernorm_bwd(a->dres, G(m, l, T_LN2W), G(m, l, T_LN2B), a->dsmall, b.res2, P(m, l, T_LN2W), b.ln2_mean,
                      b.ln2_rstd, N, C);
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
-    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), a->dres, b.atty, P(m, l, T_APW), N, C, C, 0);
-    o->attention_bwd(a->dbig, a->dsmall, b.qkv, b.atty, b.lse, B, T, C, NH);
-    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, b.ln1, P(m, l, T_QKVW), N, C, 3 * C, 0);
+    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), a->dres, b.atty, P(m, l, T_APW), N, Cl, C, 0);
+    o->attention_bwd(a->dbig, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl);
+    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, b.ln1, P(m, l, T_QKVW), N, C, 3 * Cl, 0);
+    DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
     o->layernorm_bwd(a->dres, G(m, l, T_LN1W), G(m, l, T_LN1B), a->dsmall, b.x, P(m, l, T_LN1W), b.ln1_mean,
                      b.ln1_rstd, N, C);
+    return DT_OK;
 }
 
 dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
@@ -417,7 +506,8 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
     size_t BTC = (size_t)m->max_B * m->max_T * C;
     DT_TRY(forward_body(m, tokens, B, T));
     HOOK(before_backward, 0);
-    double loss = head(m, targets, N, grad_scale); /* leaves dlnf in dsmall */
+    double loss;
+    DT_TRY(head(m, targets, N, grad_scale, &loss)); /* leaves dlnf in dsmall */
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
     o->zero(a->dres, (size_t)N * C * m->esz);
     HOOK(before_backward, L + 1);
@@ -426,10 +516,11 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
     HOOK(after_backward, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         HOOK(before_backward, 1 + l);
-        block_backward(m, l, B, T);
+        DT_TRY(block_backward(m, l, B, T));
         HOOK(after_backward, 1 + l);
     }
-    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C, m->shape.padded_vocab);
+    int Vl = m->shape.padded_vocab / m->tp; /* dwpe on every rank: dres is replicated */
+    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C, m->tp_rank * Vl, Vl);
     HOOK(after_backward, 0);
     *loss_out = loss;
     return DT_OK;

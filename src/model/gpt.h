@@ -60,6 +60,15 @@ typedef struct {
 
 typedef struct gpt_acts gpt_acts;
 
+/* Tensor parallelism inside the model (Megatron's paired functions): the strategy gives
+ * an all-reduce over the tensor-parallel group; the model calls it where Megatron's g
+ * (after a row-parallel layer, forward) and f (before a column-parallel layer, backward)
+ * sit. With one rank (allreduce NULL) both are identities. */
+typedef struct {
+    dt_status (*allreduce)(void *ctx, float *x, size_t n, int max); /* in place: sum (max = 0) or max */
+    void *ctx;
+} gpt_tp_comm;
+
 typedef struct {
     gpt_shape shape;
     const dt_ops *ops;
@@ -75,6 +84,8 @@ typedef struct {
     size_t act_bytes;
     size_t esz;       /* bytes per element of parameters, gradients, activations (ops.h storage) */
     gpt_hooks hooks;
+    int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
+    gpt_tp_comm tp_comm;
 } gpt_model;
 
 /* Checks the shape (n_embd % n_head, sizes > 0) and fills padded_vocab. */
@@ -83,6 +94,14 @@ dt_status gpt_shape_check(gpt_shape *s);
  * grads buffers when alloc_state (a sharding wrapper may provide its own). */
 dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T);
 dt_status gpt_create_ex(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T, int alloc_state);
+/* The same, this rank holding tensor-parallel piece tp_rank of tp (Megatron layout):
+ * c_attn (q, k, v each) and c_fc split by output columns, attention heads split, the two
+ * c_proj split by input rows (their bias added by piece 0 only); wte split by vocabulary
+ * rows (vocabulary-parallel embedding and cross-entropy: no rank holds a whole row of
+ * logits); LayerNorms and wpe replicated. Fails (DT_EINPUT) unless tp divides n_head
+ * and the padded vocabulary. */
+dt_status gpt_create_tp(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T, int alloc_state,
+                        int tp, int tp_rank);
 void gpt_destroy(gpt_model *m);
 /* GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer),
  * LayerNorm weight 1, biases 0, padded vocab rows 0. Element i (row-major index in the
@@ -117,8 +136,12 @@ dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *ta
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
 /* Parameters the model allocates (vocabulary padding included), without building it. */
 size_t gpt_param_count(const gpt_shape *s);
+/* The same for one rank of tp tensor-parallel ranks (gpt_create_tp's pieces). */
+size_t gpt_param_count_tp(const gpt_shape *s, int tp);
 /* Bytes of the activation arena for B x T (what gpt_create allocates). */
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes);
+/* The same for one rank of tp tensor-parallel ranks. */
+size_t gpt_activation_bytes_tp(const gpt_shape *s, int B, int T, size_t elem_bytes, int tp);
 /* Parameter count of the model proper (padding excluded). */
 size_t gpt_num_params(const gpt_model *m);
 /* FLOPs of one training token (forward + backward), for tokens/s -> FLOP/s. */

@@ -6,6 +6,7 @@
 
 #include "../core/mem.h"
 #include "dp_internal.h"
+#include "tensor_parallel.h"
 
 static int is_zero(const dt_dp *d) { return !d->o.ps && d->o.zero > 0; }
 
@@ -133,6 +134,23 @@ static dt_status ddp_norm(dt_dp *d, double *norm) {
     DT_TRY(dt_allgather(d->comm, &mine, d->norm_parts, 1, DT_F64));
     for (int q = 0; q < d->N; q++) sum += d->norm_parts[q];
     *norm = sqrt(sum);
+    return DT_OK;
+}
+
+/* With tensor parallelism: sharded tensors' squares are summed over the tensor-parallel
+ * group, replicated ones (identical on every rank) counted once, each tensor in table
+ * order: the global norm of the unsharded model's gradient. */
+static dt_status tp_norm(dt_dp *d, double *norm) {
+    const gpt_model *m = d->m;
+    double sharded = 0.0, replicated = 0.0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[i];
+        double ss = d->ops->sumsq(d->grads + t->offset, t->numel);
+        if (t->shard.pieces > 1) sharded += ss;
+        else replicated += ss;
+    }
+    DT_TRY(dt_allreduce(d->o.tp_comm, &sharded, 1, DT_F64, DT_SUM));
+    *norm = sqrt(sharded + replicated);
     return DT_OK;
 }
 
@@ -339,7 +357,85 @@ static dt_status host_close(dt_dp *d, int push, host_copy *h) {
     return s;
 }
 
+/* ---- tensor parallelism: whole tensors for the checkpoint and the digest ----
+ * Checkpoints hold whole tensors, so a tensor-parallel save assembles them at the
+ * group's first rank (a full host copy made at save time only), and a load cuts this
+ * rank's pieces out of the file's whole tensors: any tp reads any checkpoint. */
+typedef struct {
+    gpt_model full;
+    float *mom[2];
+    float **view[2];
+} tp_full;
+
+static void tp_full_free(tp_full *f) {
+    gpt_destroy(&f->full);
+    for (int k = 0; k < 2; k++) {
+        free(f->mom[k]);
+        free(f->view[k]);
+    }
+}
+
+/* The whole model (and moments) at tp index 0, from this rank's unit views of its pieces
+ * (parameters: the model's; moments: mv, vv, or NULL); collective over the tp group. */
+static dt_status tp_full_gather(dt_dp *d, float *const *mv, float *const *vv, tp_full *f) {
+    int moments = mv != NULL;
+    memset(f, 0, sizeof *f);
+    const gpt_model *m = d->m;
+    int root = dt_comm_rank(d->o.tp_comm) == 0, tp = dt_comm_size(d->o.tp_comm);
+    size_t maxn = 0;
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].numel > maxn) maxn = m->tensors[i].numel;
+    float *scratch = NULL;
+    dt_status s = DT_OK;
+    if (root) {
+        s = gpt_create_ex(&f->full, &m->shape, dt_ops_cpu(), 1, 1, 1);
+        for (int k = 0; s == DT_OK && k < (moments ? 2 : 0); k++) {
+            f->mom[k] = calloc(f->full.nparams, sizeof(float));
+            if (!f->mom[k]) s = dt_fail(DT_ERUNTIME, "out of memory (whole optimizer state for the checkpoint)");
+            else s = make_view(&f->full, f->mom[k], &f->view[k]);
+        }
+        scratch = s == DT_OK ? malloc((size_t)tp * maxn * sizeof(float)) : NULL;
+        if (s == DT_OK && !scratch) s = dt_fail(DT_ERUNTIME, "out of memory (gathering tensor pieces)");
+    }
+    s = dt_comm_agree(d->o.tp_comm, s, NULL);
+    float *const *src[3] = {m->unit_params, mv, vv};
+    for (int k = 0; s == DT_OK && k < (moments ? 3 : 1); k++)
+        for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
+            const gpt_tensor *t = &m->tensors[i];
+            float *dst = root ? (k == 0 ? f->full.params : f->mom[k - 1]) + f->full.tensors[i].offset : NULL;
+            const float *piece = src[k][t->unit] + (t->offset - m->units[t->unit].offset);
+            s = dt_tp_gather_tensor(d->o.tp_comm, t, piece, dst, scratch);
+        }
+    free(scratch);
+    return s;
+}
+
+/* This rank's pieces of the weights (and moments) of a checkpoint: no communication. */
+static dt_status tp_load(dt_dp *d, const char *weights, const char *step_dir) {
+    tp_full f;
+    memset(&f, 0, sizeof f);
+    const gpt_model *m = d->m;
+    dt_status s = gpt_create_ex(&f.full, &m->shape, dt_ops_cpu(), 1, 1, 1);
+    if (s == DT_OK) s = dt_ckpt_load_weights(weights, &f.full);
+    for (int k = 0; s == DT_OK && step_dir && k < 2; k++) {
+        f.mom[k] = calloc(f.full.nparams, sizeof(float));
+        if (!f.mom[k]) s = dt_fail(DT_ERUNTIME, "out of memory (whole optimizer state from the checkpoint)");
+        else s = make_view(&f.full, f.mom[k], &f.view[k]);
+    }
+    if (s == DT_OK && step_dir) s = dt_ckpt_load_optimizer(step_dir, &f.full, f.view[0], f.view[1]);
+    float *dst[3] = {d->params, d->exp_avg, d->exp_avg_sq};
+    for (int k = 0; s == DT_OK && k < (step_dir ? 3 : 1); k++)
+        for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
+            const gpt_tensor *t = &m->tensors[i];
+            s = dt_tp_slice_tensor(t, (k == 0 ? f.full.params : f.mom[k - 1]) + f.full.tensors[i].offset,
+                                   dst[k] + t->offset);
+        }
+    tp_full_free(&f);
+    return s;
+}
+
 dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
+    if (d->o.tp_comm && init_from && *init_from) return tp_load(d, init_from, NULL);
     if (is_zero(d)) return dt_zero_init_weights(d, seed, init_from);
     host_copy h;
     dt_status s = host_open(d, 0, 0, &h);
@@ -354,6 +450,7 @@ dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
     if (is_zero(d)) return dt_zero_load(d, step_dir);
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
+    if (d->o.tp_comm) return tp_load(d, path, step_dir);
     host_copy h;
     dt_status s = host_open(d, 1, 0, &h);
     if (s == DT_OK) s = dt_ckpt_load_weights(path, d->m);
@@ -426,7 +523,9 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
                 d->ops->upload(d->grads, d->grads_host, d->m->nparams * sizeof(float));
                 s = d->ops->sync();
             }
-            if (s == DT_OK) s = ddp_norm(d, grad_norm);
+            if (s == DT_OK) s = d->o.tp_comm ? tp_norm(d, grad_norm) : ddp_norm(d, grad_norm);
+        } else if (d->o.tp_comm) {
+            s = tp_norm(d, grad_norm);
         } else {
             *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
         }
@@ -444,6 +543,24 @@ void dt_dp_release_full(dt_dp *d) {
 dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json) {
     float **mv = d->m_view, **vv = d->v_view;
     dt_status s = DT_OK;
+    if (d->o.tp_comm) { /* whole tensors at the first rank of data-parallel group 0 */
+        tp_full f;
+        memset(&f, 0, sizeof f);
+        if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
+            s = dt_zero_gather_full(d);
+            if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
+        }
+        if (s == DT_OK) s = tp_full_gather(d, mv, vv, &f);
+        if (s == DT_OK && d->rank == 0 && dt_comm_rank(d->o.tp_comm) == 0)
+            s = dt_ckpt_save(dir, &f.full, f.view[0], f.view[1], st, config_json);
+        tp_full_free(&f);
+        if (is_zero(d)) {
+            dt_zero_free_views(mv, vv);
+            dt_zero_release_full(d);
+        }
+        s = dt_comm_agree(d->o.tp_comm, s, NULL);
+        return dt_comm_agree(d->comm, s, NULL);
+    }
     if (is_zero(d)) {
         s = dt_zero_gather_full(d);
         if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
@@ -464,6 +581,17 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
 }
 
 dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
+    if (d->o.tp_comm) { /* of the whole model, at the group's first rank */
+        tp_full f;
+        memset(&f, 0, sizeof f);
+        dt_status s = dt_dp_gather_full(d);
+        if (s == DT_OK) s = tp_full_gather(d, NULL, NULL, &f);
+        hex[0] = 0;
+        if (s == DT_OK && dt_comm_rank(d->o.tp_comm) == 0) dt_weights_digest(&f.full, hex);
+        tp_full_free(&f);
+        dt_dp_release_full(d);
+        return dt_comm_agree(d->o.tp_comm, s, NULL);
+    }
     dt_status s = dt_dp_gather_full(d);
     host_copy h;
     if (s == DT_OK) s = host_open(d, 0, 1, &h);

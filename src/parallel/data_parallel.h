@@ -26,6 +26,7 @@ typedef struct {
     int bitwise;         /* parallel.determinism = bitwise (canonical.h) */
     int overlap;         /* DDP, ZeRO-1: start gradient collectives during backward */
     int leaves;          /* bitwise: accumulation micro-steps per optimizer step */
+    dt_comm *tp_comm;    /* tensor parallelism (NULL: none): the gradient norm sums sharded tensors over it */
 } dt_dp_opts;
 
 typedef struct dt_dp dt_dp;

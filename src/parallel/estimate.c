@@ -21,10 +21,17 @@ static double mixed(double psi, int n, int zero) {
     return full[zero] * psi + shard[zero] * psi / n;
 }
 
+/* Parameters one rank holds: with tensor parallelism its pieces (the formulas above then
+ * apply to them, over the data-parallel ranks). */
+static double rank_psi(const dt_config *c, const gpt_shape *s) {
+    int tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
+    return (double)(tp > 1 ? gpt_param_count_tp(s, tp) : gpt_param_count(s));
+}
+
 double dt_estimate_rank_bytes(const dt_config *c, int dp) {
     gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     if (gpt_shape_check(&s) != DT_OK) return 0;
-    double psi = (double)gpt_param_count(&s);
+    double psi = rank_psi(c, &s);
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     dt_state_bytes b = dt_estimate_fp32(psi, dp, c->parallel.zero);
     int bf16 = !strcmp(c->precision, "bf16");
@@ -32,7 +39,7 @@ double dt_estimate_rank_bytes(const dt_config *c, int dp) {
     if (bf16) state = mixed(psi, dp, c->parallel.zero);
     /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer) */
     double work = c->parallel.zero >= 3 ? 4 * 4 * psi / s.n_layer : c->parallel.bucket_mb * 1048576.0;
-    return state + (double)gpt_activation_bytes(&s, c->train.micro_batch, T, bf16 ? 2 : 4) + work;
+    return state + (double)gpt_activation_bytes_tp(&s, c->train.micro_batch, T, bf16 ? 2 : 4, c->parallel.tp) + work;
 }
 
 /* First number after key in a /proc-style file, times scale; -1 if absent. */
@@ -63,11 +70,15 @@ double dt_memory_available(void) {
 dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     DT_TRY(gpt_shape_check(&s));
-    double psi = (double)gpt_param_count(&s);
+    int tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
+    if (s.n_head % tp != 0 || s.padded_vocab % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d and the padded vocabulary %d", tp,
+                       s.n_head, s.padded_vocab);
+    double psi = rank_psi(c, &s);
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
-    double act = (double)gpt_activation_bytes(&s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4);
+    double act = (double)gpt_activation_bytes_tp(&s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4, tp);
     if (json) {
-        fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"activations\": %.0f, \"fp32\": [", psi, n, act);
+        fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"tp\": %d, \"activations\": %.0f, \"fp32\": [", psi, n, tp, act);
         for (int z = 0; z <= 3; z++) {
             dt_state_bytes b = dt_estimate_fp32(psi, n, z);
             fprintf(out, "%s{\"zero\": %d, \"params\": %.0f, \"grads\": %.0f, \"optim\": %.0f, \"total\": %.0f}",
@@ -77,8 +88,12 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                 mixed(psi, n, 2), mixed(psi, n, 3));
         return DT_OK;
     }
-    fprintf(out, "model: %d layers, %d wide, vocab %d (padded %d): psi = %.0f parameters; N = %d data-parallel ranks\n",
-            s.n_layer, s.n_embd, s.vocab_size, s.padded_vocab, psi, n);
+    fprintf(out, "model: %d layers, %d wide, vocab %d (padded %d): psi = %.0f parameters%s; N = %d data-parallel ranks\n",
+            s.n_layer, s.n_embd, s.vocab_size, s.padded_vocab, psi,
+            tp > 1 ? " per tensor-parallel rank" : "", n);
+    if (tp > 1)
+        fprintf(out, "tensor parallel %d: each rank holds 1/%d of wte, c_attn, c_fc and the c_proj weights (%.0f of "
+                "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));
     fprintf(out, "%-8s %-14s %12s   %-14s %12s %12s %12s %12s\n", "stage", "bf16+fp32", "per rank", "fp32 (cpu)",
             "params", "grads", "optimizer", "per rank");
     static const char *mf[4] = {"16psi", "4psi+12psi/N", "2psi+14psi/N", "16psi/N"};

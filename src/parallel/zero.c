@@ -266,9 +266,25 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
             }
             d->comm_s += dt_now() - t0;
         }
-        double ss = d->ops->sumsq(d->grad_shard, d->shard_total);
-        DT_TRY(dt_allreduce(d->comm, &ss, 1, DT_F64, DT_SUM));
-        *grad_norm = sqrt(ss);
+        if (d->o.tp_comm) { /* split tensors' squares summed over tp too, replicated ones once */
+            double ss[2] = {0.0, 0.0};
+            for (int i = 0; i < m->ntensors; i++) {
+                const gpt_tensor *t = &m->tensors[i];
+                int u = t->unit;
+                size_t a = t->offset - m->units[u].offset, b = a + t->numel;
+                size_t lo = (size_t)d->rank * d->S[u], hi = lo + d->S[u];
+                size_t x0 = a > lo ? a : lo, x1 = b < hi ? b : hi;
+                if (x0 < x1)
+                    ss[t->shard.pieces > 1 ? 0 : 1] += d->ops->sumsq(d->grad_shard + d->soff[u] + (x0 - lo), x1 - x0);
+            }
+            DT_TRY(dt_allreduce(d->comm, ss, 2, DT_F64, DT_SUM));
+            DT_TRY(dt_allreduce(d->o.tp_comm, ss, 1, DT_F64, DT_SUM));
+            *grad_norm = sqrt(ss[0] + ss[1]);
+        } else {
+            double ss = d->ops->sumsq(d->grad_shard, d->shard_total);
+            DT_TRY(dt_allreduce(d->comm, &ss, 1, DT_F64, DT_SUM));
+            *grad_norm = sqrt(ss);
+        }
     }
     float gscale = dt_clip_coef(*grad_norm, d->hp.grad_clip);
     for (int i = 0; i < m->ntensors; i++) {

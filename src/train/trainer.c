@@ -21,6 +21,7 @@
 #include "../parallel/data_parallel.h"
 #include "../parallel/estimate.h"
 #include "../parallel/mesh.h"
+#include "../parallel/tensor_parallel.h"
 #include "metrics.h"
 #include "progress.h"
 #include "sample.h"
@@ -179,9 +180,10 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
     long long model_par = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
     if (world % model_par != 0)
         return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %lld", world, model_par);
-    if (model_par != 1)
-        return dt_fail(DT_EINPUT, "parallel: tp, pp and cp > 1 are not implemented yet (tp=%d pp=%d cp=%d)",
-                       c->parallel.tp, c->parallel.pp, c->parallel.cp);
+    if (c->parallel.pp > 1 || c->parallel.cp > 1)
+        return dt_fail(DT_EINPUT, "parallel: pp and cp > 1 are not implemented yet (pp=%d cp=%d)", c->parallel.pp,
+                       c->parallel.cp);
+    DT_TRY(dt_tp_check(c));
     t->dp = world / (int)model_par;
     int per_step = t->micro * t->dp;
     t->global_batch = c->train.global_batch > 0 ? c->train.global_batch : per_step;
@@ -237,12 +239,15 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     /* activations are rank-local; the data-parallel setup below is collective */
-    DT_TRY(dt_comm_agree(t->world, gpt_create_ex(&t->model, &shape, t->ops, t->micro, t->T, 0), NULL));
+    DT_TRY(dt_comm_agree(t->world,
+                         gpt_create_tp(&t->model, &shape, t->ops, t->micro, t->T, 0, t->mesh.tp, t->mesh.tp_rank),
+                         NULL));
+    dt_tp_attach(&t->model, t->mesh.tp_comm);
     t->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     dt_dp_opts o = {!strcmp(c->parallel.dp_mode, "ps"), c->parallel.zero,
                     (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0), !strcmp(c->parallel.determinism, "bitwise"),
-                    c->parallel.overlap, t->accum};
+                    c->parallel.overlap, t->accum, t->mesh.tp > 1 ? t->mesh.tp_comm : NULL};
     DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
     if (c->checkpoint.resume[0]) { /* the trainer state was read in setup_local */
         DT_TRY(dt_dp_load(t->dpe, t->resume_dir, t->st.step));
@@ -380,6 +385,9 @@ static void print_header(trainer *t) {
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
            t->val_path[0] ? t->val_path : "none");
     if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
+    if (t->mesh.tp > 1)
+        printf("dtrain: tensor parallel %d (heads and MLP columns split; %d-way data parallel over the rest)\n",
+               t->mesh.tp, t->dp);
     if (t->st.step > 0) printf("dtrain: resumed at step %lld from %s\n", t->st.step, t->resume_dir);
 }
 
@@ -466,6 +474,10 @@ static dt_status run(trainer *t) {
             if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s dense bf16", 100.0 * tps * flops_tok / peak, peak / 1e12);
             printf("\n");
         }
+        if (t->mesh.tp > 1 && timed_steps > 0)
+            printf("tensor-parallel communication: %.1f ms/step (all-reduces inside forward and backward, validation "
+                   "included, rank 0)\n",
+                   1e3 * dt_tp_comm_seconds() / (double)timed_steps);
         if (t->dp > 1 && timed_steps > 0)
             printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);

@@ -10,10 +10,15 @@ void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *b
 void cpu_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
                     int IC, int OC, int acc_dinp);
 void cpu_colsum_acc(float *dst, const float *src, int N, int C);
-void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C,
-                   int Vp);
-void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C,
-                   int Vp);
+void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
+                   int rows);
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C, int v0,
+                   int rows);
+void cpu_xent_rowmax(const float *logits, float *mx, int N, int Vl, int real);
+void cpu_xent_rowsum(const float *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl, int real,
+                     int v0);
+void cpu_xent_finish(float *logits, float *losses, const float *mx, const float *st, const uint16_t *targets, int N,
+                     int Vl, int real, int v0, float scale);
 void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                        int C);
 void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,

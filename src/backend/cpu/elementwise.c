@@ -7,20 +7,23 @@
 #include "cpu.h"
 #include "fastmath.h"
 
-void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C,
-                   int Vp) {
-    (void)Vp;
+void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
+                   int rows) {
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        const float *e = wte + (size_t)tok[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+        int id = tok[bt] - v0;
+        const float *e = id >= 0 && id < rows ? wte + (size_t)id * C : NULL;
+        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
         float *o = out + (size_t)bt * C;
-        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        if (e && p)
+            for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        else
+            for (int c = 0; c < C; c++) o[c] = e ? e[c] : p ? p[c] : 0.0f;
     }
 }
 
-void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C,
-                   int Vp) {
-    (void)Vp;
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C, int v0,
+                   int rows) {
     /* channel blocks per thread: tokens repeat, so rows cannot be split without races */
     enum { CB = 32 };
     int nb = (C + CB - 1) / CB;
@@ -29,10 +32,14 @@ void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *
         int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
         for (int bt = 0; bt < B * T; bt++) {
             const float *d = dout + (size_t)bt * C;
-            float *e = dwte + (size_t)tok[bt] * C, *p = dwpe + (size_t)(bt % T) * C;
-            for (int c = c0; c < c1; c++) {
-                e[c] += d[c];
-                p[c] += d[c];
+            int id = tok[bt] - v0;
+            if (id >= 0 && id < rows) {
+                float *e = dwte + (size_t)id * C;
+                for (int c = c0; c < c1; c++) e[c] += d[c];
+            }
+            if (dwpe) {
+                float *p = dwpe + (size_t)(bt % T) * C;
+                for (int c = c0; c < c1; c++) p[c] += d[c];
             }
         }
     }

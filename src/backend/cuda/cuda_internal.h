@@ -52,9 +52,9 @@ double dt_cuda_sum(const float *x, size_t n);
 
 /* kernels.cu */
 template <typename T>
-void cuda_embed_fwd(T *out, const uint16_t *tok, const T *wte, const T *wpe, int B, int Tn, int C);
+void cuda_embed_fwd(T *out, const uint16_t *tok, const T *wte, const T *wpe, int B, int Tn, int C, int v0, int rows);
 template <typename T>
-void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const uint16_t *tok, int B, int Tn, int C);
+void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const uint16_t *tok, int B, int Tn, int C, int v0, int rows);
 template <typename T>
 void cuda_layernorm_fwd(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C);
 template <typename T>

@@ -23,17 +23,21 @@ static int blocks_for(size_t n, int threads) {
 /* ---- embedding ---- */
 
 template <typename T>
-__global__ void embed_fwd_k(T *out, const uint16_t *tok, const T *wte, const T *wpe, int BT, int Tn, int C) {
+__global__ void embed_fwd_k(T *out, const uint16_t *tok, const T *wte, const T *wpe, int BT, int Tn, int C, int v0,
+                            int rows) {
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C, c = i % C;
-        out[i] = st<T>(ld(wte[(size_t)tok[bt] * C + c]) + ld(wpe[(bt % Tn) * C + c]));
+        int id = (int)tok[bt] - v0;
+        float e = id >= 0 && id < rows ? ld(wte[(size_t)id * C + c]) : 0.0f;
+        out[i] = st<T>(wpe ? e + ld(wpe[(bt % Tn) * C + c]) : e);
     }
 }
 
 template <typename T>
-void cuda_embed_fwd(T *out, const uint16_t *tok, const T *wte, const T *wpe, int B, int Tn, int C) {
-    embed_fwd_k<<<blocks_for((size_t)B * Tn * C, 256), 256, 0, dt_cuda_stream()>>>(out, tok, wte, wpe, B * Tn, Tn, C);
+void cuda_embed_fwd(T *out, const uint16_t *tok, const T *wte, const T *wpe, int B, int Tn, int C, int v0, int rows) {
+    embed_fwd_k<<<blocks_for((size_t)B * Tn * C, 256), 256, 0, dt_cuda_stream()>>>(out, tok, wte, wpe, B * Tn, Tn, C,
+                                                                                   v0, rows);
     DT_CUDA_LAUNCHED("embed_fwd");
 }
 
@@ -51,26 +55,32 @@ __global__ void embed_bwd_pos_k(T *dwpe, const T *dout, int B, int Tn, int C) {
 /* dwte[tok][c] += dout[bt][c]: tokens repeat, so rows collide; atomics make the
  * summation order (and the last bits) vary from run to run. bf16 rows are added with
  * bf16x2 atomics, two channels at a time (C is even). */
-__global__ void embed_bwd_tok_k(float *dwte, const float *dout, const uint16_t *tok, int BT, int C) {
+__global__ void embed_bwd_tok_k(float *dwte, const float *dout, const uint16_t *tok, int BT, int C, int v0, int rows) {
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C, c = i % C;
-        atomicAdd(&dwte[(size_t)tok[bt] * C + c], dout[i]);
+        int id = (int)tok[bt] - v0;
+        if (id >= 0 && id < rows) atomicAdd(&dwte[(size_t)id * C + c], dout[i]);
     }
 }
-__global__ void embed_bwd_tok_k(bf16 *dwte, const bf16 *dout, const uint16_t *tok, int BT, int C) {
+__global__ void embed_bwd_tok_k(bf16 *dwte, const bf16 *dout, const uint16_t *tok, int BT, int C, int v0, int rows) {
     size_t n = (size_t)BT * C / 2;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = 2 * i / C, c = 2 * i % C;
-        atomicAdd((__nv_bfloat162 *)&dwte[(size_t)tok[bt] * C + c], *(const __nv_bfloat162 *)&dout[2 * i]);
+        int id = (int)tok[bt] - v0;
+        if (id >= 0 && id < rows)
+            atomicAdd((__nv_bfloat162 *)&dwte[(size_t)id * C + c], *(const __nv_bfloat162 *)&dout[2 * i]);
     }
 }
 
 template <typename T>
-void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const uint16_t *tok, int B, int Tn, int C) {
-    embed_bwd_pos_k<<<blocks_for((size_t)Tn * C, 256), 256, 0, dt_cuda_stream()>>>(dwpe, dout, B, Tn, C);
-    DT_CUDA_LAUNCHED("embed_bwd_pos");
-    embed_bwd_tok_k<<<blocks_for((size_t)B * Tn * C, 256), 256, 0, dt_cuda_stream()>>>(dwte, dout, tok, B * Tn, C);
+void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const uint16_t *tok, int B, int Tn, int C, int v0, int rows) {
+    if (dwpe) {
+        embed_bwd_pos_k<<<blocks_for((size_t)Tn * C, 256), 256, 0, dt_cuda_stream()>>>(dwpe, dout, B, Tn, C);
+        DT_CUDA_LAUNCHED("embed_bwd_pos");
+    }
+    embed_bwd_tok_k<<<blocks_for((size_t)B * Tn * C, 256), 256, 0, dt_cuda_stream()>>>(dwte, dout, tok, B * Tn, C, v0,
+                                                                                       rows);
     DT_CUDA_LAUNCHED("embed_bwd_tok");
 }
 
@@ -452,8 +462,8 @@ void dt_cuda_from_bf16(float *dst, const void *src, size_t n) {
 
 /* both storage types */
 #define DT_INSTANTIATE(T)                                                                                           \
-    template void cuda_embed_fwd<T>(T *, const uint16_t *, const T *, const T *, int, int, int);                      \
-    template void cuda_embed_bwd<T>(T *, T *, const T *, const uint16_t *, int, int, int);                            \
+    template void cuda_embed_fwd<T>(T *, const uint16_t *, const T *, const T *, int, int, int, int, int);            \
+    template void cuda_embed_bwd<T>(T *, T *, const T *, const uint16_t *, int, int, int, int, int);                  \
     template void cuda_layernorm_fwd<T>(T *, float *, float *, const T *, const T *, const T *, int, int);            \
     template void cuda_layernorm_bwd<T>(T *, T *, T *, const T *, const T *, const T *, const float *, const float *, \
                                         int, int);                                                                   \

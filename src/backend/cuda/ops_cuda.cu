@@ -132,13 +132,13 @@ template <typename T> struct wrap {
                       int OC, int acc) {
         cuda_linear_bwd<T>(P(di), P(dw), P(db), P(d), P(i), P(w), N, IC, OC, acc);
     }
-    static void emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int Tn, int C, int Vp) {
-        (void)Vp;
-        cuda_embed_fwd<T>(P(o), t, P(e), P(p), B, Tn, C);
+    static void emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int Tn, int C, int v0,
+                      int rows) {
+        cuda_embed_fwd<T>(P(o), t, P(e), P(p), B, Tn, C, v0, rows);
     }
-    static void emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int Tn, int C, int Vp) {
-        (void)Vp;
-        cuda_embed_bwd<T>(P(de), P(dp), P(d), t, B, Tn, C);
+    static void emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int Tn, int C, int v0,
+                      int rows) {
+        cuda_embed_bwd<T>(P(de), P(dp), P(d), t, B, Tn, C, v0, rows);
     }
     static void ln_f(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
         cuda_layernorm_fwd<T>(P(o), m, r, P(i), P(w), P(b), N, C);

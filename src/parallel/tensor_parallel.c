@@ -1,0 +1,82 @@
+#include "tensor_parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/timer.h"
+
+static double g_comm_s; /* wall time in the paired functions' all-reduces */
+
+static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
+    double t0 = dt_now();
+    dt_status s = dt_allreduce((dt_comm *)ctx, x, n, DT_F32, max ? DT_MAX : DT_SUM);
+    g_comm_s += dt_now() - t0;
+    return s;
+}
+
+double dt_tp_comm_seconds(void) { return g_comm_s; }
+
+void dt_tp_attach(gpt_model *m, dt_comm *tp_comm) {
+    if (dt_comm_size(tp_comm) > 1) m->tp_comm = (gpt_tp_comm){tp_allreduce, tp_comm};
+}
+
+dt_status dt_tp_check(const dt_config *c) {
+    if (c->parallel.tp <= 1) return DT_OK;
+    if (c->model.n_head % c->parallel.tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
+                       "tensor-parallel ranks)", c->parallel.tp, c->model.n_head);
+    const char *what = NULL;
+    if (strcmp(c->backend, "cpu") != 0) what = "backend cuda";
+    else if (strcmp(c->precision, "fp32") != 0) what = "precision bf16";
+    else if (c->parallel.zero > 0 && (c->checkpoint.resume[0] || c->train.init_from[0]))
+        what = "loading a checkpoint with ZeRO (--resume, train.init_from)";
+    else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";
+    else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
+    else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
+    if (what)
+        return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet",
+                       c->parallel.tp, what);
+    return DT_OK;
+}
+
+/* local <-> global runs of one piece (dt_shard_runs), at most cap of them */
+static dt_status piece_runs(const dt_shard *s, dt_shard_run **runs, int64_t *n) {
+    int64_t cap = dt_shard_max_runs(s);
+    *runs = malloc((size_t)(cap > 0 ? cap : 1) * sizeof **runs);
+    if (!*runs) return dt_fail(DT_ERUNTIME, "out of memory (shard runs)");
+    *n = dt_shard_runs(s, *runs, cap);
+    return DT_OK;
+}
+
+dt_status dt_tp_gather_tensor(dt_comm *tp, const gpt_tensor *t, const float *local, float *full, float *scratch) {
+    int root = dt_comm_rank(tp) == 0;
+    if (t->shard.pieces <= 1) { /* replicated: every rank has it whole */
+        if (root) memcpy(full, local, t->numel * sizeof(float));
+        return DT_OK;
+    }
+    DT_TRY(dt_gather(tp, local, scratch, t->numel, DT_F32, 0));
+    if (!root) return DT_OK;
+    for (int p = 0; p < t->shard.pieces; p++) {
+        dt_shard s = t->shard;
+        s.index = p;
+        dt_shard_run *runs = NULL;
+        int64_t n = 0;
+        DT_TRY(piece_runs(&s, &runs, &n));
+        for (int64_t k = 0; k < n; k++)
+            memcpy(full + runs[k].global, scratch + (size_t)p * t->numel + runs[k].local,
+                   (size_t)runs[k].len * sizeof(float));
+        free(runs);
+    }
+    return DT_OK;
+}
+
+dt_status dt_tp_slice_tensor(const gpt_tensor *t, const float *full, float *local) {
+    dt_shard_run *runs = NULL;
+    int64_t n = 0;
+    DT_TRY(piece_runs(&t->shard, &runs, &n));
+    memset(local, 0, t->numel * sizeof(float)); /* padding rows are not in the runs */
+    for (int64_t k = 0; k < n; k++)
+        memcpy(local + runs[k].local, full + runs[k].global, (size_t)runs[k].len * sizeof(float));
+    free(runs);
+    return DT_OK;
+}

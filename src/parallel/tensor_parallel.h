@@ -1,0 +1,29 @@
+/* Tensor parallelism (Megatron, seed 000: column-parallel then row-parallel, one
+ * all-reduce per block half forward and one backward). The model holds its pieces
+ * (gpt_create_tp) and calls the paired functions (gpt_tp_comm); this module gives it
+ * the tensor-parallel group's all-reduce, and says which layouts run so far. */
+#ifndef DT_TENSOR_PARALLEL_H
+#define DT_TENSOR_PARALLEL_H
+#include "../comm/comm.h"
+#include "../core/config.h"
+#include "../model/gpt.h"
+
+/* Connects the model's paired functions to the tensor-parallel communicator (a group
+ * of one leaves them identities). */
+void dt_tp_attach(gpt_model *m, dt_comm *tp_comm);
+/* Seconds this process has spent in tensor-parallel all-reduces (inside forward and
+ * backward: none of it overlaps computation). */
+double dt_tp_comm_seconds(void);
+/* Layouts that tensor parallelism does not run yet fail here, before any work, with
+ * one line (DT_EINPUT). */
+dt_status dt_tp_check(const dt_config *c);
+
+/* Tensor t's pieces (local: this rank's, t->numel floats, host memory) assembled into
+ * the unsharded tensor at the group's index 0: full receives [rows, cols] in the global
+ * layout (padding rows untouched); scratch holds tp·numel floats there. Collective over
+ * tp; full and scratch are only used at index 0. */
+dt_status dt_tp_gather_tensor(dt_comm *tp, const gpt_tensor *t, const float *local, float *full, float *scratch);
+/* This rank's piece of tensor t cut from the unsharded full (the inverse, no communication). */
+dt_status dt_tp_slice_tensor(const gpt_tensor *t, const float *full, float *local);
+
+#endif

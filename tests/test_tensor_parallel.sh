@@ -1,0 +1,114 @@
+# Tensor parallelism (Megatron layout, vocabulary-parallel embedding and loss) trains
+# the single-process model: tp 2 and dp 2 x tp 2 give the single-process loss curve
+# (per-step loss and grad norm, both validation losses) within 1e-5 relative; each
+# rank holds 1/tp of the split tensors (exactly the bytes the layout implies); invalid
+# layouts fail before any work.
+source "$(dirname "$0")/lib.sh"
+command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+prepare_tiny
+"$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
+for layout in "tp2:2:--set parallel.tp=2" "dp2_tp2:4:--set parallel.tp=2" \
+              "dp2_tp2_after:4:--set parallel.tp=2 --set parallel.overlap=false" \
+              "dp2_tp2_zero1:4:--set parallel.tp=2 --set parallel.zero=1" \
+              "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"; do
+  name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
+  if "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
+    r=$(compare_curves "$TMP/ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
+      fail "$name: $r"
+  else
+    fail "$name run: $(tail -2 "$TMP/$name.out")"
+  fi
+done
+grep -q "tensor parallel 2" "$TMP/tp2.out" && pass "the header names the layout" || fail "header: $(head -5 "$TMP/tp2.out")"
+
+# parameter bytes per rank: replicated tensors whole, the split ones halved
+python3 - "$TMP/ref.jsonl" "$TMP/tp2.jsonl" <<'PY' && pass "tp2 ranks hold half of the split tensors" || fail "tp2 memory"
+import json, sys
+mem = lambda p: [r for r in map(json.loads, open(p)) if r.get("event") == "summary"][0]["mem"]
+C, L, Vp, T = 32, 2, 320, 32   # tests/data/tiny.json
+split = L * (12 * C * C + 7 * C) + Vp * C     # c_attn w+b, attn c_proj w, c_fc w+b, mlp c_proj w; wte
+replicated = T * C + L * 6 * C + 2 * C         # wpe, ln_1/ln_2, the c_proj biases, ln_f
+one, two = mem(sys.argv[1])[0]["params"], [m["params"] for m in mem(sys.argv[2])]
+print("params: 1 rank %d B, tp2 ranks %s B" % (one, two))
+sys.exit(0 if one == 4 * (split + replicated) and two == [4 * (split // 2 + replicated)] * 2 else 1)
+PY
+
+# per-rank memory (params, grads, optimizer, activations) against `dtrain estimate`
+"$DTRAIN" estimate "${DP_RUN[@]}" --set parallel.tp=2 -n 2 --json > "$TMP/est.json" 2>&1 || fail "estimate tp2"
+python3 - "$TMP/dp2_tp2.jsonl" "$TMP/est.json" <<'PY' && pass "dp2 x tp2 memory = dtrain estimate" || fail "tp memory vs estimate"
+import json, sys
+mem = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "summary"][0]["mem"]
+est = json.load(open(sys.argv[2]))
+z0 = est["fp32"][0]
+want = {"params": z0["params"], "grads": z0["grads"], "optim": z0["optim"], "activations": est["activations"]}
+worst = max(abs(m[k] - v) / v for m in mem for k, v in want.items())
+print("estimate %s; measured rank 0 %s; worst %.2e" % (want, {k: mem[0][k] for k in want}, worst))
+sys.exit(0 if worst <= 0.02 and len(mem) == 4 else 1)
+PY
+
+# tp 4 (4 heads) and a vocabulary that tp does not divide (299: the last piece holds
+# real rows and padding)
+SIX=(--set model.n_head=4 --set model.vocab_size=299)
+"$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --metrics "$TMP/ref4.jsonl" >"$TMP/ref4.out" 2>&1 || fail "single (4 heads)"
+if "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --set parallel.tp=4 --metrics "$TMP/tp4.jsonl" \
+   >"$TMP/tp4.out" 2>&1; then
+  r=$(compare_curves "$TMP/ref4.jsonl" "$TMP/tp4.jsonl") && pass "tp4, vocabulary 299, matches single process ($r)" ||
+    fail "tp4: $r"
+else
+  fail "tp4 run: $(tail -2 "$TMP/tp4.out")"
+fi
+
+# every layout starts from the single-process weights, bit for bit
+d1=$("$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true 2>&1 | grep -o 'sha256:[0-9a-f]*')
+for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" \
+           "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+  d=$("${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true $args 2>&1 |
+      grep -o 'sha256:[0-9a-f]*')
+  [ -n "$d1" ] && [ "$d" = "$d1" ] && pass "$name initial weights = single process ($d)" || fail "$name initial: $d vs $d1"
+done
+
+# checkpoints hold whole tensors: tp2 saves and resumes; a tp2 checkpoint resumes in one
+# process and a single-process one under tp2, each continuing the same curve
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.tp=2 --set train.stop_after=10 --save "$TMP/c2" \
+  --metrics "$TMP/c2.jsonl" >"$TMP/c2.out" 2>&1 || fail "tp2 first half"
+cp -r "$TMP/c2" "$TMP/c2copy" && cp "$TMP/c2.jsonl" "$TMP/c2b.jsonl"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c2" --set parallel.tp=2 --metrics "$TMP/c2.jsonl" \
+  >"$TMP/c2r.out" 2>&1 || fail "tp2 resume"
+grep -q "tensor parallel 2" "$TMP/c2r.out" && pass "the resumed run is tp2" || fail "the resumed run is not tp2"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2.jsonl") && pass "tp2 save + tp2 resume = single process ($r)" ||
+  fail "tp2 resume: $r"
+"$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c2copy" --save "$TMP/c2copy" --metrics "$TMP/c2b.jsonl" \
+  > "$TMP/c2b.out" 2>&1 || fail "one process resumes a tp2 checkpoint: $(tail -2 "$TMP/c2b.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2b.jsonl") && pass "tp2 save + single resume = single process ($r)" ||
+  fail "tp2 -> single: $r"
+"$DTRAIN" train "${DP_RUN[@]}" --set train.stop_after=10 --save "$TMP/c1" --metrics "$TMP/c1.jsonl" > /dev/null 2>&1 ||
+  fail "single first half"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c1" --set parallel.tp=2 --metrics "$TMP/c1.jsonl" \
+  >"$TMP/c1r.out" 2>&1 || fail "tp2 resumes a single-process checkpoint: $(tail -2 "$TMP/c1r.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "single save + tp2 resume = single process ($r)" ||
+  fail "single -> tp2: $r"
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.tp=2 --set parallel.zero=1 --set train.stop_after=10 \
+  --save "$TMP/cz" --metrics "$TMP/cz.jsonl" >"$TMP/cz.out" 2>&1 || fail "dp2 tp2 zero1 first half"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/cz" --set parallel.tp=2 --set parallel.zero=0 \
+  --metrics "$TMP/cz.jsonl" >"$TMP/czr.out" 2>&1 || fail "tp2 resumes a dp2 tp2 zero1 checkpoint: $(tail -2 "$TMP/czr.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/cz.jsonl") && pass "dp2 tp2 zero1 save + tp2 resume = single process ($r)" ||
+  fail "zero1+tp2 -> tp2: $r"
+
+bad() { # name pattern np args...: exit 2 with one dtrain error line, on every rank
+  local name=$1 pat=$2 np=$3; shift 3
+  "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "$@" >"$TMP/bad.out" 2>&1
+  local rc=$? n; n=$(grep -c "^dtrain: error" "$TMP/bad.out")
+  [ $rc -ne 0 ] && [ "$n" -eq 1 ] && grep -q "$pat" "$TMP/bad.out" && pass "$name: $(grep '^dtrain: error' "$TMP/bad.out")" ||
+    fail "$name: rc $rc, $n error lines: $(tail -3 "$TMP/bad.out")"
+}
+bad "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
+bad "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
+bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
+bad "tp with zero loading a checkpoint" "not implemented with tensor parallelism" 2 --set parallel.tp=2 \
+  --set parallel.zero=1 --set train.init_from="$TMP/c1/latest/model.safetensors"
+bad "tp with the final sample" "sample" 2 --set parallel.tp=2 --set log.sample_tokens=10 --save "$TMP/ck"
+[ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"
+finish
