@@ -73,6 +73,12 @@ if command -v mpirun > /dev/null; then
     { tail -3 "$TMP/gdp2.log"; fail "gpu dp2 run"; }
   r=$(curves "$TMP/gpu.jsonl" "$TMP/gdp2.jsonl" 1e-5) && pass "gpu dp2 = gpu single process: $r" ||
     fail "gpu dp2: $r"
+  # tensor parallelism on one GPU: two ranks, each half of every block and of the vocabulary
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+    "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.tp=2 --metrics "$TMP/gtp2.jsonl" \
+    > "$TMP/gtp2.log" 2>&1 || { tail -3 "$TMP/gtp2.log"; fail "gpu tp2 run"; }
+  r=$(curves "$TMP/gpu.jsonl" "$TMP/gtp2.jsonl" 1e-5) && pass "gpu tp2 = gpu single process: $r" ||
+    fail "gpu tp2: $r"
 else
   echo "note: no mpirun on this machine, dp2 on the GPU not run"
 fi

@@ -7,9 +7,32 @@
 
 static double g_comm_s; /* wall time in the paired functions' all-reduces */
 
+/* The group, and for a model in device memory a host buffer the all-reduce runs in
+ * (MPI here works on host memory; grown to the largest activation, then reused). */
+static struct {
+    dt_comm *comm;
+    const dt_ops *ops;
+    float *host;
+    size_t cap;
+} g_tp;
+
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
+    (void)ctx;
     double t0 = dt_now();
-    dt_status s = dt_allreduce((dt_comm *)ctx, x, n, DT_F32, max ? DT_MAX : DT_SUM);
+    dt_status s;
+    if (!g_tp.ops->on_device) {
+        s = dt_allreduce(g_tp.comm, x, n, DT_F32, max ? DT_MAX : DT_SUM);
+    } else {
+        if (n > g_tp.cap) {
+            float *h = realloc(g_tp.host, n * sizeof(float));
+            if (!h) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel host staging)");
+            g_tp.host = h;
+            g_tp.cap = n;
+        }
+        g_tp.ops->download(g_tp.host, x, n * sizeof(float));
+        s = dt_allreduce(g_tp.comm, g_tp.host, n, DT_F32, max ? DT_MAX : DT_SUM);
+        if (s == DT_OK) g_tp.ops->upload(x, g_tp.host, n * sizeof(float));
+    }
     g_comm_s += dt_now() - t0;
     return s;
 }
@@ -17,7 +40,10 @@ static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
 double dt_tp_comm_seconds(void) { return g_comm_s; }
 
 void dt_tp_attach(gpt_model *m, dt_comm *tp_comm) {
-    if (dt_comm_size(tp_comm) > 1) m->tp_comm = (gpt_tp_comm){tp_allreduce, tp_comm};
+    if (dt_comm_size(tp_comm) <= 1) return;
+    g_tp.comm = tp_comm;
+    g_tp.ops = m->ops;
+    m->tp_comm = (gpt_tp_comm){tp_allreduce, tp_comm};
 }
 
 dt_status dt_tp_check(const dt_config *c) {
@@ -26,8 +52,10 @@ dt_status dt_tp_check(const dt_config *c) {
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
                        "tensor-parallel ranks)", c->parallel.tp, c->model.n_head);
     const char *what = NULL;
-    if (strcmp(c->backend, "cpu") != 0) what = "backend cuda";
-    else if (strcmp(c->precision, "fp32") != 0) what = "precision bf16";
+    int gpu = !strcmp(c->backend, "cuda");
+    if (strcmp(c->precision, "fp32") != 0) what = "precision bf16";
+    else if (gpu && (c->checkpoint.dir[0] || c->checkpoint.resume[0] || c->train.init_from[0] || c->log.digest))
+        what = "on GPUs, checkpoints and the digest"; /* they gather pieces from host memory */
     else if (c->parallel.zero > 0 && (c->checkpoint.resume[0] || c->train.init_from[0]))
         what = "loading a checkpoint with ZeRO (--resume, train.init_from)";
     else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";

@@ -414,6 +414,82 @@ void cuda_softmax_xent(T *logits, float *losses, const uint16_t *targets, int N,
     DT_CUDA_LAUNCHED("softmax_xent");
 }
 
+/* ---- vocabulary-parallel cross-entropy (fp32): one block per row, as above ---- */
+
+static __device__ float block_max(float v, float *sh) {
+    for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int w = 1; w < XENT_THREADS / 32; w++) r = fmaxf(r, sh[w]);
+    __syncthreads();
+    return r;
+}
+static __device__ float block_sum(float v, float *sh) { /* fixed order: lanes, then warps */
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = 0.0f;
+    for (int w = 0; w < XENT_THREADS / 32; w++) r += sh[w];
+    __syncthreads();
+    return r;
+}
+
+__global__ void xent_rowmax_k(const float *logits, float *mx, int Vl, int real) {
+    __shared__ float sh[XENT_THREADS / 32];
+    const float *x = logits + (size_t)blockIdx.x * Vl;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < real; j += XENT_THREADS) m = fmaxf(m, x[j]);
+    m = block_max(m, sh);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+
+__global__ void xent_rowsum_k(const float *logits, const float *mx, const uint16_t *targets, float *st, int Vl,
+                              int real, int v0) {
+    __shared__ float sh[XENT_THREADS / 32];
+    const float *x = logits + (size_t)blockIdx.x * Vl;
+    float m = mx[blockIdx.x], s = 0.0f;
+    for (int j = threadIdx.x; j < real; j += XENT_THREADS) s += expf(x[j] - m);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        int t = (int)targets[blockIdx.x] - v0;
+        st[2 * blockIdx.x] = s;
+        st[2 * blockIdx.x + 1] = t >= 0 && t < real ? x[t] : 0.0f;
+    }
+}
+
+__global__ void xent_finish_k(float *logits, float *losses, const float *mx, const float *st,
+                              const uint16_t *targets, int Vl, int real, int v0, float scale) {
+    float *x = logits + (size_t)blockIdx.x * Vl;
+    float m = mx[blockIdx.x], sum = st[2 * blockIdx.x];
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + m - st[2 * blockIdx.x + 1];
+    if (scale == 0.0f) return;
+    int t = (int)targets[blockIdx.x] - v0;
+    float k = scale / sum;
+    for (int j = threadIdx.x; j < Vl; j += XENT_THREADS) {
+        float g = j < real ? expf(x[j] - m) * k : 0.0f;
+        x[j] = j == t ? g - scale : g;
+    }
+}
+
+void dt_cuda_xent_rowmax(const float *logits, float *mx, int N, int Vl, int real) {
+    if (N <= 0) return;
+    xent_rowmax_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, mx, Vl, real);
+    DT_CUDA_LAUNCHED("xent_rowmax");
+}
+void dt_cuda_xent_rowsum(const float *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl,
+                         int real, int v0) {
+    if (N <= 0) return;
+    xent_rowsum_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, mx, targets, st, Vl, real, v0);
+    DT_CUDA_LAUNCHED("xent_rowsum");
+}
+void dt_cuda_xent_finish(float *logits, float *losses, const float *mx, const float *st, const uint16_t *targets,
+                         int N, int Vl, int real, int v0, float scale) {
+    if (N <= 0) return;
+    xent_finish_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, losses, mx, st, targets, Vl, real, v0, scale);
+    DT_CUDA_LAUNCHED("xent_finish");
+}
+
 /* ---- AdamW ---- */
 
 template <typename T>

@@ -191,6 +191,11 @@ template <typename T> struct wrap {
         o.attention_fwd = att_f;
         o.attention_bwd = att_b;
         o.softmax_xent = xent;
+        if (!bf16) { /* vocabulary-parallel cross-entropy: fp32 so far */
+            o.xent_rowmax = dt_cuda_xent_rowmax;
+            o.xent_rowsum = dt_cuda_xent_rowsum;
+            o.xent_finish = dt_cuda_xent_finish;
+        }
         o.sumsq = sumsq;
         o.sum = dt_cuda_sum;
         o.adamw = adamw;
