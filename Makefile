@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test test-fast test-asan demo clean bench
+.PHONY: all deps build test test-fast test-asan test-asan-slow demo clean bench
 
 all: build
 
@@ -16,8 +16,9 @@ $(BUILD)/Makefile: CMakeLists.txt
 build: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
-# Every test, then the unit tests again under ASan + UBSan (without the CUDA backend:
-# its code is built and, on a GPU machine, tested in the first pass).
+# Every test, then again under ASan + UBSan except the slow tier (see tests/tests.cmake;
+# `make test-asan-slow` adds it), without the CUDA backend (its code is built, and on a
+# GPU machine tested, in the first pass).
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	$(MAKE) --no-print-directory test-asan
@@ -28,7 +29,11 @@ test-fast: build
 test-asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON -DDT_CUDA=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -LE slow
+
+# The slow tier (tests labelled `slow`: emulated nodes, kill-and-resume) under ASan + UBSan.
+test-asan-slow: test-asan
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -L slow
 
 demo: deps build
 	@bash scripts/demo.sh $(BUILD)/dtrain

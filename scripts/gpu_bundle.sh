@@ -21,7 +21,6 @@ for b in "$stage"/bin/*; do ldd "$b" | awk '$3 ~ /^\// {print $3}'; done | sort 
 # Open MPI's launcher and components, relocatable with OPAL_PREFIX=<unpacked>/ompi (all
 # of Debian's Open MPI paths derive from its /usr prefix), for multi-rank runs there
 if command -v orterun > /dev/null; then
-  lib=$(dirname "$(readlink -f "$(ldd "$build/dtrain" | awk '$1 ~ /libmpi.so/ {print $3}')")")
   mkdir -p "$stage/ompi/bin" "$stage/ompi/lib/x86_64-linux-gnu/openmpi/lib" "$stage/ompi/share"
   cp -L "$(command -v orterun)" "$stage/ompi/bin/mpirun"
   cp -L "$(command -v orted)" "$stage/ompi/bin/orted"
@@ -31,7 +30,6 @@ if command -v orterun > /dev/null; then
     ldd "$b" 2>/dev/null | awk '$3 ~ /^\// {print $3}'
   done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s)\.so|/cuda' |
     while read -r l; do [ -e "$stage/lib/$(basename "$l")" ] || cp -L "$l" "$stage/lib/"; done
-  : "$lib"
 fi
 tar -C "$stage" -cJf "$out/bundle.tar.xz" .
 ls -la "$out/bundle.tar.xz"

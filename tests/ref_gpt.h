@@ -113,4 +113,29 @@ static double ref_loss(const ref_gpt *r, const uint16_t *tok, const uint16_t *tg
     return total / ((double)B * T);
 }
 
+/* Gradient check of one tensor: central differences (step 1e-5) of the double loss at up to
+ * `samples` evenly spaced real elements against the analytic grads[] (the model's layout).
+ * p is r's parameter array, perturbed and restored in place. Returns max|g - fd| / max|fd|;
+ * *maxfd gets max|fd|. */
+static double ref_fd_check(ref_gpt *r, double *p, const gpt_tensor *t, const float *grads, const uint16_t *tok,
+                           const uint16_t *tgt, int B, int T, size_t samples, double *maxfd) {
+    const double h = 1e-5;
+    size_t keep = (size_t)t->saved_rows * t->shape[1];
+    size_t stride = keep > samples ? keep / samples : 1;
+    double maxdiff = 0;
+    *maxfd = 0;
+    for (size_t j = 0; j < keep; j += stride) {
+        double *x = &p[t->offset + j], x0 = *x;
+        *x = x0 + h;
+        double lp = ref_loss(r, tok, tgt, B, T);
+        *x = x0 - h;
+        double lm = ref_loss(r, tok, tgt, B, T);
+        *x = x0;
+        double fd = (lp - lm) / (2 * h), an = grads[t->offset + j];
+        if (fabs(fd - an) > maxdiff) maxdiff = fabs(fd - an);
+        if (fabs(fd) > *maxfd) *maxfd = fabs(fd);
+    }
+    return maxdiff / (*maxfd > 1e-12 ? *maxfd : 1e-12);
+}
+
 #endif

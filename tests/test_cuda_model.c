@@ -81,25 +81,10 @@ static void run(const dt_ops *gpu, gpt_shape s, int B, int T, size_t samples) {
     double *p = malloc(c.nparams * sizeof(double));
     for (size_t i = 0; i < c.nparams; i++) p[i] = c.params[i];
     ref_gpt r = {&c, p};
-    const double h = 1e-5;
     double worst_fd = 0;
     for (int i = 0; i < c.ntensors; i++) {
         const gpt_tensor *t = &c.tensors[i];
-        size_t keep = (size_t)t->saved_rows * t->shape[1];
-        size_t stride = keep > samples ? keep / samples : 1;
-        double maxdiff = 0, maxfd = 0;
-        for (size_t j = 0; j < keep; j += stride) {
-            double *x = &p[t->offset + j], x0 = *x;
-            *x = x0 + h;
-            double lp = ref_loss(&r, tok, tgt, B, T);
-            *x = x0 - h;
-            double lm = ref_loss(&r, tok, tgt, B, T);
-            *x = x0;
-            double fd = (lp - lm) / (2 * h), an = gg[t->offset + j];
-            if (fabs(fd - an) > maxdiff) maxdiff = fabs(fd - an);
-            if (fabs(fd) > maxfd) maxfd = fabs(fd);
-        }
-        double rel = maxdiff / (maxfd > 1e-12 ? maxfd : 1e-12);
+        double maxfd, rel = ref_fd_check(&r, p, t, gg, tok, tgt, B, T, samples, &maxfd);
         if (rel > worst_fd) worst_fd = rel;
         if (rel > 1e-3) printf("     %s: max|g-fd| / max|fd| = %.2e\n", t->name, rel);
     }

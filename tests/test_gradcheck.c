@@ -51,24 +51,10 @@ static void check(gpt_shape s, int B, int T, size_t samples) {
     if (lrel > 1e-5) failed++;
     else passed++;
 
-    const double h = 1e-5;
     for (int i = 0; i < m.ntensors; i++) {
         const gpt_tensor *t = &m.tensors[i];
         size_t keep = (size_t)t->saved_rows * t->shape[1];
-        size_t stride = keep > samples ? keep / samples : 1;
-        double maxdiff = 0, maxfd = 0;
-        for (size_t j = 0; j < keep; j += stride) {
-            double *x = &p[t->offset + j], x0 = *x;
-            *x = x0 + h;
-            double lp = ref_loss(&r, tok, tgt, B, T);
-            *x = x0 - h;
-            double lm = ref_loss(&r, tok, tgt, B, T);
-            *x = x0;
-            double fd = (lp - lm) / (2 * h), an = m.grads[t->offset + j];
-            if (fabs(fd - an) > maxdiff) maxdiff = fabs(fd - an);
-            if (fabs(fd) > maxfd) maxfd = fabs(fd);
-        }
-        double rel = maxdiff / (maxfd > 1e-12 ? maxfd : 1e-12);
+        double maxfd, rel = ref_fd_check(&r, p, t, m.grads, tok, tgt, B, T, samples, &maxfd);
         int pad_ok = 1;
         for (size_t j = keep; j < t->numel; j++) pad_ok &= m.grads[t->offset + j] == 0.0f;
         int ok = rel <= 1e-3 && pad_ok;

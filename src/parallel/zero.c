@@ -21,6 +21,20 @@
 static int nblocks(const dt_dp *d) { return d->m->shape.n_layer; }
 static int lnf_unit(const dt_dp *d) { return nblocks(d) + 1; }
 
+/* The part of tensor t inside this rank's slice of its unit: *x0 its offset in the unit,
+ * *n its length, *k its offset in the shard buffers; 0 when they do not meet. */
+static int shard_segment(const dt_dp *d, const gpt_tensor *t, size_t *x0, size_t *n, size_t *k) {
+    int u = t->unit;
+    size_t a = t->offset - d->m->units[u].offset, b = a + t->numel;
+    size_t lo = (size_t)d->rank * d->S[u], hi = lo + d->S[u];
+    size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+    if (s >= e) return 0;
+    *x0 = s;
+    *n = e - s;
+    *k = d->soff[u] + (s - lo);
+    return 1;
+}
+
 /* zero 3: which gather buffer holds unit u */
 static int gbuf_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d) ? 1 : 2 + (u - 1) % 2; }
 /* zero 2/3: which gradient scratch unit u writes */
@@ -268,15 +282,10 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         }
         if (d->o.tp_comm) { /* split tensors' squares summed over tp too, replicated ones once */
             double ss[2] = {0.0, 0.0};
-            for (int i = 0; i < m->ntensors; i++) {
-                const gpt_tensor *t = &m->tensors[i];
-                int u = t->unit;
-                size_t a = t->offset - m->units[u].offset, b = a + t->numel;
-                size_t lo = (size_t)d->rank * d->S[u], hi = lo + d->S[u];
-                size_t x0 = a > lo ? a : lo, x1 = b < hi ? b : hi;
-                if (x0 < x1)
-                    ss[t->shard.pieces > 1 ? 0 : 1] += d->ops->sumsq(d->grad_shard + d->soff[u] + (x0 - lo), x1 - x0);
-            }
+            size_t x0, n, k;
+            for (int i = 0; i < m->ntensors; i++)
+                if (shard_segment(d, &m->tensors[i], &x0, &n, &k))
+                    ss[m->tensors[i].shard.pieces > 1 ? 0 : 1] += d->ops->sumsq(d->grad_shard + k, n);
             DT_TRY(dt_allreduce(d->comm, ss, 2, DT_F64, DT_SUM));
             DT_TRY(dt_allreduce(d->o.tp_comm, ss, 1, DT_F64, DT_SUM));
             *grad_norm = sqrt(ss[0] + ss[1]);
@@ -289,14 +298,10 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     float gscale = dt_clip_coef(*grad_norm, d->hp.grad_clip);
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
-        int u = t->unit;
-        size_t a = t->offset - m->units[u].offset, b = a + t->numel;
-        size_t lo = (size_t)d->rank * d->S[u], hi = lo + d->S[u];
-        size_t x0 = a > lo ? a : lo, x1 = b < hi ? b : hi;
-        if (x0 >= x1) continue;
-        size_t k = d->soff[u] + (x0 - lo);
-        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_param(d, u, x0), NULL, d->grad_shard + k,
-                       d->m_shard + k, d->v_shard + k, x1 - x0);
+        size_t x0, n, k;
+        if (!shard_segment(d, t, &x0, &n, &k)) continue;
+        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_param(d, t->unit, x0), NULL,
+                       d->grad_shard + k, d->m_shard + k, d->v_shard + k, n);
     }
     if (d->o.zero <= 2) {
         /* updated slices to every rank; with overlap they travel while the next forward
