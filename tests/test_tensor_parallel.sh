@@ -1,8 +1,9 @@
-# Tensor parallelism (Megatron layout, vocabulary-parallel embedding and loss) trains
-# the single-process model: tp 2 and dp 2 x tp 2 give the single-process loss curve
-# (per-step loss and grad norm, both validation losses) within 1e-5 relative; each
-# rank holds 1/tp of the split tensors (exactly the bytes the layout implies); invalid
-# layouts fail before any work.
+# Tensor parallelism (Megatron layout, vocabulary-parallel embedding and loss) and
+# sequence parallelism train the single-process model: tp 2, tp 4 and dp 2 x tp 2 (with
+# and without sp, gradient accumulation 4 or 2) give the single-process loss curve
+# (per-step loss and grad norm, both validation losses) within 1e-5 relative; each rank
+# holds 1/tp of the split tensors (exactly the bytes the layout implies) and with sp
+# about 1/tp of the LayerNorm/residual activations; invalid layouts fail before any work.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -12,7 +13,9 @@ prepare_tiny
 for layout in "tp2:2:--set parallel.tp=2" "dp2_tp2:4:--set parallel.tp=2" \
               "dp2_tp2_after:4:--set parallel.tp=2 --set parallel.overlap=false" \
               "dp2_tp2_zero1:4:--set parallel.tp=2 --set parallel.zero=1" \
-              "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"; do
+              "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3" \
+              "tp2_sp:2:--set parallel.tp=2 --set parallel.sp=true" \
+              "dp2_tp2_sp_zero3:4:--set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
   if "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
     r=$(compare_curves "$TMP/ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
@@ -48,6 +51,24 @@ print("estimate %s; measured rank 0 %s; worst %.2e" % (want, {k: mem[0][k] for k
 sys.exit(0 if worst <= 0.02 and len(mem) == 4 else 1)
 PY
 
+# sequence parallelism: activations per rank = the estimate's, the LayerNorm/residual
+# rows about halved, and fewer bytes in all than tp2 without sp
+"$DTRAIN" estimate "${DP_RUN[@]}" --set parallel.tp=2 -n 1 --json > "$TMP/est_tp.json" 2>&1 || fail "estimate tp2"
+"$DTRAIN" estimate "${DP_RUN[@]}" --set parallel.tp=2 --set parallel.sp=true -n 1 --json > "$TMP/est_sp.json" 2>&1 ||
+  fail "estimate tp2 sp"
+python3 - "$TMP/tp2_sp.jsonl" "$TMP/tp2.jsonl" "$TMP/est_sp.json" "$TMP/est_tp.json" <<'PY' &&
+import json, sys
+act = lambda p: [m["activations"] for m in [r for r in map(json.loads, open(p)) if r.get("event") == "summary"][0]["mem"]]
+sp, tp = act(sys.argv[1]), act(sys.argv[2])
+esp, etp = json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
+seq = esp["activation_regions"]["sequence"] / etp["activation_regions"]["sequence"]
+print("activations per rank: tp2 %s, tp2+sp %s (estimate %d); LayerNorm/residual rows x%.3f" %
+      (tp, sp, esp["activations"], seq))
+sys.exit(0 if all(abs(a - esp["activations"]) <= 0.02 * esp["activations"] and a < b for a, b in zip(sp, tp))
+         and len(sp) == 2 and 0.45 <= seq <= 0.55 else 1)
+PY
+  pass "tp2 sp activations = estimate, LayerNorm/residual rows halved" || fail "sp activations"
+
 # tp 4 (4 heads) and a vocabulary that tp does not divide (299: the last piece holds
 # real rows and padding)
 SIX=(--set model.n_head=4 --set model.vocab_size=299)
@@ -58,6 +79,13 @@ if "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --set parallel.t
     fail "tp4: $r"
 else
   fail "tp4 run: $(tail -2 "$TMP/tp4.out")"
+fi
+if "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --set parallel.tp=4 --set parallel.sp=true \
+   --metrics "$TMP/tp4sp.jsonl" >"$TMP/tp4sp.out" 2>&1; then
+  r=$(compare_curves "$TMP/ref4.jsonl" "$TMP/tp4sp.jsonl") && pass "tp4 sp, vocabulary 299, matches single process ($r)" ||
+    fail "tp4 sp: $r"
+else
+  fail "tp4 sp run: $(tail -2 "$TMP/tp4sp.out")"
 fi
 
 # every layout starts from the single-process weights, bit for bit
@@ -107,6 +135,9 @@ bad() { # name pattern np args...: exit 2 with one dtrain error line, on every r
 bad "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
 bad "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
 bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
+bad "sp without tp" "parallel.sp needs parallel.tp" 2 --set parallel.sp=true
+bad "a micro-batch that does not split" "do not split" 2 --set parallel.tp=2 --set parallel.sp=true \
+  --set train.seq_len=31 --set train.micro_batch=1
 bad "tp with zero loading a checkpoint" "not implemented with tensor parallelism" 2 --set parallel.tp=2 \
   --set parallel.zero=1 --set train.init_from="$TMP/c1/latest/model.safetensors"
 bad "tp with the final sample" "sample" 2 --set parallel.tp=2 --set log.sample_tokens=10 --save "$TMP/ck"

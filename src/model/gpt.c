@@ -9,16 +9,21 @@
 #include "../core/mem.h"
 #include "../core/rng.h"
 
-/* Activations kept for backward, sized for max_B x max_T, allocated once. */
+/* Activations kept for backward, sized for max_B x max_T, allocated once. With sequence
+ * parallelism the residual stream and the LayerNorms (encoded, ln*, res*, lnf, dres,
+ * their statistics) hold this rank's R = BT/tp rows only; the rest hold all BT rows. */
 struct gpt_acts {
-    float *encoded;                                     /* BTC */
+    float *encoded;                                     /* RC */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse; /* per layer */
     float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits; /* head_rows x Vp, the head is computed in row chunks */
     float *losses; /* BT */
     float *proj;   /* BTC: attention / MLP projection output before the residual add */
-    float *dres, *dsmall, *dbig; /* BTC, BTC, BT·4C */
+    float *dres, *dsmall, *dbig; /* RC, BTC, BT·4C */
+    float *full;   /* sp: BTC, a LayerNorm output (or dres) gathered over the sequence pieces */
+    float *rows;   /* sp: RC, this rank's rows of a reduce-scattered sum */
+    float *lngrad; /* sp: 4C, one block's LayerNorm gradients from this rank's rows, summed over tp */
     uint16_t *tok, *tgt; /* BT: this micro-batch's tokens and targets, in the backend's memory */
     float *xstat;        /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit) */
     int head_rows;
@@ -122,9 +127,12 @@ static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit
 
 /* Lays the activation buffers out in a->arena (or, with a NULL arena, only counts).
  * esz: bytes per element of storage precision; statistics and losses stay fp32. */
-static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, int tp, gpt_acts *a) {
+static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, const gpt_layout *lay, gpt_acts *a,
+                         size_t *regions) {
     size_t LL = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
-    size_t NH = (size_t)s->n_head / (size_t)tp, Cl = C / (size_t)tp; /* this rank's heads and width */
+    size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1;
+    size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
+    size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
      * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
      * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
@@ -139,32 +147,40 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, i
     a->head_rows = (int)head_rows;
     enum { F32 = 4, U16 = 2 };
     const size_t E = esz;
-    struct { float **p; size_t n, bytes; } parts[] = {
-        {&a->encoded, BT * C, E},            {&a->ln1, LL * BT * C, E},         {&a->ln1_mean, LL * BT, F32},
-        {&a->ln1_rstd, LL * BT, F32},         {&a->qkv, LL * BT * 3 * Cl, E},    {&a->atty, LL * BT * Cl, E},
-        {&a->lse, LL * BT * NH, F32},         {&a->res2, LL * BT * C, E},        {&a->ln2, LL * BT * C, E},
-        {&a->ln2_mean, LL * BT, F32},         {&a->ln2_rstd, LL * BT, F32},      {&a->fch, LL * BT * 4 * Cl, E},
-        {&a->fch_gelu, LL * BT * 4 * Cl, E},  {&a->res3, LL * BT * C, E},        {&a->lnf, BT * C, E},
-        {&a->lnf_mean, BT, F32},             {&a->lnf_rstd, BT, F32},           {&a->logits, head_rows * Vp, E},
-        {&a->losses, BT, F32},               {&a->proj, BT * C, E},             {&a->dres, BT * C, E},
-        {&a->dsmall, BT * C, E},             {&a->dbig, BT * 4 * Cl, E},
-        {(float **)&a->tok, BT, U16},        {(float **)&a->tgt, BT, U16},     {&a->xstat, 3 * head_rows, F32},
+    enum { SEQ = GPT_ACT_SEQUENCE, TPR = GPT_ACT_TENSOR, OTH = GPT_ACT_OTHER };
+    struct { float **p; size_t n, bytes; int region; } parts[] = {
+        {&a->encoded, R * C, E, SEQ},            {&a->ln1, LL * R * C, E, SEQ},         {&a->ln1_mean, LL * R, F32, SEQ},
+        {&a->ln1_rstd, LL * R, F32, SEQ},         {&a->qkv, LL * BT * 3 * Cl, E, TPR},   {&a->atty, LL * BT * Cl, E, TPR},
+        {&a->lse, LL * BT * NH, F32, TPR},        {&a->res2, LL * R * C, E, SEQ},        {&a->ln2, LL * R * C, E, SEQ},
+        {&a->ln2_mean, LL * R, F32, SEQ},         {&a->ln2_rstd, LL * R, F32, SEQ},      {&a->fch, LL * BT * 4 * Cl, E, TPR},
+        {&a->fch_gelu, LL * BT * 4 * Cl, E, TPR}, {&a->res3, LL * R * C, E, SEQ},        {&a->lnf, R * C, E, SEQ},
+        {&a->lnf_mean, R, F32, SEQ},             {&a->lnf_rstd, R, F32, SEQ},           {&a->logits, head_rows * Vp, E, OTH},
+        {&a->losses, BT, F32, OTH},              {&a->proj, BT * C, E, OTH},            {&a->dres, R * C, E, SEQ},
+        {&a->dsmall, BT * C, E, OTH},            {&a->dbig, BT * 4 * Cl, E, TPR},
+        {(float **)&a->tok, BT, U16, OTH},       {(float **)&a->tgt, BT, U16, OTH},    {&a->xstat, 3 * head_rows, F32, OTH},
+        {&a->full, sp * BT * C, E, OTH},         {&a->rows, sp * R * C, E, SEQ},        {&a->lngrad, sp * 4 * C, E, OTH},
     };
     size_t total = 0; /* bytes, each part 64-byte aligned */
     char *p = a->arena;
+    if (regions) memset(regions, 0, GPT_ACT_NREGIONS * sizeof *regions);
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         if (p) *parts[i].p = (float *)(p + total);
-        total += (parts[i].n * parts[i].bytes + 63) / 64 * 64;
+        size_t bytes = (parts[i].n * parts[i].bytes + 63) / 64 * 64;
+        total += bytes;
+        if (regions) regions[parts[i].region] += bytes;
     }
     return total;
 }
 
+static const gpt_layout one_rank = {1, 0, 0};
+
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes) {
-    return act_layout(s, B, T, elem_bytes, 1, NULL);
+    return act_layout(s, B, T, elem_bytes, &one_rank, NULL, NULL);
 }
 
-size_t gpt_activation_bytes_tp(const gpt_shape *s, int B, int T, size_t elem_bytes, int tp) {
-    return act_layout(s, B, T, elem_bytes, tp, NULL);
+size_t gpt_activation_bytes_layout(const gpt_shape *s, int B, int T, size_t elem_bytes, const gpt_layout *layout,
+                                   size_t *regions) {
+    return act_layout(s, B, T, elem_bytes, layout ? layout : &one_rank, NULL, regions);
 }
 
 size_t gpt_param_count_tp(const gpt_shape *s, int tp) {
@@ -185,15 +201,18 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, in
 
 dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
                         int alloc_state) {
-    return gpt_create_tp(m, shape, ops, max_B, max_T, alloc_state, 1, 0);
+    return gpt_create_layout(m, shape, ops, max_B, max_T, alloc_state, NULL);
 }
 
-dt_status gpt_create_tp(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
-                        int alloc_state, int tp, int tp_rank) {
+dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
+                            int alloc_state, const gpt_layout *layout) {
     memset(m, 0, sizeof *m);
+    if (!layout) layout = &one_rank;
+    int tp = layout->tp, tp_rank = layout->tp_rank;
     m->shape = *shape;
     m->tp = tp;
     m->tp_rank = tp_rank;
+    m->sp = layout->sp && tp > 1;
     DT_TRY(gpt_shape_check(&m->shape));
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m->shape.n_head % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
@@ -204,6 +223,9 @@ dt_status gpt_create_tp(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
     if (tp > 1 && (!ops->xent_rowmax || !ops->xent_rowsum || !ops->xent_finish))
         return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
                        ops->name);
+    if (m->sp && ((long long)max_B * max_T) % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
+                       "sequence pieces", max_B, max_T, tp);
     if (max_T > m->shape.seq_len)
         return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
                        m->shape.seq_len);
@@ -238,9 +260,9 @@ dt_status gpt_create_tp(gpt_model *m, const gpt_shape *shape, const dt_ops *ops,
     }
 
     gpt_acts *a = m->acts;
-    m->act_bytes = act_layout(&m->shape, max_B, max_T, m->esz, tp, NULL);
+    m->act_bytes = act_layout(&m->shape, max_B, max_T, m->esz, layout, NULL, m->act_regions);
     DT_TRY(ops->alloc(&a->arena, m->act_bytes, "activations"));
-    act_layout(&m->shape, max_B, max_T, m->esz, tp, a);
+    act_layout(&m->shape, max_B, max_T, m->esz, layout, a, NULL);
     return DT_OK;
 }
 
@@ -328,8 +350,14 @@ double gpt_flops_per_token(const gpt_shape *s, int T) {
 
 /* ---- forward ---- */
 
-static float *layer_in(const gpt_model *m, int l, size_t BTC) { /* block l's input residual stream */
-    return l == 0 ? m->acts->encoded : S(m, m->acts->res3, (size_t)(l - 1) * BTC);
+/* Rows of the residual stream this rank holds for n rows of micro-batch (all, or with
+ * sequence parallelism its 1/tp piece). */
+static int local_rows(const gpt_model *m, int n) { return m->sp ? n / m->tp : n; }
+static size_t max_local_rows(const gpt_model *m) { return (size_t)local_rows(m, m->max_B * m->max_T); }
+
+static float *layer_in(const gpt_model *m, int l) { /* block l's input residual stream */
+    size_t RC = max_local_rows(m) * (size_t)m->shape.n_embd;
+    return l == 0 ? m->acts->encoded : S(m, m->acts->res3, (size_t)(l - 1) * RC);
 }
 
 /* Block l's saved activations. */
@@ -339,42 +367,93 @@ typedef struct {
 
 static block_acts block_at(const gpt_model *m, int l) {
     const gpt_acts *a = m->acts;
-    size_t BT = (size_t)m->max_B * m->max_T, BTC = BT * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp;
+    size_t BT = (size_t)m->max_B * m->max_T, BTCl = BT * (size_t)m->shape.n_embd / (size_t)m->tp;
+    size_t R = max_local_rows(m), RC = R * (size_t)m->shape.n_embd;
     size_t L = (size_t)l; /* storage-precision buffers step through S(); statistics are fp32 */
-    return (block_acts){layer_in(m, l, BTC),          S(m, a->ln1, L * BTC),      a->ln1_mean + L * BT,
-                        a->ln1_rstd + L * BT,         S(m, a->qkv, L * 3 * BTCl), S(m, a->atty, L * BTCl),
-                        a->lse + L * BT * (size_t)(m->shape.n_head / m->tp),      S(m, a->res2, L * BTC),
-                        S(m, a->ln2, L * BTC),        a->ln2_mean + L * BT,       a->ln2_rstd + L * BT,
-                        S(m, a->fch, L * 4 * BTCl),   S(m, a->fch_gelu, L * 4 * BTCl), S(m, a->res3, L * BTC)};
+    return (block_acts){layer_in(m, l),               S(m, a->ln1, L * RC),       a->ln1_mean + L * R,
+                        a->ln1_rstd + L * R,          S(m, a->qkv, L * 3 * BTCl), S(m, a->atty, L * BTCl),
+                        a->lse + L * BT * (size_t)(m->shape.n_head / m->tp),      S(m, a->res2, L * RC),
+                        S(m, a->ln2, L * RC),         a->ln2_mean + L * R,        a->ln2_rstd + L * R,
+                        S(m, a->fch, L * 4 * BTCl),   S(m, a->fch_gelu, L * 4 * BTCl), S(m, a->res3, L * RC)};
 }
 
-/* Megatron's g (forward, after a row-parallel layer) and f (backward, before a
- * column-parallel one): a sum over the tensor-parallel group; nothing on one rank. */
+/* The paired functions of tensor (and sequence) parallelism; identities on one rank.
+ *
+ * tp_sum: Megatron's g (forward, after a row-parallel layer) and f (backward, before a
+ * column-parallel one) without sp: an all-reduce of the partial sums x (n floats). */
 static dt_status tp_sum(gpt_model *m, float *x, size_t n) {
     return m->tp_comm.allreduce ? m->tp_comm.allreduce(m->tp_comm.ctx, x, n, 0) : DT_OK;
 }
 
+/* After a row-parallel layer (and the vocabulary-parallel embedding and head): partial
+ * sums x over all N rows completed. Without sp in place (returns x); with sp reduce-
+ * scattered, this rank's rows into out (returns out). */
+static dt_status tp_complete(gpt_model *m, float *x, float *out, int N, float **done) {
+    size_t C = (size_t)m->shape.n_embd;
+    if (!m->sp) {
+        *done = x;
+        return tp_sum(m, x, (size_t)N * C);
+    }
+    *done = out;
+    return m->tp_comm.reduce_scatter(m->tp_comm.ctx, out, x, (size_t)local_rows(m, N) * C);
+}
+
+/* Before a column-parallel layer (and the head): all N rows of x, of which this rank
+ * holds its piece. Without sp it holds them all (returns x); with sp they are gathered
+ * into acts->full (returned). */
+static dt_status seq_gather(gpt_model *m, float *x, int N, float **all) {
+    if (!m->sp) {
+        *all = x;
+        return DT_OK;
+    }
+    *all = m->acts->full;
+    return m->tp_comm.allgather(m->tp_comm.ctx, m->acts->full, x, (size_t)local_rows(m, N) * m->shape.n_embd);
+}
+
+/* With sp a LayerNorm's weight and bias gradients come from this rank's rows only: they
+ * are computed into slot k of acts->lngrad (weight then bias), summed over the
+ * tensor-parallel group and added to the gradients dw[k] (weight, bias contiguous after
+ * it), so the replicated LayerNorms stay equal. Without sp they go to dw, db directly. */
+typedef struct {
+    float *w, *b;
+} ln_grads;
+static ln_grads ln_grad_target(gpt_model *m, float *dw, float *db, int slot) {
+    if (!m->sp) return (ln_grads){dw, db};
+    float *w = S(m, m->acts->lngrad, (size_t)slot * 2 * m->shape.n_embd);
+    return (ln_grads){w, S(m, w, (size_t)m->shape.n_embd)};
+}
+static dt_status ln_grad_finish(gpt_model *m, float *const *dw, int nslots) {
+    if (!m->sp) return DT_OK;
+    size_t C2 = 2 * (size_t)m->shape.n_embd;
+    DT_TRY(tp_sum(m, m->acts->lngrad, (size_t)nslots * C2));
+    for (int k = 0; k < nslots; k++) m->ops->add(dw[k], dw[k], S(m, m->acts->lngrad, (size_t)k * C2), C2);
+    return DT_OK;
+}
+
 /* With tensor parallelism (tp ranks) this rank holds NH/tp heads (Cl = C/tp of the
  * attention width) and 4C/tp MLP columns; the row-parallel projections produce partial
- * sums, completed by tp_sum, their bias added by piece 0 alone. */
+ * sums, completed by tp_complete, their bias added by piece 0 alone. With sp the
+ * LayerNorms and residual adds run on this rank's Nl rows. */
 static dt_status block_forward(gpt_model *m, int l, int B, int T) {
     const dt_ops *o = m->ops;
-    float *proj = m->acts->proj;
-    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
+    float *proj = m->acts->proj, *in, *p;
+    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T, Nl = local_rows(m, N);
     int bias_here = m->tp_rank == 0;
     block_acts b = block_at(m, l);
-    o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, l, T_LN1W), P(m, l, T_LN1B), N, C);
-    o->linear_fwd(b.qkv, b.ln1, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * Cl);
+    o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, l, T_LN1W), P(m, l, T_LN1B), Nl, C);
+    DT_TRY(seq_gather(m, b.ln1, N, &in));
+    o->linear_fwd(b.qkv, in, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * Cl);
     o->attention_fwd(b.atty, b.lse, b.qkv, B, T, Cl, NHl);
     o->linear_fwd(proj, b.atty, P(m, l, T_APW), bias_here ? P(m, l, T_APB) : NULL, N, Cl, C);
-    DT_TRY(tp_sum(m, proj, (size_t)N * C));
-    o->add(b.res2, b.x, proj, (size_t)N * C);
-    o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, l, T_LN2W), P(m, l, T_LN2B), N, C);
-    o->linear_fwd(b.fch, b.ln2, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * Cl);
+    DT_TRY(tp_complete(m, proj, m->acts->rows, N, &p));
+    o->add(b.res2, b.x, p, (size_t)Nl * C);
+    o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, l, T_LN2W), P(m, l, T_LN2B), Nl, C);
+    DT_TRY(seq_gather(m, b.ln2, N, &in));
+    o->linear_fwd(b.fch, in, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * Cl);
     o->gelu_fwd(b.fcg, b.fch, (size_t)N * 4 * Cl);
     o->linear_fwd(proj, b.fcg, P(m, l, T_MPW), bias_here ? P(m, l, T_MPB) : NULL, N, 4 * Cl, C);
-    DT_TRY(tp_sum(m, proj, (size_t)N * C));
-    o->add(b.res3, b.res2, proj, (size_t)N * C);
+    DT_TRY(tp_complete(m, proj, m->acts->rows, N, &p));
+    o->add(b.res3, b.res2, p, (size_t)Nl * C);
     return DT_OK;
 }
 
@@ -382,28 +461,28 @@ static dt_status block_forward(gpt_model *m, int l, int B, int T) {
 static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, L = m->shape.n_layer;
-    size_t BTC = (size_t)m->max_B * m->max_T * C;
+    int C = m->shape.n_embd, L = m->shape.n_layer, N = B * T, Nl = local_rows(m, N);
+    if (m->sp && N % m->tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.sp: %d x %d tokens do not split into parallel.tp %d pieces", B, T, m->tp);
     HOOK(before_forward, 0);
-    o->upload(a->tok, tokens, (size_t)B * T * sizeof(uint16_t));
+    o->upload(a->tok, tokens, (size_t)N * sizeof(uint16_t));
     /* vocabulary-parallel: each rank embeds the tokens in its rows, piece 0 adds the positions */
     int Vl = m->shape.padded_vocab / m->tp;
-    o->embed_fwd(a->encoded, a->tok, tp(m, 0), m->tp_rank == 0 ? tp(m, 1) : NULL, B, T, C, m->tp_rank * Vl, Vl);
-    DT_TRY(tp_sum(m, a->encoded, (size_t)B * T * C));
+    float *emb = m->sp ? a->proj : a->encoded, *done;
+    o->embed_fwd(emb, a->tok, tp(m, 0), m->tp_rank == 0 ? tp(m, 1) : NULL, B, T, C, m->tp_rank * Vl, Vl);
+    DT_TRY(tp_complete(m, emb, a->encoded, N, &done));
     for (int l = 0; l < L; l++) {
         HOOK(before_forward, 1 + l);
         DT_TRY(block_forward(m, l, B, T));
         HOOK(after_forward, 1 + l);
     }
     HOOK(before_forward, L + 1);
-    o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, L, BTC), tp(m, m->ntensors - 2),
-                     tp(m, m->ntensors - 1), B * T, C);
+    o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, L), tp(m, m->ntensors - 2),
+                     tp(m, m->ntensors - 1), Nl, C);
     HOOK(after_forward, L + 1);
     return DT_OK;
 }
 
-/* LM head over row chunks: logits = lnf·wteᵀ, softmax cross-entropy, and when
- * grad_scale != 0 its backward (dlnf into dsmall, dwte +=) while the chunk is hot. */
 /* Vocabulary-parallel cross-entropy over R rows of local logits (columns [v0, v0 + Vl)):
  * the row max and then the sum of exponentials and the target's logit are completed over
  * the tensor-parallel group, so no rank ever holds a whole row of logits. */
@@ -421,17 +500,22 @@ static dt_status xent_tp(gpt_model *m, int R, int r0, const uint16_t *targets, f
     return DT_OK;
 }
 
-static dt_status head(gpt_model *m, const uint16_t *targets, int N, float grad_scale, double *loss) {
+/* LM head over row chunks of all N rows: logits = lnf·wteᵀ, softmax cross-entropy, and
+ * when grad_scale != 0 its backward (dwte +=) while the chunk is hot; *dlnf receives
+ * this rank's rows of the gradient of lnf. */
+static dt_status head(gpt_model *m, const uint16_t *targets, int N, float grad_scale, double *loss, float **dlnf) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
     const float *wte = tp(m, 0); /* this rank's vocabulary rows */
     int vocab_parallel = m->tp_comm.allreduce != NULL;
+    float *lnf;
+    DT_TRY(seq_gather(m, a->lnf, N, &lnf));
     o->upload(a->tgt, targets, (size_t)N * sizeof(uint16_t));
     targets = a->tgt;
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
-        const float *x = S(m, a->lnf, (size_t)r0 * C);
+        const float *x = S(m, lnf, (size_t)r0 * C);
         o->gemm(0, 1, R, Vl, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vl);
         if (vocab_parallel) DT_TRY(xent_tp(m, R, r0, targets, grad_scale));
         else o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vl, grad_scale);
@@ -440,14 +524,14 @@ static dt_status head(gpt_model *m, const uint16_t *targets, int N, float grad_s
             o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, tg(m, 0), C);
         }
     }
-    if (grad_scale != 0.0f) DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
+    if (grad_scale != 0.0f) DT_TRY(tp_complete(m, a->dsmall, a->rows, N, dlnf));
     *loss = o->sum(a->losses, (size_t)N);
     return DT_OK;
 }
 
 dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss) {
     DT_TRY(forward_body(m, tokens, B, T));
-    DT_TRY(head(m, targets, B * T, 0.0f, loss));
+    DT_TRY(head(m, targets, B * T, 0.0f, loss, NULL));
     HOOK(after_forward, 0);
     return DT_OK;
 }
@@ -475,52 +559,69 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
 /* ---- backward ---- */
 
 /* The c_proj biases' gradients are computed on every tensor-parallel rank from the same
- * (replicated) output gradient, so the replicated bias stays the same everywhere. */
+ * (replicated, with sp gathered) output gradient, so the replicated bias stays the same
+ * everywhere. With sp, dres holds this rank's rows and is gathered before each
+ * row-parallel layer's backward (the conjugate of its forward reduce-scatter); the
+ * LayerNorm outputs are gathered again for the column-parallel weight gradients rather
+ * than kept whole (Megatron-SP's trade: memory for a second all-gather). */
 static dt_status block_backward(gpt_model *m, int l, int B, int T) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
+    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T, Nl = local_rows(m, N);
     block_acts b = block_at(m, l);
+    float *dout, *in, *dln;
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), a->dres, b.fcg, P(m, l, T_MPW), N, 4 * Cl, C, 0);
+    DT_TRY(seq_gather(m, a->dres, N, &dout));
+    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), dout, b.fcg, P(m, l, T_MPW), N, 4 * Cl, C, 0);
     o->gelu_bwd(a->dbig, b.fch, a->dbig, (size_t)N * 4 * Cl);
-    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, b.ln2, P(m, l, T_FCW), N, C, 4 * Cl, 0);
-    DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
-    o->layernorm_bwd(a->dres, G(m, l, T_LN2W), G(m, l, T_LN2B), a->dsmall, b.res2, P(m, l, T_LN2W), b.ln2_mean,
-                     b.ln2_rstd, N, C);
+    DT_TRY(seq_gather(m, b.ln2, N, &in));
+    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, in, P(m, l, T_FCW), N, C, 4 * Cl, 0);
+    DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));
+    ln_grads ln2 = ln_grad_target(m, G(m, l, T_LN2W), G(m, l, T_LN2B), 0);
+    ln_grads ln1 = ln_grad_target(m, G(m, l, T_LN1W), G(m, l, T_LN1B), 1);
+    if (m->sp) o->zero(a->lngrad, 4 * (size_t)C * m->esz);
+    o->layernorm_bwd(a->dres, ln2.w, ln2.b, dln, b.res2, P(m, l, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
-    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), a->dres, b.atty, P(m, l, T_APW), N, Cl, C, 0);
+    DT_TRY(seq_gather(m, a->dres, N, &dout));
+    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), dout, b.atty, P(m, l, T_APW), N, Cl, C, 0);
     o->attention_bwd(a->dbig, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl);
-    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, b.ln1, P(m, l, T_QKVW), N, C, 3 * Cl, 0);
-    DT_TRY(tp_sum(m, a->dsmall, (size_t)N * C));
-    o->layernorm_bwd(a->dres, G(m, l, T_LN1W), G(m, l, T_LN1B), a->dsmall, b.x, P(m, l, T_LN1W), b.ln1_mean,
-                     b.ln1_rstd, N, C);
-    return DT_OK;
+    DT_TRY(seq_gather(m, b.ln1, N, &in));
+    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, in, P(m, l, T_QKVW), N, C, 3 * Cl, 0);
+    DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));
+    o->layernorm_bwd(a->dres, ln1.w, ln1.b, dln, b.x, P(m, l, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
+    float *const ln_dw[2] = {G(m, l, T_LN2W), G(m, l, T_LN1W)};
+    return ln_grad_finish(m, ln_dw, 2);
 }
 
 dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
                                float grad_scale, double *loss_out) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, L = m->shape.n_layer, N = B * T;
-    size_t BTC = (size_t)m->max_B * m->max_T * C;
+    int C = m->shape.n_embd, L = m->shape.n_layer, N = B * T, Nl = local_rows(m, N);
     DT_TRY(forward_body(m, tokens, B, T));
     HOOK(before_backward, 0);
     double loss;
-    DT_TRY(head(m, targets, N, grad_scale, &loss)); /* leaves dlnf in dsmall */
+    float *dlnf;
+    DT_TRY(head(m, targets, N, grad_scale, &loss, &dlnf));
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
-    o->zero(a->dres, (size_t)N * C * m->esz);
+    o->zero(a->dres, (size_t)Nl * C * m->esz);
     HOOK(before_backward, L + 1);
-    o->layernorm_bwd(a->dres, tg(m, lnw), tg(m, lnb), a->dsmall, layer_in(m, L, BTC), tp(m, lnw), a->lnf_mean,
-                     a->lnf_rstd, N, C);
+    ln_grads lnf = ln_grad_target(m, tg(m, lnw), tg(m, lnb), 0);
+    if (m->sp) o->zero(a->lngrad, 2 * (size_t)C * m->esz);
+    o->layernorm_bwd(a->dres, lnf.w, lnf.b, dlnf, layer_in(m, L), tp(m, lnw), a->lnf_mean,
+                     a->lnf_rstd, Nl, C);
+    float *const lnf_grads[1] = {tg(m, lnw)};
+    DT_TRY(ln_grad_finish(m, lnf_grads, 1));
     HOOK(after_backward, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         HOOK(before_backward, 1 + l);
         DT_TRY(block_backward(m, l, B, T));
         HOOK(after_backward, 1 + l);
     }
-    int Vl = m->shape.padded_vocab / m->tp; /* dwpe on every rank: dres is replicated */
-    o->embed_bwd(tg(m, 0), tg(m, 1), a->dres, a->tok, B, T, C, m->tp_rank * Vl, Vl);
+    int Vl = m->shape.padded_vocab / m->tp; /* dwpe on every rank: dres is replicated (or gathered) */
+    float *dall;
+    DT_TRY(seq_gather(m, a->dres, N, &dall));
+    o->embed_bwd(tg(m, 0), tg(m, 1), dall, a->tok, B, T, C, m->tp_rank * Vl, Vl);
     HOOK(after_backward, 0);
     *loss_out = loss;
     return DT_OK;

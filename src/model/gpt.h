@@ -60,14 +60,35 @@ typedef struct {
 
 typedef struct gpt_acts gpt_acts;
 
+/* Where activation bytes live: the residual stream and LayerNorms (what sequence
+ * parallelism splits), the tensor-parallel regions (attention and MLP inner activations,
+ * split by tp), and the rest (head chunk, scratch, losses, tokens). */
+enum { GPT_ACT_SEQUENCE, GPT_ACT_TENSOR, GPT_ACT_OTHER, GPT_ACT_NREGIONS };
+
 /* Tensor parallelism inside the model (Megatron's paired functions): the strategy gives
  * an all-reduce over the tensor-parallel group; the model calls it where Megatron's g
  * (after a row-parallel layer, forward) and f (before a column-parallel layer, backward)
  * sit. With one rank (allreduce NULL) both are identities. */
 typedef struct {
     dt_status (*allreduce)(void *ctx, float *x, size_t n, int max); /* in place: sum (max = 0) or max */
+    /* Sequence parallelism (Megatron-SP): full (tp·n floats) = every rank's local n floats
+     * in rank order; and its conjugate, local (n floats) = this rank's block of the sum
+     * over ranks of full (tp·n floats). NULL without sp. */
+    dt_status (*allgather)(void *ctx, float *full, const float *local, size_t n);
+    dt_status (*reduce_scatter)(void *ctx, float *local, const float *full, size_t n);
     void *ctx;
 } gpt_tp_comm;
+
+/* How this rank's model is cut (the parallel layout, as the model sees it: shapes only).
+ *   tp, tp_rank  tensor parallelism: heads, MLP columns and vocabulary rows split;
+ *   sp           sequence parallelism (tp > 1): the rows of the micro-batch (B·T, in
+ *                order: for B = 1 the sequence) are split into tp contiguous pieces in the
+ *                LayerNorm and residual regions, so those activations shrink by tp; the
+ *                tensor-parallel all-reduces become all-gather (before a column-parallel
+ *                layer) and reduce-scatter (after a row-parallel one). */
+typedef struct {
+    int tp, tp_rank, sp;
+} gpt_layout;
 
 typedef struct {
     gpt_shape shape;
@@ -82,9 +103,11 @@ typedef struct {
     int max_B, max_T; /* activation buffers are sized for these */
     gpt_acts *acts;
     size_t act_bytes;
+    size_t act_regions[GPT_ACT_NREGIONS]; /* act_bytes by region */
     size_t esz;       /* bytes per element of parameters, gradients, activations (ops.h storage) */
     gpt_hooks hooks;
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
+    int sp;             /* sequence parallelism: LayerNorm/residual rows split over tp (gpt_layout) */
     gpt_tp_comm tp_comm;
 } gpt_model;
 
@@ -94,14 +117,16 @@ dt_status gpt_shape_check(gpt_shape *s);
  * grads buffers when alloc_state (a sharding wrapper may provide its own). */
 dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T);
 dt_status gpt_create_ex(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T, int alloc_state);
-/* The same, this rank holding tensor-parallel piece tp_rank of tp (Megatron layout):
+/* The same, cut by layout (NULL: one rank). Tensor parallelism, this rank holding piece
+ * tp_rank of tp (Megatron layout):
  * c_attn (q, k, v each) and c_fc split by output columns, attention heads split, the two
  * c_proj split by input rows (their bias added by piece 0 only); wte split by vocabulary
  * rows (vocabulary-parallel embedding and cross-entropy: no rank holds a whole row of
  * logits); LayerNorms and wpe replicated. Fails (DT_EINPUT) unless tp divides n_head
- * and the padded vocabulary. */
-dt_status gpt_create_tp(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T, int alloc_state,
-                        int tp, int tp_rank);
+ * and the padded vocabulary, and with sp, max_B·max_T; every pass then needs B·T
+ * divisible by tp too. */
+dt_status gpt_create_layout(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T,
+                            int alloc_state, const gpt_layout *layout);
 void gpt_destroy(gpt_model *m);
 /* GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer),
  * LayerNorm weight 1, biases 0, padded vocab rows 0. Element i (row-major index in the
@@ -136,12 +161,14 @@ dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *ta
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
 /* Parameters the model allocates (vocabulary padding included), without building it. */
 size_t gpt_param_count(const gpt_shape *s);
-/* The same for one rank of tp tensor-parallel ranks (gpt_create_tp's pieces). */
+/* The same for one rank of tp tensor-parallel ranks (gpt_create_layout's pieces). */
 size_t gpt_param_count_tp(const gpt_shape *s, int tp);
 /* Bytes of the activation arena for B x T (what gpt_create allocates). */
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes);
-/* The same for one rank of tp tensor-parallel ranks. */
-size_t gpt_activation_bytes_tp(const gpt_shape *s, int B, int T, size_t elem_bytes, int tp);
+/* The same for one rank of a layout (NULL: one rank); regions (NULL or GPT_ACT_NREGIONS
+ * entries) receives the split of those bytes by region. */
+size_t gpt_activation_bytes_layout(const gpt_shape *s, int B, int T, size_t elem_bytes, const gpt_layout *layout,
+                                   size_t *regions);
 /* Parameter count of the model proper (padding excluded). */
 size_t gpt_num_params(const gpt_model *m);
 /* FLOPs of one training token (forward + backward), for tokens/s -> FLOP/s. */

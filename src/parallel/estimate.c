@@ -28,18 +28,26 @@ static double rank_psi(const dt_config *c, const gpt_shape *s) {
     return (double)(tp > 1 ? gpt_param_count_tp(s, tp) : gpt_param_count(s));
 }
 
+/* Activation bytes of one rank (its tensor/sequence-parallel pieces), and by region. */
+static double act_bytes_regions(const dt_config *c, const gpt_shape *s, size_t *regions) {
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+    gpt_layout lay = {c->parallel.tp > 0 ? c->parallel.tp : 1, 0, c->parallel.sp};
+    return (double)gpt_activation_bytes_layout(s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4,
+                                               &lay, regions);
+}
+static double act_bytes(const dt_config *c, const gpt_shape *s) { return act_bytes_regions(c, s, NULL); }
+
 double dt_estimate_rank_bytes(const dt_config *c, int dp) {
     gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     if (gpt_shape_check(&s) != DT_OK) return 0;
     double psi = rank_psi(c, &s);
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     dt_state_bytes b = dt_estimate_fp32(psi, dp, c->parallel.zero);
     int bf16 = !strcmp(c->precision, "bf16");
     double state = !strcmp(c->parallel.dp_mode, "ps") && dp > 1 ? 16 * psi : b.params + b.grads + b.optim;
     if (bf16) state = mixed(psi, dp, c->parallel.zero);
     /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer) */
     double work = c->parallel.zero >= 3 ? 4 * 4 * psi / s.n_layer : c->parallel.bucket_mb * 1048576.0;
-    return state + (double)gpt_activation_bytes_tp(&s, c->train.micro_batch, T, bf16 ? 2 : 4, c->parallel.tp) + work;
+    return state + act_bytes(c, &s) + work;
 }
 
 /* First number after key in a /proc-style file, times scale; -1 if absent. */
@@ -74,11 +82,18 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     if (s.n_head % tp != 0 || s.padded_vocab % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d and the padded vocabulary %d", tp,
                        s.n_head, s.padded_vocab);
+    if (c->parallel.sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
     double psi = rank_psi(c, &s);
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
-    double act = (double)gpt_activation_bytes_tp(&s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4, tp);
+    if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
+                       "sequence pieces", c->train.micro_batch, T, tp);
+    size_t reg[GPT_ACT_NREGIONS];
+    double act = act_bytes_regions(c, &s, reg);
     if (json) {
-        fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"tp\": %d, \"activations\": %.0f, \"fp32\": [", psi, n, tp, act);
+        fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"tp\": %d, \"sp\": %s, \"activations\": %.0f, \"activation_regions\": "
+                "{\"sequence\": %zu, \"tensor\": %zu, \"other\": %zu}, \"fp32\": [", psi, n, tp,
+                c->parallel.sp ? "true" : "false", act, reg[GPT_ACT_SEQUENCE], reg[GPT_ACT_TENSOR], reg[GPT_ACT_OTHER]);
         for (int z = 0; z <= 3; z++) {
             dt_state_bytes b = dt_estimate_fp32(psi, n, z);
             fprintf(out, "%s{\"zero\": %d, \"params\": %.0f, \"grads\": %.0f, \"optim\": %.0f, \"total\": %.0f}",
@@ -105,7 +120,15 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                 (b.params + b.grads + b.optim) / 1e6);
     }
     fprintf(out, "ps: rank 0 holds 16psi = %.1f MB, the other ranks 8psi = %.1f MB\n", 16 * psi / 1e6, 8 * psi / 1e6);
-    fprintf(out, "activations (micro-batch %d x %d tokens, %s): %.1f MB per rank, in every mode\n",
-            c->train.micro_batch, T, c->precision, act / 1e6);
+    fprintf(out, "activations (micro-batch %d x %d tokens, %s%s): %.1f MB per rank, in every mode\n",
+            c->train.micro_batch, T, c->precision, c->parallel.sp ? ", sequence parallel" : "", act / 1e6);
+    fprintf(out, "  LayerNorm and residual rows %.1f MB, attention and MLP inner %.1f MB, head and scratch %.1f MB\n",
+            reg[GPT_ACT_SEQUENCE] / 1e6, reg[GPT_ACT_TENSOR] / 1e6, reg[GPT_ACT_OTHER] / 1e6);
+    if (tp > 1) { /* what the other choice of parallel.sp would give */
+        dt_config other = *c;
+        other.parallel.sp = !c->parallel.sp;
+        fprintf(out, "  with parallel.sp=%s: %.1f MB (sequence parallelism splits the LayerNorm and residual rows)\n",
+                other.parallel.sp ? "true" : "false", act_bytes(&other, &s) / 1e6);
+    }
     return DT_OK;
 }

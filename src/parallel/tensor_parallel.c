@@ -16,6 +16,17 @@ static struct {
     size_t cap;
 } g_tp;
 
+/* Host staging for a device model: at least n floats (grown to the largest message on
+ * the first step, then reused). */
+static dt_status host_buffer(size_t n) {
+    if (n <= g_tp.cap) return DT_OK;
+    float *h = realloc(g_tp.host, n * sizeof(float));
+    if (!h) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel host staging)");
+    g_tp.host = h;
+    g_tp.cap = n;
+    return DT_OK;
+}
+
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
     (void)ctx;
     double t0 = dt_now();
@@ -23,15 +34,45 @@ static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
     if (!g_tp.ops->on_device) {
         s = dt_allreduce(g_tp.comm, x, n, DT_F32, max ? DT_MAX : DT_SUM);
     } else {
-        if (n > g_tp.cap) {
-            float *h = realloc(g_tp.host, n * sizeof(float));
-            if (!h) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel host staging)");
-            g_tp.host = h;
-            g_tp.cap = n;
-        }
+        DT_TRY(host_buffer(n));
         g_tp.ops->download(g_tp.host, x, n * sizeof(float));
         s = dt_allreduce(g_tp.comm, g_tp.host, n, DT_F32, max ? DT_MAX : DT_SUM);
         if (s == DT_OK) g_tp.ops->upload(x, g_tp.host, n * sizeof(float));
+    }
+    g_comm_s += dt_now() - t0;
+    return s;
+}
+
+/* Sequence parallelism's pair (n: this rank's floats; the group holds tp·n). */
+static dt_status tp_allgather(void *ctx, float *full, const float *local, size_t n) {
+    (void)ctx;
+    double t0 = dt_now();
+    dt_status s;
+    size_t all = n * (size_t)dt_comm_size(g_tp.comm);
+    if (!g_tp.ops->on_device) {
+        s = dt_allgather(g_tp.comm, local, full, n, DT_F32);
+    } else { /* [local | full] in the host buffer */
+        DT_TRY(host_buffer(n + all));
+        g_tp.ops->download(g_tp.host, local, n * sizeof(float));
+        s = dt_allgather(g_tp.comm, g_tp.host, g_tp.host + n, n, DT_F32);
+        if (s == DT_OK) g_tp.ops->upload(full, g_tp.host + n, all * sizeof(float));
+    }
+    g_comm_s += dt_now() - t0;
+    return s;
+}
+
+static dt_status tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
+    (void)ctx;
+    double t0 = dt_now();
+    dt_status s;
+    size_t all = n * (size_t)dt_comm_size(g_tp.comm);
+    if (!g_tp.ops->on_device) {
+        s = dt_reduce_scatter(g_tp.comm, full, local, n, DT_F32, DT_SUM);
+    } else {
+        DT_TRY(host_buffer(n + all));
+        g_tp.ops->download(g_tp.host + n, full, all * sizeof(float));
+        s = dt_reduce_scatter(g_tp.comm, g_tp.host + n, g_tp.host, n, DT_F32, DT_SUM);
+        if (s == DT_OK) g_tp.ops->upload(local, g_tp.host, n * sizeof(float));
     }
     g_comm_s += dt_now() - t0;
     return s;
@@ -43,14 +84,21 @@ void dt_tp_attach(gpt_model *m, dt_comm *tp_comm) {
     if (dt_comm_size(tp_comm) <= 1) return;
     g_tp.comm = tp_comm;
     g_tp.ops = m->ops;
-    m->tp_comm = (gpt_tp_comm){tp_allreduce, tp_comm};
+    m->tp_comm = (gpt_tp_comm){tp_allreduce, m->sp ? tp_allgather : NULL, m->sp ? tp_reduce_scatter : NULL, tp_comm};
 }
 
 dt_status dt_tp_check(const dt_config *c) {
+    if (c->parallel.sp && c->parallel.tp <= 1)
+        return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1 (sequence parallelism splits the tensor-parallel "
+                       "group's LayerNorm and residual rows)");
     if (c->parallel.tp <= 1) return DT_OK;
     if (c->model.n_head % c->parallel.tp != 0)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
                        "tensor-parallel ranks)", c->parallel.tp, c->model.n_head);
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+    if (c->parallel.sp && ((long long)c->train.micro_batch * T) % c->parallel.tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
+                       "sequence pieces", c->train.micro_batch, T, c->parallel.tp);
     const char *what = NULL;
     int gpu = !strcmp(c->backend, "cuda");
     if (strcmp(c->precision, "fp32") != 0) what = "precision bf16";

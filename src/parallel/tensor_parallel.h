@@ -1,7 +1,9 @@
 /* Tensor parallelism (Megatron, seed 000: column-parallel then row-parallel, one
- * all-reduce per block half forward and one backward). The model holds its pieces
- * (gpt_create_tp) and calls the paired functions (gpt_tp_comm); this module gives it
- * the tensor-parallel group's all-reduce, and says which layouts run so far. */
+ * all-reduce per block half forward and one backward) and sequence parallelism (each
+ * all-reduce becomes a reduce-scatter into the sequence-split LayerNorm/residual region
+ * and an all-gather out of it). The model holds its pieces (gpt_create_layout) and calls
+ * the paired functions (gpt_tp_comm); this module gives it the tensor-parallel group's
+ * collectives, and says which layouts run so far. */
 #ifndef DT_TENSOR_PARALLEL_H
 #define DT_TENSOR_PARALLEL_H
 #include "../comm/comm.h"
@@ -9,10 +11,10 @@
 #include "../model/gpt.h"
 
 /* Connects the model's paired functions to the tensor-parallel communicator (a group
- * of one leaves them identities). */
+ * of one leaves them identities); the sequence-parallel pair when the model has sp. */
 void dt_tp_attach(gpt_model *m, dt_comm *tp_comm);
-/* Seconds this process has spent in tensor-parallel all-reduces (inside forward and
- * backward: none of it overlaps computation). */
+/* Seconds this process has spent in tensor/sequence-parallel collectives (inside forward
+ * and backward: none of it overlaps computation). */
 double dt_tp_comm_seconds(void);
 /* Layouts that tensor parallelism does not run yet fail here, before any work, with
  * one line (DT_EINPUT). */

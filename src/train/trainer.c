@@ -238,9 +238,10 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
         DT_TRY(dt_comm_set_algo(t->mesh.dp_comm, (dt_coll)algo_keys[i].coll, a));
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    gpt_layout layout = {t->mesh.tp, t->mesh.tp_rank, c->parallel.sp};
     /* activations are rank-local; the data-parallel setup below is collective */
     DT_TRY(dt_comm_agree(t->world,
-                         gpt_create_tp(&t->model, &shape, t->ops, t->micro, t->T, 0, t->mesh.tp, t->mesh.tp_rank),
+                         gpt_create_layout(&t->model, &shape, t->ops, t->micro, t->T, 0, &layout),
                          NULL));
     dt_tp_attach(&t->model, t->mesh.tp_comm);
     t->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
@@ -386,8 +387,8 @@ static void print_header(trainer *t) {
            t->val_path[0] ? t->val_path : "none");
     if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
     if (t->mesh.tp > 1)
-        printf("dtrain: tensor parallel %d (heads and MLP columns split; %d-way data parallel over the rest)\n",
-               t->mesh.tp, t->dp);
+        printf("dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n",
+               t->mesh.tp, t->model.sp ? ", sequence parallel: LayerNorm and residual rows split" : "", t->dp);
     if (t->st.step > 0) printf("dtrain: resumed at step %lld from %s\n", t->st.step, t->resume_dir);
 }
 
@@ -475,9 +476,9 @@ static dt_status run(trainer *t) {
             printf("\n");
         }
         if (t->mesh.tp > 1 && timed_steps > 0)
-            printf("tensor-parallel communication: %.1f ms/step (all-reduces inside forward and backward, validation "
-                   "included, rank 0)\n",
-                   1e3 * dt_tp_comm_seconds() / (double)timed_steps);
+            printf("tensor-parallel communication: %.1f ms/step (%s inside forward and backward, validation "
+                   "included, rank 0)\n", 1e3 * dt_tp_comm_seconds() / (double)timed_steps,
+                   t->model.sp ? "all-gathers, reduce-scatters and all-reduces" : "all-reduces");
         if (t->dp > 1 && timed_steps > 0)
             printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);
