@@ -79,6 +79,12 @@ if command -v mpirun > /dev/null; then
     > "$TMP/gtp2.log" 2>&1 || { tail -3 "$TMP/gtp2.log"; fail "gpu tp2 run"; }
   r=$(curves "$TMP/gpu.jsonl" "$TMP/gtp2.jsonl" 1e-5) && pass "gpu tp2 = gpu single process: $r" ||
     fail "gpu tp2: $r"
+  # and with sequence parallelism (host-staged all-gather / reduce-scatter)
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+    "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.tp=2 --set parallel.sp=true \
+    --metrics "$TMP/gsp2.jsonl" > "$TMP/gsp2.log" 2>&1 || { tail -3 "$TMP/gsp2.log"; fail "gpu tp2 sp run"; }
+  r=$(curves "$TMP/gpu.jsonl" "$TMP/gsp2.jsonl" 1e-5) && pass "gpu tp2 sp = gpu single process: $r" ||
+    fail "gpu tp2 sp: $r"
 else
   echo "note: no mpirun on this machine, dp2 on the GPU not run"
 fi
