@@ -9,23 +9,33 @@
 #include "../core/mem.h"
 #include "../core/rng.h"
 
-/* Activations kept for backward, sized for max_B x max_T, allocated once. With sequence
- * parallelism the residual stream and the LayerNorms (encoded, ln*, res*, lnf, dres,
- * their statistics) hold this rank's R = BT/tp rows only; the rest hold all BT rows. */
-struct gpt_acts {
-    float *encoded;                                     /* RC */
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse; /* per layer */
+/* One micro-batch in flight through this stage: what its backward needs, sized for
+ * max_B x max_T. With sequence parallelism the residual stream and the LayerNorms
+ * (encoded, ln*, res*, lnf, dres, their statistics) hold this rank's R = BT/tp rows only;
+ * the rest hold all BT rows. Per-layer arrays cover the stage's local blocks. */
+typedef struct {
+    float *encoded; /* RC: the stage's input (the embeddings on the first stage) */
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse; /* per local layer */
     float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
-    float *lnf, *lnf_mean, *lnf_rstd;
+    float *lnf, *lnf_mean, *lnf_rstd; /* last stage */
+    float *dres;                      /* RC: gradient of the residual stream */
+    uint16_t *tok;                    /* BT (first stage): the tokens, in the backend's memory */
+    int B, T, pos0;                   /* the micro-batch it holds */
+} gpt_slot;
+
+/* Activations, allocated once: the slots, and scratch shared by all of them. */
+struct gpt_acts {
+    gpt_slot *slot;
+    int nslots;
     float *logits; /* head_rows x Vp, the head is computed in row chunks */
     float *losses; /* BT */
     float *proj;   /* BTC: attention / MLP projection output before the residual add */
-    float *dres, *dsmall, *dbig; /* RC, BTC, BT·4C */
+    float *dsmall, *dbig; /* BTC, BT·4C */
     float *full;   /* sp: BTC, a LayerNorm output (or dres) gathered over the sequence pieces */
     float *rows;   /* sp: RC, this rank's rows of a reduce-scattered sum */
     float *lngrad; /* sp: 4C, one block's LayerNorm gradients from this rank's rows, summed over tp */
-    uint16_t *tok, *tgt; /* BT: this micro-batch's tokens and targets, in the backend's memory */
-    float *xstat;        /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit) */
+    uint16_t *tgt; /* BT: the targets, in the backend's memory */
+    float *xstat;  /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit) */
     int head_rows;
     void *arena;
 };
@@ -44,10 +54,23 @@ dt_status gpt_shape_check(gpt_shape *s) {
     return DT_OK;
 }
 
+/* The stage a layout describes: its first block, block count, and whether it holds the
+ * embeddings (first stage) and the head (last stage; the tied wte lives on both). */
+typedef struct {
+    int first, n, embed, head, slots;
+} stage_info;
+static stage_info stage_of(const gpt_shape *s, const gpt_layout *lay) {
+    stage_info st = {lay->first_layer, lay->n_layers > 0 ? lay->n_layers : s->n_layer - lay->first_layer, 0, 0,
+                     lay->slots > 0 ? lay->slots : 1};
+    st.embed = st.first == 0;
+    st.head = st.first + st.n == s->n_layer;
+    return st;
+}
+
 /* split: -1 replicated, else the dimension of the [rows, cols] (1-D: [1, n]) tensor that
- * tensor parallelism splits, in `parts` fused parts */
+ * tensor parallelism splits, in `parts` fused parts; unit: the unit holding it */
 static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, int rows, int cols, int saved_rows,
-                       int decay, int layer, int split, int parts) {
+                       int decay, int layer, int split, int parts, int unit) {
     gpt_tensor *t = &m->tensors[(*idx)++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = cols > 0 ? 2 : 1;
@@ -71,18 +94,22 @@ static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, in
     t->offset = *off;
     t->decay = decay;
     t->layer = layer;
+    t->unit = unit;
     *off += t->numel;
 }
 
 static void build_table(gpt_model *m) {
     const gpt_shape *s = &m->shape;
-    int C = s->n_embd, idx = 0;
+    int C = s->n_embd, idx = 0, lnf_unit = m->nblocks + 1;
     size_t off = 0;
     char name[48];
     /* vocabulary-parallel: split by rows (the last pieces may hold the padding rows) */
-    add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1, 0, 1);
-    add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1, -1, 1);
-    for (int l = 0; l < s->n_layer; l++) {
+    if (m->has_embed || m->has_head)
+        add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1, 0, 1, 0);
+    if (m->has_embed) add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1, -1, 1, 0);
+    m->block0 = idx;
+    for (int j = 0; j < m->nblocks; j++) {
+        int l = m->first_layer + j; /* tensors keep their global names */
         static const char *suffix[T_PER_LAYER] = {
             "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
             "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
@@ -95,11 +122,13 @@ static void build_table(gpt_model *m) {
         for (int k = 0; k < T_PER_LAYER; k++) {
             snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
             int r = rows[k] * C, c = cols[k] * C;
-            add_tensor(m, &idx, &off, name, r, c, r, cols[k] > 0, l, split[k], parts[k]);
+            add_tensor(m, &idx, &off, name, r, c, r, cols[k] > 0, l, split[k], parts[k], 1 + j);
         }
     }
-    add_tensor(m, &idx, &off, "ln_f.weight", C, 0, C, 0, -1, -1, 1);
-    add_tensor(m, &idx, &off, "ln_f.bias", C, 0, C, 0, -1, -1, 1);
+    if (m->has_head) {
+        add_tensor(m, &idx, &off, "ln_f.weight", C, 0, C, 0, -1, -1, 1, lnf_unit);
+        add_tensor(m, &idx, &off, "ln_f.bias", C, 0, C, 0, -1, -1, 1, lnf_unit);
+    }
     m->ntensors = idx;
     m->nparams = off;
 }
@@ -117,8 +146,9 @@ static float *tg(const gpt_model *m, int i) {
     const gpt_tensor *t = &m->tensors[i];
     return S(m, m->unit_grads[t->unit], t->offset - m->units[t->unit].offset);
 }
-static float *P(const gpt_model *m, int layer, int k) { return tp(m, 2 + layer * T_PER_LAYER + k); }
-static float *G(const gpt_model *m, int layer, int k) { return tg(m, 2 + layer * T_PER_LAYER + k); }
+/* Local block j's tensor k. */
+static float *P(const gpt_model *m, int j, int k) { return tp(m, m->block0 + j * T_PER_LAYER + k); }
+static float *G(const gpt_model *m, int j, int k) { return tg(m, m->block0 + j * T_PER_LAYER + k); }
 
 static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit) {
     return fn ? fn(m->hooks.ctx, unit) : DT_OK;
@@ -129,8 +159,9 @@ static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit
  * esz: bytes per element of storage precision; statistics and losses stay fp32. */
 static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, const gpt_layout *lay, gpt_acts *a,
                          size_t *regions) {
-    size_t LL = (size_t)s->n_layer, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
-    size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1;
+    stage_info st = stage_of(s, lay);
+    size_t LL = (size_t)st.n, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
+    size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1, head = (size_t)st.head, first = (size_t)st.embed;
     size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
     size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
@@ -140,39 +171,51 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
     if (head_rows < 64) head_rows = 64;
     if (head_rows > BT) head_rows = BT;
     gpt_acts dummy;
+    gpt_slot dummy_slot;
     if (!a) {
         memset(&dummy, 0, sizeof dummy);
         a = &dummy;
     }
     a->head_rows = (int)head_rows;
     enum { F32 = 4, U16 = 2 };
-    const size_t E = esz;
     enum { SEQ = GPT_ACT_SEQUENCE, TPR = GPT_ACT_TENSOR, OTH = GPT_ACT_OTHER };
-    struct { float **p; size_t n, bytes; int region; } parts[] = {
-        {&a->encoded, R * C, E, SEQ},            {&a->ln1, LL * R * C, E, SEQ},         {&a->ln1_mean, LL * R, F32, SEQ},
-        {&a->ln1_rstd, LL * R, F32, SEQ},         {&a->qkv, LL * BT * 3 * Cl, E, TPR},   {&a->atty, LL * BT * Cl, E, TPR},
-        {&a->lse, LL * BT * NH, F32, TPR},        {&a->res2, LL * R * C, E, SEQ},        {&a->ln2, LL * R * C, E, SEQ},
-        {&a->ln2_mean, LL * R, F32, SEQ},         {&a->ln2_rstd, LL * R, F32, SEQ},      {&a->fch, LL * BT * 4 * Cl, E, TPR},
-        {&a->fch_gelu, LL * BT * 4 * Cl, E, TPR}, {&a->res3, LL * R * C, E, SEQ},        {&a->lnf, R * C, E, SEQ},
-        {&a->lnf_mean, R, F32, SEQ},             {&a->lnf_rstd, R, F32, SEQ},           {&a->logits, head_rows * Vp, E, OTH},
-        {&a->losses, BT, F32, OTH},              {&a->proj, BT * C, E, OTH},            {&a->dres, R * C, E, SEQ},
-        {&a->dsmall, BT * C, E, OTH},            {&a->dbig, BT * 4 * Cl, E, TPR},
-        {(float **)&a->tok, BT, U16, OTH},       {(float **)&a->tgt, BT, U16, OTH},    {&a->xstat, 3 * head_rows, F32, OTH},
-        {&a->full, sp * BT * C, E, OTH},         {&a->rows, sp * R * C, E, SEQ},        {&a->lngrad, sp * 4 * C, E, OTH},
-    };
+    const size_t E = esz;
+    typedef struct { float **p; size_t n, bytes; int region; } part;
     size_t total = 0; /* bytes, each part 64-byte aligned */
     char *p = a->arena;
     if (regions) memset(regions, 0, GPT_ACT_NREGIONS * sizeof *regions);
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        if (p) *parts[i].p = (float *)(p + total);
-        size_t bytes = (parts[i].n * parts[i].bytes + 63) / 64 * 64;
-        total += bytes;
-        if (regions) regions[parts[i].region] += bytes;
+#define LAY(list)                                                             \
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {               \
+        if (p) *list[i].p = (float *)(p + total);                            \
+        size_t bytes_ = (list[i].n * list[i].bytes + 63) / 64 * 64;          \
+        total += bytes_;                                                      \
+        if (regions) regions[list[i].region] += bytes_;                       \
     }
+    for (int k = 0; k < st.slots; k++) {
+        gpt_slot *b = p ? &a->slot[k] : &dummy_slot;
+        part per_slot[] = {
+            {&b->encoded, R * C, E, SEQ},            {&b->ln1, LL * R * C, E, SEQ},         {&b->ln1_mean, LL * R, F32, SEQ},
+            {&b->ln1_rstd, LL * R, F32, SEQ},         {&b->qkv, LL * BT * 3 * Cl, E, TPR},   {&b->atty, LL * BT * Cl, E, TPR},
+            {&b->lse, LL * BT * NH, F32, TPR},        {&b->res2, LL * R * C, E, SEQ},        {&b->ln2, LL * R * C, E, SEQ},
+            {&b->ln2_mean, LL * R, F32, SEQ},         {&b->ln2_rstd, LL * R, F32, SEQ},      {&b->fch, LL * BT * 4 * Cl, E, TPR},
+            {&b->fch_gelu, LL * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
+            {&b->lnf_mean, head * R, F32, SEQ},      {&b->lnf_rstd, head * R, F32, SEQ},    {&b->dres, R * C, E, SEQ},
+            {(float **)&b->tok, first * BT, U16, OTH},
+        };
+        LAY(per_slot)
+    }
+    part shared[] = {
+        {&a->logits, head * head_rows * Vp, E, OTH}, {&a->losses, head * BT, F32, OTH},  {&a->proj, BT * C, E, OTH},
+        {&a->dsmall, BT * C, E, OTH},                {&a->dbig, BT * 4 * Cl, E, TPR},     {(float **)&a->tgt, head * BT, U16, OTH},
+        {&a->xstat, head * 3 * head_rows, F32, OTH}, {&a->full, sp * BT * C, E, OTH},      {&a->rows, sp * R * C, E, SEQ},
+        {&a->lngrad, sp * 4 * C, E, OTH},
+    };
+    LAY(shared)
+#undef LAY
     return total;
 }
 
-static const gpt_layout one_rank = {1, 0, 0};
+static const gpt_layout one_rank = {1, 0, 0, 0, 0, 0};
 
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes) {
     return act_layout(s, B, T, elem_bytes, &one_rank, NULL, NULL);
@@ -229,26 +272,34 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     if (max_T > m->shape.seq_len)
         return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
                        m->shape.seq_len);
+    stage_info st = stage_of(&m->shape, layout);
+    if (st.first < 0 || st.n < 1 || st.first + st.n > m->shape.n_layer)
+        return dt_fail(DT_EINPUT, "model stage: blocks [%d, %d) are not within the model's %d", st.first,
+                       st.first + st.n, m->shape.n_layer);
+    m->first_layer = st.first;
+    m->nblocks = st.n;
+    m->has_embed = st.embed;
+    m->has_head = st.head;
     m->ops = ops;
     m->esz = dt_elem_bytes(ops);
     m->max_B = max_B;
     m->max_T = max_T;
-    m->tensors = calloc((size_t)(4 + T_PER_LAYER * m->shape.n_layer), sizeof(gpt_tensor));
+    m->tensors = calloc((size_t)(4 + T_PER_LAYER * m->nblocks), sizeof(gpt_tensor));
     m->acts = calloc(1, sizeof(gpt_acts));
-    if (!m->tensors || !m->acts) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
+    if (m->acts) m->acts->slot = calloc((size_t)st.slots, sizeof(gpt_slot));
+    if (!m->tensors || !m->acts || !m->acts->slot) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
+    m->acts->nslots = st.slots;
     build_table(m);
-    int L = m->shape.n_layer;
-    m->nunits = L + 2;
+    m->nunits = m->nblocks + 2;
     m->units = calloc((size_t)m->nunits, sizeof(gpt_unit));
     m->unit_params = calloc((size_t)m->nunits, sizeof(float *));
     m->unit_grads = calloc((size_t)m->nunits, sizeof(float *));
     if (!m->units || !m->unit_params || !m->unit_grads) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
-    for (int i = 0; i < m->ntensors; i++) {
-        gpt_tensor *t = &m->tensors[i];
-        t->unit = t->layer >= 0 ? 1 + t->layer : (i < 2 ? 0 : L + 1);
-        gpt_unit *u = &m->units[t->unit];
-        if (u->count == 0) u->offset = t->offset;
-        u->count += t->numel;
+    size_t next = 0; /* an empty unit (no embeddings or no ln_f on this stage) sits where it would be */
+    for (int u = 0, i = 0; u < m->nunits; u++) {
+        m->units[u].offset = next;
+        for (; i < m->ntensors && m->tensors[i].unit == u; i++) m->units[u].count += m->tensors[i].numel;
+        next = m->units[u].offset + m->units[u].count;
     }
     if (alloc_state) {
         DT_TRY(ops->alloc((void **)&m->params, m->nparams * m->esz, "parameters"));
@@ -272,6 +323,7 @@ void gpt_destroy(gpt_model *m) {
         m->ops->free(m->params);
         m->ops->free(m->grads);
     }
+    if (m->acts) free(m->acts->slot);
     free(m->acts);
     free(m->tensors);
     free(m->units);
@@ -335,7 +387,7 @@ void gpt_zero_grad(gpt_model *m) {
 
 size_t gpt_num_params(const gpt_model *m) {
     size_t n = 0;
-    for (int i = 0; i < m->ntensors; i++) /* of the whole model, whatever this rank holds */
+    for (int i = 0; i < m->ntensors; i++) /* whole tensors, whatever piece of them this rank holds */
         n += (size_t)(m->tensors[i].shard.real_rows * m->tensors[i].shard.cols);
     return n;
 }
@@ -355,22 +407,23 @@ double gpt_flops_per_token(const gpt_shape *s, int T) {
 static int local_rows(const gpt_model *m, int n) { return m->sp ? n / m->tp : n; }
 static size_t max_local_rows(const gpt_model *m) { return (size_t)local_rows(m, m->max_B * m->max_T); }
 
-static float *layer_in(const gpt_model *m, int l) { /* block l's input residual stream */
+static gpt_slot *slot_at(const gpt_model *m, int k) { return &m->acts->slot[k]; }
+
+static float *layer_in(const gpt_model *m, const gpt_slot *b, int j) { /* local block j's input residual stream */
     size_t RC = max_local_rows(m) * (size_t)m->shape.n_embd;
-    return l == 0 ? m->acts->encoded : S(m, m->acts->res3, (size_t)(l - 1) * RC);
+    return j == 0 ? b->encoded : S(m, b->res3, (size_t)(j - 1) * RC);
 }
 
-/* Block l's saved activations. */
+/* Local block j's saved activations in one slot. */
 typedef struct {
     float *x, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fcg, *res3;
 } block_acts;
 
-static block_acts block_at(const gpt_model *m, int l) {
-    const gpt_acts *a = m->acts;
+static block_acts block_at(const gpt_model *m, const gpt_slot *a, int j) {
     size_t BT = (size_t)m->max_B * m->max_T, BTCl = BT * (size_t)m->shape.n_embd / (size_t)m->tp;
     size_t R = max_local_rows(m), RC = R * (size_t)m->shape.n_embd;
-    size_t L = (size_t)l; /* storage-precision buffers step through S(); statistics are fp32 */
-    return (block_acts){layer_in(m, l),               S(m, a->ln1, L * RC),       a->ln1_mean + L * R,
+    size_t L = (size_t)j; /* storage-precision buffers step through S(); statistics are fp32 */
+    return (block_acts){layer_in(m, a, j),            S(m, a->ln1, L * RC),       a->ln1_mean + L * R,
                         a->ln1_rstd + L * R,          S(m, a->qkv, L * 3 * BTCl), S(m, a->atty, L * BTCl),
                         a->lse + L * BT * (size_t)(m->shape.n_head / m->tp),      S(m, a->res2, L * RC),
                         S(m, a->ln2, L * RC),         a->ln2_mean + L * R,        a->ln2_rstd + L * R,
@@ -434,54 +487,76 @@ static dt_status ln_grad_finish(gpt_model *m, float *const *dw, int nslots) {
  * attention width) and 4C/tp MLP columns; the row-parallel projections produce partial
  * sums, completed by tp_complete, their bias added by piece 0 alone. With sp the
  * LayerNorms and residual adds run on this rank's Nl rows. */
-static dt_status block_forward(gpt_model *m, int l, int B, int T) {
+static dt_status block_forward(gpt_model *m, const gpt_slot *a, int j) {
     const dt_ops *o = m->ops;
     float *proj = m->acts->proj, *in, *p;
-    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T, Nl = local_rows(m, N);
-    int bias_here = m->tp_rank == 0;
-    block_acts b = block_at(m, l);
-    o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, l, T_LN1W), P(m, l, T_LN1B), Nl, C);
+    int B = a->B, T = a->T, C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
+    int Nl = local_rows(m, N), bias_here = m->tp_rank == 0;
+    block_acts b = block_at(m, a, j);
+    o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, j, T_LN1W), P(m, j, T_LN1B), Nl, C);
     DT_TRY(seq_gather(m, b.ln1, N, &in));
-    o->linear_fwd(b.qkv, in, P(m, l, T_QKVW), P(m, l, T_QKVB), N, C, 3 * Cl);
+    o->linear_fwd(b.qkv, in, P(m, j, T_QKVW), P(m, j, T_QKVB), N, C, 3 * Cl);
     o->attention_fwd(b.atty, b.lse, b.qkv, B, T, Cl, NHl);
-    o->linear_fwd(proj, b.atty, P(m, l, T_APW), bias_here ? P(m, l, T_APB) : NULL, N, Cl, C);
+    o->linear_fwd(proj, b.atty, P(m, j, T_APW), bias_here ? P(m, j, T_APB) : NULL, N, Cl, C);
     DT_TRY(tp_complete(m, proj, m->acts->rows, N, &p));
     o->add(b.res2, b.x, p, (size_t)Nl * C);
-    o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, l, T_LN2W), P(m, l, T_LN2B), Nl, C);
+    o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, j, T_LN2W), P(m, j, T_LN2B), Nl, C);
     DT_TRY(seq_gather(m, b.ln2, N, &in));
-    o->linear_fwd(b.fch, in, P(m, l, T_FCW), P(m, l, T_FCB), N, C, 4 * Cl);
+    o->linear_fwd(b.fch, in, P(m, j, T_FCW), P(m, j, T_FCB), N, C, 4 * Cl);
     o->gelu_fwd(b.fcg, b.fch, (size_t)N * 4 * Cl);
-    o->linear_fwd(proj, b.fcg, P(m, l, T_MPW), bias_here ? P(m, l, T_MPB) : NULL, N, 4 * Cl, C);
+    o->linear_fwd(proj, b.fcg, P(m, j, T_MPW), bias_here ? P(m, j, T_MPB) : NULL, N, 4 * Cl, C);
     DT_TRY(tp_complete(m, proj, m->acts->rows, N, &p));
     o->add(b.res3, b.res2, p, (size_t)Nl * C);
     return DT_OK;
 }
 
-/* Embeddings, every block, final LayerNorm: leaves lnf ready for the head. */
-static dt_status forward_body(gpt_model *m, const uint16_t *tokens, int B, int T) {
-    const dt_ops *o = m->ops;
-    gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, L = m->shape.n_layer, N = B * T, Nl = local_rows(m, N);
-    if (m->sp && N % m->tp != 0)
-        return dt_fail(DT_EINPUT, "parallel.sp: %d x %d tokens do not split into parallel.tp %d pieces", B, T, m->tp);
-    HOOK(before_forward, 0);
-    o->upload(a->tok, tokens, (size_t)N * sizeof(uint16_t));
-    /* vocabulary-parallel: each rank embeds the tokens in its rows, piece 0 adds the positions */
-    int Vl = m->shape.padded_vocab / m->tp;
-    float *emb = m->sp ? a->proj : a->encoded, *done;
-    o->embed_fwd(emb, a->tok, tp(m, 0), m->tp_rank == 0 ? tp(m, 1) : NULL, B, T, C, m->tp_rank * Vl, Vl);
-    DT_TRY(tp_complete(m, emb, a->encoded, N, &done));
-    for (int l = 0; l < L; l++) {
-        HOOK(before_forward, 1 + l);
-        DT_TRY(block_forward(m, l, B, T));
-        HOOK(after_forward, 1 + l);
-    }
-    HOOK(before_forward, L + 1);
-    o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, L), tp(m, m->ntensors - 2),
-                     tp(m, m->ntensors - 1), Nl, C);
-    HOOK(after_forward, L + 1);
+static dt_status check_slot(const gpt_model *m, int slot) {
+    if (slot < 0 || slot >= m->acts->nslots)
+        return dt_fail(DT_EINPUT, "model: activation slot %d of %d", slot, m->acts->nslots);
     return DT_OK;
 }
+
+dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0) {
+    DT_TRY(check_slot(m, slot));
+    const dt_ops *o = m->ops;
+    gpt_slot *a = slot_at(m, slot);
+    int C = m->shape.n_embd, N = B * T, Nl = local_rows(m, N);
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T || pos0 < 0 || pos0 + T > m->shape.seq_len)
+        return dt_fail(DT_EINPUT, "model: a %d x %d micro-batch at position %d does not fit %d x %d (positions %d)", B,
+                       T, pos0, m->max_B, m->max_T, m->shape.seq_len);
+    if (m->sp && N % m->tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.sp: %d x %d tokens do not split into parallel.tp %d pieces", B, T, m->tp);
+    a->B = B;
+    a->T = T;
+    a->pos0 = pos0;
+    if (m->has_embed) {
+        HOOK(before_forward, 0);
+        o->upload(a->tok, tokens, (size_t)N * sizeof(uint16_t));
+        /* vocabulary-parallel: each rank embeds the tokens in its rows, piece 0 adds the positions */
+        int Vl = m->shape.padded_vocab / m->tp;
+        float *emb = m->sp ? m->acts->proj : a->encoded, *done;
+        const float *wpe = m->tp_rank == 0 ? S(m, tp(m, 1), (size_t)pos0 * C) : NULL;
+        o->embed_fwd(emb, a->tok, tp(m, 0), wpe, B, T, C, m->tp_rank * Vl, Vl);
+        DT_TRY(tp_complete(m, emb, a->encoded, N, &done));
+    }
+    for (int j = 0; j < m->nblocks; j++) {
+        HOOK(before_forward, 1 + j);
+        DT_TRY(block_forward(m, a, j));
+        HOOK(after_forward, 1 + j);
+    }
+    if (m->has_head) {
+        int lnf_unit = m->nblocks + 1;
+        HOOK(before_forward, lnf_unit);
+        o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, a, m->nblocks), tp(m, m->ntensors - 2),
+                         tp(m, m->ntensors - 1), Nl, C);
+        HOOK(after_forward, lnf_unit);
+    }
+    return DT_OK;
+}
+
+float *gpt_slot_input(gpt_model *m, int slot) { return slot_at(m, slot)->encoded; }
+float *gpt_slot_output(gpt_model *m, int slot) { return layer_in(m, slot_at(m, slot), m->nblocks); }
+float *gpt_slot_grad(gpt_model *m, int slot) { return slot_at(m, slot)->dres; }
 
 /* Vocabulary-parallel cross-entropy over R rows of local logits (columns [v0, v0 + Vl)):
  * the row max and then the sum of exponentials and the target's logit are completed over
@@ -500,17 +575,18 @@ static dt_status xent_tp(gpt_model *m, int R, int r0, const uint16_t *targets, f
     return DT_OK;
 }
 
-/* LM head over row chunks of all N rows: logits = lnf·wteᵀ, softmax cross-entropy, and
- * when grad_scale != 0 its backward (dwte +=) while the chunk is hot; *dlnf receives
- * this rank's rows of the gradient of lnf. */
-static dt_status head(gpt_model *m, const uint16_t *targets, int N, float grad_scale, double *loss, float **dlnf) {
+/* LM head over row chunks of all N rows of slot b: logits = lnf·wteᵀ, softmax
+ * cross-entropy, and when grad_scale != 0 its backward (dwte +=) while the chunk is hot;
+ * *dlnf receives this rank's rows of the gradient of lnf. */
+static dt_status head(gpt_model *m, gpt_slot *b, const uint16_t *targets, float grad_scale, double *loss,
+                      float **dlnf) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
+    int N = b->B * b->T, C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
     const float *wte = tp(m, 0); /* this rank's vocabulary rows */
     int vocab_parallel = m->tp_comm.allreduce != NULL;
     float *lnf;
-    DT_TRY(seq_gather(m, a->lnf, N, &lnf));
+    DT_TRY(seq_gather(m, b->lnf, N, &lnf));
     o->upload(a->tgt, targets, (size_t)N * sizeof(uint16_t));
     targets = a->tgt;
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
@@ -529,18 +605,53 @@ static dt_status head(gpt_model *m, const uint16_t *targets, int N, float grad_s
     return DT_OK;
 }
 
+dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss_out) {
+    DT_TRY(check_slot(m, slot));
+    if (!m->has_head) return dt_fail(DT_EINPUT, "model: the loss is computed on the last stage only");
+    const dt_ops *o = m->ops;
+    gpt_slot *b = slot_at(m, slot);
+    int C = m->shape.n_embd, Nl = local_rows(m, b->B * b->T), lnf_unit = m->nblocks + 1;
+    if (grad_scale == 0.0f) return head(m, b, targets, 0.0f, loss_out, NULL);
+    HOOK(before_backward, 0);
+    double loss;
+    float *dlnf;
+    DT_TRY(head(m, b, targets, grad_scale, &loss, &dlnf));
+    int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
+    o->zero(b->dres, (size_t)Nl * C * m->esz);
+    HOOK(before_backward, lnf_unit);
+    ln_grads lnf = ln_grad_target(m, tg(m, lnw), tg(m, lnb), 0);
+    if (m->sp) o->zero(m->acts->lngrad, 2 * (size_t)C * m->esz);
+    o->layernorm_bwd(b->dres, lnf.w, lnf.b, dlnf, layer_in(m, b, m->nblocks), tp(m, lnw), b->lnf_mean, b->lnf_rstd,
+                     Nl, C);
+    float *const lnf_grads[1] = {tg(m, lnw)};
+    DT_TRY(ln_grad_finish(m, lnf_grads, 1));
+    HOOK(after_backward, lnf_unit);
+    *loss_out = loss;
+    return DT_OK;
+}
+
+/* A whole model in one stage (gpt_forward_backward and friends): refuses stage models. */
+static dt_status check_whole(const gpt_model *m) {
+    if (!m->has_embed || !m->has_head)
+        return dt_fail(DT_EINPUT, "model: blocks [%d, %d) are a pipeline stage; this pass needs the whole model",
+                       m->first_layer, m->first_layer + m->nblocks);
+    return DT_OK;
+}
+
 dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss) {
-    DT_TRY(forward_body(m, tokens, B, T));
-    DT_TRY(head(m, targets, B * T, 0.0f, loss, NULL));
+    DT_TRY(check_whole(m));
+    DT_TRY(gpt_forward(m, 0, tokens, B, T, 0));
+    DT_TRY(gpt_loss(m, 0, targets, 0.0f, loss));
     HOOK(after_forward, 0);
     return DT_OK;
 }
 
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
     if (m->tp > 1) return dt_fail(DT_EINPUT, "sampling with tensor parallelism is not implemented yet");
-    DT_TRY(forward_body(m, tokens, 1, T));
+    DT_TRY(check_whole(m));
+    DT_TRY(gpt_forward(m, 0, tokens, 1, T, 0));
     int C = m->shape.n_embd, Vp = m->shape.padded_vocab;
-    m->ops->gemm(0, 1, 1, Vp, C, 1.0f, S(m, m->acts->lnf, (size_t)(T - 1) * C), C, tp(m, 0), C, 0.0f,
+    m->ops->gemm(0, 1, 1, Vp, C, 1.0f, S(m, slot_at(m, 0)->lnf, (size_t)(T - 1) * C), C, tp(m, 0), C, 0.0f,
                  m->acts->logits, Vp);
     HOOK(after_forward, 0);
     size_t V = (size_t)m->shape.vocab_size;
@@ -564,65 +675,61 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
  * row-parallel layer's backward (the conjugate of its forward reduce-scatter); the
  * LayerNorm outputs are gathered again for the column-parallel weight gradients rather
  * than kept whole (Megatron-SP's trade: memory for a second all-gather). */
-static dt_status block_backward(gpt_model *m, int l, int B, int T) {
+static dt_status block_backward(gpt_model *m, gpt_slot *s, int j) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T, Nl = local_rows(m, N);
-    block_acts b = block_at(m, l);
+    int B = s->B, T = s->T, C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
+    int Nl = local_rows(m, N);
+    block_acts b = block_at(m, s, j);
     float *dout, *in, *dln;
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-    DT_TRY(seq_gather(m, a->dres, N, &dout));
-    o->linear_bwd(a->dbig, G(m, l, T_MPW), G(m, l, T_MPB), dout, b.fcg, P(m, l, T_MPW), N, 4 * Cl, C, 0);
+    DT_TRY(seq_gather(m, s->dres, N, &dout));
+    o->linear_bwd(a->dbig, G(m, j, T_MPW), G(m, j, T_MPB), dout, b.fcg, P(m, j, T_MPW), N, 4 * Cl, C, 0);
     o->gelu_bwd(a->dbig, b.fch, a->dbig, (size_t)N * 4 * Cl);
     DT_TRY(seq_gather(m, b.ln2, N, &in));
-    o->linear_bwd(a->dsmall, G(m, l, T_FCW), G(m, l, T_FCB), a->dbig, in, P(m, l, T_FCW), N, C, 4 * Cl, 0);
+    o->linear_bwd(a->dsmall, G(m, j, T_FCW), G(m, j, T_FCB), a->dbig, in, P(m, j, T_FCW), N, C, 4 * Cl, 0);
     DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));
-    ln_grads ln2 = ln_grad_target(m, G(m, l, T_LN2W), G(m, l, T_LN2B), 0);
-    ln_grads ln1 = ln_grad_target(m, G(m, l, T_LN1W), G(m, l, T_LN1B), 1);
+    ln_grads ln2 = ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
+    ln_grads ln1 = ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
     if (m->sp) o->zero(a->lngrad, 4 * (size_t)C * m->esz);
-    o->layernorm_bwd(a->dres, ln2.w, ln2.b, dln, b.res2, P(m, l, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
+    o->layernorm_bwd(s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
-    DT_TRY(seq_gather(m, a->dres, N, &dout));
-    o->linear_bwd(a->dsmall, G(m, l, T_APW), G(m, l, T_APB), dout, b.atty, P(m, l, T_APW), N, Cl, C, 0);
+    DT_TRY(seq_gather(m, s->dres, N, &dout));
+    o->linear_bwd(a->dsmall, G(m, j, T_APW), G(m, j, T_APB), dout, b.atty, P(m, j, T_APW), N, Cl, C, 0);
     o->attention_bwd(a->dbig, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl);
     DT_TRY(seq_gather(m, b.ln1, N, &in));
-    o->linear_bwd(a->dsmall, G(m, l, T_QKVW), G(m, l, T_QKVB), a->dbig, in, P(m, l, T_QKVW), N, C, 3 * Cl, 0);
+    o->linear_bwd(a->dsmall, G(m, j, T_QKVW), G(m, j, T_QKVB), a->dbig, in, P(m, j, T_QKVW), N, C, 3 * Cl, 0);
     DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));
-    o->layernorm_bwd(a->dres, ln1.w, ln1.b, dln, b.x, P(m, l, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
-    float *const ln_dw[2] = {G(m, l, T_LN2W), G(m, l, T_LN1W)};
+    o->layernorm_bwd(s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
+    float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
     return ln_grad_finish(m, ln_dw, 2);
 }
 
-dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
-                               float grad_scale, double *loss_out) {
-    const dt_ops *o = m->ops;
-    gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, L = m->shape.n_layer, N = B * T, Nl = local_rows(m, N);
-    DT_TRY(forward_body(m, tokens, B, T));
-    HOOK(before_backward, 0);
-    double loss;
-    float *dlnf;
-    DT_TRY(head(m, targets, N, grad_scale, &loss, &dlnf));
-    int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
-    o->zero(a->dres, (size_t)Nl * C * m->esz);
-    HOOK(before_backward, L + 1);
-    ln_grads lnf = ln_grad_target(m, tg(m, lnw), tg(m, lnb), 0);
-    if (m->sp) o->zero(a->lngrad, 2 * (size_t)C * m->esz);
-    o->layernorm_bwd(a->dres, lnf.w, lnf.b, dlnf, layer_in(m, L), tp(m, lnw), a->lnf_mean,
-                     a->lnf_rstd, Nl, C);
-    float *const lnf_grads[1] = {tg(m, lnw)};
-    DT_TRY(ln_grad_finish(m, lnf_grads, 1));
-    HOOK(after_backward, L + 1);
-    for (int l = L - 1; l >= 0; l--) {
-        HOOK(before_backward, 1 + l);
-        DT_TRY(block_backward(m, l, B, T));
-        HOOK(after_backward, 1 + l);
+dt_status gpt_backward(gpt_model *m, int slot) {
+    DT_TRY(check_slot(m, slot));
+    gpt_slot *s = slot_at(m, slot);
+    int C = m->shape.n_embd, N = s->B * s->T;
+    for (int j = m->nblocks - 1; j >= 0; j--) {
+        HOOK(before_backward, 1 + j);
+        DT_TRY(block_backward(m, s, j));
+        HOOK(after_backward, 1 + j);
     }
-    int Vl = m->shape.padded_vocab / m->tp; /* dwpe on every rank: dres is replicated (or gathered) */
-    float *dall;
-    DT_TRY(seq_gather(m, a->dres, N, &dall));
-    o->embed_bwd(tg(m, 0), tg(m, 1), dall, a->tok, B, T, C, m->tp_rank * Vl, Vl);
-    HOOK(after_backward, 0);
-    *loss_out = loss;
+    if (m->has_embed) {
+        if (!m->has_head) HOOK(before_backward, 0); /* else the head asked for it */
+        int Vl = m->shape.padded_vocab / m->tp;     /* dwpe on every rank: dres is replicated (or gathered) */
+        float *dall;
+        DT_TRY(seq_gather(m, s->dres, N, &dall));
+        m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C,
+                          m->tp_rank * Vl, Vl);
+    }
+    if (m->has_embed || m->has_head) HOOK(after_backward, 0);
     return DT_OK;
+}
+
+dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
+                               float grad_scale, double *loss) {
+    DT_TRY(check_whole(m));
+    DT_TRY(gpt_forward(m, 0, tokens, B, T, 0));
+    DT_TRY(gpt_loss(m, 0, targets, grad_scale, loss));
+    return gpt_backward(m, 0);
 }

@@ -35,7 +35,10 @@ typedef struct {
 } gpt_tensor;
 
 /* Units are the groups of contiguous tensors that a sharding wrapper gathers, reduces
- * and frees together: unit 0 = wte + wpe, unit 1+l = block l, unit n_layer+1 = ln_f.
+ * and frees together: unit 0 = wte + wpe, unit 1+j = local block j (block first_layer + j
+ * of the model), unit nblocks+1 = ln_f. On a pipeline stage unit 0 holds what the stage
+ * has of the embeddings (wte + wpe first, wte alone last, nothing in between) and ln_f's
+ * unit is empty except on the last stage; empty units have count 0.
  * The model reads a unit's parameters and writes its gradients through
  * unit_params[u] / unit_grads[u] (by default into the flat buffers), so ZeRO-3/FSDP
  * can point them at gathered copies. */
@@ -43,10 +46,11 @@ typedef struct {
     size_t offset, count; /* in floats, in the flat layout */
 } gpt_unit;
 
-/* Called around each unit's use. Order in gpt_forward_backward: before_forward(0),
- * then per block before_forward(1+l) / after_forward(1+l), before/after_forward(L+1)
- * for ln_f; backward: before_backward(0) (the head needs wte), before_backward(L+1),
- * after_backward(L+1), blocks L..1 (before/after), after_backward(0) last.
+/* Called around each unit's use (L = nblocks). Order in gpt_forward_backward:
+ * before_forward(0), then per block before_forward(1+l) / after_forward(1+l),
+ * before/after_forward(L+1) for ln_f; backward: before_backward(0) (the head needs wte),
+ * before_backward(L+1), after_backward(L+1), blocks L..1 (before/after),
+ * after_backward(0) last. A stage calls those of the units it has.
  * after_backward(u) means unit u's gradients are final for this micro-batch, so a
  * data-parallel wrapper can start reducing them while the rest of backward runs.
  * Evaluation calls the forward hooks and ends with after_forward(0). */
@@ -79,7 +83,8 @@ typedef struct {
     void *ctx;
 } gpt_tp_comm;
 
-/* How this rank's model is cut (the parallel layout, as the model sees it: shapes only).
+/* How this rank's model is cut (the parallel layout, as the model sees it: shapes only;
+ * zero fields mean "not cut").
  *   tp, tp_rank  tensor parallelism: heads, MLP columns and vocabulary rows split;
  *   sp           sequence parallelism (tp > 1): the rows of the micro-batch (B·T, in
  *                order: for B = 1 the sequence) are split into tp contiguous pieces in the
@@ -88,6 +93,9 @@ typedef struct {
  *                layer) and reduce-scatter (after a row-parallel one). */
 typedef struct {
     int tp, tp_rank, sp;
+    int first_layer, n_layers; /* a pipeline stage: blocks [first_layer, first_layer + n_layers) (0: to the
+                                  end); the first stage holds the embeddings, the last ln_f and the tied wte */
+    int slots;                 /* micro-batches whose activations are kept at once (0: 1) */
 } gpt_layout;
 
 typedef struct {
@@ -106,6 +114,9 @@ typedef struct {
     size_t act_regions[GPT_ACT_NREGIONS]; /* act_bytes by region */
     size_t esz;       /* bytes per element of parameters, gradients, activations (ops.h storage) */
     gpt_hooks hooks;
+    int first_layer, nblocks; /* this stage's blocks: [first_layer, first_layer + nblocks) of shape.n_layer */
+    int has_embed, has_head;  /* first stage (wte, wpe), last stage (ln_f, the head's tied wte) */
+    int block0;               /* index of local block 0's first tensor */
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
     int sp;             /* sequence parallelism: LayerNorm/residual rows split over tp (gpt_layout) */
     gpt_tp_comm tp_comm;
@@ -149,12 +160,31 @@ void gpt_sorted_order(const gpt_model *m, int *order);
 
 /* Zeroes every unit's gradients (through unit_grads). */
 void gpt_zero_grad(gpt_model *m);
-/* Forward, loss and backward for one micro-batch: grads += d(loss_sum · grad_scale);
- * *loss = the sum of per-token losses (double). tokens/targets are B x T. A hook's
- * failure (a collective of the strategy around the model) stops the pass and is
- * returned; the gradients are then incomplete. */
+/* Forward, loss and backward for one micro-batch on a whole model (one stage):
+ * grads += d(loss_sum · grad_scale); *loss = the sum of per-token losses (double).
+ * tokens/targets are B x T. A hook's failure (a collective of the strategy around the
+ * model) stops the pass and is returned; the gradients are then incomplete. */
 dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
                                float grad_scale, double *loss);
+/* The stage API (pipeline schedules run these; gpt_forward_backward is the three on
+ * slot 0). Activations of a micro-batch live in one of the layout's slots from its
+ * forward to its backward. Boundary buffers are in the backend's memory, this rank's
+ * rows (B·T, or B·T/tp with sp) x n_embd:
+ *   gpt_slot_input   a non-first stage's input: filled (received) before gpt_forward;
+ *   gpt_slot_output  a non-last stage's output after gpt_forward (to send);
+ *   gpt_slot_grad    the gradient of the residual stream: a non-last stage receives its
+ *                    output's gradient there before gpt_backward, which leaves the
+ *                    gradient of its input there (to send back).
+ * gpt_forward: the stage's forward of micro-batch B x T (tokens read on the first stage
+ * only) at positions pos0..pos0+T-1 of the position table. gpt_loss (last stage): the
+ * head; with grad_scale != 0 its backward through ln_f too. gpt_backward: the blocks'
+ * backward, and on the first stage the embeddings'. */
+dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0);
+dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss);
+dt_status gpt_backward(gpt_model *m, int slot);
+float *gpt_slot_input(gpt_model *m, int slot);
+float *gpt_slot_output(gpt_model *m, int slot);
+float *gpt_slot_grad(gpt_model *m, int slot);
 /* Forward and loss only: *loss = the sum of per-token losses. */
 dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss);
 /* Logits (vocab_size floats) for the next token after tokens[0..T), T <= max_T. */

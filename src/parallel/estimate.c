@@ -31,7 +31,7 @@ static double rank_psi(const dt_config *c, const gpt_shape *s) {
 /* Activation bytes of one rank (its tensor/sequence-parallel pieces), and by region. */
 static double act_bytes_regions(const dt_config *c, const gpt_shape *s, size_t *regions) {
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
-    gpt_layout lay = {c->parallel.tp > 0 ? c->parallel.tp : 1, 0, c->parallel.sp};
+    gpt_layout lay = {.tp = c->parallel.tp > 0 ? c->parallel.tp : 1, .sp = c->parallel.sp};
     return (double)gpt_activation_bytes_layout(s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4,
                                                &lay, regions);
 }

@@ -238,7 +238,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
         DT_TRY(dt_comm_set_algo(t->mesh.dp_comm, (dt_coll)algo_keys[i].coll, a));
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    gpt_layout layout = {t->mesh.tp, t->mesh.tp_rank, c->parallel.sp};
+    gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp};
     /* activations are rank-local; the data-parallel setup below is collective */
     DT_TRY(dt_comm_agree(t->world,
                          gpt_create_layout(&t->model, &shape, t->ops, t->micro, t->T, 0, &layout),

@@ -1,0 +1,148 @@
+/* The model's stage API (what pipeline schedules run): a model cut into stages of
+ * blocks, run micro-batch by micro-batch through activation slots with the boundary
+ * activations and gradients copied between stages as a pipeline would send them, gives
+ * the whole model's losses and gradients. Blocks and positions bitwise; the tied wte
+ * (its gradient is the head's on the last stage plus the embedding's on the first,
+ * summed in another order) within 1e-6. Also: each stage holds only its tensors, the
+ * position offset reads and writes the right wpe rows, bad slots and shapes fail. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "model/gpt.h"
+
+enum { B = 2, T = 8, MB = 3 };
+
+static const gpt_shape SHAPE = {5, 2, 16, 16, 70, 0};
+
+static dt_status make(gpt_model *m, int first, int n, int slots) {
+    gpt_layout lay = {.tp = 1, .first_layer = first, .n_layers = n, .slots = slots};
+    DT_TRY(gpt_create_layout(m, &SHAPE, dt_ops_cpu(), B, T, 1, &lay));
+    gpt_init(m, 7);
+    gpt_zero_grad(m);
+    return DT_OK;
+}
+
+static float *grad_of(gpt_model *m, const char *name) {
+    const gpt_tensor *t = gpt_find(m, name);
+    return t ? m->grads + t->offset : NULL;
+}
+
+/* max |a - b| / max |a| over n floats */
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        s = fmax(s, fabs((double)a[i]));
+    }
+    return s > 0 ? d / s : d;
+}
+
+int main(void) {
+    uint16_t tok[MB][B * T], tgt[MB][B * T];
+    for (int k = 0; k < MB; k++)
+        for (int i = 0; i < B * T; i++) {
+            tok[k][i] = (uint16_t)((i * 7 + k * 13 + 3) % SHAPE.vocab_size);
+            tgt[k][i] = (uint16_t)((i * 11 + k * 5 + 1) % SHAPE.vocab_size);
+        }
+    /* the whole model, micro-batches one after the other (gradient accumulation) */
+    gpt_model whole;
+    CHECK(make(&whole, 0, 0, 1) == DT_OK, "whole model");
+    double want[MB];
+    for (int k = 0; k < MB; k++)
+        CHECK(gpt_forward_backward(&whole, tok[k], tgt[k], B, T, 0.5f, &want[k]) == DT_OK, "whole fb %d", k);
+
+    /* three stages (2 + 1 + 2 blocks: a count the stages do not divide evenly), GPipe
+     * order: every forward, then every backward, activations kept in MB slots */
+    gpt_model st[3];
+    int first[3] = {0, 2, 3}, n[3] = {2, 1, 2};
+    for (int s = 0; s < 3; s++) CHECK(make(&st[s], first[s], n[s], MB) == DT_OK, "stage %d", s);
+    CHECK(st[0].has_embed && !st[0].has_head && !st[1].has_embed && !st[1].has_head && st[2].has_head &&
+              !st[2].has_embed,
+          "stage roles");
+    CHECK(gpt_find(&st[0], "wte.weight") && gpt_find(&st[0], "wpe.weight") && !gpt_find(&st[0], "ln_f.weight") &&
+              gpt_find(&st[0], "h.1.ln_1.weight") && !gpt_find(&st[0], "h.2.ln_1.weight"),
+          "first stage's tensors");
+    CHECK(!gpt_find(&st[1], "wte.weight") && gpt_find(&st[1], "h.2.mlp.c_fc.weight") && st[1].ntensors == 12 &&
+              st[1].units[0].count == 0 && st[1].units[2].count == 0,
+          "middle stage: one block, empty embedding and ln_f units");
+    CHECK(gpt_find(&st[2], "wte.weight") && !gpt_find(&st[2], "wpe.weight") && gpt_find(&st[2], "ln_f.bias") &&
+              gpt_find(&st[2], "h.4.attn.c_proj.weight"),
+          "last stage's tensors (the tied wte too)");
+    size_t total = 0;
+    for (int s = 0; s < 3; s++) total += st[s].nparams;
+    size_t wte = (size_t)gpt_find(&whole, "wte.weight")->numel;
+    CHECK(total == whole.nparams + wte, "stages hold the model once (wte twice): %zu vs %zu", total, whole.nparams);
+    /* the same initial weights, by name */
+    int same = 1;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < st[s].ntensors; i++) {
+            const gpt_tensor *a = &st[s].tensors[i], *b = gpt_find(&whole, a->name);
+            same &= b && a->numel == b->numel &&
+                    !memcmp(st[s].params + a->offset, whole.params + b->offset, a->numel * sizeof(float));
+        }
+    CHECK(same, "every stage starts from the whole model's weights");
+
+    size_t rows = (size_t)B * T * SHAPE.n_embd;
+    double got[MB];
+    for (int k = 0; k < MB; k++) {
+        for (int s = 0; s < 3; s++) {
+            if (s > 0) memcpy(gpt_slot_input(&st[s], k), gpt_slot_output(&st[s - 1], k), rows * sizeof(float));
+            CHECK(gpt_forward(&st[s], k, s == 0 ? tok[k] : NULL, B, T, 0) == DT_OK, "forward stage %d mb %d", s, k);
+        }
+        CHECK(gpt_loss(&st[2], k, tgt[k], 0.5f, &got[k]) == DT_OK, "loss mb %d", k);
+    }
+    for (int k = 0; k < MB; k++)
+        for (int s = 2; s >= 0; s--) {
+            if (s < 2) memcpy(gpt_slot_grad(&st[s], k), gpt_slot_grad(&st[s + 1], k), rows * sizeof(float));
+            CHECK(gpt_backward(&st[s], k) == DT_OK, "backward stage %d mb %d", s, k);
+        }
+    for (int k = 0; k < MB; k++) CHECK(got[k] == want[k], "loss of mb %d: %.17g vs %.17g", k, got[k], want[k]);
+    int bitwise = 1;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < st[s].ntensors; i++) {
+            const gpt_tensor *a = &st[s].tensors[i];
+            if (!strcmp(a->name, "wte.weight")) continue;
+            int eq = !memcmp(st[s].grads + a->offset, grad_of(&whole, a->name), a->numel * sizeof(float));
+            if (!eq) fprintf(stderr, "gradient of %s differs\n", a->name);
+            bitwise &= eq;
+        }
+    CHECK(bitwise, "every gradient but wte's bitwise equal to the whole model's");
+    float *dwte = malloc(wte * sizeof(float));
+    for (size_t i = 0; i < wte; i++) dwte[i] = grad_of(&st[0], "wte.weight")[i] + grad_of(&st[2], "wte.weight")[i];
+    double d = rel_diff(grad_of(&whole, "wte.weight"), dwte, wte);
+    CHECK(d <= 1e-6, "wte gradient = first stage's + last stage's: %.3g", d);
+    free(dwte);
+
+    /* the position offset: a micro-batch at positions 5..5+T-1 touches those wpe rows only */
+    gpt_model one;
+    CHECK(make(&one, 0, 0, 1) == DT_OK, "model for offsets");
+    double loss;
+    CHECK(gpt_forward(&one, 0, tok[0], B, T, 5) == DT_OK && gpt_loss(&one, 0, tgt[0], 1.0f, &loss) == DT_OK &&
+              gpt_backward(&one, 0) == DT_OK,
+          "pass at offset 5");
+    const float *dwpe = grad_of(&one, "wpe.weight");
+    int C = SHAPE.n_embd, outside = 0, inside = 1;
+    for (int r = 0; r < SHAPE.seq_len; r++) {
+        double s = 0;
+        for (int c = 0; c < C; c++) s += fabs(dwpe[r * C + c]);
+        if (r >= 5 && r < 5 + T) inside &= s > 0;
+        else outside |= s != 0;
+    }
+    CHECK(inside && !outside, "wpe gradient in rows 5..12 only");
+    CHECK(gpt_forward(&one, 0, tok[0], B, T, SHAPE.seq_len - T + 1) == DT_EINPUT, "positions beyond the table");
+    CHECK(gpt_forward(&one, 1, tok[0], B, T, 0) == DT_EINPUT, "a slot the layout does not have");
+    CHECK(gpt_loss(&st[1], 0, tgt[0], 1.0f, &loss) == DT_EINPUT, "loss on a middle stage");
+    CHECK(gpt_forward_backward(&st[0], tok[0], tgt[0], B, T, 1.0f, &loss) == DT_EINPUT, "whole pass on a stage");
+    gpt_model bad;
+    gpt_layout lay = {.tp = 1, .first_layer = 4, .n_layers = 2};
+    CHECK(gpt_create_layout(&bad, &SHAPE, dt_ops_cpu(), B, T, 1, &lay) == DT_EINPUT, "blocks beyond the model");
+    gpt_destroy(&bad);
+
+    gpt_destroy(&one);
+    for (int s = 0; s < 3; s++) gpt_destroy(&st[s]);
+    gpt_destroy(&whole);
+    return check_finish();
+}
