@@ -14,6 +14,8 @@ for layout in "tp2:2:--set parallel.tp=2" "dp2_tp2:4:--set parallel.tp=2" \
               "dp2_tp2_after:4:--set parallel.tp=2 --set parallel.overlap=false" \
               "dp2_tp2_zero1:4:--set parallel.tp=2 --set parallel.zero=1" \
               "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3" \
+              "dp2_tp2_ps:4:--set parallel.tp=2 --set parallel.dp_mode=ps" \
+              "dp2_tp2_zero2:4:--set parallel.tp=2 --set parallel.zero=2" \
               "tp2_sp:2:--set parallel.tp=2 --set parallel.sp=true" \
               "dp2_tp2_sp_zero3:4:--set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
@@ -124,6 +126,13 @@ r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "single save + tp2 
   --metrics "$TMP/cz.jsonl" >"$TMP/czr.out" 2>&1 || fail "tp2 resumes a dp2 tp2 zero1 checkpoint: $(tail -2 "$TMP/czr.out")"
 r=$(compare_curves "$TMP/ref.jsonl" "$TMP/cz.jsonl") && pass "dp2 tp2 zero1 save + tp2 resume = single process ($r)" ||
   fail "zero1+tp2 -> tp2: $r"
+PS=(--set parallel.tp=2 --set parallel.dp_mode=ps)
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${PS[@]}" --set train.stop_after=10 --save "$TMP/cp" \
+  --metrics "$TMP/cp.jsonl" >"$TMP/cp.out" 2>&1 || fail "dp2 tp2 ps first half"
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${PS[@]}" --resume "$TMP/cp" --metrics "$TMP/cp.jsonl" \
+  >"$TMP/cpr.out" 2>&1 || fail "dp2 tp2 ps resume: $(tail -2 "$TMP/cpr.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/cp.jsonl") && pass "dp2 tp2 ps save + resume = single process ($r)" ||
+  fail "ps+tp2 resume: $r"
 
 bad() { # name pattern np args...: exit 2 with one dtrain error line, on every rank
   local name=$1 pat=$2 np=$3; shift 3

@@ -423,9 +423,9 @@ static dt_status tp_load(dt_dp *d, const char *weights, const char *step_dir) {
         else s = make_view(&f.full, f.mom[k], &f.view[k]);
     }
     if (s == DT_OK && step_dir) s = dt_ckpt_load_optimizer(step_dir, &f.full, f.view[0], f.view[1]);
-    float *dst[3] = {d->params, d->exp_avg, d->exp_avg_sq};
+    float *dst[3] = {d->params, d->exp_avg, d->exp_avg_sq}; /* no moments on the central rank's workers */
     for (int k = 0; s == DT_OK && k < (step_dir ? 3 : 1); k++)
-        for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
+        for (int i = 0; s == DT_OK && dst[k] && i < m->ntensors; i++) {
             const gpt_tensor *t = &m->tensors[i];
             s = dt_tp_slice_tensor(t, (k == 0 ? f.full.params : f.mom[k - 1]) + f.full.tensors[i].offset,
                                    dst[k] + t->offset);
@@ -492,9 +492,10 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         /* central rank: reduce to rank 0, update there, broadcast the parameters */
         double norm = 0.0;
         DP_COMM(d, s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0));
-        if (s == DT_OK && d->rank == 0) {
-            norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
-            full_update(d, lr, norm);
+        if (s == DT_OK && d->rank == 0) { /* with tp the roots are one tensor-parallel group: the norm is theirs */
+            if (d->o.tp_comm) s = tp_norm(d, &norm);
+            else norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
+            if (s == DT_OK) full_update(d, lr, norm);
         }
         if (s == DT_OK) DP_COMM(d, s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0));
         if (s == DT_OK) s = dt_bcast(d->comm, &norm, 1, DT_F64, 0);

@@ -106,7 +106,6 @@ dt_status dt_tp_check(const dt_config *c) {
         what = "on GPUs, checkpoints and the digest"; /* they gather pieces from host memory */
     else if (c->parallel.zero > 0 && (c->checkpoint.resume[0] || c->train.init_from[0]))
         what = "loading a checkpoint with ZeRO (--resume, train.init_from)";
-    else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what)
