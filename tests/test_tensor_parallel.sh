@@ -134,6 +134,15 @@ PS=(--set parallel.tp=2 --set parallel.dp_mode=ps)
 r=$(compare_curves "$TMP/ref.jsonl" "$TMP/cp.jsonl") && pass "dp2 tp2 ps save + resume = single process ($r)" ||
   fail "ps+tp2 resume: $r"
 
+# the final sample: the tensor-parallel ranks of the first replica draw it together from
+# vocabulary-parallel logits (ZeRO-3 gathers the weights first): the single-process text
+"$DTRAIN" train "${DP_RUN[@]}" --set log.sample_tokens=40 >"$TMP/s1.out" 2>&1 || fail "single-process sample run"
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.tp=2 --set parallel.zero=3 --set log.sample_tokens=40 \
+  >"$TMP/s4.out" 2>&1 || fail "dp2 tp2 zero3 sample run: $(tail -2 "$TMP/s4.out")"
+s1=$(sed -n '/^--- sample/,/^---$/p' "$TMP/s1.out"); s4=$(sed -n '/^--- sample/,/^---$/p' "$TMP/s4.out")
+[ -n "$s1" ] && [ "$s1" = "$s4" ] && pass "dp2 tp2 zero3 samples the single-process text" ||
+  fail "samples differ: '$s1' vs '$s4'"
+
 bad() { # name pattern np args...: exit 2 with one dtrain error line, on every rank
   local name=$1 pat=$2 np=$3; shift 3
   "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "$@" >"$TMP/bad.out" 2>&1
@@ -149,6 +158,7 @@ bad "a micro-batch that does not split" "do not split" 2 --set parallel.tp=2 --s
   --set train.seq_len=31 --set train.micro_batch=1
 bad "tp with zero loading a checkpoint" "not implemented with tensor parallelism" 2 --set parallel.tp=2 \
   --set parallel.zero=1 --set train.init_from="$TMP/c1/latest/model.safetensors"
-bad "tp with the final sample" "sample" 2 --set parallel.tp=2 --set log.sample_tokens=10 --save "$TMP/ck"
+bad "sp with the final sample" "sample" 2 --set parallel.tp=2 --set parallel.sp=true --set log.sample_tokens=10 \
+  --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"
 finish

@@ -647,12 +647,15 @@ dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *ta
 }
 
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
-    if (m->tp > 1) return dt_fail(DT_EINPUT, "sampling with tensor parallelism is not implemented yet");
+    if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
     DT_TRY(check_whole(m));
     DT_TRY(gpt_forward(m, 0, tokens, 1, T, 0));
-    int C = m->shape.n_embd, Vp = m->shape.padded_vocab;
-    m->ops->gemm(0, 1, 1, Vp, C, 1.0f, S(m, slot_at(m, 0)->lnf, (size_t)(T - 1) * C), C, tp(m, 0), C, 0.0f,
-                 m->acts->logits, Vp);
+    int C = m->shape.n_embd, Vp = m->shape.padded_vocab, Vl = Vp / m->tp;
+    float *row = m->acts->logits; /* vocabulary-parallel: each rank its columns, the rest zero, summed over tp */
+    if (m->tp > 1) m->ops->zero(row, (size_t)Vp * m->esz);
+    m->ops->gemm(0, 1, 1, Vl, C, 1.0f, S(m, slot_at(m, 0)->lnf, (size_t)(T - 1) * C), C, tp(m, 0), C, 0.0f,
+                 S(m, row, (size_t)m->tp_rank * Vl), Vl);
+    DT_TRY(tp_sum(m, row, (size_t)Vp));
     HOOK(after_forward, 0);
     size_t V = (size_t)m->shape.vocab_size;
     if (!m->ops->bf16) {

@@ -107,7 +107,8 @@ dt_status dt_tp_check(const dt_config *c) {
     else if (c->parallel.zero > 0 && (c->checkpoint.resume[0] || c->train.init_from[0]))
         what = "loading a checkpoint with ZeRO (--resume, train.init_from)";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
-    else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
+    else if (c->log.sample_tokens > 0 && c->parallel.sp)
+        what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";
     if (what)
         return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet",
                        c->parallel.tp, what);

@@ -344,16 +344,21 @@ static dt_status save(trainer *t) {
     return DT_OK;
 }
 
+/* On the first data-parallel replica: every tensor-parallel rank of it runs the model
+ * (its logits are vocabulary-parallel), drawing the same tokens; rank 0 prints. */
 static dt_status print_sample(trainer *t) {
     dt_sample_opts o = {t->cfg->log.sample_tokens, 0.8, 40};
     dt_rng rng;
     dt_rng_seed(&rng, (uint64_t)t->cfg->train.seed);
-    printf("--- sample (%d tokens, temperature 0.8, top-k 40) ---\n", o.length);
+    FILE *out = t->rank0 ? stdout : fopen("/dev/null", "w");
+    if (!out) return dt_fail(DT_ERUNTIME, "cannot open /dev/null for the sample");
+    if (t->rank0) printf("--- sample (%d tokens, temperature 0.8, top-k 40) ---\n", o.length);
     gpt_hooks hooks = t->model.hooks; /* the full weights are in place: no per-unit gathers */
     memset(&t->model.hooks, 0, sizeof hooks);
-    dt_status s = dt_generate(&t->model, t->tok, "", &o, &rng, stdout);
+    dt_status s = dt_generate(&t->model, t->tok, "", &o, &rng, out);
     t->model.hooks = hooks;
-    printf("---\n");
+    if (t->rank0) printf("---\n");
+    else fclose(out);
     return s;
 }
 
@@ -491,7 +496,7 @@ static dt_status run(trainer *t) {
     }
     if (c->log.sample_tokens > 0) {
         DT_TRY(dt_dp_gather_full(t->dpe));
-        dt_status s = t->rank0 ? print_sample(t) : DT_OK;
+        dt_status s = t->mesh.dp_rank == 0 ? print_sample(t) : DT_OK;
         dt_dp_release_full(t->dpe);
         DT_TRY(s);
     }
