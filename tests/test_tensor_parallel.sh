@@ -116,6 +116,7 @@ r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2b.jsonl") && pass "tp2 save + single
   fail "tp2 -> single: $r"
 "$DTRAIN" train "${DP_RUN[@]}" --set train.stop_after=10 --save "$TMP/c1" --metrics "$TMP/c1.jsonl" > /dev/null 2>&1 ||
   fail "single first half"
+for z in 1 3; do cp -r "$TMP/c1" "$TMP/c1z$z" && cp "$TMP/c1.jsonl" "$TMP/z$z.jsonl"; done
 "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c1" --set parallel.tp=2 --metrics "$TMP/c1.jsonl" \
   >"$TMP/c1r.out" 2>&1 || fail "tp2 resumes a single-process checkpoint: $(tail -2 "$TMP/c1r.out")"
 r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "single save + tp2 resume = single process ($r)" ||
@@ -126,6 +127,13 @@ r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "single save + tp2 
   --metrics "$TMP/cz.jsonl" >"$TMP/czr.out" 2>&1 || fail "tp2 resumes a dp2 tp2 zero1 checkpoint: $(tail -2 "$TMP/czr.out")"
 r=$(compare_curves "$TMP/ref.jsonl" "$TMP/cz.jsonl") && pass "dp2 tp2 zero1 save + tp2 resume = single process ($r)" ||
   fail "zero1+tp2 -> tp2: $r"
+# ZeRO with tp loads checkpoints too (each rank reads its pieces, then its shard of them)
+for z in 1 3; do
+  "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c1z$z" --save "$TMP/c1z$z" --set parallel.tp=2 \
+    --set parallel.zero=$z --metrics "$TMP/z$z.jsonl" >"$TMP/z$z.out" 2>&1 || fail "dp2 tp2 zero$z resumes: $(tail -2 "$TMP/z$z.out")"
+  r=$(compare_curves "$TMP/ref.jsonl" "$TMP/z$z.jsonl") &&
+    pass "single save + dp2 tp2 zero$z resume = single process ($r)" || fail "single -> zero$z tp2: $r"
+done
 PS=(--set parallel.tp=2 --set parallel.dp_mode=ps)
 "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${PS[@]}" --set train.stop_after=10 --save "$TMP/cp" \
   --metrics "$TMP/cp.jsonl" >"$TMP/cp.out" 2>&1 || fail "dp2 tp2 ps first half"
@@ -156,8 +164,6 @@ bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
 bad "sp without tp" "parallel.sp needs parallel.tp" 2 --set parallel.sp=true
 bad "a micro-batch that does not split" "do not split" 2 --set parallel.tp=2 --set parallel.sp=true \
   --set train.seq_len=31 --set train.micro_batch=1
-bad "tp with zero loading a checkpoint" "not implemented with tensor parallelism" 2 --set parallel.tp=2 \
-  --set parallel.zero=1 --set train.init_from="$TMP/c1/latest/model.safetensors"
 bad "sp with the final sample" "sample" 2 --set parallel.tp=2 --set parallel.sp=true --set log.sample_tokens=10 \
   --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"

@@ -252,36 +252,60 @@ dt_status dt_ckpt_load_config(const char *step_dir, dt_config *c) {
     return s;
 }
 
-/* Reads every model tensor (name prefixed) from an open safetensors file into base. */
+/* Reads every model tensor (name prefixed) from an open safetensors file into the unit
+ * view. The file holds whole tensors; a sharded tensor (tensor parallelism) reads only
+ * this rank's piece, run by run as its shard spec places it. */
 static dt_status read_tensors(st_file *f, const gpt_model *m, float *const *view, const char *prefix) {
-    for (int i = 0; i < m->ntensors; i++) {
+    dt_shard_run *runs = NULL;
+    int64_t cap = 0;
+    dt_status s = DT_OK;
+    for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         char name[128];
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
         const st_entry *e = st_find(f, name);
-        if (!e) return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is missing", f->path, name);
-        int ndim;
-        int64_t shape[8];
-        tensor_shape(t, &ndim, shape);
+        if (!e) {
+            s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is missing", f->path, name);
+            break;
+        }
+        int ndim = t->ndim;
+        int64_t shape[8] = {t->ndim > 1 ? t->shard.real_rows : t->shard.cols, t->shard.cols}; /* the whole tensor */
         int match = e->dtype == ST_F32 && e->ndim == ndim;
         for (int d = 0; match && d < ndim; d++) match = e->shape[d] == shape[d];
         if (!match) {
             char have[128], want[128];
             format_shape(have, sizeof have, e->ndim, e->shape);
             format_shape(want, sizeof want, ndim, shape);
-            return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is %s %s, the model needs F32 %s", f->path, name,
-                           st_dtype_name(e->dtype), have, want);
+            s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is %s %s, the model needs F32 %s", f->path, name,
+                        st_dtype_name(e->dtype), have, want);
+            break;
         }
         float *dst = in_view(m, view, i);
-        DT_TRY(st_read(f, e, dst, (uint64_t)saved_numel(t) * sizeof(float)));
-        for (size_t k = 0; k < (size_t)saved_numel(t); k++)
+        memset(dst, 0, t->numel * sizeof(float)); /* rows beyond the vocabulary (padding) stay zero */
+        if (t->shard.pieces <= 1) {
+            s = st_read(f, e, dst, (uint64_t)saved_numel(t) * sizeof(float));
+        } else {
+            int64_t need = dt_shard_max_runs(&t->shard);
+            if (need > cap) {
+                dt_shard_run *r = realloc(runs, (size_t)need * sizeof *runs);
+                if (!r) {
+                    s = dt_fail(DT_ERUNTIME, "out of memory (shard runs)");
+                    break;
+                }
+                runs = r;
+                cap = need;
+            }
+            int64_t n = dt_shard_runs(&t->shard, runs, cap);
+            for (int64_t k = 0; s == DT_OK && k < n; k++)
+                s = st_read_range(f, e, (uint64_t)runs[k].global * sizeof(float), dst + runs[k].local,
+                                  (uint64_t)runs[k].len * sizeof(float));
+        }
+        for (size_t k = 0; s == DT_OK && k < t->numel; k++)
             if (!isfinite(dst[k])) /* a diverged or corrupted run: training on it is undefined */
-                return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' holds %s at element %zu", f->path, name,
-                               isnan(dst[k]) ? "NaN" : "infinity", k);
-        /* rows beyond the vocabulary (padding) stay zero */
-        memset(dst + saved_numel(t), 0, (t->numel - (size_t)saved_numel(t)) * sizeof(float));
+                s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' holds %s at element %zu", f->path, name, isnan(dst[k]) ? "NaN" : "infinity", k);
     }
-    return DT_OK;
+    free(runs);
+    return s;
 }
 
 /* Every tensor in the file is one of the model's under one of the prefixes: a tensor the

@@ -288,24 +288,38 @@ const st_entry *st_find(const st_file *f, const char *name) {
     return bsearch(&key, f->entries, (size_t)f->n, sizeof *f->entries, cmp_name);
 }
 
-dt_status st_read(st_file *f, const st_entry *e, void *dst, uint64_t dst_bytes) {
+/* e must be one of ours: its offsets were validated against this file. */
+static dt_status check_entry(const st_file *f, const st_entry *e) {
     if (!f->fp) return dt_fail(DT_ERUNTIME, "st_read: %s is not open", f->path);
-    /* e must be one of ours: its offsets were validated against this file. */
     uintptr_t pe = (uintptr_t)e, p0 = (uintptr_t)f->entries, p1 = (uintptr_t)(f->entries + f->n);
     if (!e || pe < p0 || pe >= p1) return dt_fail(DT_ERUNTIME, "st_read: entry does not belong to %s", f->path);
+    return DT_OK;
+}
+
+dt_status st_read_range(st_file *f, const st_entry *e, uint64_t offset, void *dst, uint64_t bytes) {
+    DT_TRY(check_entry(f, e));
     uint64_t n = e->end - e->begin;
-    if (dst_bytes != n)
-        return bad(f, "tensor '%s' has %" PRIu64 " bytes but %" PRIu64 " were expected", e->name, n, dst_bytes);
-    if (n == 0) return DT_OK;
-    if (n > SIZE_MAX) return dt_fail(DT_ERUNTIME, "%s: tensor '%s' is too large for memory", f->path, e->name);
+    if (offset > n || bytes > n - offset)
+        return bad(f, "tensor '%s' has %" PRIu64 " bytes; bytes [%" PRIu64 ", %" PRIu64 ") were asked for", e->name,
+                   n, offset, offset + bytes);
+    if (bytes == 0) return DT_OK;
+    if (bytes > SIZE_MAX) return dt_fail(DT_ERUNTIME, "%s: tensor '%s' is too large for memory", f->path, e->name);
     /* data_start + end <= file_size was checked at open, so this cannot overflow. */
-    if (fseeko(f->fp, (off_t)(f->data_start + e->begin), SEEK_SET) != 0)
+    if (fseeko(f->fp, (off_t)(f->data_start + e->begin + offset), SEEK_SET) != 0)
         return dt_fail(DT_ERUNTIME, "cannot seek in %s: %s", f->path, strerror(errno));
-    if (fread(dst, 1, (size_t)n, f->fp) != (size_t)n) {
+    if (fread(dst, 1, (size_t)bytes, f->fp) != (size_t)bytes) {
         if (ferror(f->fp)) return dt_fail(DT_ERUNTIME, "cannot read %s: %s", f->path, strerror(errno));
         return bad(f, "file ended while reading tensor '%s' (truncated after opening?)", e->name);
     }
     return DT_OK;
+}
+
+dt_status st_read(st_file *f, const st_entry *e, void *dst, uint64_t dst_bytes) {
+    DT_TRY(check_entry(f, e));
+    if (dst_bytes != e->end - e->begin)
+        return bad(f, "tensor '%s' has %" PRIu64 " bytes but %" PRIu64 " were expected", e->name, e->end - e->begin,
+                   dst_bytes);
+    return st_read_range(f, e, 0, dst, dst_bytes);
 }
 
 const char *st_metadata(const st_file *f, const char *key) {

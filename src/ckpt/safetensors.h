@@ -40,6 +40,9 @@ dt_status st_open(st_file *f, const char *path);
 const st_entry *st_find(const st_file *f, const char *name);
 /* Reads one tensor's bytes; dst_bytes must equal e->end - e->begin. */
 dt_status st_read(st_file *f, const st_entry *e, void *dst, uint64_t dst_bytes);
+/* Reads bytes [offset, offset + bytes) of one tensor's data (a shard's run); the range
+ * must lie inside the tensor. */
+dt_status st_read_range(st_file *f, const st_entry *e, uint64_t offset, void *dst, uint64_t bytes);
 /* Metadata value, or NULL if absent. */
 const char *st_metadata(const st_file *f, const char *key);
 /* Safe on a closed or zeroed st_file, and twice. */

@@ -359,8 +359,9 @@ static dt_status host_close(dt_dp *d, int push, host_copy *h) {
 
 /* ---- tensor parallelism: whole tensors for the checkpoint and the digest ----
  * Checkpoints hold whole tensors, so a tensor-parallel save assembles them at the
- * group's first rank (a full host copy made at save time only), and a load cuts this
- * rank's pieces out of the file's whole tensors: any tp reads any checkpoint. */
+ * group's first rank (a full host copy made at save time only); a load reads this
+ * rank's pieces out of the file's whole tensors by their shard specs (checkpoint.c), so
+ * any tp, with any ZeRO stage, reads any checkpoint. */
 typedef struct {
     gpt_model full;
     float *mom[2];
@@ -410,32 +411,7 @@ static dt_status tp_full_gather(dt_dp *d, float *const *mv, float *const *vv, tp
     return s;
 }
 
-/* This rank's pieces of the weights (and moments) of a checkpoint: no communication. */
-static dt_status tp_load(dt_dp *d, const char *weights, const char *step_dir) {
-    tp_full f;
-    memset(&f, 0, sizeof f);
-    const gpt_model *m = d->m;
-    dt_status s = gpt_create_ex(&f.full, &m->shape, dt_ops_cpu(), 1, 1, 1);
-    if (s == DT_OK) s = dt_ckpt_load_weights(weights, &f.full);
-    for (int k = 0; s == DT_OK && step_dir && k < 2; k++) {
-        f.mom[k] = calloc(f.full.nparams, sizeof(float));
-        if (!f.mom[k]) s = dt_fail(DT_ERUNTIME, "out of memory (whole optimizer state from the checkpoint)");
-        else s = make_view(&f.full, f.mom[k], &f.view[k]);
-    }
-    if (s == DT_OK && step_dir) s = dt_ckpt_load_optimizer(step_dir, &f.full, f.view[0], f.view[1]);
-    float *dst[3] = {d->params, d->exp_avg, d->exp_avg_sq}; /* no moments on the central rank's workers */
-    for (int k = 0; s == DT_OK && k < (step_dir ? 3 : 1); k++)
-        for (int i = 0; s == DT_OK && dst[k] && i < m->ntensors; i++) {
-            const gpt_tensor *t = &m->tensors[i];
-            s = dt_tp_slice_tensor(t, (k == 0 ? f.full.params : f.mom[k - 1]) + f.full.tensors[i].offset,
-                                   dst[k] + t->offset);
-        }
-    tp_full_free(&f);
-    return s;
-}
-
 dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
-    if (d->o.tp_comm && init_from && *init_from) return tp_load(d, init_from, NULL);
     if (is_zero(d)) return dt_zero_init_weights(d, seed, init_from);
     host_copy h;
     dt_status s = host_open(d, 0, 0, &h);
@@ -450,7 +426,6 @@ dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
     if (is_zero(d)) return dt_zero_load(d, step_dir);
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
-    if (d->o.tp_comm) return tp_load(d, path, step_dir);
     host_copy h;
     dt_status s = host_open(d, 1, 0, &h);
     if (s == DT_OK) s = dt_ckpt_load_weights(path, d->m);

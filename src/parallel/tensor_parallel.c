@@ -104,8 +104,6 @@ dt_status dt_tp_check(const dt_config *c) {
     if (strcmp(c->precision, "fp32") != 0) what = "precision bf16";
     else if (gpu && (c->checkpoint.dir[0] || c->checkpoint.resume[0] || c->train.init_from[0] || c->log.digest))
         what = "on GPUs, checkpoints and the digest"; /* they gather pieces from host memory */
-    else if (c->parallel.zero > 0 && (c->checkpoint.resume[0] || c->train.init_from[0]))
-        what = "loading a checkpoint with ZeRO (--resume, train.init_from)";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (c->log.sample_tokens > 0 && c->parallel.sp)
         what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";
@@ -143,16 +141,5 @@ dt_status dt_tp_gather_tensor(dt_comm *tp, const gpt_tensor *t, const float *loc
                    (size_t)runs[k].len * sizeof(float));
         free(runs);
     }
-    return DT_OK;
-}
-
-dt_status dt_tp_slice_tensor(const gpt_tensor *t, const float *full, float *local) {
-    dt_shard_run *runs = NULL;
-    int64_t n = 0;
-    DT_TRY(piece_runs(&t->shard, &runs, &n));
-    memset(local, 0, t->numel * sizeof(float)); /* padding rows are not in the runs */
-    for (int64_t k = 0; k < n; k++)
-        memcpy(local + runs[k].local, full + runs[k].global, (size_t)runs[k].len * sizeof(float));
-    free(runs);
     return DT_OK;
 }

@@ -25,7 +25,5 @@ dt_status dt_tp_check(const dt_config *c);
  * layout (padding rows untouched); scratch holds tp·numel floats there. Collective over
  * tp; full and scratch are only used at index 0. */
 dt_status dt_tp_gather_tensor(dt_comm *tp, const gpt_tensor *t, const float *local, float *full, float *scratch);
-/* This rank's piece of tensor t cut from the unsharded full (the inverse, no communication). */
-dt_status dt_tp_slice_tensor(const gpt_tensor *t, const float *full, float *local);
 
 #endif
