@@ -4,9 +4,9 @@
  * fixed function of (q, i); bf16 inputs are small integers, so bf16 sums are exact in any
  * order and every algorithm must match the reference bitwise). Also: bitwise
  * repeatability, shm's rank-order sums, bf16 rounding to nearest-even, order-free max of
- * NaN and signed zeros, overlapping non-blocking operations, split (with ranks in no
- * group), gather, non-blocking point-to-point, and shm on node-shared (registered)
- * buffers: the same bits as on ordinary ones.
+ * NaN and signed zeros, in-place reduce-scatter, overlapping non-blocking operations,
+ * split (with ranks in no group), gather, non-blocking point-to-point, and shm on
+ * node-shared (registered) buffers: the same bits as on ordinary ones.
  * Across several nodes (tests/test_multinode.sh, with DT_TEST_RANKS_PER_NODE set and ranks
  * placed by node) shm must refuse the world and run on each node's communicator.
  * Usage: mpirun -np N mpi_test_comm [SOURCE_DIR] */
@@ -196,6 +196,30 @@ static void test_reduce_scatter(dt_algo a, dt_dtype t, size_t n, dt_redop op, in
     }
 }
 
+/* In place (recv = this rank's block of send): the reduced block lands there; ours
+ * (ring, shm) give the same bits as out of place, MPI's may sum in another order. */
+static void test_reduce_scatter_inplace(dt_algo a, dt_dtype t, size_t n, dt_redop op, int nonblocking) {
+    char what[160];
+    size_t es = dt_dtype_size(t);
+    snprintf(what, sizeof what, "%sreduce_scatter in place %s %s n=%zu %s", nonblocking ? "i" : "", dt_algo_name(a),
+             dt_dtype_name(t), n, opname(op));
+    set_algo(g_world, DT_COLL_REDUCE_SCATTER, a);
+    fill(A, (size_t)g_size * n, t, g_rank, 0);
+    OK(dt_reduce_scatter(g_world, A, C, n, t, op), what);
+    fill(B, (size_t)g_size * n, t, g_rank, 0);
+    char *mine = (char *)B + (size_t)g_rank * n * es;
+    if (nonblocking) {
+        dt_request *req = NULL;
+        OK(dt_ireduce_scatter(g_world, B, mine, n, t, op, &req), what);
+        if (req) wait_polling(req, what); /* dt_test finishes MPI's request: the move into place */
+    } else {
+        OK(dt_reduce_scatter(g_world, B, mine, n, t, op), what);
+    }
+    check_reduced(what, mine, n, t, g_all, g_size, (size_t)g_rank * n, op, a == DT_ALGO_SHM);
+    int ours = a == DT_ALGO_RING || a == DT_ALGO_SHM || (a == DT_ALGO_AUTO && g_one_node);
+    if (ours) CHECK(n == 0 || memcmp(mine, C, n * es) == 0, "%s: differs from out of place", what);
+}
+
 static void test_allgather(dt_algo a, dt_dtype t, size_t n, int inplace, int nonblocking) {
     char what[160];
     size_t es = dt_dtype_size(t);
@@ -294,6 +318,18 @@ static void test_registered_once(void *RA, dt_dtype t, size_t n, size_t off) {
     OK(dt_ireduce_scatter(g_world, ra, C, n, t, DT_SUM, &req), what);
     if (req) OK(dt_wait(req), what);
     CHECK(n == 0 || memcmp(B, C, n * es) == 0, "%s: non-blocking reduce-scatter differs", what);
+    /* in place in the registered buffer (ZeRO-1's gradients): the same bits */
+    char *own = ra + (size_t)g_rank * n * es;
+    for (int nb = 0; nb < 2; nb++) {
+        fill(ra, (size_t)g_size * n, t, g_rank, 0);
+        if (nb) {
+            OK(dt_ireduce_scatter(g_world, ra, own, n, t, DT_SUM, &req), what);
+            if (req) OK(dt_wait(req), what);
+        } else {
+            OK(dt_reduce_scatter(g_world, ra, own, n, t, DT_SUM), what);
+        }
+        CHECK(n == 0 || memcmp(own, B, n * es) == 0, "%s: %sreduce-scatter in place differs", what, nb ? "i" : "");
+    }
     /* all-gather into a registered buffer, from elsewhere and in place */
     for (int inplace = 0; inplace < 2; inplace++) {
         for (size_t i = 0; i < (size_t)g_size * n; i++) setv(ra, i, t, -1.0);
@@ -647,6 +683,8 @@ int main(int argc, char **argv) {
                     test_reduce_scatter(a, t, n, DT_AVG, 0);
                     if (n < big || t == DT_F32) test_reduce_scatter(a, t, n, DT_MAX, 0);
                     test_reduce_scatter(a, t, n, (dt_redop)(k % 3), 1);
+                    test_reduce_scatter_inplace(a, t, n, (dt_redop)((k + 1) % 3), 0);
+                    test_reduce_scatter_inplace(a, t, n, (dt_redop)(k % 3), 1);
                 }
                 if (dt_algo_supports(a, DT_COLL_ALLGATHER)) {
                     test_allgather(a, t, n, 0, 0);

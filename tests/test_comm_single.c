@@ -74,6 +74,12 @@ static void test_local(dt_comm *w) {
     CHECK(dt_allreduce(w, h, 2, DT_BF16, DT_MAX) == DT_OK && h[0] == 0x3f80 && h[1] == 0xc000, "max of one");
     CHECK(dt_allreduce(w, h, 2, DT_BF16, DT_AVG) == DT_OK && h[0] == 0x3f80 && h[1] == 0xc000, "mean of one");
     CHECK(dt_reduce_scatter(w, h, hr, 2, DT_BF16, DT_MAX) == DT_OK && !memcmp(h, hr, sizeof h), "reduce-scatter");
+    CHECK(dt_reduce_scatter(w, hr, hr, 2, DT_BF16, DT_SUM) == DT_OK && !memcmp(h, hr, sizeof h),
+          "reduce-scatter in place");
+    dt_request *rq = NULL;
+    CHECK(dt_ireduce_scatter(w, hr, hr, 2, DT_BF16, DT_AVG, &rq) == DT_OK && dt_wait(rq) == DT_OK &&
+              !memcmp(h, hr, sizeof h),
+          "non-blocking reduce-scatter in place");
     CHECK(dt_allreduce(w, h, 2, DT_BF16, (dt_redop)9) == DT_EINPUT, "reduction 9 accepted");
     dt_error_clear();
     dt_comm *s = NULL;

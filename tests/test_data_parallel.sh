@@ -10,10 +10,15 @@ prepare_tiny
 "$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
 compare() { compare_curves "$TMP/ref.jsonl" "$2"; }
 for np in 2 4; do
-  # (ddp and zero1 start gradient collectives during backward; *_after: all after it)
+  # (ddp and zero1 start gradient collectives during backward; *_after: all after it;
+  # zero1 reduce-scatters in place: auto picks shm on the node-shared gradients, and the
+  # ring and MPI forms, non-blocking and blocking, each take their own in-place path)
   for mode in "ps:--set parallel.dp_mode=ps" "ddp:" "zero1:--set parallel.zero=1" "zero2:--set parallel.zero=2" \
               "zero3:--set parallel.zero=3" "ddp_after:--set parallel.overlap=false" \
-              "zero1_after:--set parallel.zero=1 --set parallel.overlap=false"; do
+              "zero1_after:--set parallel.zero=1 --set parallel.overlap=false" \
+              "zero1_ring:--set parallel.zero=1 --set comm.reduce_scatter=ring" \
+              "zero1_mpi:--set parallel.zero=1 --set comm.reduce_scatter=mpi" \
+              "zero1_mpi_after:--set parallel.zero=1 --set comm.reduce_scatter=mpi --set parallel.overlap=false"; do
     name=${mode%%:*}; args=${mode#*:}
     if "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" $args --metrics "$TMP/$name$np.jsonl" >"$TMP/$name$np.out" 2>&1; then
       r=$(compare "$name" "$TMP/$name$np.jsonl") && pass "dp=$np $name matches single process ($r)" \
@@ -47,7 +52,8 @@ done
 "$DTRAIN" train "${BW[@]}" --resume "$TMP/ck" >"$TMP/ck3.out" 2>&1
 [ "$(digest_of "$TMP/ck3.out")" = "$ref" ] && pass "save dp=2 ZeRO-3, resume single process: same weights" \
   || fail "resume single: $(tail -2 "$TMP/ck3.out")"
-# measured state bytes per rank vs `dtrain estimate` (within 2%)
+# measured state bytes per rank vs `dtrain estimate` (within 2%), and the estimate vs the
+# fp32 formulas: ZeRO-1 holds the full gradients only (reduce-scattered in place, no shard)
 MEM=(--set model.n_embd=64 --set train.micro_batch=2 --set train.global_batch=8 --steps 2 --threads 1)
 for np in 2 4; do
   "$DTRAIN" estimate "${TINY[@]}" "${MEM[@]}" -n $np --json >"$TMP/est$np.json" || fail "estimate -n $np"
@@ -59,9 +65,16 @@ for np in 2 4; do
 import json, sys
 est = json.load(open(sys.argv[1])); z = sys.argv[3]
 summ = [json.loads(l) for l in open(sys.argv[2]) if '"summary"' in l][-1]
-psi = est["psi"]
+psi, n = est["psi"], est["n"]
+formula = [16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n]
+for zz, f in enumerate(formula):
+    if abs(est["fp32"][zz]["total"] - f) > 1 + 1e-9 * f:
+        print("estimate zero %d: %.0f, formula %.0f" % (zz, est["fp32"][zz]["total"], f)); sys.exit(1)
 worst = 0.0
 for m in summ["mem"]:
+    if z == "1" and abs(m["grads"] - 4 * psi) > 0.02 * 4 * psi:
+        print("rank %d holds %d bytes of gradients, want the full buffer only (4psi = %.0f)" % (m["rank"], m["grads"], 4 * psi))
+        sys.exit(1)
     got = m["params"] + m["grads"] + m["optim"]
     if z == "ps":
         want = 16 * psi if m["rank"] == 0 else 8 * psi

@@ -31,6 +31,8 @@ struct dt_request {
     void *scale_buf;
     size_t scale_n;
     double scale;
+    /* in-place reduce-scatter: MPI left the result at move_src, it belongs at move_dst */
+    void *move_src, *move_dst;
     /* REQ_THREAD: the queued operation */
     dt_coll coll;
     dt_algo algo;
@@ -600,6 +602,11 @@ static dt_status run_ours(dtc_ctx *x, dt_coll coll, dt_algo a, const void *send,
 
 static double scale_of(const dt_comm *c, dt_redop op) { return op == DT_AVG ? 1.0 / c->size : 1.0; }
 
+/* A reduce-scatter in place (comm.h): recv is this rank's block of send. */
+static int rs_in_place(const dt_comm *c, const void *send, const void *recv, size_t count, dt_dtype t) {
+    return (const char *)send + (size_t)c->rank * count * dt_dtype_size(t) == (const char *)recv;
+}
+
 static dt_status mpi_coll(dt_comm *c, dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t,
                           dt_redop op, int root) {
     dtc_ctx *x = &c->fg;
@@ -614,12 +621,18 @@ static dt_status mpi_coll(dt_comm *c, dt_coll coll, const void *send, void *recv
         }
         dtc_scale(recv, count, t, scale_of(c, op));
         return DT_OK;
-    case DT_COLL_REDUCE_SCATTER:
+    case DT_COLL_REDUCE_SCATTER: {
         if (count > INT_MAX) return dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
-        DT_TRY(dtc_mpi(x, MPI_Reduce_scatter_block(send, recv, (int)count, mt, mpi_op(t, op), c->user),
+        /* MPI_IN_PLACE leaves the result at the front of the buffer, not at this rank's block */
+        char *front = rs_in_place(c, send, recv, count, t) ? (char *)recv - (size_t)c->rank * count * es : NULL;
+        DT_TRY(dtc_mpi(x,
+                       MPI_Reduce_scatter_block(front ? MPI_IN_PLACE : send, front ? front : recv, (int)count, mt,
+                                                mpi_op(t, op), c->user),
                        "MPI_Reduce_scatter_block"));
+        if (front && front != recv) memcpy(recv, front, count * es); /* blocks do not overlap */
         dtc_scale(recv, count, t, scale_of(c, op));
         return DT_OK;
+    }
     case DT_COLL_ALLGATHER: {
         if (count > INT_MAX) return dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
         int inplace = send == (const char *)recv + (size_t)c->rank * count * es;
@@ -881,10 +894,16 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
         } else if (count > INT_MAX) {
             st = dtc_fail(x, DT_EINPUT, "count exceeds MPI's int limit");
         } else if (coll == DT_COLL_REDUCE_SCATTER) {
+            /* in place: the result arrives at the front of the buffer (see mpi_coll) */
+            char *front = rs_in_place(c, send, recv, count, t) ? (char *)recv - (size_t)c->rank * count * es : NULL;
             st = dtc_mpi(x,
-                         MPI_Ireduce_scatter_block(send, recv, (int)count, mt, mpi_op(t, op), c->user,
-                                                   &r->mreq[r->nmreq++]),
+                         MPI_Ireduce_scatter_block(front ? MPI_IN_PLACE : send, front ? front : recv, (int)count, mt,
+                                                   mpi_op(t, op), c->user, &r->mreq[r->nmreq++]),
                          "MPI_Ireduce_scatter_block");
+            if (front && front != recv) {
+                r->move_src = front;
+                r->move_dst = recv;
+            }
         } else {
             int inplace = send == (const char *)recv + (size_t)c->rank * count * es;
             st = dtc_mpi(x,
@@ -1019,8 +1038,10 @@ dt_status dt_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int
     return p2p_start(c, 0, buf, count, t, src, tag, req);
 }
 
-/* MPI's requests finished: apply the mean and mark done. */
+/* MPI's requests finished: move an in-place reduce-scatter's result into place, apply
+ * the mean and mark done. */
 static void mpi_finish(dt_request *r) {
+    if (r->move_src) memcpy(r->move_dst, r->move_src, r->scale_n * dt_dtype_size(r->t));
     if (r->scale_buf) dtc_scale(r->scale_buf, r->scale_n, r->t, r->scale);
     r->kind = REQ_DONE;
 }

@@ -80,7 +80,13 @@ const char *dt_dtype_name(dt_dtype t); /* "f32", "f64", "bf16" */
 
 /* In place: buf (count elements) becomes the sum (mean, maximum) over ranks. */
 dt_status dt_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op);
-/* send holds size·recvcount elements; rank r receives the reduced block r. */
+/* send holds size·recvcount elements; rank r receives the reduced block r. In place:
+ * recv == send + rank·recvcount (this rank's own block, as for dt_allgather); the result
+ * then replaces that block and the other blocks are left unspecified (every algorithm
+ * may write partial sums there; MPI's leaves its result at the front of the buffer, moved
+ * into place afterwards). No other overlap of send and recv is allowed. In place gives
+ * the same bits as out of place with ours (ring, shm); MPI may reduce in another order.
+ * Same for dt_ireduce_scatter. */
 dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op);
 /* recv (size·sendcount elements) = concatenation of every rank's send, in rank order.
  * send may alias recv + rank·sendcount (in place). */

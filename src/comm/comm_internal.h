@@ -90,7 +90,8 @@ dt_status dtc_sendrecv_reduce(dtc_ctx *x, const void *s, size_t sn, int dst, con
                               int src, dt_dtype t, dt_redop op, double scale, int tag);
 
 /* Algorithms. Callers handle size 1 and validate arguments; op is the caller's, scale is 1
- * or 1/size (DT_AVG), applied once, on the last pass (see dtc_combine). */
+ * or 1/size (DT_AVG), applied once, on the last pass (see dtc_combine). Reduce-scatters
+ * accept the in-place form recv == send + rank·n (comm.h). */
 dt_status dtc_ring_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale);
 dt_status dtc_ring_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_t n, dt_dtype t, dt_redop op,
                                   double scale);

@@ -48,6 +48,19 @@ dt_status dtc_ring_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size
     size_t es = dt_dtype_size(t);
     const char *in = send;
     if (cnt == 0) return DT_OK;
+    if (in + (size_t)r * cnt * es == (const char *)recv) {
+        /* in place (comm.h): recv's own block must stay intact until the last step adds it,
+         * so each partial sum goes where its rank's block was, as in the all-reduce's first
+         * half; the same messages and additions, so the same bits as out of place */
+        char *b = (char *)recv - (size_t)r * cnt * es;
+        for (int s = 0; s < n - 1; s++) {
+            int ks = mod(r - s - 1, n), kr = mod(r - s - 2, n);
+            char *acc = b + (size_t)kr * cnt * es;
+            DT_TRY(dtc_sendrecv_reduce(x, b + (size_t)ks * cnt * es, cnt, right, acc, acc, cnt, left, t, op,
+                                       s == n - 2 ? scale : 1.0, TAG_RS));
+        }
+        return DT_OK;
+    }
     /* the running partial sum lives in recv: step s sends the chunk finished at step s-1
      * and overwrites it segment by segment with the next (safe, see dtc_sendrecv_reduce) */
     for (int s = 0; s < n - 1; s++) {

@@ -156,6 +156,19 @@ static void reduce_n(void *dst, void *copy, const char *const *src, int ns, size
     }
 }
 
+/* reduce_n for a dst that may be one of the sources (an in-place reduce-scatter) or a
+ * peer's copy: each block is reduced into tmp, all its sources read, then copied out. */
+static void reduce_via_tmp(void *dst, const char *const *src, int ns, size_t n, dt_dtype t, dt_redop op,
+                           double scale) {
+    size_t es = dt_dtype_size(t);
+    _Alignas(64) char tmp[BLK * sizeof(double)];
+    for (size_t o = 0; o < n; o += BLK) {
+        size_t m = n - o < BLK ? n - o : BLK, ob = o * es;
+        reduce_block(tmp, src, ns, ob, m, t, op, scale);
+        memcpy((char *)dst + ob, tmp, m * es);
+    }
+}
+
 dt_status dtc_shm_allreduce(dtc_ctx *x, void *buf, size_t count, dt_dtype t, dt_redop op, double scale) {
     int n = x->size, me = x->rank;
     size_t es = dt_dtype_size(t), al = 64 / es; /* slices start on cache lines */
@@ -214,6 +227,7 @@ dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_
     dtc_shm *s = &x->shm;
     size_t cmax = s->cap / ((size_t)n * es); /* elements of each block per chunk */
     const char *in = send, *src[MAX_SRC];
+    int inplace = in + (size_t)me * cnt * es == (const char *)recv; /* src[me] is then recv */
     for (size_t e = 0; e < cnt; e += cmax) {
         size_t c = cnt - e < cmax ? cnt - e : cmax;
         int b = (int)(s->chunks++ & 1);
@@ -223,7 +237,8 @@ dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_
         shm_sync(x);
         for (int q = 0; q < n; q++)
             src[q] = q == me ? in + ((size_t)me * cnt + e) * es : slot(s, q, b) + (size_t)me * c * es;
-        reduce_n((char *)recv + e * es, NULL, src, n, c, t, op, scale);
+        if (inplace) reduce_via_tmp((char *)recv + e * es, src, n, c, t, op, scale);
+        else reduce_n((char *)recv + e * es, NULL, src, n, c, t, op, scale);
     }
     return DT_OK;
 }
@@ -316,12 +331,9 @@ dt_status dtc_shm_reduce_scatter_reg(dtc_ctx *x, const dtc_region *r, size_t off
     DT_TRY(reg_begin(x, r, off, (size_t)n * cnt * es));
     const char *src[MAX_SRC];
     for (int q = 0; q < n; q++) src[q] = x->peer[q] + (size_t)me * cnt * es;
-    _Alignas(64) char tmp[BLK * sizeof(double)];
-    for (size_t o = 0; o < cnt; o += BLK) { /* through tmp: recv may be anywhere, even in a copy */
-        size_t m = cnt - o < BLK ? cnt - o : BLK, ob = o * es;
-        reduce_block(tmp, src, n, ob, m, t, op, scale);
-        memcpy((char *)recv + ob, tmp, m * es);
-    }
+    /* through tmp: recv may be anywhere, even in a copy; in place it is src[me], which only
+     * this rank reads (rank q reads block q of every copy) */
+    reduce_via_tmp(recv, src, n, cnt, t, op, scale);
     shm_sync(x); /* peers are done reading this rank's send buffer */
     return DT_OK;
 }

@@ -77,7 +77,7 @@ dt_status dt_dp_canonical_norm(dt_dp *d, double *norm) {
         } else { /* this rank's slice holds whole chunks; gather every rank's partials in order */
             size_t per = d->S[u] / DT_CANON_CHUNK;
             double *mine = part + k + (size_t)d->rank * per;
-            dt_chunk_sumsq(d->grad_shard + d->soff[u], d->S[u], mine);
+            dt_chunk_sumsq(dt_zero_grad_slice(d, u), d->S[u], mine);
             s = dt_allgather(d->comm, mine, part + k, per, DT_F64);
             k += per * (size_t)d->N;
         }

@@ -41,15 +41,16 @@ struct dt_dp {
     size_t *P, *S, *poff, *soff;
     size_t shard_total, padded_total;
     float *params_pad;         /* zero 1/2: full parameters in the padded layout */
-    float *grads_pad;          /* zero 1: full gradients in the padded layout */
+    float *grads_pad;          /* zero 1: full gradients in the padded layout, reduced in place */
     float *param_shard;        /* zero 3 */
-    float *grad_shard, *m_shard, *v_shard;
+    float *grad_shard;         /* zero 2/3 (zero 1's slice is in grads_pad: dt_zero_grad_slice) */
+    float *m_shard, *v_shard;
     float *gscratch[3];        /* zero 2/3 gradient scratch: unit 0, ln_f, blocks */
     float *pgather[4];         /* zero 3 gathered parameters: unit 0, ln_f, two block buffers */
     dt_request *prefetch;      /* zero 3: pending gather */
     int prefetch_unit;
     int held[4];               /* zero 3: unit currently in each gather buffer (-1: none) */
-    float *rs_tmp;             /* reduce-scatter output before accumulation */
+    float *rs_tmp;             /* zero 2/3: reduce-scatter output before accumulation */
     unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
     dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
     float *full_tmp;           /* gather_full: temporary full padded parameters (zero 3) */
@@ -98,5 +99,8 @@ void dt_zero_release_full(dt_dp *d);
 dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view);
 void dt_zero_free_views(float **m_view, float **v_view);
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r);
+/* This rank's S[u] reduced gradients of unit u after the step's reduction: its slice of
+ * the padded full gradients (zero 1, reduced there in place) or of the shard (zero 2/3). */
+float *dt_zero_grad_slice(const dt_dp *d, int u);
 
 #endif

@@ -7,10 +7,7 @@
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
     dt_state_bytes b = {4 * psi, 4 * psi, 8 * psi};
-    if (zero >= 1) {
-        b.optim = 8 * psi / n;
-        b.grads = 4 * psi + 4 * psi / n;
-    }
+    if (zero >= 1) b.optim = 8 * psi / n; /* zero 1's gradients stay 4psi: reduce-scattered in place */
     if (zero >= 2) b.grads = 4 * psi / n;
     if (zero >= 3) b.params = 4 * psi / n;
     return b;
@@ -112,7 +109,7 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     fprintf(out, "%-8s %-14s %12s   %-14s %12s %12s %12s %12s\n", "stage", "bf16+fp32", "per rank", "fp32 (cpu)",
             "params", "grads", "optimizer", "per rank");
     static const char *mf[4] = {"16psi", "4psi+12psi/N", "2psi+14psi/N", "16psi/N"};
-    static const char *ff[4] = {"16psi", "8psi+12psi/N", "4psi+12psi/N", "16psi/N"};
+    static const char *ff[4] = {"16psi", "8psi+8psi/N", "4psi+12psi/N", "16psi/N"};
     for (int z = 0; z <= 3; z++) {
         dt_state_bytes b = dt_estimate_fp32(psi, n, z);
         fprintf(out, "zero %-3d %-14s %9.1f MB   %-14s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", z, mf[z],

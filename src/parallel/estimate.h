@@ -1,8 +1,8 @@
 /* Memory estimator: per-rank bytes of model state for each data-parallel mode, from
  * the seed-003 formulas (Ψ parameters, N data-parallel ranks):
  *   mixed precision (bf16 params/grads, fp32 master + Adam):  16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N
- *   fp32 (what the CPU backend holds):  ZeRO-0 16Ψ, ZeRO-1 8Ψ+12Ψ/N (full params and
- *   grads, a grad shard, Adam shards), ZeRO-2 4Ψ+12Ψ/N, ZeRO-3 16Ψ/N.
+ *   fp32 (what the CPU backend holds):  ZeRO-0 16Ψ, ZeRO-1 8Ψ+8Ψ/N (full params and
+ *   grads, the grads reduce-scattered in place, Adam shards), ZeRO-2 4Ψ+12Ψ/N, ZeRO-3 16Ψ/N.
  * Workspace (buckets, gathered units) and activations are reported separately. */
 #ifndef DT_ESTIMATE_H
 #define DT_ESTIMATE_H

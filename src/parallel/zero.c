@@ -4,7 +4,9 @@
  * slice [r·S[u], (r+1)·S[u]), so every unit's reduce-scatter and all-gather are
  * equal-count collectives.
  *   ZeRO-1  full parameters and gradients; after accumulation each unit's gradients are
- *           reduce-scattered, each rank updates its slice, parameters are all-gathered.
+ *           reduce-scattered in place (the rank's reduced slice replaces its own slice of
+ *           the full buffer, so there is no separate gradient shard: 8Ψ+8Ψ/N in fp32),
+ *           each rank updates its slice, parameters are all-gathered.
  *   ZeRO-2  gradients partitioned: each unit's gradients are produced in a scratch buffer,
  *           reduce-scattered as soon as the unit's backward is done and accumulated into
  *           the rank's gradient shard; no full-size gradient buffer exists.
@@ -35,6 +37,16 @@ static int shard_segment(const dt_dp *d, const gpt_tensor *t, size_t *x0, size_t
     return 1;
 }
 
+float *dt_zero_grad_slice(const dt_dp *d, int u) {
+    if (d->o.zero == 1) return d->grads_pad + d->poff[u] + (size_t)d->rank * d->S[u];
+    return d->grad_shard + d->soff[u];
+}
+
+/* Reduced gradient at unit-relative element x of this rank's slice of unit u. */
+static float *slice_grad(const dt_dp *d, int u, size_t x) {
+    return dt_zero_grad_slice(d, u) + (x - (size_t)d->rank * d->S[u]);
+}
+
 /* zero 3: which gather buffer holds unit u */
 static int gbuf_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d) ? 1 : 2 + (u - 1) % 2; }
 /* zero 2/3: which gradient scratch unit u writes */
@@ -61,11 +73,14 @@ static dt_status zero_setup_local(dt_dp *d) {
         d->shard_total += d->S[u];
         if (d->S[u] > maxS) maxS = d->S[u];
     }
-    DT_TRY(dt_alloc((void **)&d->grad_shard, d->shard_total * sizeof(float), "gradient shard"));
+    /* zero 1 reduce-scatters in place into its full gradients: no shard, no staging */
+    if (d->o.zero >= 2) {
+        DT_TRY(dt_alloc((void **)&d->grad_shard, d->shard_total * sizeof(float), "gradient shard"));
+        DT_TRY(dt_alloc((void **)&d->rs_tmp, maxS * sizeof(float), "reduce-scatter buffer"));
+        d->workspace_bytes = maxS * sizeof(float);
+    }
     DT_TRY(dt_alloc((void **)&d->m_shard, d->shard_total * sizeof(float), "AdamW first moments (shard)"));
     DT_TRY(dt_alloc((void **)&d->v_shard, d->shard_total * sizeof(float), "AdamW second moments (shard)"));
-    DT_TRY(dt_alloc((void **)&d->rs_tmp, maxS * sizeof(float), "reduce-scatter buffer"));
-    d->workspace_bytes = maxS * sizeof(float);
     if (d->o.zero <= 2) {
         d->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!d->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
@@ -208,6 +223,15 @@ dt_status dt_zero_before_backward(dt_dp *d, int u) {
     return DT_OK;
 }
 
+/* zero 1: unit u's gradients, reduce-scattered in place: this rank's slice of the unit
+ * becomes the sum over ranks, the other slices are left undefined (begin_step zeroes
+ * them). Backward never touches a unit again after its after_backward hook. */
+static dt_status zero1_reduce_scatter(dt_dp *d, int u, dt_request **req) {
+    float *unit = d->grads_pad + d->poff[u];
+    if (req) return dt_ireduce_scatter(d->comm, unit, dt_zero_grad_slice(d, u), d->S[u], DT_F32, DT_SUM, req);
+    return dt_reduce_scatter(d->comm, unit, dt_zero_grad_slice(d, u), d->S[u], DT_F32, DT_SUM);
+}
+
 /* zero 1: unit u's gradients are final (last micro-step): start its reduce-scatter now,
  * overlapping the rest of backward, as DDP does with buckets. A unit whose start fails is
  * reduce-scattered blocking in end_step. */
@@ -215,8 +239,7 @@ static dt_status zero1_after_backward(dt_dp *d, int u) {
     if (!d->last_micro || d->N == 1 || d->o.bitwise || !d->o.overlap) return DT_OK;
     dt_request **slot;
     DT_TRY(dt_dp_inflight_slot(d, &slot));
-    DT_TRY(dt_ireduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u], d->S[u], DT_F32, DT_SUM,
-                              slot));
+    DT_TRY(zero1_reduce_scatter(d, u, slot));
     d->ninflight++;
     d->rs_started[u] = 1;
     return DT_OK;
@@ -261,9 +284,9 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     if (d->o.bitwise) {
         const float *root = dt_fold_root(&d->fold);
         if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: micro-steps are not a power of two");
-        if (d->o.zero == 1) /* the root is the full reduced gradient: keep this rank's slices */
+        if (d->o.zero == 1) /* the root is the full reduced gradient: this rank's slices */
             for (int u = 0; u < m->nunits; u++)
-                memcpy(d->grad_shard + d->soff[u], root + d->poff[u] + (size_t)d->rank * d->S[u],
+                memcpy(dt_zero_grad_slice(d, u), root + d->poff[u] + (size_t)d->rank * d->S[u],
                        d->S[u] * sizeof(float));
         else
             memcpy(d->grad_shard, root, d->shard_total * sizeof(float));
@@ -273,9 +296,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
             DT_TRY(dt_dp_inflight_wait(d)); /* the units started during backward */
             double t0 = dt_now();
             for (int u = 0; u < m->nunits; u++) {
-                if (!d->rs_started[u])
-                    DT_TRY(dt_reduce_scatter(d->comm, d->grads_pad + d->poff[u], d->grad_shard + d->soff[u],
-                                             d->S[u], DT_F32, DT_SUM));
+                if (!d->rs_started[u]) DT_TRY(zero1_reduce_scatter(d, u, NULL));
                 d->rs_started[u] = 0;
             }
             d->comm_s += dt_now() - t0;
@@ -283,14 +304,19 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         if (d->o.tp_comm) { /* split tensors' squares summed over tp too, replicated ones once */
             double ss[2] = {0.0, 0.0};
             size_t x0, n, k;
-            for (int i = 0; i < m->ntensors; i++)
-                if (shard_segment(d, &m->tensors[i], &x0, &n, &k))
-                    ss[m->tensors[i].shard.pieces > 1 ? 0 : 1] += d->ops->sumsq(d->grad_shard + k, n);
+            for (int i = 0; i < m->ntensors; i++) {
+                const gpt_tensor *t = &m->tensors[i];
+                if (shard_segment(d, t, &x0, &n, &k))
+                    ss[t->shard.pieces > 1 ? 0 : 1] += d->ops->sumsq(slice_grad(d, t->unit, x0), n);
+            }
             DT_TRY(dt_allreduce(d->comm, ss, 2, DT_F64, DT_SUM));
             DT_TRY(dt_allreduce(d->o.tp_comm, ss, 1, DT_F64, DT_SUM));
             *grad_norm = sqrt(ss[0] + ss[1]);
         } else {
-            double ss = d->ops->sumsq(d->grad_shard, d->shard_total);
+            double ss = 0.0;
+            if (d->grad_shard) ss = d->ops->sumsq(d->grad_shard, d->shard_total);
+            else /* zero 1: its slices lie apart, one per unit of the full buffer */
+                for (int u = 0; u < m->nunits; u++) ss += d->ops->sumsq(dt_zero_grad_slice(d, u), d->S[u]);
             DT_TRY(dt_allreduce(d->comm, &ss, 1, DT_F64, DT_SUM));
             *grad_norm = sqrt(ss);
         }
@@ -301,7 +327,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         size_t x0, n, k;
         if (!shard_segment(d, t, &x0, &n, &k)) continue;
         dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_param(d, t->unit, x0), NULL,
-                       d->grad_shard + k, d->m_shard + k, d->v_shard + k, n);
+                       slice_grad(d, t->unit, x0), d->m_shard + k, d->v_shard + k, n);
     }
     if (d->o.zero <= 2) {
         /* updated slices to every rank; with overlap they travel while the next forward
@@ -432,7 +458,7 @@ dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view) {
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
     size_t f = sizeof(float);
     r->params = (d->o.zero <= 2 ? d->padded_total : d->shard_total) * f;
-    r->grads = d->shard_total * f + (d->o.zero == 1 ? d->padded_total * f : 0);
+    r->grads = (d->o.zero == 1 ? d->padded_total : d->shard_total) * f; /* zero 1: reduced in place */
     r->optim = 2 * d->shard_total * f;
     r->workspace = d->workspace_bytes;
 }
