@@ -20,7 +20,7 @@
 #include "../core/mem.h"
 #include "dp_internal.h"
 
-static int nblocks(const dt_dp *d) { return d->m->shape.n_layer; }
+static int nblocks(const dt_dp *d) { return d->m->nblocks; }
 static int lnf_unit(const dt_dp *d) { return nblocks(d) + 1; }
 
 /* The part of tensor t inside this rank's slice of its unit: *x0 its offset in the unit,
