@@ -381,6 +381,13 @@ void gpt_sorted_order(const gpt_model *m, int *order) {
     qsort(order, (size_t)m->ntensors, sizeof(int), cmp_names);
 }
 
+dt_status gpt_unit_views(const gpt_model *m, float *base, float ***views) {
+    *views = calloc((size_t)m->nunits, sizeof(float *));
+    if (!*views) return dt_fail(DT_ERUNTIME, "out of memory (views)");
+    for (int u = 0; u < m->nunits; u++) (*views)[u] = base + m->units[u].offset;
+    return DT_OK;
+}
+
 void gpt_zero_grad(gpt_model *m) {
     for (int u = 0; u < m->nunits; u++) m->ops->zero(m->unit_grads[u], m->units[u].count * m->esz);
 }

@@ -158,6 +158,9 @@ const gpt_tensor *gpt_find(const gpt_model *m, const char *name);
 /* Tensor indices in lexicographic name order (the digest and safetensors order). */
 void gpt_sorted_order(const gpt_model *m, int *order);
 
+/* Unit views of a flat fp32 buffer in the model's layout (e.g. optimizer moments):
+ * (*views)[u] = base + units[u].offset; the caller frees *views. */
+dt_status gpt_unit_views(const gpt_model *m, float *base, float ***views);
 /* Zeroes every unit's gradients (through unit_grads). */
 void gpt_zero_grad(gpt_model *m);
 /* Forward, loss and backward for one micro-batch on a whole model (one stage):

@@ -137,21 +137,16 @@ static dt_status ddp_norm(dt_dp *d, double *norm) {
     return DT_OK;
 }
 
-/* With tensor parallelism: sharded tensors' squares are summed over the tensor-parallel
- * group, replicated ones (identical on every rank) counted once, each tensor in table
- * order: the global norm of the unsharded model's gradient. */
-static dt_status tp_norm(dt_dp *d, double *norm) {
+/* The gradient norm of a model-parallel rank's (complete) gradients: each tensor's squares
+ * in its class (state.h), in table order, then combined over the model-parallel groups. */
+static dt_status layout_norm(dt_dp *d, double *norm) {
     const gpt_model *m = d->m;
-    double sharded = 0.0, replicated = 0.0;
+    double part[DT_NORM_NCLASSES] = {0.0, 0.0};
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
-        double ss = d->ops->sumsq(d->grads + t->offset, t->numel);
-        if (t->shard.pieces > 1) sharded += ss;
-        else replicated += ss;
+        part[dt_state_norm_class(t)] += d->ops->sumsq(d->grads + t->offset, t->numel);
     }
-    DT_TRY(dt_allreduce(d->o.tp_comm, &sharded, 1, DT_F64, DT_SUM));
-    *norm = sqrt(sharded + replicated);
-    return DT_OK;
+    return dt_state_norm(&d->o.groups, part, norm);
 }
 
 /* Unit u's gradients are final for this micro-step. Units arrive in descending
@@ -189,13 +184,6 @@ static dt_status h_after_backward(void *ctx, int u) {
 
 /* ---- engine ---- */
 
-static dt_status make_view(const gpt_model *m, float *base, float ***out) {
-    *out = calloc((size_t)m->nunits, sizeof(float *));
-    if (!*out) return dt_fail(DT_ERUNTIME, "out of memory (views)");
-    for (int u = 0; u < m->nunits; u++) (*out)[u] = base + m->units[u].offset;
-    return DT_OK;
-}
-
 static float *elems(const dt_dp *d, float *base, size_t n) { /* base + n storage-precision elements */
     return (float *)((char *)base + n * dt_elem_bytes(d->ops));
 }
@@ -228,8 +216,8 @@ static dt_status setup_plain(dt_dp *d) {
     if (!d->o.ps || d->rank == 0) { /* ps: only the central rank keeps optimizer state */
         DT_TRY(d->ops->alloc((void **)&d->exp_avg, n * sizeof(float), "AdamW first moments"));
         DT_TRY(d->ops->alloc((void **)&d->exp_avg_sq, n * sizeof(float), "AdamW second moments"));
-        DT_TRY(make_view(m, d->exp_avg, &d->m_view));
-        DT_TRY(make_view(m, d->exp_avg_sq, &d->v_view));
+        DT_TRY(gpt_unit_views(m, d->exp_avg, &d->m_view));
+        DT_TRY(gpt_unit_views(m, d->exp_avg_sq, &d->v_view));
     }
     return DT_OK;
 }
@@ -310,7 +298,7 @@ static dt_status host_open(dt_dp *d, int moments, int fetch, host_copy *h) {
     for (int k = 0; k < nm; k++) {
         h->mom[k] = malloc(bytes);
         if (!h->mom[k]) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the optimizer state)");
-        DT_TRY(make_view(m, h->mom[k], &h->mom_view[k]));
+        DT_TRY(gpt_unit_views(m, h->mom[k], &h->mom_view[k]));
         if (fetch) d->ops->download(h->mom[k], dev_mom[k], bytes);
         float **dev_view = *views[k];
         *views[k] = h->mom_view[k];
@@ -357,59 +345,10 @@ static dt_status host_close(dt_dp *d, int push, host_copy *h) {
     return s;
 }
 
-/* ---- tensor parallelism: whole tensors for the checkpoint and the digest ----
- * Checkpoints hold whole tensors, so a tensor-parallel save assembles them at the
- * group's first rank (a full host copy made at save time only); a load reads this
+/* Checkpoints and the digest are of whole tensors: with model parallelism they are
+ * assembled at one rank (state.h, a host copy made at save time only); a load reads this
  * rank's pieces out of the file's whole tensors by their shard specs (checkpoint.c), so
- * any tp, with any ZeRO stage, reads any checkpoint. */
-typedef struct {
-    gpt_model full;
-    float *mom[2];
-    float **view[2];
-} tp_full;
-
-static void tp_full_free(tp_full *f) {
-    gpt_destroy(&f->full);
-    for (int k = 0; k < 2; k++) {
-        free(f->mom[k]);
-        free(f->view[k]);
-    }
-}
-
-/* The whole model (and moments) at tp index 0, from this rank's unit views of its pieces
- * (parameters: the model's; moments: mv, vv, or NULL); collective over the tp group. */
-static dt_status tp_full_gather(dt_dp *d, float *const *mv, float *const *vv, tp_full *f) {
-    int moments = mv != NULL;
-    memset(f, 0, sizeof *f);
-    const gpt_model *m = d->m;
-    int root = dt_comm_rank(d->o.tp_comm) == 0, tp = dt_comm_size(d->o.tp_comm);
-    size_t maxn = 0;
-    for (int i = 0; i < m->ntensors; i++)
-        if (m->tensors[i].numel > maxn) maxn = m->tensors[i].numel;
-    float *scratch = NULL;
-    dt_status s = DT_OK;
-    if (root) {
-        s = gpt_create_ex(&f->full, &m->shape, dt_ops_cpu(), 1, 1, 1);
-        for (int k = 0; s == DT_OK && k < (moments ? 2 : 0); k++) {
-            f->mom[k] = calloc(f->full.nparams, sizeof(float));
-            if (!f->mom[k]) s = dt_fail(DT_ERUNTIME, "out of memory (whole optimizer state for the checkpoint)");
-            else s = make_view(&f->full, f->mom[k], &f->view[k]);
-        }
-        scratch = s == DT_OK ? malloc((size_t)tp * maxn * sizeof(float)) : NULL;
-        if (s == DT_OK && !scratch) s = dt_fail(DT_ERUNTIME, "out of memory (gathering tensor pieces)");
-    }
-    s = dt_comm_agree(d->o.tp_comm, s, NULL);
-    float *const *src[3] = {m->unit_params, mv, vv};
-    for (int k = 0; s == DT_OK && k < (moments ? 3 : 1); k++)
-        for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
-            const gpt_tensor *t = &m->tensors[i];
-            float *dst = root ? (k == 0 ? f->full.params : f->mom[k - 1]) + f->full.tensors[i].offset : NULL;
-            const float *piece = src[k][t->unit] + (t->offset - m->units[t->unit].offset);
-            s = dt_tp_gather_tensor(d->o.tp_comm, t, piece, dst, scratch);
-        }
-    free(scratch);
-    return s;
-}
+ * any layout, with any ZeRO stage, reads any checkpoint. */
 
 dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     if (is_zero(d)) return dt_zero_init_weights(d, seed, init_from);
@@ -468,7 +407,7 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         double norm = 0.0;
         DP_COMM(d, s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0));
         if (s == DT_OK && d->rank == 0) { /* with tp the roots are one tensor-parallel group: the norm is theirs */
-            if (d->o.tp_comm) s = tp_norm(d, &norm);
+            if (d->o.groups.tp) s = layout_norm(d, &norm);
             else norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
             if (s == DT_OK) full_update(d, lr, norm);
         }
@@ -499,9 +438,9 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
                 d->ops->upload(d->grads, d->grads_host, d->m->nparams * sizeof(float));
                 s = d->ops->sync();
             }
-            if (s == DT_OK) s = d->o.tp_comm ? tp_norm(d, grad_norm) : ddp_norm(d, grad_norm);
-        } else if (d->o.tp_comm) {
-            s = tp_norm(d, grad_norm);
+            if (s == DT_OK) s = d->o.groups.tp ? layout_norm(d, grad_norm) : ddp_norm(d, grad_norm);
+        } else if (d->o.groups.tp) {
+            s = layout_norm(d, grad_norm);
         } else {
             *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
         }
@@ -519,22 +458,22 @@ void dt_dp_release_full(dt_dp *d) {
 dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json) {
     float **mv = d->m_view, **vv = d->v_view;
     dt_status s = DT_OK;
-    if (d->o.tp_comm) { /* whole tensors at the first rank of data-parallel group 0 */
-        tp_full f;
-        memset(&f, 0, sizeof f);
+    if (d->o.groups.tp) { /* whole tensors at the first rank of data-parallel group 0 */
+        dt_whole_model f;
         if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
             s = dt_zero_gather_full(d);
             if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
         }
-        if (s == DT_OK) s = tp_full_gather(d, mv, vv, &f);
-        if (s == DT_OK && d->rank == 0 && dt_comm_rank(d->o.tp_comm) == 0)
+        if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, mv, vv, &f);
+        else memset(&f, 0, sizeof f);
+        if (s == DT_OK && d->rank == 0 && dt_state_is_root(&d->o.groups))
             s = dt_ckpt_save(dir, &f.full, f.view[0], f.view[1], st, config_json);
-        tp_full_free(&f);
+        dt_whole_free(&f);
         if (is_zero(d)) {
             dt_zero_free_views(mv, vv);
             dt_zero_release_full(d);
         }
-        s = dt_comm_agree(d->o.tp_comm, s, NULL);
+        s = dt_comm_agree(d->o.groups.tp, s, NULL);
         return dt_comm_agree(d->comm, s, NULL);
     }
     if (is_zero(d)) {
@@ -557,16 +496,16 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
 }
 
 dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
-    if (d->o.tp_comm) { /* of the whole model, at the group's first rank */
-        tp_full f;
+    if (d->o.groups.tp) { /* of the whole model, at the group's first rank */
+        dt_whole_model f;
         memset(&f, 0, sizeof f);
         dt_status s = dt_dp_gather_full(d);
-        if (s == DT_OK) s = tp_full_gather(d, NULL, NULL, &f);
+        if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, NULL, NULL, &f);
         hex[0] = 0;
-        if (s == DT_OK && dt_comm_rank(d->o.tp_comm) == 0) dt_weights_digest(&f.full, hex);
-        tp_full_free(&f);
+        if (s == DT_OK && dt_state_is_root(&d->o.groups)) dt_weights_digest(&f.full, hex);
+        dt_whole_free(&f);
         dt_dp_release_full(d);
-        return dt_comm_agree(d->o.tp_comm, s, NULL);
+        return dt_comm_agree(d->o.groups.tp, s, NULL);
     }
     dt_status s = dt_dp_gather_full(d);
     host_copy h;

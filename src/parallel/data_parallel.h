@@ -8,7 +8,8 @@
  *         communication on earlier accumulation micro-steps.
  *   zero 1/2/3 (zero.c) optimizer state, then gradients, then parameters partitioned.
  * With one rank every mode is plain single-process training. The engine owns the
- * optimizer state, so it also saves, loads and digests the full model. */
+ * optimizer state, so it also saves, loads and digests the full model; what a rank's
+ * tensors mean in the whole model (tensor-parallel pieces) comes from state.h. */
 #ifndef DT_DATA_PARALLEL_H
 #define DT_DATA_PARALLEL_H
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include "../model/gpt.h"
 #include "../optim/optimizer.h"
 #include "../train/metrics.h"
+#include "state.h"
 
 typedef struct {
     int ps;              /* dp_mode ps */
@@ -26,7 +28,7 @@ typedef struct {
     int bitwise;         /* parallel.determinism = bitwise (canonical.h) */
     int overlap;         /* DDP, ZeRO-1: start gradient collectives during backward */
     int leaves;          /* bitwise: accumulation micro-steps per optimizer step */
-    dt_comm *tp_comm;    /* tensor parallelism (NULL: none): the gradient norm sums sharded tensors over it */
+    dt_model_groups groups; /* the model-parallel groups this rank's state spans (state.h) */
 } dt_dp_opts;
 
 typedef struct dt_dp dt_dp;

@@ -301,17 +301,16 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
             }
             d->comm_s += dt_now() - t0;
         }
-        if (d->o.tp_comm) { /* split tensors' squares summed over tp too, replicated ones once */
-            double ss[2] = {0.0, 0.0};
+        if (d->o.groups.tp) { /* each tensor's shard in its class (state.h), then over the model's groups */
+            double ss[DT_NORM_NCLASSES] = {0.0, 0.0};
             size_t x0, n, k;
             for (int i = 0; i < m->ntensors; i++) {
                 const gpt_tensor *t = &m->tensors[i];
                 if (shard_segment(d, t, &x0, &n, &k))
-                    ss[t->shard.pieces > 1 ? 0 : 1] += d->ops->sumsq(slice_grad(d, t->unit, x0), n);
+                    ss[dt_state_norm_class(t)] += d->ops->sumsq(slice_grad(d, t->unit, x0), n);
             }
-            DT_TRY(dt_allreduce(d->comm, ss, 2, DT_F64, DT_SUM));
-            DT_TRY(dt_allreduce(d->o.tp_comm, ss, 1, DT_F64, DT_SUM));
-            *grad_norm = sqrt(ss[0] + ss[1]);
+            DT_TRY(dt_allreduce(d->comm, ss, DT_NORM_NCLASSES, DT_F64, DT_SUM));
+            DT_TRY(dt_state_norm(&d->o.groups, ss, grad_norm));
         } else {
             double ss = 0.0;
             if (d->grad_shard) ss = d->ops->sumsq(d->grad_shard, d->shard_total);

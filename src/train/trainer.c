@@ -248,7 +248,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     dt_dp_opts o = {!strcmp(c->parallel.dp_mode, "ps"), c->parallel.zero,
                     (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0), !strcmp(c->parallel.determinism, "bitwise"),
-                    c->parallel.overlap, t->accum, t->mesh.tp > 1 ? t->mesh.tp_comm : NULL};
+                    c->parallel.overlap, t->accum, {t->mesh.tp > 1 ? t->mesh.tp_comm : NULL}};
     DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
     if (c->checkpoint.resume[0]) { /* the trainer state was read in setup_local */
         DT_TRY(dt_dp_load(t->dpe, t->resume_dir, t->st.step));

@@ -1,0 +1,42 @@
+/* The training state across the model-parallel layout. The data-parallel strategies
+ * (data_parallel.c: ps, DDP; zero.c: ZeRO 1-3) store, reduce, shard and update whatever
+ * tensors this rank's model holds, over the data-parallel group only; this module says how
+ * those tensors add up to the whole model, reading their shard specs: which partial sums
+ * make the global gradient norm, and how whole tensors are assembled for checkpoints and
+ * the digest. Tensor parallelism is here now; pipeline stages (tied embeddings) and
+ * context parallelism extend this file, not the strategies. */
+#ifndef DT_STATE_H
+#define DT_STATE_H
+#include "../comm/comm.h"
+#include "../model/gpt.h"
+
+/* The model-parallel groups a rank's state spans (NULL: a group of one). */
+typedef struct {
+    dt_comm *tp; /* tensor parallelism: split tensors' pieces */
+} dt_model_groups;
+
+/* The gradient norm's partial sums: squares of split tensors (each rank holds a piece, so
+ * they are summed over the group) and of replicated ones (the same on every rank of the
+ * group, counted once). */
+enum { DT_NORM_SPLIT, DT_NORM_REPLICATED, DT_NORM_NCLASSES };
+int dt_state_norm_class(const gpt_tensor *t);
+/* The global norm from this rank's partial sums of squares (already complete over the
+ * data-parallel group). Collective over the model-parallel groups. */
+dt_status dt_state_norm(const dt_model_groups *g, const double part[DT_NORM_NCLASSES], double *norm);
+
+/* Whether this rank is where whole tensors are assembled (first of its model-parallel
+ * groups). */
+int dt_state_is_root(const dt_model_groups *g);
+/* The whole model (fp32 host memory; moments too when mv, vv are given) assembled at the
+ * root from every rank's pieces (unit views: parameters the model's, moments mv and vv).
+ * Collective over the model-parallel groups; w is only filled at the root. */
+typedef struct {
+    gpt_model full;
+    float *mom[2];
+    float **view[2]; /* unit views of mom */
+} dt_whole_model;
+dt_status dt_state_gather_whole(const dt_model_groups *g, const gpt_model *m, float *const *mv, float *const *vv,
+                                dt_whole_model *w);
+void dt_whole_free(dt_whole_model *w);
+
+#endif
