@@ -3,7 +3,7 @@
 # (12 layers, 768 wide, 12 heads, vocabulary 50257) at seq 64, global batch 8, random
 # tokens: dtrain dp=1 x 2 threads, DDP dp=2 x 1 thread, tp=2 x 1 thread (each rank half
 # of every block and of the vocabulary; all-reduces inside forward and backward, none
-# overlapped). Prints tokens/s (median over rounds of each run's median step) and the
+# overlapped), and tp=2 with sequence parallelism (reduce-scatters and all-gathers). Prints tokens/s (median over rounds of each run's median step) and the
 # time tp spends in its collectives per step. Contenders run interleaved, ROUNDS times
 # (default 3), each after a CPU-share probe (below ~1.6 the second core is shared).
 # usage: bench/bench_tp.sh [build/dtrain]     (prints a markdown table)
@@ -41,7 +41,8 @@ PY
 }
 CONTENDERS=("d12|dtrain dp=1 x 2 threads|1 2 --set train.micro_batch=8"
             "ddp|dtrain DDP dp=2 x 1 thread|2 1 --set train.micro_batch=4"
-            "tp2|dtrain tp=2 x 1 thread|2 1 --set train.micro_batch=8 --set parallel.tp=2")
+            "tp2|dtrain tp=2 x 1 thread|2 1 --set train.micro_batch=8 --set parallel.tp=2"
+            "tp2sp|dtrain tp=2 + sp x 1 thread|2 1 --set train.micro_batch=8 --set parallel.tp=2 --set parallel.sp=true")
 for ((r = 1; r <= ROUNDS; r++)); do
   for c in "${CONTENDERS[@]}"; do
     IFS='|' read -r key label how <<<"$c"
@@ -53,7 +54,8 @@ done
 python3 - "$tmp/results" <<'PY'
 import statistics as st, sys
 rows = [l.split() for l in open(sys.argv[1])]
-labels = {"d12": "dtrain dp=1 x 2 threads", "ddp": "dtrain DDP dp=2 x 1 thread", "tp2": "dtrain tp=2 x 1 thread"}
+labels = {"d12": "dtrain dp=1 x 2 threads", "ddp": "dtrain DDP dp=2 x 1 thread", "tp2": "dtrain tp=2 x 1 thread",
+          "tp2sp": "dtrain tp=2 + sp x 1 thread"}
 R = {}
 for key, r, p, tps, ms in rows: R.setdefault(key, {})[int(r)] = (float(p), float(tps), ms)
 rounds = sorted(R["d12"])
