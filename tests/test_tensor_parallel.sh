@@ -162,6 +162,8 @@ bad "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n
 bad "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
 bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
 bad "sp without tp" "parallel.sp needs parallel.tp" 2 --set parallel.sp=true
+bad "a checkpoint of another shape" "the model needs" 2 --set parallel.tp=2 --set parallel.zero=1 \
+  --set model.n_embd=64 --set train.init_from="$TMP/c1/step_00000010/model.safetensors"
 bad "a micro-batch that does not split" "do not split" 2 --set parallel.tp=2 --set parallel.sp=true \
   --set train.seq_len=31 --set train.micro_batch=1
 bad "sp with the final sample" "sample" 2 --set parallel.tp=2 --set parallel.sp=true --set log.sample_tokens=10 \
