@@ -89,7 +89,7 @@ static const key_desc KEYS[] = {
     BOOL("parallel.sp", parallel.sp, "false", "sequence parallelism (with tp)"),
     INT("parallel.zero", parallel.zero, 0, 3, "0", "ZeRO stage"),
     ENUM("parallel.dp_mode", parallel.dp_mode, "ddp|ps", "ddp", "data-parallel mode"),
-    ENUM("parallel.schedule", parallel.schedule, "gpipe|1f1b|interleaved", "1f1b", "pipeline schedule"),
+    ENUM("parallel.schedule", parallel.schedule, "gpipe|1f1b|interleaved|zb-h1", "1f1b", "pipeline schedule"),
     INT("parallel.micro_batches", parallel.micro_batches, 0, 1e6, "0", "pipeline micro-batches (0: derived)"),
     INT("parallel.virtual_stages", parallel.virtual_stages, 1, 1024, "1", "interleaved pipeline chunks per rank"),
     BOOL("parallel.overlap", parallel.overlap, "true",

@@ -144,7 +144,8 @@ static dt_status layout_norm(dt_dp *d, double *norm) {
     double part[DT_NORM_NCLASSES] = {0.0, 0.0};
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
-        part[dt_state_norm_class(t)] += d->ops->sumsq(d->grads + t->offset, t->numel);
+        int c = dt_state_norm_class(m, t);
+        if (c >= 0) part[c] += d->ops->sumsq(d->grads + t->offset, t->numel);
     }
     return dt_state_norm(&d->o.groups, part, norm);
 }
@@ -407,7 +408,7 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         double norm = 0.0;
         DP_COMM(d, s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0));
         if (s == DT_OK && d->rank == 0) { /* with tp the roots are one tensor-parallel group: the norm is theirs */
-            if (d->o.groups.tp) s = layout_norm(d, &norm);
+            if (dt_state_model_parallel(&d->o.groups)) s = layout_norm(d, &norm); /* ps refuses pp (no tie) */
             else norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
             if (s == DT_OK) full_update(d, lr, norm);
         }
@@ -438,9 +439,15 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
                 d->ops->upload(d->grads, d->grads_host, d->m->nparams * sizeof(float));
                 s = d->ops->sync();
             }
-            if (s == DT_OK) s = d->o.groups.tp ? layout_norm(d, grad_norm) : ddp_norm(d, grad_norm);
-        } else if (d->o.groups.tp) {
-            s = layout_norm(d, grad_norm);
+            if (s == DT_OK && dt_state_model_parallel(&d->o.groups)) {
+                s = dt_state_tie_grads(&d->o.groups, d->m, d->grads);
+                if (s == DT_OK) s = layout_norm(d, grad_norm);
+            } else if (s == DT_OK) {
+                s = ddp_norm(d, grad_norm);
+            }
+        } else if (dt_state_model_parallel(&d->o.groups)) {
+            s = dt_state_tie_grads(&d->o.groups, d->m, d->grads);
+            if (s == DT_OK) s = layout_norm(d, grad_norm);
         } else {
             *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
         }

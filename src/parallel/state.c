@@ -8,13 +8,26 @@
 
 static int has(const dt_comm *c) { return c && dt_comm_size((dt_comm *)c) > 1; }
 
-int dt_state_norm_class(const gpt_tensor *t) { return t->shard.pieces > 1 ? DT_NORM_SPLIT : DT_NORM_REPLICATED; }
+int dt_state_model_parallel(const dt_model_groups *g) { return has(g->tp) || has(g->pp); }
+
+int dt_state_norm_class(const gpt_model *m, const gpt_tensor *t) {
+    if (t->unit == 0 && !m->has_embed) return -1; /* the last stage's copy of wte */
+    return t->shard.pieces > 1 ? DT_NORM_SPLIT : DT_NORM_REPLICATED;
+}
 
 dt_status dt_state_norm(const dt_model_groups *g, const double part[DT_NORM_NCLASSES], double *norm) {
     double split = part[DT_NORM_SPLIT];
     if (has(g->tp)) DT_TRY(dt_allreduce(g->tp, &split, 1, DT_F64, DT_SUM));
-    *norm = sqrt(split + part[DT_NORM_REPLICATED]);
+    double total = split + part[DT_NORM_REPLICATED];
+    if (has(g->pp)) DT_TRY(dt_allreduce(g->pp, &total, 1, DT_F64, DT_SUM));
+    *norm = sqrt(total);
     return DT_OK;
+}
+
+dt_status dt_state_tie_grads(const dt_model_groups *g, const gpt_model *m, float *grads) {
+    if (!has(g->pp) || !g->emb) return DT_OK;
+    const gpt_tensor *wte = &m->tensors[0]; /* unit 0 on both ends starts with wte */
+    return dt_allreduce(g->emb, grads + wte->offset, wte->numel, DT_F32, DT_SUM);
 }
 
 int dt_state_is_root(const dt_model_groups *g) { return !has(g->tp) || dt_comm_rank(g->tp) == 0; }

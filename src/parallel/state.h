@@ -12,14 +12,22 @@
 
 /* The model-parallel groups a rank's state spans (NULL: a group of one). */
 typedef struct {
-    dt_comm *tp; /* tensor parallelism: split tensors' pieces */
+    dt_comm *tp;  /* tensor parallelism: split tensors' pieces */
+    dt_comm *pp;  /* pipeline parallelism: each stage holds its blocks */
+    dt_comm *emb; /* the first and the last stage, which both hold the tied wte (NULL elsewhere) */
 } dt_model_groups;
 
 /* The gradient norm's partial sums: squares of split tensors (each rank holds a piece, so
  * they are summed over the group) and of replicated ones (the same on every rank of the
- * group, counted once). */
+ * group, counted once); both summed over the pipeline stages. A tied copy (wte on the last
+ * stage: the first stage's counts) is in no class (-1). */
 enum { DT_NORM_SPLIT, DT_NORM_REPLICATED, DT_NORM_NCLASSES };
-int dt_state_norm_class(const gpt_tensor *t);
+int dt_state_norm_class(const gpt_model *m, const gpt_tensor *t);
+/* Sums the gradients of tied tensors over the stages holding them (wte's, over emb), so
+ * both copies take the same update. grads: the model's flat gradient buffer (host). */
+dt_status dt_state_tie_grads(const dt_model_groups *g, const gpt_model *m, float *grads);
+/* Whether any model-parallel group has more than one rank. */
+int dt_state_model_parallel(const dt_model_groups *g);
 /* The global norm from this rank's partial sums of squares (already complete over the
  * data-parallel group). Collective over the model-parallel groups. */
 dt_status dt_state_norm(const dt_model_groups *g, const double part[DT_NORM_NCLASSES], double *norm);

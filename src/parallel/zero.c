@@ -307,7 +307,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
             for (int i = 0; i < m->ntensors; i++) {
                 const gpt_tensor *t = &m->tensors[i];
                 if (shard_segment(d, t, &x0, &n, &k))
-                    ss[dt_state_norm_class(t)] += d->ops->sumsq(slice_grad(d, t->unit, x0), n);
+                    ss[dt_state_norm_class(m, t)] += d->ops->sumsq(slice_grad(d, t->unit, x0), n); /* pp refused */
             }
             DT_TRY(dt_allreduce(d->comm, ss, DT_NORM_NCLASSES, DT_F64, DT_SUM));
             DT_TRY(dt_state_norm(&d->o.groups, ss, grad_norm));

@@ -21,6 +21,7 @@
 #include "../parallel/data_parallel.h"
 #include "../parallel/estimate.h"
 #include "../parallel/mesh.h"
+#include "../parallel/pipeline.h"
 #include "../parallel/tensor_parallel.h"
 #include "metrics.h"
 #include "progress.h"
@@ -34,6 +35,9 @@ typedef struct {
     int rank0, dp, dp_rank;
     gpt_model model;
     dt_dp *dpe;
+    dt_pipeline *pipe;          /* parallel.pp > 1 */
+    dt_schedule sched;
+    double *pipe_all;              /* the final pipeline report: 3 numbers per rank, allocated up front */
     dt_adamw_hparams hp;
     dt_tokenfile train_tokens, val_tokens;
     dt_loader loader;
@@ -180,9 +184,8 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
     long long model_par = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
     if (world % model_par != 0)
         return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %lld", world, model_par);
-    if (c->parallel.pp > 1 || c->parallel.cp > 1)
-        return dt_fail(DT_EINPUT, "parallel: pp and cp > 1 are not implemented yet (pp=%d cp=%d)", c->parallel.pp,
-                       c->parallel.cp);
+    if (c->parallel.cp > 1)
+        return dt_fail(DT_EINPUT, "parallel: cp > 1 is not implemented yet (cp=%d)", c->parallel.cp);
     DT_TRY(dt_tp_check(c));
     t->dp = world / (int)model_par;
     int per_step = t->micro * t->dp;
@@ -192,6 +195,8 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
                        "config: train.micro_batch x data-parallel size = %d x %d does not divide train.global_batch %d",
                        t->micro, t->dp, t->global_batch);
     t->accum = t->global_batch / per_step;
+    DT_TRY(dt_schedule_parse(c->parallel.schedule, &t->sched));
+    DT_TRY(dt_pp_check(c, t->accum));
 
     DT_TRY(read_data(c, t));
     DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, t->T, t->global_batch, c->data.shuffle,
@@ -214,7 +219,8 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
     t->inp = malloc(ntok * sizeof(uint16_t));
     t->tgt = malloc(ntok * sizeof(uint16_t));
     t->mem_all = calloc((size_t)dt_comm_size(t->world) * 7, sizeof(double));
-    if (!t->inp || !t->tgt || !t->mem_all) return dt_fail(DT_ERUNTIME, "out of memory (batch)");
+    t->pipe_all = calloc((size_t)dt_comm_size(t->world) * 3, sizeof(double));
+    if (!t->inp || !t->tgt || !t->mem_all || !t->pipe_all) return dt_fail(DT_ERUNTIME, "out of memory (batch)");
     if (t->rank0) {
         DT_TRY(dt_metrics_open(&t->metrics, c->log.metrics, c->checkpoint.resume[0] != 0));
         if (c->checkpoint.resume[0]) dt_metrics_resume(&t->metrics, t->st.step, t->resume_dir);
@@ -239,6 +245,10 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp};
+    if (t->mesh.pp > 1) { /* this rank's stage: its blocks, and a slot per micro-batch it keeps in flight */
+        DT_TRY(dt_pp_split(c->model.n_layer, t->mesh.pp, t->mesh.pp_rank, &layout.first_layer, &layout.n_layers));
+        layout.slots = dt_pp_slots(t->sched, t->mesh.pp, t->mesh.pp_rank, t->accum);
+    }
     /* activations are rank-local; the data-parallel setup below is collective */
     DT_TRY(dt_comm_agree(t->world,
                          gpt_create_layout(&t->model, &shape, t->ops, t->micro, t->T, 0, &layout),
@@ -248,8 +258,12 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     dt_dp_opts o = {!strcmp(c->parallel.dp_mode, "ps"), c->parallel.zero,
                     (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0), !strcmp(c->parallel.determinism, "bitwise"),
-                    c->parallel.overlap, t->accum, {t->mesh.tp > 1 ? t->mesh.tp_comm : NULL}};
+                    c->parallel.overlap, t->accum,
+                    {t->mesh.tp > 1 ? t->mesh.tp_comm : NULL, t->mesh.pp > 1 ? t->mesh.pp_comm : NULL,
+                     t->mesh.pp > 1 && t->mesh.in_emb ? t->mesh.emb_comm : NULL}};
     DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
+    if (t->mesh.pp > 1)
+        DT_TRY(dt_pipeline_create(&t->pipe, &t->model, t->mesh.pp_comm, t->sched, t->accum, t->micro, t->T));
     if (c->checkpoint.resume[0]) { /* the trainer state was read in setup_local */
         DT_TRY(dt_dp_load(t->dpe, t->resume_dir, t->st.step));
         DT_TRY(dt_loader_seek(&t->loader, t->st.data_epoch, (size_t)t->st.data_pos));
@@ -264,9 +278,11 @@ static void teardown(trainer *t) {
     dt_metrics_close(&t->metrics);
     dt_tokenizer_free(t->tok);
     free(t->mem_all);
+    free(t->pipe_all);
     free(t->config_json);
     free(t->inp);
     free(t->tgt);
+    dt_pipeline_destroy(t->pipe);
     dt_dp_destroy(t->dpe);
     gpt_destroy(&t->model);
     dt_mesh_destroy(&t->mesh);
@@ -274,6 +290,21 @@ static void teardown(trainer *t) {
     dt_tokenfile_free(&t->train_tokens);
     dt_tokenfile_free(&t->val_tokens);
 }
+
+/* The pipeline runner's view of the data: validation fills t->inp/t->tgt itself (one
+ * micro-batch per call); training takes micro-step mb of this data-parallel rank. */
+static void fill_current(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
+    trainer *t = ctx;
+    (void)mb;
+    size_t n = (size_t)t->micro * t->T * sizeof(uint16_t);
+    memcpy(tokens, t->inp, n);
+    memcpy(targets, t->tgt, n);
+}
+static void fill_step(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
+    trainer *t = ctx;
+    dt_loader_fill(&t->loader, (mb * t->dp + t->dp_rank) * t->micro, t->micro, tokens, targets);
+}
+static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((trainer *)ctx)->dpe, last); }
 
 /* Mean loss over val_batches micro-batches of consecutive windows of the val file,
  * spread over data-parallel ranks. Every rank runs the same number of forwards (ZeRO-3
@@ -288,7 +319,12 @@ static dt_status validate(trainer *t, double *out) {
         for (int k = 0; k < t->micro; k++, w++)
             dt_loader_window(&t->val_tokens, t->T, w % nwin, t->inp + (size_t)k * t->T, t->tgt + (size_t)k * t->T);
         double l;
-        DT_TRY(gpt_eval_loss(&t->model, t->inp, t->tgt, t->micro, t->T, &l));
+        if (t->pipe) {
+            dt_pp_io io = {fill_current, NULL, t};
+            DT_TRY(dt_pipeline_eval(t->pipe, &io, 1, &l));
+        } else {
+            DT_TRY(gpt_eval_loss(&t->model, t->inp, t->tgt, t->micro, t->T, &l));
+        }
         if (b < nb) {
             acc[0] += l;
             acc[1] += (double)t->micro * t->T;
@@ -307,7 +343,11 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
     dt_loader_next_batch(&t->loader);
     float grad_scale = 1.0f / ((float)t->global_batch * (float)t->T);
     double sum = 0.0;
-    for (int k = 0; k < t->accum; k++) {
+    if (t->pipe) { /* the schedule runs every micro-step of the step */
+        dt_pp_io io = {fill_step, micro_step, t};
+        DT_TRY(dt_pipeline_step(t->pipe, &io, grad_scale, &sum));
+    }
+    for (int k = 0; !t->pipe && k < t->accum; k++) {
         dt_loader_fill(&t->loader, (k * t->dp + t->dp_rank) * t->micro, t->micro, t->inp, t->tgt);
         dt_dp_begin_micro(t->dpe, k == t->accum - 1);
         double l;
@@ -394,7 +434,33 @@ static void print_header(trainer *t) {
     if (t->mesh.tp > 1)
         printf("dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n",
                t->mesh.tp, t->model.sp ? ", sequence parallel: LayerNorm and residual rows split" : "", t->dp);
+    if (t->mesh.pp > 1) {
+        printf("dtrain: pipeline parallel %d (%s, %d micro-batches per step), blocks per stage:", t->mesh.pp,
+               dt_schedule_name(t->sched), t->accum);
+        for (int r = 0, first, n; r < t->mesh.pp; r++)
+            if (dt_pp_split(c->model.n_layer, t->mesh.pp, r, &first, &n) == DT_OK) printf(" [%d, %d)", first, first + n);
+        printf("\n");
+    }
     if (t->st.step > 0) printf("dtrain: resumed at step %lld from %s\n", t->st.step, t->resume_dir);
+}
+
+/* Per stage (the first data-parallel and tensor-parallel rank of each): compute and
+ * waiting time per step, the measured bubble (1 - compute / time in the schedule) next to
+ * the schedule's formula, and the activation bytes the stage holds. */
+static void print_pipeline(const trainer *t, long long steps) {
+    const dt_mesh *g = &t->mesh;
+    double busy = 0, span = 0;
+    printf("pipeline: %s, %d stages, %d micro-batches per step; per stage (ms/step compute, waiting; activations):",
+           dt_schedule_name(t->sched), g->pp, t->accum);
+    for (int r = 0; r < g->pp; r++) {
+        const double *x = t->pipe_all + 3 * dt_mesh_rank_of(0, r, 0, 0, g->pp, g->cp, g->tp);
+        printf(" %s%.1f, %.1f; %.1f MB", r ? "| " : "", 1e3 * x[0] / steps, 1e3 * x[1] / steps,
+               t->mem_all[7 * dt_mesh_rank_of(0, r, 0, 0, g->pp, g->cp, g->tp) + 3] / 1e6);
+        busy += x[0];
+        span += x[2];
+    }
+    printf("\npipeline bubble: measured %.3f, formula (p-1)/(m+p-1) = %.3f\n", 1.0 - busy / span,
+           dt_schedule_bubble_formula(t->sched, g->pp, 1, t->accum, 1.0, 2.0, 1.0));
 }
 
 static dt_status run(trainer *t) {
@@ -455,6 +521,11 @@ static dt_status run(trainer *t) {
                     (double)mine.workspace, (double)mine.peak_rss, t->rank0 && t->metrics.fail_step >= 0};
     double *all = t->mem_all;
     DT_TRY(dt_allgather(t->world, me, all, 7, DT_F64));
+    if (t->pipe) { /* every stage's busy, waiting and pipeline time, for rank 0's report */
+        double pt[3];
+        dt_pipeline_times(t->pipe, &pt[0], &pt[1], &pt[2]);
+        DT_TRY(dt_allgather(t->world, pt, t->pipe_all, 3, DT_F64));
+    }
     if (all[6] != 0.0) /* rank 0's metrics could not be written: an error on every rank, reported by rank 0 */
         return t->rank0 ? dt_metrics_close(&t->metrics)
                         : dt_fail(DT_ERUNTIME, "rank 0 could not write the metrics file");
@@ -484,6 +555,7 @@ static dt_status run(trainer *t) {
             printf("tensor-parallel communication: %.1f ms/step (%s inside forward and backward, validation "
                    "included, rank 0)\n", 1e3 * dt_tp_comm_seconds() / (double)timed_steps,
                    t->model.sp ? "all-gathers, reduce-scatters and all-reduces" : "all-reduces");
+        if (t->pipe && timed_steps > 0) print_pipeline(t, timed_steps);
         if (t->dp > 1 && timed_steps > 0)
             printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);

@@ -1,0 +1,50 @@
+/* Pipeline parallelism (seeds 000, 003): the layer stack cut into parallel.pp stages, one
+ * per pipeline rank; micro-batches flow forward through the stages and their gradients
+ * back, in the order a schedule (schedule.h) lists for each rank. This module cuts the
+ * model (which blocks a stage holds) and runs a rank's list on its stage of the model
+ * (gpt.h's stage API): activations and gradients cross stages by point-to-point messages
+ * over the pipeline group. */
+#ifndef DT_PIPELINE_H
+#define DT_PIPELINE_H
+#include "../comm/comm.h"
+#include "../core/config.h"
+#include "../model/gpt.h"
+#include "schedule.h"
+
+/* The blocks of stage `stage` of pp for n_layer blocks: balanced, the first n_layer % pp
+ * stages one block more. Fails (DT_EINPUT) when a stage would get no block. */
+dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count);
+
+/* Layouts pipeline parallelism does not run (yet) fail here, before any work, with one
+ * line (DT_EINPUT); m is the step's micro-batch count (gradient accumulation). */
+dt_status dt_pp_check(const dt_config *c, int m);
+
+/* What the trainer gives the runner: micro-batch mb's tokens (needed on the first stage)
+ * and targets (on the last), and the data-parallel engine's per-micro-step call (last: the
+ * operation after which this rank's gradients of some unit become final). */
+typedef struct {
+    void (*fill)(void *ctx, int mb, uint16_t *tokens, uint16_t *targets);
+    void (*micro)(void *ctx, int last);
+    void *ctx;
+} dt_pp_io;
+
+typedef struct dt_pipeline dt_pipeline;
+
+/* The runner for this rank (pipeline rank `rank` of `p`, m micro-batches of B x T per
+ * step) of schedule s on model (a stage with enough activation slots:
+ * dt_pp_slots). Allocates its message bookkeeping once. */
+dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, dt_schedule s, int m, int B, int T);
+void dt_pipeline_destroy(dt_pipeline *pl);
+/* Activation slots rank r needs for schedule s (its most micro-batches in flight). */
+int dt_pp_slots(dt_schedule s, int p, int r, int m);
+/* One step's forwards and backwards: gradients accumulate (grads += d(loss·grad_scale));
+ * *loss = the sum of per-token losses over the m micro-batches, on every pipeline rank.
+ * busy/idle seconds of the step are added to the pipeline's counters. */
+dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale, double *loss);
+/* Forward only (validation): *loss as above for the m micro-batches io->fill gives. */
+dt_status dt_pipeline_eval(dt_pipeline *pl, const dt_pp_io *io, int m, double *loss);
+/* Seconds, since creation, this rank computed (F, B, W), waited on receives, and spent in
+ * dt_pipeline_step in all (its bubble: 1 - busy / span). */
+void dt_pipeline_times(const dt_pipeline *pl, double *busy, double *wait, double *span);
+
+#endif
