@@ -308,6 +308,21 @@ static dt_status read_tensors(st_file *f, const gpt_model *m, float *const *view
     return s;
 }
 
+/* Whether name is a tensor of the whole model m is (a pipeline stage of): the stage's own,
+ * or the embeddings, ln_f, or a block of another stage (the names of this stage's first
+ * block with another index below n_layer). */
+static int of_whole_model(const gpt_model *m, const char *name) {
+    if (gpt_find(m, name)) return 1;
+    static const char *const ends[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++)
+        if (!strcmp(name, ends[k])) return 1;
+    int l, n = 0;
+    if (sscanf(name, "h.%d.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= m->shape.n_layer) return 0;
+    char mine[160];
+    snprintf(mine, sizeof mine, "h.%d.%s", m->first_layer, name + n);
+    return gpt_find(m, mine) != NULL;
+}
+
 /* Every tensor in the file is one of the model's under one of the prefixes: a tensor the
  * model does not have means another model (more layers, another naming). */
 static dt_status check_no_extra(const st_file *f, const gpt_model *m, const char *const *prefixes, int np) {
@@ -316,7 +331,7 @@ static dt_status check_no_extra(const st_file *f, const gpt_model *m, const char
         int known = 0;
         for (int k = 0; k < np && !known; k++) {
             size_t l = strlen(prefixes[k]);
-            known = !strncmp(name, prefixes[k], l) && gpt_find(m, name + l) != NULL;
+            known = !strncmp(name, prefixes[k], l) && of_whole_model(m, name + l);
         }
         if (!known)
             return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is not part of this model (another model's "

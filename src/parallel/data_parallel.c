@@ -465,7 +465,7 @@ void dt_dp_release_full(dt_dp *d) {
 dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json) {
     float **mv = d->m_view, **vv = d->v_view;
     dt_status s = DT_OK;
-    if (d->o.groups.tp) { /* whole tensors at the first rank of data-parallel group 0 */
+    if (dt_state_model_parallel(&d->o.groups)) { /* whole tensors at the first rank of data-parallel group 0 */
         dt_whole_model f;
         if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
             s = dt_zero_gather_full(d);
@@ -480,7 +480,7 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
             dt_zero_free_views(mv, vv);
             dt_zero_release_full(d);
         }
-        s = dt_comm_agree(d->o.groups.tp, s, NULL);
+        s = dt_state_agree(&d->o.groups, s);
         return dt_comm_agree(d->comm, s, NULL);
     }
     if (is_zero(d)) {
@@ -503,7 +503,7 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
 }
 
 dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
-    if (d->o.groups.tp) { /* of the whole model, at the group's first rank */
+    if (dt_state_model_parallel(&d->o.groups)) { /* of the whole model, at the groups' first rank */
         dt_whole_model f;
         memset(&f, 0, sizeof f);
         dt_status s = dt_dp_gather_full(d);
@@ -512,7 +512,7 @@ dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
         if (s == DT_OK && dt_state_is_root(&d->o.groups)) dt_weights_digest(&f.full, hex);
         dt_whole_free(&f);
         dt_dp_release_full(d);
-        return dt_comm_agree(d->o.groups.tp, s, NULL);
+        return dt_state_agree(&d->o.groups, s);
     }
     dt_status s = dt_dp_gather_full(d);
     host_copy h;

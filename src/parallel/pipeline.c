@@ -32,9 +32,6 @@ dt_status dt_pp_check(const dt_config *c, int m) {
     else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (!strcmp(c->backend, "cuda")) what = "backend cuda";
-    else if (c->checkpoint.dir[0] || c->checkpoint.resume[0] || c->train.init_from[0])
-        what = "checkpoints (checkpoint.dir, --resume, train.init_from)";
-    else if (c->log.digest) what = "the digest (log.digest)";
     else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what)
         return dt_fail(DT_EINPUT, "parallel.pp %d: %s is not implemented with pipeline parallelism yet", pp, what);

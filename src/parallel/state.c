@@ -30,7 +30,9 @@ dt_status dt_state_tie_grads(const dt_model_groups *g, const gpt_model *m, float
     return dt_allreduce(g->emb, grads + wte->offset, wte->numel, DT_F32, DT_SUM);
 }
 
-int dt_state_is_root(const dt_model_groups *g) { return !has(g->tp) || dt_comm_rank(g->tp) == 0; }
+int dt_state_is_root(const dt_model_groups *g) {
+    return (!has(g->tp) || dt_comm_rank(g->tp) == 0) && (!has(g->pp) || dt_comm_rank(g->pp) == 0);
+}
 
 void dt_whole_free(dt_whole_model *w) {
     gpt_destroy(&w->full);
@@ -41,22 +43,71 @@ void dt_whole_free(dt_whole_model *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* A whole (tp = 1) model of the given blocks, fp32 host memory: with state (and moments)
+ * to be filled, or the tensor table alone. */
+static dt_status whole_of(const gpt_model *m, int first, int n, int alloc, dt_whole_model *w, int moments) {
+    gpt_layout lay = {.tp = 1, .first_layer = first, .n_layers = n};
+    DT_TRY(gpt_create_layout(&w->full, &m->shape, dt_ops_cpu(), 1, 1, alloc, &lay));
+    for (int k = 0; k < (moments ? 2 : 0); k++) {
+        w->mom[k] = calloc(w->full.nparams, sizeof(float));
+        if (!w->mom[k]) return dt_fail(DT_ERUNTIME, "out of memory (whole optimizer state for the checkpoint)");
+        DT_TRY(gpt_unit_views(&w->full, w->mom[k], &w->view[k]));
+    }
+    return DT_OK;
+}
+
+/* A later stage's copy of a tied tensor (wte on the last stage) is not sent: the first
+ * stage's is the same. */
+static int tied_copy(const gpt_model *m, const gpt_tensor *t) { return t->unit == 0 && !m->has_embed; }
+
+/* The stage roots' whole tensors to the pipeline's first rank: each later stage sends
+ * its block range, then its tensors in table order (parameters, then the moments). */
+static dt_status stages_to_root(const dt_model_groups *g, const gpt_model *m, dt_whole_model *w, int moments) {
+    int p = dt_comm_size(g->pp), me = dt_comm_rank(g->pp), nsets = moments ? 3 : 1;
+    if (me > 0) {
+        double hdr[2] = {m->first_layer, m->nblocks};
+        DT_TRY(dt_send(g->pp, hdr, 2, DT_F64, 0, 0));
+        for (int k = 0; k < nsets; k++)
+            for (int i = 0; i < w->full.ntensors; i++) {
+                const gpt_tensor *t = &w->full.tensors[i];
+                if (tied_copy(&w->full, t)) continue;
+                DT_TRY(dt_send(g->pp, (k == 0 ? w->full.params : w->mom[k - 1]) + t->offset, t->numel, DT_F32, 0, 1));
+            }
+        return DT_OK;
+    }
+    for (int q = 1; q < p; q++) {
+        double hdr[2];
+        DT_TRY(dt_recv(g->pp, hdr, 2, DT_F64, q, 0));
+        dt_whole_model st;
+        memset(&st, 0, sizeof st);
+        dt_status s = whole_of(m, (int)hdr[0], (int)hdr[1], 0, &st, 0); /* its table: names and sizes, in its order */
+        for (int k = 0; s == DT_OK && k < nsets; k++)
+            for (int i = 0; s == DT_OK && i < st.full.ntensors; i++) {
+                const gpt_tensor *t = &st.full.tensors[i], *wt = gpt_find(&w->full, t->name);
+                if (tied_copy(&st.full, t)) continue;
+                if (!wt || wt->numel != t->numel)
+                    s = dt_fail(DT_ERUNTIME, "checkpoint gather: stage %d's tensor %s does not fit", q, t->name);
+                else
+                    s = dt_recv(g->pp, (k == 0 ? w->full.params : w->mom[k - 1]) + wt->offset, t->numel, DT_F32, q, 1);
+            }
+        dt_whole_free(&st);
+        DT_TRY(s);
+    }
+    return DT_OK;
+}
+
 dt_status dt_state_gather_whole(const dt_model_groups *g, const gpt_model *m, float *const *mv, float *const *vv,
                                 dt_whole_model *w) {
-    int moments = mv != NULL, root = dt_state_is_root(g), tp = has(g->tp) ? dt_comm_size(g->tp) : 1;
+    int moments = mv != NULL, tp = has(g->tp) ? dt_comm_size(g->tp) : 1;
+    int stage_root = !has(g->tp) || dt_comm_rank(g->tp) == 0, root = dt_state_is_root(g);
     memset(w, 0, sizeof *w);
     size_t maxn = 0;
     for (int i = 0; i < m->ntensors; i++)
         if (m->tensors[i].numel > maxn) maxn = m->tensors[i].numel;
     float *scratch = NULL;
     dt_status s = DT_OK;
-    if (root) {
-        s = gpt_create_ex(&w->full, &m->shape, dt_ops_cpu(), 1, 1, 1);
-        for (int k = 0; s == DT_OK && k < (moments ? 2 : 0); k++) {
-            w->mom[k] = calloc(w->full.nparams, sizeof(float));
-            if (!w->mom[k]) s = dt_fail(DT_ERUNTIME, "out of memory (whole optimizer state for the checkpoint)");
-            else s = gpt_unit_views(&w->full, w->mom[k], &w->view[k]);
-        }
+    if (stage_root) { /* the whole model at the root, the whole stage at a later stage's first tp rank */
+        s = root ? whole_of(m, 0, 0, 1, w, moments) : whole_of(m, m->first_layer, m->nblocks, 1, w, moments);
         scratch = s == DT_OK ? malloc((size_t)tp * maxn * sizeof(float)) : NULL;
         if (s == DT_OK && !scratch) s = dt_fail(DT_ERUNTIME, "out of memory (gathering tensor pieces)");
     }
@@ -65,12 +116,23 @@ dt_status dt_state_gather_whole(const dt_model_groups *g, const gpt_model *m, fl
     for (int k = 0; s == DT_OK && k < (moments ? 3 : 1); k++)
         for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
             const gpt_tensor *t = &m->tensors[i];
-            const gpt_tensor *wt = root ? gpt_find(&w->full, t->name) : NULL; /* by name: any cut of the model */
+            const gpt_tensor *wt = stage_root ? gpt_find(&w->full, t->name) : NULL; /* by name: any cut */
             float *dst = wt ? (k == 0 ? w->full.params : w->mom[k - 1]) + wt->offset : NULL;
             const float *piece = src[k][t->unit] + (t->offset - m->units[t->unit].offset);
             if (has(g->tp)) s = dt_tp_gather_tensor(g->tp, t, piece, dst, scratch);
             else if (dst) memcpy(dst, piece, t->numel * sizeof(float));
         }
     free(scratch);
+    if (has(g->pp) && stage_root) {
+        s = dt_comm_agree(g->pp, s, NULL);
+        if (s == DT_OK) s = stages_to_root(g, m, w, moments);
+        if (!root) dt_whole_free(w); /* only the root keeps a whole model */
+    }
+    return s;
+}
+
+dt_status dt_state_agree(const dt_model_groups *g, dt_status s) {
+    if (has(g->tp)) s = dt_comm_agree(g->tp, s, NULL);
+    if (has(g->pp)) s = dt_comm_agree(g->pp, s, NULL);
     return s;
 }

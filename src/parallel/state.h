@@ -33,7 +33,7 @@ int dt_state_model_parallel(const dt_model_groups *g);
 dt_status dt_state_norm(const dt_model_groups *g, const double part[DT_NORM_NCLASSES], double *norm);
 
 /* Whether this rank is where whole tensors are assembled (first of its model-parallel
- * groups). */
+ * groups: tensor-parallel rank 0 of the first stage). */
 int dt_state_is_root(const dt_model_groups *g);
 /* The whole model (fp32 host memory; moments too when mv, vv are given) assembled at the
  * root from every rank's pieces (unit views: parameters the model's, moments mv and vv).
@@ -46,5 +46,7 @@ typedef struct {
 dt_status dt_state_gather_whole(const dt_model_groups *g, const gpt_model *m, float *const *mv, float *const *vv,
                                 dt_whole_model *w);
 void dt_whole_free(dt_whole_model *w);
+/* Every rank of the model-parallel groups learns whether any failed (first error wins). */
+dt_status dt_state_agree(const dt_model_groups *g, dt_status s);
 
 #endif
