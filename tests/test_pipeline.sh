@@ -19,6 +19,9 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp4_1f1b_5blocks:4:ref5:--set parallel.pp=4 ${FIVE[*]}" \
               "pp4_gpipe_5blocks:4:ref5:--set parallel.pp=4 --set parallel.schedule=gpipe ${FIVE[*]}" \
               "dp2_pp2:4:ref:--set parallel.pp=2" \
+              "dp2_pp2_gpipe_after:4:ref:--set parallel.pp=2 --set parallel.schedule=gpipe --set parallel.overlap=false" \
+              "dp2_pp2_zero1:4:ref:--set parallel.pp=2 --set parallel.zero=1" \
+              "dp2_pp2_zero2_gpipe:4:ref:--set parallel.pp=2 --set parallel.zero=2 --set parallel.schedule=gpipe" \
               "pp2_tp2_sp:4:ref:--set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true" \
               "dp2_pp2_tp2:8:ref:--set parallel.pp=2 --set parallel.tp=2"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; rest=${rest#*:}; ref=${rest%%:*}; args=${rest#*:}
@@ -34,7 +37,8 @@ grep -q "blocks per stage: \[0, 2) \[2, 3) \[3, 4) \[4, 5)" "$TMP/pp4_1f1b_5bloc
 grep -q "pipeline bubble: measured" "$TMP/pp4_1f1b_5blocks.out" && pass "the summary reports the bubble" ||
   fail "no bubble report"
 
-# each stage holds its blocks (the first and last the tied wte as well), and 1f1b keeps
+# each stage holds its blocks (the first and last the tied wte as well, the last with a
+# gap the size of wpe so that its unit 0 shards like the first stage's), and 1f1b keeps
 # fewer micro-batches in flight than gpipe (activation slots: p - rank against m = 4)
 python3 - "$TMP/ref.jsonl" "$TMP/pp2_1f1b.jsonl" "$TMP/pp2_gpipe.jsonl" <<'PY' && pass "stage memory" || fail "stage memory"
 import json, sys
@@ -42,10 +46,10 @@ mem = lambda p: [r for r in map(json.loads, open(p)) if r.get("event") == "summa
 one, f1, gp = mem(sys.argv[1])[0], mem(sys.argv[2]), mem(sys.argv[3])
 C, L, Vp, T = 32, 2, 320, 32                       # tests/data/tiny.json
 block = 12 * C * C + 13 * C
-want = [4 * (Vp * C + T * C + block), 4 * (Vp * C + block + 2 * C)]
+want = [4 * (Vp * C + T * C + block), 4 * (Vp * C + T * C + block + 2 * C)]   # the last: wte + a wpe-sized gap
 print("params per stage %s (want %s); activations 1f1b %s, gpipe %s" %
       ([m["params"] for m in f1], want, [m["activations"] for m in f1], [m["activations"] for m in gp]))
-ok = [m["params"] for m in f1] == want and sum(want) == one["params"] + 4 * Vp * C
+ok = [m["params"] for m in f1] == want and sum(want) == one["params"] + 4 * (Vp * C + T * C)
 ok &= f1[0]["activations"] < gp[0]["activations"] and f1[1]["activations"] < gp[1]["activations"]
 sys.exit(0 if ok else 1)
 PY
@@ -93,7 +97,7 @@ bad "interleaved micro-batches" "multiple of the" 2 --set parallel.pp=2 --set pa
 bad "virtual stages without interleaving" "needs parallel.schedule interleaved" 2 --set parallel.pp=2 \
   --set parallel.virtual_stages=2 "${FIVE[@]}"
 bad "unknown schedule" "parallel.schedule" 2 --set parallel.pp=2 --set parallel.schedule=pipedream
-bad "pp with ZeRO" "not implemented with pipeline" 4 --set parallel.pp=2 --set parallel.zero=1
+bad "pp with ZeRO-3" "not implemented with pipeline" 4 --set parallel.pp=2 --set parallel.zero=3
 bad "pp with the final sample" "not implemented with pipeline" 2 --set parallel.pp=2 --set log.sample_tokens=5 \
   --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"

@@ -73,8 +73,10 @@ int main(void) {
           "last stage's tensors (the tied wte too)");
     size_t total = 0;
     for (int s = 0; s < 3; s++) total += st[s].nparams;
-    size_t wte = (size_t)gpt_find(&whole, "wte.weight")->numel;
-    CHECK(total == whole.nparams + wte, "stages hold the model once (wte twice): %zu vs %zu", total, whole.nparams);
+    size_t wte = (size_t)gpt_find(&whole, "wte.weight")->numel, wpe = (size_t)gpt_find(&whole, "wpe.weight")->numel;
+    CHECK(total == whole.nparams + wte + wpe && st[2].tied_gap == wpe && st[2].units[0].count == st[0].units[0].count,
+          "stages hold the model once (wte twice, the last stage's unit 0 padded to the first's): %zu vs %zu", total,
+          whole.nparams);
     /* the same initial weights, by name */
     int same = 1;
     for (int s = 0; s < 3; s++)

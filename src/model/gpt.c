@@ -107,6 +107,10 @@ static void build_table(gpt_model *m) {
     if (m->has_embed || m->has_head)
         add_tensor(m, &idx, &off, "wte.weight", s->padded_vocab, C, s->vocab_size, 1, -1, 0, 1, 0);
     if (m->has_embed) add_tensor(m, &idx, &off, "wpe.weight", s->seq_len, C, s->seq_len, 1, -1, -1, 1, 0);
+    else if (m->has_head) { /* unit 0 as long as the first stage's, so a sharding of the two lines up */
+        m->tied_gap = (size_t)s->seq_len * C;
+        off += m->tied_gap;
+    }
     m->block0 = idx;
     for (int j = 0; j < m->nblocks; j++) {
         int l = m->first_layer + j; /* tensors keep their global names */
@@ -299,6 +303,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     for (int u = 0, i = 0; u < m->nunits; u++) {
         m->units[u].offset = next;
         for (; i < m->ntensors && m->tensors[i].unit == u; i++) m->units[u].count += m->tensors[i].numel;
+        if (u == 0) m->units[0].count += m->tied_gap;
         next = m->units[u].offset + m->units[u].count;
     }
     if (alloc_state) {
@@ -347,6 +352,7 @@ float gpt_init_at(const gpt_init_rule *r, uint64_t index) {
 }
 
 void gpt_init(gpt_model *m, uint64_t seed) {
+    if (m->tied_gap) memset(m->unit_params[0] + m->tensors[0].numel, 0, m->tied_gap * sizeof(float));
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         float *w = m->unit_params[t->unit] + (t->offset - m->units[t->unit].offset); /* fp32 host views */
@@ -633,6 +639,7 @@ dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_s
     float *const lnf_grads[1] = {tg(m, lnw)};
     DT_TRY(ln_grad_finish(m, lnf_grads, 1));
     HOOK(after_backward, lnf_unit);
+    if (!m->has_embed) HOOK(after_backward, 0); /* a last stage's wte: the head alone adds to it */
     *loss_out = loss;
     return DT_OK;
 }
@@ -732,7 +739,7 @@ dt_status gpt_backward(gpt_model *m, int slot) {
         m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C,
                           m->tp_rank * Vl, Vl);
     }
-    if (m->has_embed || m->has_head) HOOK(after_backward, 0);
+    if (m->has_embed) HOOK(after_backward, 0);
     return DT_OK;
 }
 

@@ -50,7 +50,9 @@ typedef struct {
  * before_forward(0), then per block before_forward(1+l) / after_forward(1+l),
  * before/after_forward(L+1) for ln_f; backward: before_backward(0) (the head needs wte),
  * before_backward(L+1), after_backward(L+1), blocks L..1 (before/after),
- * after_backward(0) last. A stage calls those of the units it has.
+ * after_backward(0) last. A stage calls those of the units it has; a last stage without
+ * the embeddings calls after_backward(0) at the end of its loss (only the head adds to wte
+ * there), before its blocks' backward.
  * after_backward(u) means unit u's gradients are final for this micro-batch, so a
  * data-parallel wrapper can start reducing them while the rest of backward runs.
  * Evaluation calls the forward hooks and ends with after_forward(0). */
@@ -117,6 +119,8 @@ typedef struct {
     int first_layer, nblocks; /* this stage's blocks: [first_layer, first_layer + nblocks) of shape.n_layer */
     int has_embed, has_head;  /* first stage (wte, wpe), last stage (ln_f, the head's tied wte) */
     int block0;               /* index of local block 0's first tensor */
+    size_t tied_gap;          /* a last stage's unit 0: wte, then this many unused floats (where the first
+                                 stage has wpe), so unit 0 has the same size on both ends of the tie */
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
     int sp;             /* sequence parallelism: LayerNorm/residual rows split over tp (gpt_layout) */
     gpt_tp_comm tp_comm;

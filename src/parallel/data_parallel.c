@@ -153,12 +153,17 @@ static dt_status layout_norm(dt_dp *d, double *norm) {
 /* Unit u's gradients are final for this micro-step. Units arrive in descending
  * offset order, so the bucket stays one contiguous range. */
 static dt_status ddp_after_backward(dt_dp *d, int u) {
-    /* device gradients are staged to the host once, after backward (end_step) */
-    if (!d->last_micro || d->N == 1 || d->o.bitwise || d->grads_host) return DT_OK;
+    /* device gradients are staged to the host once, after backward (end_step); without
+     * overlap everything is reduced there */
+    if (!d->last_micro || d->N == 1 || d->o.bitwise || d->grads_host || !d->o.overlap) return DT_OK;
     const gpt_unit *un = &d->m->units[u];
+    if (un->count == 0) return DT_OK;
+    /* a unit below a gap (a pipeline's last stage finishes ln_f and wte in its loss, its
+     * blocks later) sends the bucket so far first */
+    if (d->bucket_hi > d->bucket_lo && un->offset + un->count != d->bucket_lo) DT_TRY(launch_bucket(d));
     if (d->bucket_hi <= d->bucket_lo) d->bucket_hi = un->offset + un->count;
     d->bucket_lo = un->offset;
-    if (d->o.overlap && (d->bucket_hi - d->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) return launch_bucket(d);
+    if ((d->bucket_hi - d->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) return launch_bucket(d);
     return DT_OK;
 }
 
@@ -421,6 +426,10 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
                 d->bucket_lo = 0;
                 d->bucket_hi = d->m->nparams;
                 DP_COMM(d, d->ops->download(d->grads_host, d->grads, d->m->nparams * sizeof(float)));
+            }
+            if (!d->o.overlap) {
+                d->bucket_lo = 0;
+                d->bucket_hi = d->m->nparams;
             }
             if (!d->o.overlap || d->grads_host) { /* everything at the end, in buckets of the same size */
                 size_t lo = d->bucket_lo, hi = d->bucket_hi, step = d->o.bucket_bytes / sizeof(float) + 1;

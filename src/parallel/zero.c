@@ -277,6 +277,15 @@ static float *slice_param(dt_dp *d, int u, size_t x) {
     return d->param_shard + d->soff[u] + (x - lo);
 }
 
+/* Pipeline: the first and the last stage both hold wte in unit 0, laid out alike on both
+ * (gpt.h's tied_gap), so this rank's slice of it is the same elements on both: their sum
+ * is the tied gradient (the first stage's wpe meets zeros). */
+static dt_status tie_unit0(dt_dp *d) {
+    const dt_model_groups *g = &d->o.groups;
+    if (!g->emb || !g->pp || dt_comm_size(g->pp) < 2) return DT_OK;
+    return dt_allreduce(g->emb, dt_zero_grad_slice(d, 0), d->S[0], DT_F32, DT_SUM);
+}
+
 dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     gpt_model *m = d->m;
     if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
@@ -301,13 +310,15 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
             }
             d->comm_s += dt_now() - t0;
         }
-        if (d->o.groups.tp) { /* each tensor's shard in its class (state.h), then over the model's groups */
+        DT_TRY(tie_unit0(d));
+        if (dt_state_model_parallel(&d->o.groups)) { /* each tensor's shard in its class (state.h), then over the
+                                                        model's groups */
             double ss[DT_NORM_NCLASSES] = {0.0, 0.0};
             size_t x0, n, k;
             for (int i = 0; i < m->ntensors; i++) {
                 const gpt_tensor *t = &m->tensors[i];
-                if (shard_segment(d, t, &x0, &n, &k))
-                    ss[dt_state_norm_class(m, t)] += d->ops->sumsq(slice_grad(d, t->unit, x0), n); /* pp refused */
+                int c = dt_state_norm_class(m, t);
+                if (c >= 0 && shard_segment(d, t, &x0, &n, &k)) ss[c] += d->ops->sumsq(slice_grad(d, t->unit, x0), n);
             }
             DT_TRY(dt_allreduce(d->comm, ss, DT_NORM_NCLASSES, DT_F64, DT_SUM));
             DT_TRY(dt_state_norm(&d->o.groups, ss, grad_norm));
