@@ -29,7 +29,7 @@ test-fast: build
 test-asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON -DDT_CUDA=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -LE slow
+	cd $(ASAN_BUILD) && DT_TEST_TIER=asan ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -LE slow
 
 # The slow tier (tests labelled `slow`: emulated nodes, kill-and-resume) under ASan + UBSan.
 test-asan-slow: test-asan
