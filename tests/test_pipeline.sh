@@ -85,6 +85,29 @@ r=$(compare_curves "$TMP/ref5.jsonl" "$TMP/c1.jsonl") && pass "single save + pp4
 r=$(compare_curves "$TMP/ref5.jsonl" "$TMP/c1b.jsonl") && pass "single save + pp2 tp2 resume = single process ($r)" ||
   fail "single -> pp2 tp2: $r"
 
+# per-rank memory against `dtrain estimate` (per stage: parameters, gradients, optimizer
+# state with ZeRO's formulas over dp, activation slots), within 2%
+"$DTRAIN" estimate "${RUN[@]}" --set parallel.pp=2 -n 1 --json >"$TMP/est1.json" 2>&1 || fail "estimate pp2"
+"$DTRAIN" estimate "${RUN[@]}" --set parallel.pp=2 --set parallel.zero=1 -n 2 --json >"$TMP/est2.json" 2>&1 ||
+  fail "estimate dp2 pp2 zero1"
+python3 - "$TMP/pp2_1f1b.jsonl" "$TMP/est1.json" "$TMP/dp2_pp2_zero1.jsonl" "$TMP/est2.json" <<'PY' &&
+import json, sys
+mem = lambda p: [r for r in map(json.loads, open(p)) if r.get("event") == "summary"][0]["mem"]
+worst, lines = 0.0, []
+for run, est, z, ranks in ((sys.argv[1], sys.argv[2], 0, [0, 1]), (sys.argv[3], sys.argv[4], 1, [0, 1])):
+    m, e = mem(run), json.load(open(est))
+    n = e["n"]
+    for stage, rank in enumerate(ranks):          # world rank of (dp 0, stage): rank = dp·pp + stage
+        st = e["stages"][stage]; psi = st["psi"]
+        want = {"params": 4 * psi, "grads": 4 * psi, "optim": 8 * psi / (n if z else 1), "activations": st["activations"]}
+        got = {k: m[rank][k] for k in want}
+        worst = max([worst] + [abs(got[k] - v) / v for k, v in want.items()])
+        lines.append("zero %d stage %d: %s vs %s" % (z, stage, got, want))
+print("\n".join(lines) + "\nworst %.2e" % worst)
+sys.exit(0 if worst <= 0.02 else 1)
+PY
+  pass "per-stage memory = dtrain estimate" || fail "per-stage memory vs estimate"
+
 bad() { # name pattern np args...: exit 2 with one dtrain error line, on every rank
   local name=$1 pat=$2 np=$3; shift 3
   "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" "$@" >"$TMP/bad.out" 2>&1

@@ -59,6 +59,8 @@ dt_status gpt_shape_check(gpt_shape *s) {
 typedef struct {
     int first, n, embed, head, slots;
 } stage_info;
+static const gpt_layout one_rank = {1, 0, 0, 0, 0, 0};
+
 static stage_info stage_of(const gpt_shape *s, const gpt_layout *lay) {
     stage_info st = {lay->first_layer, lay->n_layers > 0 ? lay->n_layers : s->n_layer - lay->first_layer, 0, 0,
                      lay->slots > 0 ? lay->slots : 1};
@@ -219,7 +221,6 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
     return total;
 }
 
-static const gpt_layout one_rank = {1, 0, 0, 0, 0, 0};
 
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes) {
     return act_layout(s, B, T, elem_bytes, &one_rank, NULL, NULL);
@@ -230,11 +231,20 @@ size_t gpt_activation_bytes_layout(const gpt_shape *s, int B, int T, size_t elem
     return act_layout(s, B, T, elem_bytes, layout ? layout : &one_rank, NULL, regions);
 }
 
+size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout) {
+    stage_info st = stage_of(s, layout ? layout : &one_rank);
+    size_t C = (size_t)s->n_embd, t = (size_t)(layout ? layout->tp : 1);
+    size_t wte = (size_t)s->padded_vocab * C / t, wpe = (size_t)s->seq_len * C;
+    size_t block = (12 * C * C + 7 * C) / t + 6 * C; /* c_attn, c_fc, c_proj weights split; LayerNorms, c_proj biases not */
+    size_t n = (size_t)st.n * block;
+    if (st.embed) n += wte + wpe;
+    if (st.head) n += 2 * C + (st.embed ? 0 : wte + wpe); /* ln_f; a last stage's wte and its gap */
+    return n;
+}
+
 size_t gpt_param_count_tp(const gpt_shape *s, int tp) {
-    size_t C = (size_t)s->n_embd, L = (size_t)s->n_layer, t = (size_t)tp;
-    size_t split = (size_t)s->padded_vocab * C + L * (12 * C * C + 7 * C); /* wte; c_attn, c_fc, the c_proj weights */
-    size_t replicated = (size_t)s->seq_len * C + L * 6 * C + 2 * C;      /* wpe, LayerNorms, c_proj biases, ln_f */
-    return split / t + replicated;
+    gpt_layout lay = {.tp = tp};
+    return gpt_param_count_layout(s, &lay);
 }
 
 size_t gpt_param_count(const gpt_shape *s) {

@@ -200,6 +200,8 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
 size_t gpt_param_count(const gpt_shape *s);
 /* The same for one rank of tp tensor-parallel ranks (gpt_create_layout's pieces). */
 size_t gpt_param_count_tp(const gpt_shape *s, int tp);
+/* The same for one rank of a layout (its stage's tensors, pieces, a last stage's gap). */
+size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout);
 /* Bytes of the activation arena for B x T (what gpt_create allocates). */
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes);
 /* The same for one rank of a layout (NULL: one rank); regions (NULL or GPT_ACT_NREGIONS

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../model/gpt.h"
+#include "pipeline.h"
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
     dt_state_bytes b = {4 * psi, 4 * psi, 8 * psi};
@@ -18,33 +19,60 @@ static double mixed(double psi, int n, int zero) {
     return full[zero] * psi + shard[zero] * psi / n;
 }
 
-/* Parameters one rank holds: with tensor parallelism its pieces (the formulas above then
- * apply to them, over the data-parallel ranks). */
-static double rank_psi(const dt_config *c, const gpt_shape *s) {
-    int tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
-    return (double)(tp > 1 ? gpt_param_count_tp(s, tp) : gpt_param_count(s));
+/* Micro-batches per step (gradient accumulation; a pipeline's m) with dp data-parallel ranks. */
+static int micro_batches(const dt_config *c, int dp) {
+    int per_step = c->train.micro_batch * (dp > 0 ? dp : 1);
+    int gb = c->train.global_batch > 0 ? c->train.global_batch : per_step;
+    return gb / per_step > 0 ? gb / per_step : 1;
 }
 
-/* Activation bytes of one rank (its tensor/sequence-parallel pieces), and by region. */
-static double act_bytes_regions(const dt_config *c, const gpt_shape *s, size_t *regions) {
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+/* The layout of pipeline stage `stage` (the whole model when pp = 1): its blocks, its
+ * tensor-parallel pieces, the activation slots its schedule keeps. */
+static gpt_layout layout_of(const dt_config *c, int stage, int dp) {
     gpt_layout lay = {.tp = c->parallel.tp > 0 ? c->parallel.tp : 1, .sp = c->parallel.sp};
+    int pp = c->parallel.pp > 0 ? c->parallel.pp : 1;
+    if (pp > 1 && dt_pp_split(c->model.n_layer, pp, stage, &lay.first_layer, &lay.n_layers) == DT_OK) {
+        dt_schedule s;
+        if (dt_schedule_parse(c->parallel.schedule, &s) != DT_OK) s = DT_SCHED_1F1B;
+        lay.slots = dt_pp_slots(s, pp, stage, micro_batches(c, dp));
+    }
+    return lay;
+}
+
+/* Parameters one rank of the stage holds: its pieces (the formulas above then apply to
+ * them, over the data-parallel ranks). */
+static double stage_psi(const dt_config *c, const gpt_shape *s, int stage, int dp) {
+    gpt_layout lay = layout_of(c, stage, dp);
+    return (double)gpt_param_count_layout(s, &lay);
+}
+
+/* Activation bytes of one rank of the stage, and by region. */
+static double act_bytes_regions(const dt_config *c, const gpt_shape *s, int stage, int dp, size_t *regions) {
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+    gpt_layout lay = layout_of(c, stage, dp);
     return (double)gpt_activation_bytes_layout(s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4,
                                                &lay, regions);
 }
-static double act_bytes(const dt_config *c, const gpt_shape *s) { return act_bytes_regions(c, s, NULL); }
+
+static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int dp) {
+    double psi = stage_psi(c, s, stage, dp);
+    dt_state_bytes b = dt_estimate_fp32(psi, dp, c->parallel.zero);
+    double state = !strcmp(c->parallel.dp_mode, "ps") && dp > 1 ? 16 * psi : b.params + b.grads + b.optim;
+    if (!strcmp(c->precision, "bf16")) state = mixed(psi, dp, c->parallel.zero);
+    /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer) */
+    double work = c->parallel.zero >= 3 ? 4 * 4 * psi / s->n_layer : c->parallel.bucket_mb * 1048576.0;
+    return state + act_bytes_regions(c, s, stage, dp, NULL) + work;
+}
 
 double dt_estimate_rank_bytes(const dt_config *c, int dp) {
     gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     if (gpt_shape_check(&s) != DT_OK) return 0;
-    double psi = rank_psi(c, &s);
-    dt_state_bytes b = dt_estimate_fp32(psi, dp, c->parallel.zero);
-    int bf16 = !strcmp(c->precision, "bf16");
-    double state = !strcmp(c->parallel.dp_mode, "ps") && dp > 1 ? 16 * psi : b.params + b.grads + b.optim;
-    if (bf16) state = mixed(psi, dp, c->parallel.zero);
-    /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer) */
-    double work = c->parallel.zero >= 3 ? 4 * 4 * psi / s.n_layer : c->parallel.bucket_mb * 1048576.0;
-    return state + act_bytes(c, &s) + work;
+    double worst = 0;
+    for (int r = 0; r < (c->parallel.pp > 1 ? c->parallel.pp : 1); r++) { /* the fullest stage */
+        double b = stage_bytes(c, &s, r, dp);
+        if (b > worst) worst = b;
+    }
+    return worst;
 }
 
 /* First number after key in a /proc-style file, times scale; -1 if absent. */
@@ -80,13 +108,16 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d and the padded vocabulary %d", tp,
                        s.n_head, s.padded_vocab);
     if (c->parallel.sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
-    double psi = rank_psi(c, &s);
+    int pp = c->parallel.pp > 1 ? c->parallel.pp : 1;
+    if (pp > 1 && s.n_layer < pp)
+        return dt_fail(DT_EINPUT, "parallel.pp %d: the model's %d blocks cannot give every stage one", pp, s.n_layer);
+    double psi = stage_psi(c, &s, 0, n);
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", c->train.micro_batch, T, tp);
     size_t reg[GPT_ACT_NREGIONS];
-    double act = act_bytes_regions(c, &s, reg);
+    double act = act_bytes_regions(c, &s, 0, n, reg);
     if (json) {
         fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"tp\": %d, \"sp\": %s, \"activations\": %.0f, \"activation_regions\": "
                 "{\"sequence\": %zu, \"tensor\": %zu, \"other\": %zu}, \"fp32\": [", psi, n, tp,
@@ -96,8 +127,16 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
             fprintf(out, "%s{\"zero\": %d, \"params\": %.0f, \"grads\": %.0f, \"optim\": %.0f, \"total\": %.0f}",
                     z ? ", " : "", z, b.params, b.grads, b.optim, b.params + b.grads + b.optim);
         }
-        fprintf(out, "], \"mixed\": [%.0f, %.0f, %.0f, %.0f]}\n", mixed(psi, n, 0), mixed(psi, n, 1),
+        fprintf(out, "], \"mixed\": [%.0f, %.0f, %.0f, %.0f], \"stages\": [", mixed(psi, n, 0), mixed(psi, n, 1),
                 mixed(psi, n, 2), mixed(psi, n, 3));
+        for (int r = 0; r < pp; r++) {
+            gpt_layout lay = layout_of(c, r, n);
+            fprintf(out, "%s{\"stage\": %d, \"first_layer\": %d, \"blocks\": %d, \"slots\": %d, \"psi\": %.0f, "
+                    "\"activations\": %.0f, \"rank_bytes\": %.0f}", r ? ", " : "", r, lay.first_layer,
+                    lay.n_layers ? lay.n_layers : c->model.n_layer, lay.slots ? lay.slots : 1,
+                    stage_psi(c, &s, r, n), act_bytes_regions(c, &s, r, n, NULL), stage_bytes(c, &s, r, n));
+        }
+        fprintf(out, "]}\n");
         return DT_OK;
     }
     fprintf(out, "model: %d layers, %d wide, vocab %d (padded %d): psi = %.0f parameters%s; N = %d data-parallel ranks\n",
@@ -117,6 +156,17 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                 (b.params + b.grads + b.optim) / 1e6);
     }
     fprintf(out, "ps: rank 0 holds 16psi = %.1f MB, the other ranks 8psi = %.1f MB\n", 16 * psi / 1e6, 8 * psi / 1e6);
+    if (pp > 1) {
+        fprintf(out, "pipeline %d stages (%s, %d micro-batches; psi and activations above: stage 0):\n", pp,
+                c->parallel.schedule, micro_batches(c, n));
+        for (int r = 0; r < pp; r++) {
+            gpt_layout lay = layout_of(c, r, n);
+            fprintf(out, "  stage %d: blocks [%d, %d), psi = %.0f, %d activation slot%s = %.1f MB, per rank %.1f MB "
+                    "(ZeRO %d)\n", r, lay.first_layer, lay.first_layer + lay.n_layers, stage_psi(c, &s, r, n),
+                    lay.slots, lay.slots == 1 ? "" : "s", act_bytes_regions(c, &s, r, n, NULL) / 1e6,
+                    stage_bytes(c, &s, r, n) / 1e6, c->parallel.zero);
+        }
+    }
     fprintf(out, "activations (micro-batch %d x %d tokens, %s%s): %.1f MB per rank, in every mode\n",
             c->train.micro_batch, T, c->precision, c->parallel.sp ? ", sequence parallel" : "", act / 1e6);
     fprintf(out, "  LayerNorm and residual rows %.1f MB, attention and MLP inner %.1f MB, head and scratch %.1f MB\n",
@@ -125,7 +175,7 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
         dt_config other = *c;
         other.parallel.sp = !c->parallel.sp;
         fprintf(out, "  with parallel.sp=%s: %.1f MB (sequence parallelism splits the LayerNorm and residual rows)\n",
-                other.parallel.sp ? "true" : "false", act_bytes(&other, &s) / 1e6);
+                other.parallel.sp ? "true" : "false", act_bytes_regions(&other, &s, 0, n, NULL) / 1e6);
     }
     return DT_OK;
 }
