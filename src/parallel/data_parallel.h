@@ -29,6 +29,8 @@ typedef struct {
     int overlap;         /* DDP, ZeRO-1: start gradient collectives during backward */
     int leaves;          /* bitwise: accumulation micro-steps per optimizer step */
     dt_model_groups groups; /* the model-parallel groups this rank's state spans (state.h) */
+    int gather_once;        /* ZeRO-3: parameters gathered once per step (after the update), not per use:
+                               a pipeline stage runs its blocks for many micro-batches in turn */
 } dt_dp_opts;
 
 typedef struct dt_dp dt_dp;

@@ -47,6 +47,7 @@ struct dt_dp {
     float *m_shard, *v_shard;
     float *gscratch[3];        /* zero 2/3 gradient scratch: unit 0, ln_f, blocks */
     float *pgather[4];         /* zero 3 gathered parameters: unit 0, ln_f, two block buffers */
+    float *stage_full;         /* zero 3 with gather_once: every unit's parameters, gathered after each update */
     dt_request *prefetch;      /* zero 3: pending gather */
     int prefetch_unit;
     int held[4];               /* zero 3: unit currently in each gather buffer (-1: none) */

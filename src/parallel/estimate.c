@@ -59,8 +59,10 @@ static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int
     dt_state_bytes b = dt_estimate_fp32(psi, dp, c->parallel.zero);
     double state = !strcmp(c->parallel.dp_mode, "ps") && dp > 1 ? 16 * psi : b.params + b.grads + b.optim;
     if (!strcmp(c->precision, "bf16")) state = mixed(psi, dp, c->parallel.zero);
-    /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer) */
-    double work = c->parallel.zero >= 3 ? 4 * 4 * psi / s->n_layer : c->parallel.bucket_mb * 1048576.0;
+    /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer),
+     * under a pipeline the stage's parameters whole (gathered once per step) */
+    double work = c->parallel.bucket_mb * 1048576.0;
+    if (c->parallel.zero >= 3) work = c->parallel.pp > 1 ? 4 * psi : 4 * 4 * psi / s->n_layer;
     return state + act_bytes_regions(c, s, stage, dp, NULL) + work;
 }
 

@@ -28,7 +28,6 @@ dt_status dt_pp_check(const dt_config *c, int m) {
     DT_TRY(dt_schedule_check(s, pp, v, m));
     const char *what = NULL;
     if (s == DT_SCHED_INTERLEAVED || s == DT_SCHED_ZBH1) what = "parallel.schedule interleaved and zb-h1";
-    else if (c->parallel.zero >= 3) what = "ZeRO-3 (parallel.zero 3; 1 and 2 run)";
     else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (!strcmp(c->backend, "cuda")) what = "backend cuda";

@@ -21,6 +21,7 @@
 #include "dp_internal.h"
 
 static int nblocks(const dt_dp *d) { return d->m->nblocks; }
+static dt_status gather_stage(dt_dp *d);
 static int lnf_unit(const dt_dp *d) { return nblocks(d) + 1; }
 
 /* The part of tensor t inside this rank's slice of its unit: *x0 its offset in the unit,
@@ -104,6 +105,11 @@ dt_status dt_zero_setup(dt_dp *d) {
         /* node-shared where peers read it: the all-gather into it reads peers' copies in place */
         DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "parameters", (void **)&d->params_pad));
         for (int u = 0; u < U; u++) m->unit_params[u] = d->params_pad + d->poff[u];
+    } else if (d->o.gather_once) {
+        DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "gathered parameters",
+                                    (void **)&d->stage_full));
+        d->workspace_bytes += d->padded_total * sizeof(float);
+        for (int u = 0; u < U; u++) m->unit_params[u] = d->stage_full + d->poff[u];
     } else {
         size_t sizes[4] = {d->P[0], d->P[lnf_unit(d)], d->P[1], d->P[1]};
         for (int b = 0; b < 4; b++) {
@@ -164,6 +170,7 @@ void dt_zero_free(dt_dp *d) {
     dt_free(d->rs_tmp);
     for (int b = 0; b < 3; b++) dt_comm_free_shared(d->comm, d->gscratch[b]);
     for (int b = 0; b < 4; b++) dt_comm_free_shared(d->comm, d->pgather[b]);
+    dt_comm_free_shared(d->comm, d->stage_full);
     free(d->rs_started);
     free(d->P);
     free(d->S);
@@ -184,6 +191,7 @@ static dt_status finish_prefetch(dt_dp *d) {
 }
 
 static dt_status gather_unit(dt_dp *d, int u) {
+    if (d->o.gather_once) return DT_OK; /* the whole stage is in place */
     int b = gbuf_of(d, u);
     if (d->prefetch && d->prefetch_unit == u) return finish_prefetch(d);
     if (d->held[b] == u) return DT_OK;
@@ -197,7 +205,7 @@ static dt_status gather_unit(dt_dp *d, int u) {
 }
 
 static void prefetch_unit(dt_dp *d, int u) {
-    if (u < 1 || u > nblocks(d) || d->prefetch) return;
+    if (u < 1 || u > nblocks(d) || d->prefetch || d->o.gather_once) return;
     int b = gbuf_of(d, u);
     if (d->held[b] == u) return;
     d->held[b] = -1;
@@ -350,6 +358,8 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
             else DT_TRY(dt_allgather(d->comm, own, unit, d->S[u], DT_F32));
         }
         d->comm_s += dt_now() - t0;
+    } else if (d->o.gather_once) {
+        DT_TRY(gather_stage(d));
     } else {
         for (int b = 0; b < 4; b++) d->held[b] = -1; /* parameters changed: gather again */
     }
@@ -357,6 +367,14 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
 }
 
 /* ---- full views for init, load, save and digest ---- */
+
+static dt_status gather_all(dt_dp *d, const float *shard, float *full);
+/* zero 3, gather_once: the stage's parameters whole, from every rank's updated slices. */
+static dt_status gather_stage(dt_dp *d) {
+    dt_status s;
+    DP_COMM(d, s = gather_all(d, d->param_shard, d->stage_full));
+    return s;
+}
 
 /* Points the model at a full padded parameter buffer (ZeRO-3 only; others are full). */
 static dt_status push_full_view(dt_dp *d) {
@@ -395,6 +413,7 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
         if (s == DT_OK) take_slices(d, d->full_tmp, d->param_shard);
         pop_full_view(d);
     }
+    if (s == DT_OK && d->o.zero >= 3 && d->o.gather_once) s = gather_stage(d);
     return s;
 }
 
@@ -445,6 +464,7 @@ static dt_status gather_all(dt_dp *d, const float *shard, float *full) {
 
 dt_status dt_zero_gather_full(dt_dp *d) {
     if (d->o.zero < 3) return settle_all(d);
+    if (d->o.gather_once) return DT_OK; /* gathered since the last update */
     DT_TRY(finish_prefetch(d));
     /* allocated here, so every rank must know before the gathers whether all could */
     DT_TRY(dt_comm_agree(d->comm, push_full_view(d), NULL));

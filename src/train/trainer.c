@@ -260,7 +260,8 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                     (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0), !strcmp(c->parallel.determinism, "bitwise"),
                     c->parallel.overlap, t->accum,
                     {t->mesh.tp > 1 ? t->mesh.tp_comm : NULL, t->mesh.pp > 1 ? t->mesh.pp_comm : NULL,
-                     t->mesh.pp > 1 && t->mesh.in_emb ? t->mesh.emb_comm : NULL}};
+                     t->mesh.pp > 1 && t->mesh.in_emb ? t->mesh.emb_comm : NULL},
+                    t->mesh.pp > 1};
     DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
     if (t->mesh.pp > 1)
         DT_TRY(dt_pipeline_create(&t->pipe, &t->model, t->mesh.pp_comm, t->sched, t->accum, t->micro, t->T));
