@@ -18,6 +18,9 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp2_gpipe:2:ref:--set parallel.pp=2 --set parallel.schedule=gpipe" \
               "pp4_1f1b_5blocks:4:ref5:--set parallel.pp=4 ${FIVE[*]}" \
               "pp4_gpipe_5blocks:4:ref5:--set parallel.pp=4 --set parallel.schedule=gpipe ${FIVE[*]}" \
+              "pp2_zbh1:2:ref:--set parallel.pp=2 --set parallel.schedule=zb-h1" \
+              "pp4_zbh1_5blocks:4:ref5:--set parallel.pp=4 --set parallel.schedule=zb-h1 ${FIVE[*]}" \
+              "dp2_pp2_zbh1_zero1:4:ref:--set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.zero=1" \
               "dp2_pp2:4:ref:--set parallel.pp=2" \
               "dp2_pp2_gpipe_after:4:ref:--set parallel.pp=2 --set parallel.schedule=gpipe --set parallel.overlap=false" \
               "dp2_pp2_zero1:4:ref:--set parallel.pp=2 --set parallel.zero=1" \
@@ -26,7 +29,8 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp2_tp2_sp:4:ref:--set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true" \
               "dp2_pp2_tp2:8:ref:--set parallel.pp=2 --set parallel.tp=2"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; rest=${rest#*:}; ref=${rest%%:*}; args=${rest#*:}
-  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;; *) full || continue ;; esac
+  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
+    *) full || continue ;; esac
   if "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
     r=$(compare_curves "$TMP/$ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
       fail "$name: $r"

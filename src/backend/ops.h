@@ -29,6 +29,7 @@ typedef struct dt_ops {
     void (*zero)(void *p, size_t bytes);
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes); /* complete on return */
+    void (*copy)(void *dst, const void *src, size_t bytes);          /* within the backend's memory */
     dt_status (*sync)(void);
     /* fp32 <-> bf16, n elements in the backend's memory (round to nearest even), in
      * every table whatever its storage precision */
@@ -39,7 +40,8 @@ typedef struct dt_ops {
                  const float *B, int ldb, float beta, float *C, int ldc);
     /* out[N,OC] = inp[N,IC]·w[IC,OC] + bias (bias may be NULL) */
     void (*linear_fwd)(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
-    /* dinp (= or += when acc_dinp), dw +=, dbias += (dbias may be NULL) */
+    /* dinp (= or += when acc_dinp), dw +=, dbias += (any of the three may be NULL: not computed; a
+     * zero-bubble schedule takes the input gradient and the weight gradient at different times) */
     void (*linear_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                        const float *w, int N, int IC, int OC, int acc_dinp);
     /* out[b,t,:] = wte[tok[b,t] - v0,:] + wpe[t,:]. wte holds the vocabulary rows [v0, v0 + rows)

@@ -68,11 +68,11 @@ static void b_lin_f(float *out, const float *inp, const float *w, const float *b
 
 static void b_lin_b(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
                     int IC, int OC, int acc) {
-    float *dx = acc ? wide(0, dinp, (size_t)N * IC) : buf(0, (size_t)N * IC);
+    float *dx = !dinp ? NULL : acc ? wide(0, dinp, (size_t)N * IC) : buf(0, (size_t)N * IC);
     float *dww = wide(1, dw, (size_t)IC * OC), *db = wide(2, dbias, (size_t)OC);
     float *dy = wide(3, dout, (size_t)N * OC), *x = wide(4, inp, (size_t)N * IC), *ww = wide(5, w, (size_t)IC * OC);
-    NEED(dx, dww, dy, x, ww);
-    if (dbias && !db) return;
+    NEED(dy, x, ww);
+    if ((dinp && !dx) || (dw && !dww) || (dbias && !db)) return;
     in->linear_bwd(dx, dww, db, dy, x, ww, N, IC, OC, acc);
     narrow(dinp, dx, (size_t)N * IC);
     narrow(dw, dww, (size_t)IC * OC);

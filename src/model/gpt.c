@@ -19,6 +19,8 @@ typedef struct {
     float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
     float *lnf, *lnf_mean, *lnf_rstd; /* last stage */
     float *dres;                      /* RC: gradient of the residual stream */
+    float *wd_mp, *wd_fc, *wd_ap, *wd_qkv; /* split backward, per local layer: the output gradients of the
+                                              MLP c_proj, c_fc, attention c_proj, c_attn (BTC, BT·4C, BTC, BT·3C) */
     uint16_t *tok;                    /* BT (first stage): the tokens, in the backend's memory */
     int B, T, pos0;                   /* the micro-batch it holds */
 } gpt_slot;
@@ -59,7 +61,7 @@ dt_status gpt_shape_check(gpt_shape *s) {
 typedef struct {
     int first, n, embed, head, slots;
 } stage_info;
-static const gpt_layout one_rank = {1, 0, 0, 0, 0, 0};
+static const gpt_layout one_rank = {.tp = 1};
 
 static stage_info stage_of(const gpt_shape *s, const gpt_layout *lay) {
     stage_info st = {lay->first_layer, lay->n_layers > 0 ? lay->n_layers : s->n_layer - lay->first_layer, 0, 0,
@@ -168,6 +170,7 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
     stage_info st = stage_of(s, lay);
     size_t LL = (size_t)st.n, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
     size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1, head = (size_t)st.head, first = (size_t)st.embed;
+    size_t split = lay->split_backward != 0;
     size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
     size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
@@ -207,6 +210,8 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
             {&b->fch_gelu, LL * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
             {&b->lnf_mean, head * R, F32, SEQ},      {&b->lnf_rstd, head * R, F32, SEQ},    {&b->dres, R * C, E, SEQ},
             {(float **)&b->tok, first * BT, U16, OTH},
+            {&b->wd_mp, split * LL * BT * C, E, OTH},    {&b->wd_fc, split * LL * BT * 4 * Cl, E, TPR},
+            {&b->wd_ap, split * LL * BT * C, E, OTH},    {&b->wd_qkv, split * LL * BT * 3 * Cl, E, TPR},
         };
         LAY(per_slot)
     }
@@ -270,6 +275,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     m->tp = tp;
     m->tp_rank = tp_rank;
     m->sp = layout->sp && tp > 1;
+    m->split = layout->split_backward != 0;
     DT_TRY(gpt_shape_check(&m->shape));
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m->shape.n_head % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
@@ -702,19 +708,35 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
  * row-parallel layer's backward (the conjugate of its forward reduce-scatter); the
  * LayerNorm outputs are gathered again for the column-parallel weight gradients rather
  * than kept whole (Megatron-SP's trade: memory for a second all-gather). */
-static dt_status block_backward(gpt_model *m, gpt_slot *s, int j) {
+/* Local block j's slices of a slot's split-backward buffers. */
+typedef struct {
+    float *mp, *fc, *ap, *qkv;
+} block_douts;
+static block_douts douts_at(const gpt_model *m, const gpt_slot *s, int j) {
+    size_t BTC = (size_t)m->max_B * m->max_T * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp, L = (size_t)j;
+    return (block_douts){S(m, s->wd_mp, L * BTC), S(m, s->wd_fc, L * 4 * BTCl), S(m, s->wd_ap, L * BTC),
+                         S(m, s->wd_qkv, L * 3 * BTCl)};
+}
+
+/* The input gradient of block j (and its LayerNorms' weight gradients); the linears'
+ * weight gradients too unless split, else their output gradients kept for block_weight. */
+static dt_status block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int B = s->B, T = s->T, C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
     int Nl = local_rows(m, N);
+    size_t NC = (size_t)N * C * m->esz;
     block_acts b = block_at(m, s, j);
-    float *dout, *in, *dln;
+    block_douts k = split ? douts_at(m, s, j) : (block_douts){NULL, a->dbig, NULL, a->dbig};
+#define WG(t) (split ? NULL : G(m, j, t)) /* a weight's gradient now, or later */
+    float *dout, *in = NULL, *dln;
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
     DT_TRY(seq_gather(m, s->dres, N, &dout));
-    o->linear_bwd(a->dbig, G(m, j, T_MPW), G(m, j, T_MPB), dout, b.fcg, P(m, j, T_MPW), N, 4 * Cl, C, 0);
-    o->gelu_bwd(a->dbig, b.fch, a->dbig, (size_t)N * 4 * Cl);
-    DT_TRY(seq_gather(m, b.ln2, N, &in));
-    o->linear_bwd(a->dsmall, G(m, j, T_FCW), G(m, j, T_FCB), a->dbig, in, P(m, j, T_FCW), N, C, 4 * Cl, 0);
+    if (split) o->copy(k.mp, dout, NC);
+    o->linear_bwd(a->dbig, WG(T_MPW), WG(T_MPB), dout, b.fcg, P(m, j, T_MPW), N, 4 * Cl, C, 0);
+    o->gelu_bwd(k.fc, b.fch, a->dbig, (size_t)N * 4 * Cl);
+    if (!split) DT_TRY(seq_gather(m, b.ln2, N, &in));
+    o->linear_bwd(a->dsmall, WG(T_FCW), WG(T_FCB), k.fc, in, P(m, j, T_FCW), N, C, 4 * Cl, 0);
     DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));
     ln_grads ln2 = ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
     ln_grads ln1 = ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
@@ -722,35 +744,87 @@ static dt_status block_backward(gpt_model *m, gpt_slot *s, int j) {
     o->layernorm_bwd(s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
     DT_TRY(seq_gather(m, s->dres, N, &dout));
-    o->linear_bwd(a->dsmall, G(m, j, T_APW), G(m, j, T_APB), dout, b.atty, P(m, j, T_APW), N, Cl, C, 0);
-    o->attention_bwd(a->dbig, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl);
-    DT_TRY(seq_gather(m, b.ln1, N, &in));
-    o->linear_bwd(a->dsmall, G(m, j, T_QKVW), G(m, j, T_QKVB), a->dbig, in, P(m, j, T_QKVW), N, C, 3 * Cl, 0);
+    if (split) o->copy(k.ap, dout, NC);
+    o->linear_bwd(a->dsmall, WG(T_APW), WG(T_APB), dout, b.atty, P(m, j, T_APW), N, Cl, C, 0);
+    o->attention_bwd(k.qkv, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl);
+    if (!split) DT_TRY(seq_gather(m, b.ln1, N, &in));
+    o->linear_bwd(a->dsmall, WG(T_QKVW), WG(T_QKVB), k.qkv, in, P(m, j, T_QKVW), N, C, 3 * Cl, 0);
+#undef WG
     DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));
     o->layernorm_bwd(s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
     float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
     return ln_grad_finish(m, ln_dw, 2);
 }
 
+/* Split backward, W: block j's linear weight gradients from the kept output gradients. */
+static dt_status block_weight(gpt_model *m, gpt_slot *s, int j) {
+    const dt_ops *o = m->ops;
+    int C = m->shape.n_embd, Cl = C / m->tp, N = s->B * s->T;
+    block_acts b = block_at(m, s, j);
+    block_douts k = douts_at(m, s, j);
+    float *in;
+    o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), k.mp, b.fcg, NULL, N, 4 * Cl, C, 0);
+    DT_TRY(seq_gather(m, b.ln2, N, &in));
+    o->linear_bwd(NULL, G(m, j, T_FCW), G(m, j, T_FCB), k.fc, in, NULL, N, C, 4 * Cl, 0);
+    o->linear_bwd(NULL, G(m, j, T_APW), G(m, j, T_APB), k.ap, b.atty, NULL, N, Cl, C, 0);
+    DT_TRY(seq_gather(m, b.ln1, N, &in));
+    o->linear_bwd(NULL, G(m, j, T_QKVW), G(m, j, T_QKVB), k.qkv, in, NULL, N, C, 3 * Cl, 0);
+    return DT_OK;
+}
+
+/* The embeddings' gradients (first stage) from the residual stream's gradient. */
+static dt_status embed_backward(gpt_model *m, gpt_slot *s) {
+    int C = m->shape.n_embd, N = s->B * s->T;
+    if (!m->has_head) HOOK(before_backward, 0); /* else the head asked for it */
+    int Vl = m->shape.padded_vocab / m->tp;     /* dwpe on every rank: dres is replicated (or gathered) */
+    float *dall;
+    DT_TRY(seq_gather(m, s->dres, N, &dall));
+    m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C, m->tp_rank * Vl, Vl);
+    HOOK(after_backward, 0);
+    return DT_OK;
+}
+
+static dt_status check_split(const gpt_model *m, int slot, int want) {
+    DT_TRY(check_slot(m, slot));
+    if (m->split != want)
+        return dt_fail(DT_EINPUT, "model: a split backward needs a layout with split_backward (and gpt_backward "
+                       "one without)");
+    return DT_OK;
+}
+
 dt_status gpt_backward(gpt_model *m, int slot) {
     DT_TRY(check_slot(m, slot));
+    if (m->split) { /* both halves, one after the other */
+        DT_TRY(gpt_backward_input(m, slot));
+        return gpt_backward_weight(m, slot);
+    }
     gpt_slot *s = slot_at(m, slot);
-    int C = m->shape.n_embd, N = s->B * s->T;
     for (int j = m->nblocks - 1; j >= 0; j--) {
         HOOK(before_backward, 1 + j);
-        DT_TRY(block_backward(m, s, j));
+        DT_TRY(block_backward(m, s, j, 0));
         HOOK(after_backward, 1 + j);
     }
-    if (m->has_embed) {
-        if (!m->has_head) HOOK(before_backward, 0); /* else the head asked for it */
-        int Vl = m->shape.padded_vocab / m->tp;     /* dwpe on every rank: dres is replicated (or gathered) */
-        float *dall;
-        DT_TRY(seq_gather(m, s->dres, N, &dall));
-        m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C,
-                          m->tp_rank * Vl, Vl);
+    return m->has_embed ? embed_backward(m, s) : DT_OK;
+}
+
+dt_status gpt_backward_input(gpt_model *m, int slot) {
+    DT_TRY(check_split(m, slot, 1));
+    gpt_slot *s = slot_at(m, slot);
+    for (int j = m->nblocks - 1; j >= 0; j--) {
+        HOOK(before_backward, 1 + j);
+        DT_TRY(block_backward(m, s, j, 1));
     }
-    if (m->has_embed) HOOK(after_backward, 0);
     return DT_OK;
+}
+
+dt_status gpt_backward_weight(gpt_model *m, int slot) {
+    DT_TRY(check_split(m, slot, 1));
+    gpt_slot *s = slot_at(m, slot);
+    for (int j = m->nblocks - 1; j >= 0; j--) {
+        DT_TRY(block_weight(m, s, j));
+        HOOK(after_backward, 1 + j);
+    }
+    return m->has_embed ? embed_backward(m, s) : DT_OK;
 }
 
 dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,

@@ -98,6 +98,8 @@ typedef struct {
     int first_layer, n_layers; /* a pipeline stage: blocks [first_layer, first_layer + n_layers) (0: to the
                                   end); the first stage holds the embeddings, the last ln_f and the tied wte */
     int slots;                 /* micro-batches whose activations are kept at once (0: 1) */
+    int split_backward;        /* keep the linears' output gradients per slot, so a backward can run as
+                                  gpt_backward_input now and gpt_backward_weight later (zero bubble) */
 } gpt_layout;
 
 typedef struct {
@@ -119,6 +121,7 @@ typedef struct {
     int first_layer, nblocks; /* this stage's blocks: [first_layer, first_layer + nblocks) of shape.n_layer */
     int has_embed, has_head;  /* first stage (wte, wpe), last stage (ln_f, the head's tied wte) */
     int block0;               /* index of local block 0's first tensor */
+    int split;                /* gpt_layout.split_backward */
     size_t tied_gap;          /* a last stage's unit 0: wte, then this many unused floats (where the first
                                  stage has wpe), so unit 0 has the same size on both ends of the tie */
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
@@ -189,6 +192,12 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
 dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0);
 dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss);
 dt_status gpt_backward(gpt_model *m, int slot);
+/* The backward split in two (a layout with split_backward): the input gradient (B: what
+ * the previous stage waits for; LayerNorm gradients too) with before_backward hooks, then
+ * later the linears' and embeddings' weight gradients (W) with after_backward hooks.
+ * gpt_backward is the two in one. */
+dt_status gpt_backward_input(gpt_model *m, int slot);
+dt_status gpt_backward_weight(gpt_model *m, int slot);
 float *gpt_slot_input(gpt_model *m, int slot);
 float *gpt_slot_output(gpt_model *m, int slot);
 float *gpt_slot_grad(gpt_model *m, int slot);

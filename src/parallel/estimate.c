@@ -35,6 +35,7 @@ static gpt_layout layout_of(const dt_config *c, int stage, int dp) {
         dt_schedule s;
         if (dt_schedule_parse(c->parallel.schedule, &s) != DT_OK) s = DT_SCHED_1F1B;
         lay.slots = dt_pp_slots(s, pp, stage, micro_batches(c, dp));
+        lay.split_backward = dt_schedule_splits_backward(s);
     }
     return lay;
 }

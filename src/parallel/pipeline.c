@@ -27,7 +27,9 @@ dt_status dt_pp_check(const dt_config *c, int m) {
                        "one", pp, v, c->model.n_layer);
     DT_TRY(dt_schedule_check(s, pp, v, m));
     const char *what = NULL;
-    if (s == DT_SCHED_INTERLEAVED || s == DT_SCHED_ZBH1) what = "parallel.schedule interleaved and zb-h1";
+    if (s == DT_SCHED_INTERLEAVED) what = "parallel.schedule interleaved";
+    else if (s == DT_SCHED_ZBH1 && c->parallel.zero >= 2)
+        what = "zb-h1 with ZeRO-2/3 (their per-unit gradient reduction needs a unit's backward in one piece)";
     else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (!strcmp(c->backend, "cuda")) what = "backend cuda";
@@ -67,8 +69,12 @@ dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, d
     pl->B = B;
     pl->T = T;
     DT_TRY(dt_schedule_check(s, pl->p, 1, m));
-    if (dt_schedule_splits_backward(s) || s == DT_SCHED_INTERLEAVED)
-        return dt_fail(DT_EINPUT, "parallel.schedule %s: not runnable yet (gpipe and 1f1b are)", dt_schedule_name(s));
+    if (s == DT_SCHED_INTERLEAVED)
+        return dt_fail(DT_EINPUT, "parallel.schedule %s: not runnable yet (gpipe, 1f1b and zb-h1 are)",
+                       dt_schedule_name(s));
+    if (dt_schedule_splits_backward(s) != model->split)
+        return dt_fail(DT_ERUNTIME, "pipeline: schedule %s and the model's backward (split %d) disagree",
+                       dt_schedule_name(s), model->split);
     pl->nslots = dt_pp_slots(s, pl->p, pl->r, m);
     pl->count = (size_t)(model->sp ? B * T / model->tp : B * T) * (size_t)model->shape.n_embd;
     pl->ops = malloc((size_t)dt_schedule_max_ops(1, m) * sizeof *pl->ops);
@@ -121,9 +127,10 @@ dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale
     gpt_model *m = pl->m;
     double sum = 0.0, start = dt_now();
     int last_f = -1, last_b = -1; /* after these, the rank's gradients are final */
+    dt_op_kind final = m->split ? DT_OP_W : DT_OP_B;
     for (int i = 0; i < pl->nops; i++) {
         if (pl->ops[i].kind == DT_OP_F) last_f = i;
-        if (pl->ops[i].kind == DT_OP_B) last_b = i;
+        if (pl->ops[i].kind == final) last_b = i;
     }
     for (int i = 0; i < pl->nops; i++) {
         const dt_pp_op *o = &pl->ops[i];
@@ -163,7 +170,12 @@ dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale
         }
         case DT_OP_B:
             io->micro(io->ctx, i == last_b);
-            DT_TRY(gpt_backward(m, slot));
+            DT_TRY(m->split ? gpt_backward_input(m, slot) : gpt_backward(m, slot));
+            pl->busy += dt_now() - t0;
+            break;
+        case DT_OP_W:
+            io->micro(io->ctx, i == last_b);
+            DT_TRY(gpt_backward_weight(m, slot));
             pl->busy += dt_now() - t0;
             break;
         default:

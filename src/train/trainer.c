@@ -248,6 +248,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     if (t->mesh.pp > 1) { /* this rank's stage: its blocks, and a slot per micro-batch it keeps in flight */
         DT_TRY(dt_pp_split(c->model.n_layer, t->mesh.pp, t->mesh.pp_rank, &layout.first_layer, &layout.n_layers));
         layout.slots = dt_pp_slots(t->sched, t->mesh.pp, t->mesh.pp_rank, t->accum);
+        layout.split_backward = dt_schedule_splits_backward(t->sched);
     }
     /* activations are rank-local; the data-parallel setup below is collective */
     DT_TRY(dt_comm_agree(t->world,

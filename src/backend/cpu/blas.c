@@ -32,7 +32,7 @@ void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *b
 void cpu_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
                     int IC, int OC, int acc_dinp) {
     if (dinp) cpu_gemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, acc_dinp ? 1.0f : 0.0f, dinp, IC);
-    cpu_gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    if (dw) cpu_gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     if (dbias) cpu_colsum_acc(dbias, dout, N, OC);
 }
 

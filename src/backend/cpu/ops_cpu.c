@@ -29,6 +29,7 @@ static const dt_ops CPU_OPS = {
     .free = dt_free,
     .zero = cpu_zero,
     .upload = cpu_copy,
+    .copy = cpu_copy,
     .download = cpu_copy,
     .sync = cpu_sync,
     .to_bf16 = cpu_to_bf16,

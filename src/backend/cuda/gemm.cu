@@ -146,8 +146,8 @@ void cuda_linear_fwd(T *out, const T *inp, const T *w, const T *bias, int N, int
 template <typename T>
 void cuda_linear_bwd(T *dinp, T *dw, T *dbias, const T *dout, const T *inp, const T *w, int N, int IC, int OC,
                      int acc_dinp) {
-    lt_matmul<T>(1, 0, IC, N, OC, 1.0f, w, OC, dout, OC, acc_dinp ? 1.0f : 0.0f, dinp, IC, NULL); /* dout·wᵀ */
-    lt_matmul<T>(0, 1, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, OC, NULL);                  /* += inpᵀ·dout */
+    if (dinp) lt_matmul<T>(1, 0, IC, N, OC, 1.0f, w, OC, dout, OC, acc_dinp ? 1.0f : 0.0f, dinp, IC, NULL); /* dout·wᵀ */
+    if (dw) lt_matmul<T>(0, 1, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, OC, NULL); /* += inpᵀ·dout */
     if (dbias) cuda_colsum_acc<T>(dbias, dout, N, OC);
 }
 

@@ -97,6 +97,11 @@ static void cu_zero(void *p, size_t bytes) {
     if (e != cudaSuccess) dt_cuda_record("cudaMemsetAsync", cudaGetErrorString(e));
 }
 
+static void cu_copy(void *dst, const void *src, size_t bytes) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream);
+    if (e != cudaSuccess) dt_cuda_record("copy", cudaGetErrorString(e));
+}
+
 static void cu_upload(void *dst, const void *src, size_t bytes) {
     /* from pageable host memory: the copy is staged before the call returns, so the
      * caller may reuse src at once */
@@ -174,6 +179,7 @@ template <typename T> struct wrap {
         o.free = cu_free;
         o.zero = cu_zero;
         o.upload = cu_upload;
+        o.copy = cu_copy;
         o.download = cu_download;
         o.sync = cu_sync;
         o.to_bf16 = dt_cuda_to_bf16;
