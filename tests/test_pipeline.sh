@@ -26,6 +26,7 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "dp2_pp2_zero1:4:ref:--set parallel.pp=2 --set parallel.zero=1" \
               "dp2_pp2_zero2_gpipe:4:ref:--set parallel.pp=2 --set parallel.zero=2 --set parallel.schedule=gpipe" \
               "dp2_pp2_zero3:4:ref:--set parallel.pp=2 --set parallel.zero=3" \
+              "dp2_pp2_ps:4:ref:--set parallel.pp=2 --set parallel.dp_mode=ps" \
               "pp2_tp2_sp:4:ref:--set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true" \
               "dp2_pp2_tp2:8:ref:--set parallel.pp=2 --set parallel.tp=2"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; rest=${rest#*:}; ref=${rest%%:*}; args=${rest#*:}

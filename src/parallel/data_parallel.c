@@ -412,9 +412,13 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         /* central rank: reduce to rank 0, update there, broadcast the parameters */
         double norm = 0.0;
         DP_COMM(d, s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0));
-        if (s == DT_OK && d->rank == 0) { /* with tp the roots are one tensor-parallel group: the norm is theirs */
-            if (dt_state_model_parallel(&d->o.groups)) s = layout_norm(d, &norm); /* ps refuses pp (no tie) */
-            else norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
+        if (s == DT_OK && d->rank == 0) { /* the roots of the model-parallel groups are such groups themselves */
+            if (dt_state_model_parallel(&d->o.groups)) {
+                s = dt_state_tie_grads(&d->o.groups, d->m, d->grads);
+                if (s == DT_OK) s = layout_norm(d, &norm);
+            } else {
+                norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
+            }
             if (s == DT_OK) full_update(d, lr, norm);
         }
         if (s == DT_OK) DP_COMM(d, s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0));

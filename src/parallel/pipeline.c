@@ -30,7 +30,6 @@ dt_status dt_pp_check(const dt_config *c, int m) {
     if (s == DT_SCHED_INTERLEAVED) what = "parallel.schedule interleaved";
     else if (s == DT_SCHED_ZBH1 && c->parallel.zero >= 2)
         what = "zb-h1 with ZeRO-2/3 (their per-unit gradient reduction needs a unit's backward in one piece)";
-    else if (!strcmp(c->parallel.dp_mode, "ps")) what = "parallel.dp_mode ps";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (!strcmp(c->backend, "cuda")) what = "backend cuda";
     else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
