@@ -34,7 +34,7 @@ for m in 4 8 16; do
     python3 - "$tmp/out" "$tmp/m.jsonl" $sched $m <<'PY'
 import json, re, sys
 out = open(sys.argv[1]).read()
-b = re.search(r"pipeline bubble: measured ([0-9.]+), formula \S+ = ([0-9.]+)", out)
+b = re.search(r"pipeline bubble: measured ([0-9.]+), formula .* = ([0-9.]+)", out)
 acts = re.findall(r"; ([0-9.]+) MB", out.split("pipeline:")[1].splitlines()[0]) if "pipeline:" in out else []
 r = [json.loads(l) for l in open(sys.argv[2]) if '"event"' not in l]
 ms = sorted(x["ms"] for x in r[1:])[len(r[1:]) // 2] if len(r) > 1 else float("nan")

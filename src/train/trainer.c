@@ -461,8 +461,10 @@ static void print_pipeline(const trainer *t, long long steps) {
         busy += x[0];
         span += x[2];
     }
-    printf("\npipeline bubble: measured %.3f, formula (p-1)/(m+p-1) = %.3f\n", 1.0 - busy / span,
-           dt_schedule_bubble_formula(t->sched, g->pp, 1, t->accum, 1.0, 2.0, 1.0));
+    int zb = dt_schedule_splits_backward(t->sched);
+    printf("\npipeline bubble: measured %.3f, formula %s = %.3f\n", 1.0 - busy / span,
+           zb ? "(p-1)(F+B-W)/(m(F+B+W)+(p-1)(F+B-W)) with F:B:W = 1:1:1" : "(p-1)/(m+p-1)",
+           dt_schedule_bubble_formula(t->sched, g->pp, 1, t->accum, 1.0, zb ? 1.0 : 2.0, 1.0));
 }
 
 static dt_status run(trainer *t) {
