@@ -12,19 +12,8 @@
 # second core is shared; the table gives the lowest probe of the row).
 # usage: bench/bench_ddp.sh [build/dtrain]     (prints a markdown table)
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-dtrain="$(realpath "${1:-$here/../build/dtrain}")"
-tmp="$(mktemp -d /tmp/dtrain-bench-ddp.XXXXXX)"; trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ENV=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736)
-gcc -O2 -o "$tmp/cpu_probe" "$here/cpu_probe.c" -lpthread
-probe() { "$tmp/cpu_probe" | grep -oE '[0-9]+\.[0-9]+' | tail -1; }
-/usr/bin/python3 - "$tmp/rand.bin" <<'PY'
-import random, struct, sys
-random.seed(0); n = 400000
-toks = [random.randrange(50257) for _ in range(n)]
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PY
+source "$(dirname "$0")/common.sh" ddp "${1:-}"
+random_tokens "$tmp/rand.bin" 50257 400000
 STEPS=8
 # dtrain tokens/s and exposed communication ms of the median step (as for PyTorch)
 dt_tps() { python3 -c "

@@ -11,16 +11,8 @@
 # slow each other, which inflates every schedule's compute alike (say so with the figures).
 # usage: bench/bench_pp.sh [build/dtrain]     (prints a markdown table)
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-dtrain="$(realpath "${1:-$here/../build/dtrain}")"
-tmp="$(mktemp -d /tmp/dtrain-bench-pp.XXXXXX)"; trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-/usr/bin/python3 - "$tmp/rand.bin" <<'PY'
-import random, struct, sys
-random.seed(0); n = 300000
-toks = [random.randrange(512) for _ in range(n)]
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PY
+source "$(dirname "$0")/common.sh" pp "${1:-}"
+random_tokens "$tmp/rand.bin" 512 300000
 S=(--set model.n_layer=8 --set model.n_head=4 --set model.n_embd=256 --set model.seq_len=128 --set model.vocab_size=512
    --set train.micro_batch=4 --set log.sample_tokens=0 --set data.train="$tmp/rand.bin" --set data.val= --steps 6
    --threads 1 --set parallel.pp=4)

@@ -8,19 +8,8 @@
 # (default 3), each after a CPU-share probe (below ~1.6 the second core is shared).
 # usage: bench/bench_tp.sh [build/dtrain]     (prints a markdown table)
 set -euo pipefail
-here="$(cd "$(dirname "$0")" && pwd)"
-dtrain="$(realpath "${1:-$here/../build/dtrain}")"
-tmp="$(mktemp -d /tmp/dtrain-bench-tp.XXXXXX)"; trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ENV=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736)
-gcc -O2 -o "$tmp/cpu_probe" "$here/cpu_probe.c" -lpthread
-probe() { "$tmp/cpu_probe" | grep -oE '[0-9]+\.[0-9]+' | tail -1; }
-/usr/bin/python3 - "$tmp/rand.bin" <<'PY'
-import random, struct, sys
-random.seed(0); n = 400000
-toks = [random.randrange(50257) for _ in range(n)]
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack("<%dH" % n, *toks))
-PY
+source "$(dirname "$0")/common.sh" tp "${1:-}"
+random_tokens "$tmp/rand.bin" 50257 400000
 STEPS=8 ROUNDS=${ROUNDS:-3}
 S=(--set model.n_layer=12 --set model.n_head=12 --set model.n_embd=768 --set model.seq_len=64
    --set model.vocab_size=50257 --set train.global_batch=8 --set log.sample_tokens=0)
