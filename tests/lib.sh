@@ -43,3 +43,29 @@ print("max rel diff %.2e" % worst)
 sys.exit(0 if worst <= 1e-5 else 1)
 PY
 }
+
+# The multi-rank layout tests (tp, pp) share these; they use the test's MPI launcher array
+# and its base arguments in the array RUN.
+# refused NAME PATTERN NP ARGS...: the layout is refused on every rank before any work:
+# exit 2 within 120 s (no rank hangs) and one `dtrain: error` line matching PATTERN.
+refused() {
+  local name=$1 pat=$2 np=$3; shift 3
+  timeout 120 "${MPI[@]}" -np "$np" "$DTRAIN" train "${RUN[@]}" "$@" >"$TMP/bad.out" 2>&1
+  local rc=$? n; n=$(grep -c "^dtrain: error" "$TMP/bad.out")
+  [ $rc -eq 2 ] && [ "$n" -eq 1 ] && grep -q "$pat" "$TMP/bad.out" && pass "$name: $(grep '^dtrain: error' "$TMP/bad.out")" ||
+    fail "$name: rc $rc, $n error lines: $(tail -3 "$TMP/bad.out")"
+}
+# same_initial_weights EXTRA -- NAME:NP:ARGS...: with RUN and the extra arguments (one word
+# list before --), every layout's weights before training have the single-process digest.
+same_initial_weights() {
+  local extra=() lay name rest np args d d1
+  while [ "$1" != -- ]; do extra+=("$1"); shift; done; shift
+  d1=$("$DTRAIN" train "${RUN[@]}" "${extra[@]}" --steps 0 --set log.digest=true 2>&1 | grep -o 'sha256:[0-9a-f]*')
+  for lay in "$@"; do
+    name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+    d=$("${MPI[@]}" -np "$np" "$DTRAIN" train "${RUN[@]}" "${extra[@]}" --steps 0 --set log.digest=true $args 2>&1 |
+        grep -o 'sha256:[0-9a-f]*')
+    [ -n "$d1" ] && [ "$d" = "$d1" ] && pass "$name initial weights = single process ($d)" ||
+      fail "$name initial: $d vs $d1"
+  done
+}

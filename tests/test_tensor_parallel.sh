@@ -9,6 +9,7 @@ command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
 prepare_tiny
+RUN=("${DP_RUN[@]}") # the base arguments of refused and same_initial_weights
 "$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
 for layout in "tp2:2:--set parallel.tp=2" "dp2_tp2:4:--set parallel.tp=2" \
               "dp2_tp2_after:4:--set parallel.tp=2 --set parallel.overlap=false" \
@@ -92,14 +93,8 @@ else
 fi
 
 # every layout starts from the single-process weights, bit for bit
-d1=$("$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true 2>&1 | grep -o 'sha256:[0-9a-f]*')
-for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" \
-           "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"; do
-  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
-  d=$("${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "${SIX[@]}" --steps 0 --set log.digest=true $args 2>&1 |
-      grep -o 'sha256:[0-9a-f]*')
-  [ -n "$d1" ] && [ "$d" = "$d1" ] && pass "$name initial weights = single process ($d)" || fail "$name initial: $d vs $d1"
-done
+same_initial_weights "${SIX[@]}" -- "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" \
+  "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"
 
 # checkpoints hold whole tensors: tp2 saves and resumes; a tp2 checkpoint resumes in one
 # process and a single-process one under tp2, each continuing the same curve
@@ -156,22 +151,15 @@ s1=$(sed -n '/^--- sample/,/^---$/p' "$TMP/s1.out"); s4=$(sed -n '/^--- sample/,
 [ -n "$s1" ] && [ "$s1" = "$s4" ] && pass "dp2 tp2 zero3 samples the single-process text" ||
   fail "samples differ: '$s1' vs '$s4'"
 
-bad() { # name pattern np args...: exit 2 with one dtrain error line, on every rank
-  local name=$1 pat=$2 np=$3; shift 3
-  "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" "$@" >"$TMP/bad.out" 2>&1
-  local rc=$? n; n=$(grep -c "^dtrain: error" "$TMP/bad.out")
-  [ $rc -ne 0 ] && [ "$n" -eq 1 ] && grep -q "$pat" "$TMP/bad.out" && pass "$name: $(grep '^dtrain: error' "$TMP/bad.out")" ||
-    fail "$name: rc $rc, $n error lines: $(tail -3 "$TMP/bad.out")"
-}
-bad "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
-bad "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
-bad "world % tp" "not divisible by tp" 3 --set parallel.tp=2
-bad "sp without tp" "parallel.sp needs parallel.tp" 2 --set parallel.sp=true
-bad "a checkpoint of another shape" "the model needs" 2 --set parallel.tp=2 --set parallel.zero=1 \
+refused "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
+refused "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
+refused "world % tp" "not divisible by tp" 3 --set parallel.tp=2
+refused "sp without tp" "parallel.sp needs parallel.tp" 2 --set parallel.sp=true
+refused "a checkpoint of another shape" "the model needs" 2 --set parallel.tp=2 --set parallel.zero=1 \
   --set model.n_embd=64 --set train.init_from="$TMP/c1/step_00000010/model.safetensors"
-bad "a micro-batch that does not split" "do not split" 2 --set parallel.tp=2 --set parallel.sp=true \
+refused "a micro-batch that does not split" "do not split" 2 --set parallel.tp=2 --set parallel.sp=true \
   --set train.seq_len=31 --set train.micro_batch=1
-bad "sp with the final sample" "sample" 2 --set parallel.tp=2 --set parallel.sp=true --set log.sample_tokens=10 \
+refused "sp with the final sample" "sample" 2 --set parallel.tp=2 --set parallel.sp=true --set log.sample_tokens=10 \
   --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"
 finish

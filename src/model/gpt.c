@@ -493,22 +493,22 @@ static dt_status seq_gather(gpt_model *m, float *x, int N, float **all) {
 }
 
 /* With sp a LayerNorm's weight and bias gradients come from this rank's rows only: they
- * are computed into slot k of acts->lngrad (weight then bias), summed over the
+ * are computed into part k of acts->lngrad (weight then bias), summed over the
  * tensor-parallel group and added to the gradients dw[k] (weight, bias contiguous after
  * it), so the replicated LayerNorms stay equal. Without sp they go to dw, db directly. */
 typedef struct {
     float *w, *b;
 } ln_grads;
-static ln_grads ln_grad_target(gpt_model *m, float *dw, float *db, int slot) {
+static ln_grads ln_grad_target(gpt_model *m, float *dw, float *db, int part) {
     if (!m->sp) return (ln_grads){dw, db};
-    float *w = S(m, m->acts->lngrad, (size_t)slot * 2 * m->shape.n_embd);
+    float *w = S(m, m->acts->lngrad, (size_t)part * 2 * m->shape.n_embd);
     return (ln_grads){w, S(m, w, (size_t)m->shape.n_embd)};
 }
-static dt_status ln_grad_finish(gpt_model *m, float *const *dw, int nslots) {
+static dt_status ln_grad_finish(gpt_model *m, float *const *dw, int nparts) {
     if (!m->sp) return DT_OK;
     size_t C2 = 2 * (size_t)m->shape.n_embd;
-    DT_TRY(tp_sum(m, m->acts->lngrad, (size_t)nslots * C2));
-    for (int k = 0; k < nslots; k++) m->ops->add(dw[k], dw[k], S(m, m->acts->lngrad, (size_t)k * C2), C2);
+    DT_TRY(tp_sum(m, m->acts->lngrad, (size_t)nparts * C2));
+    for (int k = 0; k < nparts; k++) m->ops->add(dw[k], dw[k], S(m, m->acts->lngrad, (size_t)k * C2), C2);
     return DT_OK;
 }
 

@@ -27,55 +27,51 @@ static dt_status host_buffer(size_t n) {
     return DT_OK;
 }
 
-static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
-    (void)ctx;
+enum { TP_SUM, TP_MAX, TP_ALLGATHER, TP_REDUCE_SCATTER };
+
+static dt_status run_coll(int op, const float *in, float *out, size_t n) {
+    switch (op) {
+    case TP_SUM:
+    case TP_MAX: return dt_allreduce(g_tp.comm, out, n, DT_F32, op == TP_MAX ? DT_MAX : DT_SUM); /* in == out */
+    case TP_ALLGATHER: return dt_allgather(g_tp.comm, in, out, n, DT_F32);
+    default: return dt_reduce_scatter(g_tp.comm, in, out, n, DT_F32, DT_SUM);
+    }
+}
+
+/* One collective of the group from in (n_in floats) to out (n_out floats; in == out for
+ * the in-place all-reduce), n per rank as the collective counts it. A model in device
+ * memory goes through the host buffer ([in | out], or one part in place): MPI works on
+ * host memory. The wall time is charged to the paired functions' counter. */
+static dt_status tp_coll(int op, const float *in, size_t n_in, float *out, size_t n_out, size_t n) {
     double t0 = dt_now();
     dt_status s;
     if (!g_tp.ops->on_device) {
-        s = dt_allreduce(g_tp.comm, x, n, DT_F32, max ? DT_MAX : DT_SUM);
+        s = run_coll(op, in, out, n);
     } else {
-        DT_TRY(host_buffer(n));
-        g_tp.ops->download(g_tp.host, x, n * sizeof(float));
-        s = dt_allreduce(g_tp.comm, g_tp.host, n, DT_F32, max ? DT_MAX : DT_SUM);
-        if (s == DT_OK) g_tp.ops->upload(x, g_tp.host, n * sizeof(float));
+        size_t at = in == out ? 0 : n_in; /* where the result lies in the host buffer */
+        DT_TRY(host_buffer(at + n_out));
+        g_tp.ops->download(g_tp.host, in, n_in * sizeof(float));
+        s = run_coll(op, g_tp.host, g_tp.host + at, n);
+        if (s == DT_OK) g_tp.ops->upload(out, g_tp.host + at, n_out * sizeof(float));
     }
     g_comm_s += dt_now() - t0;
     return s;
+}
+
+static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
+    (void)ctx;
+    return tp_coll(max ? TP_MAX : TP_SUM, x, n, x, n, n);
 }
 
 /* Sequence parallelism's pair (n: this rank's floats; the group holds tp·n). */
 static dt_status tp_allgather(void *ctx, float *full, const float *local, size_t n) {
     (void)ctx;
-    double t0 = dt_now();
-    dt_status s;
-    size_t all = n * (size_t)dt_comm_size(g_tp.comm);
-    if (!g_tp.ops->on_device) {
-        s = dt_allgather(g_tp.comm, local, full, n, DT_F32);
-    } else { /* [local | full] in the host buffer */
-        DT_TRY(host_buffer(n + all));
-        g_tp.ops->download(g_tp.host, local, n * sizeof(float));
-        s = dt_allgather(g_tp.comm, g_tp.host, g_tp.host + n, n, DT_F32);
-        if (s == DT_OK) g_tp.ops->upload(full, g_tp.host + n, all * sizeof(float));
-    }
-    g_comm_s += dt_now() - t0;
-    return s;
+    return tp_coll(TP_ALLGATHER, local, n, full, n * (size_t)dt_comm_size(g_tp.comm), n);
 }
 
 static dt_status tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
     (void)ctx;
-    double t0 = dt_now();
-    dt_status s;
-    size_t all = n * (size_t)dt_comm_size(g_tp.comm);
-    if (!g_tp.ops->on_device) {
-        s = dt_reduce_scatter(g_tp.comm, full, local, n, DT_F32, DT_SUM);
-    } else {
-        DT_TRY(host_buffer(n + all));
-        g_tp.ops->download(g_tp.host + n, full, all * sizeof(float));
-        s = dt_reduce_scatter(g_tp.comm, g_tp.host + n, g_tp.host, n, DT_F32, DT_SUM);
-        if (s == DT_OK) g_tp.ops->upload(local, g_tp.host, n * sizeof(float));
-    }
-    g_comm_s += dt_now() - t0;
-    return s;
+    return tp_coll(TP_REDUCE_SCATTER, full, n * (size_t)dt_comm_size(g_tp.comm), local, n, n);
 }
 
 double dt_tp_comm_seconds(void) { return g_comm_s; }
