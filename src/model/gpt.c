@@ -12,7 +12,8 @@
 /* One micro-batch in flight through this stage: what its backward needs, sized for
  * max_B x max_T. With sequence parallelism the residual stream and the LayerNorms
  * (encoded, ln*, res*, lnf, dres, their statistics) hold this rank's R = BT/tp rows only;
- * the rest hold all BT rows. Per-layer arrays cover the stage's local blocks. */
+ * the rest hold all BT rows. Per-layer arrays cover one chunk's blocks (a plain stage is
+ * one chunk), sized for the largest chunk. */
 typedef struct {
     float *encoded; /* RC: the stage's input (the embeddings on the first stage) */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse; /* per local layer */
@@ -23,6 +24,7 @@ typedef struct {
                                               MLP c_proj, c_fc, attention c_proj, c_attn (BTC, BT·4C, BTC, BT·3C) */
     uint16_t *tok;                    /* BT (first stage): the tokens, in the backend's memory */
     int B, T, pos0;                   /* the micro-batch it holds */
+    int chunk;                        /* the model chunk whose activations it holds */
 } gpt_slot;
 
 /* Activations, allocated once: the slots, and scratch shared by all of them. */
@@ -56,19 +58,45 @@ dt_status gpt_shape_check(gpt_shape *s) {
     return DT_OK;
 }
 
-/* The stage a layout describes: its first block, block count, and whether it holds the
- * embeddings (first stage) and the head (last stage; the tied wte lives on both). */
+/* The stage a layout describes: its chunks' blocks (one chunk unless interleaved), their
+ * total and the largest, and whether it holds the embeddings (a chunk from block 0) and
+ * the head (a chunk ending at the last block; the tied wte lives on both ends). */
 typedef struct {
-    int first, n, embed, head, slots;
+    int nchunks, first[GPT_MAX_CHUNKS], count[GPT_MAX_CHUNKS];
+    int n, maxc, embed, head, slots;
 } stage_info;
 static const gpt_layout one_rank = {.tp = 1};
 
 static stage_info stage_of(const gpt_shape *s, const gpt_layout *lay) {
-    stage_info st = {lay->first_layer, lay->n_layers > 0 ? lay->n_layers : s->n_layer - lay->first_layer, 0, 0,
-                     lay->slots > 0 ? lay->slots : 1};
-    st.embed = st.first == 0;
-    st.head = st.first + st.n == s->n_layer;
+    stage_info st = {.nchunks = 1, .slots = lay->slots > 0 ? lay->slots : 1};
+    st.first[0] = lay->first_layer;
+    st.count[0] = lay->n_layers > 0 ? lay->n_layers : s->n_layer - lay->first_layer;
+    if (lay->chunks > 1) { /* more than GPT_MAX_CHUNKS is refused by stage_check */
+        st.nchunks = lay->chunks < GPT_MAX_CHUNKS ? lay->chunks : GPT_MAX_CHUNKS;
+        for (int c = 0; c < st.nchunks; c++) {
+            st.first[c] = lay->chunk_first[c];
+            st.count[c] = lay->chunk_layers[c];
+        }
+    }
+    for (int c = 0; c < st.nchunks; c++) {
+        st.n += st.count[c];
+        if (st.count[c] > st.maxc) st.maxc = st.count[c];
+    }
+    st.embed = st.first[0] == 0;
+    st.head = st.first[st.nchunks - 1] + st.count[st.nchunks - 1] == s->n_layer;
     return st;
+}
+
+static dt_status stage_check(const gpt_shape *s, const gpt_layout *lay, const stage_info *st) {
+    if (lay->chunks > GPT_MAX_CHUNKS)
+        return dt_fail(DT_EINPUT, "model stage: %d chunks exceed the %d supported", lay->chunks, GPT_MAX_CHUNKS);
+    for (int c = 0, end = 0; c < st->nchunks; c++) {
+        if (st->first[c] < end || st->count[c] < 1 || st->first[c] + st->count[c] > s->n_layer)
+            return dt_fail(DT_EINPUT, "model stage: blocks [%d, %d) of chunk %d are not within the model's %d after "
+                           "the previous chunk's", st->first[c], st->first[c] + st->count[c], c, s->n_layer);
+        end = st->first[c] + st->count[c];
+    }
+    return DT_OK;
 }
 
 /* split: -1 replicated, else the dimension of the [rows, cols] (1-D: [1, n]) tensor that
@@ -102,6 +130,13 @@ static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, in
     *off += t->numel;
 }
 
+/* The model's block index of local block j. */
+static int layer_of(const gpt_model *m, int j) {
+    int c = 0;
+    while (c + 1 < m->nchunks && j >= m->chunk_block0[c + 1]) c++;
+    return m->chunk_layer0[c] + j - m->chunk_block0[c];
+}
+
 static void build_table(gpt_model *m) {
     const gpt_shape *s = &m->shape;
     int C = s->n_embd, idx = 0, lnf_unit = m->nblocks + 1;
@@ -117,7 +152,7 @@ static void build_table(gpt_model *m) {
     }
     m->block0 = idx;
     for (int j = 0; j < m->nblocks; j++) {
-        int l = m->first_layer + j; /* tensors keep their global names */
+        int l = layer_of(m, j); /* tensors keep their global names */
         static const char *suffix[T_PER_LAYER] = {
             "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
             "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
@@ -168,7 +203,7 @@ static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit
 static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, const gpt_layout *lay, gpt_acts *a,
                          size_t *regions) {
     stage_info st = stage_of(s, lay);
-    size_t LL = (size_t)st.n, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
+    size_t LL = (size_t)st.maxc, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
     size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1, head = (size_t)st.head, first = (size_t)st.embed;
     size_t split = lay->split_backward != 0;
     size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
@@ -293,11 +328,14 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
         return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
                        m->shape.seq_len);
     stage_info st = stage_of(&m->shape, layout);
-    if (st.first < 0 || st.n < 1 || st.first + st.n > m->shape.n_layer)
-        return dt_fail(DT_EINPUT, "model stage: blocks [%d, %d) are not within the model's %d", st.first,
-                       st.first + st.n, m->shape.n_layer);
-    m->first_layer = st.first;
+    DT_TRY(stage_check(&m->shape, layout, &st));
+    m->first_layer = st.first[0];
     m->nblocks = st.n;
+    m->nchunks = st.nchunks;
+    for (int c = 0; c < st.nchunks; c++) {
+        m->chunk_layer0[c] = st.first[c];
+        m->chunk_block0[c + 1] = m->chunk_block0[c] + st.count[c];
+    }
     m->has_embed = st.embed;
     m->has_head = st.head;
     m->ops = ops;
@@ -438,10 +476,17 @@ static size_t max_local_rows(const gpt_model *m) { return (size_t)local_rows(m, 
 
 static gpt_slot *slot_at(const gpt_model *m, int k) { return &m->acts->slot[k]; }
 
-static float *layer_in(const gpt_model *m, const gpt_slot *b, int j) { /* local block j's input residual stream */
+/* The input residual stream of the slot's chunk's block i (i = the chunk's block count:
+ * the chunk's output). */
+static float *layer_in(const gpt_model *m, const gpt_slot *b, int i) {
     size_t RC = max_local_rows(m) * (size_t)m->shape.n_embd;
-    return j == 0 ? b->encoded : S(m, b->res3, (size_t)(j - 1) * RC);
+    return i == 0 ? b->encoded : S(m, b->res3, (size_t)(i - 1) * RC);
 }
+static int chunk_blocks(const gpt_model *m, int c) { return m->chunk_block0[c + 1] - m->chunk_block0[c]; }
+static float *slot_out(const gpt_model *m, const gpt_slot *b) { return layer_in(m, b, chunk_blocks(m, b->chunk)); }
+/* Whether chunk c holds the embeddings / the head. */
+static int embeds(const gpt_model *m, int c) { return m->has_embed && c == 0; }
+static int heads(const gpt_model *m, int c) { return m->has_head && c == m->nchunks - 1; }
 
 /* Local block j's saved activations in one slot. */
 typedef struct {
@@ -451,8 +496,9 @@ typedef struct {
 static block_acts block_at(const gpt_model *m, const gpt_slot *a, int j) {
     size_t BT = (size_t)m->max_B * m->max_T, BTCl = BT * (size_t)m->shape.n_embd / (size_t)m->tp;
     size_t R = max_local_rows(m), RC = R * (size_t)m->shape.n_embd;
-    size_t L = (size_t)j; /* storage-precision buffers step through S(); statistics are fp32 */
-    return (block_acts){layer_in(m, a, j),            S(m, a->ln1, L * RC),       a->ln1_mean + L * R,
+    int i = j - m->chunk_block0[a->chunk]; /* the block's index in its chunk */
+    size_t L = (size_t)i; /* storage-precision buffers step through S(); statistics are fp32 */
+    return (block_acts){layer_in(m, a, i),            S(m, a->ln1, L * RC),       a->ln1_mean + L * R,
                         a->ln1_rstd + L * R,          S(m, a->qkv, L * 3 * BTCl), S(m, a->atty, L * BTCl),
                         a->lse + L * BT * (size_t)(m->shape.n_head / m->tp),      S(m, a->res2, L * RC),
                         S(m, a->ln2, L * RC),         a->ln2_mean + L * R,        a->ln2_rstd + L * R,
@@ -546,7 +592,13 @@ static dt_status check_slot(const gpt_model *m, int slot) {
 }
 
 dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0) {
+    return gpt_forward_chunk(m, slot, 0, tokens, B, T, pos0);
+}
+
+dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const uint16_t *tokens, int B, int T, int pos0) {
     DT_TRY(check_slot(m, slot));
+    if (chunk < 0 || chunk >= m->nchunks)
+        return dt_fail(DT_EINPUT, "model: chunk %d of %d", chunk, m->nchunks);
     const dt_ops *o = m->ops;
     gpt_slot *a = slot_at(m, slot);
     int C = m->shape.n_embd, N = B * T, Nl = local_rows(m, N);
@@ -558,7 +610,8 @@ dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int
     a->B = B;
     a->T = T;
     a->pos0 = pos0;
-    if (m->has_embed) {
+    a->chunk = chunk;
+    if (embeds(m, chunk)) {
         HOOK(before_forward, 0);
         o->upload(a->tok, tokens, (size_t)N * sizeof(uint16_t));
         /* vocabulary-parallel: each rank embeds the tokens in its rows, piece 0 adds the positions */
@@ -568,23 +621,38 @@ dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int
         o->embed_fwd(emb, a->tok, tp(m, 0), wpe, B, T, C, m->tp_rank * Vl, Vl);
         DT_TRY(tp_complete(m, emb, a->encoded, N, &done));
     }
-    for (int j = 0; j < m->nblocks; j++) {
+    for (int j = m->chunk_block0[chunk]; j < m->chunk_block0[chunk + 1]; j++) {
         HOOK(before_forward, 1 + j);
         DT_TRY(block_forward(m, a, j));
         HOOK(after_forward, 1 + j);
     }
-    if (m->has_head) {
+    if (heads(m, chunk)) {
         int lnf_unit = m->nblocks + 1;
         HOOK(before_forward, lnf_unit);
-        o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, layer_in(m, a, m->nblocks), tp(m, m->ntensors - 2),
+        o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, slot_out(m, a), tp(m, m->ntensors - 2),
                          tp(m, m->ntensors - 1), Nl, C);
         HOOK(after_forward, lnf_unit);
     }
     return DT_OK;
 }
 
+int gpt_slot_count(const gpt_model *m) { return m->acts->nslots; }
 float *gpt_slot_input(gpt_model *m, int slot) { return slot_at(m, slot)->encoded; }
-float *gpt_slot_output(gpt_model *m, int slot) { return layer_in(m, slot_at(m, slot), m->nblocks); }
+float *gpt_slot_output(gpt_model *m, int slot) { return slot_out(m, slot_at(m, slot)); }
+
+void gpt_stage_layout(const gpt_model *m, gpt_layout *out) {
+    memset(out, 0, sizeof *out);
+    out->tp = 1;
+    out->first_layer = m->first_layer;
+    out->n_layers = m->nblocks;
+    if (m->nchunks > 1) {
+        out->chunks = m->nchunks;
+        for (int c = 0; c < m->nchunks; c++) {
+            out->chunk_first[c] = m->chunk_layer0[c];
+            out->chunk_layers[c] = chunk_blocks(m, c);
+        }
+    }
+}
 float *gpt_slot_grad(gpt_model *m, int slot) { return slot_at(m, slot)->dres; }
 
 /* Vocabulary-parallel cross-entropy over R rows of local logits (columns [v0, v0 + Vl)):
@@ -636,9 +704,9 @@ static dt_status head(gpt_model *m, gpt_slot *b, const uint16_t *targets, float 
 
 dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss_out) {
     DT_TRY(check_slot(m, slot));
-    if (!m->has_head) return dt_fail(DT_EINPUT, "model: the loss is computed on the last stage only");
     const dt_ops *o = m->ops;
     gpt_slot *b = slot_at(m, slot);
+    if (!heads(m, b->chunk)) return dt_fail(DT_EINPUT, "model: the loss is computed on the last stage only");
     int C = m->shape.n_embd, Nl = local_rows(m, b->B * b->T), lnf_unit = m->nblocks + 1;
     if (grad_scale == 0.0f) return head(m, b, targets, 0.0f, loss_out, NULL);
     HOOK(before_backward, 0);
@@ -650,7 +718,7 @@ dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_s
     HOOK(before_backward, lnf_unit);
     ln_grads lnf = ln_grad_target(m, tg(m, lnw), tg(m, lnb), 0);
     if (m->sp) o->zero(m->acts->lngrad, 2 * (size_t)C * m->esz);
-    o->layernorm_bwd(b->dres, lnf.w, lnf.b, dlnf, layer_in(m, b, m->nblocks), tp(m, lnw), b->lnf_mean, b->lnf_rstd,
+    o->layernorm_bwd(b->dres, lnf.w, lnf.b, dlnf, slot_out(m, b), tp(m, lnw), b->lnf_mean, b->lnf_rstd,
                      Nl, C);
     float *const lnf_grads[1] = {tg(m, lnw)};
     DT_TRY(ln_grad_finish(m, lnf_grads, 1));
@@ -662,7 +730,7 @@ dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_s
 
 /* A whole model in one stage (gpt_forward_backward and friends): refuses stage models. */
 static dt_status check_whole(const gpt_model *m) {
-    if (!m->has_embed || !m->has_head)
+    if (!m->has_embed || !m->has_head || m->nblocks != m->shape.n_layer)
         return dt_fail(DT_EINPUT, "model: blocks [%d, %d) are a pipeline stage; this pass needs the whole model",
                        m->first_layer, m->first_layer + m->nblocks);
     return DT_OK;
@@ -713,7 +781,8 @@ typedef struct {
     float *mp, *fc, *ap, *qkv;
 } block_douts;
 static block_douts douts_at(const gpt_model *m, const gpt_slot *s, int j) {
-    size_t BTC = (size_t)m->max_B * m->max_T * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp, L = (size_t)j;
+    size_t BTC = (size_t)m->max_B * m->max_T * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp;
+    size_t L = (size_t)(j - m->chunk_block0[s->chunk]);
     return (block_douts){S(m, s->wd_mp, L * BTC), S(m, s->wd_fc, L * 4 * BTCl), S(m, s->wd_ap, L * BTC),
                          S(m, s->wd_qkv, L * 3 * BTCl)};
 }
@@ -799,18 +868,18 @@ dt_status gpt_backward(gpt_model *m, int slot) {
         return gpt_backward_weight(m, slot);
     }
     gpt_slot *s = slot_at(m, slot);
-    for (int j = m->nblocks - 1; j >= 0; j--) {
+    for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j);
         DT_TRY(block_backward(m, s, j, 0));
         HOOK(after_backward, 1 + j);
     }
-    return m->has_embed ? embed_backward(m, s) : DT_OK;
+    return embeds(m, s->chunk) ? embed_backward(m, s) : DT_OK;
 }
 
 dt_status gpt_backward_input(gpt_model *m, int slot) {
     DT_TRY(check_split(m, slot, 1));
     gpt_slot *s = slot_at(m, slot);
-    for (int j = m->nblocks - 1; j >= 0; j--) {
+    for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j);
         DT_TRY(block_backward(m, s, j, 1));
     }
@@ -820,11 +889,11 @@ dt_status gpt_backward_input(gpt_model *m, int slot) {
 dt_status gpt_backward_weight(gpt_model *m, int slot) {
     DT_TRY(check_split(m, slot, 1));
     gpt_slot *s = slot_at(m, slot);
-    for (int j = m->nblocks - 1; j >= 0; j--) {
+    for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         DT_TRY(block_weight(m, s, j));
         HOOK(after_backward, 1 + j);
     }
-    return m->has_embed ? embed_backward(m, s) : DT_OK;
+    return embeds(m, s->chunk) ? embed_backward(m, s) : DT_OK;
 }
 
 dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,

@@ -35,8 +35,8 @@ typedef struct {
 } gpt_tensor;
 
 /* Units are the groups of contiguous tensors that a sharding wrapper gathers, reduces
- * and frees together: unit 0 = wte + wpe, unit 1+j = local block j (block first_layer + j
- * of the model), unit nblocks+1 = ln_f. On a pipeline stage unit 0 holds what the stage
+ * and frees together: unit 0 = wte + wpe, unit 1+j = local block j (the stage's blocks in
+ * order, chunk after chunk), unit nblocks+1 = ln_f. On a pipeline stage unit 0 holds what the stage
  * has of the embeddings (wte + wpe first, wte alone last, nothing in between) and ln_f's
  * unit is empty except on the last stage; empty units have count 0.
  * The model reads a unit's parameters and writes its gradients through
@@ -93,10 +93,15 @@ typedef struct {
  *                LayerNorm and residual regions, so those activations shrink by tp; the
  *                tensor-parallel all-reduces become all-gather (before a column-parallel
  *                layer) and reduce-scatter (after a row-parallel one). */
+#define GPT_MAX_CHUNKS 16
 typedef struct {
     int tp, tp_rank, sp;
     int first_layer, n_layers; /* a pipeline stage: blocks [first_layer, first_layer + n_layers) (0: to the
                                   end); the first stage holds the embeddings, the last ln_f and the tied wte */
+    int chunks;                /* > 1: an interleaved pipeline rank's model chunks (first_layer/n_layers unused):
+                                  blocks [chunk_first[c], + chunk_layers[c]), increasing and disjoint; the
+                                  embeddings go with a chunk starting at block 0, the head with one ending last */
+    int chunk_first[GPT_MAX_CHUNKS], chunk_layers[GPT_MAX_CHUNKS];
     int slots;                 /* micro-batches whose activations are kept at once (0: 1) */
     int split_backward;        /* keep the linears' output gradients per slot, so a backward can run as
                                   gpt_backward_input now and gpt_backward_weight later (zero bubble) */
@@ -118,7 +123,10 @@ typedef struct {
     size_t act_regions[GPT_ACT_NREGIONS]; /* act_bytes by region */
     size_t esz;       /* bytes per element of parameters, gradients, activations (ops.h storage) */
     gpt_hooks hooks;
-    int first_layer, nblocks; /* this stage's blocks: [first_layer, first_layer + nblocks) of shape.n_layer */
+    int first_layer, nblocks; /* this stage's blocks: nblocks in all, the first being block first_layer */
+    int nchunks;              /* model chunks (gpt_layout.chunks; 1 for a plain stage) */
+    int chunk_block0[GPT_MAX_CHUNKS + 1]; /* chunk c: local blocks [chunk_block0[c], chunk_block0[c + 1]) */
+    int chunk_layer0[GPT_MAX_CHUNKS];     /* chunk c's first block in the model */
     int has_embed, has_head;  /* first stage (wte, wpe), last stage (ln_f, the head's tied wte) */
     int block0;               /* index of local block 0's first tensor */
     int split;                /* gpt_layout.split_backward */
@@ -190,6 +198,14 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
  * head; with grad_scale != 0 its backward through ln_f too. gpt_backward: the blocks'
  * backward, and on the first stage the embeddings'. */
 dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0);
+/* The same for one model chunk of an interleaved rank (gpt_forward is chunk 0): the slot
+ * then belongs to that chunk until its backward; gpt_loss needs the head's chunk, and
+ * gpt_slot_output, gpt_backward* act on the slot's chunk. Slots are sized for the
+ * largest chunk. */
+dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const uint16_t *tokens, int B, int T, int pos0);
+/* The layout of this model's blocks (first_layer/n_layers, or its chunks), tp = 1: what
+ * another rank needs to build this stage's tensor table. */
+void gpt_stage_layout(const gpt_model *m, gpt_layout *out);
 dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss);
 dt_status gpt_backward(gpt_model *m, int slot);
 /* The backward split in two (a layout with split_backward): the input gradient (B: what
@@ -198,6 +214,8 @@ dt_status gpt_backward(gpt_model *m, int slot);
  * gpt_backward is the two in one. */
 dt_status gpt_backward_input(gpt_model *m, int slot);
 dt_status gpt_backward_weight(gpt_model *m, int slot);
+/* Activation slots the layout gave the model. */
+int gpt_slot_count(const gpt_model *m);
 float *gpt_slot_input(gpt_model *m, int slot);
 float *gpt_slot_output(gpt_model *m, int slot);
 float *gpt_slot_grad(gpt_model *m, int slot);

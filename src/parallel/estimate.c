@@ -31,13 +31,31 @@ static int micro_batches(const dt_config *c, int dp) {
 static gpt_layout layout_of(const dt_config *c, int stage, int dp) {
     gpt_layout lay = {.tp = c->parallel.tp > 0 ? c->parallel.tp : 1, .sp = c->parallel.sp};
     int pp = c->parallel.pp > 0 ? c->parallel.pp : 1;
-    if (pp > 1 && dt_pp_split(c->model.n_layer, pp, stage, &lay.first_layer, &lay.n_layers) == DT_OK) {
+    int v = c->parallel.virtual_stages > 1 ? c->parallel.virtual_stages : 1;
+    if (pp > 1 && dt_pp_layout(c->model.n_layer, pp, v, stage, &lay) == DT_OK) {
         dt_schedule s;
         if (dt_schedule_parse(c->parallel.schedule, &s) != DT_OK) s = DT_SCHED_1F1B;
-        lay.slots = dt_pp_slots(s, pp, stage, micro_batches(c, dp));
+        lay.slots = dt_pp_slots(s, pp, v, stage, micro_batches(c, dp));
         lay.split_backward = dt_schedule_splits_backward(s);
     }
     return lay;
+}
+
+/* A stage's blocks: "[a, b)" per chunk; total blocks returned. */
+static int blocks_text(const dt_config *c, const gpt_layout *lay, char *buf, size_t cap, int json) {
+    int v = lay->chunks > 1 ? lay->chunks : 1, total = 0;
+    size_t used = 0;
+    buf[0] = 0;
+    for (int k = 0; k < v; k++) {
+        int first = v > 1 ? lay->chunk_first[k] : lay->first_layer;
+        int n = v > 1 ? lay->chunk_layers[k] : lay->n_layers ? lay->n_layers : c->model.n_layer - first;
+        total += n;
+        int w = json ? snprintf(buf + used, cap - used, "%s[%d, %d]", k ? ", " : "", first, n)
+                     : snprintf(buf + used, cap - used, "%s[%d, %d)", k ? " " : "", first, first + n);
+        if (w < 0 || (size_t)w >= cap - used) break;
+        used += (size_t)w;
+    }
+    return total;
 }
 
 /* Parameters one rank of the stage holds: its pieces (the formulas above then apply to
@@ -134,9 +152,11 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                 mixed(psi, n, 2), mixed(psi, n, 3));
         for (int r = 0; r < pp; r++) {
             gpt_layout lay = layout_of(c, r, n);
-            fprintf(out, "%s{\"stage\": %d, \"first_layer\": %d, \"blocks\": %d, \"slots\": %d, \"psi\": %.0f, "
-                    "\"activations\": %.0f, \"rank_bytes\": %.0f}", r ? ", " : "", r, lay.first_layer,
-                    lay.n_layers ? lay.n_layers : c->model.n_layer, lay.slots ? lay.slots : 1,
+            char chunks[512];
+            int blocks = blocks_text(c, &lay, chunks, sizeof chunks, 1);
+            fprintf(out, "%s{\"stage\": %d, \"first_layer\": %d, \"blocks\": %d, \"chunks\": [%s], \"slots\": %d, "
+                    "\"psi\": %.0f, \"activations\": %.0f, \"rank_bytes\": %.0f}", r ? ", " : "", r,
+                    lay.chunks > 1 ? lay.chunk_first[0] : lay.first_layer, blocks, chunks, lay.slots ? lay.slots : 1,
                     stage_psi(c, &s, r, n), act_bytes_regions(c, &s, r, n, NULL), stage_bytes(c, &s, r, n));
         }
         fprintf(out, "]}\n");
@@ -164,8 +184,10 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                 c->parallel.schedule, micro_batches(c, n));
         for (int r = 0; r < pp; r++) {
             gpt_layout lay = layout_of(c, r, n);
-            fprintf(out, "  stage %d: blocks [%d, %d), psi = %.0f, %d activation slot%s = %.1f MB, per rank %.1f MB "
-                    "(ZeRO %d)\n", r, lay.first_layer, lay.first_layer + lay.n_layers, stage_psi(c, &s, r, n),
+            char blocks[512];
+            blocks_text(c, &lay, blocks, sizeof blocks, 0);
+            fprintf(out, "  stage %d: blocks %s, psi = %.0f, %d activation slot%s = %.1f MB, per rank %.1f MB "
+                    "(ZeRO %d)\n", r, blocks, stage_psi(c, &s, r, n),
                     lay.slots, lay.slots == 1 ? "" : "s", act_bytes_regions(c, &s, r, n, NULL) / 1e6,
                     stage_bytes(c, &s, r, n) / 1e6, c->parallel.zero);
         }

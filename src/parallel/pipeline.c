@@ -27,8 +27,7 @@ dt_status dt_pp_check(const dt_config *c, int m) {
                        "one", pp, v, c->model.n_layer);
     DT_TRY(dt_schedule_check(s, pp, v, m));
     const char *what = NULL;
-    if (s == DT_SCHED_INTERLEAVED) what = "parallel.schedule interleaved";
-    else if (s == DT_SCHED_ZBH1 && c->parallel.zero >= 2)
+    if (s == DT_SCHED_ZBH1 && c->parallel.zero >= 2)
         what = "zb-h1 with ZeRO-2/3 (their per-unit gradient reduction needs a unit's backward in one piece)";
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (!strcmp(c->backend, "cuda")) what = "backend cuda";
@@ -38,24 +37,37 @@ dt_status dt_pp_check(const dt_config *c, int m) {
     return DT_OK;
 }
 
-int dt_pp_slots(dt_schedule s, int p, int r, int m) {
-    int n = s == DT_SCHED_GPIPE ? m : s == DT_SCHED_ZBH1 ? p : p - r;
-    return n < m ? n : m;
+dt_status dt_pp_layout(int n_layer, int p, int v, int r, gpt_layout *lay) {
+    if (v <= 1) return dt_pp_split(n_layer, p, r, &lay->first_layer, &lay->n_layers);
+    if (v > GPT_MAX_CHUNKS)
+        return dt_fail(DT_EINPUT, "parallel.virtual_stages %d exceeds the %d supported", v, GPT_MAX_CHUNKS);
+    lay->chunks = v;
+    for (int c = 0; c < v; c++) DT_TRY(dt_pp_split(n_layer, p * v, c * p + r, &lay->chunk_first[c], &lay->chunk_layers[c]));
+    return DT_OK;
+}
+
+int dt_pp_slots(dt_schedule s, int p, int v, int r, int m) {
+    int n = dt_schedule_slots(s, p, v, m, r, NULL);
+    return n > 0 ? n : 0;
 }
 
 struct dt_pipeline {
     gpt_model *m;
     dt_comm *comm;
     dt_schedule sched;
-    int p, r, nmb, B, T, nslots, nops;
+    int p, r, v, nmb, B, T, nslots, nops;
     size_t count;        /* floats in one boundary message: this rank's rows x n_embd */
     dt_pp_op *ops;
+    int *op_slot;        /* per operation: its pass's activation slot (dt_schedule_slots) */
+    int last_f;          /* the head's last forward (its loss's backward finishes ln_f and the head's wte) */
+    int *last_b;         /* per chunk: the backward (W when split) after which its blocks' gradients are final */
     dt_request **pending; /* per slot: its activation send, its gradient send */
     uint16_t *tok, *tgt;
     double busy, wait, span;
 };
 
-dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, dt_schedule s, int m, int B, int T) {
+dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, dt_schedule s, int v, int m, int B,
+                             int T) {
     dt_pipeline *pl = calloc(1, sizeof *pl);
     if (!pl) return dt_fail(DT_ERUNTIME, "out of memory (pipeline)");
     *out = pl;
@@ -64,44 +76,64 @@ dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, d
     pl->sched = s;
     pl->p = dt_comm_size(pp);
     pl->r = dt_comm_rank(pp);
+    pl->v = v;
     pl->nmb = m;
     pl->B = B;
     pl->T = T;
-    DT_TRY(dt_schedule_check(s, pl->p, 1, m));
-    if (s == DT_SCHED_INTERLEAVED)
-        return dt_fail(DT_EINPUT, "parallel.schedule %s: not runnable yet (gpipe, 1f1b and zb-h1 are)",
-                       dt_schedule_name(s));
+    DT_TRY(dt_schedule_check(s, pl->p, v, m));
+    if (model->nchunks != v)
+        return dt_fail(DT_ERUNTIME, "pipeline: %d virtual stages but the model has %d chunks", v, model->nchunks);
     if (dt_schedule_splits_backward(s) != model->split)
         return dt_fail(DT_ERUNTIME, "pipeline: schedule %s and the model's backward (split %d) disagree",
                        dt_schedule_name(s), model->split);
-    pl->nslots = dt_pp_slots(s, pl->p, pl->r, m);
     pl->count = (size_t)(model->sp ? B * T / model->tp : B * T) * (size_t)model->shape.n_embd;
-    pl->ops = malloc((size_t)dt_schedule_max_ops(1, m) * sizeof *pl->ops);
-    pl->pending = calloc(2 * (size_t)pl->nslots, sizeof *pl->pending);
+    int max = dt_schedule_max_ops(v, m);
+    pl->ops = malloc((size_t)max * sizeof *pl->ops);
+    pl->op_slot = malloc((size_t)max * sizeof *pl->op_slot);
+    pl->last_b = malloc((size_t)v * sizeof *pl->last_b);
     pl->tok = malloc((size_t)B * T * sizeof(uint16_t));
     pl->tgt = malloc((size_t)B * T * sizeof(uint16_t));
-    if (!pl->ops || !pl->pending || !pl->tok || !pl->tgt) return dt_fail(DT_ERUNTIME, "out of memory (pipeline)");
-    pl->nops = dt_schedule_ops(s, pl->p, 1, m, pl->r, pl->ops);
+    if (!pl->ops || !pl->op_slot || !pl->last_b || !pl->tok || !pl->tgt)
+        return dt_fail(DT_ERUNTIME, "out of memory (pipeline)");
+    pl->nops = dt_schedule_ops(s, pl->p, v, m, pl->r, pl->ops);
+    pl->nslots = dt_schedule_slots(s, pl->p, v, m, pl->r, pl->op_slot);
+    if (pl->nslots < 0) return dt_fail(DT_ERUNTIME, "out of memory (pipeline)");
+    if (pl->nslots > gpt_slot_count(model))
+        return dt_fail(DT_ERUNTIME, "pipeline: schedule %s needs %d activation slots, the model has %d",
+                       dt_schedule_name(s), pl->nslots, gpt_slot_count(model));
+    pl->pending = calloc(2 * (size_t)pl->nslots, sizeof *pl->pending);
+    if (!pl->pending) return dt_fail(DT_ERUNTIME, "out of memory (pipeline)");
+    dt_op_kind final = model->split ? DT_OP_W : DT_OP_B;
+    pl->last_f = -1;
+    for (int k = 0; k < v; k++) pl->last_b[k] = -1;
+    for (int i = 0; i < pl->nops; i++) {
+        if (pl->ops[i].kind == DT_OP_F) pl->last_f = i;
+        if (pl->ops[i].kind == final) pl->last_b[pl->ops[i].chunk] = i;
+    }
     return DT_OK;
 }
 
-static dt_status wait_slot(dt_pipeline *pl, int slot) {
-    dt_status s = DT_OK;
-    for (int k = 0; k < 2; k++) {
-        dt_request **rq = &pl->pending[2 * slot + k];
-        if (*rq) {
-            dt_status w = dt_wait(*rq);
-            *rq = NULL;
-            if (s == DT_OK) s = w;
-        }
-    }
+/* The slot's earlier activation (grad 0) or gradient (grad 1) send has completed: its
+ * buffer may be overwritten (dt_schedule_slots made sure the receive came first). */
+static dt_status wait_send(dt_pipeline *pl, int slot, int grad) {
+    dt_request **rq = &pl->pending[2 * slot + grad];
+    if (!*rq) return DT_OK;
+    dt_status s = dt_wait(*rq);
+    *rq = NULL;
     return s;
+}
+
+static dt_status wait_slot(dt_pipeline *pl, int slot) {
+    dt_status a = wait_send(pl, slot, 0), b = wait_send(pl, slot, 1);
+    return a != DT_OK ? a : b;
 }
 
 void dt_pipeline_destroy(dt_pipeline *pl) {
     if (!pl) return;
     for (int k = 0; pl->pending && k < pl->nslots; k++) (void)wait_slot(pl, k);
     free(pl->ops);
+    free(pl->op_slot);
+    free(pl->last_b);
     free(pl->pending);
     free(pl->tok);
     free(pl->tgt);
@@ -119,47 +151,53 @@ static dt_status share_loss(dt_pipeline *pl, double *loss) {
     return pl->p > 1 ? dt_bcast(pl->comm, loss, 1, DT_F64, pl->p - 1) : DT_OK;
 }
 
-/* Message tags: a micro-batch's activation and its gradient (one pair of ranks, one direction each). */
-static int tag_of(int mb, int grad) { return 2 * mb + grad; }
+/* Message tags: micro-batch mb's activation (grad 0) or gradient (grad 1) for the chunk
+ * pass of global chunk g (the receiver's), kept below MPI's smallest tag bound (messages
+ * between two ranks with one tag arrive in order, and passes that far apart are never in
+ * flight together). */
+static int tag_of(const dt_pipeline *pl, int mb, int g, int grad) {
+    return (2 * (mb * pl->p * pl->v + g) + grad) % 32768;
+}
+
+/* Whether local chunk k holds the embeddings / the head. */
+static int first_chunk(const dt_pipeline *pl, int k) { return pl->r == 0 && k == 0; }
+static int head_chunk(const dt_pipeline *pl, int k) { return pl->r == pl->p - 1 && k == pl->v - 1; }
 
 dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale, double *loss) {
     gpt_model *m = pl->m;
     double sum = 0.0, start = dt_now();
-    int last_f = -1, last_b = -1; /* after these, the rank's gradients are final */
-    dt_op_kind final = m->split ? DT_OP_W : DT_OP_B;
-    for (int i = 0; i < pl->nops; i++) {
-        if (pl->ops[i].kind == DT_OP_F) last_f = i;
-        if (pl->ops[i].kind == final) last_b = i;
-    }
     for (int i = 0; i < pl->nops; i++) {
         const dt_pp_op *o = &pl->ops[i];
-        int slot = o->mb % pl->nslots;
+        int slot = pl->op_slot[i], g = o->chunk * pl->p + pl->r;
         double t0 = dt_now();
         switch (o->kind) {
         case DT_OP_RECV_ACT:
-            DT_TRY(wait_slot(pl, slot)); /* the slot's previous micro-batch has left */
-            DT_TRY(dt_recv(pl->comm, gpt_slot_input(m, slot), pl->count, DT_F32, o->peer, tag_of(o->mb, 0)));
+            DT_TRY(dt_recv(pl->comm, gpt_slot_input(m, slot), pl->count, DT_F32, o->peer, tag_of(pl, o->mb, g, 0)));
             pl->wait += dt_now() - t0;
             break;
         case DT_OP_RECV_GRAD:
-            DT_TRY(dt_recv(pl->comm, gpt_slot_grad(m, slot), pl->count, DT_F32, o->peer, tag_of(o->mb, 1)));
+            DT_TRY(wait_send(pl, slot, 1));
+            DT_TRY(dt_recv(pl->comm, gpt_slot_grad(m, slot), pl->count, DT_F32, o->peer, tag_of(pl, o->mb, g, 1)));
             pl->wait += dt_now() - t0;
             break;
         case DT_OP_SEND_ACT:
-            DT_TRY(dt_isend(pl->comm, gpt_slot_output(m, slot), pl->count, DT_F32, o->peer, tag_of(o->mb, 0),
-                            &pl->pending[2 * slot]));
+            DT_TRY(dt_isend(pl->comm, gpt_slot_output(m, slot), pl->count, DT_F32, o->peer,
+                            tag_of(pl, o->mb, g + 1, 0), &pl->pending[2 * slot]));
             break;
         case DT_OP_SEND_GRAD:
-            DT_TRY(dt_isend(pl->comm, gpt_slot_grad(m, slot), pl->count, DT_F32, o->peer, tag_of(o->mb, 1),
-                            &pl->pending[2 * slot + 1]));
+            DT_TRY(dt_isend(pl->comm, gpt_slot_grad(m, slot), pl->count, DT_F32, o->peer,
+                            tag_of(pl, o->mb, g - 1, 1), &pl->pending[2 * slot + 1]));
             break;
         case DT_OP_F: {
-            DT_TRY(wait_slot(pl, slot));
-            io->fill(io->ctx, o->mb, pl->tok, pl->tgt);
-            if (m->has_head) io->micro(io->ctx, i == last_f); /* the head's backward runs with the forward */
+            int head = head_chunk(pl, o->chunk);
+            if (head || first_chunk(pl, o->chunk)) io->fill(io->ctx, o->mb, pl->tok, pl->tgt);
+            if (head) io->micro(io->ctx, i == pl->last_f); /* the head's backward runs with the forward */
+            DT_TRY(wait_send(pl, slot, 0));
+            if (head) DT_TRY(wait_send(pl, slot, 1)); /* its loss writes the residual gradient */
+            pl->wait += dt_now() - t0;
             t0 = dt_now();
-            DT_TRY(gpt_forward(m, slot, pl->tok, pl->B, pl->T, 0));
-            if (m->has_head) {
+            DT_TRY(gpt_forward_chunk(m, slot, o->chunk, pl->tok, pl->B, pl->T, 0));
+            if (head) {
                 double l;
                 DT_TRY(gpt_loss(m, slot, pl->tgt, grad_scale, &l));
                 sum += l;
@@ -168,12 +206,15 @@ dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale
             break;
         }
         case DT_OP_B:
-            io->micro(io->ctx, i == last_b);
+            DT_TRY(wait_send(pl, slot, 1));
+            pl->wait += dt_now() - t0;
+            t0 = dt_now();
+            io->micro(io->ctx, i == pl->last_b[o->chunk]);
             DT_TRY(m->split ? gpt_backward_input(m, slot) : gpt_backward(m, slot));
             pl->busy += dt_now() - t0;
             break;
         case DT_OP_W:
-            io->micro(io->ctx, i == last_b);
+            io->micro(io->ctx, i == pl->last_b[o->chunk]);
             DT_TRY(gpt_backward_weight(m, slot));
             pl->busy += dt_now() - t0;
             break;
@@ -189,19 +230,24 @@ dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale
 
 dt_status dt_pipeline_eval(dt_pipeline *pl, const dt_pp_io *io, int nmb, double *loss) {
     gpt_model *m = pl->m;
-    int prev = pl->r - 1, next = pl->r + 1;
+    int prev = (pl->r - 1 + pl->p) % pl->p, next = (pl->r + 1) % pl->p;
     double sum = 0.0;
-    for (int mb = 0; mb < nmb; mb++) { /* stage by stage; blocking sends: nothing waits back */
+    /* micro-batch by micro-batch, chunk by chunk in the model's order; blocking sends:
+     * nothing waits back */
+    for (int mb = 0; mb < nmb; mb++) {
         io->fill(io->ctx, mb, pl->tok, pl->tgt);
-        if (!m->has_embed)
-            DT_TRY(dt_recv(pl->comm, gpt_slot_input(m, 0), pl->count, DT_F32, prev, tag_of(mb, 0)));
-        DT_TRY(gpt_forward(m, 0, pl->tok, pl->B, pl->T, 0));
-        if (m->has_head) {
-            double l;
-            DT_TRY(gpt_loss(m, 0, pl->tgt, 0.0f, &l));
-            sum += l;
-        } else {
-            DT_TRY(dt_send(pl->comm, gpt_slot_output(m, 0), pl->count, DT_F32, next, tag_of(mb, 0)));
+        for (int k = 0; k < pl->v; k++) {
+            int g = k * pl->p + pl->r;
+            if (!first_chunk(pl, k))
+                DT_TRY(dt_recv(pl->comm, gpt_slot_input(m, 0), pl->count, DT_F32, prev, tag_of(pl, mb, g, 0)));
+            DT_TRY(gpt_forward_chunk(m, 0, k, pl->tok, pl->B, pl->T, 0));
+            if (head_chunk(pl, k)) {
+                double l;
+                DT_TRY(gpt_loss(m, 0, pl->tgt, 0.0f, &l));
+                sum += l;
+            } else {
+                DT_TRY(dt_send(pl->comm, gpt_slot_output(m, 0), pl->count, DT_F32, next, tag_of(pl, mb, g + 1, 0)));
+            }
         }
     }
     *loss = sum;

@@ -14,6 +14,9 @@
 /* The blocks of stage `stage` of pp for n_layer blocks: balanced, the first n_layer % pp
  * stages one block more. Fails (DT_EINPUT) when a stage would get no block. */
 dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count);
+/* Pipeline rank r's blocks in lay (first_layer/n_layers, or with v > 1 its v chunks: the
+ * layers cut into p·v balanced pieces, rank r holding pieces r, r + p, ...). */
+dt_status dt_pp_layout(int n_layer, int p, int v, int r, gpt_layout *lay);
 
 /* Layouts pipeline parallelism does not run (yet) fail here, before any work, with one
  * line (DT_EINPUT); m is the step's micro-batch count (gradient accumulation). */
@@ -30,13 +33,16 @@ typedef struct {
 
 typedef struct dt_pipeline dt_pipeline;
 
-/* The runner for this rank (pipeline rank `rank` of `p`, m micro-batches of B x T per
- * step) of schedule s on model (a stage with enough activation slots:
- * dt_pp_slots). Allocates its message bookkeeping once. */
-dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, dt_schedule s, int m, int B, int T);
+/* The runner for this rank (its rank in the pipeline group pp, m micro-batches of B x T
+ * per step) of schedule s on model (the rank's v chunks, dt_pp_layout, with enough
+ * activation slots: dt_pp_slots). Allocates its message bookkeeping once. */
+dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, dt_schedule s, int v, int m, int B,
+                             int T);
 void dt_pipeline_destroy(dt_pipeline *pl);
-/* Activation slots rank r needs for schedule s (its most micro-batches in flight). */
-int dt_pp_slots(dt_schedule s, int p, int r, int m);
+/* Activation slots rank r needs for schedule s: its most chunk passes in flight at once
+ * (a pass holds its slot from its input's receive, or its forward, to its last
+ * operation), 0 if (p, v, m) do not suit s. */
+int dt_pp_slots(dt_schedule s, int p, int v, int r, int m);
 /* One step's forwards and backwards: gradients accumulate (grads += d(loss·grad_scale));
  * *loss = the sum of per-token losses over the m micro-batches, on every pipeline rank.
  * busy/idle seconds of the step are added to the pipeline's counters. */

@@ -329,3 +329,184 @@ done:
     free(rows);
     return st;
 }
+
+/* ---- activation slots ---- */
+
+/* Happens-before over every rank's list: clock[(r·cap + i)·p + q] = how many of rank q's
+ * operations certainly ran before rank r's operation i finished (a receive completes
+ * after its send was issued). recv_at[send op] = (receiving rank, its op index). */
+typedef struct {
+    int p, cap;
+    int *clock;
+    int *recv_rank, *recv_op; /* per (r, i): for a send, where it is received */
+} plan_clocks;
+
+static dt_status clocks_build(dt_pp_op *const *plans, const int *lens, int p, int v, int m, int cap, plan_clocks *c) {
+    int chunks = p * v, cells = m * chunks;
+    c->p = p;
+    c->cap = cap;
+    c->clock = calloc((size_t)p * cap * p, sizeof(int));
+    c->recv_rank = malloc((size_t)p * cap * sizeof(int));
+    c->recv_op = malloc((size_t)p * cap * sizeof(int));
+    int *send_op = malloc((size_t)2 * cells * sizeof(int)), *pc = calloc((size_t)p, sizeof(int));
+    dt_status st = DT_OK;
+    if (!c->clock || !c->recv_rank || !c->recv_op || !send_op || !pc) {
+        st = dt_fail(DT_ERUNTIME, "out of memory (pipeline slots)");
+        goto done;
+    }
+    for (int i = 0; i < 2 * cells; i++) send_op[i] = -1;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < p; r++)
+            while (pc[r] < lens[r]) {
+                int i = pc[r];
+                const dt_pp_op *o = &plans[r][i];
+                int cell = o->mb * chunks + o->chunk * p + r;
+                int *now = c->clock + ((size_t)r * cap + i) * p;
+                if (i > 0) memcpy(now, now - p, (size_t)p * sizeof(int));
+                now[r] = i + 1;
+                if (o->kind == DT_OP_RECV_ACT || o->kind == DT_OP_RECV_GRAD) {
+                    int from = o->kind == DT_OP_RECV_ACT ? cell - 1 : cells + cell + 1, q = o->peer;
+                    if (send_op[from] < 0) break; /* its send is not issued yet */
+                    const int *then = c->clock + ((size_t)q * cap + send_op[from]) * p;
+                    for (int k = 0; k < p; k++)
+                        if (then[k] > now[k]) now[k] = then[k];
+                    c->recv_rank[(size_t)q * cap + send_op[from]] = r;
+                    c->recv_op[(size_t)q * cap + send_op[from]] = i;
+                } else if (o->kind == DT_OP_SEND_ACT || o->kind == DT_OP_SEND_GRAD) {
+                    send_op[o->kind == DT_OP_SEND_ACT ? cell : cells + cell] = i;
+                }
+                pc[r]++;
+                progress = 1;
+            }
+    }
+    for (int r = 0; r < p; r++)
+        if (pc[r] < lens[r]) st = dt_fail(DT_ERUNTIME, "pipeline slots: the plan deadlocks at rank %d op %d", r, pc[r]);
+done:
+    free(send_op);
+    free(pc);
+    return st;
+}
+
+static void clocks_free(plan_clocks *c) {
+    free(c->clock);
+    free(c->recv_rank);
+    free(c->recv_op);
+}
+
+/* Whether rank r may wait, at the start of its op `at`, for its send at op i (-1: none)
+ * to complete. Strict: the receive certainly ran before (happens-before), so the wait
+ * adds no dependency. Relaxed: the receiver reaches that receive without needing any of
+ * rank r's operations from `at` on (the wait adds a dependency, checked by plan_runs). */
+static int send_done_by(const plan_clocks *c, int r, int i, int at, int relaxed) {
+    if (i < 0) return 1;
+    int q = c->recv_rank[(size_t)r * c->cap + i], j = c->recv_op[(size_t)r * c->cap + i];
+    if (relaxed) return j == 0 || c->clock[((size_t)q * c->cap + j - 1) * c->p + r] <= at;
+    return at > 0 && c->clock[((size_t)r * c->cap + at - 1) * c->p + q] >= j + 1;
+}
+
+/* Rank r's slots (module comment in schedule.h); returns the count. */
+static int assign_rank(const plan_clocks *c, const dt_pp_op *ops, int n, int r, int p, int v, int m, int relaxed,
+                       int *op_slot, int *tmp) {
+    int cells = m * v, used = 0, last_head = p * v - 1;
+    int *first_f = tmp, *first_d = tmp + cells, *last = tmp + 2 * cells, *slot_of = tmp + 3 * cells;
+    int *busy = tmp + 4 * cells, *act_send = tmp + 5 * cells, *grad_send = tmp + 6 * cells;
+    for (int k = 0; k < cells; k++) first_f[k] = first_d[k] = slot_of[k] = act_send[k] = grad_send[k] = -1;
+    memset(busy, 0, (size_t)cells * sizeof(int));
+    /* where a pass overwrites its slot's sent buffers: the output in its forward, the
+     * residual gradient at its gradient's receive (or backward; the head's loss writes it
+     * in the forward) */
+    for (int i = n - 1; i >= 0; i--) {
+        int cell = ops[i].mb * v + ops[i].chunk, head = ops[i].chunk * p + r == last_head;
+        if (ops[i].kind == DT_OP_F) first_f[cell] = i;
+        if (ops[i].kind == DT_OP_RECV_GRAD || ops[i].kind == DT_OP_B || (head && ops[i].kind == DT_OP_F))
+            first_d[cell] = i;
+    }
+    for (int i = 0; i < n; i++) last[ops[i].mb * v + ops[i].chunk] = i;
+    for (int i = 0; i < n; i++) {
+        int cell = ops[i].mb * v + ops[i].chunk, k = slot_of[cell];
+        if (k < 0) { /* a new pass: the lowest free slot whose earlier sends are done by then */
+            for (k = 0; busy[k] || !send_done_by(c, r, act_send[k], first_f[cell], relaxed) ||
+                        !send_done_by(c, r, grad_send[k], first_d[cell], relaxed);
+                 k++) {}
+            busy[k] = 1;
+            slot_of[cell] = k;
+            if (k + 1 > used) used = k + 1;
+        }
+        if (ops[i].kind == DT_OP_SEND_ACT) act_send[k] = i;
+        if (ops[i].kind == DT_OP_SEND_GRAD) grad_send[k] = i;
+        op_slot[i] = k;
+        if (last[cell] == i) busy[k] = 0;
+    }
+    return used;
+}
+
+/* Whether every rank's list runs to the end when, besides blocking receives, each op
+ * first waits for the earlier sends of its slot that it overwrites (as the runner does):
+ * a send is complete once its receiver has reached the receive. */
+static int plan_runs(const plan_clocks *c, dt_pp_op *const *plans, const int *lens, int p, int v, int m,
+                     const int *op_slot, int *tmp) {
+    int cap = c->cap, chunks = p * v, cells = m * chunks, last_head = chunks - 1;
+    int *pc = tmp, *sent = tmp + p, *pend = tmp + p + 2 * cells; /* pend: per rank, slot: act, grad send op */
+    memset(pc, 0, (size_t)p * sizeof(int));
+    for (int i = 0; i < 2 * cells; i++) sent[i] = 0;
+    for (int i = 0; i < 2 * p * cells; i++) pend[i] = -1;
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < p; r++)
+            while (pc[r] < lens[r]) {
+                const dt_pp_op *o = &plans[r][pc[r]];
+                int k = op_slot[(size_t)r * cap + pc[r]], cell = o->mb * chunks + o->chunk * p + r;
+                int *pa = &pend[2 * ((size_t)r * cells + k)], blocked = 0;
+                int wa = o->kind == DT_OP_F, wg = o->kind == DT_OP_RECV_GRAD || o->kind == DT_OP_B ||
+                                                 (o->kind == DT_OP_F && o->chunk * p + r == last_head);
+                for (int g = 0; g < 2; g++) {
+                    int i = pa[g];
+                    if (i < 0 || !(g ? wg : wa)) continue;
+                    if (pc[c->recv_rank[(size_t)r * cap + i]] < c->recv_op[(size_t)r * cap + i]) blocked = 1;
+                    else pa[g] = -1;
+                }
+                if (o->kind == DT_OP_RECV_ACT && !sent[cell - 1]) blocked = 1;
+                if (o->kind == DT_OP_RECV_GRAD && !sent[cells + cell + 1]) blocked = 1;
+                if (blocked) break;
+                if (o->kind == DT_OP_SEND_ACT) sent[cell] = 1, pa[0] = pc[r];
+                if (o->kind == DT_OP_SEND_GRAD) sent[cells + cell] = 1, pa[1] = pc[r];
+                pc[r]++;
+                progress = 1;
+            }
+    }
+    for (int r = 0; r < p; r++)
+        if (pc[r] < lens[r]) return 0;
+    return 1;
+}
+
+int dt_schedule_slots(dt_schedule s, int p, int v, int m, int r, int *op_slot) {
+    if (dt_schedule_check(s, p, v, m) != DT_OK || r < 0 || r >= p) return -1;
+    int cap = dt_schedule_max_ops(v, m), lens[64], cells = m * p * v, used = -1;
+    dt_pp_op *all = malloc((size_t)p * (size_t)cap * sizeof *all), *plans[64];
+    int *slots = malloc((size_t)p * (size_t)cap * sizeof(int));
+    int *tmp = malloc(((size_t)7 * cells + (size_t)p + 2 * (size_t)cells + 2 * (size_t)p * cells) * sizeof(int));
+    plan_clocks c = {0};
+    if (!all || !slots || !tmp) goto done;
+    for (int q = 0; q < p; q++) {
+        plans[q] = all + (size_t)q * cap;
+        lens[q] = dt_schedule_ops(s, p, v, m, q, plans[q]);
+    }
+    if (clocks_build(plans, lens, p, v, m, cap, &c) != DT_OK) goto done;
+    /* as few slots as waiting allows; where the relaxed waits would deadlock the plan,
+     * the strict ones (which add no dependency) */
+    for (int relaxed = 1; relaxed >= 0 && used < 0; relaxed--) {
+        for (int q = 0; q < p; q++) {
+            int n = assign_rank(&c, plans[q], lens[q], q, p, v, m, relaxed, slots + (size_t)q * cap, tmp);
+            if (q == r) used = n;
+        }
+        if (relaxed && !plan_runs(&c, plans, lens, p, v, m, slots, tmp)) used = -1;
+    }
+    if (op_slot) memcpy(op_slot, slots + (size_t)r * cap, (size_t)lens[r] * sizeof(int));
+done:
+    clocks_free(&c);
+    free(all);
+    free(slots);
+    free(tmp);
+    return used;
+}

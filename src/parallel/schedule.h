@@ -72,6 +72,17 @@ dt_status dt_plan_simulate(const char *name, dt_pp_op *const *plans, const int *
  * (p-1)/(m+p-1); interleaved (p-1)/(v·m+p-1); zb-h1: (p-1)·(t_f+t_b-t_w) over
  * m·(t_f+t_b+t_w) + that (the paper's estimate). */
 double dt_schedule_bubble_formula(dt_schedule s, int p, int v, int m, double t_f, double t_b, double t_w);
+/* Activation slots of rank r's list (schedule s, p, v, m): each chunk pass holds one from
+ * its first operation to its last, the lowest free one whose previous pass's sends were
+ * certainly received (happens-before over every rank's list) before the new pass
+ * overwrites what they send: its output in the forward, its residual gradient at the
+ * gradient's receive (the head: in the forward's loss). A send's buffer is then free
+ * once received, so the runner's waits on earlier sends never wait on a receive that
+ * waits on this rank: no deadlock, with sends that complete only when received (MPI's
+ * rendezvous), and no copies. op_slot[i] (NULL: not wanted) = operation i's slot.
+ * Returns the slots used, -1 if (p, v, m) do not suit s or memory ran out. */
+int dt_schedule_slots(dt_schedule s, int p, int v, int m, int r, int *op_slot);
+
 /* A text drawing of the schedule (one line per rank, one character per time unit of
  * t_f = 1, t_b = 2, or 1 + t_w 1 when split, per chunk pass): a forward is the
  * micro-batch's digit, its backward the letter (0: a, 1: b, ...), a W the capital, '.'

@@ -43,11 +43,10 @@ void dt_whole_free(dt_whole_model *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* A whole (tp = 1) model of the given blocks, fp32 host memory: with state (and moments)
- * to be filled, or the tensor table alone. */
-static dt_status whole_of(const gpt_model *m, int first, int n, int alloc, dt_whole_model *w, int moments) {
-    gpt_layout lay = {.tp = 1, .first_layer = first, .n_layers = n};
-    DT_TRY(gpt_create_layout(&w->full, &m->shape, dt_ops_cpu(), 1, 1, alloc, &lay));
+/* A whole (tp = 1) model of a stage's blocks (lay; NULL: all), fp32 host memory: with
+ * state (and moments) to be filled, or the tensor table alone. */
+static dt_status whole_of(const gpt_model *m, const gpt_layout *lay, int alloc, dt_whole_model *w, int moments) {
+    DT_TRY(gpt_create_layout(&w->full, &m->shape, dt_ops_cpu(), 1, 1, alloc, lay));
     for (int k = 0; k < (moments ? 2 : 0); k++) {
         w->mom[k] = calloc(w->full.nparams, sizeof(float));
         if (!w->mom[k]) return dt_fail(DT_ERUNTIME, "out of memory (whole optimizer state for the checkpoint)");
@@ -60,13 +59,36 @@ static dt_status whole_of(const gpt_model *m, int first, int n, int alloc, dt_wh
  * stage's is the same. */
 static int tied_copy(const gpt_model *m, const gpt_tensor *t) { return t->unit == 0 && !m->has_embed; }
 
+/* A stage's blocks as a message: chunks, first_layer, n_layers, the chunks' firsts and counts. */
+enum { HDR = 3 + 2 * GPT_MAX_CHUNKS };
+static void pack_layout(const gpt_model *m, double *h) {
+    gpt_layout lay;
+    gpt_stage_layout(m, &lay);
+    h[0] = lay.chunks;
+    h[1] = lay.first_layer;
+    h[2] = lay.n_layers;
+    for (int c = 0; c < GPT_MAX_CHUNKS; c++) {
+        h[3 + c] = lay.chunk_first[c];
+        h[3 + GPT_MAX_CHUNKS + c] = lay.chunk_layers[c];
+    }
+}
+static gpt_layout unpack_layout(const double *h) {
+    gpt_layout lay = {.tp = 1, .chunks = (int)h[0], .first_layer = (int)h[1], .n_layers = (int)h[2]};
+    for (int c = 0; c < GPT_MAX_CHUNKS; c++) {
+        lay.chunk_first[c] = (int)h[3 + c];
+        lay.chunk_layers[c] = (int)h[3 + GPT_MAX_CHUNKS + c];
+    }
+    return lay;
+}
+
 /* The stage roots' whole tensors to the pipeline's first rank: each later stage sends
- * its block range, then its tensors in table order (parameters, then the moments). */
+ * its blocks, then its tensors in table order (parameters, then the moments). */
 static dt_status stages_to_root(const dt_model_groups *g, const gpt_model *m, dt_whole_model *w, int moments) {
     int p = dt_comm_size(g->pp), me = dt_comm_rank(g->pp), nsets = moments ? 3 : 1;
     if (me > 0) {
-        double hdr[2] = {m->first_layer, m->nblocks};
-        DT_TRY(dt_send(g->pp, hdr, 2, DT_F64, 0, 0));
+        double hdr[HDR];
+        pack_layout(m, hdr);
+        DT_TRY(dt_send(g->pp, hdr, HDR, DT_F64, 0, 0));
         for (int k = 0; k < nsets; k++)
             for (int i = 0; i < w->full.ntensors; i++) {
                 const gpt_tensor *t = &w->full.tensors[i];
@@ -76,11 +98,12 @@ static dt_status stages_to_root(const dt_model_groups *g, const gpt_model *m, dt
         return DT_OK;
     }
     for (int q = 1; q < p; q++) {
-        double hdr[2];
-        DT_TRY(dt_recv(g->pp, hdr, 2, DT_F64, q, 0));
+        double hdr[HDR];
+        DT_TRY(dt_recv(g->pp, hdr, HDR, DT_F64, q, 0));
         dt_whole_model st;
         memset(&st, 0, sizeof st);
-        dt_status s = whole_of(m, (int)hdr[0], (int)hdr[1], 0, &st, 0); /* its table: names and sizes, in its order */
+        gpt_layout lay = unpack_layout(hdr);
+        dt_status s = whole_of(m, &lay, 0, &st, 0); /* its table: names and sizes, in its order */
         for (int k = 0; s == DT_OK && k < nsets; k++)
             for (int i = 0; s == DT_OK && i < st.full.ntensors; i++) {
                 const gpt_tensor *t = &st.full.tensors[i], *wt = gpt_find(&w->full, t->name);
@@ -107,7 +130,9 @@ dt_status dt_state_gather_whole(const dt_model_groups *g, const gpt_model *m, fl
     float *scratch = NULL;
     dt_status s = DT_OK;
     if (stage_root) { /* the whole model at the root, the whole stage at a later stage's first tp rank */
-        s = root ? whole_of(m, 0, 0, 1, w, moments) : whole_of(m, m->first_layer, m->nblocks, 1, w, moments);
+        gpt_layout mine;
+        gpt_stage_layout(m, &mine);
+        s = whole_of(m, root ? NULL : &mine, 1, w, moments);
         scratch = s == DT_OK ? malloc((size_t)tp * maxn * sizeof(float)) : NULL;
         if (s == DT_OK && !scratch) s = dt_fail(DT_ERUNTIME, "out of memory (gathering tensor pieces)");
     }

@@ -246,8 +246,9 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp};
     if (t->mesh.pp > 1) { /* this rank's stage: its blocks, and a slot per micro-batch it keeps in flight */
-        DT_TRY(dt_pp_split(c->model.n_layer, t->mesh.pp, t->mesh.pp_rank, &layout.first_layer, &layout.n_layers));
-        layout.slots = dt_pp_slots(t->sched, t->mesh.pp, t->mesh.pp_rank, t->accum);
+        int v = c->parallel.virtual_stages;
+        DT_TRY(dt_pp_layout(c->model.n_layer, t->mesh.pp, v, t->mesh.pp_rank, &layout));
+        layout.slots = dt_pp_slots(t->sched, t->mesh.pp, v, t->mesh.pp_rank, t->accum);
         layout.split_backward = dt_schedule_splits_backward(t->sched);
     }
     /* activations are rank-local; the data-parallel setup below is collective */
@@ -265,7 +266,8 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                     t->mesh.pp > 1};
     DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
     if (t->mesh.pp > 1)
-        DT_TRY(dt_pipeline_create(&t->pipe, &t->model, t->mesh.pp_comm, t->sched, t->accum, t->micro, t->T));
+        DT_TRY(dt_pipeline_create(&t->pipe, &t->model, t->mesh.pp_comm, t->sched, c->parallel.virtual_stages, t->accum,
+                                  t->micro, t->T));
     if (c->checkpoint.resume[0]) { /* the trainer state was read in setup_local */
         DT_TRY(dt_dp_load(t->dpe, t->resume_dir, t->st.step));
         DT_TRY(dt_loader_seek(&t->loader, t->st.data_epoch, (size_t)t->st.data_pos));
@@ -437,10 +439,17 @@ static void print_header(trainer *t) {
         printf("dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n",
                t->mesh.tp, t->model.sp ? ", sequence parallel: LayerNorm and residual rows split" : "", t->dp);
     if (t->mesh.pp > 1) {
+        int v = c->parallel.virtual_stages;
         printf("dtrain: pipeline parallel %d (%s, %d micro-batches per step), blocks per stage:", t->mesh.pp,
                dt_schedule_name(t->sched), t->accum);
-        for (int r = 0, first, n; r < t->mesh.pp; r++)
-            if (dt_pp_split(c->model.n_layer, t->mesh.pp, r, &first, &n) == DT_OK) printf(" [%d, %d)", first, first + n);
+        for (int r = 0; r < t->mesh.pp; r++) {
+            gpt_layout lay = {0};
+            if (dt_pp_layout(c->model.n_layer, t->mesh.pp, v, r, &lay) != DT_OK) continue;
+            if (v <= 1) printf(" [%d, %d)", lay.first_layer, lay.first_layer + lay.n_layers);
+            for (int k = 0; v > 1 && k < v; k++)
+                printf("%s[%d, %d)%s", k ? " " : " {", lay.chunk_first[k], lay.chunk_first[k] + lay.chunk_layers[k],
+                       k == v - 1 ? "}" : "");
+        }
         printf("\n");
     }
     if (t->st.step > 0) printf("dtrain: resumed at step %lld from %s\n", t->st.step, t->resume_dir);
@@ -461,10 +470,11 @@ static void print_pipeline(const trainer *t, long long steps) {
         busy += x[0];
         span += x[2];
     }
-    int zb = dt_schedule_splits_backward(t->sched);
+    int zb = dt_schedule_splits_backward(t->sched), v = t->cfg->parallel.virtual_stages;
     printf("\npipeline bubble: measured %.3f, formula %s = %.3f\n", 1.0 - busy / span,
-           zb ? "(p-1)(F+B-W)/(m(F+B+W)+(p-1)(F+B-W)) with F:B:W = 1:1:1" : "(p-1)/(m+p-1)",
-           dt_schedule_bubble_formula(t->sched, g->pp, 1, t->accum, 1.0, zb ? 1.0 : 2.0, 1.0));
+           zb ? "(p-1)(F+B-W)/(m(F+B+W)+(p-1)(F+B-W)) with F:B:W = 1:1:1"
+              : v > 1 ? "(p-1)/(v·m+p-1)" : "(p-1)/(m+p-1)",
+           dt_schedule_bubble_formula(t->sched, g->pp, v, t->accum, 1.0, zb ? 1.0 : 2.0, 1.0));
 }
 
 static dt_status run(trainer *t) {
