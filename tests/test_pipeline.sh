@@ -1,9 +1,10 @@
 # Pipeline parallelism trains the single-process model: the layer stack cut into stages
-# (balanced; a block count pp does not divide too), micro-batches run by the gpipe or
-# 1f1b schedule with activations and gradients sent between stages, the tied wte summed
-# over the first and last stage; pp 2 and 4, dp 2 x pp 2, pp 2 x tp 2 (with sp) and
-# dp 2 x pp 2 x tp 2 on 8 ranks give the single-process loss curve (per-step loss and
-# grad norm, both validation losses) within 1e-5 relative. Layouts the pipeline does not
+# (balanced; a block count pp does not divide too), micro-batches run by the gpipe, 1f1b,
+# interleaved (two model chunks per rank) or zb-h1 schedule with activations and
+# gradients sent between stages, the tied wte summed over the first and last stage;
+# pp 2 and 4, dp 2 x pp 2, pp 2 x tp 2 (with sp) and dp 2 x pp 2 x tp 2 on 8 ranks give
+# the single-process loss curve (per-step loss and grad norm, both validation losses)
+# within 1e-5 relative. Layouts the pipeline does not
 # run fail before any work with one line.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
@@ -12,14 +13,22 @@ MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
 prepare_tiny
 RUN=("${DP_RUN[@]}" --set log.sample_tokens=0)
 FIVE=(--set model.n_layer=5)
+EIGHT=(--set model.n_layer=8)
+IL=(--set parallel.schedule=interleaved --set parallel.virtual_stages=2)
 "$DTRAIN" train "${RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
 "$DTRAIN" train "${RUN[@]}" "${FIVE[@]}" --metrics "$TMP/ref5.jsonl" >"$TMP/ref5.out" 2>&1 || fail "single (5 blocks)"
+"$DTRAIN" train "${RUN[@]}" "${EIGHT[@]}" --metrics "$TMP/ref8.jsonl" >"$TMP/ref8.out" 2>&1 || fail "single (8 blocks)"
 for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp2_gpipe:2:ref:--set parallel.pp=2 --set parallel.schedule=gpipe" \
               "pp4_1f1b_5blocks:4:ref5:--set parallel.pp=4 ${FIVE[*]}" \
               "pp4_gpipe_5blocks:4:ref5:--set parallel.pp=4 --set parallel.schedule=gpipe ${FIVE[*]}" \
               "pp2_zbh1:2:ref:--set parallel.pp=2 --set parallel.schedule=zb-h1" \
               "pp4_zbh1_5blocks:4:ref5:--set parallel.pp=4 --set parallel.schedule=zb-h1 ${FIVE[*]}" \
+              "pp2_interleaved_5blocks:2:ref5:--set parallel.pp=2 ${IL[*]} ${FIVE[*]}" \
+              "pp4_interleaved_8blocks:4:ref8:--set parallel.pp=4 ${IL[*]} ${EIGHT[*]}" \
+              "dp2_pp2_interleaved_zero1:4:ref5:--set parallel.pp=2 ${IL[*]} --set parallel.zero=1 ${FIVE[*]}" \
+              "dp2_pp2_interleaved_zero3:4:ref5:--set parallel.pp=2 ${IL[*]} --set parallel.zero=3 ${FIVE[*]}" \
+              "pp2_tp2_interleaved:4:ref5:--set parallel.pp=2 --set parallel.tp=2 ${IL[*]} ${FIVE[*]}" \
               "dp2_pp2_zbh1_zero1:4:ref:--set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.zero=1" \
               "dp2_pp2:4:ref:--set parallel.pp=2" \
               "dp2_pp2_gpipe_after:4:ref:--set parallel.pp=2 --set parallel.schedule=gpipe --set parallel.overlap=false" \
@@ -30,7 +39,7 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp2_tp2_sp:4:ref:--set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true" \
               "dp2_pp2_tp2:8:ref:--set parallel.pp=2 --set parallel.tp=2"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; rest=${rest#*:}; ref=${rest%%:*}; args=${rest#*:}
-  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
+  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|pp2_interleaved_5blocks|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
     *) full || continue ;; esac
   if "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
     r=$(compare_curves "$TMP/$ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
@@ -43,6 +52,10 @@ grep -q "blocks per stage: \[0, 2) \[2, 3) \[3, 4) \[4, 5)" "$TMP/pp4_1f1b_5bloc
   pass "5 blocks over 4 stages: 2 + 1 + 1 + 1" || fail "stage split: $(grep pipeline "$TMP/pp4_1f1b_5blocks.out")"
 grep -q "pipeline bubble: measured" "$TMP/pp4_1f1b_5blocks.out" && pass "the summary reports the bubble" ||
   fail "no bubble report"
+grep -q "blocks per stage: {\[0, 2) \[3, 4)} {\[2, 3) \[4, 5)}" "$TMP/pp2_interleaved_5blocks.out" &&
+  grep -q "formula (p-1)/(v·m+p-1) = 0.111" "$TMP/pp2_interleaved_5blocks.out" &&
+  pass "interleaved: each rank holds two chunks (5 blocks in 4 pieces), bubble formula with v" ||
+  fail "interleaved stages: $(grep pipeline "$TMP/pp2_interleaved_5blocks.out")"
 
 # each stage holds its blocks (the first and last the tied wte as well, the last with a
 # gap the size of wpe so that its unit 0 shards like the first stage's), and 1f1b keeps
@@ -73,6 +86,13 @@ same_initial_weights "${FIVE[@]}" -- "pp2:2:--set parallel.pp=2" "pp4:4:--set pa
   fail "one process resumes a pp2 checkpoint: $(tail -2 "$TMP/c2r.out")"
 r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2.jsonl") && pass "pp2 save + single resume = single process ($r)" ||
   fail "pp2 -> single: $r"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${RUN[@]}" "${FIVE[@]}" --set parallel.pp=2 "${IL[@]}" --set train.stop_after=10 \
+  --save "$TMP/ci" --metrics "$TMP/ci.jsonl" >"$TMP/ci.out" 2>&1 || fail "interleaved first half: $(tail -2 "$TMP/ci.out")"
+"${MPI[@]}" -np 4 "$DTRAIN" train "${RUN[@]}" "${FIVE[@]}" --set parallel.pp=4 --resume "$TMP/ci" \
+  --set parallel.schedule=1f1b --set parallel.virtual_stages=1 \
+  --metrics "$TMP/ci.jsonl" >"$TMP/cir.out" 2>&1 || fail "pp4 resumes an interleaved checkpoint: $(tail -2 "$TMP/cir.out")"
+r=$(compare_curves "$TMP/ref5.jsonl" "$TMP/ci.jsonl") && pass "interleaved save + pp4 1f1b resume = single process ($r)" ||
+  fail "interleaved -> pp4: $r"
 Z3=(--set parallel.pp=2 --set parallel.zero=3)
 "${MPI[@]}" -np 4 "$DTRAIN" train "${RUN[@]}" "${Z3[@]}" --set train.stop_after=10 --save "$TMP/c3" \
   --metrics "$TMP/c3.jsonl" >"$TMP/c3.out" 2>&1 || fail "dp2 pp2 zero3 first half: $(tail -2 "$TMP/c3.out")"
@@ -98,11 +118,15 @@ r=$(compare_curves "$TMP/ref5.jsonl" "$TMP/c1b.jsonl") && pass "single save + pp
 "$DTRAIN" estimate "${RUN[@]}" --set parallel.pp=2 -n 1 --json >"$TMP/est1.json" 2>&1 || fail "estimate pp2"
 "$DTRAIN" estimate "${RUN[@]}" --set parallel.pp=2 --set parallel.zero=1 -n 2 --json >"$TMP/est2.json" 2>&1 ||
   fail "estimate dp2 pp2 zero1"
-python3 - "$TMP/pp2_1f1b.jsonl" "$TMP/est1.json" "$TMP/dp2_pp2_zero1.jsonl" "$TMP/est2.json" <<'PY' &&
+"$DTRAIN" estimate "${RUN[@]}" --set parallel.pp=2 "${IL[@]}" "${FIVE[@]}" -n 1 --json >"$TMP/est3.json" 2>&1 ||
+  fail "estimate pp2 interleaved"
+python3 - "$TMP/pp2_1f1b.jsonl" "$TMP/est1.json" "$TMP/dp2_pp2_zero1.jsonl" "$TMP/est2.json" \
+  "$TMP/pp2_interleaved_5blocks.jsonl" "$TMP/est3.json" <<'PY' &&
 import json, sys
 mem = lambda p: [r for r in map(json.loads, open(p)) if r.get("event") == "summary"][0]["mem"]
 worst, lines = 0.0, []
-for run, est, z, ranks in ((sys.argv[1], sys.argv[2], 0, [0, 1]), (sys.argv[3], sys.argv[4], 1, [0, 1])):
+for run, est, z, ranks in ((sys.argv[1], sys.argv[2], 0, [0, 1]), (sys.argv[3], sys.argv[4], 1, [0, 1]),
+                          (sys.argv[5], sys.argv[6], 0, [0, 1])):
     m, e = mem(run), json.load(open(est))
     n = e["n"]
     for stage, rank in enumerate(ranks):          # world rank of (dp 0, stage): rank = dp·pp + stage
@@ -122,8 +146,6 @@ refused "interleaved micro-batches" "multiple of the" 2 --set parallel.pp=2 --se
 refused "virtual stages without interleaving" "needs parallel.schedule interleaved" 2 --set parallel.pp=2 \
   --set parallel.virtual_stages=2 "${FIVE[@]}"
 refused "unknown schedule" "parallel.schedule" 2 --set parallel.pp=2 --set parallel.schedule=pipedream
-refused "the interleaved schedule (planned, not run)" "parallel.schedule interleaved is not implemented" 2 \
-  --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 "${FIVE[@]}"
 refused "zb-h1 with ZeRO-2" "zb-h1 with ZeRO-2/3" 4 --set parallel.pp=2 --set parallel.schedule=zb-h1 \
   --set parallel.zero=2
 refused "pp with bitwise mode" "not implemented with pipeline" 2 --set parallel.pp=2 --set parallel.determinism=bitwise

@@ -3,7 +3,8 @@
  * (micro-batch, chunk) F before its B before its W exactly once), with the in-flight
  * activations each schedule promises (GPipe m, 1F1B and zb-h1 at most p micro-batches of
  * a stage) and the bubble of its formula (GPipe, 1F1B, interleaved exactly with equal
- * stage costs; zb-h1 below 1F1B's). A damaged plan (two operations swapped, a receive
+ * stage costs; zb-h1 below 1F1B's), and activation slots (dt_schedule_slots) exactly as
+ * many as the passes in flight. A damaged plan (two operations swapped, a receive
  * dropped) is caught. Prints the p = 4, m = 8 drawings. */
 #include <math.h>
 #include <stdio.h>
@@ -48,6 +49,14 @@ int main(void) {
                     }
                     CHECK(!bad, "%s p %d v %d m %d: in-flight %d %d ...", dt_schedule_name(sc), p, v, m,
                           r.peak_inflight[0], r.peak_inflight[p > 1 ? 1 : 0]);
+                    /* activation slots (a pass holds one from its first operation to its
+                     * last, and the runner's waits on earlier sends never deadlock): as
+                     * many as the passes in flight, no more */
+                    for (int k = 0; k < p; k++) {
+                        int n = dt_schedule_slots(sc, p, v, m, k, NULL);
+                        CHECK(n == r.peak_inflight[k], "%s p %d v %d m %d rank %d: %d slots for %d in flight",
+                              dt_schedule_name(sc), p, v, m, k, n, r.peak_inflight[k]);
+                    }
                     if (sc != DT_SCHED_ZBH1) {
                         double f = dt_schedule_bubble_formula(sc, p, v, m, 1.0, 2.0, 1.0);
                         if (fabs(r.bubble - f) > 1e-9) {

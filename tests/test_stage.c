@@ -5,7 +5,9 @@
  * (its gradient is the head's on the last stage plus the embedding's on the first,
  * summed in another order) within 1e-6. Also: each stage holds only its tensors, the
  * position offset reads and writes the right wpe rows, the split backward (B now, W later)
- * equals the fused one (bitwise but wte), bad slots and shapes fail. */
+ * equals the fused one (bitwise but wte), interleaved chunks (two ranks holding two
+ * block ranges each) give the whole model's losses and gradients, bad slots and shapes
+ * fail. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,10 +145,65 @@ int main(void) {
     CHECK(gpt_backward_input(&whole, 0) == DT_EINPUT, "a split backward on a model without split_backward");
     gpt_destroy(&split);
 
+    double loss;
+    gpt_model bad;
+    /* interleaved chunks: two ranks holding chunks {[0, 2), [3, 4)} and {[2, 3), [4, 5)},
+     * a micro-batch going rank 0, 1, 0, 1 forward and back; slots sized for the largest
+     * chunk, one slot per (micro-batch, chunk) pass */
+    gpt_model il[2];
+    gpt_layout l0 = {.tp = 1, .chunks = 2, .chunk_first = {0, 3}, .chunk_layers = {2, 1}, .slots = 2 * MB};
+    gpt_layout l1 = {.tp = 1, .chunks = 2, .chunk_first = {2, 4}, .chunk_layers = {1, 1}, .slots = 2 * MB};
+    CHECK(gpt_create_layout(&il[0], &SHAPE, dt_ops_cpu(), B, T, 1, &l0) == DT_OK &&
+              gpt_create_layout(&il[1], &SHAPE, dt_ops_cpu(), B, T, 1, &l1) == DT_OK,
+          "chunked models");
+    CHECK(il[0].has_embed && !il[0].has_head && il[1].has_head && !il[1].has_embed && il[0].nblocks == 3 &&
+              gpt_find(&il[0], "h.3.ln_1.weight") && !gpt_find(&il[0], "h.2.ln_1.weight") &&
+              gpt_find(&il[1], "h.4.mlp.c_fc.bias") && il[0].units[2].offset < il[0].units[3].offset,
+          "chunks hold their blocks, in order, with global names");
+    gpt_layout back;
+    gpt_stage_layout(&il[0], &back);
+    CHECK(back.chunks == 2 && back.chunk_first[1] == 3 && back.chunk_layers[0] == 2, "gpt_stage_layout");
+    for (int s = 0; s < 2; s++) {
+        gpt_init(&il[s], 7);
+        gpt_zero_grad(&il[s]);
+    }
+    double ilo[MB];
+    for (int k = 0; k < MB; k++) {
+        for (int g = 0; g < 4; g++) { /* global chunk g: rank g % 2, its chunk g / 2 */
+            gpt_model *x = &il[g % 2];
+            int slot = 2 * k + g / 2;
+            if (g > 0)
+                memcpy(gpt_slot_input(x, slot), gpt_slot_output(&il[(g - 1) % 2], 2 * k + (g - 1) / 2),
+                       rows * sizeof(float));
+            CHECK(gpt_forward_chunk(x, slot, g / 2, tok[k], B, T, 0) == DT_OK, "chunk %d forward, mb %d", g, k);
+        }
+        CHECK(gpt_loss(&il[1], 2 * k + 1, tgt[k], 0.5f, &ilo[k]) == DT_OK && ilo[k] == want[k], "chunked loss mb %d",
+              k);
+        CHECK(gpt_loss(&il[0], 2 * k + 1, tgt[k], 0.5f, &loss) == DT_EINPUT, "no loss without the head");
+        for (int g = 3; g >= 0; g--) {
+            if (g < 3)
+                memcpy(gpt_slot_grad(&il[g % 2], 2 * k + g / 2), gpt_slot_grad(&il[(g + 1) % 2], 2 * k + (g + 1) / 2),
+                       rows * sizeof(float));
+            CHECK(gpt_backward(&il[g % 2], 2 * k + g / 2) == DT_OK, "chunk %d backward, mb %d", g, k);
+        }
+    }
+    int il_same = 1;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < il[s].ntensors; i++) {
+            const gpt_tensor *a = &il[s].tensors[i];
+            if (strcmp(a->name, "wte.weight"))
+                il_same &= !memcmp(il[s].grads + a->offset, grad_of(&whole, a->name), a->numel * sizeof(float));
+        }
+    CHECK(il_same, "chunked gradients bitwise equal to the whole model's (wte aside)");
+    CHECK(gpt_forward_chunk(&il[0], 0, 2, tok[0], B, T, 0) == DT_EINPUT, "a chunk the model does not have");
+    gpt_layout overlap = {.tp = 1, .chunks = 2, .chunk_first = {0, 1}, .chunk_layers = {2, 1}};
+    CHECK(gpt_create_layout(&bad, &SHAPE, dt_ops_cpu(), B, T, 1, &overlap) == DT_EINPUT, "overlapping chunks");
+    gpt_destroy(&bad);
+    for (int s = 0; s < 2; s++) gpt_destroy(&il[s]);
+
     /* the position offset: a micro-batch at positions 5..5+T-1 touches those wpe rows only */
     gpt_model one;
     CHECK(make(&one, 0, 0, 1) == DT_OK, "model for offsets");
-    double loss;
     CHECK(gpt_forward(&one, 0, tok[0], B, T, 5) == DT_OK && gpt_loss(&one, 0, tgt[0], 1.0f, &loss) == DT_OK &&
               gpt_backward(&one, 0) == DT_OK,
           "pass at offset 5");
@@ -163,7 +220,6 @@ int main(void) {
     CHECK(gpt_forward(&one, 1, tok[0], B, T, 0) == DT_EINPUT, "a slot the layout does not have");
     CHECK(gpt_loss(&st[1], 0, tgt[0], 1.0f, &loss) == DT_EINPUT, "loss on a middle stage");
     CHECK(gpt_forward_backward(&st[0], tok[0], tgt[0], B, T, 1.0f, &loss) == DT_EINPUT, "whole pass on a stage");
-    gpt_model bad;
     gpt_layout lay = {.tp = 1, .first_layer = 4, .n_layers = 2};
     CHECK(gpt_create_layout(&bad, &SHAPE, dt_ops_cpu(), B, T, 1, &lay) == DT_EINPUT, "blocks beyond the model");
     gpt_destroy(&bad);
