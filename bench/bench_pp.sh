@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline bubble (issue 9): pp = 4 stages on 4 ranks x 1 thread, m in {4, 8, 16}
-# micro-batches per step, schedules gpipe, 1f1b and zb-h1; prints, per run, the measured
+# micro-batches per step, schedules gpipe, 1f1b, interleaved (2 chunks of 1 block per
+# rank) and zb-h1; prints, per run, the measured
 # bubble (1 - compute / time in the schedule, averaged over stages; dtrain's summary line)
 # next to the schedule's formula, and each stage's activation bytes. Model: 8 blocks (2 per
 # stage), 256 wide, seq 128, micro-batch 4, vocabulary 512 (so the head does not dominate
@@ -19,9 +20,11 @@ S=(--set model.n_layer=8 --set model.n_head=4 --set model.n_embd=256 --set model
 echo "| schedule | m | measured bubble | formula | step ms | stage activations (MB) |"
 echo "|---|---|---|---|---|---|"
 for m in 4 8 16; do
-  for sched in gpipe 1f1b zb-h1; do
+  for sched in gpipe 1f1b interleaved zb-h1; do
+    v=1; [ $sched = interleaved ] && v=2
     mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 --mca btl self,vader -x OMP_NUM_THREADS=1 -np 4 \
       "$dtrain" train "${S[@]}" --set train.global_batch=$((4 * m)) --set parallel.schedule=$sched \
+      --set parallel.virtual_stages=$v \
       --metrics "$tmp/m.jsonl" >"$tmp/out" 2>&1 || { echo "failed: $sched m=$m" >&2; tail -3 "$tmp/out" >&2; exit 1; }
     python3 - "$tmp/out" "$tmp/m.jsonl" $sched $m <<'PY'
 import json, re, sys

@@ -30,6 +30,8 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "dp2_pp2_interleaved_zero3:4:ref5:--set parallel.pp=2 ${IL[*]} --set parallel.zero=3 ${FIVE[*]}" \
               "pp2_tp2_interleaved:4:ref5:--set parallel.pp=2 --set parallel.tp=2 ${IL[*]} ${FIVE[*]}" \
               "dp2_pp2_zbh1_zero1:4:ref:--set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.zero=1" \
+              "dp2_pp2_zbh1_zero2:4:ref:--set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.zero=2" \
+              "dp2_pp2_zbh1_zero3:4:ref:--set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.zero=3" \
               "dp2_pp2:4:ref:--set parallel.pp=2" \
               "dp2_pp2_gpipe_after:4:ref:--set parallel.pp=2 --set parallel.schedule=gpipe --set parallel.overlap=false" \
               "dp2_pp2_zero1:4:ref:--set parallel.pp=2 --set parallel.zero=1" \
@@ -39,7 +41,7 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp2_tp2_sp:4:ref:--set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true" \
               "dp2_pp2_tp2:8:ref:--set parallel.pp=2 --set parallel.tp=2"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; rest=${rest#*:}; ref=${rest%%:*}; args=${rest#*:}
-  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|pp2_interleaved_5blocks|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
+  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|pp2_interleaved_5blocks|dp2_pp2_zbh1_zero3|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
     *) full || continue ;; esac
   if "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
     r=$(compare_curves "$TMP/$ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
@@ -146,8 +148,6 @@ refused "interleaved micro-batches" "multiple of the" 2 --set parallel.pp=2 --se
 refused "virtual stages without interleaving" "needs parallel.schedule interleaved" 2 --set parallel.pp=2 \
   --set parallel.virtual_stages=2 "${FIVE[@]}"
 refused "unknown schedule" "parallel.schedule" 2 --set parallel.pp=2 --set parallel.schedule=pipedream
-refused "zb-h1 with ZeRO-2" "zb-h1 with ZeRO-2/3" 4 --set parallel.pp=2 --set parallel.schedule=zb-h1 \
-  --set parallel.zero=2
 refused "pp with bitwise mode" "not implemented with pipeline" 2 --set parallel.pp=2 --set parallel.determinism=bitwise
 refused "pp with the final sample" "not implemented with pipeline" 2 --set parallel.pp=2 --set log.sample_tokens=5 \
   --save "$TMP/ck"

@@ -53,7 +53,7 @@ typedef struct dt_ops {
                       int rows);
     void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                           int N, int C);
-    /* dinp +=, dw +=, db += */
+    /* dinp +=, dw +=, db += (dinp NULL: the weight gradients only; dw and db NULL: dinp only) */
     void (*layernorm_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                           const float *mean, const float *rstd, int N, int C);
     void (*gelu_fwd)(float *out, const float *inp, size_t n);

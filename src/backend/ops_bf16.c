@@ -113,7 +113,8 @@ static void b_ln_b(float *dinp, float *dw, float *db, const float *dout, const f
                    const float *mean, const float *rstd, int N, int C) {
     float *dx = wide(0, dinp, (size_t)N * C), *dww = wide(1, dw, (size_t)C), *dbb = wide(2, db, (size_t)C);
     float *dy = wide(3, dout, (size_t)N * C), *x = wide(4, inp, (size_t)N * C), *ww = wide(5, w, (size_t)C);
-    NEED(dx, dww, dbb, dy, x, ww);
+    NEED(dy, x, ww); /* dinp or dw/db may be NULL (a split backward's halves) */
+    if ((dinp && !dx) || (dw && (!dww || !dbb))) return;
     in->layernorm_bwd(dx, dww, dbb, dy, x, ww, mean, rstd, N, C);
     narrow(dinp, dx, (size_t)N * C);
     narrow(dw, dww, (size_t)C);

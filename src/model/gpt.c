@@ -22,6 +22,7 @@ typedef struct {
     float *dres;                      /* RC: gradient of the residual stream */
     float *wd_mp, *wd_fc, *wd_ap, *wd_qkv; /* split backward, per local layer: the output gradients of the
                                               MLP c_proj, c_fc, attention c_proj, c_attn (BTC, BT·4C, BTC, BT·3C) */
+    float *wd_ln2, *wd_ln1;           /* and of ln_2, ln_1 (RC each) */
     uint16_t *tok;                    /* BT (first stage): the tokens, in the backend's memory */
     int B, T, pos0;                   /* the micro-batch it holds */
     int chunk;                        /* the model chunk whose activations it holds */
@@ -247,6 +248,7 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
             {(float **)&b->tok, first * BT, U16, OTH},
             {&b->wd_mp, split * LL * BT * C, E, OTH},    {&b->wd_fc, split * LL * BT * 4 * Cl, E, TPR},
             {&b->wd_ap, split * LL * BT * C, E, OTH},    {&b->wd_qkv, split * LL * BT * 3 * Cl, E, TPR},
+            {&b->wd_ln2, split * LL * R * C, E, SEQ},    {&b->wd_ln1, split * LL * R * C, E, SEQ},
         };
         LAY(per_slot)
     }
@@ -778,17 +780,19 @@ dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *lo
  * than kept whole (Megatron-SP's trade: memory for a second all-gather). */
 /* Local block j's slices of a slot's split-backward buffers. */
 typedef struct {
-    float *mp, *fc, *ap, *qkv;
+    float *mp, *fc, *ap, *qkv, *ln2, *ln1;
 } block_douts;
 static block_douts douts_at(const gpt_model *m, const gpt_slot *s, int j) {
     size_t BTC = (size_t)m->max_B * m->max_T * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp;
-    size_t L = (size_t)(j - m->chunk_block0[s->chunk]);
+    size_t RC = max_local_rows(m) * (size_t)m->shape.n_embd, L = (size_t)(j - m->chunk_block0[s->chunk]);
     return (block_douts){S(m, s->wd_mp, L * BTC), S(m, s->wd_fc, L * 4 * BTCl), S(m, s->wd_ap, L * BTC),
-                         S(m, s->wd_qkv, L * 3 * BTCl)};
+                         S(m, s->wd_qkv, L * 3 * BTCl), S(m, s->wd_ln2, L * RC), S(m, s->wd_ln1, L * RC)};
 }
 
-/* The input gradient of block j (and its LayerNorms' weight gradients); the linears'
- * weight gradients too unless split, else their output gradients kept for block_weight. */
+/* The input gradient of block j; its weight gradients too unless split, else the output
+ * gradients of its linears and LayerNorms kept for block_weight (so every weight gradient
+ * of a block is written by one call: a sharding wrapper reduces a unit once per micro-batch,
+ * and the bitwise mode folds it per micro-batch). */
 static dt_status block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
@@ -796,7 +800,8 @@ static dt_status block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     int Nl = local_rows(m, N);
     size_t NC = (size_t)N * C * m->esz;
     block_acts b = block_at(m, s, j);
-    block_douts k = split ? douts_at(m, s, j) : (block_douts){NULL, a->dbig, NULL, a->dbig};
+    block_douts k = split ? douts_at(m, s, j) : (block_douts){NULL, a->dbig, NULL, a->dbig, NULL, NULL};
+    size_t RCb = (size_t)Nl * C * m->esz;
 #define WG(t) (split ? NULL : G(m, j, t)) /* a weight's gradient now, or later */
     float *dout, *in = NULL, *dln;
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
@@ -809,7 +814,11 @@ static dt_status block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));
     ln_grads ln2 = ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
     ln_grads ln1 = ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
-    if (m->sp) o->zero(a->lngrad, 4 * (size_t)C * m->esz);
+    if (split) {
+        ln2 = ln1 = (ln_grads){NULL, NULL};
+        o->copy(k.ln2, dln, RCb);
+    }
+    if (m->sp && !split) o->zero(a->lngrad, 4 * (size_t)C * m->esz);
     o->layernorm_bwd(s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
     DT_TRY(seq_gather(m, s->dres, N, &dout));
@@ -820,7 +829,24 @@ static dt_status block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     o->linear_bwd(a->dsmall, WG(T_QKVW), WG(T_QKVB), k.qkv, in, P(m, j, T_QKVW), N, C, 3 * Cl, 0);
 #undef WG
     DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));
+    if (split) o->copy(k.ln1, dln, RCb);
     o->layernorm_bwd(s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
+    if (split) return DT_OK;
+    float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
+    return ln_grad_finish(m, ln_dw, 2);
+}
+
+/* Block j's LayerNorm weight gradients from their kept output gradients (split W). */
+static dt_status block_ln_weight(gpt_model *m, gpt_slot *s, int j) {
+    const dt_ops *o = m->ops;
+    int C = m->shape.n_embd, Nl = local_rows(m, s->B * s->T);
+    block_acts b = block_at(m, s, j);
+    block_douts k = douts_at(m, s, j);
+    ln_grads ln2 = ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
+    ln_grads ln1 = ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
+    if (m->sp) o->zero(m->acts->lngrad, 4 * (size_t)C * m->esz);
+    o->layernorm_bwd(NULL, ln2.w, ln2.b, k.ln2, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
+    o->layernorm_bwd(NULL, ln1.w, ln1.b, k.ln1, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
     float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
     return ln_grad_finish(m, ln_dw, 2);
 }
@@ -838,7 +864,7 @@ static dt_status block_weight(gpt_model *m, gpt_slot *s, int j) {
     o->linear_bwd(NULL, G(m, j, T_APW), G(m, j, T_APB), k.ap, b.atty, NULL, N, Cl, C, 0);
     DT_TRY(seq_gather(m, b.ln1, N, &in));
     o->linear_bwd(NULL, G(m, j, T_QKVW), G(m, j, T_QKVB), k.qkv, in, NULL, N, C, 3 * Cl, 0);
-    return DT_OK;
+    return block_ln_weight(m, s, j);
 }
 
 /* The embeddings' gradients (first stage) from the residual stream's gradient. */
@@ -890,6 +916,7 @@ dt_status gpt_backward_weight(gpt_model *m, int slot) {
     DT_TRY(check_split(m, slot, 1));
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
+        HOOK(before_backward, 1 + j); /* again: its gradients are written now */
         DT_TRY(block_weight(m, s, j));
         HOOK(after_backward, 1 + j);
     }

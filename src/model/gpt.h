@@ -209,9 +209,11 @@ void gpt_stage_layout(const gpt_model *m, gpt_layout *out);
 dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss);
 dt_status gpt_backward(gpt_model *m, int slot);
 /* The backward split in two (a layout with split_backward): the input gradient (B: what
- * the previous stage waits for; LayerNorm gradients too) with before_backward hooks, then
- * later the linears' and embeddings' weight gradients (W) with after_backward hooks.
- * gpt_backward is the two in one. */
+ * the previous stage waits for; no weight gradient) with before_backward hooks, then later
+ * every weight gradient of the blocks and embeddings (W: linears and LayerNorms, from the
+ * output gradients B kept in the slot) with before_backward (again) and after_backward
+ * hooks around each unit, so a unit's gradients
+ * for a micro-batch are written by one call. gpt_backward is the two in one. */
 dt_status gpt_backward_input(gpt_model *m, int slot);
 dt_status gpt_backward_weight(gpt_model *m, int slot);
 /* Activation slots the layout gave the model. */

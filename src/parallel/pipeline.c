@@ -27,9 +27,7 @@ dt_status dt_pp_check(const dt_config *c, int m) {
                        "one", pp, v, c->model.n_layer);
     DT_TRY(dt_schedule_check(s, pp, v, m));
     const char *what = NULL;
-    if (s == DT_SCHED_ZBH1 && c->parallel.zero >= 2)
-        what = "zb-h1 with ZeRO-2/3 (their per-unit gradient reduction needs a unit's backward in one piece)";
-    else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
+    if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (!strcmp(c->backend, "cuda")) what = "backend cuda";
     else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what)

@@ -25,6 +25,7 @@ void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, c
 
 void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int N, int C) {
+    if (dinp) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
@@ -45,6 +46,8 @@ void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, con
             dx[c] += (dn - dnorm_mean - n * dnorm_norm_mean) * r;
         }
     }
+    }
+    if (!dw) return; /* a split backward's input half */
     /* weight/bias gradients: by column block, so the summation order is fixed */
     enum { CB = 64 };
     int nb = (C + CB - 1) / CB;

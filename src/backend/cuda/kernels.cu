@@ -290,11 +290,15 @@ template <typename T>
 void cuda_layernorm_bwd(T *dinp, T *dw, T *db, const T *dout, const T *inp, const T *w, const float *mean,
                         const float *rstd, int N, int C) {
     cudaStream_t s = dt_cuda_stream();
-    if (C % (32 * vec<T>::N) == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w))
+    if (!dinp) { /* a split backward's weight half */
+    } else if (C % (32 * vec<T>::N) == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w)) {
         ln_bwd_dx_vec_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    else
+        DT_CUDA_LAUNCHED("layernorm_bwd_dx");
+    } else {
         ln_bwd_dx_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    DT_CUDA_LAUNCHED("layernorm_bwd_dx");
+        DT_CUDA_LAUNCHED("layernorm_bwd_dx");
+    }
+    if (!dw) return; /* its input half */
     int rows = (N + 255) / 256;
     if (rows < 64) rows = 64;
     int chunks = (N + rows - 1) / rows;
