@@ -4,7 +4,7 @@
 # gradients sent between stages, the tied wte summed over the first and last stage;
 # pp 2 and 4, dp 2 x pp 2, pp 2 x tp 2 (with sp) and dp 2 x pp 2 x tp 2 on 8 ranks give
 # the single-process loss curve (per-step loss and grad norm, both validation losses)
-# within 1e-5 relative. Layouts the pipeline does not
+# within 1e-5 relative, and in bitwise mode its weights bit for bit. Layouts the pipeline does not
 # run fail before any work with one line.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
@@ -115,6 +115,40 @@ r=$(compare_curves "$TMP/ref5.jsonl" "$TMP/c1.jsonl") && pass "single save + pp4
 r=$(compare_curves "$TMP/ref5.jsonl" "$TMP/c1b.jsonl") && pass "single save + pp2 tp2 resume = single process ($r)" ||
   fail "single -> pp2 tp2: $r"
 
+# bitwise mode: the pipeline changes no arithmetic, so every schedule (with any dp and
+# ZeRO) lands on the single-process weights bit for bit (the tied wte's head and
+# embedding shares are folded apart on every layout, and summed once)
+BW=("${RUN[@]}" --set parallel.determinism=bitwise --digest)
+"$DTRAIN" train "${BW[@]}" "${FIVE[@]}" >"$TMP/bw5.out" 2>&1 || fail "bitwise single process"
+ref=$(digest_of "$TMP/bw5.out")
+[ -n "$ref" ] || fail "no bitwise digest"
+for layout in "pp2_1f1b:2:--set parallel.pp=2" "pp2_zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1" \
+              "pp2_interleaved:2:--set parallel.pp=2 ${IL[*]}" \
+              "dp2_pp2_zero1:4:--set parallel.pp=2 --set parallel.zero=1" \
+              "pp2_gpipe:2:--set parallel.pp=2 --set parallel.schedule=gpipe" \
+              "pp4_1f1b:4:--set parallel.pp=4" "pp4_gpipe:4:--set parallel.pp=4 --set parallel.schedule=gpipe" \
+              "pp4_zbh1:4:--set parallel.pp=4 --set parallel.schedule=zb-h1" \
+              "dp2_pp2_ps:4:--set parallel.pp=2 --set parallel.dp_mode=ps" \
+              "dp2_pp2_zbh1_zero2:4:--set parallel.pp=2 --set parallel.schedule=zb-h1 --set parallel.zero=2" \
+              "dp2_pp2_interleaved_zero3:4:--set parallel.pp=2 ${IL[*]} --set parallel.zero=3"; do
+  name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
+  case $name in pp2_1f1b|pp2_zbh1|pp2_interleaved|dp2_pp2_zero1) ;; *) full || continue ;; esac
+  "${MPI[@]}" -np $np "$DTRAIN" train "${BW[@]}" "${FIVE[@]}" $args >"$TMP/bw.out" 2>&1
+  [ "$(digest_of "$TMP/bw.out")" = "$ref" ] && pass "bitwise $name: the single-process digest" ||
+    fail "bitwise $name: $(digest_of "$TMP/bw.out") vs $ref $(grep -v '^\[' "$TMP/bw.out" | tail -2)"
+done
+if full; then
+  "$DTRAIN" train "${BW[@]}" "${EIGHT[@]}" >"$TMP/bw8.out" 2>&1 || fail "bitwise single process (8 blocks)"
+  "${MPI[@]}" -np 4 "$DTRAIN" train "${BW[@]}" "${EIGHT[@]}" --set parallel.pp=4 "${IL[@]}" >"$TMP/bw.out" 2>&1
+  [ "$(digest_of "$TMP/bw.out")" = "$(digest_of "$TMP/bw8.out")" ] && pass "bitwise pp4 interleaved: the single-process digest" ||
+    fail "bitwise pp4 interleaved: $(digest_of "$TMP/bw.out") $(grep -v '^\[' "$TMP/bw.out" | tail -2)"
+fi
+"${MPI[@]}" -np 2 "$DTRAIN" train "${BW[@]}" "${FIVE[@]}" --set parallel.pp=2 --set train.stop_after=10 --save "$TMP/cb" \
+  >"$TMP/cb.out" 2>&1 || fail "bitwise pp2 first half: $(tail -2 "$TMP/cb.out")"
+"$DTRAIN" train "${BW[@]}" "${FIVE[@]}" --resume "$TMP/cb" >"$TMP/cbr.out" 2>&1
+[ "$(digest_of "$TMP/cbr.out")" = "$ref" ] && pass "bitwise: pp2 save + single resume = the straight single-process weights" ||
+  fail "bitwise pp2 -> single: $(digest_of "$TMP/cbr.out") $(tail -2 "$TMP/cbr.out")"
+
 # per-rank memory against `dtrain estimate` (per stage: parameters, gradients, optimizer
 # state with ZeRO's formulas over dp, activation slots), within 2%
 "$DTRAIN" estimate "${RUN[@]}" --set parallel.pp=2 -n 1 --json >"$TMP/est1.json" 2>&1 || fail "estimate pp2"
@@ -148,7 +182,6 @@ refused "interleaved micro-batches" "multiple of the" 2 --set parallel.pp=2 --se
 refused "virtual stages without interleaving" "needs parallel.schedule interleaved" 2 --set parallel.pp=2 \
   --set parallel.virtual_stages=2 "${FIVE[@]}"
 refused "unknown schedule" "parallel.schedule" 2 --set parallel.pp=2 --set parallel.schedule=pipedream
-refused "pp with bitwise mode" "not implemented with pipeline" 2 --set parallel.pp=2 --set parallel.determinism=bitwise
 refused "pp with the final sample" "not implemented with pipeline" 2 --set parallel.pp=2 --set log.sample_tokens=5 \
   --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"

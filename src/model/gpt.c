@@ -684,7 +684,7 @@ static dt_status head(gpt_model *m, gpt_slot *b, const uint16_t *targets, float 
     int N = b->B * b->T, C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
     const float *wte = tp(m, 0); /* this rank's vocabulary rows */
     int vocab_parallel = m->tp_comm.allreduce != NULL;
-    float *lnf;
+    float *lnf, *dwte = m->head_grad ? m->head_grad : tg(m, 0);
     DT_TRY(seq_gather(m, b->lnf, N, &lnf));
     o->upload(a->tgt, targets, (size_t)N * sizeof(uint16_t));
     targets = a->tgt;
@@ -696,7 +696,7 @@ static dt_status head(gpt_model *m, gpt_slot *b, const uint16_t *targets, float 
         else o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vl, grad_scale);
         if (grad_scale != 0.0f) { /* dlnf: a partial sum over the vocabulary pieces (completed below) */
             o->gemm(0, 0, R, C, Vl, 1.0f, a->logits, Vl, wte, C, 0.0f, S(m, a->dsmall, (size_t)r0 * C), C);
-            o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, tg(m, 0), C);
+            o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, dwte, C);
         }
     }
     if (grad_scale != 0.0f) DT_TRY(tp_complete(m, a->dsmall, a->rows, N, dlnf));
@@ -712,9 +712,11 @@ dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_s
     int C = m->shape.n_embd, Nl = local_rows(m, b->B * b->T), lnf_unit = m->nblocks + 1;
     if (grad_scale == 0.0f) return head(m, b, targets, 0.0f, loss_out, NULL);
     HOOK(before_backward, 0);
+    if (m->head_grad) HOOK(before_backward, GPT_HEAD_PART);
     double loss;
     float *dlnf;
     DT_TRY(head(m, b, targets, grad_scale, &loss, &dlnf));
+    if (m->head_grad) HOOK(after_backward, GPT_HEAD_PART);
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
     o->zero(b->dres, (size_t)Nl * C * m->esz);
     HOOK(before_backward, lnf_unit);

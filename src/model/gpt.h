@@ -56,6 +56,10 @@ typedef struct {
  * after_backward(u) means unit u's gradients are final for this micro-batch, so a
  * data-parallel wrapper can start reducing them while the rest of backward runs.
  * Evaluation calls the forward hooks and ends with after_forward(0). */
+/* The head's share of the tied wte gradient as its own "unit" for the hooks, on a model
+ * holding both ends when a wrapper sets gpt_model.head_grad (bitwise mode keeps the two
+ * shares apart, as a pipeline's first and last stage do). */
+#define GPT_HEAD_PART (-1)
 typedef struct {
     dt_status (*before_forward)(void *ctx, int unit);
     dt_status (*after_forward)(void *ctx, int unit);
@@ -123,6 +127,9 @@ typedef struct {
     size_t act_regions[GPT_ACT_NREGIONS]; /* act_bytes by region */
     size_t esz;       /* bytes per element of parameters, gradients, activations (ops.h storage) */
     gpt_hooks hooks;
+    float *head_grad; /* NULL: the head adds its wte gradient to unit 0's; else here (this rank's wte piece,
+                         storage precision), between before_backward(GPT_HEAD_PART) and its after_backward,
+                         which a wrapper may use to point it elsewhere */
     int first_layer, nblocks; /* this stage's blocks: nblocks in all, the first being block first_layer */
     int nchunks;              /* model chunks (gpt_layout.chunks; 1 for a plain stage) */
     int chunk_block0[GPT_MAX_CHUNKS + 1]; /* chunk c: local blocks [chunk_block0[c], chunk_block0[c + 1]) */

@@ -58,15 +58,27 @@ void dt_chunk_sumsq(const float *x, size_t n, double *out) {
     }
 }
 
-dt_status dt_fold_create(dt_fold *f, size_t n, int leaves) {
+dt_status dt_fold_create(dt_fold *f, size_t n, int leaves, int nparts, const size_t *off, const size_t *len) {
     memset(f, 0, sizeof *f);
     int h = 0;
     while ((1 << h) < leaves) h++;
     f->n = n;
     f->cap = h + 1;
-    f->buf = calloc((size_t)f->cap + 1, sizeof(float *));
-    f->height = calloc((size_t)f->cap + 1, sizeof(int));
-    if (!f->buf || !f->height) return dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
+    f->nparts = nparts > 0 ? nparts : 1;
+    size_t P = (size_t)f->nparts, S = (size_t)f->cap + 1;
+    f->buf = calloc(S, sizeof(float *));
+    f->off = calloc(P, sizeof(size_t));
+    f->len = calloc(P, sizeof(size_t));
+    f->perm = calloc(P * S, sizeof(int));
+    f->height = calloc(P * S, sizeof(int));
+    f->sp = calloc(P, sizeof(int));
+    if (!f->buf || !f->off || !f->len || !f->perm || !f->height || !f->sp)
+        return dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
+    for (int i = 0; i < f->nparts; i++) {
+        f->off[i] = nparts > 0 ? off[i] : 0;
+        f->len[i] = nparts > 0 ? len[i] : n;
+        if (f->off[i] + f->len[i] > n) return dt_fail(DT_ERUNTIME, "bitwise reduction: part %d out of range", i);
+    }
     for (int i = 0; i <= f->cap; i++) DT_TRY(dt_alloc((void **)&f->buf[i], n * sizeof(float), "bitwise reduction"));
     dt_fold_reset(f);
     return DT_OK;
@@ -76,37 +88,56 @@ void dt_fold_destroy(dt_fold *f) {
     if (f->buf)
         for (int i = 0; i <= f->cap; i++) dt_free(f->buf[i]);
     free(f->buf);
+    free(f->off);
+    free(f->len);
+    free(f->perm);
     free(f->height);
+    free(f->sp);
     memset(f, 0, sizeof *f);
 }
 
 void dt_fold_reset(dt_fold *f) {
-    f->sp = 0;
-    f->leaf = f->cap; /* stack slots are buf[0..sp); the leaf lives in a free buffer */
-}
-
-float *dt_fold_next(dt_fold *f) {
-    memset(f->buf[f->leaf], 0, f->n * sizeof(float));
-    return f->buf[f->leaf];
-}
-
-void dt_fold_push(dt_fold *f) {
-    /* swap the leaf buffer into stack slot sp, keeping the freed slot as the next leaf */
-    float *leaf = f->buf[f->leaf];
-    f->buf[f->leaf] = f->buf[f->sp];
-    f->buf[f->sp] = leaf;
-    f->height[f->sp] = 0;
-    f->sp++;
-    while (f->sp >= 2 && f->height[f->sp - 1] == f->height[f->sp - 2]) {
-        float *left = f->buf[f->sp - 2];
-        const float *right = f->buf[f->sp - 1];
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < f->n; i++) left[i] += right[i];
-        f->height[f->sp - 2]++;
-        f->sp--;
+    size_t S = (size_t)f->cap + 1;
+    for (int p = 0; p < f->nparts; p++) { /* stack slots 0..sp; the leaf lives in slot cap */
+        f->sp[p] = 0;
+        for (size_t i = 0; i < S; i++) f->perm[p * S + i] = (int)i;
     }
 }
 
-float *dt_fold_root(dt_fold *f) { return f->sp == 1 ? f->buf[0] : NULL; }
+float *dt_fold_next(dt_fold *f, int part) {
+    float *b = f->buf[f->perm[(size_t)part * (f->cap + 1) + f->cap]];
+    memset(b + f->off[part], 0, f->len[part] * sizeof(float));
+    return b;
+}
+
+void dt_fold_push(dt_fold *f, int part) {
+    /* the leaf's buffer becomes stack slot sp; the freed buffer takes the next leaf */
+    int *perm = f->perm + (size_t)part * (f->cap + 1), *height = f->height + (size_t)part * (f->cap + 1);
+    int *sp = &f->sp[part], t = perm[f->cap];
+    perm[f->cap] = perm[*sp];
+    perm[*sp] = t;
+    height[*sp] = 0;
+    (*sp)++;
+    size_t o = f->off[part], n = f->len[part];
+    while (*sp >= 2 && height[*sp - 1] == height[*sp - 2]) {
+        float *left = f->buf[perm[*sp - 2]] + o;
+        const float *right = f->buf[perm[*sp - 1]] + o;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) left[i] += right[i];
+        height[*sp - 2]++;
+        (*sp)--;
+    }
+}
+
+float *dt_fold_root(dt_fold *f) {
+    int at = -1;
+    for (int p = 0; p < f->nparts; p++) {
+        if (f->len[p] == 0) continue;
+        int b = f->perm[(size_t)p * (f->cap + 1)];
+        if (f->sp[p] != 1 || (at >= 0 && b != at)) return NULL;
+        at = b;
+    }
+    return f->buf[at >= 0 ? at : 0];
+}
 
 size_t dt_fold_bytes(const dt_fold *f) { return (size_t)(f->cap + 1) * f->n * sizeof(float); }

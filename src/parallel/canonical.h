@@ -27,22 +27,32 @@ dt_status dt_tree_allreduce(dt_comm *c, float *buf, size_t count, float *tmp);
 /* Sums of squares of x[0..n) per DT_CANON_CHUNK chunk into out[ceil(n/chunk)]. */
 void dt_chunk_sumsq(const float *x, size_t n, double *out);
 
-/* Binary-counter fold of leaves into tree nodes, over buffers of n floats. */
+/* Binary-counter fold of leaves into tree nodes, over buffers of n floats cut into parts
+ * (element ranges) that fold independently: a part's leaves arrive in order, but parts
+ * may be at different leaves at one time (a pipeline stage finishes one unit's gradient
+ * of micro-batch k while another unit is still at k - 1). Each part's nodes are exactly
+ * those of a fold over its range alone; after the same number of leaves every part's root
+ * is in the same buffer. */
 typedef struct {
     size_t n;
-    int cap, sp;
-    float **buf; /* cap + 1 buffers: stack slots and the next leaf */
-    int *height;
-    int leaf;    /* index into buf of the buffer the next leaf is written to */
+    int cap;
+    float **buf;  /* cap + 1 physical buffers */
+    int nparts;
+    size_t *off, *len;
+    int *perm;    /* per part, cap + 1: logical slot -> buffer (slot cap: the next leaf) */
+    int *height;  /* per part, cap + 1 */
+    int *sp;      /* per part: stack depth */
 } dt_fold;
 
-dt_status dt_fold_create(dt_fold *f, size_t n, int leaves);
+/* nparts ranges [off[i], off[i] + len[i]) of n floats (nparts 0: one part, all n). */
+dt_status dt_fold_create(dt_fold *f, size_t n, int leaves, int nparts, const size_t *off, const size_t *len);
 void dt_fold_destroy(dt_fold *f);
-/* Buffer for the next leaf (zeroed). */
-float *dt_fold_next(dt_fold *f);
-/* The leaf written to dt_fold_next() is complete: merge equal-height nodes. */
-void dt_fold_push(dt_fold *f);
-/* After all leaves: the root (one node left). */
+/* Buffer holding part's next leaf (its range zeroed; the part lives at buffer + off). */
+float *dt_fold_next(dt_fold *f, int part);
+/* The part's leaf written there is complete: merge equal-height nodes of the part. */
+void dt_fold_push(dt_fold *f, int part);
+/* After all leaves: the buffer holding every non-empty part's root, NULL if some part is
+ * not at one node. */
 float *dt_fold_root(dt_fold *f);
 void dt_fold_reset(dt_fold *f);
 size_t dt_fold_bytes(const dt_fold *f);

@@ -12,80 +12,9 @@ static int is_zero(const dt_dp *d) { return !d->o.ps && d->o.zero > 0; }
 
 size_t dt_dp_align(const dt_dp *d) { return d->o.bitwise ? DT_CANON_CHUNK : DT_SHARD_ALIGN; }
 
-/* ---- bitwise mode (canonical.h) ---- */
-
-/* Elements of the per-micro-step leaf: flat grads, padded grads (zero 1), shard (zero 2/3). */
-static size_t leaf_size(const dt_dp *d) {
-    if (!is_zero(d)) return d->m->nparams;
-    return d->o.zero == 1 ? d->padded_total : d->shard_total;
-}
-
-static size_t canon_parts(const dt_dp *d);
-
-static dt_status setup_bitwise(dt_dp *d) {
-    if (!d->o.bitwise) return DT_OK;
-    DT_TRY(dt_fold_create(&d->fold, leaf_size(d), d->o.leaves));
-    size_t maxunit = 0;
-    for (int u = 0; u < d->m->nunits; u++) {
-        size_t n = is_zero(d) ? d->P[u] : d->m->units[u].count;
-        if (n > maxunit) maxunit = n;
-    }
-    size_t tmp = (is_zero(d) && d->o.zero >= 2 ? maxunit : leaf_size(d)) / 2 + 1;
-    DT_TRY(dt_alloc((void **)&d->tree_tmp, tmp * sizeof(float), "bitwise exchange buffer"));
-    DT_TRY(dt_alloc((void **)&d->canon_part, canon_parts(d) * sizeof(double), "gradient norm partials"));
-    d->workspace_bytes += dt_fold_bytes(&d->fold) + tmp * sizeof(float);
-    return DT_OK;
-}
-
-/* Points the model's gradients at this micro-step's leaf (flat and zero-1 layouts). */
-static void bitwise_begin_micro(dt_dp *d) {
-    d->leaf = dt_fold_next(&d->fold);
-    if (is_zero(d) && d->o.zero >= 2) return; /* unit scratch as usual; after_backward fills the leaf */
-    gpt_model *m = d->m;
-    for (int u = 0; u < m->nunits; u++)
-        m->unit_grads[u] = d->leaf + (is_zero(d) ? d->poff[u] : m->units[u].offset);
-}
-
 dt_status dt_dp_end_micro(dt_dp *d) {
-    if (!d->o.bitwise) return DT_OK;
-    dt_status s = DT_OK;
-    if (!is_zero(d) || d->o.zero == 1) DP_COMM(d, s = dt_tree_allreduce(d->comm, d->leaf, leaf_size(d), d->tree_tmp));
-    DT_TRY(s);
-    dt_fold_push(&d->fold);
+    (void)d; /* bitwise mode folds each unit when its gradients are final (bitwise.c) */
     return DT_OK;
-}
-
-/* Entries of the canonical norm's partial sums: one per 4 KiB chunk of gradient. */
-static size_t canon_parts(const dt_dp *d) {
-    size_t total = 0;
-    for (int u = 0; u < d->m->nunits; u++) {
-        size_t n = is_zero(d) ? d->P[u] : d->m->units[u].count;
-        total += (n + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
-    }
-    return total + 1;
-}
-
-dt_status dt_dp_canonical_norm(dt_dp *d, double *norm) {
-    gpt_model *m = d->m;
-    double *part = d->canon_part;
-    size_t k = 0;
-    dt_status s = DT_OK;
-    for (int u = 0; u < m->nunits && s == DT_OK; u++) {
-        if (!is_zero(d)) {
-            dt_chunk_sumsq(d->grads + m->units[u].offset, m->units[u].count, part + k);
-            k += (m->units[u].count + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
-        } else { /* this rank's slice holds whole chunks; gather every rank's partials in order */
-            size_t per = d->S[u] / DT_CANON_CHUNK;
-            double *mine = part + k + (size_t)d->rank * per;
-            dt_chunk_sumsq(dt_zero_grad_slice(d, u), d->S[u], mine);
-            s = dt_allgather(d->comm, mine, part + k, per, DT_F64);
-            k += per * (size_t)d->N;
-        }
-    }
-    double sum = 0.0;
-    for (size_t i = 0; i < k; i++) sum += part[i];
-    *norm = sqrt(sum);
-    return s;
 }
 
 /* ---- DDP buckets ---- */
@@ -180,10 +109,12 @@ static dt_status h_after_forward(void *ctx, int u) {
 }
 static dt_status h_before_backward(void *ctx, int u) {
     dt_dp *d = ctx;
-    return is_zero(d) ? dt_zero_before_backward(d, u) : DT_OK;
+    if (u != GPT_HEAD_PART && is_zero(d)) DT_TRY(dt_zero_before_backward(d, u));
+    return d->o.bitwise ? dt_bw_before_backward(d, u) : DT_OK;
 }
 static dt_status h_after_backward(void *ctx, int u) {
     dt_dp *d = ctx;
+    if (d->o.bitwise) return dt_bw_after_backward(d, u);
     if (is_zero(d)) return dt_zero_after_backward(d, u);
     return d->o.ps ? DT_OK : ddp_after_backward(d, u);
 }
@@ -248,7 +179,7 @@ dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_
                        "parallel.determinism=bitwise needs a power-of-two number of accumulation steps (got %d)",
                        d->o.leaves);
     dt_status s = is_zero(d) ? dt_zero_setup(d) : setup_plain(d);
-    if (s == DT_OK) s = setup_bitwise(d);
+    if (s == DT_OK) s = dt_bw_setup(d);
     return dt_comm_agree(d->comm, s, NULL); /* what follows communicates */
 }
 
@@ -256,9 +187,7 @@ void dt_dp_destroy(dt_dp *d) {
     if (!d) return;
     for (int i = 0; i < d->ninflight; i++) dt_wait(d->inflight[i]);
     if (is_zero(d)) dt_zero_free(d);
-    dt_fold_destroy(&d->fold);
-    dt_free(d->tree_tmp);
-    dt_free(d->canon_part);
+    if (d->o.bitwise) dt_bw_free(d);
     if (d->ops->on_device) {
         d->ops->free(d->params);
         d->ops->free(d->grads);
@@ -380,14 +309,13 @@ dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
 }
 
 void dt_dp_begin_step(dt_dp *d) {
-    if (d->o.bitwise) dt_fold_reset(&d->fold);
+    if (d->o.bitwise) dt_bw_begin_step(d);
     else if (is_zero(d)) dt_zero_begin_step(d);
     else d->ops->zero(d->grads, d->m->nparams * dt_elem_bytes(d->ops));
 }
 
 void dt_dp_begin_micro(dt_dp *d, int last) {
     d->last_micro = last;
-    if (d->o.bitwise) bitwise_begin_micro(d);
 }
 
 /* AdamW over the whole flat buffer (ps root, DDP). */
@@ -401,11 +329,8 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
     if (is_zero(d)) {
         s = dt_zero_end_step(d, lr, grad_norm);
     } else if (d->o.bitwise) {
-        /* the fold's root is the canonical sum, already identical on every rank */
-        const float *root = dt_fold_root(&d->fold);
-        if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: micro-steps are not a power of two");
-        memcpy(d->grads, root, d->m->nparams * sizeof(float));
-        s = dt_dp_canonical_norm(d, grad_norm);
+        /* the folds' roots are the canonical sum, already identical on every rank */
+        s = dt_bw_finish(d, grad_norm);
         if (s == DT_OK && (!d->o.ps || d->rank == 0)) full_update(d, lr, *grad_norm);
         if (s == DT_OK && d->o.ps && d->N > 1) s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0);
     } else if (d->o.ps && d->N > 1) {

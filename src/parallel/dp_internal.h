@@ -59,11 +59,16 @@ struct dt_dp {
     size_t workspace_bytes;
     double comm_s; /* wall time the step waited on gradient/parameter communication */
 
-    /* bitwise mode */
-    dt_fold fold;       /* over the flat grads (ps/ddp), padded grads (zero 1) or shard (zero 2/3) */
-    float *leaf;        /* this micro-step's leaf buffer */
+    /* bitwise mode (bitwise.c) */
+    dt_fold fold;       /* over the flat grads (ps/ddp), padded grads (zero 1) or shard (zero 2/3), one
+                           part per unit, and the head's share of wte on a model with both ends */
+    unsigned char *bw_open; /* per part: its leaf of this micro-batch is being written */
+    int *bw_key;        /* per unit: its place in the whole model's order (-1: not counted here) */
+    float *bw_head;     /* zero 2/3: the head's share of wte in full, reduced when final */
     float *tree_tmp;    /* dt_tree_allreduce exchange buffer */
-    double *canon_part; /* bitwise: partial sums of squares for the canonical norm */
+    double *canon_part; /* partial sums of squares for the canonical norm */
+    double *canon_global; /* with a pipeline: the whole model's partials */
+    size_t canon_global_n;
 };
 
 size_t dt_dp_align(const dt_dp *d);
@@ -79,8 +84,15 @@ dt_status dt_dp_inflight_wait(dt_dp *d);
         stmt;                             \
         (d)->comm_s += dt_now() - dp_t0_; \
     } while (0)
-/* Canonical global gradient norm (bitwise mode) over this rank's view of the gradient. */
-dt_status dt_dp_canonical_norm(dt_dp *d, double *norm);
+/* bitwise.c: the bitwise mode's leaves, folds and norm (hooks routed here in that mode). */
+dt_status dt_bw_setup(dt_dp *d);
+void dt_bw_free(dt_dp *d);
+void dt_bw_begin_step(dt_dp *d);
+dt_status dt_bw_before_backward(dt_dp *d, int u);
+dt_status dt_bw_after_backward(dt_dp *d, int u);
+/* After the step's micro-batches: this rank's reduced gradients (flat, zero-1 slices or
+ * shard) from the folds, the tied wte's shares added, and the canonical norm. */
+dt_status dt_bw_finish(dt_dp *d, double *norm);
 
 /* zero.c */
 dt_status dt_zero_setup(dt_dp *d);

@@ -27,8 +27,7 @@ dt_status dt_pp_check(const dt_config *c, int m) {
                        "one", pp, v, c->model.n_layer);
     DT_TRY(dt_schedule_check(s, pp, v, m));
     const char *what = NULL;
-    if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
-    else if (!strcmp(c->backend, "cuda")) what = "backend cuda";
+    if (!strcmp(c->backend, "cuda")) what = "backend cuda";
     else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what)
         return dt_fail(DT_EINPUT, "parallel.pp %d: %s is not implemented with pipeline parallelism yet", pp, what);

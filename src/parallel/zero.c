@@ -257,12 +257,6 @@ dt_status dt_zero_after_backward(dt_dp *d, int u) {
     if (d->o.zero == 1) return zero1_after_backward(d, u);
     if (d->o.zero < 2) return DT_OK;
     dt_status s;
-    if (d->o.bitwise) { /* canonical tree over ranks, then keep this rank's slice of the leaf */
-        DP_COMM(d, s = dt_tree_allreduce(d->comm, d->m->unit_grads[u], d->P[u], d->tree_tmp));
-        DT_TRY(s);
-        memcpy(d->leaf + d->soff[u], d->m->unit_grads[u] + (size_t)d->rank * d->S[u], d->S[u] * sizeof(float));
-        return DT_OK;
-    }
     /* reduce-scatter this unit's gradients now and keep only this rank's slice */
     DP_COMM(d, s = dt_reduce_scatter(d->comm, d->m->unit_grads[u], d->rs_tmp, d->S[u], DT_F32, DT_SUM));
     DT_TRY(s);
@@ -299,15 +293,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
     DT_TRY(settle_all(d));
     if (d->o.bitwise) {
-        const float *root = dt_fold_root(&d->fold);
-        if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: micro-steps are not a power of two");
-        if (d->o.zero == 1) /* the root is the full reduced gradient: this rank's slices */
-            for (int u = 0; u < m->nunits; u++)
-                memcpy(dt_zero_grad_slice(d, u), root + d->poff[u] + (size_t)d->rank * d->S[u],
-                       d->S[u] * sizeof(float));
-        else
-            memcpy(d->grad_shard, root, d->shard_total * sizeof(float));
-        DT_TRY(dt_dp_canonical_norm(d, grad_norm));
+        DT_TRY(dt_bw_finish(d, grad_norm));
     } else {
         if (d->o.zero == 1) {
             DT_TRY(dt_dp_inflight_wait(d)); /* the units started during backward */
