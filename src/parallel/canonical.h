@@ -10,6 +10,9 @@
  * it, and the weights after K steps are bitwise identical for any N and any mode.
  * Needs N and M powers of two.
  *
+ * bitwise.c applies it per unit (each unit's gradient of a micro-batch is a leaf), and
+ * defines the tied wte's gradient as the head's fold plus the embedding's fold.
+ *
  * The gradient norm is summed in double over fixed 1024-element chunks of each unit
  * (unit-relative), in unit then chunk order; ZeRO shards are aligned to the chunks, so
  * each partial is computed whole by one rank. */
