@@ -149,6 +149,19 @@ fi
 [ "$(digest_of "$TMP/cbr.out")" = "$ref" ] && pass "bitwise: pp2 save + single resume = the straight single-process weights" ||
   fail "bitwise pp2 -> single: $(digest_of "$TMP/cbr.out") $(tail -2 "$TMP/cbr.out")"
 
+# the final sample through the pipeline (the sequence passes the stages, the last one's
+# logits are broadcast): in bitwise mode the same text as one process
+SAMPLE=(--set log.sample_tokens=40)
+"$DTRAIN" train "${BW[@]}" "${FIVE[@]}" "${SAMPLE[@]}" 2>&1 | sed -n '/^--- sample/,/^---$/p' >"$TMP/s1.txt"
+for layout in "pp2:2:--set parallel.pp=2" "pp2_interleaved:2:--set parallel.pp=2 ${IL[*]}"; do
+  name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
+  "${MPI[@]}" -np $np "$DTRAIN" train "${BW[@]}" "${FIVE[@]}" "${SAMPLE[@]}" $args 2>&1 |
+    sed -n '/^--- sample/,/^---$/p' >"$TMP/s2.txt"
+  [ "$(wc -l <"$TMP/s1.txt")" -ge 3 ] && cmp -s "$TMP/s1.txt" "$TMP/s2.txt" &&
+    pass "sample under $name = one process's: $(sed -n 2p "$TMP/s2.txt" | cut -c1-30)..." ||
+    fail "sample under $name: $(cat "$TMP/s2.txt") vs $(cat "$TMP/s1.txt")"
+done
+
 # per-rank memory against `dtrain estimate` (per stage: parameters, gradients, optimizer
 # state with ZeRO's formulas over dp, activation slots), within 2%
 "$DTRAIN" estimate "${RUN[@]}" --set parallel.pp=2 -n 1 --json >"$TMP/est1.json" 2>&1 || fail "estimate pp2"
@@ -182,7 +195,6 @@ refused "interleaved micro-batches" "multiple of the" 2 --set parallel.pp=2 --se
 refused "virtual stages without interleaving" "needs parallel.schedule interleaved" 2 --set parallel.pp=2 \
   --set parallel.virtual_stages=2 "${FIVE[@]}"
 refused "unknown schedule" "parallel.schedule" 2 --set parallel.pp=2 --set parallel.schedule=pipedream
-refused "pp with the final sample" "not implemented with pipeline" 2 --set parallel.pp=2 --set log.sample_tokens=5 \
-  --save "$TMP/ck"
+refused "more stages than blocks, with --save" "cannot give every stage" 4 --set parallel.pp=4 --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"
 finish

@@ -749,13 +749,20 @@ dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *ta
 }
 
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
-    if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
     DT_TRY(check_whole(m));
     DT_TRY(gpt_forward(m, 0, tokens, 1, T, 0));
-    int C = m->shape.n_embd, Vp = m->shape.padded_vocab, Vl = Vp / m->tp;
+    return gpt_last_logits(m, 0, logits);
+}
+
+dt_status gpt_last_logits(gpt_model *m, int slot, float *logits) {
+    if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
+    DT_TRY(check_slot(m, slot));
+    gpt_slot *a = slot_at(m, slot);
+    if (!heads(m, a->chunk)) return dt_fail(DT_EINPUT, "model: the logits are computed on the last stage only");
+    int T = a->T, C = m->shape.n_embd, Vp = m->shape.padded_vocab, Vl = Vp / m->tp;
     float *row = m->acts->logits; /* vocabulary-parallel: each rank its columns, the rest zero, summed over tp */
     if (m->tp > 1) m->ops->zero(row, (size_t)Vp * m->esz);
-    m->ops->gemm(0, 1, 1, Vl, C, 1.0f, S(m, slot_at(m, 0)->lnf, (size_t)(T - 1) * C), C, tp(m, 0), C, 0.0f,
+    m->ops->gemm(0, 1, 1, Vl, C, 1.0f, S(m, a->lnf, (size_t)(a->B * T - 1) * C), C, tp(m, 0), C, 0.0f,
                  S(m, row, (size_t)m->tp_rank * Vl), Vl);
     DT_TRY(tp_sum(m, row, (size_t)Vp));
     HOOK(after_forward, 0);

@@ -232,6 +232,9 @@ float *gpt_slot_grad(gpt_model *m, int slot);
 dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss);
 /* Logits (vocab_size floats) for the next token after tokens[0..T), T <= max_T. */
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
+/* The head's logits (vocab_size floats) for the last position of the slot's micro-batch
+ * after gpt_forward_chunk of the head's chunk (a pipeline's last stage samples with it). */
+dt_status gpt_last_logits(gpt_model *m, int slot, float *logits);
 /* Parameters the model allocates (vocabulary padding included), without building it. */
 size_t gpt_param_count(const gpt_shape *s);
 /* The same for one rank of tp tensor-parallel ranks (gpt_create_layout's pieces). */

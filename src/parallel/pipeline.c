@@ -26,11 +26,8 @@ dt_status dt_pp_check(const dt_config *c, int m) {
         return dt_fail(DT_EINPUT, "parallel.pp %d x virtual_stages %d: the model's %d blocks cannot give every stage "
                        "one", pp, v, c->model.n_layer);
     DT_TRY(dt_schedule_check(s, pp, v, m));
-    const char *what = NULL;
-    if (!strcmp(c->backend, "cuda")) what = "backend cuda";
-    else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
-    if (what)
-        return dt_fail(DT_EINPUT, "parallel.pp %d: %s is not implemented with pipeline parallelism yet", pp, what);
+    if (!strcmp(c->backend, "cuda"))
+        return dt_fail(DT_EINPUT, "parallel.pp %d: backend cuda is not implemented with pipeline parallelism yet", pp);
     return DT_OK;
 }
 
@@ -249,4 +246,19 @@ dt_status dt_pipeline_eval(dt_pipeline *pl, const dt_pp_io *io, int nmb, double 
     }
     *loss = sum;
     return share_loss(pl, loss);
+}
+
+dt_status dt_pipeline_next_logits(dt_pipeline *pl, const uint16_t *tokens, int T, float *logits) {
+    gpt_model *m = pl->m;
+    int prev = (pl->r - 1 + pl->p) % pl->p, next = (pl->r + 1) % pl->p;
+    size_t count = (size_t)T * (size_t)m->shape.n_embd;
+    if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
+    for (int k = 0; k < pl->v; k++) {
+        int g = k * pl->p + pl->r;
+        if (!first_chunk(pl, k)) DT_TRY(dt_recv(pl->comm, gpt_slot_input(m, 0), count, DT_F32, prev, tag_of(pl, 0, g, 0)));
+        DT_TRY(gpt_forward_chunk(m, 0, k, tokens, 1, T, 0));
+        if (head_chunk(pl, k)) DT_TRY(gpt_last_logits(m, 0, logits));
+        else DT_TRY(dt_send(pl->comm, gpt_slot_output(m, 0), count, DT_F32, next, tag_of(pl, 0, g + 1, 0)));
+    }
+    return dt_bcast(pl->comm, logits, (size_t)m->shape.vocab_size, DT_F32, pl->p - 1);
 }

@@ -49,6 +49,10 @@ int dt_pp_slots(dt_schedule s, int p, int v, int r, int m);
 dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale, double *loss);
 /* Forward only (validation): *loss as above for the m micro-batches io->fill gives. */
 dt_status dt_pipeline_eval(dt_pipeline *pl, const dt_pp_io *io, int m, double *loss);
+/* Sampling through the pipeline: the next token's logits (vocab_size floats, on every
+ * pipeline rank) after tokens[0..T), one sequence forward through every chunk in model
+ * order, the last stage's head, its logits broadcast over the pipeline group. */
+dt_status dt_pipeline_next_logits(dt_pipeline *pl, const uint16_t *tokens, int T, float *logits);
 /* Seconds, since creation, this rank computed (F, B, W), waited on receives, and spent in
  * dt_pipeline_step in all (its bubble: 1 - busy / span). */
 void dt_pipeline_times(const dt_pipeline *pl, double *busy, double *wait, double *span);

@@ -52,9 +52,17 @@ static int pick(float *logits, int V, const dt_sample_opts *o, dt_rng *rng) {
     return best;
 }
 
+static dt_status model_logits(void *ctx, const uint16_t *tokens, int T, float *logits) {
+    return gpt_next_logits(ctx, tokens, T, logits);
+}
+
 dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt, const dt_sample_opts *o, dt_rng *rng,
                       FILE *out) {
-    int V = m->shape.vocab_size, maxT = m->max_T;
+    return dt_generate_with(model_logits, m, m->shape.vocab_size, m->max_T, tok, prompt, o, rng, out);
+}
+
+dt_status dt_generate_with(dt_next_logits_fn next, void *ctx_fn, int V, int maxT, const dt_tokenizer *tok,
+                           const char *prompt, const dt_sample_opts *o, dt_rng *rng, FILE *out) {
     size_t n = 0, cap = 0;
     uint16_t *ids = NULL;
     DT_TRY(dt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap));
@@ -80,7 +88,7 @@ dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt,
     dt_status st = DT_OK;
     for (int s = 0; s < o->length && st == DT_OK; s++) {
         int ctx = (int)n < maxT ? (int)n : maxT;
-        if ((st = gpt_next_logits(m, all + n - ctx, ctx, logits)) != DT_OK) break;
+        if ((st = next(ctx_fn, all + n - ctx, ctx, logits)) != DT_OK) break;
         int t = pick(logits, V, o, rng);
         all[n++] = (uint16_t)t;
         size_t k = dt_tokenizer_decode(tok, t, buf, sizeof buf);

@@ -388,8 +388,14 @@ static dt_status save(trainer *t) {
     return DT_OK;
 }
 
-/* On the first data-parallel replica: every tensor-parallel rank of it runs the model
- * (its logits are vocabulary-parallel), drawing the same tokens; rank 0 prints. */
+static dt_status pipe_logits(void *ctx, const uint16_t *tokens, int T, float *logits) {
+    return dt_pipeline_next_logits(ctx, tokens, T, logits);
+}
+
+/* On the first data-parallel replica: every tensor-parallel and pipeline rank of it runs
+ * the model (its logits are vocabulary-parallel; a pipeline passes the sequence through
+ * its stages and broadcasts the last stage's logits), drawing the same tokens; rank 0
+ * prints. */
 static dt_status print_sample(trainer *t) {
     dt_sample_opts o = {t->cfg->log.sample_tokens, 0.8, 40};
     dt_rng rng;
@@ -399,7 +405,9 @@ static dt_status print_sample(trainer *t) {
     if (t->rank0) printf("--- sample (%d tokens, temperature 0.8, top-k 40) ---\n", o.length);
     gpt_hooks hooks = t->model.hooks; /* the full weights are in place: no per-unit gathers */
     memset(&t->model.hooks, 0, sizeof hooks);
-    dt_status s = dt_generate(&t->model, t->tok, "", &o, &rng, out);
+    dt_status s = t->pipe ? dt_generate_with(pipe_logits, t->pipe, t->model.shape.vocab_size, t->model.max_T, t->tok,
+                                             "", &o, &rng, out)
+                          : dt_generate(&t->model, t->tok, "", &o, &rng, out);
     t->model.hooks = hooks;
     if (t->rank0) printf("---\n");
     else fclose(out);
