@@ -25,6 +25,8 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp2_zbh1:2:ref:--set parallel.pp=2 --set parallel.schedule=zb-h1" \
               "pp4_zbh1_5blocks:4:ref5:--set parallel.pp=4 --set parallel.schedule=zb-h1 ${FIVE[*]}" \
               "pp2_interleaved_5blocks:2:ref5:--set parallel.pp=2 ${IL[*]} ${FIVE[*]}" \
+              "pp2_split_4_1:2:ref5:--set parallel.pp=2 --set parallel.pp_split=4,1 ${FIVE[*]}" \
+              "pp2_interleaved_split:2:ref5:--set parallel.pp=2 ${IL[*]} --set parallel.pp_split=1,2,1,1 ${FIVE[*]}" \
               "pp4_interleaved_8blocks:4:ref8:--set parallel.pp=4 ${IL[*]} ${EIGHT[*]}" \
               "dp2_pp2_interleaved_zero1:4:ref5:--set parallel.pp=2 ${IL[*]} --set parallel.zero=1 ${FIVE[*]}" \
               "dp2_pp2_interleaved_zero3:4:ref5:--set parallel.pp=2 ${IL[*]} --set parallel.zero=3 ${FIVE[*]}" \
@@ -41,7 +43,7 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp2_tp2_sp:4:ref:--set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true" \
               "dp2_pp2_tp2:8:ref:--set parallel.pp=2 --set parallel.tp=2"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; rest=${rest#*:}; ref=${rest%%:*}; args=${rest#*:}
-  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|pp2_interleaved_5blocks|dp2_pp2_zbh1_zero3|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
+  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|pp2_interleaved_5blocks|pp2_split_4_1|dp2_pp2_zbh1_zero3|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
     *) full || continue ;; esac
   if "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
     r=$(compare_curves "$TMP/$ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
@@ -54,6 +56,8 @@ grep -q "blocks per stage: \[0, 2) \[2, 3) \[3, 4) \[4, 5)" "$TMP/pp4_1f1b_5bloc
   pass "5 blocks over 4 stages: 2 + 1 + 1 + 1" || fail "stage split: $(grep pipeline "$TMP/pp4_1f1b_5blocks.out")"
 grep -q "pipeline bubble: measured" "$TMP/pp4_1f1b_5blocks.out" && pass "the summary reports the bubble" ||
   fail "no bubble report"
+grep -q "blocks per stage: \[0, 4) \[4, 5)" "$TMP/pp2_split_4_1.out" && pass "parallel.pp_split 4,1: the stages it names" ||
+  fail "explicit split: $(grep pipeline "$TMP/pp2_split_4_1.out")"
 grep -q "blocks per stage: {\[0, 2) \[3, 4)} {\[2, 3) \[4, 5)}" "$TMP/pp2_interleaved_5blocks.out" &&
   grep -q "formula (p-1)/(v·m+p-1) = 0.111" "$TMP/pp2_interleaved_5blocks.out" &&
   pass "interleaved: each rank holds two chunks (5 blocks in 4 pieces), bubble formula with v" ||
@@ -195,6 +199,10 @@ refused "interleaved micro-batches" "multiple of the" 2 --set parallel.pp=2 --se
 refused "virtual stages without interleaving" "needs parallel.schedule interleaved" 2 --set parallel.pp=2 \
   --set parallel.virtual_stages=2 "${FIVE[@]}"
 refused "unknown schedule" "parallel.schedule" 2 --set parallel.pp=2 --set parallel.schedule=pipedream
+refused "a split that does not add up" "parallel.pp_split '3,3'" 2 --set parallel.pp=2 --set parallel.pp_split=3,3 \
+  "${FIVE[@]}"
+refused "a split that is not a list" "parallel.pp_split '4,x'" 2 --set parallel.pp=2 --set parallel.pp_split=4,x \
+  "${FIVE[@]}"
 refused "more stages than blocks, with --save" "cannot give every stage" 4 --set parallel.pp=4 --save "$TMP/ck"
 [ ! -e "$TMP/ck" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck"
 finish

@@ -92,6 +92,8 @@ static const key_desc KEYS[] = {
     ENUM("parallel.schedule", parallel.schedule, "gpipe|1f1b|interleaved|zb-h1", "1f1b", "pipeline schedule"),
     INT("parallel.micro_batches", parallel.micro_batches, 0, 1e6, "0", "pipeline micro-batches (0: derived)"),
     INT("parallel.virtual_stages", parallel.virtual_stages, 1, 1024, "1", "interleaved pipeline chunks per rank"),
+    STR("parallel.pp_split", parallel.pp_split, "",
+        "blocks per pipeline stage, comma-separated, e.g. 3,2,2,1 (interleaved: per chunk, in model order; empty: balanced)"),
     BOOL("parallel.overlap", parallel.overlap, "true",
          "DDP and ZeRO-1: start gradient all-reduces / reduce-scatters during backward (false: all after it)"),
     FLT("parallel.bucket_mb", parallel.bucket_mb, 0, 1e6, "25", "DDP gradient bucket size in MiB"),

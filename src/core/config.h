@@ -40,6 +40,7 @@ typedef struct {
     struct {
         int tp, pp, cp, sp, zero, micro_batches, virtual_stages;
         char dp_mode[8], schedule[16], determinism[8];
+        char pp_split[256]; /* blocks per pipeline stage (per chunk when interleaved), "" balanced */
         double bucket_mb;
         int overlap;
     } parallel;

@@ -32,7 +32,7 @@ static gpt_layout layout_of(const dt_config *c, int stage, int dp) {
     gpt_layout lay = {.tp = c->parallel.tp > 0 ? c->parallel.tp : 1, .sp = c->parallel.sp};
     int pp = c->parallel.pp > 0 ? c->parallel.pp : 1;
     int v = c->parallel.virtual_stages > 1 ? c->parallel.virtual_stages : 1;
-    if (pp > 1 && dt_pp_layout(c->model.n_layer, pp, v, stage, &lay) == DT_OK) {
+    if (pp > 1 && dt_pp_layout(c->model.n_layer, pp, v, stage, c->parallel.pp_split, &lay) == DT_OK) {
         dt_schedule s;
         if (dt_schedule_parse(c->parallel.schedule, &s) != DT_OK) s = DT_SCHED_1F1B;
         lay.slots = dt_pp_slots(s, pp, v, stage, micro_batches(c, dp));

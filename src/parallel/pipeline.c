@@ -18,6 +18,8 @@ dt_status dt_pp_check(const dt_config *c, int m) {
     int pp = c->parallel.pp, v = c->parallel.virtual_stages;
     if (pp <= 1) {
         if (v > 1) return dt_fail(DT_EINPUT, "parallel.virtual_stages %d needs parallel.pp > 1", v);
+        if (c->parallel.pp_split[0])
+            return dt_fail(DT_EINPUT, "parallel.pp_split '%s' needs parallel.pp > 1", c->parallel.pp_split);
         return DT_OK;
     }
     dt_schedule s;
@@ -26,17 +28,48 @@ dt_status dt_pp_check(const dt_config *c, int m) {
         return dt_fail(DT_EINPUT, "parallel.pp %d x virtual_stages %d: the model's %d blocks cannot give every stage "
                        "one", pp, v, c->model.n_layer);
     DT_TRY(dt_schedule_check(s, pp, v, m));
+    gpt_layout lay = {0};
+    DT_TRY(dt_pp_layout(c->model.n_layer, pp, v, 0, c->parallel.pp_split, &lay));
     if (!strcmp(c->backend, "cuda"))
         return dt_fail(DT_EINPUT, "parallel.pp %d: backend cuda is not implemented with pipeline parallelism yet", pp);
     return DT_OK;
 }
 
-dt_status dt_pp_layout(int n_layer, int p, int v, int r, gpt_layout *lay) {
-    if (v <= 1) return dt_pp_split(n_layer, p, r, &lay->first_layer, &lay->n_layers);
+/* Piece `piece` of parallel.pp_split's list of `pieces` block counts (checked whole). */
+static dt_status split_piece(const char *split, int n_layer, int pieces, int piece, int *first, int *count) {
+    int k = 0, sum = 0;
+    const char *at = split;
+    while (*at) {
+        char *end;
+        long n = strtol(at, &end, 10);
+        if (end == at || n < 1 || n > n_layer || (*end && (*end != ',' || !end[1])))
+            return dt_fail(DT_EINPUT, "parallel.pp_split '%s': expected positive block counts separated by commas",
+                           split);
+        if (k == piece) {
+            *first = sum;
+            *count = (int)n;
+        }
+        sum += (int)n;
+        k++;
+        at = *end ? end + 1 : end;
+    }
+    if (k != pieces || sum != n_layer)
+        return dt_fail(DT_EINPUT, "parallel.pp_split '%s': %d pieces of %d blocks; the layout needs %d pieces (pp x "
+                       "virtual_stages) of the model's %d blocks", split, k, sum, pieces, n_layer);
+    return DT_OK;
+}
+
+dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_layout *lay) {
+    int balanced = !split || !*split;
     if (v > GPT_MAX_CHUNKS)
         return dt_fail(DT_EINPUT, "parallel.virtual_stages %d exceeds the %d supported", v, GPT_MAX_CHUNKS);
+    if (v <= 1)
+        return balanced ? dt_pp_split(n_layer, p, r, &lay->first_layer, &lay->n_layers)
+                        : split_piece(split, n_layer, p, r, &lay->first_layer, &lay->n_layers);
     lay->chunks = v;
-    for (int c = 0; c < v; c++) DT_TRY(dt_pp_split(n_layer, p * v, c * p + r, &lay->chunk_first[c], &lay->chunk_layers[c]));
+    for (int c = 0; c < v; c++)
+        DT_TRY(balanced ? dt_pp_split(n_layer, p * v, c * p + r, &lay->chunk_first[c], &lay->chunk_layers[c])
+                        : split_piece(split, n_layer, p * v, c * p + r, &lay->chunk_first[c], &lay->chunk_layers[c]));
     return DT_OK;
 }
 

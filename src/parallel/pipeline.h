@@ -15,8 +15,11 @@
  * stages one block more. Fails (DT_EINPUT) when a stage would get no block. */
 dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count);
 /* Pipeline rank r's blocks in lay (first_layer/n_layers, or with v > 1 its v chunks: the
- * layers cut into p·v balanced pieces, rank r holding pieces r, r + p, ...). */
-dt_status dt_pp_layout(int n_layer, int p, int v, int r, gpt_layout *lay);
+ * layers cut into p·v pieces, rank r holding pieces r, r + p, ...). The pieces are
+ * balanced (dt_pp_split), or split (parallel.pp_split; NULL or "": balanced) lists the
+ * blocks of each piece in model order, e.g. "3,2,2,1"; a list that does not give p·v
+ * pieces of at least one block adding up to n_layer fails (DT_EINPUT, one line). */
+dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_layout *lay);
 
 /* Layouts pipeline parallelism does not run (yet) fail here, before any work, with one
  * line (DT_EINPUT); m is the step's micro-batch count (gradient accumulation). */

@@ -247,7 +247,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp};
     if (t->mesh.pp > 1) { /* this rank's stage: its blocks, and a slot per micro-batch it keeps in flight */
         int v = c->parallel.virtual_stages;
-        DT_TRY(dt_pp_layout(c->model.n_layer, t->mesh.pp, v, t->mesh.pp_rank, &layout));
+        DT_TRY(dt_pp_layout(c->model.n_layer, t->mesh.pp, v, t->mesh.pp_rank, c->parallel.pp_split, &layout));
         layout.slots = dt_pp_slots(t->sched, t->mesh.pp, v, t->mesh.pp_rank, t->accum);
         layout.split_backward = dt_schedule_splits_backward(t->sched);
     }
@@ -452,7 +452,7 @@ static void print_header(trainer *t) {
                dt_schedule_name(t->sched), t->accum);
         for (int r = 0; r < t->mesh.pp; r++) {
             gpt_layout lay = {0};
-            if (dt_pp_layout(c->model.n_layer, t->mesh.pp, v, r, &lay) != DT_OK) continue;
+            if (dt_pp_layout(c->model.n_layer, t->mesh.pp, v, r, c->parallel.pp_split, &lay) != DT_OK) continue;
             if (v <= 1) printf(" [%d, %d)", lay.first_layer, lay.first_layer + lay.n_layers);
             for (int k = 0; v > 1 && k < v; k++)
                 printf("%s[%d, %d)%s", k ? " " : " {", lay.chunk_first[k], lay.chunk_first[k] + lay.chunk_layers[k],
