@@ -9,13 +9,13 @@
 #include "../core/mem.h"
 #include "../core/rng.h"
 
-/* One micro-batch in flight through this stage: what its backward needs, sized for
+/* One chunk pass (a micro-batch through one chunk of this stage): what its backward needs, sized for
  * max_B x max_T. With sequence parallelism the residual stream and the LayerNorms
  * (encoded, ln*, res*, lnf, dres, their statistics) hold this rank's R = BT/tp rows only;
  * the rest hold all BT rows. Per-layer arrays cover one chunk's blocks (a plain stage is
  * one chunk), sized for the largest chunk. */
 typedef struct {
-    float *encoded; /* RC: the stage's input (the embeddings on the first stage) */
+    float *encoded; /* RC: the chunk's input (the embeddings on the first stage's chunk 0) */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse; /* per local layer */
     float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
     float *lnf, *lnf_mean, *lnf_rstd; /* last stage */
@@ -749,6 +749,7 @@ dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *ta
 }
 
 dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
+    if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
     DT_TRY(check_whole(m));
     DT_TRY(gpt_forward(m, 0, tokens, 1, T, 0));
     return gpt_last_logits(m, 0, logits);

@@ -54,7 +54,10 @@ typedef struct {
  * the embeddings calls after_backward(0) at the end of its loss (only the head adds to wte
  * there), before its blocks' backward.
  * after_backward(u) means unit u's gradients are final for this micro-batch, so a
- * data-parallel wrapper can start reducing them while the rest of backward runs.
+ * data-parallel wrapper can start reducing them while the rest of backward runs. A split
+ * backward calls before_backward(u) in B and again in W, around the unit's gradient
+ * writes, then after_backward(u). With head_grad set, gpt_loss also brackets the head's
+ * wte gradient with before/after_backward(GPT_HEAD_PART).
  * Evaluation calls the forward hooks and ends with after_forward(0). */
 /* The head's share of the tied wte gradient as its own "unit" for the hooks, on a model
  * holding both ends when a wrapper sets gpt_model.head_grad (bitwise mode keeps the two
@@ -106,7 +109,7 @@ typedef struct {
                                   blocks [chunk_first[c], + chunk_layers[c]), increasing and disjoint; the
                                   embeddings go with a chunk starting at block 0, the head with one ending last */
     int chunk_first[GPT_MAX_CHUNKS], chunk_layers[GPT_MAX_CHUNKS];
-    int slots;                 /* micro-batches whose activations are kept at once (0: 1) */
+    int slots;                 /* chunk passes (micro-batch, chunk) whose activations are kept at once (0: 1) */
     int split_backward;        /* keep the linears' output gradients per slot, so a backward can run as
                                   gpt_backward_input now and gpt_backward_weight later (zero bubble) */
 } gpt_layout;
@@ -200,8 +203,8 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
  *   gpt_slot_grad    the gradient of the residual stream: a non-last stage receives its
  *                    output's gradient there before gpt_backward, which leaves the
  *                    gradient of its input there (to send back).
- * gpt_forward: the stage's forward of micro-batch B x T (tokens read on the first stage
- * only) at positions pos0..pos0+T-1 of the position table. gpt_loss (last stage): the
+ * gpt_forward: the stage's forward (its chunk 0 when it has several) of micro-batch
+ * B x T (tokens read on the first stage only) at positions pos0..pos0+T-1 of the position table. gpt_loss (last stage): the
  * head; with grad_scale != 0 its backward through ln_f too. gpt_backward: the blocks'
  * backward, and on the first stage the embeddings'. */
 dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0);

@@ -24,36 +24,37 @@ static int head_part(const dt_dp *d) { return d->m->nunits; }
 dt_status dt_bw_setup(dt_dp *d) {
     if (!d->o.bitwise) return DT_OK;
     gpt_model *m = d->m;
-    int nu = m->nunits, parts = nu + head_apart(d);
+    int nu = m->nunits, parts = nu + head_apart(d), keys = m->shape.n_layer + 2;
     size_t *off = calloc((size_t)parts, sizeof(size_t)), *len = calloc((size_t)parts, sizeof(size_t)), n = 0;
     d->bw_open = calloc((size_t)parts, 1);
     d->bw_key = calloc((size_t)nu, sizeof(int));
-    if (!off || !len || !d->bw_open || !d->bw_key) {
-        free(off);
-        free(len);
-        return dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
-    }
-    for (int u = 0; u < nu; u++) { /* the leaf layout: flat, padded (zero 1) or shard (zero 2/3) */
+    d->bw_cnt = calloc((size_t)keys, sizeof(double));
+    d->bw_first = calloc((size_t)nu, sizeof(size_t));
+    d->bw_num = calloc((size_t)nu, sizeof(size_t));
+    dt_status s = DT_OK;
+    if (!off || !len || !d->bw_open || !d->bw_key || !d->bw_cnt || !d->bw_first || !d->bw_num)
+        s = dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
+    for (int u = 0; s == DT_OK && u < nu; u++) { /* the leaf layout: flat, padded (zero 1) or shard (zero 2/3) */
         off[u] = !is_zero(d) ? m->units[u].offset : d->o.zero == 1 ? d->poff[u] : d->soff[u];
         len[u] = !is_zero(d) ? m->units[u].count : d->o.zero == 1 ? d->P[u] : d->S[u];
         n = off[u] + len[u] > n ? off[u] + len[u] : n;
     }
     size_t maxunit = 0;
-    for (int u = 0; u < nu; u++) {
+    for (int u = 0; s == DT_OK && u < nu; u++) {
         size_t c = is_zero(d) ? d->P[u] : m->units[u].count;
         if (c > maxunit) maxunit = c;
     }
-    if (head_apart(d)) { /* the head part: wte in full, or this rank's slice of unit 0 (zero 2/3) */
+    if (s == DT_OK && head_apart(d)) { /* the head part: wte in full, or this rank's slice of unit 0 (zero 2/3) */
         off[nu] = n;
         len[nu] = sharded(d) ? d->S[0] : wte_numel(d);
         n += len[nu];
         if (sharded(d)) {
-            DT_TRY(dt_alloc((void **)&d->bw_head, wte_numel(d) * sizeof(float), "bitwise head gradient"));
+            s = dt_alloc((void **)&d->bw_head, wte_numel(d) * sizeof(float), "bitwise head gradient");
             d->workspace_bytes += wte_numel(d) * sizeof(float);
         }
         if (wte_numel(d) > maxunit) maxunit = wte_numel(d);
     }
-    dt_status s = dt_fold_create(&d->fold, n, d->o.leaves, parts, off, len);
+    if (s == DT_OK) s = dt_fold_create(&d->fold, n, d->o.leaves, parts, off, len);
     free(off);
     free(len);
     DT_TRY(s);
@@ -77,7 +78,8 @@ dt_status dt_bw_setup(dt_dp *d) {
                                             DT_CANON_CHUNK;
     DT_TRY(dt_alloc((void **)&d->canon_part, (parts_n + 1) * sizeof(double), "gradient norm partials"));
     d->workspace_bytes += dt_fold_bytes(&d->fold) + tmp * sizeof(float);
-    if (head_apart(d) && !sharded(d)) m->head_grad = d->fold.buf[0]; /* re-pointed per micro-batch */
+    /* re-pointed per micro-batch; until then at the head part's own range */
+    if (head_apart(d) && !sharded(d)) m->head_grad = d->fold.buf[0] + d->fold.off[head_part(d)];
     if (head_apart(d) && sharded(d)) m->head_grad = d->bw_head;
     return DT_OK;
 }
@@ -90,6 +92,9 @@ void dt_bw_free(dt_dp *d) {
     free(d->canon_global);
     free(d->bw_open);
     free(d->bw_key);
+    free(d->bw_cnt);
+    free(d->bw_first);
+    free(d->bw_num);
     d->m->head_grad = NULL;
 }
 
@@ -176,9 +181,10 @@ static dt_status bw_norm(dt_dp *d, double *norm) {
         *norm = sqrt(sum);
         return DT_OK;
     }
-    double *cnt = calloc((size_t)keys, sizeof(double));
-    size_t *first = malloc((size_t)nu * sizeof(size_t)), *num = malloc((size_t)nu * sizeof(size_t));
-    dt_status s = cnt && first && num ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
+    double *cnt = d->bw_cnt;
+    size_t *first = d->bw_first, *num = d->bw_num;
+    memset(cnt, 0, (size_t)keys * sizeof(double));
+    dt_status s = DT_OK;
     for (int u = 0; s == DT_OK && u < nu; u++) {
         first[u] = k;
         s = unit_partials(d, u, d->canon_part + k, &num[u]);
@@ -207,9 +213,6 @@ static dt_status bw_norm(dt_dp *d, double *norm) {
     double sum = 0.0;
     for (size_t i = 0; s == DT_OK && i < total; i++) sum += d->canon_global[i];
     *norm = sqrt(sum);
-    free(cnt);
-    free(first);
-    free(num);
     return s;
 }
 
@@ -227,7 +230,7 @@ static float *wte_grads(dt_dp *d, size_t *n) {
 dt_status dt_bw_finish(dt_dp *d, double *norm) {
     gpt_model *m = d->m;
     const float *root = dt_fold_root(&d->fold);
-    if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: micro-steps are not a power of two");
+    if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: a unit's micro-batch gradients are missing");
     if (!is_zero(d)) memcpy(d->grads, root, m->nparams * sizeof(float));
     else if (d->o.zero == 1) /* the root is the full reduced gradient: this rank's slices */
         for (int u = 0; u < m->nunits; u++)

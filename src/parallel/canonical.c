@@ -72,7 +72,9 @@ dt_status dt_fold_create(dt_fold *f, size_t n, int leaves, int nparts, const siz
     f->perm = calloc(P * S, sizeof(int));
     f->height = calloc(P * S, sizeof(int));
     f->sp = calloc(P, sizeof(int));
-    if (!f->buf || !f->off || !f->len || !f->perm || !f->height || !f->sp)
+    f->count = calloc(P, sizeof(int));
+    f->leaves = leaves;
+    if (!f->buf || !f->off || !f->len || !f->perm || !f->height || !f->sp || !f->count)
         return dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
     for (int i = 0; i < f->nparts; i++) {
         f->off[i] = nparts > 0 ? off[i] : 0;
@@ -93,13 +95,14 @@ void dt_fold_destroy(dt_fold *f) {
     free(f->perm);
     free(f->height);
     free(f->sp);
+    free(f->count);
     memset(f, 0, sizeof *f);
 }
 
 void dt_fold_reset(dt_fold *f) {
     size_t S = (size_t)f->cap + 1;
     for (int p = 0; p < f->nparts; p++) { /* stack slots 0..sp; the leaf lives in slot cap */
-        f->sp[p] = 0;
+        f->sp[p] = f->count[p] = 0;
         for (size_t i = 0; i < S; i++) f->perm[p * S + i] = (int)i;
     }
 }
@@ -118,6 +121,7 @@ void dt_fold_push(dt_fold *f, int part) {
     perm[*sp] = t;
     height[*sp] = 0;
     (*sp)++;
+    f->count[part]++;
     size_t o = f->off[part], n = f->len[part];
     while (*sp >= 2 && height[*sp - 1] == height[*sp - 2]) {
         float *left = f->buf[perm[*sp - 2]] + o;
@@ -134,7 +138,7 @@ float *dt_fold_root(dt_fold *f) {
     for (int p = 0; p < f->nparts; p++) {
         if (f->len[p] == 0) continue;
         int b = f->perm[(size_t)p * (f->cap + 1)];
-        if (f->sp[p] != 1 || (at >= 0 && b != at)) return NULL;
+        if (f->sp[p] != 1 || f->count[p] != f->leaves || (at >= 0 && b != at)) return NULL;
         at = b;
     }
     return f->buf[at >= 0 ? at : 0];

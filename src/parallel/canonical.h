@@ -45,6 +45,8 @@ typedef struct {
     int *perm;    /* per part, cap + 1: logical slot -> buffer (slot cap: the next leaf) */
     int *height;  /* per part, cap + 1 */
     int *sp;      /* per part: stack depth */
+    int *count;   /* per part: leaves pushed since the reset */
+    int leaves;   /* leaves per step */
 } dt_fold;
 
 /* nparts ranges [off[i], off[i] + len[i]) of n floats (nparts 0: one part, all n). */
@@ -54,8 +56,8 @@ void dt_fold_destroy(dt_fold *f);
 float *dt_fold_next(dt_fold *f, int part);
 /* The part's leaf written there is complete: merge equal-height nodes of the part. */
 void dt_fold_push(dt_fold *f, int part);
-/* After all leaves: the buffer holding every non-empty part's root, NULL if some part is
- * not at one node. */
+/* After all leaves: the buffer holding every non-empty part's root, NULL unless every
+ * non-empty part received exactly `leaves` leaves (a power of two: one node). */
 float *dt_fold_root(dt_fold *f);
 void dt_fold_reset(dt_fold *f);
 size_t dt_fold_bytes(const dt_fold *f);

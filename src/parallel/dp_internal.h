@@ -69,6 +69,8 @@ struct dt_dp {
     double *canon_part; /* partial sums of squares for the canonical norm */
     double *canon_global; /* with a pipeline: the whole model's partials */
     size_t canon_global_n;
+    double *bw_cnt;     /* with a pipeline: partials per key of the whole model */
+    size_t *bw_first, *bw_num; /* per unit: where its partials start in canon_part, how many */
 };
 
 size_t dt_dp_align(const dt_dp *d);

@@ -130,8 +130,7 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                        s.n_head, s.padded_vocab);
     if (c->parallel.sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
     int pp = c->parallel.pp > 1 ? c->parallel.pp : 1;
-    if (pp > 1 && s.n_layer < pp)
-        return dt_fail(DT_EINPUT, "parallel.pp %d: the model's %d blocks cannot give every stage one", pp, s.n_layer);
+    if (pp > 1) DT_TRY(dt_pp_check_layout(c, micro_batches(c, n)));
     double psi = stage_psi(c, &s, 0, n);
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)

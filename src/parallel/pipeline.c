@@ -14,7 +14,7 @@ dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count) {
     return DT_OK;
 }
 
-dt_status dt_pp_check(const dt_config *c, int m) {
+dt_status dt_pp_check_layout(const dt_config *c, int m) {
     int pp = c->parallel.pp, v = c->parallel.virtual_stages;
     if (pp <= 1) {
         if (v > 1) return dt_fail(DT_EINPUT, "parallel.virtual_stages %d needs parallel.pp > 1", v);
@@ -29,9 +29,14 @@ dt_status dt_pp_check(const dt_config *c, int m) {
                        "one", pp, v, c->model.n_layer);
     DT_TRY(dt_schedule_check(s, pp, v, m));
     gpt_layout lay = {0};
-    DT_TRY(dt_pp_layout(c->model.n_layer, pp, v, 0, c->parallel.pp_split, &lay));
-    if (!strcmp(c->backend, "cuda"))
-        return dt_fail(DT_EINPUT, "parallel.pp %d: backend cuda is not implemented with pipeline parallelism yet", pp);
+    return dt_pp_layout(c->model.n_layer, pp, v, 0, c->parallel.pp_split, &lay);
+}
+
+dt_status dt_pp_check(const dt_config *c, int m) {
+    DT_TRY(dt_pp_check_layout(c, m));
+    if (c->parallel.pp > 1 && !strcmp(c->backend, "cuda"))
+        return dt_fail(DT_EINPUT, "parallel.pp %d: backend cuda is not implemented with pipeline parallelism yet",
+                       c->parallel.pp);
     return DT_OK;
 }
 
@@ -63,13 +68,17 @@ dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_
     int balanced = !split || !*split;
     if (v > GPT_MAX_CHUNKS)
         return dt_fail(DT_EINPUT, "parallel.virtual_stages %d exceeds the %d supported", v, GPT_MAX_CHUNKS);
-    if (v <= 1)
-        return balanced ? dt_pp_split(n_layer, p, r, &lay->first_layer, &lay->n_layers)
-                        : split_piece(split, n_layer, p, r, &lay->first_layer, &lay->n_layers);
-    lay->chunks = v;
-    for (int c = 0; c < v; c++)
-        DT_TRY(balanced ? dt_pp_split(n_layer, p * v, c * p + r, &lay->chunk_first[c], &lay->chunk_layers[c])
-                        : split_piece(split, n_layer, p * v, c * p + r, &lay->chunk_first[c], &lay->chunk_layers[c]));
+    gpt_layout out = *lay; /* written only whole */
+    if (v <= 1) {
+        DT_TRY(balanced ? dt_pp_split(n_layer, p, r, &out.first_layer, &out.n_layers)
+                        : split_piece(split, n_layer, p, r, &out.first_layer, &out.n_layers));
+    } else {
+        out.chunks = v;
+        for (int c = 0; c < v; c++)
+            DT_TRY(balanced ? dt_pp_split(n_layer, p * v, c * p + r, &out.chunk_first[c], &out.chunk_layers[c])
+                            : split_piece(split, n_layer, p * v, c * p + r, &out.chunk_first[c], &out.chunk_layers[c]));
+    }
+    *lay = out;
     return DT_OK;
 }
 
@@ -286,12 +295,14 @@ dt_status dt_pipeline_next_logits(dt_pipeline *pl, const uint16_t *tokens, int T
     int prev = (pl->r - 1 + pl->p) % pl->p, next = (pl->r + 1) % pl->p;
     size_t count = (size_t)T * (size_t)m->shape.n_embd;
     if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
-    for (int k = 0; k < pl->v; k++) {
+    dt_status s = DT_OK;
+    for (int k = 0; k < pl->v && s == DT_OK; k++) {
         int g = k * pl->p + pl->r;
-        if (!first_chunk(pl, k)) DT_TRY(dt_recv(pl->comm, gpt_slot_input(m, 0), count, DT_F32, prev, tag_of(pl, 0, g, 0)));
-        DT_TRY(gpt_forward_chunk(m, 0, k, tokens, 1, T, 0));
-        if (head_chunk(pl, k)) DT_TRY(gpt_last_logits(m, 0, logits));
-        else DT_TRY(dt_send(pl->comm, gpt_slot_output(m, 0), count, DT_F32, next, tag_of(pl, 0, g + 1, 0)));
+        if (!first_chunk(pl, k)) s = dt_recv(pl->comm, gpt_slot_input(m, 0), count, DT_F32, prev, tag_of(pl, 0, g, 0));
+        if (s == DT_OK) s = gpt_forward_chunk(m, 0, k, tokens, 1, T, 0);
+        if (s == DT_OK && head_chunk(pl, k)) s = gpt_last_logits(m, 0, logits);
+        else if (s == DT_OK) s = dt_send(pl->comm, gpt_slot_output(m, 0), count, DT_F32, next, tag_of(pl, 0, g + 1, 0));
     }
+    DT_TRY(dt_comm_agree(pl->comm, s, NULL)); /* a failed stage fails every rank, none waits in the broadcast */
     return dt_bcast(pl->comm, logits, (size_t)m->shape.vocab_size, DT_F32, pl->p - 1);
 }

@@ -24,6 +24,8 @@ dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_
 /* Layouts pipeline parallelism does not run (yet) fail here, before any work, with one
  * line (DT_EINPUT); m is the step's micro-batch count (gradient accumulation). */
 dt_status dt_pp_check(const dt_config *c, int m);
+/* The same without the backend (what `dtrain estimate` accepts). */
+dt_status dt_pp_check_layout(const dt_config *c, int m);
 
 /* What the trainer gives the runner: micro-batch mb's tokens (needed on the first stage)
  * and targets (on the last), and the data-parallel engine's per-micro-step call (last: the
@@ -42,9 +44,10 @@ typedef struct dt_pipeline dt_pipeline;
 dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, dt_schedule s, int v, int m, int B,
                              int T);
 void dt_pipeline_destroy(dt_pipeline *pl);
-/* Activation slots rank r needs for schedule s: its most chunk passes in flight at once
- * (a pass holds its slot from its input's receive, or its forward, to its last
- * operation), 0 if (p, v, m) do not suit s. */
+/* Activation slots rank r needs for schedule s (dt_schedule_slots: a pass holds one from
+ * its first operation to its last, and a slot whose sends may still be in flight is not
+ * reused where waiting for them could deadlock; for every plan checked that is exactly
+ * the passes in flight), 0 if (p, v, m) do not suit s. */
 int dt_pp_slots(dt_schedule s, int p, int v, int r, int m);
 /* One step's forwards and backwards: gradients accumulate (grads += d(loss·grad_scale));
  * *loss = the sum of per-token losses over the m micro-batches, on every pipeline rank.

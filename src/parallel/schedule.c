@@ -354,6 +354,7 @@ static dt_status clocks_build(dt_pp_op *const *plans, const int *lens, int p, in
         st = dt_fail(DT_ERUNTIME, "out of memory (pipeline slots)");
         goto done;
     }
+    for (size_t i = 0; i < (size_t)p * cap; i++) c->recv_rank[i] = c->recv_op[i] = -1;
     for (int i = 0; i < 2 * cells; i++) send_op[i] = -1;
     for (int progress = 1; progress;) {
         progress = 0;
@@ -382,6 +383,13 @@ static dt_status clocks_build(dt_pp_op *const *plans, const int *lens, int p, in
     }
     for (int r = 0; r < p; r++)
         if (pc[r] < lens[r]) st = dt_fail(DT_ERUNTIME, "pipeline slots: the plan deadlocks at rank %d op %d", r, pc[r]);
+    for (int r = 0; st == DT_OK && r < p; r++) /* every send has its receive */
+        for (int i = 0; i < lens[r]; i++)
+            if ((plans[r][i].kind == DT_OP_SEND_ACT || plans[r][i].kind == DT_OP_SEND_GRAD) &&
+                c->recv_rank[(size_t)r * cap + i] < 0) {
+                st = dt_fail(DT_ERUNTIME, "pipeline slots: rank %d's send at op %d is never received", r, i);
+                break;
+            }
 done:
     free(send_op);
     free(pc);
@@ -443,7 +451,8 @@ static int assign_rank(const plan_clocks *c, const dt_pp_op *ops, int n, int r, 
 
 /* Whether every rank's list runs to the end when, besides blocking receives, each op
  * first waits for the earlier sends of its slot that it overwrites (as the runner does):
- * a send is complete once its receiver has reached the receive. */
+ * a send is complete once its receiver has posted the receive, i.e. got past its own
+ * waits at that operation. */
 static int plan_runs(const plan_clocks *c, dt_pp_op *const *plans, const int *lens, int p, int v, int m,
                      const int *op_slot, int *tmp) {
     int cap = c->cap, chunks = p * v, cells = m * chunks, last_head = chunks - 1;
@@ -463,7 +472,9 @@ static int plan_runs(const plan_clocks *c, dt_pp_op *const *plans, const int *le
                 for (int g = 0; g < 2; g++) {
                     int i = pa[g];
                     if (i < 0 || !(g ? wg : wa)) continue;
-                    if (pc[c->recv_rank[(size_t)r * cap + i]] < c->recv_op[(size_t)r * cap + i]) blocked = 1;
+                    /* received once the receiver is past its receive (at it, it may still be
+                     * waiting on a send of its own before posting the receive) */
+                    if (pc[c->recv_rank[(size_t)r * cap + i]] <= c->recv_op[(size_t)r * cap + i]) blocked = 1;
                     else pa[g] = -1;
                 }
                 if (o->kind == DT_OP_RECV_ACT && !sent[cell - 1]) blocked = 1;

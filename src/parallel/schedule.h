@@ -9,8 +9,10 @@
  * order; rank r holds chunks r, r + p, ..., r + (v-1)·p (Megatron's interleaving), local
  * chunk k being global chunk k·p + r. Micro-batches are 0..m-1.
  *
- * Semantics the runner and the simulator share: a send never blocks (its buffer stays
- * untouched until the step ends); a receive blocks until the matching send was issued. */
+ * Semantics of the simulator: a send never blocks; a receive blocks until the matching
+ * send was issued. The runner's sends complete only when received; it reuses a slot's
+ * buffers after waiting on their earlier sends, where dt_schedule_slots made sure that
+ * wait cannot deadlock. */
 #ifndef DT_SCHEDULE_H
 #define DT_SCHEDULE_H
 #include <stddef.h>

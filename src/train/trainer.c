@@ -245,7 +245,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp};
-    if (t->mesh.pp > 1) { /* this rank's stage: its blocks, and a slot per micro-batch it keeps in flight */
+    if (t->mesh.pp > 1) { /* this rank's stage: its blocks (or chunks), and the activation slots its schedule needs */
         int v = c->parallel.virtual_stages;
         DT_TRY(dt_pp_layout(c->model.n_layer, t->mesh.pp, v, t->mesh.pp_rank, c->parallel.pp_split, &layout));
         layout.slots = dt_pp_slots(t->sched, t->mesh.pp, v, t->mesh.pp_rank, t->accum);

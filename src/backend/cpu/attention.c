@@ -115,3 +115,114 @@ void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
         }
     }
 }
+
+/* ---- ring attention's blocks (context parallelism) ---- */
+
+/* Keys of the block query position p sees: a prefix, kpos being ascending. */
+static int visible(const int *kpos, int Tk, int p) {
+    int lo = 0, hi = Tk;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (kpos[mid] <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const float *kv, const int *qpos, const int *kpos,
+                            int B, int Tq, int Tk, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    int nthreads = omp_get_max_threads();
+    float *scratch = scratch_for(Tk + hs, nthreads); /* per thread: S (QB x Tk), the block's output (QB x hs) */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float *S = scratch + (size_t)omp_get_thread_num() * 2 * QB * (Tk + hs), *Ob = S + (size_t)QB * Tk;
+        const float *q = qkv + (size_t)b * Tq * C3 + h * hs;
+        const float *k = kv + (size_t)b * Tk * C3 + C + h * hs, *v = k + C;
+        float *o = out + (size_t)b * Tq * C + h * hs, *l = lse + (size_t)bh * Tq;
+        for (int t0 = 0; t0 < Tq; t0 += QB) {
+            int nq = Tq - t0 < QB ? Tq - t0 : QB, nk = 0;
+            for (int i = 0; i < nq; i++) {
+                int n = visible(kpos, Tk, qpos[t0 + i]);
+                nk = n > nk ? n : nk;
+            }
+            if (nk == 0) continue;
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
+            float lb[QB];
+            for (int i = 0; i < nq; i++) { /* the block's softmax over the keys row i sees */
+                float *s = S + (size_t)i * nk;
+                int len = visible(kpos, Tk, qpos[t0 + i]);
+                float mx = -INFINITY, sum = 0.0f;
+                for (int j = 0; j < len; j++) mx = s[j] > mx ? s[j] : mx;
+                mx *= scale;
+                for (int j = 0; j < len; j++) {
+                    float e = dt_expf(s[j] * scale - mx);
+                    s[j] = e;
+                    sum += e;
+                }
+                float inv = len > 0 ? 1.0f / sum : 0.0f;
+                for (int j = 0; j < len; j++) s[j] *= inv;
+                for (int j = len; j < nk; j++) s[j] = 0.0f;
+                lb[i] = len > 0 ? mx + logf(sum) : -INFINITY;
+            }
+            cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v, C3, 0.0f, Ob, hs);
+            for (int i = 0; i < nq; i++) { /* online softmax: weigh the old and the block's output by their mass */
+                if (lb[i] == -INFINITY) continue;
+                float *oi = o + (size_t)(t0 + i) * C, *bi = Ob + (size_t)i * hs, lo = l[t0 + i];
+                float mx = lo > lb[i] ? lo : lb[i];
+                float lnew = mx + logf(expf(lo - mx) + expf(lb[i] - mx));
+                float wo = expf(lo - lnew), wb = expf(lb[i] - lnew);
+                for (int d = 0; d < hs; d++) oi[d] = oi[d] * wo + bi[d] * wb;
+                l[t0 + i] = lnew;
+            }
+        }
+    }
+}
+
+void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const float *qkv, const float *kv,
+                            const float *out, const float *lse, const int *qpos, const int *kpos, int B, int Tq, int Tk,
+                            int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    int nthreads = omp_get_max_threads();
+    float *scratch = scratch_for(Tk, nthreads); /* per thread: P and dP (QB x Tk each) */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float *P = scratch + (size_t)omp_get_thread_num() * 2 * QB * Tk, *dP = P + (size_t)QB * Tk;
+        size_t qb = (size_t)b * Tq * C3 + h * hs, kb = (size_t)b * Tk * C3 + C + h * hs;
+        const float *q = qkv + qb, *k = kv + kb, *v = k + C;
+        float *dq = dqkv + qb, *dk = dkv + kb, *dv = dk + C;
+        const float *o = out + (size_t)b * Tq * C + h * hs, *dO = dout + (size_t)b * Tq * C + h * hs;
+        const float *l = lse + (size_t)bh * Tq;
+        for (int t0 = 0; t0 < Tq; t0 += QB) {
+            int nq = Tq - t0 < QB ? Tq - t0 : QB, nk = 0;
+            for (int i = 0; i < nq; i++) {
+                int n = visible(kpos, Tk, qpos[t0 + i]);
+                nk = n > nk ? n : nk;
+            }
+            if (nk == 0) continue;
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, P, nk);
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v, C3, 0.0f, dP, nk);
+            for (int i = 0; i < nq; i++) {
+                int t = t0 + i, len = visible(kpos, Tk, qpos[t]);
+                float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
+                const float *oi = o + (size_t)t * C, *doi = dO + (size_t)t * C;
+                float D = 0.0f; /* rowsum(dO * O) over the whole row: O is the merged output */
+                for (int d = 0; d < hs; d++) D += oi[d] * doi[d];
+                float li = l[t];
+                for (int j = 0; j < len; j++) {
+                    float pj = dt_expf(p[j] * scale - li);
+                    p[j] = pj;
+                    dp[j] = pj * (dp[j] - D) * scale;
+                }
+                for (int j = len; j < nk; j++) p[j] = dp[j] = 0.0f;
+            }
+            cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
+            cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, q + (size_t)t0 * C3, C3, 1.0f, dk, C3);
+            cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dv, C3);
+        }
+    }
+}
