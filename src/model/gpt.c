@@ -573,7 +573,8 @@ static dt_status block_forward(gpt_model *m, const gpt_slot *a, int j) {
     o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, j, T_LN1W), P(m, j, T_LN1B), Nl, C);
     DT_TRY(seq_gather(m, b.ln1, N, &in));
     o->linear_fwd(b.qkv, in, P(m, j, T_QKVW), P(m, j, T_QKVB), N, C, 3 * Cl);
-    o->attention_fwd(b.atty, b.lse, b.qkv, B, T, Cl, NHl);
+    if (m->cp_comm.attention_fwd) DT_TRY(m->cp_comm.attention_fwd(m->cp_comm.ctx, b.atty, b.lse, b.qkv, B, T, Cl, NHl));
+    else o->attention_fwd(b.atty, b.lse, b.qkv, B, T, Cl, NHl);
     o->linear_fwd(proj, b.atty, P(m, j, T_APW), bias_here ? P(m, j, T_APB) : NULL, N, Cl, C);
     DT_TRY(tp_complete(m, proj, m->acts->rows, N, &p));
     o->add(b.res2, b.x, p, (size_t)Nl * C);
@@ -604,7 +605,9 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const uint16_t *t
     const dt_ops *o = m->ops;
     gpt_slot *a = slot_at(m, slot);
     int C = m->shape.n_embd, N = B * T, Nl = local_rows(m, N);
-    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T || pos0 < 0 || pos0 + T > m->shape.seq_len)
+    const int *cpos = m->cp_comm.positions;
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T || pos0 < 0 ||
+        (cpos ? pos0 != 0 || cpos[T - 1] >= m->shape.seq_len : pos0 + T > m->shape.seq_len))
         return dt_fail(DT_EINPUT, "model: a %d x %d micro-batch at position %d does not fit %d x %d (positions %d)", B,
                        T, pos0, m->max_B, m->max_T, m->shape.seq_len);
     if (m->sp && N % m->tp != 0)
@@ -620,7 +623,17 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const uint16_t *t
         int Vl = m->shape.padded_vocab / m->tp;
         float *emb = m->sp ? m->acts->proj : a->encoded, *done;
         const float *wpe = m->tp_rank == 0 ? S(m, tp(m, 1), (size_t)pos0 * C) : NULL;
-        o->embed_fwd(emb, a->tok, tp(m, 0), wpe, B, T, C, m->tp_rank * Vl, Vl);
+        if (!cpos) {
+            o->embed_fwd(emb, a->tok, tp(m, 0), wpe, B, T, C, m->tp_rank * Vl, Vl);
+        } else { /* context parallelism: each run of consecutive positions of each sequence */
+            for (int b = 0; b < B; b++)
+                for (int t0 = 0, t1; t0 < T; t0 = t1) {
+                    for (t1 = t0 + 1; t1 < T && cpos[t1] == cpos[t1 - 1] + 1; t1++) {}
+                    size_t r = (size_t)b * T + t0;
+                    o->embed_fwd(S(m, emb, r * C), a->tok + r, tp(m, 0), wpe ? S(m, wpe, (size_t)cpos[t0] * C) : NULL, 1,
+                                 t1 - t0, C, m->tp_rank * Vl, Vl);
+                }
+        }
         DT_TRY(tp_complete(m, emb, a->encoded, N, &done));
     }
     for (int j = m->chunk_block0[chunk]; j < m->chunk_block0[chunk + 1]; j++) {
@@ -834,7 +847,9 @@ static dt_status block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     DT_TRY(seq_gather(m, s->dres, N, &dout));
     if (split) o->copy(k.ap, dout, NC);
     o->linear_bwd(a->dsmall, WG(T_APW), WG(T_APB), dout, b.atty, P(m, j, T_APW), N, Cl, C, 0);
-    o->attention_bwd(k.qkv, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl);
+    if (m->cp_comm.attention_bwd)
+        DT_TRY(m->cp_comm.attention_bwd(m->cp_comm.ctx, k.qkv, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl));
+    else o->attention_bwd(k.qkv, a->dsmall, b.qkv, b.atty, b.lse, B, T, Cl, NHl);
     if (!split) DT_TRY(seq_gather(m, b.ln1, N, &in));
     o->linear_bwd(a->dsmall, WG(T_QKVW), WG(T_QKVB), k.qkv, in, P(m, j, T_QKVW), N, C, 3 * Cl, 0);
 #undef WG
@@ -884,7 +899,20 @@ static dt_status embed_backward(gpt_model *m, gpt_slot *s) {
     int Vl = m->shape.padded_vocab / m->tp;     /* dwpe on every rank: dres is replicated (or gathered) */
     float *dall;
     DT_TRY(seq_gather(m, s->dres, N, &dall));
-    m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C, m->tp_rank * Vl, Vl);
+    const int *cpos = m->cp_comm.positions;
+    if (!cpos) {
+        m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C, m->tp_rank * Vl,
+                          Vl);
+        HOOK(after_backward, 0);
+        return DT_OK;
+    }
+    for (int b = 0; b < s->B; b++) /* context parallelism: as in the forward, run by run */
+        for (int t0 = 0, t1; t0 < s->T; t0 = t1) {
+            for (t1 = t0 + 1; t1 < s->T && cpos[t1] == cpos[t1 - 1] + 1; t1++) {}
+            size_t r = (size_t)b * s->T + t0;
+            m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)cpos[t0] * C), S(m, dall, r * C), s->tok + r, 1, t1 - t0, C,
+                              m->tp_rank * Vl, Vl);
+        }
     HOOK(after_backward, 0);
     return DT_OK;
 }

@@ -92,6 +92,19 @@ typedef struct {
     void *ctx;
 } gpt_tp_comm;
 
+/* Context parallelism inside the model: the micro-batch's T columns are this rank's
+ * positions of a longer sequence (positions[t], ascending; e.g. two chunks), and
+ * attention over the whole sequence is the strategy's (ring attention: the same
+ * contract as ops.h's attention_fwd/bwd for the local rows, with the other ranks' keys
+ * and values). attention_fwd NULL: one rank, local attention, positions pos0 + t. */
+typedef struct {
+    dt_status (*attention_fwd)(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    dt_status (*attention_bwd)(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *lse, int B, int T, int C, int NH);
+    const int *positions; /* T entries */
+    void *ctx;
+} gpt_cp_comm;
+
 /* How this rank's model is cut (the parallel layout, as the model sees it: shapes only;
  * zero fields mean "not cut").
  *   tp, tp_rank  tensor parallelism: heads, MLP columns and vocabulary rows split;
@@ -145,6 +158,7 @@ typedef struct {
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
     int sp;             /* sequence parallelism: LayerNorm/residual rows split over tp (gpt_layout) */
     gpt_tp_comm tp_comm;
+    gpt_cp_comm cp_comm;
 } gpt_model;
 
 /* Checks the shape (n_embd % n_head, sizes > 0) and fills padded_vocab. */

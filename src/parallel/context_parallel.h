@@ -7,7 +7,10 @@
 #define DT_CONTEXT_PARALLEL_H
 #include <stdint.h>
 
+#include "../comm/comm.h"
+#include "../core/config.h"
 #include "../core/status.h"
+#include "../model/gpt.h"
 
 /* Whether T positions split into 2·cp equal chunks; DT_EINPUT with one line if not (a
  * sequence the chunking would have to pad is refused, not padded). */
@@ -16,5 +19,20 @@ dt_status dt_cp_check(int T, int cp);
 void dt_cp_positions(int T, int cp, int rank, int *pos);
 /* Causal attention work of the rank's queries: the (query, key) pairs they score. */
 int64_t dt_cp_attention_pairs(int T, int cp, int rank);
+/* Layouts context parallelism does not run (yet) fail here, before any work, one line. */
+dt_status dt_cp_check_config(const dt_config *c);
+
+/* Ring attention on model (its rank in the cp group cp; micro-batches of at most max_B
+ * sequences of T positions, T/cp of them here): the model's columns become this rank's
+ * positions (dt_cp_positions) and its attention the ring's. Forward: the keys and values
+ * of each rank's rows travel once around the ring (non-blocking, the next block in flight
+ * while the current one computes), merged by the online-softmax rule; backward: each
+ * block's dk, dv travel with it and arrive back at their owner after the last step.
+ * Allocates the ring's buffers once (dt_cp_detach frees them). Identity when cp has one
+ * rank. */
+dt_status dt_cp_attach(gpt_model *m, dt_comm *cp, int max_B, int T);
+void dt_cp_detach(gpt_model *m);
+/* Bytes of the ring's buffers for one rank (the estimate's workspace). */
+size_t dt_cp_ring_bytes(int B, int T, int cp, int C, int tp);
 
 #endif

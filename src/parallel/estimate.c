@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../model/gpt.h"
+#include "context_parallel.h"
 #include "pipeline.h"
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
@@ -66,8 +67,10 @@ static double stage_psi(const dt_config *c, const gpt_shape *s, int stage, int d
 }
 
 /* Activation bytes of one rank of the stage, and by region. */
+static int cp_of(const dt_config *c) { return c->parallel.cp > 1 ? c->parallel.cp : 1; }
+
 static double act_bytes_regions(const dt_config *c, const gpt_shape *s, int stage, int dp, size_t *regions) {
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp_of(c); /* this rank's positions */
     gpt_layout lay = layout_of(c, stage, dp);
     return (double)gpt_activation_bytes_layout(s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4,
                                                &lay, regions);
@@ -75,13 +78,16 @@ static double act_bytes_regions(const dt_config *c, const gpt_shape *s, int stag
 
 static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int dp) {
     double psi = stage_psi(c, s, stage, dp);
-    dt_state_bytes b = dt_estimate_fp32(psi, dp, c->parallel.zero);
-    double state = !strcmp(c->parallel.dp_mode, "ps") && dp > 1 ? 16 * psi : b.params + b.grads + b.optim;
-    if (!strcmp(c->precision, "bf16")) state = mixed(psi, dp, c->parallel.zero);
+    int shards = dp * cp_of(c); /* ZeRO shards over the data- and context-parallel ranks together */
+    dt_state_bytes b = dt_estimate_fp32(psi, shards, c->parallel.zero);
+    double state = !strcmp(c->parallel.dp_mode, "ps") && shards > 1 ? 16 * psi : b.params + b.grads + b.optim;
+    if (!strcmp(c->precision, "bf16")) state = mixed(psi, shards, c->parallel.zero);
     /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer),
      * under a pipeline the stage's parameters whole (gathered once per step) */
     double work = c->parallel.bucket_mb * 1048576.0;
     if (c->parallel.zero >= 3) work = c->parallel.pp > 1 ? 4 * psi : 4 * 4 * psi / s->n_layer;
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
+    work += (double)dt_cp_ring_bytes(c->train.micro_batch, T, cp_of(c), s->n_embd, tp); /* the ring's blocks */
     return state + act_bytes_regions(c, s, stage, dp, NULL) + work;
 }
 
@@ -131,6 +137,7 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     if (c->parallel.sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
     int pp = c->parallel.pp > 1 ? c->parallel.pp : 1;
     if (pp > 1) DT_TRY(dt_pp_check_layout(c, micro_batches(c, n)));
+    if (cp_of(c) > 1) DT_TRY(dt_cp_check(c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, cp_of(c)));
     double psi = stage_psi(c, &s, 0, n);
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)

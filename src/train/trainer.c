@@ -19,6 +19,7 @@
 #include "../model/gpt.h"
 #include "../optim/optimizer.h"
 #include "../parallel/data_parallel.h"
+#include "../parallel/context_parallel.h"
 #include "../parallel/estimate.h"
 #include "../parallel/mesh.h"
 #include "../parallel/pipeline.h"
@@ -43,6 +44,7 @@ typedef struct {
     dt_loader loader;
     uint16_t *inp, *tgt;
     int micro, accum, global_batch, T;
+    int Tl;                     /* positions of each sequence this rank computes: T / parallel.cp */
     dt_train_state st;
     char resume_dir[1024];
     char val_path[DT_PATH_MAX]; /* data.val resolved ("" : no validation) */
@@ -184,8 +186,8 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
     long long model_par = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
     if (world % model_par != 0)
         return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %lld", world, model_par);
-    if (c->parallel.cp > 1)
-        return dt_fail(DT_EINPUT, "parallel: cp > 1 is not implemented yet (cp=%d)", c->parallel.cp);
+    DT_TRY(dt_cp_check_config(c));
+    t->Tl = t->T / c->parallel.cp;
     DT_TRY(dt_tp_check(c));
     t->dp = world / (int)model_par;
     int per_step = t->micro * t->dp;
@@ -242,6 +244,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
         dt_algo a;
         DT_TRY(dt_algo_parse((const char *)c + algo_keys[i].off, &a));
         DT_TRY(dt_comm_set_algo(t->mesh.dp_comm, (dt_coll)algo_keys[i].coll, a));
+        DT_TRY(dt_comm_set_algo(t->mesh.dp_cp_comm, (dt_coll)algo_keys[i].coll, a));
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp};
@@ -253,9 +256,10 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     }
     /* activations are rank-local; the data-parallel setup below is collective */
     DT_TRY(dt_comm_agree(t->world,
-                         gpt_create_layout(&t->model, &shape, t->ops, t->micro, t->T, 0, &layout),
+                         gpt_create_layout(&t->model, &shape, t->ops, t->micro, t->Tl, 0, &layout),
                          NULL));
     dt_tp_attach(&t->model, t->mesh.tp_comm);
+    DT_TRY(dt_comm_agree(t->world, dt_cp_attach(&t->model, t->mesh.cp_comm, t->micro, t->T), NULL));
     t->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     dt_dp_opts o = {!strcmp(c->parallel.dp_mode, "ps"), c->parallel.zero,
@@ -264,10 +268,11 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                     {t->mesh.tp > 1 ? t->mesh.tp_comm : NULL, t->mesh.pp > 1 ? t->mesh.pp_comm : NULL,
                      t->mesh.pp > 1 && t->mesh.in_emb ? t->mesh.emb_comm : NULL},
                     t->mesh.pp > 1};
-    DT_TRY(dt_dp_create(&t->dpe, t->mesh.dp_comm, &t->model, &t->hp, &o));
+    /* gradients are reduced over data-parallel and context-parallel ranks together */
+    DT_TRY(dt_dp_create(&t->dpe, t->mesh.cp > 1 ? t->mesh.dp_cp_comm : t->mesh.dp_comm, &t->model, &t->hp, &o));
     if (t->mesh.pp > 1)
         DT_TRY(dt_pipeline_create(&t->pipe, &t->model, t->mesh.pp_comm, t->sched, c->parallel.virtual_stages, t->accum,
-                                  t->micro, t->T));
+                                  t->micro, t->Tl));
     if (c->checkpoint.resume[0]) { /* the trainer state was read in setup_local */
         DT_TRY(dt_dp_load(t->dpe, t->resume_dir, t->st.step));
         DT_TRY(dt_loader_seek(&t->loader, t->st.data_epoch, (size_t)t->st.data_pos));
@@ -288,6 +293,7 @@ static void teardown(trainer *t) {
     free(t->tgt);
     dt_pipeline_destroy(t->pipe);
     dt_dp_destroy(t->dpe);
+    dt_cp_detach(&t->model);
     gpt_destroy(&t->model);
     dt_mesh_destroy(&t->mesh);
     dt_loader_free(&t->loader);
@@ -295,18 +301,34 @@ static void teardown(trainer *t) {
     dt_tokenfile_free(&t->val_tokens);
 }
 
+/* Context parallelism: of the micro-batch's whole sequences in t->inp/t->tgt (micro x T),
+ * keep this rank's positions (micro x Tl, in place: every kept entry moves left). */
+static void cp_select(trainer *t) {
+    const int *pos = t->model.cp_comm.positions;
+    if (!pos) return;
+    for (int b = 0; b < t->micro; b++)
+        for (int i = 0; i < t->Tl; i++) {
+            t->inp[(size_t)b * t->Tl + i] = t->inp[(size_t)b * t->T + pos[i]];
+            t->tgt[(size_t)b * t->Tl + i] = t->tgt[(size_t)b * t->T + pos[i]];
+        }
+}
+
 /* The pipeline runner's view of the data: validation fills t->inp/t->tgt itself (one
  * micro-batch per call); training takes micro-step mb of this data-parallel rank. */
 static void fill_current(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
     trainer *t = ctx;
     (void)mb;
-    size_t n = (size_t)t->micro * t->T * sizeof(uint16_t);
+    size_t n = (size_t)t->micro * t->Tl * sizeof(uint16_t);
     memcpy(tokens, t->inp, n);
     memcpy(targets, t->tgt, n);
 }
 static void fill_step(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
     trainer *t = ctx;
-    dt_loader_fill(&t->loader, (mb * t->dp + t->dp_rank) * t->micro, t->micro, tokens, targets);
+    dt_loader_fill(&t->loader, (mb * t->dp + t->dp_rank) * t->micro, t->micro, t->inp, t->tgt);
+    cp_select(t);
+    size_t n = (size_t)t->micro * t->Tl * sizeof(uint16_t);
+    memcpy(tokens, t->inp, n);
+    memcpy(targets, t->tgt, n);
 }
 static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((trainer *)ctx)->dpe, last); }
 
@@ -322,19 +344,20 @@ static dt_status validate(trainer *t, double *out) {
         size_t w = (size_t)(b < nb ? b : 0) * (size_t)t->micro;
         for (int k = 0; k < t->micro; k++, w++)
             dt_loader_window(&t->val_tokens, t->T, w % nwin, t->inp + (size_t)k * t->T, t->tgt + (size_t)k * t->T);
+        cp_select(t);
         double l;
         if (t->pipe) {
             dt_pp_io io = {fill_current, NULL, t};
             DT_TRY(dt_pipeline_eval(t->pipe, &io, 1, &l));
         } else {
-            DT_TRY(gpt_eval_loss(&t->model, t->inp, t->tgt, t->micro, t->T, &l));
+            DT_TRY(gpt_eval_loss(&t->model, t->inp, t->tgt, t->micro, t->Tl, &l));
         }
         if (b < nb) {
             acc[0] += l;
-            acc[1] += (double)t->micro * t->T;
+            acc[1] += (double)t->micro * t->Tl;
         }
     }
-    DT_TRY(dt_allreduce(t->mesh.dp_comm, acc, 2, DT_F64, DT_SUM));
+    DT_TRY(dt_allreduce(t->mesh.cp > 1 ? t->mesh.dp_cp_comm : t->mesh.dp_comm, acc, 2, DT_F64, DT_SUM));
     *out = acc[0] / acc[1];
     return DT_OK;
 }
@@ -353,16 +376,18 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
     }
     for (int k = 0; !t->pipe && k < t->accum; k++) {
         dt_loader_fill(&t->loader, (k * t->dp + t->dp_rank) * t->micro, t->micro, t->inp, t->tgt);
+        cp_select(t);
         dt_dp_begin_micro(t->dpe, k == t->accum - 1);
         double l;
-        DT_TRY(gpt_forward_backward(&t->model, t->inp, t->tgt, t->micro, t->T, grad_scale, &l));
+        DT_TRY(gpt_forward_backward(&t->model, t->inp, t->tgt, t->micro, t->Tl, grad_scale, &l));
         sum += l;
         DT_TRY(dt_dp_end_micro(t->dpe));
     }
     *lr = dt_lr_at(&t->hp, t->st.step);
     DT_TRY(dt_dp_end_step(t->dpe, *lr, grad_norm));
     DT_TRY(t->ops->sync()); /* a device failure during the step surfaces here */
-    if (t->dp > 1) DT_TRY(dt_allreduce(t->mesh.dp_comm, &sum, 1, DT_F64, DT_SUM));
+    if (t->dp * t->mesh.cp > 1) /* context-parallel ranks hold the other positions */
+        DT_TRY(dt_allreduce(t->mesh.cp > 1 ? t->mesh.dp_cp_comm : t->mesh.dp_comm, &sum, 1, DT_F64, DT_SUM));
     t->st.step++;
     t->st.data_epoch = t->loader.epoch;
     t->st.data_pos = t->loader.pos;
@@ -446,6 +471,17 @@ static void print_header(trainer *t) {
     if (t->mesh.tp > 1)
         printf("dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n",
                t->mesh.tp, t->model.sp ? ", sequence parallel: LayerNorm and residual rows split" : "", t->dp);
+    if (t->mesh.cp > 1) { /* the causal work of each rank's two chunks */
+        int64_t lo = INT64_MAX, hi = 0;
+        for (int r = 0; r < t->mesh.cp; r++) {
+            int64_t w = dt_cp_attention_pairs(t->T, t->mesh.cp, r);
+            lo = w < lo ? w : lo;
+            hi = w > hi ? w : hi;
+        }
+        printf("dtrain: context parallel %d (ring attention; each rank holds 2 of %d sequence chunks, %d positions; "
+               "attention pairs per rank %lld, imbalance %.1f%%)\n", t->mesh.cp, 2 * t->mesh.cp, t->Tl, (long long)hi,
+               100.0 * (double)(hi - lo) / (double)hi);
+    }
     if (t->mesh.pp > 1) {
         int v = c->parallel.virtual_stages;
         printf("dtrain: pipeline parallel %d (%s, %d micro-batches per step), blocks per stage:", t->mesh.pp,
