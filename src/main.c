@@ -16,6 +16,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "parallel/estimate.h"
+#include "parallel/mesh.h"
 #include "report/report.h"
 #include "train/sample.h"
 #include "train/trainer.h"
@@ -67,8 +68,10 @@ static const char *PREPARE_USAGE =
     "  --val-fraction F        last fraction of tokens held out for validation (default 0.1)\n";
 
 static const char *CONFIG_USAGE =
-    "usage: dtrain config [--config FILE] [--set K=V]... [--doc]\n"
-    "  prints the effective config as JSON; --doc prints every key as a markdown table\n";
+    "usage: dtrain config [--config FILE] [--set K=V]... [--doc] [-n WORLD]\n"
+    "  prints the effective config as JSON; --doc prints every key as a markdown table;\n"
+    "  -n WORLD also prints the resolved layout on WORLD ranks: each rank's coordinates\n"
+    "  (dp, pp, cp, tp) and the ranks of each of its process groups\n";
 
 static int wants_help(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
@@ -191,11 +194,22 @@ static dt_status cmd_config(int argc, char **argv) {
         return DT_OK;
     }
     int doc = 0, n = 0;
+    long world = 0;
     char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
     if (!rest) return dt_fail(DT_ERUNTIME, "out of memory");
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--doc")) doc = 1;
-        else rest[n++] = argv[i];
+        if (!strcmp(argv[i], "--doc")) {
+            doc = 1;
+        } else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
+            char *end;
+            world = strtol(argv[++i], &end, 10);
+            if (*end || world < 1 || world > 65536) {
+                free(rest);
+                return dt_fail(DT_EINPUT, "config: -n %s is not a world size (1 .. 65536)", argv[i]);
+            }
+        } else {
+            rest[n++] = argv[i];
+        }
     }
     dt_config c;
     dt_status s = parse_config_args(&c, n, rest);
@@ -210,6 +224,12 @@ static dt_status cmd_config(int argc, char **argv) {
     if (!js) return dt_fail(DT_ERUNTIME, "out of memory");
     printf("%s\n", js);
     free(js);
+    if (world > 0) {
+        long mp = (long)c.parallel.tp * c.parallel.pp * c.parallel.cp;
+        if (world % mp != 0)
+            return dt_fail(DT_EINPUT, "parallel: world size %ld is not divisible by tp x pp x cp = %ld", world, mp);
+        dt_mesh_print(stdout, (int)(world / mp), c.parallel.pp, c.parallel.cp, c.parallel.tp);
+    }
     return DT_OK;
 }
 

@@ -19,6 +19,15 @@ import json, sys
 c = json.load(open(sys.argv[1]))
 assert c["model"]["n_layer"] == 3 and c["model"]["n_embd"] == 32 and c["train"]["steps"] == 7, c
 PY
+# the resolved layout: each rank's coordinates and groups (world 8 = dp 2 x cp 2 x tp 2)
+"$DTRAIN" config --config "$SRC/tests/data/tiny.json" --set parallel.tp=2 --set parallel.cp=2 -n 8 >"$TMP/lay.txt" ||
+  fail "config -n 8"
+grep -q "^layout: world 8 = dp 2 x pp 1 x cp 2 x tp 2" "$TMP/lay.txt" &&
+  grep -Eq "^5 +1 +0 +0 +1 +\{4,5\} +\{5,7\} +\{5\} +\{1,5\} +\{1,3,5,7\}" "$TMP/lay.txt" &&
+  pass "config -n prints the layout's groups" || fail "layout print: $(tail -3 "$TMP/lay.txt")"
+"$DTRAIN" config --config "$SRC/tests/data/tiny.json" --set parallel.tp=4 -n 6 >/dev/null 2>"$TMP/lay.err"
+[ $? -eq 2 ] && grep -q "not divisible by tp x pp x cp" "$TMP/lay.err" && pass "config -n: a world the layout does not divide" ||
+  fail "config -n 6: $(cat "$TMP/lay.err")"
 # metrics JSONL: every step line, val lines, a summary with per-rank memory
 "$DTRAIN" train "${TINY[@]}" --steps 6 --set train.val_every=3 --metrics "$TMP/m.jsonl" --digest >"$TMP/out" 2>&1 \
   || fail "train"

@@ -97,3 +97,46 @@ void dt_mesh_destroy(dt_mesh *m) {
         if (all[i]) dt_comm_free(all[i]);
     memset(m, 0, sizeof *m);
 }
+
+/* "{a,b,...}": the members of rank's group g, or "-" outside any. */
+static void print_group(FILE *out, dt_mesh_group g, int rank, int dp, int pp, int cp, int tp) {
+    int color, index, world = dp * pp * cp * tp, first = 1;
+    char buf[64];
+    size_t used = 0;
+    if (dt_mesh_group_of(g, rank, dp, pp, cp, tp, &color, &index) == 0) {
+        fprintf(out, " %-14s", "-");
+        return;
+    }
+    buf[used++] = '{';
+    for (int r = 0; r < world; r++) {
+        int c2, i2;
+        if (dt_mesh_group_of(g, r, dp, pp, cp, tp, &c2, &i2) == 0 || c2 != color) continue;
+        int w = snprintf(buf + used, sizeof buf - used, "%s%d", first ? "" : ",", r);
+        if (w < 0 || (size_t)w >= sizeof buf - used - 2) { /* long groups: the first members */
+            used = sizeof buf - 5;
+            memcpy(buf + used, "...", 3);
+            used += 3;
+            break;
+        }
+        used += (size_t)w;
+        first = 0;
+    }
+    buf[used++] = '}';
+    buf[used] = 0;
+    fprintf(out, " %-14s", buf);
+}
+
+void dt_mesh_print(FILE *out, int dp, int pp, int cp, int tp) {
+    fprintf(out, "layout: world %d = dp %d x pp %d x cp %d x tp %d; rank = ((dp_rank*pp + pp_rank)*cp + cp_rank)*tp + "
+            "tp_rank\n", dp * pp * cp * tp, dp, pp, cp, tp);
+    fprintf(out, "%-5s %-11s %-14s %-14s %-14s %-14s %-14s %s\n", "rank", "dp pp cp tp", "tp group", "cp group",
+            "pp group", "dp group", "dp x cp group", "embedding");
+    static const dt_mesh_group order[] = {DT_MESH_TP, DT_MESH_CP, DT_MESH_PP, DT_MESH_DP, DT_MESH_DP_CP, DT_MESH_EMB};
+    for (int r = 0; r < dp * pp * cp * tp; r++) {
+        int d, p, c, t;
+        dt_mesh_coords(r, pp, cp, tp, &d, &p, &c, &t);
+        fprintf(out, "%-5d %-2d %-2d %-2d %-2d", r, d, p, c, t);
+        for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) print_group(out, order[k], r, dp, pp, cp, tp);
+        fprintf(out, "\n");
+    }
+}

@@ -12,6 +12,8 @@
  *     between are in no emb group. */
 #ifndef DT_MESH_H
 #define DT_MESH_H
+#include <stdio.h>
+
 #include "../comm/comm.h"
 #include "../core/status.h"
 
@@ -51,6 +53,10 @@ int dt_mesh_rank_of(int dp_r, int pp_r, int cp_r, int tp_r, int pp, int cp, int 
  * of its first member (DT_COMM_NO_GROUP when rank is in none: emb on a middle stage),
  * *index the rank's index in it (-1 if none). Returns the group's size (0 if none). */
 int dt_mesh_group_of(dt_mesh_group g, int rank, int dp, int pp, int cp, int tp, int *color, int *index);
+/* The resolved layout of a world of dp·pp·cp·tp ranks as text: the sizes, then per rank
+ * its coordinates and the members of each of its groups (what `dtrain config -n N`
+ * prints). */
+void dt_mesh_print(FILE *out, int dp, int pp, int cp, int tp);
 /* World ranks of the previous and next stage of rank's pipeline (same dp, cp, tp), -1 at
  * the ends. (In pp_comm they are pp_rank - 1 and pp_rank + 1.) */
 void dt_mesh_pp_neighbours(int rank, int pp, int cp, int tp, int *prev, int *next);
