@@ -17,6 +17,7 @@
 #include "model/gpt.h"
 #include "parallel/estimate.h"
 #include "parallel/mesh.h"
+#include "parallel/plan.h"
 #include "report/report.h"
 #include "train/sample.h"
 #include "train/trainer.h"
@@ -32,6 +33,7 @@ static const char *USAGE =
     "  prepare   turn text files into token files\n"
     "  config    print the effective config as JSON, or every key (--doc)\n"
     "  estimate  per-rank memory for each ZeRO stage (`-n N` ranks)\n"
+    "  plan      every dp x pp x cp x tp layout of `-n N` ranks that fits, ranked by predicted step time\n"
     "  bench     `bench comm`: collective bandwidth per algorithm and message size\n"
     "  report    one HTML page plotting metrics files (`report A.jsonl [B.jsonl ...] --out F.html`)\n"
     "\n"
@@ -261,6 +263,83 @@ static dt_status cmd_estimate(int argc, char **argv) {
     return dt_estimate_print(&c, (int)n, json, stdout);
 }
 
+static const char *PLAN_USAGE =
+    "usage: dtrain plan [--config FILE] [--set K=V]... -n WORLD [--ranks-per-node R] [--memory GB]\n"
+    "                   [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS] [--top K] [--json]\n"
+    "  every dp x pp x cp x tp layout (and ZeRO stage) of WORLD ranks that fits in memory, ranked by\n"
+    "  predicted step time (docs/parallelism.md, the planner): compute at F FLOP/s per rank (default:\n"
+    "  measured here on the config's model), communication by the alpha-beta model of each group's\n"
+    "  link (inside a node of R ranks: --intra, default 5e-6:10; across: --inter, default 2e-5:1.25;\n"
+    "  seconds per message : GB/s), memory by the estimator (default limit: this machine's available\n"
+    "  memory over R)\n";
+
+static dt_status parse_link(const char *opt, const char *v, dt_link *l) {
+    char *end;
+    double a = strtod(v, &end), b = *end == ':' ? strtod(end + 1, &end) : -1;
+    if (*end || !(a >= 0) || !(b > 0)) return dt_fail(DT_EINPUT, "plan: %s %s is not ALPHA:GBPS", opt, v);
+    l->alpha = a;
+    l->beta = b * 1e9;
+    return DT_OK;
+}
+
+static dt_status cmd_plan(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(PLAN_USAGE, stdout);
+        return DT_OK;
+    }
+    long long world = 0, rpn = 0, top = 10;
+    double mem_gb = 0, flops = 0;
+    int json = 0, k = 0;
+    dt_machine mc = {.intra = {5e-6, 10e9}, .inter = {2e-5, 1.25e9}};
+    char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
+    if (!rest) return dt_fail(DT_ERUNTIME, "out of memory");
+    dt_status s = DT_OK;
+    for (int i = 0; i < argc && s == DT_OK; i++) {
+        const char *a = argv[i];
+        int val = !strcmp(a, "-n") || !strcmp(a, "--ranks-per-node") || !strcmp(a, "--memory") ||
+                  !strcmp(a, "--flops") || !strcmp(a, "--intra") || !strcmp(a, "--inter") || !strcmp(a, "--top");
+        if (!strcmp(a, "--json")) json = 1;
+        else if (!val) rest[k++] = argv[i];
+        else if ((s = need_value(i, argc, argv)) == DT_OK) {
+            const char *v = argv[++i];
+            char *end;
+            if (!strcmp(a, "-n")) s = parse_long("-n", v, 1, 1 << 20, &world);
+            else if (!strcmp(a, "--ranks-per-node")) s = parse_long(a, v, 1, 1 << 20, &rpn);
+            else if (!strcmp(a, "--top")) s = parse_long(a, v, 1, 1 << 20, &top);
+            else if (!strcmp(a, "--intra")) s = parse_link(a, v, &mc.intra);
+            else if (!strcmp(a, "--inter")) s = parse_link(a, v, &mc.inter);
+            else {
+                double x = strtod(v, &end);
+                if (*end || !(x > 0)) s = dt_fail(DT_EINPUT, "plan: %s %s is not a positive number", a, v);
+                if (!strcmp(a, "--memory")) mem_gb = x;
+                else flops = x;
+            }
+        }
+    }
+    dt_config c;
+    if (s == DT_OK) s = parse_config_args(&c, k, rest);
+    free(rest);
+    DT_TRY(s);
+    if (world < 1) return dt_fail(DT_EINPUT, "plan: -n WORLD is required");
+    mc.world = (int)world;
+    mc.ranks_per_node = rpn > 0 ? (int)rpn : (int)world;
+    mc.memory = mem_gb > 0 ? mem_gb * 1e9 : dt_memory_available() / mc.ranks_per_node;
+    dt_cpu_set_threads(c.threads);
+    if (flops <= 0) DT_TRY(dt_plan_calibrate(&c, &flops));
+    mc.flops = flops;
+    dt_plan_entry *e = malloc(sizeof *e * 4096);
+    if (!e) return dt_fail(DT_ERUNTIME, "out of memory");
+    int n = dt_plan_all(&c, &mc, e, 4096);
+    if (!json)
+        printf("plan: %d ranks (%d per node), %.1f GB per rank, %.3g FLOP/s per rank, links intra %.2g s + %.3g GB/s, "
+               "inter %.2g s + %.3g GB/s: %d layouts fit\n", mc.world, mc.ranks_per_node, mc.memory / 1e9, mc.flops,
+               mc.intra.alpha, mc.intra.beta / 1e9, mc.inter.alpha, mc.inter.beta / 1e9, n);
+    dt_plan_print(stdout, e, n < top ? n : (int)top, json);
+    free(e);
+    if (n == 0) return dt_fail(DT_EINPUT, "plan: no layout of %d ranks fits in %.1f GB per rank", mc.world, mc.memory / 1e9);
+    return DT_OK;
+}
+
 static dt_status load_tokenizer(const dt_config *c, dt_tokenizer **tok) {
     if (!strcmp(c->data.tokenizer, "gpt2")) return dt_tokenizer_gpt2(tok, c->data.encoder_json, c->data.vocab_bpe);
     return dt_tokenizer_byte(tok);
@@ -438,6 +517,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "export")) s = cmd_export(argc - 2, argv + 2);
     else if (!strcmp(cmd, "config")) s = cmd_config(argc - 2, argv + 2);
     else if (!strcmp(cmd, "estimate")) s = cmd_estimate(argc - 2, argv + 2);
+    else if (!strcmp(cmd, "plan")) s = cmd_plan(argc - 2, argv + 2);
     else if (!strcmp(cmd, "report")) s = dt_report_cmd(argc - 2, argv + 2);
     else s = dt_fail(DT_EINPUT, "unknown command '%s' (see dtrain --help)", cmd);
     if (s != DT_OK) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());

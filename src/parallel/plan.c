@@ -1,0 +1,166 @@
+#include "plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/timer.h"
+#include "../model/gpt.h"
+#include "estimate.h"
+
+int dt_plan_group_intra(int g, int dp, int pp, int cp, int tp, int ranks_per_node) {
+    int world = dp * pp * cp * tp, span; /* consecutive ranks a group's members spread over */
+    switch (g) {
+    case DT_PLAN_TP: span = tp; break;
+    case DT_PLAN_CP: span = tp * cp; break;
+    case DT_PLAN_PP: span = tp * cp * pp; break;
+    default: span = world; break; /* dp and dp x cp: every coordinate but pp's and tp's */
+    }
+    if (world <= ranks_per_node) return 1;
+    return span <= ranks_per_node && ranks_per_node % span == 0;
+}
+
+static double link_time(const dt_link *l, double messages, double bytes) {
+    return messages * l->alpha + (l->beta > 0 ? bytes / l->beta : 0.0);
+}
+
+dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
+                         dt_plan_entry *out) {
+    memset(out, 0, sizeof *out);
+    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    DT_TRY(gpt_shape_check(&s));
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, micro = c->train.micro_batch;
+    int gb = c->train.global_batch > 0 ? c->train.global_batch : micro * dp;
+    if (dp * pp * cp * tp != mc->world)
+        return dt_fail(DT_EINPUT, "plan: %d x %d x %d x %d is not the world %d", dp, pp, cp, tp, mc->world);
+    if (s.n_head % tp || s.padded_vocab % tp) return dt_fail(DT_EINPUT, "plan: tp %d does not divide the heads", tp);
+    if (s.n_layer < pp) return dt_fail(DT_EINPUT, "plan: pp %d exceeds the %d blocks", pp, s.n_layer);
+    if (T % (2 * cp)) return dt_fail(DT_EINPUT, "plan: cp %d does not split the sequence", cp);
+    if (gb % (micro * dp)) return dt_fail(DT_EINPUT, "plan: dp %d does not divide the global batch", dp);
+    if (zero > 0 && dp * cp == 1) return dt_fail(DT_EINPUT, "plan: ZeRO needs several data-parallel ranks");
+    int m = gb / (micro * dp);
+    dt_config lc = *c; /* the layout as a config: the estimator's memory */
+    strcpy(lc.parallel.dp_mode, "ddp");
+    lc.parallel.tp = tp;
+    lc.parallel.pp = pp;
+    lc.parallel.cp = cp;
+    lc.parallel.zero = zero;
+    lc.parallel.sp = c->parallel.sp && tp > 1;
+    lc.parallel.virtual_stages = 1;
+    lc.parallel.pp_split[0] = 0;
+    strcpy(lc.parallel.schedule, "1f1b");
+    *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m};
+    out->memory = dt_estimate_rank_bytes(&lc, dp);
+
+    /* compute: the step's FLOPs spread evenly; a pipeline waits (p-1) micro-batch slots */
+    double tokens = (double)gb * T;
+    out->compute_s = tokens * gpt_flops_per_token(&s, T) / mc->world / mc->flops;
+    out->bubble = pp > 1 ? (pp - 1.0) / (m + pp - 1.0) : 0.0;
+    double L = (double)s.n_layer / pp, C = s.n_embd, rows = (double)micro * T / cp, f = 4.0; /* fp32 bytes */
+    for (int g = 0; g < DT_PLAN_NGROUPS; g++) out->intra[g] = dt_plan_group_intra(g, dp, pp, cp, tp, mc->ranks_per_node);
+    const dt_link *lk[DT_PLAN_NGROUPS];
+    for (int g = 0; g < DT_PLAN_NGROUPS; g++) lk[g] = out->intra[g] ? &mc->intra : &mc->inter;
+    if (tp > 1) { /* per block and micro-batch: 2 all-reduces forward, 2 backward, of the block's rows */
+        double n = m * L * 4, bytes = n * 2.0 * (tp - 1) / tp * rows * C * f;
+        out->comm_bytes[DT_PLAN_TP] = bytes;
+        out->comm_s[DT_PLAN_TP] = link_time(lk[DT_PLAN_TP], n * 2.0 * (tp - 1), bytes);
+    }
+    if (cp > 1) { /* per block and micro-batch: q, k, v blocks cp-1 times forward; backward again, with dk, dv cp times */
+        double n = m * L * (3.0 * cp - 2), bytes = n * rows * 3 * C / tp * f;
+        out->comm_bytes[DT_PLAN_CP] = bytes;
+        out->comm_s[DT_PLAN_CP] = link_time(lk[DT_PLAN_CP], n, bytes);
+    }
+    if (pp > 1) { /* per micro-batch: the activation forward, its gradient back */
+        double n = 2.0 * m, bytes = n * rows * C / (lc.parallel.sp ? tp : 1) * f;
+        out->comm_bytes[DT_PLAN_PP] = bytes;
+        out->comm_s[DT_PLAN_PP] = link_time(lk[DT_PLAN_PP], n, bytes);
+    }
+    int N = dp * cp;
+    if (N > 1) { /* gradients over dp x cp: one all-reduce's volume (DDP; ZeRO-1 reduce-scatter + all-gather);
+                    ZeRO-2/3 reduce-scatter every micro-batch; ZeRO-3 gathers the parameters too */
+        gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp};
+        /* a rank's parameters: its tp piece of the model, a pp-th of it per stage */
+        double psi = (double)gpt_param_count_layout(&s, &lay) / pp, part = (N - 1.0) / N * psi * f;
+        double vol = 2 * part, msgs = 2.0 * (N - 1) * (s.n_layer / pp + 2);
+        if (zero >= 2) vol = m * part + part;
+        if (zero >= 3) vol += pp > 1 ? part : 2.0 * m * part;
+        if (zero >= 2) msgs *= m;
+        out->comm_bytes[DT_PLAN_DP] = vol;
+        out->comm_s[DT_PLAN_DP] = link_time(lk[DT_PLAN_DP], msgs, vol);
+    }
+    out->step_s = out->compute_s * (m + pp - 1.0) / m;
+    for (int g = 0; g < DT_PLAN_NGROUPS; g++) out->step_s += out->comm_s[g];
+    out->tokens_per_s = tokens / out->step_s;
+    return DT_OK;
+}
+
+static int by_step(const void *a, const void *b) {
+    const dt_plan_entry *x = a, *y = b;
+    if (x->step_s != y->step_s) return x->step_s < y->step_s ? -1 : 1;
+    return x->memory < y->memory ? -1 : x->memory > y->memory;
+}
+
+int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, int cap) {
+    int n = 0, W = mc->world;
+    for (int tp = 1; tp <= W; tp++)
+        for (int pp = 1; W % tp == 0 && pp <= W / tp; pp++)
+            for (int cp = 1; (W / tp) % pp == 0 && cp <= W / tp / pp; cp++) {
+                if ((W / tp / pp) % cp) continue;
+                int dp = W / tp / pp / cp;
+                for (int z = 0; z <= 3 && n < cap; z++) {
+                    dt_plan_entry e;
+                    if (dt_plan_layout(c, mc, dp, pp, cp, tp, z, &e) != DT_OK) continue;
+                    if (mc->memory > 0 && e.memory > mc->memory) continue;
+                    out[n++] = e;
+                }
+            }
+    qsort(out, (size_t)n, sizeof *out, by_step);
+    return n;
+}
+
+void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
+    static const char *gn[DT_PLAN_NGROUPS] = {"tp", "cp", "pp", "dp"};
+    if (!json)
+        fprintf(f, "%-4s %-22s %4s %10s %7s %9s %9s %9s %9s %9s %10s\n", "#", "layout", "m", "memory MB", "bubble",
+                "tp ms", "cp ms", "pp ms", "dp ms", "step ms", "tokens/s");
+    for (int i = 0; i < n; i++) {
+        const dt_plan_entry *x = &e[i];
+        if (json) {
+            fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"m\": %d, \"memory\": %.0f, "
+                    "\"bubble\": %.4f, \"compute_s\": %.6g, \"step_s\": %.6g, \"tokens_per_s\": %.6g",
+                    x->dp, x->pp, x->cp, x->tp, x->zero, x->m, x->memory, x->bubble, x->compute_s, x->step_s,
+                    x->tokens_per_s);
+            for (int g = 0; g < DT_PLAN_NGROUPS; g++)
+                fprintf(f, ", \"%s_bytes\": %.0f, \"%s_s\": %.6g, \"%s_intra\": %s", gn[g], x->comm_bytes[g], gn[g],
+                        x->comm_s[g], gn[g], x->intra[g] ? "true" : "false");
+            fprintf(f, "}\n");
+            continue;
+        }
+        char lay[64];
+        snprintf(lay, sizeof lay, "dp%d pp%d cp%d tp%d z%d", x->dp, x->pp, x->cp, x->tp, x->zero);
+        fprintf(f, "%-4d %-22s %4d %10.1f %7.3f %9.2f %9.2f %9.2f %9.2f %9.2f %10.0f\n", i + 1, lay, x->m,
+                x->memory / 1e6, x->bubble, 1e3 * x->comm_s[DT_PLAN_TP], 1e3 * x->comm_s[DT_PLAN_CP],
+                1e3 * x->comm_s[DT_PLAN_PP], 1e3 * x->comm_s[DT_PLAN_DP], 1e3 * x->step_s, x->tokens_per_s);
+    }
+}
+
+dt_status dt_plan_calibrate(const dt_config *c, double *flops) {
+    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, B = c->train.micro_batch;
+    gpt_model m;
+    DT_TRY(gpt_create(&m, &s, dt_ops_cpu(), B, T));
+    gpt_init(&m, 1);
+    size_t n = (size_t)B * T;
+    uint16_t *tok = malloc(n * sizeof(uint16_t));
+    dt_status st = tok ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (calibration)");
+    for (size_t i = 0; st == DT_OK && i < n; i++) tok[i] = (uint16_t)((i * 7919u) % (unsigned)s.vocab_size);
+    double t0 = 0, loss;
+    for (int k = 0; k < 3 && st == DT_OK; k++) {
+        if (k == 1) t0 = dt_now();
+        st = gpt_forward_backward(&m, tok, tok, B, T, 1.0f / (float)n, &loss);
+    }
+    if (st == DT_OK) *flops = 2.0 * (double)n * gpt_flops_per_token(&m.shape, T) / (dt_now() - t0);
+    free(tok);
+    gpt_destroy(&m);
+    return st;
+}

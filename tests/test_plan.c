@@ -1,0 +1,85 @@
+/* The layout planner's model, checked piece by piece: which groups lie inside a node, the
+ * communication volume of each group against the seed formulas (ring all-reduce
+ * 2(N−1)/N·M over the gradients; tp's four all-reduces per block and micro-batch; a
+ * pipeline's two messages per micro-batch; the ring's 3·cp−2 blocks per block and
+ * micro-batch), the bubble (p−1)/(m+p−1), memory = the estimator's, step time = compute
+ * stretched by the bubble plus communication; layouts that cannot run are refused, and
+ * the full list fits in memory and is sorted by step time. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/config.h"
+#include "model/gpt.h"
+#include "parallel/estimate.h"
+#include "parallel/plan.h"
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)) + 1e-12; }
+
+int main(void) {
+    CHECK(dt_plan_group_intra(DT_PLAN_TP, 2, 1, 1, 8, 8) && !dt_plan_group_intra(DT_PLAN_CP, 1, 1, 2, 8, 8) &&
+              !dt_plan_group_intra(DT_PLAN_DP, 2, 1, 1, 8, 8) && dt_plan_group_intra(DT_PLAN_PP, 2, 2, 1, 2, 4) &&
+              !dt_plan_group_intra(DT_PLAN_TP, 1, 1, 1, 8, 6) && dt_plan_group_intra(DT_PLAN_DP, 2, 1, 1, 2, 4),
+          "groups inside a node: tp innermost, then cp, pp, dp");
+
+    dt_config c;
+    dt_config_defaults(&c);
+    c.model.n_layer = 4;
+    c.model.n_head = 4;
+    c.model.n_embd = 64;
+    c.model.seq_len = 64;
+    c.model.vocab_size = 256;
+    c.train.seq_len = 64;
+    c.train.micro_batch = 2;
+    c.train.global_batch = 16;
+    dt_machine mc = {.world = 8, .ranks_per_node = 4, .memory = 0, .flops = 1e10, .intra = {1e-6, 1e10},
+                     .inter = {1e-5, 1e9}};
+    gpt_shape s = {4, 4, 64, 64, 256, 0};
+    CHECK(gpt_shape_check(&s) == DT_OK, "shape");
+    double psi = (double)gpt_param_count(&s), C = 64, T = 64;
+
+    dt_plan_entry e;
+    CHECK(dt_plan_layout(&c, &mc, 8, 1, 1, 1, 0, &e) == DT_OK, "dp 8");
+    CHECK(e.m == 1 && near(e.comm_bytes[DT_PLAN_DP], 2.0 * 7 / 8 * psi * 4) && e.comm_s[DT_PLAN_TP] == 0 &&
+              !e.intra[DT_PLAN_DP],
+          "dp 8: one ring all-reduce of the gradients, across nodes (%.0f bytes)", e.comm_bytes[DT_PLAN_DP]);
+    dt_config lc = c;
+    lc.parallel.zero = 0;
+    CHECK(near(e.memory, dt_estimate_rank_bytes(&lc, 8)), "memory = the estimator's");
+    double flops = 16 * T * gpt_flops_per_token(&s, 64) / 8 / 1e10;
+    CHECK(near(e.compute_s, flops) && near(e.step_s, e.compute_s + e.comm_s[DT_PLAN_DP]), "step = compute + dp");
+
+    CHECK(dt_plan_layout(&c, &mc, 2, 2, 1, 2, 1, &e) == DT_OK, "dp 2 x pp 2 x tp 2");
+    double rows = 2 * T, m = 4;
+    CHECK(e.m == 4 && near(e.bubble, 1.0 / 5) && e.intra[DT_PLAN_TP] && e.intra[DT_PLAN_PP] && !e.intra[DT_PLAN_DP],
+          "m 4, bubble 1/5, tp and pp inside a node");
+    CHECK(near(e.comm_bytes[DT_PLAN_TP], m * 2 * 4 * 2.0 * 1 / 2 * rows * C * 4), "tp: 4 all-reduces per block");
+    CHECK(near(e.comm_bytes[DT_PLAN_PP], 2 * m * rows * C * 4), "pp: an activation and a gradient per micro-batch");
+    double comm = 0;
+    for (int g = 0; g < DT_PLAN_NGROUPS; g++) comm += e.comm_s[g];
+    CHECK(near(e.step_s, e.compute_s * (m + 1) / m + comm), "step = compute / (1 - bubble) + communication");
+
+    CHECK(dt_plan_layout(&c, &mc, 2, 1, 4, 1, 0, &e) == DT_OK, "dp 2 x cp 4");
+    CHECK(near(e.comm_bytes[DT_PLAN_CP], 4 * 4 * (3.0 * 4 - 2) * (2 * T / 4) * 3 * C * 4),
+          "cp: 3cp-2 blocks per block and micro-batch");
+
+    CHECK(dt_plan_layout(&c, &mc, 1, 1, 1, 8, 0, &e) == DT_EINPUT, "tp 8 does not divide 4 heads");
+    CHECK(dt_plan_layout(&c, &mc, 1, 1, 8, 1, 0, &e) == DT_OK, "cp 8: 64 positions in 16 chunks");
+    c.train.seq_len = 40;
+    CHECK(dt_plan_layout(&c, &mc, 1, 1, 8, 1, 0, &e) == DT_EINPUT, "cp 8 does not split 40 positions");
+    c.train.seq_len = 64;
+    CHECK(dt_plan_layout(&c, &mc, 1, 8, 1, 1, 0, &e) == DT_EINPUT, "pp 8 exceeds 4 blocks");
+
+    dt_plan_entry all[256];
+    mc.memory = 40e6;
+    int n = dt_plan_all(&c, &mc, all, 256), sorted = 1, fits = 1, whole = 1;
+    for (int i = 0; i < n; i++) {
+        if (i && all[i].step_s < all[i - 1].step_s) sorted = 0;
+        if (all[i].memory > mc.memory) fits = 0;
+        if (all[i].dp * all[i].pp * all[i].cp * all[i].tp != 8) whole = 0;
+    }
+    CHECK(n > 10 && sorted && fits && whole, "%d layouts, sorted, all fit, all of the world", n);
+    dt_plan_print(stdout, all, n < 8 ? n : 8, 0);
+    return check_finish();
+}
