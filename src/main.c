@@ -72,7 +72,7 @@ static const char *PREPARE_USAGE =
 static const char *CONFIG_USAGE =
     "usage: dtrain config [--config FILE] [--set K=V]... [--doc] [-n WORLD]\n"
     "  prints the effective config as JSON; --doc prints every key as a markdown table;\n"
-    "  -n WORLD also prints the resolved layout on WORLD ranks: each rank's coordinates\n"
+    "  -n WORLD (up to 4096) also prints the resolved layout on WORLD ranks: each rank's coordinates\n"
     "  (dp, pp, cp, tp) and the ranks of each of its process groups\n";
 
 static int wants_help(int argc, char **argv) {
@@ -196,25 +196,18 @@ static dt_status cmd_config(int argc, char **argv) {
         return DT_OK;
     }
     int doc = 0, n = 0;
-    long world = 0;
+    long long world = 0;
+    dt_status s = DT_OK;
     char **rest = malloc(sizeof(char *) * (size_t)(argc + 1));
     if (!rest) return dt_fail(DT_ERUNTIME, "out of memory");
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--doc")) {
-            doc = 1;
-        } else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
-            char *end;
-            world = strtol(argv[++i], &end, 10);
-            if (*end || world < 1 || world > 65536) {
-                free(rest);
-                return dt_fail(DT_EINPUT, "config: -n %s is not a world size (1 .. 65536)", argv[i]);
-            }
-        } else {
-            rest[n++] = argv[i];
-        }
+    for (int i = 0; i < argc && s == DT_OK; i++) {
+        if (!strcmp(argv[i], "--doc")) doc = 1;
+        else if (!strcmp(argv[i], "-n")) {
+            if ((s = need_value(i, argc, argv)) == DT_OK) s = parse_long("-n", argv[++i], 1, 4096, &world);
+        } else rest[n++] = argv[i];
     }
     dt_config c;
-    dt_status s = parse_config_args(&c, n, rest);
+    if (s == DT_OK) s = parse_config_args(&c, n, rest);
     free(rest);
     DT_TRY(s);
     if (doc) {
@@ -222,16 +215,14 @@ static dt_status cmd_config(int argc, char **argv) {
         return DT_OK;
     }
     DT_TRY(dt_config_validate(&c));
+    long long mp = (long long)c.parallel.tp * c.parallel.pp * c.parallel.cp;
+    if (world > 0 && world % mp != 0)
+        return dt_fail(DT_EINPUT, "parallel: world size %lld is not divisible by tp x pp x cp = %lld", world, mp);
     char *js = dt_config_to_json(&c);
     if (!js) return dt_fail(DT_ERUNTIME, "out of memory");
     printf("%s\n", js);
     free(js);
-    if (world > 0) {
-        long mp = (long)c.parallel.tp * c.parallel.pp * c.parallel.cp;
-        if (world % mp != 0)
-            return dt_fail(DT_EINPUT, "parallel: world size %ld is not divisible by tp x pp x cp = %ld", world, mp);
-        dt_mesh_print(stdout, (int)(world / mp), c.parallel.pp, c.parallel.cp, c.parallel.tp);
-    }
+    if (world > 0) dt_mesh_print(stdout, (int)(world / mp), c.parallel.pp, c.parallel.cp, c.parallel.tp);
     return DT_OK;
 }
 
@@ -320,6 +311,7 @@ static dt_status cmd_plan(int argc, char **argv) {
     if (s == DT_OK) s = parse_config_args(&c, k, rest);
     free(rest);
     DT_TRY(s);
+    DT_TRY(dt_config_validate(&c));
     if (world < 1) return dt_fail(DT_EINPUT, "plan: -n WORLD is required");
     mc.world = (int)world;
     mc.ranks_per_node = rpn > 0 ? (int)rpn : (int)world;
@@ -327,9 +319,10 @@ static dt_status cmd_plan(int argc, char **argv) {
     dt_cpu_set_threads(c.threads);
     if (flops <= 0) DT_TRY(dt_plan_calibrate(&c, &flops));
     mc.flops = flops;
-    dt_plan_entry *e = malloc(sizeof *e * 4096);
+    enum { CAP = 1 << 16 }; /* layouts x ZeRO stages: a few thousand for any world up to 2^20 */
+    dt_plan_entry *e = malloc(sizeof *e * CAP);
     if (!e) return dt_fail(DT_ERUNTIME, "out of memory");
-    int n = dt_plan_all(&c, &mc, e, 4096);
+    int n = dt_plan_all(&c, &mc, e, CAP);
     if (!json)
         printf("plan: %d ranks (%d per node), %.1f GB per rank, %.3g FLOP/s per rank, links intra %.2g s + %.3g GB/s, "
                "inter %.2g s + %.3g GB/s: %d layouts fit\n", mc.world, mc.ranks_per_node, mc.memory / 1e9, mc.flops,

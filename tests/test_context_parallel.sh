@@ -61,6 +61,9 @@ r=$(compare_curves "$TMP/ref.jsonl" "$TMP/ck.jsonl") && pass "cp2 save + single 
 
 refused "a sequence 2·cp does not divide" "must split into 2 x cp = 6" 3 --set parallel.cp=3
 refused "a world cp does not divide" "not divisible by tp x pp x cp" 3 --set parallel.cp=2
+# each rank holds 6 of 12 positions: 6 rows do not split over tp 4 (the whole 12 would)
+refused "sp rows per rank under cp" "1 x 6 tokens do not split into parallel.tp 4" 8 --set parallel.cp=2 \
+  --set parallel.tp=4 --set parallel.sp=true --set model.n_head=4 --set train.micro_batch=1 --set train.seq_len=12
 refused "cp with bitwise mode" "not implemented with context parallelism" 2 --set parallel.cp=2 \
   --set parallel.determinism=bitwise
 refused "cp with the final sample" "not implemented with context parallelism" 2 --set parallel.cp=2 \

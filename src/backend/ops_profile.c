@@ -60,6 +60,14 @@ static void p_att_b(float *dq, const float *d, const float *q, const float *o, c
                     int NH) {
     TIMED(P_ATT_B, inner->attention_bwd(dq, d, q, o, l, B, T, C, NH));
 }
+static void p_att_pf(float *o, float *l, const float *q, const float *kv, const int *qp, const int *kp, int B, int Tq,
+                     int Tk, int C, int NH) {
+    TIMED(P_ATT_F, inner->attention_part_fwd(o, l, q, kv, qp, kp, B, Tq, Tk, C, NH));
+}
+static void p_att_pb(float *dq, float *dkv, const float *d, const float *q, const float *kv, const float *o,
+                     const float *l, const int *qp, const int *kp, int B, int Tq, int Tk, int C, int NH) {
+    TIMED(P_ATT_B, inner->attention_part_bwd(dq, dkv, d, q, kv, o, l, qp, kp, B, Tq, Tk, C, NH));
+}
 static void p_xent(float *lg, float *ls, const uint16_t *t, int N, int V, int Vp, float s) {
     TIMED(P_XENT, inner->softmax_xent(lg, ls, t, N, V, Vp, s));
 }
@@ -96,6 +104,8 @@ const dt_ops *dt_ops_profiled(const dt_ops *ops) {
     PROFILED.add = p_add;
     PROFILED.attention_fwd = p_att_f;
     PROFILED.attention_bwd = p_att_b;
+    PROFILED.attention_part_fwd = inner->attention_part_fwd ? p_att_pf : NULL; /* ring attention's blocks */
+    PROFILED.attention_part_bwd = inner->attention_part_bwd ? p_att_pb : NULL;
     PROFILED.softmax_xent = p_xent;
     PROFILED.sumsq = p_sumsq;
     PROFILED.sum = p_sum;

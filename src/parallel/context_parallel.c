@@ -65,6 +65,7 @@ static dt_status ring_finish(dt_request **rq) {
 
 static dt_status ring_fwd(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
     ring *x = ctx;
+    if (T != x->T) return dt_fail(DT_EINPUT, "ring attention: %d positions, attached for %d", T, x->T);
     size_t n = (size_t)B * T * 3 * C;
     memset(out, 0, (size_t)B * T * C * sizeof(float));
     for (size_t i = 0; i < (size_t)B * NH * T; i++) lse[i] = -INFINITY;
@@ -88,6 +89,7 @@ static dt_status ring_fwd(void *ctx, float *out, float *lse, const float *qkv, i
 static dt_status ring_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                           const float *lse, int B, int T, int C, int NH) {
     ring *x = ctx;
+    if (T != x->T) return dt_fail(DT_EINPUT, "ring attention: %d positions, attached for %d", T, x->T);
     size_t n = (size_t)B * T * 3 * C;
     memset(dqkv, 0, n * sizeof(float));
     memset(x->dkv[0], 0, n * sizeof(float));
@@ -143,8 +145,8 @@ dt_status dt_cp_attach(gpt_model *m, dt_comm *cp, int max_B, int T) {
         if (s == DT_OK) s = dt_alloc((void **)&x->dkv[k], floats * sizeof(float), "ring attention buffers");
     }
     for (int r = 0; s == DT_OK && r < n; r++) dt_cp_positions(T, n, r, x->pos + (size_t)r * x->T);
-    m->cp_comm = (gpt_cp_comm){ring_fwd, ring_bwd, x->pos + (size_t)x->rank * x->T, x};
-    if (s != DT_OK) dt_cp_detach(m);
+    m->cp_comm = (gpt_cp_comm){ring_fwd, ring_bwd, x->pos ? x->pos + (size_t)x->rank * x->T : NULL, x};
+    if (s != DT_OK) dt_cp_detach(m); /* frees x and clears the hook */
     return s;
 }
 

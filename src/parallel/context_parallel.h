@@ -24,8 +24,9 @@ dt_status dt_cp_check_config(const dt_config *c);
 
 /* Ring attention on model (its rank in the cp group cp; micro-batches of at most max_B
  * sequences of T positions, T/cp of them here): the model's columns become this rank's
- * positions (dt_cp_positions) and its attention the ring's. Forward: the keys and values
- * of each rank's rows travel once around the ring (non-blocking, the next block in flight
+ * positions (dt_cp_positions) and its attention the ring's. Forward: each rank's q|k|v
+ * rows (the kernels' layout; q rides along, 1.5x the bytes keys and values need) travel
+ * once around the ring (non-blocking, the next block in flight
  * while the current one computes), merged by the online-softmax rule; backward: each
  * block's dk, dv travel with it and arrive back at their owner after the last step.
  * Allocates the ring's buffers once (dt_cp_detach frees them). Identity when cp has one

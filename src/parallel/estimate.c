@@ -66,9 +66,9 @@ static double stage_psi(const dt_config *c, const gpt_shape *s, int stage, int d
     return (double)gpt_param_count_layout(s, &lay);
 }
 
-/* Activation bytes of one rank of the stage, and by region. */
 static int cp_of(const dt_config *c) { return c->parallel.cp > 1 ? c->parallel.cp : 1; }
 
+/* Activation bytes of one rank of the stage, and by region. */
 static double act_bytes_regions(const dt_config *c, const gpt_shape *s, int stage, int dp, size_t *regions) {
     int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp_of(c); /* this rank's positions */
     gpt_layout lay = layout_of(c, stage, dp);
@@ -139,7 +139,8 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     if (pp > 1) DT_TRY(dt_pp_check_layout(c, micro_batches(c, n)));
     if (cp_of(c) > 1) DT_TRY(dt_cp_check(c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, cp_of(c)));
     double psi = stage_psi(c, &s, 0, n);
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp_of(c); /* this rank's positions */
+    int shards = n * cp_of(c); /* ZeRO shards over the data- and context-parallel ranks */
     if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", c->train.micro_batch, T, tp);
@@ -150,12 +151,12 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                 "{\"sequence\": %zu, \"tensor\": %zu, \"other\": %zu}, \"fp32\": [", psi, n, tp,
                 c->parallel.sp ? "true" : "false", act, reg[GPT_ACT_SEQUENCE], reg[GPT_ACT_TENSOR], reg[GPT_ACT_OTHER]);
         for (int z = 0; z <= 3; z++) {
-            dt_state_bytes b = dt_estimate_fp32(psi, n, z);
+            dt_state_bytes b = dt_estimate_fp32(psi, shards, z);
             fprintf(out, "%s{\"zero\": %d, \"params\": %.0f, \"grads\": %.0f, \"optim\": %.0f, \"total\": %.0f}",
                     z ? ", " : "", z, b.params, b.grads, b.optim, b.params + b.grads + b.optim);
         }
-        fprintf(out, "], \"mixed\": [%.0f, %.0f, %.0f, %.0f], \"stages\": [", mixed(psi, n, 0), mixed(psi, n, 1),
-                mixed(psi, n, 2), mixed(psi, n, 3));
+        fprintf(out, "], \"mixed\": [%.0f, %.0f, %.0f, %.0f], \"stages\": [", mixed(psi, shards, 0),
+                mixed(psi, shards, 1), mixed(psi, shards, 2), mixed(psi, shards, 3));
         for (int r = 0; r < pp; r++) {
             gpt_layout lay = layout_of(c, r, n);
             char chunks[512];
@@ -168,9 +169,9 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
         fprintf(out, "]}\n");
         return DT_OK;
     }
-    fprintf(out, "model: %d layers, %d wide, vocab %d (padded %d): psi = %.0f parameters%s; N = %d data-parallel ranks\n",
-            s.n_layer, s.n_embd, s.vocab_size, s.padded_vocab, psi,
-            tp > 1 ? " per tensor-parallel rank" : "", n);
+    fprintf(out, "model: %d layers, %d wide, vocab %d (padded %d): psi = %.0f parameters%s; N = %d data-parallel ranks%s\n",
+            s.n_layer, s.n_embd, s.vocab_size, s.padded_vocab, psi, tp > 1 ? " per tensor-parallel rank" : "", shards,
+            cp_of(c) > 1 ? " (dp x cp: ZeRO shards over the context-parallel ranks too)" : "");
     if (tp > 1)
         fprintf(out, "tensor parallel %d: each rank holds 1/%d of wte, c_attn, c_fc and the c_proj weights (%.0f of "
                 "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));
@@ -179,9 +180,9 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     static const char *mf[4] = {"16psi", "4psi+12psi/N", "2psi+14psi/N", "16psi/N"};
     static const char *ff[4] = {"16psi", "8psi+8psi/N", "4psi+12psi/N", "16psi/N"};
     for (int z = 0; z <= 3; z++) {
-        dt_state_bytes b = dt_estimate_fp32(psi, n, z);
+        dt_state_bytes b = dt_estimate_fp32(psi, shards, z);
         fprintf(out, "zero %-3d %-14s %9.1f MB   %-14s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", z, mf[z],
-                mixed(psi, n, z) / 1e6, ff[z], b.params / 1e6, b.grads / 1e6, b.optim / 1e6,
+                mixed(psi, shards, z) / 1e6, ff[z], b.params / 1e6, b.grads / 1e6, b.optim / 1e6,
                 (b.params + b.grads + b.optim) / 1e6);
     }
     fprintf(out, "ps: rank 0 holds 16psi = %.1f MB, the other ranks 8psi = %.1f MB\n", 16 * psi / 1e6, 8 * psi / 1e6);

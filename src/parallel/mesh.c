@@ -100,26 +100,27 @@ void dt_mesh_destroy(dt_mesh *m) {
 
 /* "{a,b,...}": the members of rank's group g, or "-" outside any. */
 static void print_group(FILE *out, dt_mesh_group g, int rank, int dp, int pp, int cp, int tp) {
-    int color, index, world = dp * pp * cp * tp, first = 1;
+    int color, index, world = dp * pp * cp * tp, found = 0, size;
     char buf[64];
     size_t used = 0;
-    if (dt_mesh_group_of(g, rank, dp, pp, cp, tp, &color, &index) == 0) {
+    if ((size = dt_mesh_group_of(g, rank, dp, pp, cp, tp, &color, &index)) == 0) {
         fprintf(out, " %-14s", "-");
         return;
     }
     buf[used++] = '{';
-    for (int r = 0; r < world; r++) {
+    for (int r = color; r < world && found < size; r++) { /* members from the first (its color) on */
         int c2, i2;
         if (dt_mesh_group_of(g, r, dp, pp, cp, tp, &c2, &i2) == 0 || c2 != color) continue;
-        int w = snprintf(buf + used, sizeof buf - used, "%s%d", first ? "" : ",", r);
-        if (w < 0 || (size_t)w >= sizeof buf - used - 2) { /* long groups: the first members */
-            used = sizeof buf - 5;
-            memcpy(buf + used, "...", 3);
-            used += 3;
+        char item[16];
+        int w = snprintf(item, sizeof item, "%s%d", found ? "," : "", r);
+        if ((size_t)w + 5 > sizeof buf - used) { /* long groups: the first members, then "..." */
+            memcpy(buf + used, ",...", 4);
+            used += 4;
             break;
         }
+        memcpy(buf + used, item, (size_t)w);
         used += (size_t)w;
-        first = 0;
+        found++;
     }
     buf[used++] = '}';
     buf[used] = 0;

@@ -6,7 +6,10 @@
 
 #include "../core/timer.h"
 #include "../model/gpt.h"
+#include "context_parallel.h"
 #include "estimate.h"
+#include "pipeline.h"
+#include "tensor_parallel.h"
 
 int dt_plan_group_intra(int g, int dp, int pp, int cp, int tp, int ranks_per_node) {
     int world = dp * pp * cp * tp, span; /* consecutive ranks a group's members spread over */
@@ -14,7 +17,7 @@ int dt_plan_group_intra(int g, int dp, int pp, int cp, int tp, int ranks_per_nod
     case DT_PLAN_TP: span = tp; break;
     case DT_PLAN_CP: span = tp * cp; break;
     case DT_PLAN_PP: span = tp * cp * pp; break;
-    default: span = world; break; /* dp and dp x cp: every coordinate but pp's and tp's */
+    default: span = dp > 1 ? world : tp * cp; break; /* dp x cp: the dp coordinate is outermost */
     }
     if (world <= ranks_per_node) return 1;
     return span <= ranks_per_node && ranks_per_node % span == 0;
@@ -30,15 +33,15 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     DT_TRY(gpt_shape_check(&s));
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, micro = c->train.micro_batch;
-    int gb = c->train.global_batch > 0 ? c->train.global_batch : micro * dp;
+    long long gb = c->train.global_batch > 0 ? c->train.global_batch : (long long)micro * dp;
     if (dp * pp * cp * tp != mc->world)
         return dt_fail(DT_EINPUT, "plan: %d x %d x %d x %d is not the world %d", dp, pp, cp, tp, mc->world);
     if (s.n_head % tp || s.padded_vocab % tp) return dt_fail(DT_EINPUT, "plan: tp %d does not divide the heads", tp);
     if (s.n_layer < pp) return dt_fail(DT_EINPUT, "plan: pp %d exceeds the %d blocks", pp, s.n_layer);
-    if (T % (2 * cp)) return dt_fail(DT_EINPUT, "plan: cp %d does not split the sequence", cp);
-    if (gb % (micro * dp)) return dt_fail(DT_EINPUT, "plan: dp %d does not divide the global batch", dp);
+    if (cp > 1 && T % (2 * cp)) return dt_fail(DT_EINPUT, "plan: cp %d does not split the sequence", cp);
+    if (gb % ((long long)micro * dp)) return dt_fail(DT_EINPUT, "plan: dp %d does not divide the global batch", dp);
     if (zero > 0 && dp * cp == 1) return dt_fail(DT_EINPUT, "plan: ZeRO needs several data-parallel ranks");
-    int m = gb / (micro * dp);
+    int m = (int)(gb / ((long long)micro * dp));
     dt_config lc = *c; /* the layout as a config: the estimator's memory */
     strcpy(lc.parallel.dp_mode, "ddp");
     lc.parallel.tp = tp;
@@ -49,6 +52,9 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     lc.parallel.virtual_stages = 1;
     lc.parallel.pp_split[0] = 0;
     strcpy(lc.parallel.schedule, "1f1b");
+    lc.log.sample_tokens = 0; /* what the trainer refuses for the layout itself, not for a sample */
+    if (dt_cp_check_config(&lc) != DT_OK || dt_tp_check(&lc) != DT_OK || (pp > 1 && dt_pp_check_layout(&lc, m) != DT_OK))
+        return dt_fail(DT_EINPUT, "plan: dp %d pp %d cp %d tp %d does not run (dtrain train says why)", dp, pp, cp, tp);
     *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m};
     out->memory = dt_estimate_rank_bytes(&lc, dp);
 
@@ -81,10 +87,12 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
         gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp};
         /* a rank's parameters: its tp piece of the model, a pp-th of it per stage */
         double psi = (double)gpt_param_count_layout(&s, &lay) / pp, part = (N - 1.0) / N * psi * f;
-        double vol = 2 * part, msgs = 2.0 * (N - 1) * (s.n_layer / pp + 2);
-        if (zero >= 2) vol = m * part + part;
-        if (zero >= 3) vol += pp > 1 ? part : 2.0 * m * part;
-        if (zero >= 2) msgs *= m;
+        /* in ring passes of part each ((N-1) messages per unit): DDP's all-reduce and ZeRO-1's
+         * reduce-scatter + all-gather 2; ZeRO-2 a reduce-scatter per micro-batch and the
+         * update's all-gather; ZeRO-3 the reduce-scatters and its parameter gathers (once per
+         * step under a pipeline, forward and backward of every micro-batch without) */
+        double passes = zero <= 1 ? 2.0 : zero == 2 ? m + 1.0 : m + (pp > 1 ? 1.0 : 2.0 * m);
+        double vol = passes * part, msgs = passes * (N - 1) * (s.n_layer / pp + 2);
         out->comm_bytes[DT_PLAN_DP] = vol;
         out->comm_s[DT_PLAN_DP] = link_time(lk[DT_PLAN_DP], msgs, vol);
     }

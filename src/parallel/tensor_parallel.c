@@ -91,8 +91,8 @@ dt_status dt_tp_check(const dt_config *c) {
     if (c->model.n_head % c->parallel.tp != 0)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
                        "tensor-parallel ranks)", c->parallel.tp, c->model.n_head);
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
-    if (c->parallel.sp && ((long long)c->train.micro_batch * T) % c->parallel.tp != 0)
+    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / (c->parallel.cp > 1 ? c->parallel.cp : 1);
+    if (c->parallel.sp && ((long long)c->train.micro_batch * T) % c->parallel.tp != 0) /* a rank's rows (cp: T/cp) */
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", c->train.micro_batch, T, c->parallel.tp);
     const char *what = NULL;

@@ -545,7 +545,7 @@ static dt_status run(trainer *t) {
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
         if (t->rank0) {
             dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step, tps,
-                            dt * 1e3, t->dp > 1 ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0);
+                            dt * 1e3, t->dp * t->mesh.cp > 1 ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
         int last = t->st.step == stop;
@@ -614,7 +614,7 @@ static dt_status run(trainer *t) {
                    "included, rank 0)\n", 1e3 * dt_tp_comm_seconds() / (double)timed_steps,
                    t->model.sp ? "all-gathers, reduce-scatters and all-reduces" : "all-reduces");
         if (t->pipe && timed_steps > 0) print_pipeline(t, timed_steps);
-        if (t->dp > 1 && timed_steps > 0)
+        if (t->dp * t->mesh.cp > 1 && timed_steps > 0)
             printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);
         if (c->log.profile) dt_ops_profile_report(stdout);
