@@ -55,6 +55,16 @@ refused() {
   [ $rc -eq 2 ] && [ "$n" -eq 1 ] && grep -q "$pat" "$TMP/bad.out" && pass "$name: $(grep '^dtrain: error' "$TMP/bad.out")" ||
     fail "$name: rc $rc, $n error lines: $(tail -3 "$TMP/bad.out")"
 }
+# parity NAME NP REF ARGS...: RUN with ARGS on NP ranks (metrics and output in $TMP/NAME.*)
+# gives the curve of the metrics file REF (compare_curves: within 1e-5 relative).
+parity() {
+  local name=$1 np=$2 ref=$3 r; shift 3
+  if "${MPI[@]}" -np "$np" "$DTRAIN" train "${RUN[@]}" "$@" --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
+    r=$(compare_curves "$ref" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" || fail "$name: $r"
+  else
+    fail "$name run: $(grep -v '^\[' "$TMP/$name.out" | tail -2)"
+  fi
+}
 # same_initial_weights EXTRA -- NAME:NP:ARGS...: with RUN and the extra arguments (one word
 # list before --), every layout's weights before training have the single-process digest.
 same_initial_weights() {

@@ -28,6 +28,13 @@ grep -q "^layout: world 8 = dp 2 x pp 1 x cp 2 x tp 2" "$TMP/lay.txt" &&
 "$DTRAIN" config --config "$SRC/tests/data/tiny.json" --set parallel.tp=4 -n 6 >/dev/null 2>"$TMP/lay.err"
 [ $? -eq 2 ] && grep -q "not divisible by tp x pp x cp" "$TMP/lay.err" && pass "config -n: a world the layout does not divide" ||
   fail "config -n 6: $(cat "$TMP/lay.err")"
+# the planner: layouts ranked by predicted step time; a bad option is one line, exit 2
+"$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --flops 1e10 --top 3 >"$TMP/plan.txt" 2>&1 &&
+  grep -q "^plan: 4 ranks" "$TMP/plan.txt" && [ "$(grep -c '^[123] ' "$TMP/plan.txt")" -eq 3 ] &&
+  pass "plan -n 4 lists the best 3 layouts" || fail "plan: $(tail -3 "$TMP/plan.txt")"
+"$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --flops 1e10 --intra fast >/dev/null 2>"$TMP/plan.err"
+[ $? -eq 2 ] && [ "$(grep -c '^dtrain: error' "$TMP/plan.err")" -eq 1 ] && grep -q "ALPHA:GBPS" "$TMP/plan.err" &&
+  pass "plan: a bad link is refused" || fail "plan --intra fast: $(cat "$TMP/plan.err")"
 # metrics JSONL: every step line, val lines, a summary with per-rank memory
 "$DTRAIN" train "${TINY[@]}" --steps 6 --set train.val_every=3 --metrics "$TMP/m.jsonl" --digest >"$TMP/out" 2>&1 \
   || fail "train"

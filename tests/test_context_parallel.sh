@@ -26,12 +26,7 @@ for layout in "cp2:2:--set parallel.cp=2" \
               "dp2_pp2_cp2_zero3:8:--set parallel.pp=2 --set parallel.cp=2 --set parallel.zero=3"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
   case $name in cp2|cp2_tp2|dp2_cp2_zero1) ;; *) full || continue ;; esac
-  if "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
-    r=$(compare_curves "$TMP/ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
-      fail "$name: $r"
-  else
-    fail "$name run: $(grep -v '^\[' "$TMP/$name.out" | tail -2)"
-  fi
+  parity "$name" $np "$TMP/ref.jsonl" $args
 done
 grep -q "context parallel 2 (ring attention; each rank holds 2 of 4 sequence chunks, 16 positions; .*imbalance 0.0%)" \
   "$TMP/cp2.out" && pass "the header reports the chunking and equal attention work" ||

@@ -9,7 +9,7 @@ command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
 prepare_tiny
-RUN=("${DP_RUN[@]}") # the base arguments of refused and same_initial_weights
+RUN=("${DP_RUN[@]}") # the base arguments of parity, refused and same_initial_weights
 "$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
 for layout in "tp2:2:--set parallel.tp=2" "dp2_tp2:4:--set parallel.tp=2" \
               "dp2_tp2_after:4:--set parallel.tp=2 --set parallel.overlap=false" \
@@ -21,12 +21,7 @@ for layout in "tp2:2:--set parallel.tp=2" "dp2_tp2:4:--set parallel.tp=2" \
               "dp2_tp2_sp_zero3:4:--set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; args=${rest#*:}
   case $name in tp2|tp2_sp|dp2_tp2|dp2_tp2_zero3|dp2_tp2_sp_zero3) ;; *) full || continue ;; esac
-  if "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" $args --metrics "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
-    r=$(compare_curves "$TMP/ref.jsonl" "$TMP/$name.jsonl") && pass "$name matches single process ($r)" ||
-      fail "$name: $r"
-  else
-    fail "$name run: $(tail -2 "$TMP/$name.out")"
-  fi
+  parity "$name" $np "$TMP/ref.jsonl" $args
 done
 grep -q "tensor parallel 2" "$TMP/tp2.out" && pass "the header names the layout" || fail "header: $(head -5 "$TMP/tp2.out")"
 

@@ -12,11 +12,6 @@ static int is_zero(const dt_dp *d) { return !d->o.ps && d->o.zero > 0; }
 
 size_t dt_dp_align(const dt_dp *d) { return d->o.bitwise ? DT_CANON_CHUNK : DT_SHARD_ALIGN; }
 
-dt_status dt_dp_end_micro(dt_dp *d) {
-    (void)d; /* bitwise mode folds each unit when its gradients are final (bitwise.c) */
-    return DT_OK;
-}
-
 /* ---- DDP buckets ---- */
 
 dt_status dt_dp_inflight_slot(dt_dp *d, dt_request ***slot) {

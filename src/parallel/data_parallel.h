@@ -47,9 +47,6 @@ dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step);
 void dt_dp_begin_step(dt_dp *d);
 /* Before each micro-step; last = the final accumulation micro-step of this step. */
 void dt_dp_begin_micro(dt_dp *d, int last);
-/* After each micro-step's backward (nothing to do now: bitwise mode folds each unit when
- * its hooks say it is final). */
-dt_status dt_dp_end_micro(dt_dp *d);
 /* Combines gradients, clips to the global norm, updates, re-distributes parameters. */
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm);
 /* Collective: rank 0 writes the checkpoint (full, unsharded tensors). */

@@ -381,7 +381,6 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
         double l;
         DT_TRY(gpt_forward_backward(&t->model, t->inp, t->tgt, t->micro, t->Tl, grad_scale, &l));
         sum += l;
-        DT_TRY(dt_dp_end_micro(t->dpe));
     }
     *lr = dt_lr_at(&t->hp, t->st.step);
     DT_TRY(dt_dp_end_step(t->dpe, *lr, grad_norm));

@@ -27,26 +27,44 @@ static float *scratch_for(int T, int nthreads) {
     return g_scratch;
 }
 
-/* P[i, 0..nk) = softmax row of S (already scaled), causal: row t sees keys 0..t. */
-static void softmax_rows(float *S, float *lse, int t0, int nq, int nk, float scale) {
-    for (int i = 0; i < nq; i++) {
-        float *s = S + (size_t)i * nk;
-        int len = t0 + i + 1;
-        float mx = -INFINITY;
-        for (int j = 0; j < len; j++) mx = s[j] > mx ? s[j] : mx;
-        mx *= scale;
-        float sum = 0.0f;
+/* s[0..nk) = the softmax of the row's first len scores (unscaled; the rest the keys it may
+ * not see: 0); returns its log-sum-exp (-inf when len = 0: the row sees no key). */
+static float softmax_row(float *s, int len, int nk, float scale) {
+    float mx = -INFINITY;
+    for (int j = 0; j < len; j++) mx = s[j] > mx ? s[j] : mx;
+    mx *= scale;
+    float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < len; j++) {
-            float e = dt_expf(s[j] * scale - mx);
-            s[j] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < len; j++) s[j] *= inv;
-        for (int j = len; j < nk; j++) s[j] = 0.0f;
-        lse[i] = mx + logf(sum);
+    for (int j = 0; j < len; j++) {
+        float e = dt_expf(s[j] * scale - mx);
+        s[j] = e;
+        sum += e;
     }
+    float inv = len > 0 ? 1.0f / sum : 0.0f;
+    for (int j = 0; j < len; j++) s[j] *= inv;
+    for (int j = len; j < nk; j++) s[j] = 0.0f;
+    return len > 0 ? mx + logf(sum) : -INFINITY;
+}
+
+/* The backward of one query row: p holds its scores against nk keys (unscaled) and dp
+ * dO·vᵀ; with the row's log-sum-exp li and its output oi, gradient doi (hs wide), p
+ * becomes the probabilities and dp the scores' gradient (scaled), over the first len keys. */
+static void softmax_grad_row(float *p, float *dp, int len, int nk, const float *oi, const float *doi, int hs, float li,
+                             float scale) {
+    float D = 0.0f; /* rowsum(dO * O) */
+    for (int d = 0; d < hs; d++) D += oi[d] * doi[d];
+#pragma omp simd
+    for (int j = 0; j < len; j++) {
+        float pj = dt_expf(p[j] * scale - li);
+        p[j] = pj;
+        dp[j] = pj * (dp[j] - D) * scale;
+    }
+    for (int j = len; j < nk; j++) p[j] = dp[j] = 0.0f;
+}
+
+/* P[i, 0..nk) = softmax rows of S, causal: row t0 + i sees keys 0..t0 + i. */
+static void softmax_rows(float *S, float *lse, int t0, int nq, int nk, float scale) {
+    for (int i = 0; i < nq; i++) lse[i] = softmax_row(S + (size_t)i * nk, t0 + i + 1, nk, scale);
 }
 
 void cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
@@ -94,21 +112,9 @@ void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
             int nq = T - t0 < QB ? T - t0 : QB, nk = t0 + nq;
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, P, nk);
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v, C3, 0.0f, dP, nk);
-            for (int i = 0; i < nq; i++) {
-                int t = t0 + i, len = t + 1;
-                float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
-                const float *oi = o + (size_t)t * C, *doi = dO + (size_t)t * C;
-                float D = 0.0f;
-                for (int d = 0; d < hs; d++) D += oi[d] * doi[d];
-                float li = l[t];
-#pragma omp simd
-                for (int j = 0; j < len; j++) {
-                    float pj = dt_expf(p[j] * scale - li);
-                    p[j] = pj;
-                    dp[j] = pj * (dp[j] - D) * scale;
-                }
-                for (int j = len; j < nk; j++) p[j] = dp[j] = 0.0f;
-            }
+            for (int i = 0, t = t0; i < nq; i++, t++)
+                softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, t + 1, nk, o + (size_t)t * C,
+                                 dO + (size_t)t * C, hs, l[t], scale);
             cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k, C3, 0.0f, dq + (size_t)t0 * C3, C3);
             cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, q + (size_t)t0 * C3, C3, 1.0f, dk, C3);
             cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dv, C3);
@@ -150,23 +156,9 @@ void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const floa
             }
             if (nk == 0) continue;
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
-            float lb[QB];
-            for (int i = 0; i < nq; i++) { /* the block's softmax over the keys row i sees */
-                float *s = S + (size_t)i * nk;
-                int len = visible(kpos, Tk, qpos[t0 + i]);
-                float mx = -INFINITY, sum = 0.0f;
-                for (int j = 0; j < len; j++) mx = s[j] > mx ? s[j] : mx;
-                mx *= scale;
-                for (int j = 0; j < len; j++) {
-                    float e = dt_expf(s[j] * scale - mx);
-                    s[j] = e;
-                    sum += e;
-                }
-                float inv = len > 0 ? 1.0f / sum : 0.0f;
-                for (int j = 0; j < len; j++) s[j] *= inv;
-                for (int j = len; j < nk; j++) s[j] = 0.0f;
-                lb[i] = len > 0 ? mx + logf(sum) : -INFINITY;
-            }
+            float lb[QB]; /* the block's softmax over the keys each row sees */
+            for (int i = 0; i < nq; i++)
+                lb[i] = softmax_row(S + (size_t)i * nk, visible(kpos, Tk, qpos[t0 + i]), nk, scale);
             cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v, C3, 0.0f, Ob, hs);
             for (int i = 0; i < nq; i++) { /* online softmax: weigh the old and the block's output by their mass */
                 if (lb[i] == -INFINITY) continue;
@@ -206,20 +198,9 @@ void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const fl
             if (nk == 0) continue;
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, P, nk);
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v, C3, 0.0f, dP, nk);
-            for (int i = 0; i < nq; i++) {
-                int t = t0 + i, len = visible(kpos, Tk, qpos[t]);
-                float *p = P + (size_t)i * nk, *dp = dP + (size_t)i * nk;
-                const float *oi = o + (size_t)t * C, *doi = dO + (size_t)t * C;
-                float D = 0.0f; /* rowsum(dO * O) over the whole row: O is the merged output */
-                for (int d = 0; d < hs; d++) D += oi[d] * doi[d];
-                float li = l[t];
-                for (int j = 0; j < len; j++) {
-                    float pj = dt_expf(p[j] * scale - li);
-                    p[j] = pj;
-                    dp[j] = pj * (dp[j] - D) * scale;
-                }
-                for (int j = len; j < nk; j++) p[j] = dp[j] = 0.0f;
-            }
+            for (int i = 0, t = t0; i < nq; i++, t++) /* with the merged output's lse and rowsum(dO * O) */
+                softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, visible(kpos, Tk, qpos[t]), nk,
+                                 o + (size_t)t * C, dO + (size_t)t * C, hs, l[t], scale);
             cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
             cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, q + (size_t)t0 * C3, C3, 1.0f, dk, C3);
             cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dv, C3);
