@@ -255,14 +255,18 @@ static dt_status cmd_estimate(int argc, char **argv) {
 }
 
 static const char *PLAN_USAGE =
-    "usage: dtrain plan [--config FILE] [--set K=V]... -n WORLD [--ranks-per-node R] [--memory GB]\n"
-    "                   [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS] [--top K] [--json]\n"
+    "usage: dtrain plan [--config FILE] [--set K=V]... -n WORLD [--ranks-per-node R] [--cores C]\n"
+    "                   [--memory GB] [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS] [--top K] [--json]\n"
+    "                   [--any-feature]\n"
     "  every dp x pp x cp x tp layout (and ZeRO stage) of WORLD ranks that fits in memory, ranked by\n"
     "  predicted step time (docs/parallelism.md, the planner): compute at F FLOP/s per rank (default:\n"
-    "  measured here on the config's model), communication by the alpha-beta model of each group's\n"
+    "  measured here, with --threads, for each rank's shard shape of the config's model, and the\n"
+    "  optimizer's time per parameter), the ranks of a node sharing its C cores (default: a core\n"
+    "  each), communication by the alpha-beta model of each group's\n"
     "  link (inside a node of R ranks: --intra, default 5e-6:10; across: --inter, default 2e-5:1.25;\n"
     "  seconds per message : GB/s), memory by the estimator (default limit: this machine's available\n"
-    "  memory over R)\n";
+    "  memory over R); --any-feature: also layouts this build refuses for a feature (tp or cp with\n"
+    "  bf16, ...), for planning on paper\n";
 
 static dt_status parse_link(const char *opt, const char *v, dt_link *l) {
     char *end;
@@ -278,7 +282,7 @@ static dt_status cmd_plan(int argc, char **argv) {
         fputs(PLAN_USAGE, stdout);
         return DT_OK;
     }
-    long long world = 0, rpn = 0, top = 10;
+    long long world = 0, rpn = 0, top = 10, cores = 0;
     double mem_gb = 0, flops = 0;
     int json = 0, k = 0;
     dt_machine mc = {.intra = {5e-6, 10e9}, .inter = {2e-5, 1.25e9}};
@@ -288,8 +292,10 @@ static dt_status cmd_plan(int argc, char **argv) {
     for (int i = 0; i < argc && s == DT_OK; i++) {
         const char *a = argv[i];
         int val = !strcmp(a, "-n") || !strcmp(a, "--ranks-per-node") || !strcmp(a, "--memory") ||
+                  !strcmp(a, "--cores") ||
                   !strcmp(a, "--flops") || !strcmp(a, "--intra") || !strcmp(a, "--inter") || !strcmp(a, "--top");
         if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--any-feature")) mc.any_feature = 1;
         else if (!val) rest[k++] = argv[i];
         else if ((s = need_value(i, argc, argv)) == DT_OK) {
             const char *v = argv[++i];
@@ -297,6 +303,7 @@ static dt_status cmd_plan(int argc, char **argv) {
             if (!strcmp(a, "-n")) s = parse_long("-n", v, 1, 1 << 20, &world);
             else if (!strcmp(a, "--ranks-per-node")) s = parse_long(a, v, 1, 1 << 20, &rpn);
             else if (!strcmp(a, "--top")) s = parse_long(a, v, 1, 1 << 20, &top);
+            else if (!strcmp(a, "--cores")) s = parse_long(a, v, 1, 1 << 20, &cores);
             else if (!strcmp(a, "--intra")) s = parse_link(a, v, &mc.intra);
             else if (!strcmp(a, "--inter")) s = parse_link(a, v, &mc.inter);
             else {
@@ -317,16 +324,32 @@ static dt_status cmd_plan(int argc, char **argv) {
     mc.ranks_per_node = rpn > 0 ? (int)rpn : (int)world;
     mc.memory = mem_gb > 0 ? mem_gb * 1e9 : dt_memory_available() / mc.ranks_per_node;
     dt_cpu_set_threads(c.threads);
-    if (flops <= 0) DT_TRY(dt_plan_calibrate(&c, &flops));
+    mc.cores = (int)cores;
+    if (flops <= 0) { /* every shard shape a layout of this world gives a rank */
+        DT_TRY(dt_plan_calibrate(&c, 1, 1, &flops, &mc.optim_s));
+        for (int tp = 1; tp <= mc.world; tp++)
+            for (int cp = 1; mc.world % tp == 0 && cp <= mc.world / tp; cp++) {
+                int T = c.train.seq_len > 0 ? c.train.seq_len : c.model.seq_len;
+                if ((mc.world / tp) % cp || c.model.n_head % tp || (cp > 1 && T % (2 * cp)) ||
+                    mc.nrates == DT_PLAN_MAX_RATES)
+                    continue;
+                dt_plan_rate *r = &mc.rates[mc.nrates++];
+                *r = (dt_plan_rate){tp, cp, flops};
+                if (tp > 1 || cp > 1) DT_TRY(dt_plan_calibrate(&c, tp, cp, &r->flops, NULL));
+            }
+    }
     mc.flops = flops;
     enum { CAP = 1 << 16 }; /* layouts x ZeRO stages: a few thousand for any world up to 2^20 */
     dt_plan_entry *e = malloc(sizeof *e * CAP);
     if (!e) return dt_fail(DT_ERUNTIME, "out of memory");
     int n = dt_plan_all(&c, &mc, e, CAP);
-    if (!json)
-        printf("plan: %d ranks (%d per node), %.1f GB per rank, %.3g FLOP/s per rank, links intra %.2g s + %.3g GB/s, "
-               "inter %.2g s + %.3g GB/s: %d layouts fit\n", mc.world, mc.ranks_per_node, mc.memory / 1e9, mc.flops,
-               mc.intra.alpha, mc.intra.beta / 1e9, mc.inter.alpha, mc.inter.beta / 1e9, n);
+    if (!json) {
+        char cores[32] = "";
+        if (mc.cores) snprintf(cores, sizeof cores, ", %d cores", mc.cores);
+        printf("plan: %d ranks (%d per node%s), %.1f GB per rank, %.3g FLOP/s per rank, links intra %.2g s + "
+               "%.3g GB/s, inter %.2g s + %.3g GB/s: %d layouts fit\n", mc.world, mc.ranks_per_node, cores,
+               mc.memory / 1e9, mc.flops, mc.intra.alpha, mc.intra.beta / 1e9, mc.inter.alpha, mc.inter.beta / 1e9, n);
+    }
     dt_plan_print(stdout, e, n < top ? n : (int)top, json);
     free(e);
     if (n == 0) return dt_fail(DT_EINPUT, "plan: no layout of %d ranks fits in %.1f GB per rank", mc.world, mc.memory / 1e9);

@@ -32,6 +32,27 @@ grep -q "^layout: world 8 = dp 2 x pp 1 x cp 2 x tp 2" "$TMP/lay.txt" &&
 "$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --flops 1e10 --top 3 >"$TMP/plan.txt" 2>&1 &&
   grep -q "^plan: 4 ranks" "$TMP/plan.txt" && [ "$(grep -c '^[123] ' "$TMP/plan.txt")" -eq 3 ] &&
   pass "plan -n 4 lists the best 3 layouts" || fail "plan: $(tail -3 "$TMP/plan.txt")"
+# calibrated here (no --flops): a rate per shard shape and the optimizer's time; 4 ranks
+# sharing 2 cores compute at half speed
+"$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --cores 2 --threads 1 --json --top 100 >"$TMP/plan.json" 2>&1 &&
+python3 - "$TMP/plan.json" <<'PY' && pass "plan: calibrated, cores shared" || fail "plan --cores: $(tail -2 "$TMP/plan.json")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) > 5 and all(r["dp"] * r["pp"] * r["cp"] * r["tp"] == 4 for r in rows), rows
+assert all(r["share"] == 2 and r["optim_s"] > 0 and r["step_s"] >= 2 * r["compute_s"] for r in rows), rows[0]
+PY
+# `bench comm` fits alpha-beta per sweep and prints what `plan --intra/--inter` takes
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun --oversubscribe --mca btl self,vader -np 2 "$DTRAIN" bench comm --ops allreduce --algos ring --sizes 4K:1M \
+  >"$TMP/bc.txt" 2>&1 || fail "bench comm: $(tail -2 "$TMP/bc.txt")"
+link=$(grep -oE '^# fit allreduce ring: alpha .* \(dtrain plan --intra or --inter [0-9.e+-]+:[0-9.e+-]+\)$' "$TMP/bc.txt" |
+       grep -oE '[0-9.e+-]+:[0-9.e+-]+')
+[ -n "$link" ] && "$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --flops 1e10 --intra "$link" --top 1 >/dev/null &&
+  pass "bench comm's fit ($link) feeds plan --intra" || fail "bench comm fit: $(grep fit "$TMP/bc.txt")"
+# nothing fits: that one line (not a refused layout's), exit 2
+"$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --flops 1e10 --memory 0.000001 >/dev/null 2>"$TMP/plan.err"
+[ $? -eq 2 ] && [ "$(wc -l <"$TMP/plan.err")" -eq 1 ] && grep -q "no layout of 4 ranks fits" "$TMP/plan.err" &&
+  pass "plan: nothing fits, one line" || fail "plan --memory tiny: $(cat "$TMP/plan.err")"
 "$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --flops 1e10 --intra fast >/dev/null 2>"$TMP/plan.err"
 [ $? -eq 2 ] && [ "$(grep -c '^dtrain: error' "$TMP/plan.err")" -eq 1 ] && grep -q "ALPHA:GBPS" "$TMP/plan.err" &&
   pass "plan: a bad link is refused" || fail "plan --intra fast: $(cat "$TMP/plan.err")"

@@ -53,8 +53,9 @@ done
 "$DTRAIN" train "${BW[@]}" --resume "$TMP/ck" >"$TMP/ck3.out" 2>&1
 [ "$(digest_of "$TMP/ck3.out")" = "$ref" ] && pass "save dp=2 ZeRO-3, resume single process: same weights" \
   || fail "resume single: $(tail -2 "$TMP/ck3.out")"
-# measured state bytes per rank vs `dtrain estimate` (within 2%), and the estimate vs the
-# fp32 formulas: ZeRO-1 holds the full gradients only (reduce-scattered in place, no shard)
+# measured state bytes per rank vs `dtrain estimate` (within 2%; the whole allocation,
+# exactly), and the estimate vs the fp32 formulas: ZeRO-1 holds the full gradients only
+# (reduce-scattered in place, no shard)
 MEM=(--set model.n_embd=64 --set train.micro_batch=2 --set train.global_batch=8 --steps 2 --threads 1)
 for np in 2 4; do
   "$DTRAIN" estimate "${TINY[@]}" "${MEM[@]}" -n $np --json >"$TMP/est$np.json" || fail "estimate -n $np"
@@ -62,9 +63,13 @@ for np in 2 4; do
     args="--set parallel.zero=$z"; [ $z = ps ] && args="--set parallel.dp_mode=ps"
     "${MPI[@]}" -np $np "$DTRAIN" train "${TINY[@]}" "${MEM[@]}" $args --metrics "$TMP/mem$np$z.jsonl" \
       >"$TMP/mem.out" 2>&1 || { fail "memory run np=$np zero=$z: $(tail -2 "$TMP/mem.out")"; continue; }
-    r=$(python3 - "$TMP/est$np.json" "$TMP/mem$np$z.jsonl" $z <<'PY'
+    "$DTRAIN" estimate "${TINY[@]}" "${MEM[@]}" $args -n $np --json >"$TMP/estz.json" || fail "estimate $args -n $np"
+    r=$(python3 - "$TMP/est$np.json" "$TMP/mem$np$z.jsonl" $z "$TMP/estz.json" <<'PY'
 import json, sys
 est = json.load(open(sys.argv[1])); z = sys.argv[3]
+# everything a rank allocates (state, activations, workspace: ZeRO's padding, scratch and
+# gathered units) is what the estimator (and so `dtrain plan`) predicts, to the byte
+rank_bytes = json.load(open(sys.argv[4]))["stages"][0]["rank_bytes"]
 summ = [json.loads(l) for l in open(sys.argv[2]) if '"summary"' in l][-1]
 psi, n = est["psi"], est["n"]
 formula = [16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n]
@@ -82,7 +87,10 @@ for m in summ["mem"]:
     else:
         want = est["fp32"][int(z)]["total"]
     worst = max(worst, abs(got - want) / want)
-print("worst %.2f%% over %d ranks" % (100 * worst, len(summ["mem"])))
+    total = got + m["activations"] + m["workspace"]
+    if z != "ps" and total != rank_bytes:
+        print("rank %d allocates %d bytes, the estimate says %d" % (m["rank"], total, rank_bytes)); sys.exit(1)
+print("worst %.2f%% over %d ranks; allocation = estimate" % (100 * worst, len(summ["mem"])))
 sys.exit(0 if worst <= 0.02 and len(summ["mem"]) == int(est["n"]) else 1)
 PY
 ) && pass "np=$np zero=$z memory matches estimate ($r)" || fail "np=$np zero=$z memory: $r"

@@ -3,8 +3,10 @@
  * 2(N−1)/N·M over the gradients; tp's four all-reduces per block and micro-batch; a
  * pipeline's two messages per micro-batch; the ring's 3·cp−2 blocks per block and
  * micro-batch), the bubble (p−1)/(m+p−1), memory = the estimator's, step time = compute
- * stretched by the bubble plus communication; layouts that cannot run are refused, and
- * the full list fits in memory and is sorted by step time. */
+ * stretched by the bubble or by ranks sharing cores, plus the optimizer and communication;
+ * a rate per shard shape; groups across nodes sharing the node's link; layouts that cannot
+ * run are refused (unless planned on paper), and the full list fits in memory and is
+ * sorted by step time. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,6 +72,51 @@ int main(void) {
     CHECK(dt_plan_layout(&c, &mc, 1, 1, 8, 1, 0, &e) == DT_EINPUT, "cp 8 does not split 40 positions");
     c.train.seq_len = 64;
     CHECK(dt_plan_layout(&c, &mc, 1, 8, 1, 1, 0, &e) == DT_EINPUT, "pp 8 exceeds 4 blocks");
+
+    /* ranks sharing a node's cores: 4 ranks on 2 cores compute at half speed unless the
+     * bubble costs more; the optimizer's time per parameter, over a ZeRO shard */
+    mc.cores = 2;
+    mc.optim_s = 1e-9;
+    CHECK(dt_plan_layout(&c, &mc, 8, 1, 1, 1, 0, &e) == DT_OK && e.share == 2 && near(e.optim_s, psi * 1e-9) &&
+              near(e.step_s, 2 * e.compute_s + 2 * e.optim_s + e.comm_s[DT_PLAN_DP]),
+          "dp 8, 4 ranks per node on 2 cores: step = 2 x (compute + optimizer) + dp");
+    CHECK(dt_plan_layout(&c, &mc, 8, 1, 1, 1, 1, &e) == DT_OK && near(e.optim_s, psi / 8 * 1e-9), "ZeRO-1: a shard");
+    c.train.global_batch = 4;
+    CHECK(dt_plan_layout(&c, &mc, 1, 4, 1, 2, 0, &e) == DT_OK && e.m == 2 &&
+              near(e.step_s - e.comm_s[DT_PLAN_TP] - e.comm_s[DT_PLAN_PP] - e.comm_s[DT_PLAN_DP] - 2 * e.optim_s,
+                   e.compute_s * 5 / 2),
+          "pp 4, m 2: the bubble (5/2) outweighs 2 ranks per core");
+    c.train.global_batch = 16;
+    mc.cores = 0;
+    mc.optim_s = 0;
+
+    /* a measured rate per shard shape: tp 2's smaller GEMMs at half the rate */
+    mc.rates[mc.nrates++] = (dt_plan_rate){2, 1, 5e9};
+    CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 0, &e) == DT_OK && near(e.compute_s, 2 * flops), "tp 2 at its rate");
+    mc.nrates = 0;
+
+    /* groups across nodes share the node's link: dp 2 x tp 4 on nodes of 4 has four dp
+     * groups crossing each node's link, each at a quarter of its bandwidth */
+    CHECK(dt_plan_link_share(DT_PLAN_DP, 2, 1, 1, 4, 4) == 4 && dt_plan_link_share(DT_PLAN_DP, 8, 1, 1, 1, 4) == 1 &&
+              dt_plan_link_share(DT_PLAN_PP, 1, 2, 1, 4, 4) == 4 && dt_plan_link_share(DT_PLAN_DP, 2, 2, 1, 2, 4) == 4 &&
+              dt_plan_link_share(DT_PLAN_TP, 8, 1, 1, 1, 4) == 4,
+          "groups of a kind per node");
+    CHECK(dt_plan_layout(&c, &mc, 2, 1, 1, 4, 0, &e) == DT_OK && !e.intra[DT_PLAN_DP], "dp 2 x tp 4");
+    double msgs = 2.0 * 1 * (4 + 2), vol = 2.0 * 1 / 2 * (double)gpt_param_count_tp(&s, 4) * 4;
+    CHECK(near(e.comm_bytes[DT_PLAN_DP], vol) && near(e.comm_s[DT_PLAN_DP], msgs * 1e-5 + vol / (1e9 / 4)),
+          "dp across nodes at a quarter of the link (%g s)", e.comm_s[DT_PLAN_DP]);
+
+    /* layouts this build refuses for a feature (tp with bf16) are planned on paper with
+     * --any-feature, their traffic in 2-byte elements */
+    strcpy(c.precision, "bf16");
+    CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 0, &e) == DT_EINPUT, "tp with bf16 refused");
+    mc.any_feature = 1;
+    CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 0, &e) == DT_OK &&
+              near(e.comm_bytes[DT_PLAN_TP], 2 * 4 * 4 * 2.0 * 1 / 2 * (2 * T) * C * 2),
+          "--any-feature: tp 2 with bf16, 2-byte activations");
+    mc.any_feature = 0;
+    strcpy(c.precision, "fp32");
+    dt_error_clear();
 
     dt_plan_entry all[256];
     mc.memory = 40e6;

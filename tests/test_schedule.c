@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "parallel/pipeline.h"
 #include "parallel/schedule.h"
 
 int main(void) {
@@ -54,8 +55,9 @@ int main(void) {
                      * many as the passes in flight, no more */
                     for (int k = 0; k < p; k++) {
                         int n = dt_schedule_slots(sc, p, v, m, k, NULL);
-                        CHECK(n == r.peak_inflight[k], "%s p %d v %d m %d rank %d: %d slots for %d in flight",
-                              dt_schedule_name(sc), p, v, m, k, n, r.peak_inflight[k]);
+                        CHECK(n == r.peak_inflight[k] && dt_pp_slots(sc, p, v, k, m) == n,
+                              "%s p %d v %d m %d rank %d: %d slots for %d in flight (dt_pp_slots %d)",
+                              dt_schedule_name(sc), p, v, m, k, n, r.peak_inflight[k], dt_pp_slots(sc, p, v, k, m));
                     }
                     if (sc != DT_SCHED_ZBH1) {
                         double f = dt_schedule_bubble_formula(sc, p, v, m, 1.0, 2.0, 1.0);

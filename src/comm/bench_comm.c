@@ -73,6 +73,25 @@ static dt_status max_over_ranks(dt_comm *ctl, double v, double *all, double *out
     return DT_OK;
 }
 
+/* The alpha-beta line through one sweep, in the ring's terms (what `dtrain plan` takes): a
+ * rank sends m messages of bytes in all (all-reduce 2(N-1) and 2(N-1)/N of the buffer,
+ * reduce-scatter and all-gather N-1 and (N-1)/N), t = m·alpha + bytes/beta; least squares
+ * on the relative error, so small and large messages count alike. */
+static void fit_add(double *ne, double m, double bytes, double t) {
+    double x = m / t, y = bytes / t; /* rows (x, y) · (alpha, 1/beta) = 1 */
+    ne[0] += x * x, ne[1] += x * y, ne[2] += y * y, ne[3] += x, ne[4] += y;
+}
+static void fit_print(const double *ne, const char *op, const char *algo) {
+    double det = ne[0] * ne[2] - ne[1] * ne[1];
+    if (!(det > 0)) return; /* fewer than two sizes */
+    double alpha = (ne[3] * ne[2] - ne[4] * ne[1]) / det, inv = (ne[0] * ne[4] - ne[1] * ne[3]) / det;
+    if (alpha < 0) alpha = 0, inv = ne[4] / ne[2]; /* bandwidth alone */
+    if (!(inv > 0)) return;
+    printf("# fit %s %s: alpha %.3g s per message, beta %.3g GB/s (dtrain plan --intra or --inter %.3g:%.3g)\n", op,
+           algo, alpha, 1e-9 / inv, alpha, 1e-9 / inv);
+    fflush(stdout);
+}
+
 static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int nsizes, const int *ops,
                        const int *algos, int fixed_iters, float *plain, float *shared, float *b, double *all) {
     int n = dt_comm_size(world), rank = dt_comm_rank(world);
@@ -96,6 +115,7 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
             }
             for (int v = 0; v < (ai == DT_ALGO_SHM ? 2 : 1); v++) {
             float *a = v ? shared : plain;
+            double ne[5] = {0}; /* the fit's normal equations */
             for (int si = 0; si < nsizes; si++) {
                 size_t elems = sizes[si] / sizeof(float), count = op == DT_COLL_ALLREDUCE ? elems : elems / (size_t)n;
                 size_t bytes = (op == DT_COLL_ALLREDUCE ? count : count * (size_t)n) * sizeof(float);
@@ -123,8 +143,10 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
                     printf("%-15s %10s  %-7s %6d %12.1f %12.2f %12.2f\n", dt_coll_name(op), sz,
                            v ? "shm-reg" : dt_algo_name((dt_algo)ai), iters, t * 1e6, algbw, algbw * f);
                     fflush(stdout);
+                    fit_add(ne, op == DT_COLL_ALLREDUCE ? 2.0 * (n - 1) : n - 1.0, (double)bytes * f, t);
                 }
             }
+            if (rank == 0) fit_print(ne, dt_coll_name(op), v ? "shm-reg" : dt_algo_name((dt_algo)ai));
             }
         }
     }

@@ -273,15 +273,22 @@ size_t gpt_activation_bytes_layout(const gpt_shape *s, int B, int T, size_t elem
     return act_layout(s, B, T, elem_bytes, layout ? layout : &one_rank, NULL, regions);
 }
 
-size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout) {
+void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t *first, size_t *block, size_t *last,
+                            int *nblocks) {
     stage_info st = stage_of(s, layout ? layout : &one_rank);
-    size_t C = (size_t)s->n_embd, t = (size_t)(layout ? layout->tp : 1);
+    size_t C = (size_t)s->n_embd, t = (size_t)(layout && layout->tp > 0 ? layout->tp : 1);
     size_t wte = (size_t)s->padded_vocab * C / t, wpe = (size_t)s->seq_len * C;
-    size_t block = (12 * C * C + 7 * C) / t + 6 * C; /* c_attn, c_fc, c_proj weights split; LayerNorms, c_proj biases not */
-    size_t n = (size_t)st.n * block;
-    if (st.embed) n += wte + wpe;
-    if (st.head) n += 2 * C + (st.embed ? 0 : wte + wpe); /* ln_f; a last stage's wte and its gap */
-    return n;
+    *block = (12 * C * C + 7 * C) / t + 6 * C; /* c_attn, c_fc, c_proj weights split; LayerNorms, c_proj biases not */
+    *first = st.embed || st.head ? wte + wpe : 0; /* a last stage's wte and its gap */
+    *last = st.head ? 2 * C : 0;                 /* ln_f */
+    *nblocks = st.n;
+}
+
+size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout) {
+    size_t first, block, last;
+    int n;
+    gpt_unit_counts_layout(s, layout, &first, &block, &last, &n);
+    return first + (size_t)n * block + last;
 }
 
 size_t gpt_param_count_tp(const gpt_shape *s, int tp) {

@@ -258,6 +258,11 @@ size_t gpt_param_count(const gpt_shape *s);
 size_t gpt_param_count_tp(const gpt_shape *s, int tp);
 /* The same for one rank of a layout (its stage's tensors, pieces, a last stage's gap). */
 size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout);
+/* A layout's units (gpt_create_layout's: unit 0 the embeddings or a last stage's wte and
+ * its gap, then one per block, then ln_f), without building it: unit 0's and ln_f's counts
+ * (0 where the stage lacks them), one block's count, and the number of blocks. */
+void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t *first, size_t *block, size_t *last,
+                            int *nblocks);
 /* Bytes of the activation arena for B x T (what gpt_create allocates). */
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes);
 /* The same for one rank of a layout (NULL: one rank); regions (NULL or GPT_ACT_NREGIONS

@@ -33,6 +33,10 @@ typedef struct {
                                a pipeline stage runs its blocks for many micro-batches in turn */
 } dt_dp_opts;
 
+/* ZeRO pads each unit to a multiple of shards x this many elements (DT_CANON_CHUNK in
+ * bitwise mode, so shard boundaries never split a chunk of the canonical gradient norm). */
+#define DT_SHARD_ALIGN 64
+
 typedef struct dt_dp dt_dp;
 
 /* Creates the engine and the model's parameter/gradient storage for this mode

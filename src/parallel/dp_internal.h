@@ -6,10 +6,6 @@
 #include "../core/timer.h"
 #include "canonical.h"
 
-/* Shards are aligned to this many elements (DT_CANON_CHUNK in bitwise mode, so shard
- * boundaries never split a chunk of the canonical gradient norm). */
-#define DT_SHARD_ALIGN 64
-
 enum { MAX_INFLIGHT = 64 };
 
 struct dt_dp {

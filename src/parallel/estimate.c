@@ -1,10 +1,13 @@
 #include "estimate.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../model/gpt.h"
+#include "canonical.h"
 #include "context_parallel.h"
+#include "data_parallel.h"
 #include "pipeline.h"
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
@@ -76,18 +79,42 @@ static double act_bytes_regions(const dt_config *c, const gpt_shape *s, int stag
                                                &lay, regions);
 }
 
+/* ZeRO's bytes of one rank of the stage, as zero.c lays them out: each unit padded to a
+ * multiple of shards x the alignment (the canonical chunk in bitwise mode), a slice of it
+ * per rank; workspace: ZeRO-2/3's gradient scratch (embedding, ln_f, one block) and
+ * reduce-scatter buffer, ZeRO-3's gathered parameters (embedding, ln_f and two blocks, or
+ * under a pipeline the whole stage). */
+static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards) {
+    size_t cnt[3];
+    int nb, z = c->parallel.zero;
+    gpt_unit_counts_layout(s, lay, &cnt[0], &cnt[1], &cnt[2], &nb);
+    double A = (double)shards * (!strcmp(c->parallel.determinism, "bitwise") ? DT_CANON_CHUNK : DT_SHARD_ALIGN);
+    double P[3], S[3], maxS = 0;
+    for (int k = 0; k < 3; k++) {
+        P[k] = ceil((double)cnt[k] / A) * A;
+        S[k] = P[k] / shards;
+        if (S[k] > maxS && (k != 1 || nb > 0)) maxS = S[k];
+    }
+    double padded = P[0] + nb * P[1] + P[2], shard = S[0] + nb * S[1] + S[2], f = sizeof(float);
+    double b = ((z <= 2 ? padded : shard) + (z == 1 ? padded : shard) + 2 * shard) * f;
+    if (z >= 2) b += (maxS + P[0] + P[2] + (nb > 0 ? P[1] : 0)) * f;
+    if (z >= 3) b += (c->parallel.pp > 1 ? padded : P[0] + P[2] + 2 * (nb > 0 ? P[1] : 0)) * f;
+    return b;
+}
+
 static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int dp) {
     double psi = stage_psi(c, s, stage, dp);
     int shards = dp * cp_of(c); /* ZeRO shards over the data- and context-parallel ranks together */
     dt_state_bytes b = dt_estimate_fp32(psi, shards, c->parallel.zero);
     double state = !strcmp(c->parallel.dp_mode, "ps") && shards > 1 ? 16 * psi : b.params + b.grads + b.optim;
     if (!strcmp(c->precision, "bf16")) state = mixed(psi, shards, c->parallel.zero);
-    /* workspace: a DDP bucket; ZeRO-3 holds a few gathered blocks (one block ~ psi / n_layer),
-     * under a pipeline the stage's parameters whole (gathered once per step) */
-    double work = c->parallel.bucket_mb * 1048576.0;
-    if (c->parallel.zero >= 3) work = c->parallel.pp > 1 ? 4 * psi : 4 * 4 * psi / s->n_layer;
+    else if (c->parallel.zero > 0 && shards > 1 && strcmp(c->parallel.dp_mode, "ps")) {
+        gpt_layout lay = layout_of(c, stage, dp);
+        state = zero_stage_bytes(c, s, &lay, shards);
+    }
+    /* workspace (DDP all-reduces the gradients in place: no bucket copy): the ring's blocks */
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
-    work += (double)dt_cp_ring_bytes(c->train.micro_batch, T, cp_of(c), s->n_embd, tp); /* the ring's blocks */
+    double work = (double)dt_cp_ring_bytes(c->train.micro_batch, T, cp_of(c), s->n_embd, tp);
     return state + act_bytes_regions(c, s, stage, dp, NULL) + work;
 }
 

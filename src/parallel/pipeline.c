@@ -83,6 +83,12 @@ dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_
 }
 
 int dt_pp_slots(dt_schedule s, int p, int v, int r, int m) {
+    /* closed forms where the plan is the passes in flight (test_schedule checks they agree
+     * with the planned slots): the planner asks for thousands of large (p, m) */
+    if (v <= 1 && p >= 1 && m >= 1 && r >= 0 && r < p) {
+        if (s == DT_SCHED_GPIPE) return m;
+        if (s == DT_SCHED_1F1B) return m < p - r ? m : p - r;
+    }
     int n = dt_schedule_slots(s, p, v, m, r, NULL);
     return n > 0 ? n : 0;
 }

@@ -6,6 +6,7 @@
 
 #include "../core/timer.h"
 #include "../model/gpt.h"
+#include "../optim/optimizer.h"
 #include "context_parallel.h"
 #include "estimate.h"
 #include "pipeline.h"
@@ -21,6 +22,35 @@ int dt_plan_group_intra(int g, int dp, int pp, int cp, int tp, int ranks_per_nod
     }
     if (world <= ranks_per_node) return 1;
     return span <= ranks_per_node && ranks_per_node % span == 0;
+}
+
+/* The rate measured for this shard shape, else the machine's one figure. */
+static double rate_of(const dt_machine *mc, int tp, int cp) {
+    for (int i = 0; i < mc->nrates; i++)
+        if (mc->rates[i].tp == tp && mc->rates[i].cp == cp) return mc->rates[i].flops;
+    return mc->flops;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+int dt_plan_link_share(int g, int dp, int pp, int cp, int tp, int ranks_per_node) {
+    int world = dp * pp * cp * tp, R = ranks_per_node < world ? ranks_per_node : world, n = 0;
+    long long *id = malloc(sizeof(long long) * (size_t)R);
+    if (!id) return R; /* the most it can be */
+    for (int r = 0; r < R; r++) { /* rank = ((d·pp + p)·cp + c)·tp + t: tp innermost */
+        long long t = r % tp, c = r / tp % cp, p = r / tp / cp % pp, d = r / tp / cp / pp;
+        id[r] = g == DT_PLAN_TP ? (d * pp + p) * cp + c
+              : g == DT_PLAN_CP ? (d * pp + p) * tp + t
+              : g == DT_PLAN_PP ? (d * cp + c) * tp + t
+                                : p * tp + t; /* the dp x cp group */
+    }
+    qsort(id, (size_t)R, sizeof *id, cmp_ll);
+    for (int r = 0; r < R; r++) n += r == 0 || id[r] != id[r - 1];
+    free(id);
+    return n;
 }
 
 static double link_time(const dt_link *l, double messages, double bytes) {
@@ -53,19 +83,31 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     lc.parallel.pp_split[0] = 0;
     strcpy(lc.parallel.schedule, "1f1b");
     lc.log.sample_tokens = 0; /* what the trainer refuses for the layout itself, not for a sample */
-    if (dt_cp_check_config(&lc) != DT_OK || dt_tp_check(&lc) != DT_OK || (pp > 1 && dt_pp_check_layout(&lc, m) != DT_OK))
+    if (!mc->any_feature && (dt_cp_check_config(&lc) != DT_OK || dt_tp_check(&lc) != DT_OK ||
+                             (pp > 1 && dt_pp_check_layout(&lc, m) != DT_OK)))
         return dt_fail(DT_EINPUT, "plan: dp %d pp %d cp %d tp %d does not run (dtrain train says why)", dp, pp, cp, tp);
     *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m};
     out->memory = dt_estimate_rank_bytes(&lc, dp);
 
-    /* compute: the step's FLOPs spread evenly; a pipeline waits (p-1) micro-batch slots */
+    /* compute: the step's FLOPs spread evenly, at the rate of this rank's shard shape; a
+     * pipeline waits (p-1) micro-batch slots; ranks sharing a node's cores each run slower */
     double tokens = (double)gb * T;
-    out->compute_s = tokens * gpt_flops_per_token(&s, T) / mc->world / mc->flops;
+    out->compute_s = tokens * gpt_flops_per_token(&s, T) / mc->world / rate_of(mc, tp, cp);
     out->bubble = pp > 1 ? (pp - 1.0) / (m + pp - 1.0) : 0.0;
-    double L = (double)s.n_layer / pp, C = s.n_embd, rows = (double)micro * T / cp, f = 4.0; /* fp32 bytes */
+    int node = mc->world < mc->ranks_per_node ? mc->world : mc->ranks_per_node;
+    out->share = mc->cores > 0 && node > mc->cores ? (double)node / mc->cores : 1.0;
+    double L = (double)s.n_layer / pp, C = s.n_embd, rows = (double)micro * T / cp;
+    double f = strcmp(c->precision, "bf16") ? 4.0 : 2.0; /* bytes of an activation, a gradient, a gathered weight */
     for (int g = 0; g < DT_PLAN_NGROUPS; g++) out->intra[g] = dt_plan_group_intra(g, dp, pp, cp, tp, mc->ranks_per_node);
+    /* a group across nodes shares its node's link with the node's other groups of its kind:
+     * each group's ring crosses it once, so the link's bandwidth is divided among them */
+    dt_link lks[DT_PLAN_NGROUPS];
     const dt_link *lk[DT_PLAN_NGROUPS];
-    for (int g = 0; g < DT_PLAN_NGROUPS; g++) lk[g] = out->intra[g] ? &mc->intra : &mc->inter;
+    for (int g = 0; g < DT_PLAN_NGROUPS; g++) {
+        lks[g] = out->intra[g] ? mc->intra : mc->inter;
+        if (!out->intra[g]) lks[g].beta /= dt_plan_link_share(g, dp, pp, cp, tp, mc->ranks_per_node);
+        lk[g] = &lks[g];
+    }
     if (tp > 1) { /* per block and micro-batch: 2 all-reduces forward, 2 backward, of the block's rows */
         double n = m * L * 4, bytes = n * 2.0 * (tp - 1) / tp * rows * C * f;
         out->comm_bytes[DT_PLAN_TP] = bytes;
@@ -82,11 +124,13 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
         out->comm_s[DT_PLAN_PP] = link_time(lk[DT_PLAN_PP], n, bytes);
     }
     int N = dp * cp;
+    gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp};
+    /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
+    double psi = (double)gpt_param_count_layout(&s, &lay) / pp;
+    out->optim_s = psi / (zero > 0 ? N : 1) * mc->optim_s;
     if (N > 1) { /* gradients over dp x cp: one all-reduce's volume (DDP; ZeRO-1 reduce-scatter + all-gather);
                     ZeRO-2/3 reduce-scatter every micro-batch; ZeRO-3 gathers the parameters too */
-        gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp};
-        /* a rank's parameters: its tp piece of the model, a pp-th of it per stage */
-        double psi = (double)gpt_param_count_layout(&s, &lay) / pp, part = (N - 1.0) / N * psi * f;
+        double part = (N - 1.0) / N * psi * f;
         /* in ring passes of part each ((N-1) messages per unit): DDP's all-reduce and ZeRO-1's
          * reduce-scatter + all-gather 2; ZeRO-2 a reduce-scatter per micro-batch and the
          * update's all-gather; ZeRO-3 the reduce-scatters and its parameter gathers (once per
@@ -96,7 +140,8 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
         out->comm_bytes[DT_PLAN_DP] = vol;
         out->comm_s[DT_PLAN_DP] = link_time(lk[DT_PLAN_DP], msgs, vol);
     }
-    out->step_s = out->compute_s * (m + pp - 1.0) / m;
+    double piped = out->compute_s * (m + pp - 1.0) / m, shared = out->compute_s * out->share;
+    out->step_s = (piped > shared ? piped : shared) + out->optim_s * out->share;
     for (int g = 0; g < DT_PLAN_NGROUPS; g++) out->step_s += out->comm_s[g];
     out->tokens_per_s = tokens / out->step_s;
     return DT_OK;
@@ -117,7 +162,10 @@ int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, in
                 int dp = W / tp / pp / cp;
                 for (int z = 0; z <= 3 && n < cap; z++) {
                     dt_plan_entry e;
-                    if (dt_plan_layout(c, mc, dp, pp, cp, tp, z, &e) != DT_OK) continue;
+                    if (dt_plan_layout(c, mc, dp, pp, cp, tp, z, &e) != DT_OK) {
+                        dt_error_clear(); /* a layout that does not run: not an error of the plan */
+                        continue;
+                    }
                     if (mc->memory > 0 && e.memory > mc->memory) continue;
                     out[n++] = e;
                 }
@@ -135,9 +183,10 @@ void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
         const dt_plan_entry *x = &e[i];
         if (json) {
             fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"m\": %d, \"memory\": %.0f, "
-                    "\"bubble\": %.4f, \"compute_s\": %.6g, \"step_s\": %.6g, \"tokens_per_s\": %.6g",
-                    x->dp, x->pp, x->cp, x->tp, x->zero, x->m, x->memory, x->bubble, x->compute_s, x->step_s,
-                    x->tokens_per_s);
+                    "\"bubble\": %.4f, \"compute_s\": %.6g, \"share\": %.4g, \"optim_s\": %.6g, \"step_s\": %.6g, "
+                    "\"tokens_per_s\": %.6g",
+                    x->dp, x->pp, x->cp, x->tp, x->zero, x->m, x->memory, x->bubble, x->compute_s, x->share, x->optim_s,
+                    x->step_s, x->tokens_per_s);
             for (int g = 0; g < DT_PLAN_NGROUPS; g++)
                 fprintf(f, ", \"%s_bytes\": %.0f, \"%s_s\": %.6g, \"%s_intra\": %s", gn[g], x->comm_bytes[g], gn[g],
                         x->comm_s[g], gn[g], x->intra[g] ? "true" : "false");
@@ -152,22 +201,34 @@ void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
     }
 }
 
-dt_status dt_plan_calibrate(const dt_config *c, double *flops) {
+dt_status dt_plan_calibrate(const dt_config *c, int tp, int cp, double *flops, double *optim_s) {
     gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, B = c->train.micro_batch;
+    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp, B = c->train.micro_batch;
+    gpt_layout lay = {.tp = tp}; /* no collectives attached: each is an identity */
     gpt_model m;
-    DT_TRY(gpt_create(&m, &s, dt_ops_cpu(), B, T));
+    DT_TRY(gpt_create_layout(&m, &s, dt_ops_cpu(), B, T, 1, &lay));
     gpt_init(&m, 1);
-    size_t n = (size_t)B * T;
+    size_t n = (size_t)B * T, np = m.nparams;
     uint16_t *tok = malloc(n * sizeof(uint16_t));
-    dt_status st = tok ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (calibration)");
-    for (size_t i = 0; st == DT_OK && i < n; i++) tok[i] = (uint16_t)((i * 7919u) % (unsigned)s.vocab_size);
+    float *mom = optim_s ? calloc(2 * np, sizeof(float)) : NULL;
+    dt_status st = tok && (mom || !optim_s) ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (calibration)");
+    for (size_t i = 0; st == DT_OK && i < n; i++) tok[i] = (uint16_t)((i * 7919u) % (unsigned)(s.vocab_size / tp));
     double t0 = 0, loss;
     for (int k = 0; k < 3 && st == DT_OK; k++) {
         if (k == 1) t0 = dt_now();
         st = gpt_forward_backward(&m, tok, tok, B, T, 1.0f / (float)n, &loss);
     }
-    if (st == DT_OK) *flops = 2.0 * (double)n * gpt_flops_per_token(&m.shape, T) / (dt_now() - t0);
+    if (st == DT_OK) *flops = 2.0 * (double)n * gpt_flops_per_token(&m.shape, T) / tp / (dt_now() - t0);
+    if (st == DT_OK && optim_s) { /* the update as the trainer runs it: the norm, then AdamW over every element */
+        dt_adamw_hparams hp = {1e-4, 1e-5, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 100};
+        for (int k = 0; k < 3; k++) {
+            if (k == 1) t0 = dt_now();
+            float g = dt_clip_coef(dt_grad_norm(m.ops, m.grads, np), hp.grad_clip);
+            dt_adamw_range(&hp, m.ops, k + 1, 1, 1e-4, g, m.params, NULL, m.grads, mom, mom + np, np);
+        }
+        *optim_s = (dt_now() - t0) / 2 / (double)np;
+    }
+    free(mom);
     free(tok);
     gpt_destroy(&m);
     return st;

@@ -17,11 +17,24 @@ typedef struct {
     double beta;  /* bytes per second */
 } dt_link;
 
+/* A measured compute rate for one rank's shard shape (tensor-parallel pieces tp, its T/cp
+ * positions): small GEMMs run slower than big ones. */
+typedef struct {
+    int tp, cp;
+    double flops;
+} dt_plan_rate;
+
+#define DT_PLAN_MAX_RATES 64
 typedef struct {
     int world, ranks_per_node;
+    int cores;          /* cores of a node that its ranks' compute shares (0: a core, or GPU, per rank) */
     double memory;      /* bytes per rank available */
-    double flops;       /* sustained training FLOP/s of one rank */
+    double flops;       /* sustained training FLOP/s of one rank (where rates has no entry) */
+    double optim_s;     /* seconds the optimizer update (norm, clip, AdamW) takes per parameter */
     dt_link intra, inter;
+    int any_feature;    /* also layouts whose features this build refuses (tp or cp with bf16, ...): a plan on paper */
+    int nrates;
+    dt_plan_rate rates[DT_PLAN_MAX_RATES];
 } dt_machine;
 
 /* Communication of one step, per group: bytes one rank sends, and seconds. */
@@ -30,7 +43,9 @@ enum { DT_PLAN_TP, DT_PLAN_CP, DT_PLAN_PP, DT_PLAN_DP, DT_PLAN_NGROUPS };
 typedef struct {
     int dp, pp, cp, tp, zero, m; /* m: micro-batches per step per data-parallel rank */
     double memory;               /* bytes per rank (the estimator's) */
-    double compute_s;            /* this rank's FLOPs over the rate, without bubble */
+    double compute_s;            /* this rank's FLOPs over its rate, without bubble or core sharing */
+    double optim_s;              /* this rank's optimizer update */
+    double share;                /* ranks per core of a node (>= 1): how much slower each computes */
     double bubble;               /* the schedule's idle fraction: (p−1)/(m+p−1) */
     double comm_bytes[DT_PLAN_NGROUPS], comm_s[DT_PLAN_NGROUPS];
     double step_s, tokens_per_s;
@@ -40,6 +55,9 @@ typedef struct {
 /* Whether the group of kind g (DT_PLAN_*) of a dp·pp·cp·tp layout lies within a node of
  * ranks_per_node ranks (ranks are consecutive per node). */
 int dt_plan_group_intra(int g, int dp, int pp, int cp, int tp, int ranks_per_node);
+/* How many groups of kind g have members on one node (ranks 0..R-1): a group spanning
+ * nodes shares the node's link with that many of its kind. */
+int dt_plan_link_share(int g, int dp, int pp, int cp, int tp, int ranks_per_node);
 /* The prediction for one layout of config c (its parallel.* and model), or DT_EINPUT
  * with one line when the layout cannot run (a divisibility rule). */
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
@@ -47,9 +65,11 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
 /* Every layout of mc->world that runs and fits, best first, into out (at most cap);
  * returns how many. */
 int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, int cap);
-/* A rank's training FLOP/s measured here: two forward+backward passes of the config's
- * model on one micro-batch (the whole model, this process's threads), after a warm-up. */
-dt_status dt_plan_calibrate(const dt_config *c, double *flops);
+/* Measures here, with this process's threads, one rank's training FLOP/s for the shard
+ * shape of tp tensor-parallel pieces and T/cp positions (forward + backward of one
+ * micro-batch of that rank's model, the collectives left out, after a warm-up), and
+ * (optim_s not NULL) the optimizer update's seconds per parameter. */
+dt_status dt_plan_calibrate(const dt_config *c, int tp, int cp, double *flops, double *optim_s);
 /* The table (json: one JSON object per line). */
 void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json);
 

@@ -573,6 +573,8 @@ static dt_status run(trainer *t) {
     dt_mem_report mine;
     dt_dp_memory(t->dpe, &mine);
     mine.activations = t->model.act_bytes;
+    if (t->mesh.cp > 1) /* the ring's K/V buffers, as the estimator counts them */
+        mine.workspace += dt_cp_ring_bytes(t->micro, t->T, t->mesh.cp, t->model.shape.n_embd, t->mesh.tp);
     mine.peak_rss = dt_peak_rss();
     double me[7] = {(double)mine.params, (double)mine.grads, (double)mine.optim, (double)mine.activations,
                     (double)mine.workspace, (double)mine.peak_rss, t->rank0 && t->metrics.fail_step >= 0};
