@@ -18,6 +18,7 @@ cluster_down() {
   local i
   for ((i = 1; i <= CLUSTER_N; i++)); do ip netns del "${CLUSTER_ID}h$i" 2>/dev/null || true; done
   ip link del "${CLUSTER_ID}br" 2>/dev/null || true
+  [ -n "${CLUSTER_AGENT:-}" ] && rm -f "$CLUSTER_AGENT"
   CLUSTER_N=0
 }
 cluster_up() {
