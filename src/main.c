@@ -326,11 +326,14 @@ static dt_status cmd_plan(int argc, char **argv) {
     dt_cpu_set_threads(c.threads);
     mc.cores = (int)cores;
     if (flops <= 0) { /* every shard shape a layout of this world gives a rank */
+        gpt_shape shape = {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.seq_len, c.model.vocab_size, 0};
+        DT_TRY(gpt_shape_check(&shape));
         DT_TRY(dt_plan_calibrate(&c, 1, 1, &flops, &mc.optim_s));
         for (int tp = 1; tp <= mc.world; tp++)
             for (int cp = 1; mc.world % tp == 0 && cp <= mc.world / tp; cp++) {
                 int T = c.train.seq_len > 0 ? c.train.seq_len : c.model.seq_len;
-                if ((mc.world / tp) % cp || c.model.n_head % tp || (cp > 1 && T % (2 * cp)) ||
+                if ((mc.world / tp) % cp || c.model.n_head % tp || shape.padded_vocab % tp ||
+                    (cp > 1 && T % (2 * cp)) ||
                     mc.nrates == DT_PLAN_MAX_RATES)
                     continue;
                 dt_plan_rate *r = &mc.rates[mc.nrates++];

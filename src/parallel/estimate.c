@@ -108,7 +108,7 @@ static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int
     dt_state_bytes b = dt_estimate_fp32(psi, shards, c->parallel.zero);
     double state = !strcmp(c->parallel.dp_mode, "ps") && shards > 1 ? 16 * psi : b.params + b.grads + b.optim;
     if (!strcmp(c->precision, "bf16")) state = mixed(psi, shards, c->parallel.zero);
-    else if (c->parallel.zero > 0 && shards > 1 && strcmp(c->parallel.dp_mode, "ps")) {
+    else if (c->parallel.zero > 0 && strcmp(c->parallel.dp_mode, "ps")) { /* ZeRO's engine runs on one shard too */
         gpt_layout lay = layout_of(c, stage, dp);
         state = zero_stage_bytes(c, s, &lay, shards);
     }
