@@ -7,6 +7,10 @@ for cmd in "" train sample prepare config; do
     || fail "help for '$cmd'"
 done
 "$DTRAIN" >/dev/null 2>&1; [ $? -eq 2 ] && pass "no command exits 2" || fail "no command"
+# a CUDA build opens cuBLASLt only when the CUDA backend starts: loading it costs every
+# process (each rank, CPU runs too) about 0.4 s of CPU
+LD_DEBUG=files "$DTRAIN" train "${TINY[@]}" --steps 1 >/dev/null 2>"$TMP/ld.txt" || fail "one CPU step"
+grep -q cublasLt "$TMP/ld.txt" && fail "a CPU run loads cuBLASLt" || pass "a CPU run does not load cuBLASLt"
 # every key printed by `config --doc` is documented in docs/config.md
 "$DTRAIN" config --doc >"$TMP/doc"
 missing=$(grep -vxF -f "$SRC/docs/config.md" "$TMP/doc" | head -3)

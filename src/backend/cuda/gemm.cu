@@ -3,13 +3,31 @@
  * row-major matrix is its column-major transpose, so C = op(A)·op(B) is computed as
  * Cᵀ = op(B)ᵀ·op(A)ᵀ with the operands swapped. The linear layer's bias rides in the
  * matmul epilogue. Plans (descriptors + the heuristic's algorithm) are cached per
- * shape, so a step does no planning and no allocation after the first. */
+ * shape, so a step does no planning and no allocation after the first.
+ * cuBLASLt is opened when the CUDA backend starts rather than linked: loading it costs
+ * every process about 0.4 s of CPU (relocating a very large library), CPU runs and each
+ * rank of a multi-rank run included. */
 #include <cublasLt.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cuda_internal.h"
 
+static struct {
+    decltype(&cublasLtCreate) Create;
+    decltype(&cublasLtGetStatusString) GetStatusString;
+    decltype(&cublasLtMatmul) Matmul;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
+    decltype(&cublasLtMatmulDescCreate) MatmulDescCreate;
+    decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy;
+    decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute;
+    decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate;
+    decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
+    decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate;
+    decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy;
+} lt;
 static cublasLtHandle_t g_lt;
 static void *g_workspace;
 static const size_t WORKSPACE = 32u << 20;
@@ -25,8 +43,47 @@ enum { MAX_PLANS = 256 };
 static plan g_plans[MAX_PLANS];
 static int g_nplans;
 
+#define DT_STR2(x) #x
+#define DT_STR(x) DT_STR2(x)
+/* The soname of the toolkit compiled against, from the loader's path, then from the
+ * toolkit's own directory (a machine with CUDA outside the loader's path). */
+static int load_cublaslt(void) {
+    static const char *names[] = {"libcublasLt.so." DT_STR(CUBLAS_VER_MAJOR),
+#ifdef DT_CUBLASLT_DIR
+                                  DT_CUBLASLT_DIR "/libcublasLt.so." DT_STR(CUBLAS_VER_MAJOR),
+#endif
+                                  "libcublasLt.so"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        dt_cuda_record("cuBLASLt", dlerror());
+        return 0;
+    }
+    struct { const char *name; void **slot; } syms[] = {
+        {"cublasLtCreate", (void **)&lt.Create},
+        {"cublasLtGetStatusString", (void **)&lt.GetStatusString},
+        {"cublasLtMatmul", (void **)&lt.Matmul},
+        {"cublasLtMatmulAlgoGetHeuristic", (void **)&lt.MatmulAlgoGetHeuristic},
+        {"cublasLtMatmulDescCreate", (void **)&lt.MatmulDescCreate},
+        {"cublasLtMatmulDescDestroy", (void **)&lt.MatmulDescDestroy},
+        {"cublasLtMatmulDescSetAttribute", (void **)&lt.MatmulDescSetAttribute},
+        {"cublasLtMatmulPreferenceCreate", (void **)&lt.MatmulPreferenceCreate},
+        {"cublasLtMatmulPreferenceDestroy", (void **)&lt.MatmulPreferenceDestroy},
+        {"cublasLtMatmulPreferenceSetAttribute", (void **)&lt.MatmulPreferenceSetAttribute},
+        {"cublasLtMatrixLayoutCreate", (void **)&lt.MatrixLayoutCreate},
+        {"cublasLtMatrixLayoutDestroy", (void **)&lt.MatrixLayoutDestroy},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
+        if (!(*syms[i].slot = dlsym(h, syms[i].name))) {
+            dt_cuda_record("cuBLASLt: missing symbol", syms[i].name);
+            return 0;
+        }
+    return 1;
+}
+
 int dt_cuda_gemm_init(void) {
-    if (cublasLtCreate(&g_lt) != CUBLAS_STATUS_SUCCESS) {
+    if (!load_cublaslt()) return 0;
+    if (lt.Create(&g_lt) != CUBLAS_STATUS_SUCCESS) {
         dt_cuda_record("cublasLtCreate", "failed");
         return 0;
     }
@@ -53,10 +110,10 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     }
     if (g_nplans == MAX_PLANS) { /* shapes are few in training; evict the oldest if not */
         plan *p = &g_plans[0];
-        cublasLtMatmulDescDestroy(p->op);
-        cublasLtMatrixLayoutDestroy(p->la);
-        cublasLtMatrixLayoutDestroy(p->lb);
-        cublasLtMatrixLayoutDestroy(p->lc);
+        lt.MatmulDescDestroy(p->op);
+        lt.MatrixLayoutDestroy(p->la);
+        lt.MatrixLayoutDestroy(p->lb);
+        lt.MatrixLayoutDestroy(p->lc);
         memmove(g_plans, g_plans + 1, sizeof(plan) * (MAX_PLANS - 1));
         g_nplans--;
     }
@@ -65,43 +122,43 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     *p = (plan){ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf, NULL, NULL, NULL, NULL, {}};
     cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasStatus_t st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasStatus_t st = lt.MatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+        st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+        st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
     if (st == CUBLAS_STATUS_SUCCESS && bias) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+        st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
     }
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&p->la, dt, ta ? k : m, ta ? m : k, lda);
+        st = lt.MatrixLayoutCreate(&p->la, dt, ta ? k : m, ta ? m : k, lda);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&p->lb, dt, tb ? n : k, tb ? k : n, ldb);
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p->lc, dt, m, n, ldc);
+        st = lt.MatrixLayoutCreate(&p->lb, dt, tb ? n : k, tb ? k : n, ldb);
+    if (st == CUBLAS_STATUS_SUCCESS) st = lt.MatrixLayoutCreate(&p->lc, dt, m, n, ldc);
     cublasLtMatmulPreference_t pref = NULL;
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
+    if (st == CUBLAS_STATUS_SUCCESS) st = lt.MatmulPreferenceCreate(&pref);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WORKSPACE,
+        st = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WORKSPACE,
                                                   sizeof WORKSPACE);
     uint32_t al = (uint32_t)align;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
+        st = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
+        st = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+        st = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+        st = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        st = lt.MatmulAlgoGetHeuristic(g_lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    if (pref) lt.MatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "no algorithm for %s%s m=%d n=%d k=%d (%s)", ta ? "T" : "N", tb ? "T" : "N", m, n,
-                 k, cublasLtGetStatusString(st));
+                 k, lt.GetStatusString(st));
         dt_cuda_record("cuBLASLt", msg);
         return NULL;
     }
@@ -122,14 +179,14 @@ static void lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const T 
     plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta == 0.0f, align, sizeof(T) == 2);
     if (!p) return;
     if (bias &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
+        lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
             CUBLAS_STATUS_SUCCESS) {
         dt_cuda_record("cuBLASLt", "bias pointer");
         return;
     }
-    cublasStatus_t st = cublasLtMatmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
+    cublasStatus_t st = lt.Matmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
                                        g_workspace, WORKSPACE, dt_cuda_stream());
-    if (st != CUBLAS_STATUS_SUCCESS) dt_cuda_record("cublasLtMatmul", cublasLtGetStatusString(st));
+    if (st != CUBLAS_STATUS_SUCCESS) dt_cuda_record("cublasLtMatmul", lt.GetStatusString(st));
 }
 
 template <typename T>
