@@ -85,6 +85,26 @@ if command -v mpirun > /dev/null; then
     --metrics "$TMP/gsp2.jsonl" > "$TMP/gsp2.log" 2>&1 || { tail -3 "$TMP/gsp2.log"; fail "gpu tp2 sp run"; }
   r=$(curves "$TMP/gpu.jsonl" "$TMP/gsp2.jsonl" 1e-5) && pass "gpu tp2 sp = gpu single process: $r" ||
     fail "gpu tp2 sp: $r"
+  # pipeline parallelism on one GPU: two stages (activations and gradients staged
+  # through host buffers, the tied wte summed over both ends), alone and with dp 2
+  for lay in "pp2:2:--set parallel.pp=2" "dp2_pp2:4:--set parallel.pp=2" \
+             "pp2_tp2:4:--set parallel.pp=2 --set parallel.tp=2"; do
+    name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np $np \
+      "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda $args --metrics "$TMP/g$name.jsonl" > "$TMP/g$name.log" 2>&1 ||
+      { tail -3 "$TMP/g$name.log"; fail "gpu $name run"; }
+    r=$(curves "$TMP/gpu.jsonl" "$TMP/g$name.jsonl" 1e-5) && pass "gpu $name = gpu single process: $r" ||
+      fail "gpu $name: $r"
+  done
+  # a model-parallel checkpoint from the GPU (pieces gathered from host copies) resumes in one CPU process
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 4 \
+    "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.pp=2 --set parallel.tp=2 \
+    --set train.stop_after=10 --save "$TMP/gmp" --metrics "$TMP/gmp.jsonl" > "$TMP/gmp.log" 2>&1 ||
+    { tail -3 "$TMP/gmp.log"; fail "gpu pp2 tp2 first half"; }
+  "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/gmp" --metrics "$TMP/gmp.jsonl" > /dev/null 2>&1 ||
+    fail "cpu resumes a gpu pp2 tp2 checkpoint"
+  r=$(curves "$TMP/cpu.jsonl" "$TMP/gmp.jsonl" 1e-4) && pass "gpu pp2 tp2 save -> cpu resume: $r" ||
+    fail "gpu pp2 tp2 -> cpu: $r"
 else
   echo "note: no mpirun on this machine, dp2 on the GPU not run"
 fi

@@ -112,6 +112,10 @@ const dt_ops *dt_ops_cpu(void);
  * compute); one table per process. */
 const dt_ops *dt_ops_bf16_storage(const dt_ops *f32);
 static inline size_t dt_elem_bytes(const dt_ops *o) { return o->bf16 ? 2 : 4; }
+/* `backend: emulated`: host's kernels behind a device boundary (ops_emulated.c): its
+ * memory faults when the host touches it other than through upload and download, so the
+ * GPU paths' host staging is tested on machines without a GPU. One table per process. */
+const dt_ops *dt_ops_emulated(const dt_ops *host);
 /* The CUDA backend on this process's GPU; a one-line error when the build has no CUDA
  * or the machine no GPU. */
 dt_status dt_ops_cuda(const dt_ops **out, int bf16);

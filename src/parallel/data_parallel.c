@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/bf16.h"
 #include "../core/mem.h"
 #include "dp_internal.h"
 #include "tensor_parallel.h"
@@ -38,6 +39,10 @@ dt_status dt_dp_inflight_wait(dt_dp *d) {
     return s;
 }
 
+static float *elems(const dt_dp *d, float *base, size_t n) { /* base + n storage-precision elements */
+    return (float *)((char *)base + n * dt_elem_bytes(d->ops));
+}
+
 static dt_status launch_bucket(dt_dp *d) {
     if (d->bucket_hi <= d->bucket_lo) return DT_OK;
     dt_request **slot;
@@ -54,7 +59,7 @@ static dt_status launch_bucket(dt_dp *d) {
  * every replica gets the same bits and applies the same clipping. */
 static dt_status ddp_norm(dt_dp *d, double *norm) {
     size_t n = d->m->nparams, lo = n * (size_t)d->rank / (size_t)d->N, hi = n * (size_t)(d->rank + 1) / (size_t)d->N;
-    double mine = d->ops->sumsq(d->grads + lo, hi - lo), sum = 0.0;
+    double mine = d->ops->sumsq(elems(d, d->grads, lo), hi - lo), sum = 0.0;
     DT_TRY(dt_allgather(d->comm, &mine, d->norm_parts, 1, DT_F64));
     for (int q = 0; q < d->N; q++) sum += d->norm_parts[q];
     *norm = sqrt(sum);
@@ -69,7 +74,7 @@ static dt_status layout_norm(dt_dp *d, double *norm) {
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         int c = dt_state_norm_class(m, t);
-        if (c >= 0) part[c] += d->ops->sumsq(d->grads + t->offset, t->numel);
+        if (c >= 0) part[c] += d->ops->sumsq(elems(d, d->grads, t->offset), t->numel);
     }
     return dt_state_norm(&d->o.groups, part, norm);
 }
@@ -116,25 +121,29 @@ static dt_status h_after_backward(void *ctx, int u) {
 
 /* ---- engine ---- */
 
-static float *elems(const dt_dp *d, float *base, size_t n) { /* base + n storage-precision elements */
-    return (float *)((char *)base + n * dt_elem_bytes(d->ops));
-}
-
 static dt_status setup_plain(dt_dp *d) {
     gpt_model *m = d->m;
     size_t n = m->nparams, e = dt_elem_bytes(d->ops);
     if (d->ops->on_device) {
         dt_status s = d->ops->alloc((void **)&d->params, n * e, "parameters");
         if (s == DT_OK) s = d->ops->alloc((void **)&d->grads, n * e, "gradients");
-        /* several ranks (DDP, fp32: the trainer checks): MPI reduces a node-shared host
+        /* several ranks (DDP: the trainer checks): MPI reduces a node-shared fp32 host
          * copy, allocated collectively, so every rank must get there */
         DT_TRY(dt_comm_agree(d->comm, s, NULL));
-        if (d->N > 1) DT_TRY(dt_comm_alloc_shared(d->comm, n * e, "gradients (host staging)", (void **)&d->grads_host));
+        if (d->N > 1)
+            DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients (host staging)", (void **)&d->grads_host));
+        size_t tie = dt_state_tie_bytes(&d->o.groups, m);
+        if (tie && !(d->tie_host = malloc(tie)))
+            return dt_fail(DT_ERUNTIME, "out of memory (tied embedding host staging)");
     } else {
         /* the node-shared buffer below is collective: every rank must get there */
         DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&d->params, n * e, "parameters"), NULL));
         /* node-shared: DDP's bucket all-reduces read peers' gradients where they lie */
         DT_TRY(dt_comm_alloc_shared(d->comm, n * e, "gradients", (void **)&d->grads));
+        /* bf16 gradients are reduced in fp32: widened into this, reduced, rounded back */
+        if (d->ops->bf16 && d->N > 1)
+            DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients (fp32 for the reduction)",
+                                        (void **)&d->grads_host));
     }
     if (d->ops->bf16) DT_TRY(d->ops->alloc((void **)&d->master, n * sizeof(float), "fp32 master weights"));
     m->params = d->params;
@@ -187,9 +196,11 @@ void dt_dp_destroy(dt_dp *d) {
         d->ops->free(d->params);
         d->ops->free(d->grads);
         if (d->grads_host) dt_comm_free_shared(d->comm, d->grads_host);
+        free(d->tie_host);
     } else {
         dt_free(d->params);
         dt_comm_free_shared(d->comm, d->grads);
+        if (d->grads_host) dt_comm_free_shared(d->comm, d->grads_host);
     }
     d->ops->free(d->exp_avg);
     d->ops->free(d->exp_avg_sq);
@@ -319,6 +330,49 @@ static void full_update(dt_dp *d, double lr, double norm) {
     dt_adamw_step(&o, d->ops, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
 }
 
+/* The gradients into the fp32 host buffer the collectives reduce, and back. bf16 ones are
+ * copied as they are into its upper half, then widened upwards in place (element i lands
+ * at bytes [4i, 4i+4), where no element after it is read from), and rounded back
+ * downwards likewise; each block goes through a local copy, so the compiler's view of
+ * the buffer as two types cannot reorder a read after the write that covers it. */
+enum { STAGE_BLOCK = 1024 };
+
+static void grads_to_host(dt_dp *d) {
+    size_t n = d->m->nparams;
+    if (!d->ops->bf16) {
+        d->ops->download(d->grads_host, d->grads, n * sizeof(float));
+        return;
+    }
+    char *base = (char *)d->grads_host;
+    d->ops->download(base + n * sizeof(uint16_t), d->grads, n * sizeof(uint16_t));
+    uint16_t in[STAGE_BLOCK];
+    float out[STAGE_BLOCK];
+    for (size_t i = 0; i < n; i += STAGE_BLOCK) {
+        size_t k = n - i < STAGE_BLOCK ? n - i : STAGE_BLOCK;
+        memcpy(in, base + (n + i) * sizeof(uint16_t), k * sizeof(uint16_t));
+        for (size_t j = 0; j < k; j++) out[j] = dt_bf16_to_f32(in[j]);
+        memcpy(base + i * sizeof(float), out, k * sizeof(float));
+    }
+}
+
+static void grads_from_host(dt_dp *d) {
+    size_t n = d->m->nparams;
+    if (!d->ops->bf16) {
+        d->ops->upload(d->grads, d->grads_host, n * sizeof(float));
+        return;
+    }
+    char *base = (char *)d->grads_host;
+    float in[STAGE_BLOCK];
+    uint16_t out[STAGE_BLOCK];
+    for (size_t i = 0; i < n; i += STAGE_BLOCK) {
+        size_t k = n - i < STAGE_BLOCK ? n - i : STAGE_BLOCK;
+        memcpy(in, base + i * sizeof(float), k * sizeof(float));
+        for (size_t j = 0; j < k; j++) out[j] = dt_f32_to_bf16(in[j]);
+        memcpy(base + i * sizeof(uint16_t), out, k * sizeof(uint16_t));
+    }
+    d->ops->upload(d->grads, base, n * sizeof(uint16_t));
+}
+
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
     dt_status s = DT_OK;
     if (is_zero(d)) {
@@ -334,7 +388,7 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         DP_COMM(d, s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0));
         if (s == DT_OK && d->rank == 0) { /* the roots of the model-parallel groups are such groups themselves */
             if (dt_state_model_parallel(&d->o.groups)) {
-                s = dt_state_tie_grads(&d->o.groups, d->m, d->grads);
+                s = dt_state_tie_grads(&d->o.groups, d->m, d->grads, d->tie_host);
                 if (s == DT_OK) s = layout_norm(d, &norm);
             } else {
                 norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
@@ -346,10 +400,10 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         *grad_norm = norm;
     } else {
         if (d->N > 1) {
-            if (d->grads_host) { /* device gradients: to the host, reduced there, back below */
+            if (d->grads_host) { /* device or bf16 gradients: to fp32 host memory, reduced there, back below */
                 d->bucket_lo = 0;
                 d->bucket_hi = d->m->nparams;
-                DP_COMM(d, d->ops->download(d->grads_host, d->grads, d->m->nparams * sizeof(float)));
+                DP_COMM(d, grads_to_host(d));
             }
             if (!d->o.overlap) {
                 d->bucket_lo = 0;
@@ -369,17 +423,17 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
             dt_status w = dt_dp_inflight_wait(d);
             if (s == DT_OK) s = w;
             if (s == DT_OK && d->grads_host) {
-                d->ops->upload(d->grads, d->grads_host, d->m->nparams * sizeof(float));
+                grads_from_host(d);
                 s = d->ops->sync();
             }
             if (s == DT_OK && dt_state_model_parallel(&d->o.groups)) {
-                s = dt_state_tie_grads(&d->o.groups, d->m, d->grads);
+                s = dt_state_tie_grads(&d->o.groups, d->m, d->grads, d->tie_host);
                 if (s == DT_OK) s = layout_norm(d, grad_norm);
             } else if (s == DT_OK) {
                 s = ddp_norm(d, grad_norm);
             }
         } else if (dt_state_model_parallel(&d->o.groups)) {
-            s = dt_state_tie_grads(&d->o.groups, d->m, d->grads);
+            s = dt_state_tie_grads(&d->o.groups, d->m, d->grads, d->tie_host);
             if (s == DT_OK) s = layout_norm(d, grad_norm);
         } else {
             *grad_norm = dt_grad_norm(d->ops, d->grads, d->m->nparams);
@@ -400,10 +454,15 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
     dt_status s = DT_OK;
     if (dt_state_model_parallel(&d->o.groups)) { /* whole tensors at the first rank of data-parallel group 0 */
         dt_whole_model f;
+        host_copy h = {0};
         if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
             s = dt_zero_gather_full(d);
             if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
+        } else { /* a device's state: its pieces gathered from a host copy */
+            s = host_open(d, 1, 1, &h);
+            if (s == DT_OK) mv = d->m_view, vv = d->v_view;
         }
+        s = dt_state_agree(&d->o.groups, s); /* what follows is collective over the groups */
         if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, mv, vv, &f);
         else memset(&f, 0, sizeof f);
         if (s == DT_OK && d->rank == 0 && dt_state_is_root(&d->o.groups))
@@ -412,6 +471,9 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
         if (is_zero(d)) {
             dt_zero_free_views(mv, vv);
             dt_zero_release_full(d);
+        } else {
+            dt_status c = host_close(d, 0, &h);
+            if (s == DT_OK) s = c;
         }
         s = dt_state_agree(&d->o.groups, s);
         return dt_comm_agree(d->comm, s, NULL);
@@ -439,11 +501,18 @@ dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
     if (dt_state_model_parallel(&d->o.groups)) { /* of the whole model, at the groups' first rank */
         dt_whole_model f;
         memset(&f, 0, sizeof f);
+        host_copy h = {0};
         dt_status s = dt_dp_gather_full(d);
+        if (s == DT_OK && !is_zero(d)) s = host_open(d, 0, 1, &h); /* a device's weights, from a host copy */
+        s = dt_state_agree(&d->o.groups, s);
         if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, NULL, NULL, &f);
         hex[0] = 0;
         if (s == DT_OK && dt_state_is_root(&d->o.groups)) dt_weights_digest(&f.full, hex);
         dt_whole_free(&f);
+        if (!is_zero(d)) {
+            dt_status c = host_close(d, 0, &h);
+            if (s == DT_OK) s = c;
+        }
         dt_dp_release_full(d);
         return dt_state_agree(&d->o.groups, s);
     }
@@ -468,4 +537,5 @@ void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
     r->params = e + (d->master ? n : 0); /* bf16: the compute copy and the fp32 master */
     r->grads = e;
     r->optim = d->exp_avg ? 2 * n : 0;
+    if (d->grads_host && !d->ops->on_device) r->workspace = n; /* bf16's fp32 gradients for the reduction */
 }

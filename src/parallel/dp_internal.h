@@ -22,6 +22,7 @@ struct dt_dp {
     float *params, *grads, *exp_avg, *exp_avg_sq; /* exp_avg* NULL on non-root ps ranks */
     float *master;                                /* bf16: fp32 master weights (params is their bf16 copy) */
     float *grads_host; /* device state with several ranks: the host copy the MPI collectives reduce */
+    float *tie_host;   /* device state on a pipeline's end stages: the tied wte gradient's host copy */
     float **m_view, **v_view;                     /* optimizer moments as unit views */
 
     /* DDP buckets: a contiguous range [lo, hi) of the flat gradient buffer grows downwards

@@ -115,6 +115,9 @@ static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int
     /* workspace (DDP all-reduces the gradients in place: no bucket copy): the ring's blocks */
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
     double work = (double)dt_cp_ring_bytes(c->train.micro_batch, T, cp_of(c), s->n_embd, tp);
+    /* DDP reduces bf16 gradients in fp32, in a copy (host memory: on a GPU not device memory) */
+    if (!strcmp(c->precision, "bf16") && shards > 1 && c->parallel.zero == 0 && strcmp(c->backend, "cuda"))
+        work += 4 * psi;
     return state + act_bytes_regions(c, s, stage, dp, NULL) + work;
 }
 

@@ -33,11 +33,7 @@ dt_status dt_pp_check_layout(const dt_config *c, int m) {
 }
 
 dt_status dt_pp_check(const dt_config *c, int m) {
-    DT_TRY(dt_pp_check_layout(c, m));
-    if (c->parallel.pp > 1 && !strcmp(c->backend, "cuda"))
-        return dt_fail(DT_EINPUT, "parallel.pp %d: backend cuda is not implemented with pipeline parallelism yet",
-                       c->parallel.pp);
-    return DT_OK;
+    return dt_pp_check_layout(c, m); /* on a device, messages go through host staging (dt_pipeline) */
 }
 
 /* Piece `piece` of parallel.pp_split's list of `pieces` block counts (checked whole). */
@@ -98,12 +94,18 @@ struct dt_pipeline {
     dt_comm *comm;
     dt_schedule sched;
     int p, r, v, nmb, B, T, nslots, nops;
-    size_t count;        /* floats in one boundary message: this rank's rows x n_embd */
+    size_t count;        /* elements in one boundary message: this rank's rows x n_embd */
+    dt_dtype dtype;      /* the activations' storage type (fp32, or bf16 sent as it is) */
+    size_t esz;
     dt_pp_op *ops;
     int *op_slot;        /* per operation: its pass's activation slot (dt_schedule_slots) */
     int last_f;          /* the head's last forward (its loss's backward finishes ln_f and the head's wte) */
     int *last_b;         /* per chunk: the backward (W when split) after which its blocks' gradients are final */
     dt_request **pending; /* per slot: its activation send, its gradient send */
+    /* a model in device memory: MPI sends and receives host memory, so each message goes
+     * through here: per slot an activation and a gradient send buffer (reused once that
+     * send has completed, as the slot's device buffers are), then one receive buffer */
+    void *host;
     uint16_t *tok, *tgt;
     double busy, wait, span;
 };
@@ -145,6 +147,12 @@ dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, d
                        dt_schedule_name(s), pl->nslots, gpt_slot_count(model));
     pl->pending = calloc(2 * (size_t)pl->nslots, sizeof *pl->pending);
     if (!pl->pending) return dt_fail(DT_ERUNTIME, "out of memory (pipeline)");
+    pl->dtype = model->ops->bf16 ? DT_BF16 : DT_F32;
+    pl->esz = dt_elem_bytes(model->ops);
+    if (model->ops->on_device) {
+        pl->host = malloc((2 * (size_t)pl->nslots + 1) * pl->count * pl->esz);
+        if (!pl->host) return dt_fail(DT_ERUNTIME, "out of memory (pipeline host staging)");
+    }
     dt_op_kind final = model->split ? DT_OP_W : DT_OP_B;
     pl->last_f = -1;
     for (int k = 0; k < v; k++) pl->last_b[k] = -1;
@@ -177,6 +185,7 @@ void dt_pipeline_destroy(dt_pipeline *pl) {
     free(pl->op_slot);
     free(pl->last_b);
     free(pl->pending);
+    free(pl->host);
     free(pl->tok);
     free(pl->tgt);
     free(pl);
@@ -201,6 +210,27 @@ static int tag_of(const dt_pipeline *pl, int mb, int g, int grad) {
     return (2 * (mb * pl->p * pl->v + g) + grad) % 32768;
 }
 
+/* What MPI sends for n floats at x: x itself, or (a device model) its host copy in
+ * staging buffer `buf` (slot·2 + grad for the slot's sends; the receive buffer for a
+ * blocking send, which is done with it on return). */
+static const void *outgoing(dt_pipeline *pl, const float *x, size_t n, size_t buf) {
+    if (!pl->host) return x;
+    char *h = (char *)pl->host + buf * pl->count * pl->esz;
+    pl->m->ops->download(h, x, n * pl->esz);
+    return h;
+}
+
+static size_t recv_buf(const dt_pipeline *pl) { return 2 * (size_t)pl->nslots; }
+
+/* Receives n elements into x (through the receive buffer for a device model). */
+static dt_status receive(dt_pipeline *pl, float *x, size_t n, int peer, int tag) {
+    if (!pl->host) return dt_recv(pl->comm, x, n, pl->dtype, peer, tag);
+    char *h = (char *)pl->host + recv_buf(pl) * pl->count * pl->esz;
+    DT_TRY(dt_recv(pl->comm, h, n, pl->dtype, peer, tag));
+    pl->m->ops->upload(x, h, n * pl->esz); /* staged before it returns: h is free again */
+    return DT_OK;
+}
+
 /* Whether local chunk k holds the embeddings / the head. */
 static int first_chunk(const dt_pipeline *pl, int k) { return pl->r == 0 && k == 0; }
 static int head_chunk(const dt_pipeline *pl, int k) { return pl->r == pl->p - 1 && k == pl->v - 1; }
@@ -214,21 +244,21 @@ dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale
         double t0 = dt_now();
         switch (o->kind) {
         case DT_OP_RECV_ACT:
-            DT_TRY(dt_recv(pl->comm, gpt_slot_input(m, slot), pl->count, DT_F32, o->peer, tag_of(pl, o->mb, g, 0)));
+            DT_TRY(receive(pl, gpt_slot_input(m, slot), pl->count, o->peer, tag_of(pl, o->mb, g, 0)));
             pl->wait += dt_now() - t0;
             break;
         case DT_OP_RECV_GRAD:
             DT_TRY(wait_send(pl, slot, 1));
-            DT_TRY(dt_recv(pl->comm, gpt_slot_grad(m, slot), pl->count, DT_F32, o->peer, tag_of(pl, o->mb, g, 1)));
+            DT_TRY(receive(pl, gpt_slot_grad(m, slot), pl->count, o->peer, tag_of(pl, o->mb, g, 1)));
             pl->wait += dt_now() - t0;
             break;
         case DT_OP_SEND_ACT:
-            DT_TRY(dt_isend(pl->comm, gpt_slot_output(m, slot), pl->count, DT_F32, o->peer,
-                            tag_of(pl, o->mb, g + 1, 0), &pl->pending[2 * slot]));
+            DT_TRY(dt_isend(pl->comm, outgoing(pl, gpt_slot_output(m, slot), pl->count, 2 * (size_t)slot), pl->count,
+                            pl->dtype, o->peer, tag_of(pl, o->mb, g + 1, 0), &pl->pending[2 * slot]));
             break;
         case DT_OP_SEND_GRAD:
-            DT_TRY(dt_isend(pl->comm, gpt_slot_grad(m, slot), pl->count, DT_F32, o->peer,
-                            tag_of(pl, o->mb, g - 1, 1), &pl->pending[2 * slot + 1]));
+            DT_TRY(dt_isend(pl->comm, outgoing(pl, gpt_slot_grad(m, slot), pl->count, 2 * (size_t)slot + 1),
+                            pl->count, pl->dtype, o->peer, tag_of(pl, o->mb, g - 1, 1), &pl->pending[2 * slot + 1]));
             break;
         case DT_OP_F: {
             int head = head_chunk(pl, o->chunk);
@@ -281,14 +311,15 @@ dt_status dt_pipeline_eval(dt_pipeline *pl, const dt_pp_io *io, int nmb, double 
         for (int k = 0; k < pl->v; k++) {
             int g = k * pl->p + pl->r;
             if (!first_chunk(pl, k))
-                DT_TRY(dt_recv(pl->comm, gpt_slot_input(m, 0), pl->count, DT_F32, prev, tag_of(pl, mb, g, 0)));
+                DT_TRY(receive(pl, gpt_slot_input(m, 0), pl->count, prev, tag_of(pl, mb, g, 0)));
             DT_TRY(gpt_forward_chunk(m, 0, k, pl->tok, pl->B, pl->T, 0));
             if (head_chunk(pl, k)) {
                 double l;
                 DT_TRY(gpt_loss(m, 0, pl->tgt, 0.0f, &l));
                 sum += l;
             } else {
-                DT_TRY(dt_send(pl->comm, gpt_slot_output(m, 0), pl->count, DT_F32, next, tag_of(pl, mb, g + 1, 0)));
+                DT_TRY(dt_send(pl->comm, outgoing(pl, gpt_slot_output(m, 0), pl->count, recv_buf(pl)), pl->count,
+                               pl->dtype, next, tag_of(pl, mb, g + 1, 0)));
             }
         }
     }
@@ -301,13 +332,17 @@ dt_status dt_pipeline_next_logits(dt_pipeline *pl, const uint16_t *tokens, int T
     int prev = (pl->r - 1 + pl->p) % pl->p, next = (pl->r + 1) % pl->p;
     size_t count = (size_t)T * (size_t)m->shape.n_embd;
     if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
+    if (count > pl->count) /* the slot (and the staging buffer) hold a micro-batch's rows */
+        return dt_fail(DT_EINPUT, "sampling: %d positions exceed the pipeline's %zu rows", T, pl->count / m->shape.n_embd);
     dt_status s = DT_OK;
     for (int k = 0; k < pl->v && s == DT_OK; k++) {
         int g = k * pl->p + pl->r;
-        if (!first_chunk(pl, k)) s = dt_recv(pl->comm, gpt_slot_input(m, 0), count, DT_F32, prev, tag_of(pl, 0, g, 0));
+        if (!first_chunk(pl, k)) s = receive(pl, gpt_slot_input(m, 0), count, prev, tag_of(pl, 0, g, 0));
         if (s == DT_OK) s = gpt_forward_chunk(m, 0, k, tokens, 1, T, 0);
         if (s == DT_OK && head_chunk(pl, k)) s = gpt_last_logits(m, 0, logits);
-        else if (s == DT_OK) s = dt_send(pl->comm, gpt_slot_output(m, 0), count, DT_F32, next, tag_of(pl, 0, g + 1, 0));
+        else if (s == DT_OK)
+            s = dt_send(pl->comm, outgoing(pl, gpt_slot_output(m, 0), count, recv_buf(pl)), count, pl->dtype, next,
+                        tag_of(pl, 0, g + 1, 0));
     }
     DT_TRY(dt_comm_agree(pl->comm, s, NULL)); /* a failed stage fails every rank, none waits in the broadcast */
     return dt_bcast(pl->comm, logits, (size_t)m->shape.vocab_size, DT_F32, pl->p - 1);

@@ -24,10 +24,24 @@ dt_status dt_state_norm(const dt_model_groups *g, const double part[DT_NORM_NCLA
     return DT_OK;
 }
 
-dt_status dt_state_tie_grads(const dt_model_groups *g, const gpt_model *m, float *grads) {
+size_t dt_state_tie_bytes(const dt_model_groups *g, const gpt_model *m) {
+    return has(g->pp) && g->emb && m->ops->on_device ? m->tensors[0].numel * dt_elem_bytes(m->ops) : 0;
+}
+
+/* bf16 gradients are summed as bf16 (DT_BF16 adds in fp32 and rounds): over the two end
+ * stages that is one rounding of the fp32 sum, the fp32 reduction's result. */
+dt_status dt_state_tie_grads(const dt_model_groups *g, const gpt_model *m, float *grads, float *host) {
     if (!has(g->pp) || !g->emb) return DT_OK;
     const gpt_tensor *wte = &m->tensors[0]; /* unit 0 on both ends starts with wte */
-    return dt_allreduce(g->emb, grads + wte->offset, wte->numel, DT_F32, DT_SUM);
+    size_t esz = dt_elem_bytes(m->ops), bytes = wte->numel * esz;
+    dt_dtype t = m->ops->bf16 ? DT_BF16 : DT_F32;
+    void *x = (char *)grads + wte->offset * esz;
+    if (!m->ops->on_device) return dt_allreduce(g->emb, x, wte->numel, t, DT_SUM);
+    if (!host) return dt_fail(DT_ERUNTIME, "tied embedding: no host staging for a device model");
+    m->ops->download(host, x, bytes);
+    DT_TRY(dt_allreduce(g->emb, host, wte->numel, t, DT_SUM));
+    m->ops->upload(x, host, bytes);
+    return m->ops->sync();
 }
 
 int dt_state_is_root(const dt_model_groups *g) {

@@ -24,8 +24,11 @@ typedef struct {
 enum { DT_NORM_SPLIT, DT_NORM_REPLICATED, DT_NORM_NCLASSES };
 int dt_state_norm_class(const gpt_model *m, const gpt_tensor *t);
 /* Sums the gradients of tied tensors over the stages holding them (wte's, over emb), so
- * both copies take the same update. grads: the model's flat gradient buffer (host). */
-dt_status dt_state_tie_grads(const dt_model_groups *g, const gpt_model *m, float *grads);
+ * both copies take the same update. grads: the model's flat gradient buffer; in device
+ * memory, host (wte's size, dt_state_tie_bytes) stages the sum (MPI reduces host memory). */
+dt_status dt_state_tie_grads(const dt_model_groups *g, const gpt_model *m, float *grads, float *host);
+/* Bytes of host staging dt_state_tie_grads needs for a device model (0: none). */
+size_t dt_state_tie_bytes(const dt_model_groups *g, const gpt_model *m);
 /* Whether any model-parallel group has more than one rank. */
 int dt_state_model_parallel(const dt_model_groups *g);
 /* The global norm from this rank's partial sums of squares (already complete over the

@@ -96,10 +96,7 @@ dt_status dt_tp_check(const dt_config *c) {
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", c->train.micro_batch, T, c->parallel.tp);
     const char *what = NULL;
-    int gpu = !strcmp(c->backend, "cuda");
     if (strcmp(c->precision, "fp32") != 0) what = "precision bf16";
-    else if (gpu && (c->checkpoint.dir[0] || c->checkpoint.resume[0] || c->train.init_from[0] || c->log.digest))
-        what = "on GPUs, checkpoints and the digest"; /* they gather pieces from host memory */
     else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (c->log.sample_tokens > 0 && c->parallel.sp)
         what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";

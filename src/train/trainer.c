@@ -58,25 +58,29 @@ typedef struct {
 } trainer;
 
 static dt_status check_supported(const dt_config *c, int world) {
-    /* bf16's fp32 master weights live in the plain engine; the sharded and bitwise ones
-     * and the host collectives still assume fp32 gradients */
-    if (!strcmp(c->precision, "bf16") &&
-        (world > 1 || c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise")))
-        return dt_fail(DT_EINPUT, "precision bf16: runs on one rank without ZeRO or bitwise mode so far (world %d, "
-                       "zero %d, determinism %s)", world, c->parallel.zero, c->parallel.determinism);
-    if (strcmp(c->backend, "cuda") != 0) return DT_OK;
-    /* several ranks: DDP over MPI with the gradients staged through host memory; the
-     * sharded, central-rank and bitwise engines keep their state on the host */
+    /* bf16's fp32 master weights live in the plain engine (DDP reduces the gradients in
+     * fp32, pipelines send bf16 activations); the sharded, central-rank and bitwise ones
+     * still assume fp32 gradients (tp and cp refuse bf16 themselves) */
+    if (!strcmp(c->precision, "bf16") && (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
+                                          (world > 1 && !strcmp(c->parallel.dp_mode, "ps"))))
+        return dt_fail(DT_EINPUT, "precision bf16: runs with DDP and pipelines, not yet with ZeRO, "
+                       "parallel.dp_mode=ps or bitwise mode (zero %d, dp_mode %s, determinism %s)",
+                       c->parallel.zero, c->parallel.dp_mode, c->parallel.determinism);
+    if (!strcmp(c->backend, "cpu")) return DT_OK;
+    /* a device (cuda, or emulated: the same paths on the CPU). Several ranks: DDP over
+     * MPI with the gradients staged through host memory; the sharded, central-rank and
+     * bitwise engines keep their state on the host */
     if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
         (world > 1 && !strcmp(c->parallel.dp_mode, "ps")))
-        return dt_fail(DT_EINPUT, "backend cuda: parallel.zero, parallel.dp_mode=ps and parallel.determinism=bitwise "
-                       "are not implemented on the GPU yet");
+        return dt_fail(DT_EINPUT, "backend %s: parallel.zero, parallel.dp_mode=ps and parallel.determinism=bitwise "
+                       "are not implemented on the GPU yet", c->backend);
     return DT_OK;
 }
 
 static dt_status choose_ops(const dt_config *c, const dt_ops **ops) {
     int bf16 = !strcmp(c->precision, "bf16");
     if (!strcmp(c->backend, "cuda")) DT_TRY(dt_ops_cuda(ops, bf16));
+    else if (!strcmp(c->backend, "emulated")) *ops = dt_ops_emulated(bf16 ? dt_ops_bf16_storage(dt_ops_cpu()) : dt_ops_cpu());
     else *ops = bf16 ? dt_ops_bf16_storage(dt_ops_cpu()) : dt_ops_cpu();
     if (c->log.profile) *ops = dt_ops_profiled(*ops);
     return DT_OK;
@@ -463,7 +467,7 @@ static void print_header(trainer *t) {
            "steps, %s, %s%s, %d threads/rank, %s\n",
            t->global_batch, t->T, t->micro, t->dp, t->accum, c->train.steps, c->precision,
            !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", dt_cpu_threads(),
-           t->ops->on_device ? dt_gpu_name() : dt_cpu_blas_info());
+           !strcmp(c->backend, "cuda") ? dt_gpu_name() : dt_cpu_blas_info());
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
            t->val_path[0] ? t->val_path : "none");
     if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
@@ -604,7 +608,7 @@ static dt_status run(trainer *t) {
                    mem[0].peak_rss / 1e6);
         else
             printf("summary: nothing to train (at step %lld of %lld)\n", t->st.step, steps);
-        if (t->ops->on_device && timed_steps > 0) {
+        if (!strcmp(c->backend, "cuda") && timed_steps > 0) {
             double peak = dt_gpu_bf16_peak();
             printf("gpu: %s, peak device memory %.2f GB (rank 0)", dt_gpu_name(), (double)dt_gpu_peak_bytes() / 1e9);
             if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s dense bf16", 100.0 * tps * flops_tok / peak, peak / 1e12);

@@ -1,0 +1,106 @@
+/* `backend: emulated`: the CPU kernels behind a device boundary. Memory from this table
+ * lies at an address the host code cannot dereference (the host address plus 2^62, which
+ * is not canonical on x86-64: any load or store there faults), the kernels translate it
+ * back, and the host reaches it only through upload, download and the kernels, as with a
+ * GPU's memory. So the host staging of the GPU paths (DDP's gradient copies, tensor and
+ * pipeline parallelism's messages, checkpoint and digest host copies, the tied embedding's
+ * sum) runs, and is tested for parity, on machines without a GPU: code that hands device
+ * memory to MPI or reads it on the host crashes here as it would on a GPU. The arithmetic
+ * is the CPU backend's, so an emulated run gives the CPU run's numbers bit for bit. */
+#include <string.h>
+
+#include "ops.h"
+
+static const dt_ops *inner;
+static const uintptr_t AWAY = (uintptr_t)1 << 62;
+
+/* device address <-> host address; NULL stays NULL (optional arguments) */
+static void *H(const void *dev) { return dev ? (void *)((uintptr_t)dev - AWAY) : NULL; }
+#define HF(p) ((float *)H(p))
+#define HT(p) ((const uint16_t *)H(p))
+
+static dt_status e_alloc(void **p, size_t bytes, const char *what) {
+    void *h = NULL;
+    dt_status s = inner->alloc(&h, bytes, what);
+    *p = s == DT_OK && h ? (void *)((uintptr_t)h + AWAY) : NULL;
+    return s;
+}
+static void e_free(void *p) { inner->free(H(p)); }
+static void e_zero(void *p, size_t bytes) { inner->zero(H(p), bytes); }
+static void e_upload(void *dst, const void *src, size_t bytes) { memcpy(H(dst), src, bytes); }
+static void e_download(void *dst, const void *src, size_t bytes) { memcpy(dst, H(src), bytes); }
+static void e_copy(void *dst, const void *src, size_t bytes) { inner->copy(H(dst), H(src), bytes); }
+static dt_status e_sync(void) { return inner->sync(); }
+static void e_to_bf16(void *d, const float *s, size_t n) { inner->to_bf16(H(d), HF(s), n); }
+static void e_from_bf16(float *d, const void *s, size_t n) { inner->from_bf16(HF(d), H(s), n); }
+static void e_gemm(int tA, int tB, int M, int N, int K, float al, const float *A, int lda, const float *B, int ldb,
+                   float be, float *C, int ldc) {
+    inner->gemm(tA, tB, M, N, K, al, HF(A), lda, HF(B), ldb, be, HF(C), ldc);
+}
+static void e_lin_f(float *o, const float *i, const float *w, const float *b, int N, int IC, int OC) {
+    inner->linear_fwd(HF(o), HF(i), HF(w), HF(b), N, IC, OC);
+}
+static void e_lin_b(float *di, float *dw, float *db, const float *d, const float *i, const float *w, int N, int IC,
+                    int OC, int acc) {
+    inner->linear_bwd(HF(di), HF(dw), HF(db), HF(d), HF(i), HF(w), N, IC, OC, acc);
+}
+static void e_emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int T, int C, int v0,
+                    int rows) {
+    inner->embed_fwd(HF(o), HT(t), HF(e), HF(p), B, T, C, v0, rows);
+}
+static void e_emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int T, int C, int v0, int rows) {
+    inner->embed_bwd(HF(de), HF(dp), HF(d), HT(t), B, T, C, v0, rows);
+}
+static void e_ln_f(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
+    inner->layernorm_fwd(HF(o), HF(m), HF(r), HF(i), HF(w), HF(b), N, C);
+}
+static void e_ln_b(float *di, float *dw, float *db, const float *d, const float *i, const float *w, const float *m,
+                   const float *r, int N, int C) {
+    inner->layernorm_bwd(HF(di), HF(dw), HF(db), HF(d), HF(i), HF(w), HF(m), HF(r), N, C);
+}
+static void e_gelu_f(float *o, const float *i, size_t n) { inner->gelu_fwd(HF(o), HF(i), n); }
+static void e_gelu_b(float *di, const float *i, const float *d, size_t n) { inner->gelu_bwd(HF(di), HF(i), HF(d), n); }
+static void e_add(float *o, const float *a, const float *b, size_t n) { inner->add(HF(o), HF(a), HF(b), n); }
+static void e_att_f(float *o, float *l, const float *q, int B, int T, int C, int NH) {
+    inner->attention_fwd(HF(o), HF(l), HF(q), B, T, C, NH);
+}
+static void e_att_b(float *dq, const float *d, const float *q, const float *o, const float *l, int B, int T, int C,
+                    int NH) {
+    inner->attention_bwd(HF(dq), HF(d), HF(q), HF(o), HF(l), B, T, C, NH);
+}
+static void e_xent(float *lg, float *ls, const uint16_t *t, int N, int V, int Vp, float s) {
+    inner->softmax_xent(HF(lg), HF(ls), HT(t), N, V, Vp, s);
+}
+static void e_rowmax(const float *lg, float *mx, int N, int Vl, int real) { inner->xent_rowmax(HF(lg), HF(mx), N, Vl, real); }
+static void e_rowsum(const float *lg, const float *mx, const uint16_t *t, float *st, int N, int Vl, int real, int v0) {
+    inner->xent_rowsum(HF(lg), HF(mx), HT(t), HF(st), N, Vl, real, v0);
+}
+static void e_finish(float *lg, float *ls, const float *mx, const float *st, const uint16_t *t, int N, int Vl,
+                     int real, int v0, float s) {
+    inner->xent_finish(HF(lg), HF(ls), HF(mx), HF(st), HT(t), N, Vl, real, v0, s);
+}
+static double e_sumsq(const float *x, size_t n) { return inner->sumsq(HF(x), n); }
+static double e_sum(const float *x, size_t n) { return inner->sum(HF(x), n); }
+static void e_adamw(float *p, float *ps, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                    float eps, float wd, float c1, float c2, float gs) {
+    inner->adamw(HF(p), HF(ps), HF(g), HF(m), HF(v), n, lr, b1, b2, eps, wd, c1, c2, gs);
+}
+
+static dt_ops EMULATED;
+
+const dt_ops *dt_ops_emulated(const dt_ops *host) {
+    inner = host;
+    /* ring attention's blocks stay out, as on the GPU (its positions are host arrays) */
+    EMULATED = (dt_ops){.name = host->bf16 ? "emulated+bf16-storage" : "emulated", .on_device = 1,
+                        .bf16 = host->bf16, .alloc = e_alloc, .free = e_free, .zero = e_zero,
+                        .upload = e_upload, .download = e_download, .copy = e_copy, .sync = e_sync,
+                        .to_bf16 = e_to_bf16, .from_bf16 = e_from_bf16, .gemm = e_gemm, .linear_fwd = e_lin_f,
+                        .linear_bwd = e_lin_b, .embed_fwd = e_emb_f, .embed_bwd = e_emb_b,
+                        .layernorm_fwd = e_ln_f, .layernorm_bwd = e_ln_b, .gelu_fwd = e_gelu_f,
+                        .gelu_bwd = e_gelu_b, .add = e_add, .attention_fwd = e_att_f, .attention_bwd = e_att_b,
+                        .softmax_xent = e_xent, .xent_rowmax = host->xent_rowmax ? e_rowmax : NULL,
+                        .xent_rowsum = host->xent_rowsum ? e_rowsum : NULL,
+                        .xent_finish = host->xent_finish ? e_finish : NULL, .sumsq = e_sumsq, .sum = e_sum,
+                        .adamw = e_adamw};
+    return &EMULATED;
+}

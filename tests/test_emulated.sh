@@ -1,0 +1,76 @@
+# The GPU paths' host side, on the CPU: `backend: emulated` runs the CPU kernels on memory
+# the host code cannot touch (ops_emulated.c), so everything the CUDA backend's runs do
+# around the kernels runs here: DDP's gradient staging, tensor and pipeline parallelism's
+# messages through host buffers, the tied embedding's sum, checkpoints, the digest and
+# resume through host copies. Host code that handed device memory to MPI, or read it,
+# would crash. The kernels are the CPU's, so each layout must give the CPU layout's
+# weights bit for bit, and checkpoints must cross between the two.
+source "$(dirname "$0")/lib.sh"
+command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+prepare_tiny
+RUN=("${DP_RUN[@]}" --set log.sample_tokens=0 --digest)
+EMU=(--set backend=emulated)
+IL=(--set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set model.n_layer=4)
+
+# same NAME NP ARGS...: the layout on the emulated device ends on its CPU run's weights
+same() {
+  local name=$1 np=$2; shift 2
+  local launch=("${MPI[@]}" -np "$np")
+  [ "$np" = 1 ] && launch=()
+  "${launch[@]}" "$DTRAIN" train "${RUN[@]}" "$@" >"$TMP/cpu_$name.out" 2>&1 || fail "$name on the CPU"
+  "${launch[@]}" "$DTRAIN" train "${RUN[@]}" "$@" "${EMU[@]}" --metrics "$TMP/$name.jsonl" >"$TMP/emu_$name.out" 2>&1
+  local rc=$? a b
+  a=$(digest_of "$TMP/cpu_$name.out"); b=$(digest_of "$TMP/emu_$name.out")
+  [ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && pass "$name emulated = CPU ($b)" ||
+    fail "$name emulated: rc $rc, $b vs $a: $(grep -v '^\[' "$TMP/emu_$name.out" | tail -2)"
+}
+same one 1
+grep -q "^dtrain: global batch .*fp32" "$TMP/emu_one.out" && ! grep -q "^gpu:" "$TMP/emu_one.out" &&
+  pass "an emulated run reports no GPU" || fail "emulated header: $(head -3 "$TMP/emu_one.out")"
+same bf16 1 --set precision=bf16
+same bf16_dp2_pp2 4 --set precision=bf16 --set parallel.pp=2
+same dp2 2
+same tp2 2 --set parallel.tp=2
+same pp2_1f1b 2 --set parallel.pp=2
+same dp2_pp2_tp2 8 --set parallel.pp=2 --set parallel.tp=2
+if full; then
+  same tp2_sp 2 --set parallel.tp=2 --set parallel.sp=true
+  same pp2_gpipe 2 --set parallel.pp=2 --set parallel.schedule=gpipe
+  same pp2_zbh1 2 --set parallel.pp=2 --set parallel.schedule=zb-h1
+  same pp2_interleaved 2 --set parallel.pp=2 "${IL[@]}"
+  same dp2_pp2 4 --set parallel.pp=2
+  same pp2_tp2 4 --set parallel.pp=2 --set parallel.tp=2
+  same bf16_dp2 2 --set precision=bf16
+fi
+
+# checkpoints through host copies: an emulated pp2 x tp2 save resumes in one CPU process,
+# a CPU save resumes on the emulated pp2, each continuing the single-process curve
+"$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >/dev/null 2>&1 || fail "single-process reference"
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${EMU[@]}" --set parallel.pp=2 --set parallel.tp=2 \
+  --set train.stop_after=10 --save "$TMP/c1" --metrics "$TMP/c1.jsonl" >"$TMP/c1.out" 2>&1 ||
+  fail "emulated pp2 tp2 first half: $(tail -2 "$TMP/c1.out")"
+"$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c1" --metrics "$TMP/c1.jsonl" >"$TMP/c1r.out" 2>&1 ||
+  fail "CPU resume: $(tail -2 "$TMP/c1r.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "emulated pp2 tp2 save + CPU resume = single process ($r)" ||
+  fail "emulated -> CPU: $r"
+"$DTRAIN" train "${DP_RUN[@]}" --set train.stop_after=10 --save "$TMP/c2" --metrics "$TMP/c2.jsonl" >/dev/null 2>&1 ||
+  fail "CPU first half"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${EMU[@]}" --set parallel.pp=2 --resume "$TMP/c2" \
+  --metrics "$TMP/c2.jsonl" >"$TMP/c2r.out" 2>&1 || fail "emulated pp2 resume: $(tail -2 "$TMP/c2r.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2.jsonl") && pass "CPU save + emulated pp2 resume = single process ($r)" ||
+  fail "CPU -> emulated: $r"
+
+# the final sample through the pipeline's host staging: the CPU pipeline's text
+SAMPLE=(--set log.sample_tokens=30 --set parallel.pp=2)
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${SAMPLE[@]}" 2>&1 | sed -n '/^--- sample/,/^---$/p' >"$TMP/s1.txt"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${SAMPLE[@]}" "${EMU[@]}" 2>&1 | sed -n '/^--- sample/,/^---$/p' >"$TMP/s2.txt"
+[ "$(wc -l <"$TMP/s1.txt")" -ge 3 ] && cmp -s "$TMP/s1.txt" "$TMP/s2.txt" && pass "pp2 sample: emulated = CPU" ||
+  fail "pp2 sample: $(cat "$TMP/s2.txt") vs $(cat "$TMP/s1.txt")"
+
+# what the GPU paths do not run yet is refused as on a GPU: one line, exit 2
+RUN=("${DP_RUN[@]}" "${EMU[@]}")
+refused "ZeRO on a device" "parallel.zero" 2 --set parallel.zero=1
+refused "context parallelism on a device" "backend other than cpu" 2 --set parallel.cp=2
+finish
