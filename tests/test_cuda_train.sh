@@ -96,6 +96,15 @@ if command -v mpirun > /dev/null; then
     r=$(curves "$TMP/gpu.jsonl" "$TMP/g$name.jsonl" 1e-5) && pass "gpu $name = gpu single process: $r" ||
       fail "gpu $name: $r"
   done
+  # bf16 layouts on one GPU follow the bf16 single-process GPU run
+  for lay in "dp2:2:" "tp2:2:--set parallel.tp=2" "pp2:2:--set parallel.pp=2"; do
+    name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np $np \
+      "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set precision=bf16 $args --metrics "$TMP/g16$name.jsonl" \
+      > "$TMP/g16$name.log" 2>&1 || { tail -3 "$TMP/g16$name.log"; fail "gpu bf16 $name run"; }
+    r=$(curves "$TMP/gpu16.jsonl" "$TMP/g16$name.jsonl" 1e-2 loss) && pass "gpu bf16 $name = gpu bf16 single process: $r" ||
+      fail "gpu bf16 $name: $r"
+  done
   # a model-parallel checkpoint from the GPU (pieces gathered from host copies) resumes in one CPU process
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 4 \
     "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.pp=2 --set parallel.tp=2 \

@@ -43,6 +43,7 @@ if full; then
   same dp2_pp2 4 --set parallel.pp=2
   same pp2_tp2 4 --set parallel.pp=2 --set parallel.tp=2
   same bf16_dp2 2 --set precision=bf16
+  same bf16_tp2_sp 2 --set precision=bf16 --set parallel.tp=2 --set parallel.sp=true
 fi
 
 # checkpoints through host copies: an emulated pp2 x tp2 save resumes in one CPU process,

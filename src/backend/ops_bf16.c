@@ -167,6 +167,28 @@ static void b_xent(float *logits, float *losses, const uint16_t *targets, int N,
     if (scale != 0.0f) narrow(logits, l, n);
 }
 
+/* The vocabulary-parallel cross-entropy's steps over bf16 logits [N, Vl]; the row
+ * statistics and losses are fp32 already. */
+static void b_rowmax(const float *logits, float *mx, int N, int Vl, int real) {
+    float *l = wide(0, logits, (size_t)N * Vl);
+    NEED(l);
+    in->xent_rowmax(l, mx, N, Vl, real);
+}
+static void b_rowsum(const float *logits, const float *mx, const uint16_t *tg, float *st, int N, int Vl, int real,
+                     int v0) {
+    float *l = wide(0, logits, (size_t)N * Vl);
+    NEED(l);
+    in->xent_rowsum(l, mx, tg, st, N, Vl, real, v0);
+}
+static void b_finish(float *logits, float *losses, const float *mx, const float *st, const uint16_t *tg, int N,
+                     int Vl, int real, int v0, float scale) {
+    size_t n = (size_t)N * Vl;
+    float *l = wide(0, logits, n);
+    NEED(l);
+    in->xent_finish(l, losses, mx, st, tg, N, Vl, real, v0, scale);
+    if (scale != 0.0f) narrow(logits, l, n);
+}
+
 static double b_sumsq(const float *x, size_t n) {
     float *w = wide(0, x, n);
     return w ? in->sumsq(w, n) : 0.0;
@@ -205,9 +227,9 @@ const dt_ops *dt_ops_bf16_storage(const dt_ops *f32) {
     T.attention_fwd = b_att_f;
     T.attention_bwd = b_att_b;
     T.softmax_xent = b_xent;
-    T.xent_rowmax = NULL; /* vocabulary-parallel loss: fp32 only so far */
-    T.xent_rowsum = NULL;
-    T.xent_finish = NULL;
+    T.xent_rowmax = f32->xent_rowmax ? b_rowmax : NULL;
+    T.xent_rowsum = f32->xent_rowsum ? b_rowsum : NULL;
+    T.xent_finish = f32->xent_finish ? b_finish : NULL;
     T.sumsq = b_sumsq;
     T.adamw = b_adamw;
     return &T;

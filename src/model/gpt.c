@@ -517,9 +517,9 @@ static block_acts block_at(const gpt_model *m, const gpt_slot *a, int j) {
 /* The paired functions of tensor (and sequence) parallelism; identities on one rank.
  *
  * tp_sum: Megatron's g (forward, after a row-parallel layer) and f (backward, before a
- * column-parallel one) without sp: an all-reduce of the partial sums x (n floats). */
+ * column-parallel one) without sp: an all-reduce of the partial sums x (n elements). */
 static dt_status tp_sum(gpt_model *m, float *x, size_t n) {
-    return m->tp_comm.allreduce ? m->tp_comm.allreduce(m->tp_comm.ctx, x, n, 0) : DT_OK;
+    return m->tp_comm.allreduce ? m->tp_comm.allreduce(m->tp_comm.ctx, x, n, GPT_TP_SUM) : DT_OK;
 }
 
 /* After a row-parallel layer (and the vocabulary-parallel embedding and head): partial
@@ -687,9 +687,9 @@ static dt_status xent_tp(gpt_model *m, int R, int r0, const uint16_t *targets, f
     int real = m->shape.vocab_size - v0 < 0 ? 0 : m->shape.vocab_size - v0 > Vl ? Vl : m->shape.vocab_size - v0;
     float *mx = a->xstat, *st = a->xstat + a->head_rows;
     o->xent_rowmax(a->logits, mx, R, Vl, real);
-    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, mx, (size_t)R, 1));
+    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, mx, (size_t)R, GPT_TP_MAX_F32));
     o->xent_rowsum(a->logits, mx, targets + r0, st, R, Vl, real, v0);
-    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, st, 2 * (size_t)R, 0));
+    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, st, 2 * (size_t)R, GPT_TP_SUM_F32));
     o->xent_finish(a->logits, a->losses + r0, mx, st, targets + r0, R, Vl, real, v0, grad_scale);
     return DT_OK;
 }

@@ -83,14 +83,17 @@ enum { GPT_ACT_SEQUENCE, GPT_ACT_TENSOR, GPT_ACT_OTHER, GPT_ACT_NREGIONS };
  * (after a row-parallel layer, forward) and f (before a column-parallel layer, backward)
  * sit. With one rank (allreduce NULL) both are identities. */
 typedef struct {
-    dt_status (*allreduce)(void *ctx, float *x, size_t n, int max); /* in place: sum (max = 0) or max */
-    /* Sequence parallelism (Megatron-SP): full (tp·n floats) = every rank's local n floats
-     * in rank order; and its conjugate, local (n floats) = this rank's block of the sum
-     * over ranks of full (tp·n floats). NULL without sp. */
+    /* in place, n elements: GPT_TP_SUM of activations in storage precision (fp32 or
+     * bf16), GPT_TP_SUM_F32 / GPT_TP_MAX_F32 of fp32 statistics */
+    dt_status (*allreduce)(void *ctx, float *x, size_t n, int op);
+    /* Sequence parallelism (Megatron-SP): full (tp·n elements) = every rank's local n
+     * elements in rank order; and its conjugate, local (n) = this rank's block of the sum
+     * over ranks of full (tp·n). Storage precision. NULL without sp. */
     dt_status (*allgather)(void *ctx, float *full, const float *local, size_t n);
     dt_status (*reduce_scatter)(void *ctx, float *local, const float *full, size_t n);
     void *ctx;
 } gpt_tp_comm;
+enum { GPT_TP_SUM, GPT_TP_SUM_F32, GPT_TP_MAX_F32 };
 
 /* Context parallelism inside the model: the micro-batch's T columns are this rank's
  * positions of a longer sequence (positions[t], ascending; e.g. two chunks), and

@@ -163,6 +163,26 @@ static dt_status setup_plain(dt_dp *d) {
     return DT_OK;
 }
 
+dt_status dt_dp_check_config(const dt_config *c, int world) {
+    /* bf16's fp32 master weights live in the plain engine (DDP reduces the gradients in
+     * fp32, pipelines send bf16 activations); the sharded, central-rank and bitwise ones
+     * still assume fp32 gradients (tp and cp refuse bf16 themselves) */
+    if (!strcmp(c->precision, "bf16") && (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
+                                          (world > 1 && !strcmp(c->parallel.dp_mode, "ps"))))
+        return dt_fail(DT_EINPUT, "precision bf16: runs with DDP and pipelines, not yet with ZeRO, "
+                       "parallel.dp_mode=ps or bitwise mode (zero %d, dp_mode %s, determinism %s)",
+                       c->parallel.zero, c->parallel.dp_mode, c->parallel.determinism);
+    if (!strcmp(c->backend, "cpu")) return DT_OK;
+    /* a device (cuda, or emulated: the same paths on the CPU). Several ranks: DDP over
+     * MPI with the gradients staged through host memory; the sharded, central-rank and
+     * bitwise engines keep their state on the host */
+    if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
+        (world > 1 && !strcmp(c->parallel.dp_mode, "ps")))
+        return dt_fail(DT_EINPUT, "backend %s: parallel.zero, parallel.dp_mode=ps and parallel.determinism=bitwise "
+                       "are not implemented on the GPU yet", c->backend);
+    return DT_OK;
+}
+
 dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_hparams *hp, const dt_dp_opts *o) {
     dt_dp *d = calloc(1, sizeof *d);
     if (!d) return dt_fail(DT_ERUNTIME, "out of memory (data parallel)");

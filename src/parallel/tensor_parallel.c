@@ -7,71 +7,77 @@
 
 static double g_comm_s; /* wall time in the paired functions' all-reduces */
 
-/* The group, and for a model in device memory a host buffer the all-reduce runs in
- * (MPI here works on host memory; grown to the largest activation, then reused). */
+/* The group, and for a model in device memory a host buffer the collectives run in
+ * (MPI here works on host memory; grown to the largest message, then reused). */
 static struct {
     dt_comm *comm;
     const dt_ops *ops;
-    float *host;
-    size_t cap;
+    void *host;
+    size_t cap; /* bytes */
 } g_tp;
 
-/* Host staging for a device model: at least n floats (grown to the largest message on
- * the first step, then reused). */
-static dt_status host_buffer(size_t n) {
-    if (n <= g_tp.cap) return DT_OK;
-    float *h = realloc(g_tp.host, n * sizeof(float));
+/* Host staging for a device model: at least `bytes` (grown to the largest message on the
+ * first step, then reused). */
+static dt_status host_buffer(size_t bytes) {
+    if (bytes <= g_tp.cap) return DT_OK;
+    void *h = realloc(g_tp.host, bytes);
     if (!h) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel host staging)");
     g_tp.host = h;
-    g_tp.cap = n;
+    g_tp.cap = bytes;
     return DT_OK;
 }
 
 enum { TP_SUM, TP_MAX, TP_ALLGATHER, TP_REDUCE_SCATTER };
 
-static dt_status run_coll(int op, const float *in, float *out, size_t n) {
+static dt_status run_coll(int op, dt_dtype t, const void *in, void *out, size_t n) {
     switch (op) {
     case TP_SUM:
-    case TP_MAX: return dt_allreduce(g_tp.comm, out, n, DT_F32, op == TP_MAX ? DT_MAX : DT_SUM); /* in == out */
-    case TP_ALLGATHER: return dt_allgather(g_tp.comm, in, out, n, DT_F32);
-    default: return dt_reduce_scatter(g_tp.comm, in, out, n, DT_F32, DT_SUM);
+    case TP_MAX: return dt_allreduce(g_tp.comm, out, n, t, op == TP_MAX ? DT_MAX : DT_SUM); /* in == out */
+    case TP_ALLGATHER: return dt_allgather(g_tp.comm, in, out, n, t);
+    default: return dt_reduce_scatter(g_tp.comm, in, out, n, t, DT_SUM);
     }
 }
 
-/* One collective of the group from in (n_in floats) to out (n_out floats; in == out for
- * the in-place all-reduce), n per rank as the collective counts it. A model in device
- * memory goes through the host buffer ([in | out], or one part in place): MPI works on
- * host memory. The wall time is charged to the paired functions' counter. */
-static dt_status tp_coll(int op, const float *in, size_t n_in, float *out, size_t n_out, size_t n) {
+/* One collective of the group from in (n_in elements of type t) to out (n_out; in == out
+ * for the in-place all-reduce), n per rank as the collective counts it. bf16 activations
+ * are reduced as DT_BF16 (each addition in fp32, rounded). A model in device memory goes
+ * through the host buffer ([in | out], or one part in place): MPI works on host memory.
+ * The wall time is charged to the paired functions' counter. */
+static dt_status tp_coll(int op, dt_dtype t, const float *in, size_t n_in, float *out, size_t n_out, size_t n) {
     double t0 = dt_now();
+    size_t e = t == DT_BF16 ? 2 : 4;
     dt_status s;
     if (!g_tp.ops->on_device) {
-        s = run_coll(op, in, out, n);
+        s = run_coll(op, t, in, out, n);
     } else {
-        size_t at = in == out ? 0 : n_in; /* where the result lies in the host buffer */
-        DT_TRY(host_buffer(at + n_out));
-        g_tp.ops->download(g_tp.host, in, n_in * sizeof(float));
-        s = run_coll(op, g_tp.host, g_tp.host + at, n);
-        if (s == DT_OK) g_tp.ops->upload(out, g_tp.host + at, n_out * sizeof(float));
+        size_t at = in == out ? 0 : n_in * e; /* where the result lies in the host buffer (bytes) */
+        DT_TRY(host_buffer(at + n_out * e));
+        char *h = g_tp.host;
+        g_tp.ops->download(h, in, n_in * e);
+        s = run_coll(op, t, h, h + at, n);
+        if (s == DT_OK) g_tp.ops->upload(out, h + at, n_out * e);
     }
     g_comm_s += dt_now() - t0;
     return s;
 }
 
-static dt_status tp_allreduce(void *ctx, float *x, size_t n, int max) {
+static dt_dtype storage(void) { return g_tp.ops->bf16 ? DT_BF16 : DT_F32; }
+
+static dt_status tp_allreduce(void *ctx, float *x, size_t n, int op) {
     (void)ctx;
-    return tp_coll(max ? TP_MAX : TP_SUM, x, n, x, n, n);
+    if (op == GPT_TP_MAX_F32) return tp_coll(TP_MAX, DT_F32, x, n, x, n, n);
+    return tp_coll(TP_SUM, op == GPT_TP_SUM_F32 ? DT_F32 : storage(), x, n, x, n, n);
 }
 
-/* Sequence parallelism's pair (n: this rank's floats; the group holds tp·n). */
+/* Sequence parallelism's pair (n: this rank's elements; the group holds tp·n). */
 static dt_status tp_allgather(void *ctx, float *full, const float *local, size_t n) {
     (void)ctx;
-    return tp_coll(TP_ALLGATHER, local, n, full, n * (size_t)dt_comm_size(g_tp.comm), n);
+    return tp_coll(TP_ALLGATHER, storage(), local, n, full, n * (size_t)dt_comm_size(g_tp.comm), n);
 }
 
 static dt_status tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
     (void)ctx;
-    return tp_coll(TP_REDUCE_SCATTER, full, n * (size_t)dt_comm_size(g_tp.comm), local, n, n);
+    return tp_coll(TP_REDUCE_SCATTER, storage(), full, n * (size_t)dt_comm_size(g_tp.comm), local, n, n);
 }
 
 double dt_tp_comm_seconds(void) { return g_comm_s; }
@@ -96,8 +102,7 @@ dt_status dt_tp_check(const dt_config *c) {
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", c->train.micro_batch, T, c->parallel.tp);
     const char *what = NULL;
-    if (strcmp(c->precision, "fp32") != 0) what = "precision bf16";
-    else if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
+    if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
     else if (c->log.sample_tokens > 0 && c->parallel.sp)
         what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";
     if (what)

@@ -57,26 +57,6 @@ typedef struct {
     double *mem_all; /* the final memory report: 7 numbers per rank, allocated up front */
 } trainer;
 
-static dt_status check_supported(const dt_config *c, int world) {
-    /* bf16's fp32 master weights live in the plain engine (DDP reduces the gradients in
-     * fp32, pipelines send bf16 activations); the sharded, central-rank and bitwise ones
-     * still assume fp32 gradients (tp and cp refuse bf16 themselves) */
-    if (!strcmp(c->precision, "bf16") && (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
-                                          (world > 1 && !strcmp(c->parallel.dp_mode, "ps"))))
-        return dt_fail(DT_EINPUT, "precision bf16: runs with DDP and pipelines, not yet with ZeRO, "
-                       "parallel.dp_mode=ps or bitwise mode (zero %d, dp_mode %s, determinism %s)",
-                       c->parallel.zero, c->parallel.dp_mode, c->parallel.determinism);
-    if (!strcmp(c->backend, "cpu")) return DT_OK;
-    /* a device (cuda, or emulated: the same paths on the CPU). Several ranks: DDP over
-     * MPI with the gradients staged through host memory; the sharded, central-rank and
-     * bitwise engines keep their state on the host */
-    if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
-        (world > 1 && !strcmp(c->parallel.dp_mode, "ps")))
-        return dt_fail(DT_EINPUT, "backend %s: parallel.zero, parallel.dp_mode=ps and parallel.determinism=bitwise "
-                       "are not implemented on the GPU yet", c->backend);
-    return DT_OK;
-}
-
 static dt_status choose_ops(const dt_config *c, const dt_ops **ops) {
     int bf16 = !strcmp(c->precision, "bf16");
     if (!strcmp(c->backend, "cuda")) DT_TRY(dt_ops_cuda(ops, bf16));
@@ -181,7 +161,7 @@ static dt_status note_schedule_change(trainer *t, const dt_config *c) {
 static dt_status setup_local(trainer *t, const dt_config *c) {
     t->cfg = c;
     DT_TRY(dt_config_validate(c));
-    DT_TRY(check_supported(c, dt_comm_size(t->world)));
+    DT_TRY(dt_dp_check_config(c, dt_comm_size(t->world)));
     DT_TRY(choose_ops(c, &t->ops));
     dt_cpu_set_threads(c->threads);
     t->T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;

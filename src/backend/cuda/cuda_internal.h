@@ -68,11 +68,13 @@ void cuda_softmax_xent(T *logits, float *losses, const uint16_t *targets, int N,
 template <typename T>
 void cuda_adamw(float *p, T *p_store, const T *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                 float eps, float wd, float bc1, float bc2, float gscale);
-void dt_cuda_xent_rowmax(const float *logits, float *mx, int N, int Vl, int real);
-void dt_cuda_xent_rowsum(const float *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl,
-                         int real, int v0);
-void dt_cuda_xent_finish(float *logits, float *losses, const float *mx, const float *st, const uint16_t *targets,
-                         int N, int Vl, int real, int v0, float scale);
+template <typename T> void cuda_xent_rowmax(const T *logits, float *mx, int N, int Vl, int real);
+template <typename T>
+void cuda_xent_rowsum(const T *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl, int real,
+                      int v0);
+template <typename T>
+void cuda_xent_finish(T *logits, float *losses, const float *mx, const float *st, const uint16_t *targets, int N,
+                      int Vl, int real, int v0, float scale);
 void dt_cuda_to_bf16(void *dst, const float *src, size_t n);
 void dt_cuda_from_bf16(float *dst, const void *src, size_t n);
 

@@ -439,60 +439,73 @@ static __device__ float block_sum(float v, float *sh) { /* fixed order: lanes, t
     return r;
 }
 
-__global__ void xent_rowmax_k(const float *logits, float *mx, int Vl, int real) {
+/* The vocabulary-parallel steps over logits [N, Vl] in storage type T; statistics fp32. */
+template <typename T> __global__ void xent_rowmax_k(const T *logits, float *mx, int Vl, int real) {
     __shared__ float sh[XENT_THREADS / 32];
-    const float *x = logits + (size_t)blockIdx.x * Vl;
+    const T *x = logits + (size_t)blockIdx.x * Vl;
     float m = -INFINITY;
-    for (int j = threadIdx.x; j < real; j += XENT_THREADS) m = fmaxf(m, x[j]);
+    for (int j = threadIdx.x; j < real; j += XENT_THREADS) m = fmaxf(m, ld(x[j]));
     m = block_max(m, sh);
     if (threadIdx.x == 0) mx[blockIdx.x] = m;
 }
 
-__global__ void xent_rowsum_k(const float *logits, const float *mx, const uint16_t *targets, float *st, int Vl,
-                              int real, int v0) {
+template <typename T>
+__global__ void xent_rowsum_k(const T *logits, const float *mx, const uint16_t *targets, float *st, int Vl, int real,
+                              int v0) {
     __shared__ float sh[XENT_THREADS / 32];
-    const float *x = logits + (size_t)blockIdx.x * Vl;
+    const T *x = logits + (size_t)blockIdx.x * Vl;
     float m = mx[blockIdx.x], s = 0.0f;
-    for (int j = threadIdx.x; j < real; j += XENT_THREADS) s += expf(x[j] - m);
+    for (int j = threadIdx.x; j < real; j += XENT_THREADS) s += expf(ld(x[j]) - m);
     s = block_sum(s, sh);
     if (threadIdx.x == 0) {
         int t = (int)targets[blockIdx.x] - v0;
         st[2 * blockIdx.x] = s;
-        st[2 * blockIdx.x + 1] = t >= 0 && t < real ? x[t] : 0.0f;
+        st[2 * blockIdx.x + 1] = t >= 0 && t < real ? ld(x[t]) : 0.0f;
     }
 }
 
-__global__ void xent_finish_k(float *logits, float *losses, const float *mx, const float *st,
-                              const uint16_t *targets, int Vl, int real, int v0, float scale) {
-    float *x = logits + (size_t)blockIdx.x * Vl;
-    float m = mx[blockIdx.x], sum = st[2 * blockIdx.x];
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + m - st[2 * blockIdx.x + 1];
+template <typename T>
+__global__ void xent_finish_k(T *logits, float *losses, const float *mx, const float *stats, const uint16_t *targets,
+                              int Vl, int real, int v0, float scale) {
+    T *x = logits + (size_t)blockIdx.x * Vl;
+    float m = mx[blockIdx.x], sum = stats[2 * blockIdx.x];
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + m - stats[2 * blockIdx.x + 1];
     if (scale == 0.0f) return;
     int t = (int)targets[blockIdx.x] - v0;
     float k = scale / sum;
     for (int j = threadIdx.x; j < Vl; j += XENT_THREADS) {
-        float g = j < real ? expf(x[j] - m) * k : 0.0f;
-        x[j] = j == t ? g - scale : g;
+        float g = j < real ? expf(ld(x[j]) - m) * k : 0.0f;
+        x[j] = st<T>(j == t ? g - scale : g);
     }
 }
 
-void dt_cuda_xent_rowmax(const float *logits, float *mx, int N, int Vl, int real) {
+template <typename T> void cuda_xent_rowmax(const T *logits, float *mx, int N, int Vl, int real) {
     if (N <= 0) return;
-    xent_rowmax_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, mx, Vl, real);
+    xent_rowmax_k<T><<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, mx, Vl, real);
     DT_CUDA_LAUNCHED("xent_rowmax");
 }
-void dt_cuda_xent_rowsum(const float *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl,
-                         int real, int v0) {
+template <typename T>
+void cuda_xent_rowsum(const T *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl, int real,
+                      int v0) {
     if (N <= 0) return;
-    xent_rowsum_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, mx, targets, st, Vl, real, v0);
+    xent_rowsum_k<T><<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, mx, targets, st, Vl, real, v0);
     DT_CUDA_LAUNCHED("xent_rowsum");
 }
-void dt_cuda_xent_finish(float *logits, float *losses, const float *mx, const float *st, const uint16_t *targets,
-                         int N, int Vl, int real, int v0, float scale) {
+template <typename T>
+void cuda_xent_finish(T *logits, float *losses, const float *mx, const float *st, const uint16_t *targets, int N,
+                      int Vl, int real, int v0, float scale) {
     if (N <= 0) return;
-    xent_finish_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, losses, mx, st, targets, Vl, real, v0, scale);
+    xent_finish_k<T><<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, losses, mx, st, targets, Vl, real, v0, scale);
     DT_CUDA_LAUNCHED("xent_finish");
 }
+template void cuda_xent_rowmax<float>(const float *, float *, int, int, int);
+template void cuda_xent_rowmax<bf16>(const bf16 *, float *, int, int, int);
+template void cuda_xent_rowsum<float>(const float *, const float *, const uint16_t *, float *, int, int, int, int);
+template void cuda_xent_rowsum<bf16>(const bf16 *, const float *, const uint16_t *, float *, int, int, int, int);
+template void cuda_xent_finish<float>(float *, float *, const float *, const float *, const uint16_t *, int, int, int,
+                                      int, float);
+template void cuda_xent_finish<bf16>(bf16 *, float *, const float *, const float *, const uint16_t *, int, int, int,
+                                     int, float);
 
 /* ---- AdamW ---- */
 

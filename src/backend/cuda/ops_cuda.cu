@@ -165,6 +165,16 @@ template <typename T> struct wrap {
     static void xent(float *lg, float *ls, const uint16_t *t, int N, int V, int Vp, float s) {
         cuda_softmax_xent<T>(P(lg), ls, t, N, V, Vp, s);
     }
+    static void rowmax(const float *lg, float *mx, int N, int Vl, int real) {
+        cuda_xent_rowmax<T>(P(lg), mx, N, Vl, real);
+    }
+    static void rowsum(const float *lg, const float *mx, const uint16_t *t, float *st, int N, int Vl, int real, int v0) {
+        cuda_xent_rowsum<T>(P(lg), mx, t, st, N, Vl, real, v0);
+    }
+    static void finish(float *lg, float *ls, const float *mx, const float *st, const uint16_t *t, int N, int Vl,
+                       int real, int v0, float s) {
+        cuda_xent_finish<T>(P(lg), ls, mx, st, t, N, Vl, real, v0, s);
+    }
     static double sumsq(const float *x, size_t n) { return cuda_sumsq<T>(P(x), n); }
     static void adamw(float *p, float *ps, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                       float eps, float wd, float c1, float c2, float gs) {
@@ -197,11 +207,9 @@ template <typename T> struct wrap {
         o.attention_fwd = att_f;
         o.attention_bwd = att_b;
         o.softmax_xent = xent;
-        if (!bf16) { /* vocabulary-parallel cross-entropy: fp32 so far */
-            o.xent_rowmax = dt_cuda_xent_rowmax;
-            o.xent_rowsum = dt_cuda_xent_rowsum;
-            o.xent_finish = dt_cuda_xent_finish;
-        }
+        o.xent_rowmax = rowmax; /* vocabulary-parallel cross-entropy */
+        o.xent_rowsum = rowsum;
+        o.xent_finish = finish;
         o.sumsq = sumsq;
         o.sum = dt_cuda_sum;
         o.adamw = adamw;
