@@ -331,10 +331,7 @@ static dt_status cmd_plan(int argc, char **argv) {
         DT_TRY(dt_plan_calibrate(&c, 1, 1, &flops, &mc.optim_s));
         for (int tp = 1; tp <= mc.world; tp++)
             for (int cp = 1; mc.world % tp == 0 && cp <= mc.world / tp; cp++) {
-                int T = c.train.seq_len > 0 ? c.train.seq_len : c.model.seq_len;
-                if ((mc.world / tp) % cp || c.model.n_head % tp || shape.padded_vocab % tp ||
-                    (cp > 1 && T % (2 * cp)) ||
-                    mc.nrates == DT_PLAN_MAX_RATES)
+                if ((mc.world / tp) % cp || !dt_plan_shard_ok(&c, &shape, tp, cp) || mc.nrates == DT_PLAN_MAX_RATES)
                     continue;
                 dt_plan_rate *r = &mc.rates[mc.nrates++];
                 *r = (dt_plan_rate){tp, cp, flops};

@@ -93,12 +93,12 @@ static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt
     for (int k = 0; k < 3; k++) {
         P[k] = ceil((double)cnt[k] / A) * A;
         S[k] = P[k] / shards;
-        if (S[k] > maxS && (k != 1 || nb > 0)) maxS = S[k];
+        if (S[k] > maxS) maxS = S[k]; /* every stage holds a block (dt_pp_split), so nb >= 1 */
     }
     double padded = P[0] + nb * P[1] + P[2], shard = S[0] + nb * S[1] + S[2], f = sizeof(float);
     double b = ((z <= 2 ? padded : shard) + (z == 1 ? padded : shard) + 2 * shard) * f;
-    if (z >= 2) b += (maxS + P[0] + P[2] + (nb > 0 ? P[1] : 0)) * f;
-    if (z >= 3) b += (c->parallel.pp > 1 ? padded : P[0] + P[2] + 2 * (nb > 0 ? P[1] : 0)) * f;
+    if (z >= 2) b += (maxS + P[0] + P[2] + P[1]) * f;
+    if (z >= 3) b += (c->parallel.pp > 1 ? padded : P[0] + P[2] + 2 * P[1]) * f;
     return b;
 }
 

@@ -58,6 +58,11 @@ static double link_time(const dt_link *l, double messages, double bytes) {
     return messages * l->alpha + (l->beta > 0 ? bytes / l->beta : 0.0);
 }
 
+int dt_plan_shard_ok(const dt_config *c, const gpt_shape *s, int tp, int cp) {
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
+    return tp >= 1 && cp >= 1 && s->n_head % tp == 0 && s->padded_vocab % tp == 0 && (cp == 1 || T % (2 * cp) == 0);
+}
+
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
                          dt_plan_entry *out) {
     memset(out, 0, sizeof *out);
@@ -67,9 +72,10 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     long long gb = c->train.global_batch > 0 ? c->train.global_batch : (long long)micro * dp;
     if (dp * pp * cp * tp != mc->world)
         return dt_fail(DT_EINPUT, "plan: %d x %d x %d x %d is not the world %d", dp, pp, cp, tp, mc->world);
-    if (s.n_head % tp || s.padded_vocab % tp) return dt_fail(DT_EINPUT, "plan: tp %d does not divide the heads", tp);
+    if (!dt_plan_shard_ok(c, &s, tp, cp))
+        return dt_fail(DT_EINPUT, "plan: tp %d does not divide the heads and the padded vocabulary, or cp %d does not "
+                       "split the sequence", tp, cp);
     if (s.n_layer < pp) return dt_fail(DT_EINPUT, "plan: pp %d exceeds the %d blocks", pp, s.n_layer);
-    if (cp > 1 && T % (2 * cp)) return dt_fail(DT_EINPUT, "plan: cp %d does not split the sequence", cp);
     if (gb % ((long long)micro * dp)) return dt_fail(DT_EINPUT, "plan: dp %d does not divide the global batch", dp);
     if (zero > 0 && dp * cp == 1) return dt_fail(DT_EINPUT, "plan: ZeRO needs several data-parallel ranks");
     int m = (int)(gb / ((long long)micro * dp));

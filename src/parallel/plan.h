@@ -11,6 +11,7 @@
 
 #include "../core/config.h"
 #include "../core/status.h"
+#include "../model/gpt.h"
 
 typedef struct {
     double alpha; /* seconds per message */
@@ -58,6 +59,10 @@ int dt_plan_group_intra(int g, int dp, int pp, int cp, int tp, int ranks_per_nod
 /* How many groups of kind g have members on one node (ranks 0..R-1): a group spanning
  * nodes shares the node's link with that many of its kind. */
 int dt_plan_link_share(int g, int dp, int pp, int cp, int tp, int ranks_per_node);
+/* Whether a rank's shard shape exists for tp and cp: tp divides the heads and the padded
+ * vocabulary, the sequence splits into 2·cp chunks (s: the model's checked shape). The
+ * rule dt_plan_layout applies, and the shapes `dtrain plan` calibrates. */
+int dt_plan_shard_ok(const dt_config *c, const gpt_shape *s, int tp, int cp);
 /* The prediction for one layout of config c (its parallel.* and model), or DT_EINPUT
  * with one line when the layout cannot run (a divisibility rule). */
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
