@@ -1,5 +1,6 @@
 # Shared helpers for the CLI tests: bash tests/test_X.sh <dtrain> <srcdir> <builddir>
 DTRAIN="$1"; SRC="$2"; BUILD="$3"
+DTRAIN_BIN="$1" # the binary itself (DTRAIN may become a wrapper below)
 TMP="$(mktemp -d /tmp/dtrain-test.XXXXXX)"
 trap 'rm -rf "$TMP"' EXIT
 PASSED=0; FAILED=0
@@ -11,10 +12,11 @@ finish() { echo "$PASSED passed, $FAILED failed"; [ "$FAILED" -eq 0 ]; }
 # other sizes or knobs, which the Release pass runs.
 full() { [ "${DT_TEST_TIER:-}" != asan ]; }
 # LeakSanitizer's check at exit costs each rank of an Open MPI run about a second (most of
-# it in the kernel, reading the process's maps); in the ASan pass the ranks of mpirun
-# runs other than rank 0 skip it (rank 0 and every single-process run keep it).
+# it in the kernel, reading the process's maps); in the ASan pass the middle ranks of
+# mpirun runs skip it: the first and the last rank (a pipeline's two ends, the replicas at
+# both ends) and every single-process run keep it.
 if ! full && [ -n "$DTRAIN" ]; then
-  printf '#!/bin/sh\n[ "${OMPI_COMM_WORLD_RANK:-0}" = 0 ] || ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"\nexport ASAN_OPTIONS\nexec "%s" "$@"\n' \
+  printf '#!/bin/sh\nr=${OMPI_COMM_WORLD_RANK:-0}\n[ "$r" = 0 ] || [ "$r" = "$((${OMPI_COMM_WORLD_SIZE:-1} - 1))" ] ||\n  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"\nexport ASAN_OPTIONS\nexec "%s" "$@"\n' \
     "$(realpath "$DTRAIN")" >"$TMP/dtrain" && chmod +x "$TMP/dtrain" && DTRAIN="$TMP/dtrain"
 fi
 # Tiny corpus token files: $TMP/c_train.bin, $TMP/c_val.bin

@@ -58,7 +58,16 @@ print(m)
 sys.exit(0 if m["workspace"] == 2 * m["grads"] > 0 else 1)   # an fp32 copy of the bf16 gradients
 PY
     fail "bf16 dp2 pp2 memory report"
-  # a bf16 pipeline's checkpoint (whole fp32 master tensors from both stages) resumes in one process
+  # a bf16 pipeline's checkpoint holds the fp32 master weights: resumed on the pipeline it
+  # lands on the straight run's weights bit for bit, and it resumes in one process
+  PP=(--set precision=bf16 --set parallel.pp=2 --set log.digest=true)
+  "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${PP[@]}" > "$TMP/pstraight.log" 2>&1 || fail "bf16 pp2 straight run"
+  "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${PP[@]}" --set train.stop_after=10 --save "$TMP/ph" > /dev/null 2>&1 &&
+    "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${PP[@]}" --resume "$TMP/ph" > "$TMP/ph.log" 2>&1 ||
+    fail "bf16 pp2 halves: $(tail -2 "$TMP/ph.log")"
+  [ -n "$(digest_of "$TMP/pstraight.log")" ] && [ "$(digest_of "$TMP/pstraight.log")" = "$(digest_of "$TMP/ph.log")" ] &&
+    pass "bf16 pp2 resume is bitwise the straight pp2 run" ||
+    fail "bf16 pp2 resume: $(digest_of "$TMP/pstraight.log") vs $(digest_of "$TMP/ph.log")"
   "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --set precision=bf16 --set parallel.pp=2 --set train.stop_after=10 \
     --save "$TMP/p10" --metrics "$TMP/p10.jsonl" > "$TMP/p10.log" 2>&1 || fail "bf16 pp2 first half: $(tail -2 "$TMP/p10.log")"
   "$DTRAIN" train "${DP_RUN[@]}" --set precision=bf16 --resume "$TMP/p10" --metrics "$TMP/p10.jsonl" > "$TMP/p10r.log" 2>&1 ||

@@ -96,6 +96,31 @@ PY
 ) && pass "np=$np zero=$z memory matches estimate ($r)" || fail "np=$np zero=$z memory: $r"
   done
 done
+# the same to the byte with bitwise mode's fold buffers, and per pipeline stage
+# (`estimate -n` is the data-parallel size; a stage's ranks are world rank mod pp)
+for lay in "bitwise_z0:2:1:--set parallel.determinism=bitwise" \
+           "bitwise_z2:2:1:--set parallel.determinism=bitwise --set parallel.zero=2" \
+           "bitwise_pp2_z1:4:2:--set parallel.determinism=bitwise --set parallel.pp=2 --set parallel.zero=1" \
+           "pp2_z3:4:2:--set parallel.pp=2 --set parallel.zero=3"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; rest=${rest#*:}; pp=${rest%%:*}; args=${rest#*:}
+  case $name in bitwise_z2|pp2_z3) ;; *) full || continue ;; esac
+  "${MPI[@]}" -np $np "$DTRAIN" train "${TINY[@]}" "${MEM[@]}" $args --metrics "$TMP/m_$name.jsonl" >"$TMP/mem.out" 2>&1 ||
+    { fail "memory run $name: $(tail -2 "$TMP/mem.out")"; continue; }
+  "$DTRAIN" estimate "${TINY[@]}" "${MEM[@]}" $args -n $((np / pp)) --json >"$TMP/e_$name.json" || fail "estimate $name"
+  r=$(python3 - "$TMP/m_$name.jsonl" "$TMP/e_$name.json" $pp <<'PY'
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+stages, pp = json.load(open(sys.argv[2]))["stages"], int(sys.argv[3])
+for m in summ["mem"]:
+    total = m["params"] + m["grads"] + m["optim"] + m["activations"] + m["workspace"]
+    want = stages[m["rank"] % pp]["rank_bytes"]
+    if total != want:
+        print("rank %d allocates %d bytes (workspace %d), the estimate says %d" % (m["rank"], total, m["workspace"], want))
+        sys.exit(1)
+print("%d ranks, workspace %d bytes on rank 0" % (len(summ["mem"]), summ["mem"][0]["workspace"]))
+PY
+) && pass "$name: allocation = estimate ($r)" || fail "$name memory: $r"
+done
 # bad layouts fail on every rank with exit 2 and one line, without hanging
 bad() { # NAME PATTERN ARGS...
   local name=$1 pat=$2; shift 2

@@ -8,7 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 prepare_tiny
 default=250 seed=7
-grep -q __asan_init "$DTRAIN" && default=150 seed=8
+grep -q __asan_init "$DTRAIN_BIN" && default=150 seed=8
 python3 "$SRC/tests/fuzz.py" "$DTRAIN" "$TMP/fuzz" "${FUZZ_CASES:-$default}" "${FUZZ_SEED:-$seed}" \
   "$SRC/tests/data/tiny.json" "$TMP/c_train.bin" "$TMP/c_val.bin" && pass "fuzz" || fail "fuzz"
 finish

@@ -10,7 +10,7 @@ prepare_tiny
 RUN=("${TINY[@]}" --threads 1 --set model.n_layer=4 --set model.n_embd=128 --steps 24 --save-every 1
   --set checkpoint.keep_last=3)
 TRIALS=${DT_KILL_TRIALS:-20}
-if [ -z "$DT_KILL_TRIALS" ] && { ldd "$DTRAIN" 2>/dev/null | grep -q libasan || nm "$DTRAIN" 2>/dev/null | grep -q __asan_init; }; then
+if [ -z "$DT_KILL_TRIALS" ] && { ldd "$DTRAIN_BIN" 2>/dev/null | grep -q libasan || nm "$DTRAIN_BIN" 2>/dev/null | grep -q __asan_init; }; then
   TRIALS=10
 fi
 RANDOM=20240520 # seeds bash's generator: the same kills every time

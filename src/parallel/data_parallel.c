@@ -474,18 +474,23 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
     dt_status s = DT_OK;
     if (dt_state_model_parallel(&d->o.groups)) { /* whole tensors at the first rank of data-parallel group 0 */
         dt_whole_model f;
+        memset(&f, 0, sizeof f);
         host_copy h = {0};
+        /* the first replica's model-parallel groups assemble the file (a group's ranks share
+         * their data-parallel rank); the other replicas take part in ZeRO's gathers only */
+        int writer = d->rank == 0;
         if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
             s = dt_zero_gather_full(d);
             if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
-        } else { /* a device's state: its pieces gathered from a host copy */
+        } else if (writer) { /* a device's state: its pieces gathered from a host copy */
             s = host_open(d, 1, 1, &h);
             if (s == DT_OK) mv = d->m_view, vv = d->v_view;
         }
-        s = dt_state_agree(&d->o.groups, s); /* what follows is collective over the groups */
-        if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, mv, vv, &f);
-        else memset(&f, 0, sizeof f);
-        if (s == DT_OK && d->rank == 0 && dt_state_is_root(&d->o.groups))
+        if (writer) {
+            s = dt_state_agree(&d->o.groups, s); /* what follows is collective over the groups */
+            if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, mv, vv, &f);
+        }
+        if (s == DT_OK && writer && dt_state_is_root(&d->o.groups))
             s = dt_ckpt_save(dir, &f.full, f.view[0], f.view[1], st, config_json);
         dt_whole_free(&f);
         if (is_zero(d)) {
@@ -522,12 +527,15 @@ dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
         dt_whole_model f;
         memset(&f, 0, sizeof f);
         host_copy h = {0};
+        int writer = d->rank == 0; /* the first replica's groups (as in dt_dp_save) */
         dt_status s = dt_dp_gather_full(d);
-        if (s == DT_OK && !is_zero(d)) s = host_open(d, 0, 1, &h); /* a device's weights, from a host copy */
-        s = dt_state_agree(&d->o.groups, s);
-        if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, NULL, NULL, &f);
+        if (s == DT_OK && writer && !is_zero(d)) s = host_open(d, 0, 1, &h); /* a device's weights, from a host copy */
+        if (writer) {
+            s = dt_state_agree(&d->o.groups, s);
+            if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, NULL, NULL, &f);
+        }
         hex[0] = 0;
-        if (s == DT_OK && dt_state_is_root(&d->o.groups)) dt_weights_digest(&f.full, hex);
+        if (s == DT_OK && writer && dt_state_is_root(&d->o.groups)) dt_weights_digest(&f.full, hex);
         dt_whole_free(&f);
         if (!is_zero(d)) {
             dt_status c = host_close(d, 0, &h);
@@ -557,5 +565,6 @@ void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
     r->params = e + (d->master ? n : 0); /* bf16: the compute copy and the fp32 master */
     r->grads = e;
     r->optim = d->exp_avg ? 2 * n : 0;
-    if (d->grads_host && !d->ops->on_device) r->workspace = n; /* bf16's fp32 gradients for the reduction */
+    r->workspace = d->workspace_bytes;                               /* bitwise mode's folds */
+    if (d->grads_host && !d->ops->on_device) r->workspace += n; /* bf16's fp32 gradients for the reduction */
 }

@@ -102,6 +102,34 @@ static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt
     return b;
 }
 
+/* Bitwise mode's reduction workspace on one rank of the stage, as bitwise.c allocates it:
+ * the fold's ceil(log2 m) + 2 buffers over the leaf layout (the flat units; ZeRO-1's
+ * padded ones; ZeRO-2/3's shard), plus the head's share of wte where one rank holds both
+ * ends; the exchange buffer (half the largest unit); with ZeRO-2/3 and both ends, the
+ * head's wte gradient. */
+static double bitwise_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards, int leaves) {
+    size_t cnt[3];
+    int nb, z = !strcmp(c->parallel.dp_mode, "ps") ? 0 : c->parallel.zero;
+    gpt_unit_counts_layout(s, lay, &cnt[0], &cnt[1], &cnt[2], &nb);
+    double A = (double)shards * DT_CANON_CHUNK, P[3], S[3], maxunit = 0;
+    for (int k = 0; k < 3; k++) {
+        P[k] = ceil((double)cnt[k] / A) * A;
+        S[k] = P[k] / shards;
+        double u = z ? P[k] : (double)cnt[k];
+        if (u > maxunit) maxunit = u;
+    }
+    double n = z == 0 ? cnt[0] + (double)nb * cnt[1] + cnt[2] : z == 1 ? P[0] + nb * P[1] + P[2] : S[0] + nb * S[1] + S[2];
+    double wte = (double)s->padded_vocab * s->n_embd, head = 0;
+    if (c->parallel.pp <= 1) { /* one rank holds both ends: the head's share of wte apart */
+        n += z >= 2 ? S[0] : wte;
+        if (wte > maxunit) maxunit = wte;
+        if (z >= 2) head = wte;
+    }
+    int h = 0;
+    while ((1 << h) < leaves) h++;
+    return ((h + 2) * n + floor(maxunit / 2) + 1 + head) * sizeof(float);
+}
+
 static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int dp) {
     double psi = stage_psi(c, s, stage, dp);
     int shards = dp * cp_of(c); /* ZeRO shards over the data- and context-parallel ranks together */
@@ -115,9 +143,14 @@ static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int
     /* workspace (DDP all-reduces the gradients in place: no bucket copy): the ring's blocks */
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
     double work = (double)dt_cp_ring_bytes(c->train.micro_batch, T, cp_of(c), s->n_embd, tp);
-    /* DDP reduces bf16 gradients in fp32, in a copy (host memory: on a GPU not device memory) */
-    if (!strcmp(c->precision, "bf16") && shards > 1 && c->parallel.zero == 0 && strcmp(c->backend, "cuda"))
+    /* DDP reduces bf16 gradients in fp32, in a copy (on a device backend in host memory,
+     * which the estimate of device memory leaves out, as the memory report does) */
+    if (!strcmp(c->precision, "bf16") && shards > 1 && c->parallel.zero == 0 && !strcmp(c->backend, "cpu"))
         work += 4 * psi;
+    if (!strcmp(c->parallel.determinism, "bitwise")) {
+        gpt_layout lay = layout_of(c, stage, dp);
+        work += bitwise_bytes(c, s, &lay, shards, micro_batches(c, dp));
+    }
     return state + act_bytes_regions(c, s, stage, dp, NULL) + work;
 }
 

@@ -45,14 +45,15 @@ static int g_nplans;
 
 #define DT_STR2(x) #x
 #define DT_STR(x) DT_STR2(x)
-/* The soname of the toolkit compiled against, from the loader's path, then from the
- * toolkit's own directory (a machine with CUDA outside the loader's path). */
+/* The soname of the toolkit compiled against (never another major version: the
+ * descriptors' layouts differ), from the loader's path, then from the toolkit's own
+ * directory (a machine with CUDA outside the loader's path). */
 static int load_cublaslt(void) {
     static const char *names[] = {"libcublasLt.so." DT_STR(CUBLAS_VER_MAJOR),
 #ifdef DT_CUBLASLT_DIR
                                   DT_CUBLASLT_DIR "/libcublasLt.so." DT_STR(CUBLAS_VER_MAJOR),
 #endif
-                                  "libcublasLt.so"};
+    };
     void *h = NULL;
     for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!h) {
