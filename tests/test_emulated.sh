@@ -32,17 +32,19 @@ same one 1
 grep -q "^dtrain: global batch .*fp32" "$TMP/emu_one.out" && ! grep -q "^gpu:" "$TMP/emu_one.out" &&
   pass "an emulated run reports no GPU" || fail "emulated header: $(head -3 "$TMP/emu_one.out")"
 same bf16 1 --set precision=bf16
-same bf16_dp2_pp2 4 --set precision=bf16 --set parallel.pp=2
 same dp2 2
+same dp2_ps 2 --set parallel.dp_mode=ps
 same tp2 2 --set parallel.tp=2
 same pp2_1f1b 2 --set parallel.pp=2
-same dp2_pp2_tp2 8 --set parallel.pp=2 --set parallel.tp=2
-if full; then
+if full; then # the ASan pass: each staging path once above; here their combinations
+  same bf16_dp2_pp2 4 --set precision=bf16 --set parallel.pp=2
+  same dp2_pp2_tp2 8 --set parallel.pp=2 --set parallel.tp=2
   same tp2_sp 2 --set parallel.tp=2 --set parallel.sp=true
   same pp2_gpipe 2 --set parallel.pp=2 --set parallel.schedule=gpipe
   same pp2_zbh1 2 --set parallel.pp=2 --set parallel.schedule=zb-h1
   same pp2_interleaved 2 --set parallel.pp=2 "${IL[@]}"
   same dp2_pp2 4 --set parallel.pp=2
+  same dp2_pp2_ps 4 --set parallel.pp=2 --set parallel.dp_mode=ps
   same pp2_tp2 4 --set parallel.pp=2 --set parallel.tp=2
   same bf16_dp2 2 --set precision=bf16
   same bf16_tp2_sp 2 --set precision=bf16 --set parallel.tp=2 --set parallel.sp=true

@@ -173,13 +173,12 @@ dt_status dt_dp_check_config(const dt_config *c, int world) {
                        "parallel.dp_mode=ps or bitwise mode (zero %d, dp_mode %s, determinism %s)",
                        c->parallel.zero, c->parallel.dp_mode, c->parallel.determinism);
     if (!strcmp(c->backend, "cpu")) return DT_OK;
-    /* a device (cuda, or emulated: the same paths on the CPU). Several ranks: DDP over
-     * MPI with the gradients staged through host memory; the sharded, central-rank and
-     * bitwise engines keep their state on the host */
-    if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
-        (world > 1 && !strcmp(c->parallel.dp_mode, "ps")))
-        return dt_fail(DT_EINPUT, "backend %s: parallel.zero, parallel.dp_mode=ps and parallel.determinism=bitwise "
-                       "are not implemented on the GPU yet", c->backend);
+    /* a device (cuda, or emulated: the same paths on the CPU). Several ranks: DDP and
+     * the central rank over MPI with the gradients staged through host memory; the
+     * sharded and bitwise engines keep their state on the host */
+    if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise"))
+        return dt_fail(DT_EINPUT, "backend %s: parallel.zero and parallel.determinism=bitwise are not implemented on "
+                       "the GPU yet", c->backend);
     return DT_OK;
 }
 
@@ -403,9 +402,14 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         if (s == DT_OK && (!d->o.ps || d->rank == 0)) full_update(d, lr, *grad_norm);
         if (s == DT_OK && d->o.ps && d->N > 1) s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0);
     } else if (d->o.ps && d->N > 1) {
-        /* central rank: reduce to rank 0, update there, broadcast the parameters */
+        /* central rank: reduce to rank 0, update there, broadcast the parameters (device
+         * state (fp32: the trainer checks) through the host copy, in and out) */
         double norm = 0.0;
-        DP_COMM(d, s = dt_reduce(d->comm, d->grads, d->m->nparams, DT_F32, DT_SUM, 0));
+        size_t n = d->m->nparams;
+        float *g = d->grads_host ? d->grads_host : d->grads;
+        if (d->grads_host) DP_COMM(d, grads_to_host(d));
+        DP_COMM(d, s = dt_reduce(d->comm, g, n, DT_F32, DT_SUM, 0));
+        if (s == DT_OK && d->rank == 0 && d->grads_host) grads_from_host(d);
         if (s == DT_OK && d->rank == 0) { /* the roots of the model-parallel groups are such groups themselves */
             if (dt_state_model_parallel(&d->o.groups)) {
                 s = dt_state_tie_grads(&d->o.groups, d->m, d->grads, d->tie_host);
@@ -415,7 +419,13 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
             }
             if (s == DT_OK) full_update(d, lr, norm);
         }
-        if (s == DT_OK) DP_COMM(d, s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0));
+        if (s == DT_OK && d->grads_host) { /* the updated parameters, from the root's device */
+            if (d->rank == 0) d->ops->download(d->grads_host, d->params, n * sizeof(float));
+            DP_COMM(d, s = dt_bcast(d->comm, d->grads_host, n, DT_F32, 0));
+            if (s == DT_OK && d->rank != 0) d->ops->upload(d->params, d->grads_host, n * sizeof(float));
+        } else if (s == DT_OK) {
+            DP_COMM(d, s = dt_bcast(d->comm, d->params, n, DT_F32, 0));
+        }
         if (s == DT_OK) s = dt_bcast(d->comm, &norm, 1, DT_F64, 0);
         *grad_norm = norm;
     } else {
