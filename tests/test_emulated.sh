@@ -47,6 +47,7 @@ if full; then # the ASan pass: each staging path once above; here their combinat
   same dp2_pp2_ps 4 --set parallel.pp=2 --set parallel.dp_mode=ps
   same pp2_tp2 4 --set parallel.pp=2 --set parallel.tp=2
   same bf16_dp2 2 --set precision=bf16
+  same bf16_dp2_ps 2 --set precision=bf16 --set parallel.dp_mode=ps
   same bf16_tp2_sp 2 --set precision=bf16 --set parallel.tp=2 --set parallel.sp=true
 fi
 

@@ -163,15 +163,13 @@ static dt_status setup_plain(dt_dp *d) {
     return DT_OK;
 }
 
-dt_status dt_dp_check_config(const dt_config *c, int world) {
-    /* bf16's fp32 master weights live in the plain engine (DDP reduces the gradients in
-     * fp32, pipelines send bf16 activations); the sharded, central-rank and bitwise ones
-     * still assume fp32 gradients (tp and cp refuse bf16 themselves) */
-    if (!strcmp(c->precision, "bf16") && (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise") ||
-                                          (world > 1 && !strcmp(c->parallel.dp_mode, "ps"))))
-        return dt_fail(DT_EINPUT, "precision bf16: runs with DDP and pipelines, not yet with ZeRO, "
-                       "parallel.dp_mode=ps or bitwise mode (zero %d, dp_mode %s, determinism %s)",
-                       c->parallel.zero, c->parallel.dp_mode, c->parallel.determinism);
+dt_status dt_dp_check_config(const dt_config *c) {
+    /* bf16's fp32 master weights live in the plain engine (DDP and the central rank
+     * reduce the gradients in fp32; pipelines and tp send bf16 activations); the sharded
+     * and bitwise ones still assume fp32 gradients (cp refuses bf16 itself) */
+    if (!strcmp(c->precision, "bf16") && (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise")))
+        return dt_fail(DT_EINPUT, "precision bf16: runs with DDP, the central rank, tp and pipelines, not yet with "
+                       "ZeRO or bitwise mode (zero %d, determinism %s)", c->parallel.zero, c->parallel.determinism);
     if (!strcmp(c->backend, "cpu")) return DT_OK;
     /* a device (cuda, or emulated: the same paths on the CPU). Several ranks: DDP and
      * the central rank over MPI with the gradients staged through host memory; the
@@ -403,7 +401,8 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
         if (s == DT_OK && d->o.ps && d->N > 1) s = dt_bcast(d->comm, d->params, d->m->nparams, DT_F32, 0);
     } else if (d->o.ps && d->N > 1) {
         /* central rank: reduce to rank 0, update there, broadcast the parameters (device
-         * state (fp32: the trainer checks) through the host copy, in and out) */
+         * or bf16 state through the fp32 host copy, in and out; bf16: the root's fp32
+         * master weights stay there, the others get the model's bf16 copy) */
         double norm = 0.0;
         size_t n = d->m->nparams;
         float *g = d->grads_host ? d->grads_host : d->grads;
@@ -420,9 +419,10 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
             if (s == DT_OK) full_update(d, lr, norm);
         }
         if (s == DT_OK && d->grads_host) { /* the updated parameters, from the root's device */
-            if (d->rank == 0) d->ops->download(d->grads_host, d->params, n * sizeof(float));
-            DP_COMM(d, s = dt_bcast(d->comm, d->grads_host, n, DT_F32, 0));
-            if (s == DT_OK && d->rank != 0) d->ops->upload(d->params, d->grads_host, n * sizeof(float));
+            size_t bytes = n * dt_elem_bytes(d->ops);
+            if (d->rank == 0) d->ops->download(d->grads_host, d->params, bytes);
+            DP_COMM(d, s = dt_bcast(d->comm, d->grads_host, n, d->ops->bf16 ? DT_BF16 : DT_F32, 0));
+            if (s == DT_OK && d->rank != 0) d->ops->upload(d->params, d->grads_host, bytes);
         } else if (s == DT_OK) {
             DP_COMM(d, s = dt_bcast(d->comm, d->params, n, DT_F32, 0));
         }

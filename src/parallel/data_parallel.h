@@ -41,8 +41,8 @@ typedef struct {
 typedef struct dt_dp dt_dp;
 
 /* Refuses (one line, DT_EINPUT) what the engines do not run for this precision and
- * backend on `world` ranks: bf16 or a device with ZeRO, the central rank or bitwise mode. */
-dt_status dt_dp_check_config(const dt_config *c, int world);
+ * backend: bf16 or a device with ZeRO or bitwise mode. */
+dt_status dt_dp_check_config(const dt_config *c);
 
 /* Creates the engine and the model's parameter/gradient storage for this mode
  * (the model must come from gpt_create_ex(..., alloc_state = 0)). */

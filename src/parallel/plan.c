@@ -91,7 +91,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     strcpy(lc.parallel.schedule, "1f1b");
     lc.log.sample_tokens = 0; /* what the trainer refuses for the layout itself, not for a sample */
     if (!mc->any_feature && (dt_cp_check_config(&lc) != DT_OK || dt_tp_check(&lc) != DT_OK ||
-                             dt_dp_check_config(&lc, mc->world) != DT_OK ||
+                             dt_dp_check_config(&lc) != DT_OK ||
                              (pp > 1 && dt_pp_check_layout(&lc, m) != DT_OK)))
         return dt_fail(DT_EINPUT, "plan: dp %d pp %d cp %d tp %d does not run (dtrain train says why)", dp, pp, cp, tp);
     *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m};

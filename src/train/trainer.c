@@ -161,7 +161,7 @@ static dt_status note_schedule_change(trainer *t, const dt_config *c) {
 static dt_status setup_local(trainer *t, const dt_config *c) {
     t->cfg = c;
     DT_TRY(dt_config_validate(c));
-    DT_TRY(dt_dp_check_config(c, dt_comm_size(t->world)));
+    DT_TRY(dt_dp_check_config(c));
     DT_TRY(choose_ops(c, &t->ops));
     dt_cpu_set_threads(c->threads);
     t->T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
