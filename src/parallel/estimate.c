@@ -79,26 +79,42 @@ static double act_bytes_regions(const dt_config *c, const gpt_shape *s, int stag
                                                &lay, regions);
 }
 
-/* ZeRO's bytes of one rank of the stage, as zero.c lays them out: each unit padded to a
- * multiple of shards x the alignment (the canonical chunk in bitwise mode), a slice of it
- * per rank; workspace: ZeRO-2/3's gradient scratch (embedding, ln_f, one block) and
- * reduce-scatter buffer, ZeRO-3's gathered parameters (embedding, ln_f and two blocks, or
- * under a pipeline the whole stage). */
-static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards) {
+/* A stage's units (embedding, each block, ln_f; gpt_unit_counts_layout) and the padded
+ * layout ZeRO and bitwise mode give them: each unit padded to a multiple of shards x the
+ * alignment (the canonical chunk in bitwise mode), a slice of it per rank. */
+typedef struct {
+    double cnt[3], P[3], S[3];
+    double flat, padded, shard; /* the stage's elements: as they are, padded, one rank's slices */
+    int nb;                     /* blocks (every stage holds one: dt_pp_split) */
+} unit_sizes;
+
+static unit_sizes units_of(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards) {
+    unit_sizes u;
     size_t cnt[3];
-    int nb, z = c->parallel.zero;
-    gpt_unit_counts_layout(s, lay, &cnt[0], &cnt[1], &cnt[2], &nb);
+    gpt_unit_counts_layout(s, lay, &cnt[0], &cnt[1], &cnt[2], &u.nb);
     double A = (double)shards * (!strcmp(c->parallel.determinism, "bitwise") ? DT_CANON_CHUNK : DT_SHARD_ALIGN);
-    double P[3], S[3], maxS = 0;
     for (int k = 0; k < 3; k++) {
-        P[k] = ceil((double)cnt[k] / A) * A;
-        S[k] = P[k] / shards;
-        if (S[k] > maxS) maxS = S[k]; /* every stage holds a block (dt_pp_split), so nb >= 1 */
+        u.cnt[k] = (double)cnt[k];
+        u.P[k] = ceil(u.cnt[k] / A) * A;
+        u.S[k] = u.P[k] / shards;
     }
-    double padded = P[0] + nb * P[1] + P[2], shard = S[0] + nb * S[1] + S[2], f = sizeof(float);
-    double b = ((z <= 2 ? padded : shard) + (z == 1 ? padded : shard) + 2 * shard) * f;
-    if (z >= 2) b += (maxS + P[0] + P[2] + P[1]) * f;
-    if (z >= 3) b += (c->parallel.pp > 1 ? padded : P[0] + P[2] + 2 * P[1]) * f;
+    u.flat = u.cnt[0] + u.nb * u.cnt[1] + u.cnt[2];
+    u.padded = u.P[0] + u.nb * u.P[1] + u.P[2];
+    u.shard = u.S[0] + u.nb * u.S[1] + u.S[2];
+    return u;
+}
+
+/* ZeRO's bytes of one rank of the stage, as zero.c lays them out; workspace: ZeRO-2/3's
+ * gradient scratch (embedding, ln_f, one block) and reduce-scatter buffer, ZeRO-3's
+ * gathered parameters (embedding, ln_f and two blocks, or under a pipeline the whole
+ * stage). */
+static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards) {
+    unit_sizes u = units_of(c, s, lay, shards);
+    int z = c->parallel.zero;
+    double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), f = sizeof(float);
+    double b = ((z <= 2 ? u.padded : u.shard) + (z == 1 ? u.padded : u.shard) + 2 * u.shard) * f;
+    if (z >= 2) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * f;
+    if (z >= 3) b += (c->parallel.pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * f;
     return b;
 }
 
@@ -108,21 +124,15 @@ static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt
  * ends; the exchange buffer (half the largest unit); with ZeRO-2/3 and both ends, the
  * head's wte gradient. */
 static double bitwise_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards, int leaves) {
-    size_t cnt[3];
-    int nb, z = !strcmp(c->parallel.dp_mode, "ps") ? 0 : c->parallel.zero;
-    gpt_unit_counts_layout(s, lay, &cnt[0], &cnt[1], &cnt[2], &nb);
-    double A = (double)shards * DT_CANON_CHUNK, P[3], S[3], maxunit = 0;
-    for (int k = 0; k < 3; k++) {
-        P[k] = ceil((double)cnt[k] / A) * A;
-        S[k] = P[k] / shards;
-        double u = z ? P[k] : (double)cnt[k];
-        if (u > maxunit) maxunit = u;
-    }
-    double n = z == 0 ? cnt[0] + (double)nb * cnt[1] + cnt[2] : z == 1 ? P[0] + nb * P[1] + P[2] : S[0] + nb * S[1] + S[2];
+    unit_sizes u = units_of(c, s, lay, shards);
+    int z = !strcmp(c->parallel.dp_mode, "ps") ? 0 : c->parallel.zero;
+    const double *unit = z ? u.P : u.cnt;
+    double maxunit = fmax(unit[0], fmax(unit[1], unit[2]));
+    double n = z == 0 ? u.flat : z == 1 ? u.padded : u.shard;
     double wte = (double)s->padded_vocab * s->n_embd, head = 0;
     if (c->parallel.pp <= 1) { /* one rank holds both ends: the head's share of wte apart */
-        n += z >= 2 ? S[0] : wte;
-        if (wte > maxunit) maxunit = wte;
+        n += z >= 2 ? u.S[0] : wte;
+        maxunit = fmax(maxunit, wte);
         if (z >= 2) head = wte;
     }
     int h = 0;

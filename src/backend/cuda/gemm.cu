@@ -14,19 +14,14 @@
 
 #include "cuda_internal.h"
 
+/* The cuBLASLt functions used here, named once: the table's fields and their lookup. */
+#define DT_LT_FUNCS(X)                                                                                        \
+    X(Create) X(GetStatusString) X(Matmul) X(MatmulAlgoGetHeuristic) X(MatmulDescCreate) X(MatmulDescDestroy) \
+    X(MatmulDescSetAttribute) X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy)                           \
+    X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy)
+#define DT_LT_FIELD(name) decltype(&cublasLt##name) name;
 static struct {
-    decltype(&cublasLtCreate) Create;
-    decltype(&cublasLtGetStatusString) GetStatusString;
-    decltype(&cublasLtMatmul) Matmul;
-    decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
-    decltype(&cublasLtMatmulDescCreate) MatmulDescCreate;
-    decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy;
-    decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute;
-    decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate;
-    decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy;
-    decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
-    decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate;
-    decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy;
+    DT_LT_FUNCS(DT_LT_FIELD)
 } lt;
 static cublasLtHandle_t g_lt;
 static void *g_workspace;
@@ -60,20 +55,8 @@ static int load_cublaslt(void) {
         dt_cuda_record("cuBLASLt", dlerror());
         return 0;
     }
-    struct { const char *name; void **slot; } syms[] = {
-        {"cublasLtCreate", (void **)&lt.Create},
-        {"cublasLtGetStatusString", (void **)&lt.GetStatusString},
-        {"cublasLtMatmul", (void **)&lt.Matmul},
-        {"cublasLtMatmulAlgoGetHeuristic", (void **)&lt.MatmulAlgoGetHeuristic},
-        {"cublasLtMatmulDescCreate", (void **)&lt.MatmulDescCreate},
-        {"cublasLtMatmulDescDestroy", (void **)&lt.MatmulDescDestroy},
-        {"cublasLtMatmulDescSetAttribute", (void **)&lt.MatmulDescSetAttribute},
-        {"cublasLtMatmulPreferenceCreate", (void **)&lt.MatmulPreferenceCreate},
-        {"cublasLtMatmulPreferenceDestroy", (void **)&lt.MatmulPreferenceDestroy},
-        {"cublasLtMatmulPreferenceSetAttribute", (void **)&lt.MatmulPreferenceSetAttribute},
-        {"cublasLtMatrixLayoutCreate", (void **)&lt.MatrixLayoutCreate},
-        {"cublasLtMatrixLayoutDestroy", (void **)&lt.MatrixLayoutDestroy},
-    };
+#define DT_LT_SYM(name) {"cublasLt" #name, (void **)&lt.name},
+    struct { const char *name; void **slot; } syms[] = {DT_LT_FUNCS(DT_LT_SYM)};
     for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
         if (!(*syms[i].slot = dlsym(h, syms[i].name))) {
             dt_cuda_record("cuBLASLt: missing symbol", syms[i].name);
