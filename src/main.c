@@ -265,7 +265,7 @@ static const char *PLAN_USAGE =
     "  each), communication by the alpha-beta model of each group's\n"
     "  link (inside a node of R ranks: --intra, default 5e-6:10; across: --inter, default 2e-5:1.25;\n"
     "  seconds per message : GB/s), memory by the estimator (default limit: this machine's available\n"
-    "  memory over R); --any-feature: also layouts this build refuses for a feature (tp or cp with\n"
+    "  memory over R); --any-feature: also layouts this build refuses for a feature (cp with\n"
     "  bf16, ...), for planning on paper\n";
 
 static dt_status parse_link(const char *opt, const char *v, dt_link *l) {

@@ -2,7 +2,8 @@
 # fp32 master weights, moments and arithmetic): the loss curve tracks fp32 within 2%,
 # a bf16 run resumes bitwise (the checkpoint holds the fp32 master weights), the
 # estimator counts bf16 state, DDP and pipelines with bf16 follow the bf16 single-process
-# run, and layouts bf16 does not run yet are refused.
+# run, ZeRO 1-3 with bf16 hold the seed's 16 bytes per parameter as its formulas shard
+# them, and bitwise mode (fp32 only) is refused.
 source "$(dirname "$0")/lib.sh"
 prepare_tiny
 curves_loss() {
@@ -29,8 +30,8 @@ r=$(curves_loss "$TMP/f32.jsonl" "$TMP/b16.jsonl" 1e-7) && fail "bf16 equals fp3
 grep -q "precision bf16\|bf16" "$TMP/h.log" && pass "resume keeps precision bf16" || fail "resume lost precision"
 e=$("$DTRAIN" estimate --config "$SRC/tests/data/tiny.json" --set precision=bf16 2>&1)
 echo "$e" | grep -q "bf16" && pass "estimate reports bf16 activations" || fail "estimate: $e"
-out=$("$DTRAIN" train "${DP_RUN[@]}" --set precision=bf16 --set parallel.zero=1 2>&1)
-[ $? -eq 2 ] && pass "bf16 + zero refused: $out" || fail "bf16 + zero: $out"
+out=$("$DTRAIN" train "${DP_RUN[@]}" --set precision=bf16 --set parallel.determinism=bitwise 2>&1)
+[ $? -eq 2 ] && pass "bf16 + bitwise mode refused: $out" || fail "bf16 + bitwise: $out"
 
 # bf16 layouts train the bf16 single-process model: DDP (gradients widened to fp32, reduced,
 # rounded back), pipelines (bf16 activations sent as they are, the tied wte summed over
@@ -42,9 +43,11 @@ if command -v mpirun >/dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
   MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
   for lay in "dp2:2:" "pp2:2:--set parallel.pp=2" "dp2_pp2:4:--set parallel.pp=2" "tp2:2:--set parallel.tp=2" \
-             "tp2_sp:2:--set parallel.tp=2 --set parallel.sp=true" "pp2_tp2:4:--set parallel.pp=2 --set parallel.tp=2"; do
+             "tp2_sp:2:--set parallel.tp=2 --set parallel.sp=true" "pp2_tp2:4:--set parallel.pp=2 --set parallel.tp=2" \
+             "z1:2:--set parallel.zero=1" "z2:2:--set parallel.zero=2" "z3:2:--set parallel.zero=3" \
+             "pp2_z3:4:--set parallel.pp=2 --set parallel.zero=3" "tp2_z1:4:--set parallel.tp=2 --set parallel.zero=1"; do
     name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
-    case $name in dp2_pp2|pp2_tp2) ;; *) full || continue ;; esac
+    case $name in dp2|dp2_pp2|pp2_tp2|z1|z3) ;; *) full || continue ;; esac
     "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" --set precision=bf16 $args --metrics "$TMP/$name.jsonl" \
       > "$TMP/$name.log" 2>&1 || fail "bf16 $name run: $(grep -v '^\[' "$TMP/$name.log" | tail -2)"
     r=$(curves_loss "$TMP/b16.jsonl" "$TMP/$name.jsonl" 1e-3) && pass "bf16 $name = bf16 single process: $r" ||
@@ -58,6 +61,35 @@ print(m)
 sys.exit(0 if m["workspace"] == 2 * m["grads"] > 0 else 1)   # an fp32 copy of the bf16 gradients
 PY
     fail "bf16 dp2 pp2 memory report"
+  # ZeRO-1 reduces the same fp32 sums as DDP (per unit instead of per bucket) and rounds
+  # them alike: the same weights bit for bit
+  r=$(curves_loss "$TMP/dp2.jsonl" "$TMP/z1.jsonl" 0) && pass "bf16 ZeRO-1 = bf16 DDP exactly: $r" ||
+    fail "bf16 ZeRO-1 vs DDP: $r"
+  # ZeRO with bf16: what each rank allocates is the estimate to the byte, and its state
+  # the seed's 16psi, 4psi + 12psi/N, 2psi + 14psi/N, 16psi/N (within 2%: padding)
+  MEM=(--set model.n_embd=64 --set train.micro_batch=2 --set train.global_batch=8 --steps 2 --set precision=bf16)
+  for z in 1 2 3; do
+    "${MPI[@]}" -np 2 "$DTRAIN" train "${TINY[@]}" "${MEM[@]}" --set parallel.zero=$z --metrics "$TMP/mz$z.jsonl" \
+      > "$TMP/mz.log" 2>&1 || { fail "bf16 zero $z memory run: $(tail -2 "$TMP/mz.log")"; continue; }
+    "$DTRAIN" estimate "${TINY[@]}" "${MEM[@]}" --set parallel.zero=$z -n 2 --json > "$TMP/ez$z.json" ||
+      fail "estimate bf16 zero $z"
+    r=$(python3 - "$TMP/mz$z.jsonl" "$TMP/ez$z.json" $z <<'PY'
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+est, z = json.load(open(sys.argv[2])), int(sys.argv[3])
+psi, n = est["psi"], est["n"]
+formula = [16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n][z]
+for m in summ["mem"]:
+    state = m["params"] + m["grads"] + m["optim"]
+    total = state + m["activations"] + m["workspace"]
+    if total != est["stages"][0]["rank_bytes"]:
+        print("rank %d allocates %d, the estimate says %d" % (m["rank"], total, est["stages"][0]["rank_bytes"])); sys.exit(1)
+    if abs(state - formula) > 0.02 * formula:
+        print("rank %d state %d, the formula %.0f" % (m["rank"], state, formula)); sys.exit(1)
+print("state %d bytes (formula %.0f), allocation = estimate" % (state, formula))
+PY
+) && pass "bf16 zero $z memory: $r" || fail "bf16 zero $z memory: $r"
+  done
   # a bf16 pipeline's checkpoint holds the fp32 master weights: resumed on the pipeline it
   # lands on the straight run's weights bit for bit, and it resumes in one process
   PP=(--set precision=bf16 --set parallel.pp=2 --set log.digest=true)

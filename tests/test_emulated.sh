@@ -36,6 +36,8 @@ same dp2 2
 same dp2_ps 2 --set parallel.dp_mode=ps
 same tp2 2 --set parallel.tp=2
 same pp2_1f1b 2 --set parallel.pp=2
+same dp2_z1 2 --set parallel.zero=1
+same bf16_dp2_z3 2 --set precision=bf16 --set parallel.zero=3
 if full; then # the ASan pass: each staging path once above; here their combinations
   same bf16_dp2_pp2 4 --set precision=bf16 --set parallel.pp=2
   same dp2_pp2_tp2 8 --set parallel.pp=2 --set parallel.tp=2
@@ -49,6 +51,12 @@ if full; then # the ASan pass: each staging path once above; here their combinat
   same bf16_dp2 2 --set precision=bf16
   same bf16_dp2_ps 2 --set precision=bf16 --set parallel.dp_mode=ps
   same bf16_tp2_sp 2 --set precision=bf16 --set parallel.tp=2 --set parallel.sp=true
+  same dp2_z2 2 --set parallel.zero=2
+  same dp2_z3 2 --set parallel.zero=3
+  same bf16_dp2_z1 2 --set precision=bf16 --set parallel.zero=1
+  same dp2_pp2_z3 4 --set parallel.pp=2 --set parallel.zero=3
+  same dp2_tp2_z2 4 --set parallel.tp=2 --set parallel.zero=2
+  same bf16_dp2_pp2_z1 4 --set precision=bf16 --set parallel.pp=2 --set parallel.zero=1
 fi
 
 # checkpoints through host copies: an emulated pp2 x tp2 save resumes in one CPU process,
@@ -68,15 +76,33 @@ r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "emulated pp2 tp2 s
 r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2.jsonl") && pass "CPU save + emulated pp2 resume = single process ($r)" ||
   fail "CPU -> emulated: $r"
 
-# the final sample through the pipeline's host staging: the CPU pipeline's text
-SAMPLE=(--set log.sample_tokens=30 --set parallel.pp=2)
-"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${SAMPLE[@]}" 2>&1 | sed -n '/^--- sample/,/^---$/p' >"$TMP/s1.txt"
-"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${SAMPLE[@]}" "${EMU[@]}" 2>&1 | sed -n '/^--- sample/,/^---$/p' >"$TMP/s2.txt"
-[ "$(wc -l <"$TMP/s1.txt")" -ge 3 ] && cmp -s "$TMP/s1.txt" "$TMP/s2.txt" && pass "pp2 sample: emulated = CPU" ||
-  fail "pp2 sample: $(cat "$TMP/s2.txt") vs $(cat "$TMP/s1.txt")"
+# a ZeRO-3 save (shards gathered to host memory) resumes in one CPU process; a bf16
+# ZeRO-3 run resumes on the emulated device bitwise (its checkpoint holds the fp32 masters)
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${EMU[@]}" --set parallel.zero=3 --set train.stop_after=10 \
+  --save "$TMP/c3" --metrics "$TMP/c3.jsonl" >"$TMP/c3.out" 2>&1 || fail "emulated zero3 first half: $(tail -2 "$TMP/c3.out")"
+"$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/c3" --metrics "$TMP/c3.jsonl" >"$TMP/c3r.out" 2>&1 ||
+  fail "CPU resume of zero3: $(tail -2 "$TMP/c3r.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c3.jsonl") && pass "emulated ZeRO-3 save + CPU resume = single process ($r)" ||
+  fail "emulated zero3 -> CPU: $r"
+Z16=("${EMU[@]}" --set precision=bf16 --set parallel.zero=3 --set log.sample_tokens=0 --digest)
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${Z16[@]}" --set train.stop_after=10 --save "$TMP/c4" >/dev/null 2>&1 &&
+  "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${Z16[@]}" --resume "$TMP/c4" >"$TMP/c4r.out" 2>&1 ||
+  fail "emulated bf16 zero3 halves: $(tail -2 "$TMP/c4r.out")"
+a=$(digest_of "$TMP/emu_bf16_dp2_z3.out"); b=$(digest_of "$TMP/c4r.out")
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "emulated bf16 ZeRO-3 resume = straight run ($b)" || fail "bf16 zero3 resume: $b vs $a"
+
+# the final sample through the pipeline's host staging, and from ZeRO-3's gathered
+# device copy: the CPU's text
+for lay in "pp2:--set parallel.pp=2" "z3:--set parallel.zero=3"; do
+  name=${lay%%:*}; SAMPLE=(--set log.sample_tokens=30 ${lay#*:})
+  "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${SAMPLE[@]}" 2>&1 | sed -n '/^--- sample/,/^---$/p' >"$TMP/s1.txt"
+  "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${SAMPLE[@]}" "${EMU[@]}" 2>&1 | sed -n '/^--- sample/,/^---$/p' >"$TMP/s2.txt"
+  [ "$(wc -l <"$TMP/s1.txt")" -ge 3 ] && cmp -s "$TMP/s1.txt" "$TMP/s2.txt" && pass "$name sample: emulated = CPU" ||
+    fail "$name sample: $(cat "$TMP/s2.txt") vs $(cat "$TMP/s1.txt")"
+done
 
 # what the GPU paths do not run yet is refused as on a GPU: one line, exit 2
 RUN=("${DP_RUN[@]}" "${EMU[@]}")
-refused "ZeRO on a device" "parallel.zero" 2 --set parallel.zero=1
+refused "bitwise mode on a device" "bitwise" 2 --set parallel.determinism=bitwise
 refused "context parallelism on a device" "backend other than cpu" 2 --set parallel.cp=2
 finish

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/bf16.h"
 #include "../core/mem.h"
 #include "dp_internal.h"
+#include "staging.h"
 #include "tensor_parallel.h"
 
 static int is_zero(const dt_dp *d) { return !d->o.ps && d->o.zero > 0; }
@@ -164,19 +164,12 @@ static dt_status setup_plain(dt_dp *d) {
 }
 
 dt_status dt_dp_check_config(const dt_config *c) {
-    /* bf16's fp32 master weights live in the plain engine (DDP and the central rank
-     * reduce the gradients in fp32; pipelines and tp send bf16 activations); the sharded
-     * and bitwise ones still assume fp32 gradients (cp refuses bf16 itself) */
-    if (!strcmp(c->precision, "bf16") && (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise")))
-        return dt_fail(DT_EINPUT, "precision bf16: runs with DDP, the central rank, tp and pipelines, not yet with "
-                       "ZeRO or bitwise mode (zero %d, determinism %s)", c->parallel.zero, c->parallel.determinism);
-    if (!strcmp(c->backend, "cpu")) return DT_OK;
-    /* a device (cuda, or emulated: the same paths on the CPU). Several ranks: DDP and
-     * the central rank over MPI with the gradients staged through host memory; the
-     * sharded and bitwise engines keep their state on the host */
-    if (c->parallel.zero > 0 || !strcmp(c->parallel.determinism, "bitwise"))
-        return dt_fail(DT_EINPUT, "backend %s: parallel.zero and parallel.determinism=bitwise are not implemented on "
-                       "the GPU yet", c->backend);
+    /* bf16 and a device's state reduce through fp32 host copies (staging.h) in DDP, the
+     * central rank and ZeRO; bitwise mode's folds still assume fp32 host gradients (cp
+     * refuses bf16 and devices itself) */
+    if (!strcmp(c->parallel.determinism, "bitwise") && (!strcmp(c->precision, "bf16") || strcmp(c->backend, "cpu")))
+        return dt_fail(DT_EINPUT, "parallel.determinism=bitwise runs on the CPU backend in fp32 only (backend %s, "
+                       "precision %s)", c->backend, c->precision);
     return DT_OK;
 }
 
@@ -240,7 +233,8 @@ typedef struct {
     int swapped;                        /* unit_params point at p */
 } host_copy;
 
-static int needs_host_copy(const dt_dp *d) { return d->ops->on_device || d->ops->bf16; }
+/* ZeRO makes its own host views (dt_zero_gather_full) */
+static int needs_host_copy(const dt_dp *d) { return dt_stage_needed(d->ops) && !is_zero(d); }
 
 static dt_status host_open(dt_dp *d, int moments, int fetch, host_copy *h) {
     memset(h, 0, sizeof *h);
@@ -347,48 +341,9 @@ static void full_update(dt_dp *d, double lr, double norm) {
     dt_adamw_step(&o, d->ops, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
 }
 
-/* The gradients into the fp32 host buffer the collectives reduce, and back. bf16 ones are
- * copied as they are into its upper half, then widened upwards in place (element i lands
- * at bytes [4i, 4i+4), where no element after it is read from), and rounded back
- * downwards likewise; each block goes through a local copy, so the compiler's view of
- * the buffer as two types cannot reorder a read after the write that covers it. */
-enum { STAGE_BLOCK = 1024 };
-
-static void grads_to_host(dt_dp *d) {
-    size_t n = d->m->nparams;
-    if (!d->ops->bf16) {
-        d->ops->download(d->grads_host, d->grads, n * sizeof(float));
-        return;
-    }
-    char *base = (char *)d->grads_host;
-    d->ops->download(base + n * sizeof(uint16_t), d->grads, n * sizeof(uint16_t));
-    uint16_t in[STAGE_BLOCK];
-    float out[STAGE_BLOCK];
-    for (size_t i = 0; i < n; i += STAGE_BLOCK) {
-        size_t k = n - i < STAGE_BLOCK ? n - i : STAGE_BLOCK;
-        memcpy(in, base + (n + i) * sizeof(uint16_t), k * sizeof(uint16_t));
-        for (size_t j = 0; j < k; j++) out[j] = dt_bf16_to_f32(in[j]);
-        memcpy(base + i * sizeof(float), out, k * sizeof(float));
-    }
-}
-
-static void grads_from_host(dt_dp *d) {
-    size_t n = d->m->nparams;
-    if (!d->ops->bf16) {
-        d->ops->upload(d->grads, d->grads_host, n * sizeof(float));
-        return;
-    }
-    char *base = (char *)d->grads_host;
-    float in[STAGE_BLOCK];
-    uint16_t out[STAGE_BLOCK];
-    for (size_t i = 0; i < n; i += STAGE_BLOCK) {
-        size_t k = n - i < STAGE_BLOCK ? n - i : STAGE_BLOCK;
-        memcpy(in, base + i * sizeof(float), k * sizeof(float));
-        for (size_t j = 0; j < k; j++) out[j] = dt_f32_to_bf16(in[j]);
-        memcpy(base + i * sizeof(uint16_t), out, k * sizeof(uint16_t));
-    }
-    d->ops->upload(d->grads, base, n * sizeof(uint16_t));
-}
+/* The gradients into the fp32 host buffer the collectives reduce, and back (staging.h). */
+static void grads_to_host(dt_dp *d) { dt_stage_widen(d->ops, d->grads_host, d->grads, d->m->nparams); }
+static void grads_from_host(dt_dp *d) { dt_stage_narrow(d->ops, d->grads, d->grads_host, d->m->nparams); }
 
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
     dt_status s = DT_OK;
@@ -474,7 +429,9 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
     return s;
 }
 
-dt_status dt_dp_gather_full(dt_dp *d) { return is_zero(d) ? dt_zero_gather_full(d) : DT_OK; }
+dt_status dt_dp_gather_full(dt_dp *d) { return is_zero(d) ? dt_zero_gather_full(d, 0) : DT_OK; }
+/* The fp32 weights whole in host memory for the digest (ZeRO's; the others: host_open). */
+static dt_status gather_host(dt_dp *d) { return is_zero(d) ? dt_zero_gather_full(d, 1) : DT_OK; }
 void dt_dp_release_full(dt_dp *d) {
     if (is_zero(d)) dt_zero_release_full(d);
 }
@@ -490,7 +447,7 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
          * their data-parallel rank); the other replicas take part in ZeRO's gathers only */
         int writer = d->rank == 0;
         if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
-            s = dt_zero_gather_full(d);
+            s = dt_zero_gather_full(d, 1);
             if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
         } else if (writer) { /* a device's state: its pieces gathered from a host copy */
             s = host_open(d, 1, 1, &h);
@@ -514,7 +471,7 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
         return dt_comm_agree(d->comm, s, NULL);
     }
     if (is_zero(d)) {
-        s = dt_zero_gather_full(d);
+        s = dt_zero_gather_full(d, 1);
         if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
     }
     if (s == DT_OK && d->rank == 0) {
@@ -538,7 +495,7 @@ dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
         memset(&f, 0, sizeof f);
         host_copy h = {0};
         int writer = d->rank == 0; /* the first replica's groups (as in dt_dp_save) */
-        dt_status s = dt_dp_gather_full(d);
+        dt_status s = gather_host(d);
         if (s == DT_OK && writer && !is_zero(d)) s = host_open(d, 0, 1, &h); /* a device's weights, from a host copy */
         if (writer) {
             s = dt_state_agree(&d->o.groups, s);
@@ -554,7 +511,7 @@ dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
         dt_dp_release_full(d);
         return dt_state_agree(&d->o.groups, s);
     }
-    dt_status s = dt_dp_gather_full(d);
+    dt_status s = gather_host(d);
     host_copy h;
     if (s == DT_OK) s = host_open(d, 0, 1, &h);
     if (s == DT_OK) dt_weights_digest(d->m, hex);

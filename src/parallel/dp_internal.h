@@ -34,7 +34,9 @@ struct dt_dp {
     double *norm_parts; /* DDP: every rank's partial sum of squares (N) */
 
     /* ZeRO layout: unit u is padded to P[u] = N·S[u] elements; rank r owns elements
-     * [r·S[u], (r+1)·S[u]) of it, stored at shard offset soff[u]. */
+     * [r·S[u], (r+1)·S[u]) of it, stored at shard offset soff[u]. Parameters and
+     * gradients (and their scratch and gathered copies) are in storage precision, the
+     * moments and master weights fp32, all in the backend's memory. */
     size_t *P, *S, *poff, *soff;
     size_t shard_total, padded_total;
     float *params_pad;         /* zero 1/2: full parameters in the padded layout */
@@ -42,6 +44,11 @@ struct dt_dp {
     float *param_shard;        /* zero 3 */
     float *grad_shard;         /* zero 2/3 (zero 1's slice is in grads_pad: dt_zero_grad_slice) */
     float *m_shard, *v_shard;
+    float *master_shard;       /* bf16: fp32 master weights of this rank's slices */
+    /* staged (a device's or bf16 storage, staging.h): the collectives run on host copies */
+    float *zhost;              /* fp32, the largest unit (node-shared: reduce-scatter input, all-gather output) */
+    float *zslice;             /* fp32, the largest slice: the reduce-scatter's output */
+    int full_host;             /* full_tmp is fp32 host memory (else the model's) */
     float *gscratch[3];        /* zero 2/3 gradient scratch: unit 0, ln_f, blocks */
     float *pgather[4];         /* zero 3 gathered parameters: unit 0, ln_f, two block buffers */
     float *stage_full;         /* zero 3 with gather_once: every unit's parameters, gathered after each update */
@@ -51,7 +58,7 @@ struct dt_dp {
     float *rs_tmp;             /* zero 2/3: reduce-scatter output before accumulation */
     unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
     dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
-    float *full_tmp;           /* gather_full: temporary full padded parameters (zero 3) */
+    float *full_tmp;           /* gather_full: temporary full padded parameters */
     float **saved_view;
     size_t workspace_bytes;
     double comm_s; /* wall time the step waited on gradient/parameter communication */
@@ -105,7 +112,10 @@ dt_status dt_zero_before_backward(dt_dp *d, int u);
 dt_status dt_zero_after_backward(dt_dp *d, int u);
 dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 dt_status dt_zero_load(dt_dp *d, const char *step_dir);
-dt_status dt_zero_gather_full(dt_dp *d);
+/* The full parameters as the model's unit views until dt_zero_release_full: in the
+ * model's memory and precision (host = 0: for running it), or as fp32 host memory
+ * (host = 1: for checkpoints and the digest; with bf16, the master weights). */
+dt_status dt_zero_gather_full(dt_dp *d, int host);
 void dt_zero_release_full(dt_dp *d);
 /* Full optimizer moments as unit views (temporary buffers, freed by dt_zero_free_views). */
 dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view);

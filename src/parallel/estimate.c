@@ -107,14 +107,19 @@ static unit_sizes units_of(const dt_config *c, const gpt_shape *s, const gpt_lay
 /* ZeRO's bytes of one rank of the stage, as zero.c lays them out; workspace: ZeRO-2/3's
  * gradient scratch (embedding, ln_f, one block) and reduce-scatter buffer, ZeRO-3's
  * gathered parameters (embedding, ln_f and two blocks, or under a pipeline the whole
- * stage). */
+ * stage). bf16: parameters and gradients in bf16, fp32 master weights of the slices, and
+ * on the CPU the fp32 host staging of the reductions (the largest unit and slice; on a
+ * device that is host memory, left out as the memory report does). */
 static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards) {
     unit_sizes u = units_of(c, s, lay, shards);
-    int z = c->parallel.zero;
-    double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), f = sizeof(float);
-    double b = ((z <= 2 ? u.padded : u.shard) + (z == 1 ? u.padded : u.shard) + 2 * u.shard) * f;
-    if (z >= 2) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * f;
-    if (z >= 3) b += (c->parallel.pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * f;
+    int z = c->parallel.zero, bf16 = !strcmp(c->precision, "bf16");
+    double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
+    double f = sizeof(float), e = bf16 ? 2 : f;
+    double b = ((z <= 2 ? u.padded : u.shard) + (z == 1 ? u.padded : u.shard)) * e + 2 * u.shard * f;
+    if (bf16) b += u.shard * f;
+    if (z >= 2) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
+    if (z >= 3) b += (c->parallel.pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
+    if (bf16 && !strcmp(c->backend, "cpu")) b += (maxP + maxS) * f;
     return b;
 }
 
@@ -145,10 +150,11 @@ static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int
     int shards = dp * cp_of(c); /* ZeRO shards over the data- and context-parallel ranks together */
     dt_state_bytes b = dt_estimate_fp32(psi, shards, c->parallel.zero);
     double state = !strcmp(c->parallel.dp_mode, "ps") && shards > 1 ? 16 * psi : b.params + b.grads + b.optim;
-    if (!strcmp(c->precision, "bf16")) state = mixed(psi, shards, c->parallel.zero);
-    else if (c->parallel.zero > 0 && strcmp(c->parallel.dp_mode, "ps")) { /* ZeRO's engine runs on one shard too */
+    if (c->parallel.zero > 0 && strcmp(c->parallel.dp_mode, "ps")) { /* ZeRO's engine runs on one shard too */
         gpt_layout lay = layout_of(c, stage, dp);
         state = zero_stage_bytes(c, s, &lay, shards);
+    } else if (!strcmp(c->precision, "bf16")) {
+        state = mixed(psi, shards, 0);
     }
     /* workspace (DDP all-reduces the gradients in place: no bucket copy): the ring's blocks */
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, tp = c->parallel.tp > 0 ? c->parallel.tp : 1;

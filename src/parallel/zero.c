@@ -12,15 +12,25 @@
  *           the rank's gradient shard; no full-size gradient buffer exists.
  *   ZeRO-3  parameters partitioned too (FSDP): each block is all-gathered just before its
  *           forward and again before its backward (the next block's gather is started
- *           while the current one computes), into two alternating buffers. */
+ *           while the current one computes), into two alternating buffers.
+ * With bf16 storage the parameters and gradients above are bf16 and each rank keeps
+ * fp32 master weights of its slices: the seed's 16Ψ -> 4Ψ+12Ψ/N -> 2Ψ+14Ψ/N -> 16Ψ/N.
+ * A device's state (or bf16's) is staged (staging.h): each collective copies the unit
+ * to fp32 host memory and back, gradients reduced in fp32, without overlap for now. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/mem.h"
 #include "dp_internal.h"
+#include "staging.h"
 
 static int nblocks(const dt_dp *d) { return d->m->nblocks; }
+static int staged(const dt_dp *d) { return dt_stage_needed(d->ops); }
+static size_t esz(const dt_dp *d) { return dt_elem_bytes(d->ops); }
+/* base + n storage-precision elements */
+static float *at(const dt_dp *d, float *base, size_t n) { return (float *)((char *)base + n * esz(d)); }
+static dt_dtype storage_dtype(const dt_dp *d) { return d->ops->bf16 ? DT_BF16 : DT_F32; }
 static dt_status gather_stage(dt_dp *d);
 static int lnf_unit(const dt_dp *d) { return nblocks(d) + 1; }
 
@@ -39,13 +49,25 @@ static int shard_segment(const dt_dp *d, const gpt_tensor *t, size_t *x0, size_t
 }
 
 float *dt_zero_grad_slice(const dt_dp *d, int u) {
-    if (d->o.zero == 1) return d->grads_pad + d->poff[u] + (size_t)d->rank * d->S[u];
-    return d->grad_shard + d->soff[u];
+    if (d->o.zero == 1) return at(d, d->grads_pad, d->poff[u] + (size_t)d->rank * d->S[u]);
+    return at(d, d->grad_shard, d->soff[u]);
 }
 
 /* Reduced gradient at unit-relative element x of this rank's slice of unit u. */
 static float *slice_grad(const dt_dp *d, int u, size_t x) {
-    return dt_zero_grad_slice(d, u) + (x - (size_t)d->rank * d->S[u]);
+    return at(d, dt_zero_grad_slice(d, u), x - (size_t)d->rank * d->S[u]);
+}
+
+/* Parameters (storage precision) of this rank's slice of unit u, at unit-relative element x. */
+static float *slice_param(const dt_dp *d, int u, size_t x) {
+    if (d->o.zero <= 2) return at(d, d->params_pad, d->poff[u] + x);
+    return at(d, d->param_shard, d->soff[u] + (x - (size_t)d->rank * d->S[u]));
+}
+
+/* The fp32 weights AdamW updates there: bf16's master weights, else the parameters. */
+static float *slice_weights(const dt_dp *d, int u, size_t x) {
+    if (!d->master_shard) return slice_param(d, u, x);
+    return d->master_shard + d->soff[u] + (x - (size_t)d->rank * d->S[u]);
 }
 
 /* zero 3: which gather buffer holds unit u */
@@ -53,12 +75,22 @@ static int gbuf_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d)
 /* zero 2/3: which gradient scratch unit u writes */
 static int gscr_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d) ? 1 : 2; }
 
-
+/* A buffer the collectives read in place: node-shared on the CPU (collective), in the
+ * backend's memory when staged (the collectives see its host copies; rank-local). */
+static dt_status alloc_unit_buffer(dt_dp *d, size_t bytes, const char *what, float **p) {
+    if (staged(d)) return d->ops->alloc((void **)p, bytes, what);
+    return dt_comm_alloc_shared(d->comm, bytes, what, (void **)p);
+}
+static void free_unit_buffer(dt_dp *d, float *p) {
+    if (staged(d)) d->ops->free(p);
+    else dt_comm_free_shared(d->comm, p);
+}
 
 /* The rank-local part of the setup: layout and private buffers (no communication). */
 static dt_status zero_setup_local(dt_dp *d) {
     gpt_model *m = d->m;
     int U = m->nunits, N = d->N;
+    size_t e = esz(d), f = sizeof(float);
     d->P = calloc((size_t)U, sizeof(size_t));
     d->S = calloc((size_t)U, sizeof(size_t));
     d->poff = calloc((size_t)U, sizeof(size_t));
@@ -76,62 +108,82 @@ static dt_status zero_setup_local(dt_dp *d) {
     }
     /* zero 1 reduce-scatters in place into its full gradients: no shard, no staging */
     if (d->o.zero >= 2) {
-        DT_TRY(dt_alloc((void **)&d->grad_shard, d->shard_total * sizeof(float), "gradient shard"));
-        DT_TRY(dt_alloc((void **)&d->rs_tmp, maxS * sizeof(float), "reduce-scatter buffer"));
-        d->workspace_bytes = maxS * sizeof(float);
+        DT_TRY(d->ops->alloc((void **)&d->grad_shard, d->shard_total * e, "gradient shard"));
+        DT_TRY(d->ops->alloc((void **)&d->rs_tmp, maxS * e, "reduce-scatter buffer"));
+        d->workspace_bytes = maxS * e;
     }
-    DT_TRY(dt_alloc((void **)&d->m_shard, d->shard_total * sizeof(float), "AdamW first moments (shard)"));
-    DT_TRY(dt_alloc((void **)&d->v_shard, d->shard_total * sizeof(float), "AdamW second moments (shard)"));
+    DT_TRY(d->ops->alloc((void **)&d->m_shard, d->shard_total * f, "AdamW first moments (shard)"));
+    DT_TRY(d->ops->alloc((void **)&d->v_shard, d->shard_total * f, "AdamW second moments (shard)"));
+    if (d->ops->bf16) DT_TRY(d->ops->alloc((void **)&d->master_shard, d->shard_total * f, "fp32 master weights (shard)"));
     if (d->o.zero <= 2) {
         d->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!d->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
     } else {
-        DT_TRY(dt_alloc((void **)&d->param_shard, d->shard_total * sizeof(float), "parameter shard"));
+        DT_TRY(d->ops->alloc((void **)&d->param_shard, d->shard_total * e, "parameter shard"));
     }
     if (d->o.zero == 1) {
         d->rs_started = calloc((size_t)U, 1);
         if (!d->rs_started) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
     }
+    if (staged(d)) {
+        DT_TRY(dt_alloc((void **)&d->zslice, maxS * f, "ZeRO host staging (slice)"));
+        if (!d->ops->on_device) d->workspace_bytes += maxS * f; /* host memory is the state's memory here */
+    }
     return DT_OK;
 }
 
-dt_status dt_zero_setup(dt_dp *d) {
+/* The buffers the model's views point at: full parameters (zero 1/2) or gathered ones
+ * (zero 3), full gradients (zero 1) or gradient scratch (zero 2/3). */
+static dt_status alloc_model_buffers(dt_dp *d) {
     gpt_model *m = d->m;
-    int U = m->nunits;
-    /* the node-shared buffers below are collective: every rank must get there */
-    DT_TRY(dt_comm_agree(d->comm, zero_setup_local(d), NULL));
-    int z = d->o.zero;
+    int U = m->nunits, z = d->o.zero;
+    size_t e = esz(d);
     if (z <= 2) {
         /* node-shared where peers read it: the all-gather into it reads peers' copies in place */
-        DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "parameters", (void **)&d->params_pad));
-        for (int u = 0; u < U; u++) m->unit_params[u] = d->params_pad + d->poff[u];
+        DT_TRY(alloc_unit_buffer(d, d->padded_total * e, "parameters", &d->params_pad));
+        for (int u = 0; u < U; u++) m->unit_params[u] = at(d, d->params_pad, d->poff[u]);
     } else if (d->o.gather_once) {
-        DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "gathered parameters",
-                                    (void **)&d->stage_full));
-        d->workspace_bytes += d->padded_total * sizeof(float);
-        for (int u = 0; u < U; u++) m->unit_params[u] = d->stage_full + d->poff[u];
+        DT_TRY(alloc_unit_buffer(d, d->padded_total * e, "gathered parameters", &d->stage_full));
+        d->workspace_bytes += d->padded_total * e;
+        for (int u = 0; u < U; u++) m->unit_params[u] = at(d, d->stage_full, d->poff[u]);
     } else {
         size_t sizes[4] = {d->P[0], d->P[lnf_unit(d)], d->P[1], d->P[1]};
         for (int b = 0; b < 4; b++) {
-            DT_TRY(dt_comm_alloc_shared(d->comm, sizes[b] * sizeof(float), "gathered parameters",
-                                        (void **)&d->pgather[b]));
-            d->workspace_bytes += sizes[b] * sizeof(float);
+            DT_TRY(alloc_unit_buffer(d, sizes[b] * e, "gathered parameters", &d->pgather[b]));
+            d->workspace_bytes += sizes[b] * e;
             d->held[b] = -1;
         }
         for (int u = 0; u < U; u++) m->unit_params[u] = d->pgather[gbuf_of(d, u)];
         d->prefetch_unit = -1;
     }
     if (z == 1) {
-        DT_TRY(dt_comm_alloc_shared(d->comm, d->padded_total * sizeof(float), "gradients", (void **)&d->grads_pad));
-        for (int u = 0; u < U; u++) m->unit_grads[u] = d->grads_pad + d->poff[u];
+        DT_TRY(alloc_unit_buffer(d, d->padded_total * e, "gradients", &d->grads_pad));
+        for (int u = 0; u < U; u++) m->unit_grads[u] = at(d, d->grads_pad, d->poff[u]);
     } else {
         size_t sizes[3] = {d->P[0], d->P[lnf_unit(d)], d->P[1]};
         for (int b = 0; b < 3; b++) {
-            DT_TRY(dt_comm_alloc_shared(d->comm, sizes[b] * sizeof(float), "gradient scratch",
-                                        (void **)&d->gscratch[b]));
-            d->workspace_bytes += sizes[b] * sizeof(float);
+            DT_TRY(alloc_unit_buffer(d, sizes[b] * e, "gradient scratch", &d->gscratch[b]));
+            d->workspace_bytes += sizes[b] * e;
         }
         for (int u = 0; u < U; u++) m->unit_grads[u] = d->gscratch[gscr_of(d, u)];
+    }
+    return DT_OK;
+}
+
+dt_status dt_zero_setup(dt_dp *d) {
+    gpt_model *m = d->m;
+    /* staged, the model's buffers are rank-local; else node-shared, allocated collectively
+     * below, so every rank must get there */
+    dt_status s = zero_setup_local(d);
+    if (s == DT_OK && staged(d)) s = alloc_model_buffers(d);
+    DT_TRY(dt_comm_agree(d->comm, s, NULL));
+    if (!staged(d)) {
+        DT_TRY(alloc_model_buffers(d));
+    } else {
+        size_t maxP = 0;
+        for (int u = 0; u < m->nunits; u++) maxP = d->P[u] > maxP ? d->P[u] : maxP;
+        DT_TRY(dt_comm_alloc_shared(d->comm, maxP * sizeof(float), "ZeRO host staging", (void **)&d->zhost));
+        if (!d->ops->on_device) d->workspace_bytes += maxP * sizeof(float);
     }
     m->params = m->grads = NULL; /* no flat layout in ZeRO modes */
     return DT_OK;
@@ -156,26 +208,88 @@ static dt_status settle_all(dt_dp *d) {
     return s;
 }
 
+static void pop_full_view(dt_dp *d);
+
 void dt_zero_free(dt_dp *d) {
     if (d->prefetch) dt_wait(d->prefetch);
     settle_all(d);
+    pop_full_view(d);
     free(d->ag_pending);
     /* collective for node-shared buffers: every rank frees in this order */
-    dt_comm_free_shared(d->comm, d->params_pad);
-    dt_comm_free_shared(d->comm, d->grads_pad);
-    dt_free(d->param_shard);
-    dt_free(d->grad_shard);
-    dt_free(d->m_shard);
-    dt_free(d->v_shard);
-    dt_free(d->rs_tmp);
-    for (int b = 0; b < 3; b++) dt_comm_free_shared(d->comm, d->gscratch[b]);
-    for (int b = 0; b < 4; b++) dt_comm_free_shared(d->comm, d->pgather[b]);
-    dt_comm_free_shared(d->comm, d->stage_full);
+    free_unit_buffer(d, d->params_pad);
+    free_unit_buffer(d, d->grads_pad);
+    d->ops->free(d->param_shard);
+    d->ops->free(d->grad_shard);
+    d->ops->free(d->m_shard);
+    d->ops->free(d->v_shard);
+    d->ops->free(d->master_shard);
+    d->ops->free(d->rs_tmp);
+    for (int b = 0; b < 3; b++) free_unit_buffer(d, d->gscratch[b]);
+    for (int b = 0; b < 4; b++) free_unit_buffer(d, d->pgather[b]);
+    free_unit_buffer(d, d->stage_full);
+    dt_comm_free_shared(d->comm, d->zhost);
+    dt_free(d->zslice);
     free(d->rs_started);
     free(d->P);
     free(d->S);
     free(d->poff);
     free(d->soff);
+}
+
+/* ---- staged collectives (staging.h): through host memory, one unit at a time ---- */
+
+/* Unit u all-gathered from every rank's slice own (S[u] elements) into unit (P[u]), both
+ * in storage precision in the backend's memory; own may lie inside unit. */
+static dt_status staged_gather(dt_dp *d, int u, const float *own, float *unit) {
+    size_t e = esz(d), S = d->S[u];
+    char *h = (char *)d->zhost, *mine = h + (size_t)d->rank * S * e;
+    d->ops->download(mine, own, S * e);
+    DT_TRY(dt_allgather(d->comm, mine, h, S, storage_dtype(d)));
+    d->ops->upload(unit, h, d->P[u] * e);
+    return DT_OK;
+}
+
+/* Unit u's gradients (P[u], storage precision) summed over the ranks in fp32; this
+ * rank's slice of the sum, rounded to storage precision, into out (S[u] elements, which
+ * may be the slice inside unit). */
+static dt_status staged_reduce_scatter(dt_dp *d, int u, const float *unit, float *out) {
+    dt_stage_widen(d->ops, d->zhost, unit, d->P[u]);
+    DT_TRY(dt_reduce_scatter(d->comm, d->zhost, d->zslice, d->S[u], DT_F32, DT_SUM));
+    dt_stage_narrow(d->ops, out, d->zslice, d->S[u]);
+    return DT_OK;
+}
+
+/* The parameters of every unit, from each rank's slices in shard (storage precision,
+ * the model's memory), into the padded full buffer full. */
+static dt_status gather_units(dt_dp *d, float *shard, float *full) {
+    for (int u = 0; u < d->m->nunits; u++) {
+        float *own = at(d, shard, d->soff[u]), *unit = at(d, full, d->poff[u]);
+        if (staged(d)) DT_TRY(staged_gather(d, u, own, unit));
+        else DT_TRY(dt_allgather(d->comm, own, unit, d->S[u], DT_F32));
+    }
+    return DT_OK;
+}
+
+/* fp32 slices in the backend's memory (slice(u): unit u's) gathered whole into fp32 host
+ * memory full (padded layout): each rank's slice copied to its place, then gathered in place. */
+static dt_status gather_units_f32(dt_dp *d, float *(*slice)(const dt_dp *, int), float *full) {
+    for (int u = 0; u < d->m->nunits; u++) {
+        float *mine = full + d->poff[u] + (size_t)d->rank * d->S[u];
+        d->ops->download(mine, slice(d, u), d->S[u] * sizeof(float));
+        DT_TRY(dt_allgather(d->comm, mine, full + d->poff[u], d->S[u], DT_F32));
+    }
+    return DT_OK;
+}
+
+static float *weights_of(const dt_dp *d, int u) { return slice_weights(d, u, (size_t)d->rank * d->S[u]); }
+static float *m_of(const dt_dp *d, int u) { return d->m_shard + d->soff[u]; }
+static float *v_of(const dt_dp *d, int u) { return d->v_shard + d->soff[u]; }
+
+/* This rank's slices of an fp32 host buffer in the padded layout into slice(u) (fp32, the
+ * backend's memory). */
+static void put_slices(dt_dp *d, const float *full, float *(*slice)(const dt_dp *, int)) {
+    for (int u = 0; u < d->m->nunits; u++)
+        d->ops->upload(slice(d, u), full + d->poff[u] + (size_t)d->rank * d->S[u], d->S[u] * sizeof(float));
 }
 
 /* ---- ZeRO-3 gathers ---- */
@@ -198,14 +312,17 @@ static dt_status gather_unit(dt_dp *d, int u) {
     DT_TRY(finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
     d->held[b] = -1;
     dt_status s;
-    DP_COMM(d, s = dt_allgather(d->comm, d->param_shard + d->soff[u], d->pgather[b], d->S[u], DT_F32));
+    float *own = at(d, d->param_shard, d->soff[u]);
+    if (staged(d)) DP_COMM(d, s = staged_gather(d, u, own, d->pgather[b]));
+    else DP_COMM(d, s = dt_allgather(d->comm, own, d->pgather[b], d->S[u], DT_F32));
     DT_TRY(s);
     d->held[b] = u;
     return DT_OK;
 }
 
 static void prefetch_unit(dt_dp *d, int u) {
-    if (u < 1 || u > nblocks(d) || d->prefetch || d->o.gather_once) return;
+    /* staged gathers end with an upload after the collective: no prefetch there yet */
+    if (u < 1 || u > nblocks(d) || d->prefetch || d->o.gather_once || staged(d)) return;
     int b = gbuf_of(d, u);
     if (d->held[b] == u) return;
     d->held[b] = -1;
@@ -227,7 +344,7 @@ dt_status dt_zero_before_backward(dt_dp *d, int u) {
         DT_TRY(gather_unit(d, u));
         if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u - 1);
     }
-    if (d->o.zero >= 2) memset(d->m->unit_grads[u], 0, d->P[u] * sizeof(float));
+    if (d->o.zero >= 2) d->ops->zero(d->m->unit_grads[u], d->P[u] * esz(d));
     return DT_OK;
 }
 
@@ -235,16 +352,17 @@ dt_status dt_zero_before_backward(dt_dp *d, int u) {
  * becomes the sum over ranks, the other slices are left undefined (begin_step zeroes
  * them). Backward never touches a unit again after its after_backward hook. */
 static dt_status zero1_reduce_scatter(dt_dp *d, int u, dt_request **req) {
-    float *unit = d->grads_pad + d->poff[u];
+    float *unit = at(d, d->grads_pad, d->poff[u]);
+    if (staged(d)) return staged_reduce_scatter(d, u, unit, dt_zero_grad_slice(d, u));
     if (req) return dt_ireduce_scatter(d->comm, unit, dt_zero_grad_slice(d, u), d->S[u], DT_F32, DT_SUM, req);
     return dt_reduce_scatter(d->comm, unit, dt_zero_grad_slice(d, u), d->S[u], DT_F32, DT_SUM);
 }
 
 /* zero 1: unit u's gradients are final (last micro-step): start its reduce-scatter now,
  * overlapping the rest of backward, as DDP does with buckets. A unit whose start fails is
- * reduce-scattered blocking in end_step. */
+ * reduce-scattered blocking in end_step (staged ones all are). */
 static dt_status zero1_after_backward(dt_dp *d, int u) {
-    if (!d->last_micro || d->N == 1 || d->o.bitwise || !d->o.overlap) return DT_OK;
+    if (!d->last_micro || d->N == 1 || d->o.bitwise || !d->o.overlap || staged(d)) return DT_OK;
     dt_request **slot;
     DT_TRY(dt_dp_inflight_slot(d, &slot));
     DT_TRY(zero1_reduce_scatter(d, u, slot));
@@ -258,25 +376,19 @@ dt_status dt_zero_after_backward(dt_dp *d, int u) {
     if (d->o.zero < 2) return DT_OK;
     dt_status s;
     /* reduce-scatter this unit's gradients now and keep only this rank's slice */
-    DP_COMM(d, s = dt_reduce_scatter(d->comm, d->m->unit_grads[u], d->rs_tmp, d->S[u], DT_F32, DT_SUM));
+    if (staged(d)) DP_COMM(d, s = staged_reduce_scatter(d, u, d->m->unit_grads[u], d->rs_tmp));
+    else DP_COMM(d, s = dt_reduce_scatter(d->comm, d->m->unit_grads[u], d->rs_tmp, d->S[u], DT_F32, DT_SUM));
     DT_TRY(s);
-    float *dst = d->grad_shard + d->soff[u];
-    for (size_t i = 0; i < d->S[u]; i++) dst[i] += d->rs_tmp[i];
+    float *dst = at(d, d->grad_shard, d->soff[u]);
+    d->ops->add(dst, dst, d->rs_tmp, d->S[u]);
     return DT_OK;
 }
 
 /* ---- step ---- */
 
 void dt_zero_begin_step(dt_dp *d) {
-    if (d->o.zero == 1) memset(d->grads_pad, 0, d->padded_total * sizeof(float));
-    else memset(d->grad_shard, 0, d->shard_total * sizeof(float));
-}
-
-/* Parameters of this rank's slice of unit u, at unit-relative element x. */
-static float *slice_param(dt_dp *d, int u, size_t x) {
-    size_t lo = (size_t)d->rank * d->S[u];
-    if (d->o.zero <= 2) return d->params_pad + d->poff[u] + x;
-    return d->param_shard + d->soff[u] + (x - lo);
+    if (d->o.zero == 1) d->ops->zero(d->grads_pad, d->padded_total * esz(d));
+    else d->ops->zero(d->grad_shard, d->shard_total * esz(d));
 }
 
 /* Pipeline: the first and the last stage both hold wte in unit 0, laid out alike on both
@@ -285,8 +397,15 @@ static float *slice_param(dt_dp *d, int u, size_t x) {
 static dt_status tie_unit0(dt_dp *d) {
     const dt_model_groups *g = &d->o.groups;
     if (!g->emb || !g->pp || dt_comm_size(g->pp) < 2) return DT_OK;
-    return dt_allreduce(g->emb, dt_zero_grad_slice(d, 0), d->S[0], DT_F32, DT_SUM);
+    float *slice = dt_zero_grad_slice(d, 0);
+    if (!staged(d)) return dt_allreduce(g->emb, slice, d->S[0], DT_F32, DT_SUM);
+    dt_stage_widen(d->ops, d->zslice, slice, d->S[0]);
+    DT_TRY(dt_allreduce(g->emb, d->zslice, d->S[0], DT_F32, DT_SUM));
+    dt_stage_narrow(d->ops, slice, d->zslice, d->S[0]);
+    return DT_OK;
 }
+
+static dt_status gather_stage(dt_dp *d);
 
 dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     gpt_model *m = d->m;
@@ -330,7 +449,8 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         const gpt_tensor *t = &m->tensors[i];
         size_t x0, n, k;
         if (!shard_segment(d, t, &x0, &n, &k)) continue;
-        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_param(d, t->unit, x0), NULL,
+        float *store = d->master_shard ? slice_param(d, t->unit, x0) : NULL; /* bf16: the model's copy */
+        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_weights(d, t->unit, x0), store,
                        slice_grad(d, t->unit, x0), d->m_shard + k, d->v_shard + k, n);
     }
     if (d->o.zero <= 2) {
@@ -338,9 +458,10 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
          * computes, each unit waited for just before its forward (settle_unit) */
         double t0 = dt_now();
         for (int u = 0; u < m->nunits; u++) {
-            float *unit = d->params_pad + d->poff[u];
-            float *own = unit + (size_t)d->rank * d->S[u];
-            if (d->o.overlap && d->N > 1) DT_TRY(dt_iallgather(d->comm, own, unit, d->S[u], DT_F32, &d->ag_pending[u]));
+            float *unit = at(d, d->params_pad, d->poff[u]);
+            float *own = at(d, unit, (size_t)d->rank * d->S[u]);
+            if (staged(d)) DT_TRY(staged_gather(d, u, own, unit));
+            else if (d->o.overlap && d->N > 1) DT_TRY(dt_iallgather(d->comm, own, unit, d->S[u], DT_F32, &d->ag_pending[u]));
             else DT_TRY(dt_allgather(d->comm, own, unit, d->S[u], DT_F32));
         }
         d->comm_s += dt_now() - t0;
@@ -352,25 +473,27 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     return DT_OK;
 }
 
-/* ---- full views for init, load, save and digest ---- */
+/* ---- full views for init, load, save, digest and the sample ---- */
 
-static dt_status gather_all(dt_dp *d, const float *shard, float *full);
 /* zero 3, gather_once: the stage's parameters whole, from every rank's updated slices. */
 static dt_status gather_stage(dt_dp *d) {
     dt_status s;
-    DP_COMM(d, s = gather_all(d, d->param_shard, d->stage_full));
+    DP_COMM(d, s = gather_units(d, d->param_shard, d->stage_full));
     return s;
 }
 
-/* Points the model at a full padded parameter buffer (ZeRO-3 only; others are full). */
-static dt_status push_full_view(dt_dp *d) {
+/* Points the model at a full padded parameter buffer: fp32 host memory (host), or the
+ * model's memory and precision. */
+static dt_status push_full_view(dt_dp *d, int host) {
     gpt_model *m = d->m;
-    DT_TRY(dt_alloc((void **)&d->full_tmp, d->padded_total * sizeof(float), "full parameters"));
+    d->full_host = host;
+    if (host) DT_TRY(dt_alloc((void **)&d->full_tmp, d->padded_total * sizeof(float), "full parameters"));
+    else DT_TRY(d->ops->alloc((void **)&d->full_tmp, d->padded_total * esz(d), "full parameters"));
     d->saved_view = malloc((size_t)m->nunits * sizeof(float *));
     if (!d->saved_view) return dt_fail(DT_ERUNTIME, "out of memory (views)");
     for (int u = 0; u < m->nunits; u++) {
         d->saved_view[u] = m->unit_params[u];
-        m->unit_params[u] = d->full_tmp + d->poff[u];
+        m->unit_params[u] = host ? d->full_tmp + d->poff[u] : at(d, d->full_tmp, d->poff[u]);
     }
     return DT_OK;
 }
@@ -380,25 +503,25 @@ static void pop_full_view(dt_dp *d) {
         for (int u = 0; u < d->m->nunits; u++) d->m->unit_params[u] = d->saved_view[u];
     free(d->saved_view);
     d->saved_view = NULL;
-    dt_free(d->full_tmp);
+    if (d->full_host) dt_free(d->full_tmp);
+    else d->ops->free(d->full_tmp);
     d->full_tmp = NULL;
 }
 
-/* Keeps this rank's slices of a full padded buffer. */
-static void take_slices(dt_dp *d, const float *full, float *shard) {
-    for (int u = 0; u < d->m->nunits; u++)
-        memcpy(shard + d->soff[u], full + d->poff[u] + (size_t)d->rank * d->S[u], d->S[u] * sizeof(float));
-}
-
 dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
-    if (d->o.zero >= 3) DT_TRY(push_full_view(d));
-    dt_status s = DT_OK;
-    if (init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
-    else gpt_init(d->m, seed);
-    if (d->o.zero >= 3) {
-        if (s == DT_OK) take_slices(d, d->full_tmp, d->param_shard);
-        pop_full_view(d);
+    /* written whole into a full view, then each rank keeps its slices: staged, the view
+     * is fp32 host memory; else zero 1/2's parameters are full already */
+    int view = staged(d) || d->o.zero >= 3;
+    dt_status s = view ? push_full_view(d, 1) : DT_OK;
+    if (s == DT_OK && init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
+    else if (s == DT_OK) gpt_init(d->m, seed);
+    if (s == DT_OK && view) {
+        put_slices(d, d->full_tmp, weights_of); /* fp32: bf16's master weights, else the parameters */
+        if (d->o.zero >= 3 && d->master_shard) d->ops->to_bf16(d->param_shard, d->master_shard, d->shard_total);
+        if (d->o.zero <= 2) dt_stage_narrow(d->ops, d->params_pad, d->full_tmp, d->padded_total); /* all of them */
+        s = d->ops->sync(); /* the uploads have read the host view */
     }
+    if (view) pop_full_view(d);
     if (s == DT_OK && d->o.zero >= 3 && d->o.gather_once) s = gather_stage(d);
     return s;
 }
@@ -431,8 +554,9 @@ dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
     if (s == DT_OK) s = alloc_views(d, &vb, &vv);
     if (s == DT_OK) s = dt_ckpt_load_optimizer(step_dir, d->m, mv, vv);
     if (s == DT_OK) {
-        take_slices(d, mb, d->m_shard);
-        take_slices(d, vb, d->v_shard);
+        put_slices(d, mb, m_of);
+        put_slices(d, vb, v_of);
+        s = d->ops->sync();
     }
     if (mv) dt_zero_free_views(mv, vv);
     else {
@@ -442,24 +566,18 @@ dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
     return s;
 }
 
-static dt_status gather_all(dt_dp *d, const float *shard, float *full) {
-    for (int u = 0; u < d->m->nunits; u++)
-        DT_TRY(dt_allgather(d->comm, shard + d->soff[u], full + d->poff[u], d->S[u], DT_F32));
-    return DT_OK;
-}
-
-dt_status dt_zero_gather_full(dt_dp *d) {
-    if (d->o.zero < 3) return settle_all(d);
-    if (d->o.gather_once) return DT_OK; /* gathered since the last update */
-    DT_TRY(finish_prefetch(d));
+dt_status dt_zero_gather_full(dt_dp *d, int host) {
+    if (!staged(d)) host = 0; /* the model's memory is fp32 host memory */
+    if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
+    DT_TRY(settle_all(d));
+    if (!host && (d->o.zero <= 2 || d->o.gather_once)) return DT_OK; /* full already */
     /* allocated here, so every rank must know before the gathers whether all could */
-    DT_TRY(dt_comm_agree(d->comm, push_full_view(d), NULL));
-    return gather_all(d, d->param_shard, d->full_tmp);
+    DT_TRY(dt_comm_agree(d->comm, push_full_view(d, host), NULL));
+    if (host) return gather_units_f32(d, weights_of, d->full_tmp);
+    return gather_units(d, d->param_shard, d->full_tmp);
 }
 
-void dt_zero_release_full(dt_dp *d) {
-    if (d->o.zero >= 3) pop_full_view(d);
-}
+void dt_zero_release_full(dt_dp *d) { pop_full_view(d); }
 
 dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view) {
     float *mb = NULL, *vb = NULL;
@@ -467,14 +585,14 @@ dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view) {
     dt_status s = alloc_views(d, &mb, m_view);
     if (s == DT_OK) s = alloc_views(d, &vb, v_view);
     DT_TRY(dt_comm_agree(d->comm, s, NULL)); /* before the gathers, as above */
-    DT_TRY(gather_all(d, d->m_shard, mb));
-    return gather_all(d, d->v_shard, vb);
+    DT_TRY(gather_units_f32(d, m_of, mb));
+    return gather_units_f32(d, v_of, vb);
 }
 
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
-    size_t f = sizeof(float);
-    r->params = (d->o.zero <= 2 ? d->padded_total : d->shard_total) * f;
-    r->grads = (d->o.zero == 1 ? d->padded_total : d->shard_total) * f; /* zero 1: reduced in place */
+    size_t f = sizeof(float), e = esz(d);
+    r->params = (d->o.zero <= 2 ? d->padded_total : d->shard_total) * e + (d->master_shard ? d->shard_total * f : 0);
+    r->grads = (d->o.zero == 1 ? d->padded_total : d->shard_total) * e; /* zero 1: reduced in place */
     r->optim = 2 * d->shard_total * f;
     r->workspace = d->workspace_bytes;
 }
