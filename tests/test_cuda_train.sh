@@ -128,9 +128,23 @@ if command -v mpirun > /dev/null; then
     fail "cpu resumes a gpu pp2 tp2 checkpoint"
   r=$(curves "$TMP/cpu.jsonl" "$TMP/gmp.jsonl" 1e-4) && pass "gpu pp2 tp2 save -> cpu resume: $r" ||
     fail "gpu pp2 tp2 -> cpu: $r"
+  # NCCL wants a GPU per rank: two ranks on the one GPU are refused, one line, exit 2
+  out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+    "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set comm.backend=nccl 2>&1)
+  [ $? -eq 2 ] && echo "$out" | grep -q "GPU per rank" && pass "nccl with 2 ranks on 1 GPU refused" ||
+    fail "nccl 2 ranks on 1 GPU: $(echo "$out" | tail -2)"
 else
   echo "note: no mpirun on this machine, dp2 on the GPU not run"
 fi
+# NCCL on one GPU: a world of one runs ZeRO's reduce-scatters and all-gathers through
+# NCCL on its own stream (events against the compute stream): the single-process curve
+for lay in "z3:--set parallel.zero=3:gpu:1e-5" "z1_bf16:--set parallel.zero=1 --set precision=bf16:gpu16:1e-2"; do
+  name=${lay%%:*}; rest=${lay#*:}; args=${rest%%:*}; rest=${rest#*:}; ref=${rest%%:*}; tol=${rest#*:}
+  "$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set comm.backend=nccl $args --metrics "$TMP/n$name.jsonl" \
+    > "$TMP/n$name.log" 2>&1 || { tail -3 "$TMP/n$name.log"; fail "gpu nccl $name run"; }
+  r=$(curves "$TMP/$ref.jsonl" "$TMP/n$name.jsonl" $tol loss) && pass "gpu nccl $name = gpu single process: $r" ||
+    fail "gpu nccl $name: $r"
+done
 
 # what the GPU backend does not run yet is refused before any work
 out=$("$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.determinism=bitwise 2>&1)

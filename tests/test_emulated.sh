@@ -17,12 +17,15 @@ EMU=(--set backend=emulated)
 IL=(--set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set model.n_layer=4)
 
 # same NAME NP ARGS...: the layout on the emulated device ends on its CPU run's weights
+# (EMU_EXTRA: arguments for the emulated run only)
+EMU_EXTRA=()
 same() {
   local name=$1 np=$2; shift 2
   local launch=("${MPI[@]}" -np "$np")
   [ "$np" = 1 ] && launch=()
   "${launch[@]}" "$DTRAIN" train "${RUN[@]}" "$@" >"$TMP/cpu_$name.out" 2>&1 || fail "$name on the CPU"
-  "${launch[@]}" "$DTRAIN" train "${RUN[@]}" "$@" "${EMU[@]}" --metrics "$TMP/$name.jsonl" >"$TMP/emu_$name.out" 2>&1
+  "${launch[@]}" "$DTRAIN" train "${RUN[@]}" "$@" "${EMU[@]}" "${EMU_EXTRA[@]}" --metrics "$TMP/$name.jsonl" \
+    >"$TMP/emu_$name.out" 2>&1
   local rc=$? a b
   a=$(digest_of "$TMP/cpu_$name.out"); b=$(digest_of "$TMP/emu_$name.out")
   [ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && pass "$name emulated = CPU ($b)" ||
@@ -76,6 +79,41 @@ r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c1.jsonl") && pass "emulated pp2 tp2 s
 r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2.jsonl") && pass "CPU save + emulated pp2 resume = single process ($r)" ||
   fail "CPU -> emulated: $r"
 
+# device collectives (comm.backend nccl; here the emulated device communicator runs the
+# host's algorithms on the memory behind the device addresses): DDP's buckets and ZeRO's
+# unit collectives on device memory, bf16 through fp32 device copies, give the CPU's
+# weights bit for bit, and what each rank allocates is the estimate to the byte
+EMU_EXTRA=(--set comm.backend=nccl)
+same nccl_dp2 2
+same nccl_bf16_z2 2 --set precision=bf16 --set parallel.zero=2
+if full; then
+  same nccl_z1 2 --set parallel.zero=1
+  same nccl_z3 2 --set parallel.zero=3
+  same nccl_bf16_dp2 2 --set precision=bf16 --set parallel.bucket_mb=0.01
+  same nccl_bf16_z1 2 --set precision=bf16 --set parallel.zero=1
+  same nccl_bf16_z3 2 --set precision=bf16 --set parallel.zero=3
+fi
+EMU_EXTRA=()
+MEM=(--set model.n_embd=64 --set train.micro_batch=2 --set train.global_batch=8 --steps 2 "${EMU[@]}" --set comm.backend=nccl)
+for lay in "bf16_z0:--set precision=bf16" "bf16_z3:--set precision=bf16 --set parallel.zero=3" "z2:--set parallel.zero=2"; do
+  name=${lay%%:*}; args=${lay#*:}
+  "${MPI[@]}" -np 2 "$DTRAIN" train "${TINY[@]}" "${MEM[@]}" $args --metrics "$TMP/m_$name.jsonl" >"$TMP/m.out" 2>&1 ||
+    { fail "nccl memory run $name: $(tail -2 "$TMP/m.out")"; continue; }
+  "$DTRAIN" estimate "${TINY[@]}" "${MEM[@]}" $args -n 2 --json >"$TMP/e_$name.json" || fail "estimate $name"
+  r=$(python3 - "$TMP/m_$name.jsonl" "$TMP/e_$name.json" <<'PY'
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+want = json.load(open(sys.argv[2]))["stages"][0]["rank_bytes"]
+for m in summ["mem"]:
+    total = m["params"] + m["grads"] + m["optim"] + m["activations"] + m["workspace"]
+    if total != want:
+        print("rank %d allocates %d (workspace %d), the estimate says %d" % (m["rank"], total, m["workspace"], want))
+        sys.exit(1)
+print("%d bytes per rank, workspace %d" % (want, summ["mem"][0]["workspace"]))
+PY
+) && pass "nccl $name: allocation = estimate ($r)" || fail "nccl $name memory: $r"
+done
+
 # a ZeRO-3 save (shards gathered to host memory) resumes in one CPU process; a bf16
 # ZeRO-3 run resumes on the emulated device bitwise (its checkpoint holds the fp32 masters)
 "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${EMU[@]}" --set parallel.zero=3 --set train.stop_after=10 \
@@ -104,5 +142,9 @@ done
 # what the GPU paths do not run yet is refused as on a GPU: one line, exit 2
 RUN=("${DP_RUN[@]}" "${EMU[@]}")
 refused "bitwise mode on a device" "bitwise" 2 --set parallel.determinism=bitwise
+refused "device collectives with tp" "data parallelism only" 2 --set comm.backend=nccl --set parallel.tp=2
+refused "device collectives with the central rank" "not dp_mode ps" 2 --set comm.backend=nccl --set parallel.dp_mode=ps
 refused "context parallelism on a device" "backend other than cpu" 2 --set parallel.cp=2
+RUN=("${DP_RUN[@]}")
+refused "device collectives on the CPU backend" "needs a device backend" 2 --set comm.backend=nccl
 finish

@@ -116,6 +116,9 @@ static inline size_t dt_elem_bytes(const dt_ops *o) { return o->bf16 ? 2 : 4; }
  * memory faults when the host touches it other than through upload and download, so the
  * GPU paths' host staging is tested on machines without a GPU. One table per process. */
 const dt_ops *dt_ops_emulated(const dt_ops *host);
+/* The host address behind an emulated device address (the emulated device communicator's
+ * collectives run there). */
+void *dt_emulated_host(const void *dev);
 /* The CUDA backend on this process's GPU; a one-line error when the build has no CUDA
  * or the machine no GPU. */
 dt_status dt_ops_cuda(const dt_ops **out, int bf16);
@@ -123,6 +126,9 @@ dt_status dt_ops_cuda(const dt_ops **out, int bf16);
 const char *dt_gpu_name(void);
 /* Most device memory dtrain has held at once (buffers, scratch, library workspace). */
 size_t dt_gpu_peak_bytes(void);
+/* The CUDA backend's compute stream (a cudaStream_t; NULL before it starts or without
+ * CUDA): what device communicators order their work against. */
+void *dt_gpu_stream(void);
 /* Dense bf16 peak of this GPU in FLOP/s from a table of known devices (0: unknown):
  * the denominator of MFU. */
 double dt_gpu_bf16_peak(void);

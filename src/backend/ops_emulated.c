@@ -18,6 +18,7 @@ static const uintptr_t AWAY = (uintptr_t)1 << 62;
 
 /* device address <-> host address; NULL stays NULL (optional arguments) */
 static void *H(const void *dev) { return dev ? (void *)((uintptr_t)dev - AWAY) : NULL; }
+void *dt_emulated_host(const void *dev) { return H(dev); }
 #define HF(p) ((float *)H(p))
 #define HT(p) ((const uint16_t *)H(p))
 

@@ -105,6 +105,9 @@ static const key_desc KEYS[] = {
     ENUM("comm.allgather", comm.allgather, "auto|mpi|ring|shm", "auto",
          "all-gather algorithm (auto: shm into node-shared buffers within a node, else mpi)"),
     ENUM("comm.bcast", comm.bcast, "mpi|tree", "mpi", "broadcast algorithm"),
+    ENUM("comm.backend", comm.backend, "mpi|nccl", "mpi",
+         "data-parallel collectives of a device's state: mpi (host memory, staged) or nccl (device memory; "
+         "DDP and ZeRO without tp/pp/cp)"),
     ENUM("parallel.determinism", parallel.determinism, "fast|bitwise", "fast", "reduction order guarantee"),
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])

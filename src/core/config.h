@@ -46,6 +46,7 @@ typedef struct {
     } parallel;
     struct {
         char allreduce[8], reduce_scatter[8], allgather[8], bcast[8];
+        char backend[8]; /* mpi | nccl: who carries the data-parallel collectives of a device's state */
     } comm;
 } dt_config;
 

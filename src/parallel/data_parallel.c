@@ -47,6 +47,18 @@ static dt_status launch_bucket(dt_dp *d) {
     if (d->bucket_hi <= d->bucket_lo) return DT_OK;
     dt_request **slot;
     DT_TRY(dt_dp_inflight_slot(d, &slot));
+    if (d->o.dcomm) { /* queued on the device communicator's stream; end_step joins */
+        size_t n = d->bucket_hi - d->bucket_lo;
+        float *g = elems(d, d->grads, d->bucket_lo);
+        d->bucket_lo = d->bucket_hi = 0;
+        if (!d->bucket32) return dt_dcomm_allreduce(d->o.dcomm, g, n, DT_F32, DT_SUM);
+        /* bf16: widened into the fp32 bucket, reduced there, rounded back */
+        d->ops->from_bf16(d->bucket32, g, n);
+        DT_TRY(dt_dcomm_allreduce(d->o.dcomm, d->bucket32, n, DT_F32, DT_SUM));
+        DT_TRY(dt_dcomm_join(d->o.dcomm));
+        d->ops->to_bf16(g, d->bucket32, n);
+        return DT_OK;
+    }
     float *g = d->grads_host ? d->grads_host : d->grads; /* host staging for device gradients */
     DT_TRY(dt_iallreduce(d->comm, g + d->bucket_lo, d->bucket_hi - d->bucket_lo, DT_F32, DT_SUM, slot));
     d->ninflight++;
@@ -82,9 +94,10 @@ static dt_status layout_norm(dt_dp *d, double *norm) {
 /* Unit u's gradients are final for this micro-step. Units arrive in descending
  * offset order, so the bucket stays one contiguous range. */
 static dt_status ddp_after_backward(dt_dp *d, int u) {
-    /* device gradients are staged to the host once, after backward (end_step); without
-     * overlap everything is reduced there */
-    if (!d->last_micro || d->N == 1 || d->o.bitwise || d->grads_host || !d->o.overlap) return DT_OK;
+    /* device gradients are staged to the host once, after backward (end_step), and bf16
+     * ones on the device communicator share one fp32 copy; without overlap everything is
+     * reduced there */
+    if (!d->last_micro || d->N == 1 || d->o.bitwise || d->grads_host || !d->o.overlap || d->bucket32) return DT_OK;
     const gpt_unit *un = &d->m->units[u];
     if (un->count == 0) return DT_OK;
     /* a unit below a gap (a pipeline's last stage finishes ln_f and wte in its loss, its
@@ -129,8 +142,14 @@ static dt_status setup_plain(dt_dp *d) {
         if (s == DT_OK) s = d->ops->alloc((void **)&d->grads, n * e, "gradients");
         /* several ranks (DDP: the trainer checks): MPI reduces a node-shared fp32 host
          * copy, allocated collectively, so every rank must get there */
+        /* bf16 gradients on the device communicator: reduced in fp32, a bucket at a time */
+        if (s == DT_OK && d->N > 1 && d->o.dcomm && d->ops->bf16) {
+            size_t b = d->o.bucket_bytes / sizeof(float) + 1;
+            d->bucket32_bytes = (b < n ? b : n) * sizeof(float);
+            s = d->ops->alloc((void **)&d->bucket32, d->bucket32_bytes, "fp32 gradient bucket");
+        }
         DT_TRY(dt_comm_agree(d->comm, s, NULL));
-        if (d->N > 1)
+        if (d->N > 1 && !d->o.dcomm)
             DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients (host staging)", (void **)&d->grads_host));
         size_t tie = dt_state_tie_bytes(&d->o.groups, m);
         if (tie && !(d->tie_host = malloc(tie)))
@@ -170,6 +189,15 @@ dt_status dt_dp_check_config(const dt_config *c) {
     if (!strcmp(c->parallel.determinism, "bitwise") && (!strcmp(c->precision, "bf16") || strcmp(c->backend, "cpu")))
         return dt_fail(DT_EINPUT, "parallel.determinism=bitwise runs on the CPU backend in fp32 only (backend %s, "
                        "precision %s)", c->backend, c->precision);
+    if (strcmp(c->comm.backend, "nccl")) return DT_OK;
+    /* device collectives carry the data-parallel group of DDP and ZeRO so far */
+    if (!strcmp(c->backend, "cpu"))
+        return dt_fail(DT_EINPUT, "comm.backend nccl needs a device backend (cuda, or emulated to test it)");
+    if (c->parallel.tp > 1 || c->parallel.pp > 1 || c->parallel.cp > 1)
+        return dt_fail(DT_EINPUT, "comm.backend nccl carries data parallelism only so far (tp %d, pp %d, cp %d): "
+                       "use comm.backend mpi", c->parallel.tp, c->parallel.pp, c->parallel.cp);
+    if (!strcmp(c->parallel.dp_mode, "ps") || !strcmp(c->parallel.determinism, "bitwise"))
+        return dt_fail(DT_EINPUT, "comm.backend nccl runs DDP and ZeRO (not dp_mode ps or bitwise mode)");
     return DT_OK;
 }
 
@@ -215,6 +243,7 @@ void dt_dp_destroy(dt_dp *d) {
     d->ops->free(d->exp_avg);
     d->ops->free(d->exp_avg_sq);
     d->ops->free(d->master);
+    d->ops->free(d->bucket32);
     free(d->m_view);
     free(d->norm_parts);
     free(d->v_view);
@@ -390,11 +419,11 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
                 d->bucket_hi = d->m->nparams;
                 DP_COMM(d, grads_to_host(d));
             }
-            if (!d->o.overlap) {
+            if (!d->o.overlap || d->bucket32) {
                 d->bucket_lo = 0;
                 d->bucket_hi = d->m->nparams;
             }
-            if (!d->o.overlap || d->grads_host) { /* everything at the end, in buckets of the same size */
+            if (!d->o.overlap || d->grads_host || d->bucket32) { /* everything at the end, in buckets of the same size */
                 size_t lo = d->bucket_lo, hi = d->bucket_hi, step = d->o.bucket_bytes / sizeof(float) + 1;
                 for (size_t top = hi; top > lo && s == DT_OK;) {
                     d->bucket_hi = top;
@@ -407,6 +436,7 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
             }
             dt_status w = dt_dp_inflight_wait(d);
             if (s == DT_OK) s = w;
+            if (s == DT_OK && d->o.dcomm) DP_COMM(d, s = dt_dcomm_join(d->o.dcomm));
             if (s == DT_OK && d->grads_host) {
                 grads_from_host(d);
                 s = d->ops->sync();
@@ -532,6 +562,6 @@ void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
     r->params = e + (d->master ? n : 0); /* bf16: the compute copy and the fp32 master */
     r->grads = e;
     r->optim = d->exp_avg ? 2 * n : 0;
-    r->workspace = d->workspace_bytes;                               /* bitwise mode's folds */
+    r->workspace = d->workspace_bytes + d->bucket32_bytes; /* bitwise mode's folds; bf16's fp32 bucket */
     if (d->grads_host && !d->ops->on_device) r->workspace += n; /* bf16's fp32 gradients for the reduction */
 }

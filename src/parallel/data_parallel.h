@@ -17,6 +17,7 @@
 #include "../ckpt/checkpoint.h"
 #include "../core/config.h"
 #include "../comm/comm.h"
+#include "../comm/device_comm.h"
 #include "../model/gpt.h"
 #include "../optim/optimizer.h"
 #include "../train/metrics.h"
@@ -32,6 +33,8 @@ typedef struct {
     dt_model_groups groups; /* the model-parallel groups this rank's state spans (state.h) */
     int gather_once;        /* ZeRO-3: parameters gathered once per step (after the update), not per use:
                                a pipeline stage runs its blocks for many micro-batches in turn */
+    dt_dcomm *dcomm;        /* device collectives over the data-parallel group (comm.backend nccl; NULL: the
+                               host communicator, a device's state staged through host memory) */
 } dt_dp_opts;
 
 /* ZeRO pads each unit to a multiple of shards x this many elements (DT_CANON_CHUNK in

@@ -48,6 +48,11 @@ struct dt_dp {
     /* staged (a device's or bf16 storage, staging.h): the collectives run on host copies */
     float *zhost;              /* fp32, the largest unit (node-shared: reduce-scatter input, all-gather output) */
     float *zslice;             /* fp32, the largest slice: the reduce-scatter's output */
+    /* bf16 with device collectives: fp32 device copies the reductions run on */
+    float *unit32;             /* ZeRO: the largest unit's gradients, widened */
+    float *slice32;            /* ZeRO: the reduce-scatter's output */
+    float *bucket32;           /* DDP: one bucket's gradients, widened */
+    size_t bucket32_bytes;
     int full_host;             /* full_tmp is fp32 host memory (else the model's) */
     float *gscratch[3];        /* zero 2/3 gradient scratch: unit 0, ln_f, blocks */
     float *pgather[4];         /* zero 3 gathered parameters: unit 0, ln_f, two block buffers */

@@ -109,7 +109,8 @@ static unit_sizes units_of(const dt_config *c, const gpt_shape *s, const gpt_lay
  * gathered parameters (embedding, ln_f and two blocks, or under a pipeline the whole
  * stage). bf16: parameters and gradients in bf16, fp32 master weights of the slices, and
  * on the CPU the fp32 host staging of the reductions (the largest unit and slice; on a
- * device that is host memory, left out as the memory report does). */
+ * device that is host memory, left out as the memory report does), or with device
+ * collectives fp32 device copies of the same sizes. */
 static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards) {
     unit_sizes u = units_of(c, s, lay, shards);
     int z = c->parallel.zero, bf16 = !strcmp(c->precision, "bf16");
@@ -120,6 +121,7 @@ static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt
     if (z >= 2) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
     if (z >= 3) b += (c->parallel.pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
     if (bf16 && !strcmp(c->backend, "cpu")) b += (maxP + maxS) * f;
+    if (bf16 && !strcmp(c->comm.backend, "nccl")) b += (maxP + maxS) * f; /* the fp32 device copies */
     return b;
 }
 
@@ -163,6 +165,9 @@ static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int
      * which the estimate of device memory leaves out, as the memory report does) */
     if (!strcmp(c->precision, "bf16") && shards > 1 && c->parallel.zero == 0 && !strcmp(c->backend, "cpu"))
         work += 4 * psi;
+    /* with device collectives bf16 DDP widens one bucket at a time into an fp32 device copy */
+    if (!strcmp(c->precision, "bf16") && shards > 1 && c->parallel.zero == 0 && !strcmp(c->comm.backend, "nccl"))
+        work += 4 * fmin(floor(c->parallel.bucket_mb * 1024.0 * 1024.0 / 4) + 1, psi);
     if (!strcmp(c->parallel.determinism, "bitwise")) {
         gpt_layout lay = layout_of(c, stage, dp);
         work += bitwise_bytes(c, s, &lay, shards, micro_batches(c, dp));

@@ -16,7 +16,9 @@
  * With bf16 storage the parameters and gradients above are bf16 and each rank keeps
  * fp32 master weights of its slices: the seed's 16Ψ -> 4Ψ+12Ψ/N -> 2Ψ+14Ψ/N -> 16Ψ/N.
  * A device's state (or bf16's) is staged (staging.h): each collective copies the unit
- * to fp32 host memory and back, gradients reduced in fp32, without overlap for now. */
+ * to fp32 host memory and back, gradients reduced in fp32, without overlap for now; or,
+ * with a device communicator (comm.backend nccl), the collectives run on device memory,
+ * bf16 gradients widened to an fp32 device copy first. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,10 @@
 #include "staging.h"
 
 static int nblocks(const dt_dp *d) { return d->m->nblocks; }
-static int staged(const dt_dp *d) { return dt_stage_needed(d->ops); }
+/* the model's memory is not fp32 host memory: a device's, or bf16 */
+static int devmem(const dt_dp *d) { return dt_stage_needed(d->ops); }
+/* its collectives go through host copies (no device communicator) */
+static int staged(const dt_dp *d) { return devmem(d) && !d->o.dcomm; }
 static size_t esz(const dt_dp *d) { return dt_elem_bytes(d->ops); }
 /* base + n storage-precision elements */
 static float *at(const dt_dp *d, float *base, size_t n) { return (float *)((char *)base + n * esz(d)); }
@@ -75,14 +80,14 @@ static int gbuf_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d)
 /* zero 2/3: which gradient scratch unit u writes */
 static int gscr_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d) ? 1 : 2; }
 
-/* A buffer the collectives read in place: node-shared on the CPU (collective), in the
- * backend's memory when staged (the collectives see its host copies; rank-local). */
+/* A buffer the collectives read in place: node-shared on the CPU (collective), else in
+ * the backend's memory (rank-local). */
 static dt_status alloc_unit_buffer(dt_dp *d, size_t bytes, const char *what, float **p) {
-    if (staged(d)) return d->ops->alloc((void **)p, bytes, what);
+    if (devmem(d)) return d->ops->alloc((void **)p, bytes, what);
     return dt_comm_alloc_shared(d->comm, bytes, what, (void **)p);
 }
 static void free_unit_buffer(dt_dp *d, float *p) {
-    if (staged(d)) d->ops->free(p);
+    if (devmem(d)) d->ops->free(p);
     else dt_comm_free_shared(d->comm, p);
 }
 
@@ -128,6 +133,13 @@ static dt_status zero_setup_local(dt_dp *d) {
     if (staged(d)) {
         DT_TRY(dt_alloc((void **)&d->zslice, maxS * f, "ZeRO host staging (slice)"));
         if (!d->ops->on_device) d->workspace_bytes += maxS * f; /* host memory is the state's memory here */
+    }
+    if (d->o.dcomm && d->ops->bf16) { /* fp32 reductions of bf16 gradients, on the device */
+        size_t maxP = 0;
+        for (int u = 0; u < U; u++) maxP = d->P[u] > maxP ? d->P[u] : maxP;
+        DT_TRY(d->ops->alloc((void **)&d->unit32, maxP * f, "fp32 gradients for the reduction"));
+        DT_TRY(d->ops->alloc((void **)&d->slice32, maxS * f, "fp32 reduce-scatter output"));
+        d->workspace_bytes += (maxP + maxS) * f;
     }
     return DT_OK;
 }
@@ -175,11 +187,11 @@ dt_status dt_zero_setup(dt_dp *d) {
     /* staged, the model's buffers are rank-local; else node-shared, allocated collectively
      * below, so every rank must get there */
     dt_status s = zero_setup_local(d);
-    if (s == DT_OK && staged(d)) s = alloc_model_buffers(d);
+    if (s == DT_OK && devmem(d)) s = alloc_model_buffers(d);
     DT_TRY(dt_comm_agree(d->comm, s, NULL));
-    if (!staged(d)) {
+    if (!devmem(d)) {
         DT_TRY(alloc_model_buffers(d));
-    } else {
+    } else if (staged(d)) {
         size_t maxP = 0;
         for (int u = 0; u < m->nunits; u++) maxP = d->P[u] > maxP ? d->P[u] : maxP;
         DT_TRY(dt_comm_alloc_shared(d->comm, maxP * sizeof(float), "ZeRO host staging", (void **)&d->zhost));
@@ -229,6 +241,8 @@ void dt_zero_free(dt_dp *d) {
     free_unit_buffer(d, d->stage_full);
     dt_comm_free_shared(d->comm, d->zhost);
     dt_free(d->zslice);
+    d->ops->free(d->unit32);
+    d->ops->free(d->slice32);
     free(d->rs_started);
     free(d->P);
     free(d->S);
@@ -259,15 +273,37 @@ static dt_status staged_reduce_scatter(dt_dp *d, int u, const float *unit, float
     return DT_OK;
 }
 
+/* ---- device collectives (comm.backend nccl): on device memory ---- */
+
+/* Unit u's gradients summed over the ranks in fp32, this rank's slice into out (storage
+ * precision; may be the slice inside unit). fp32 runs in place on the communicator's
+ * stream, joined if `join` (else the caller joins before compute touches out); bf16 goes
+ * through the fp32 device copies, joined before rounding. */
+static dt_status direct_reduce_scatter(dt_dp *d, int u, const float *unit, float *out, int join) {
+    dt_dcomm *dc = d->o.dcomm;
+    if (!d->ops->bf16) {
+        DT_TRY(dt_dcomm_reduce_scatter(dc, unit, out, d->S[u], DT_F32, DT_SUM));
+        return join ? dt_dcomm_join(dc) : DT_OK;
+    }
+    d->ops->from_bf16(d->unit32, unit, d->P[u]);
+    DT_TRY(dt_dcomm_reduce_scatter(dc, d->unit32, d->slice32, d->S[u], DT_F32, DT_SUM));
+    DT_TRY(dt_dcomm_join(dc));
+    d->ops->to_bf16(out, d->slice32, d->S[u]);
+    return DT_OK;
+}
+
+/* Unit u all-gathered from each rank's slice own into unit (the caller joins). */
+static dt_status gather_one(dt_dp *d, int u, const float *own, float *unit) {
+    if (d->o.dcomm) return dt_dcomm_allgather(d->o.dcomm, own, unit, d->S[u], storage_dtype(d));
+    if (staged(d)) return staged_gather(d, u, own, unit);
+    return dt_allgather(d->comm, own, unit, d->S[u], DT_F32);
+}
+
 /* The parameters of every unit, from each rank's slices in shard (storage precision,
  * the model's memory), into the padded full buffer full. */
 static dt_status gather_units(dt_dp *d, float *shard, float *full) {
-    for (int u = 0; u < d->m->nunits; u++) {
-        float *own = at(d, shard, d->soff[u]), *unit = at(d, full, d->poff[u]);
-        if (staged(d)) DT_TRY(staged_gather(d, u, own, unit));
-        else DT_TRY(dt_allgather(d->comm, own, unit, d->S[u], DT_F32));
-    }
-    return DT_OK;
+    for (int u = 0; u < d->m->nunits; u++) DT_TRY(gather_one(d, u, at(d, shard, d->soff[u]), at(d, full, d->poff[u])));
+    return d->o.dcomm ? dt_dcomm_join(d->o.dcomm) : DT_OK;
 }
 
 /* fp32 slices in the backend's memory (slice(u): unit u's) gathered whole into fp32 host
@@ -312,17 +348,16 @@ static dt_status gather_unit(dt_dp *d, int u) {
     DT_TRY(finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
     d->held[b] = -1;
     dt_status s;
-    float *own = at(d, d->param_shard, d->soff[u]);
-    if (staged(d)) DP_COMM(d, s = staged_gather(d, u, own, d->pgather[b]));
-    else DP_COMM(d, s = dt_allgather(d->comm, own, d->pgather[b], d->S[u], DT_F32));
+    DP_COMM(d, s = gather_one(d, u, at(d, d->param_shard, d->soff[u]), d->pgather[b]));
+    if (s == DT_OK && d->o.dcomm) s = dt_dcomm_join(d->o.dcomm);
     DT_TRY(s);
     d->held[b] = u;
     return DT_OK;
 }
 
 static void prefetch_unit(dt_dp *d, int u) {
-    /* staged gathers end with an upload after the collective: no prefetch there yet */
-    if (u < 1 || u > nblocks(d) || d->prefetch || d->o.gather_once || staged(d)) return;
+    /* a device's gathers (staged, or on the device communicator) are not prefetched yet */
+    if (u < 1 || u > nblocks(d) || d->prefetch || d->o.gather_once || devmem(d)) return;
     int b = gbuf_of(d, u);
     if (d->held[b] == u) return;
     d->held[b] = -1;
@@ -353,6 +388,7 @@ dt_status dt_zero_before_backward(dt_dp *d, int u) {
  * them). Backward never touches a unit again after its after_backward hook. */
 static dt_status zero1_reduce_scatter(dt_dp *d, int u, dt_request **req) {
     float *unit = at(d, d->grads_pad, d->poff[u]);
+    if (d->o.dcomm) return direct_reduce_scatter(d, u, unit, dt_zero_grad_slice(d, u), 0); /* end_step joins */
     if (staged(d)) return staged_reduce_scatter(d, u, unit, dt_zero_grad_slice(d, u));
     if (req) return dt_ireduce_scatter(d->comm, unit, dt_zero_grad_slice(d, u), d->S[u], DT_F32, DT_SUM, req);
     return dt_reduce_scatter(d->comm, unit, dt_zero_grad_slice(d, u), d->S[u], DT_F32, DT_SUM);
@@ -360,9 +396,17 @@ static dt_status zero1_reduce_scatter(dt_dp *d, int u, dt_request **req) {
 
 /* zero 1: unit u's gradients are final (last micro-step): start its reduce-scatter now,
  * overlapping the rest of backward, as DDP does with buckets. A unit whose start fails is
- * reduce-scattered blocking in end_step (staged ones all are). */
+ * reduce-scattered blocking in end_step (staged ones all are, and bf16's on the device
+ * communicator, which share its fp32 copy). On the device communicator the collective is
+ * queued on its stream, and end_step joins it. */
 static dt_status zero1_after_backward(dt_dp *d, int u) {
     if (!d->last_micro || d->N == 1 || d->o.bitwise || !d->o.overlap || staged(d)) return DT_OK;
+    if (d->o.dcomm) {
+        if (d->ops->bf16) return DT_OK;
+        DT_TRY(zero1_reduce_scatter(d, u, NULL));
+        d->rs_started[u] = 1;
+        return DT_OK;
+    }
     dt_request **slot;
     DT_TRY(dt_dp_inflight_slot(d, &slot));
     DT_TRY(zero1_reduce_scatter(d, u, slot));
@@ -376,7 +420,8 @@ dt_status dt_zero_after_backward(dt_dp *d, int u) {
     if (d->o.zero < 2) return DT_OK;
     dt_status s;
     /* reduce-scatter this unit's gradients now and keep only this rank's slice */
-    if (staged(d)) DP_COMM(d, s = staged_reduce_scatter(d, u, d->m->unit_grads[u], d->rs_tmp));
+    if (d->o.dcomm) DP_COMM(d, s = direct_reduce_scatter(d, u, d->m->unit_grads[u], d->rs_tmp, 1));
+    else if (staged(d)) DP_COMM(d, s = staged_reduce_scatter(d, u, d->m->unit_grads[u], d->rs_tmp));
     else DP_COMM(d, s = dt_reduce_scatter(d->comm, d->m->unit_grads[u], d->rs_tmp, d->S[u], DT_F32, DT_SUM));
     DT_TRY(s);
     float *dst = at(d, d->grad_shard, d->soff[u]);
@@ -398,7 +443,8 @@ static dt_status tie_unit0(dt_dp *d) {
     const dt_model_groups *g = &d->o.groups;
     if (!g->emb || !g->pp || dt_comm_size(g->pp) < 2) return DT_OK;
     float *slice = dt_zero_grad_slice(d, 0);
-    if (!staged(d)) return dt_allreduce(g->emb, slice, d->S[0], DT_F32, DT_SUM);
+    if (!devmem(d)) return dt_allreduce(g->emb, slice, d->S[0], DT_F32, DT_SUM);
+    if (d->o.dcomm) return dt_fail(DT_EINPUT, "comm.backend nccl: pipelines are not carried yet");
     dt_stage_widen(d->ops, d->zslice, slice, d->S[0]);
     DT_TRY(dt_allreduce(g->emb, d->zslice, d->S[0], DT_F32, DT_SUM));
     dt_stage_narrow(d->ops, slice, d->zslice, d->S[0]);
@@ -421,6 +467,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
                 if (!d->rs_started[u]) DT_TRY(zero1_reduce_scatter(d, u, NULL));
                 d->rs_started[u] = 0;
             }
+            if (d->o.dcomm) DT_TRY(dt_dcomm_join(d->o.dcomm));
             d->comm_s += dt_now() - t0;
         }
         DT_TRY(tie_unit0(d));
@@ -460,10 +507,13 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
         for (int u = 0; u < m->nunits; u++) {
             float *unit = at(d, d->params_pad, d->poff[u]);
             float *own = at(d, unit, (size_t)d->rank * d->S[u]);
-            if (staged(d)) DT_TRY(staged_gather(d, u, own, unit));
-            else if (d->o.overlap && d->N > 1) DT_TRY(dt_iallgather(d->comm, own, unit, d->S[u], DT_F32, &d->ag_pending[u]));
-            else DT_TRY(dt_allgather(d->comm, own, unit, d->S[u], DT_F32));
+            if (!devmem(d) && d->o.overlap && d->N > 1)
+                DT_TRY(dt_iallgather(d->comm, own, unit, d->S[u], DT_F32, &d->ag_pending[u]));
+            else
+                DT_TRY(gather_one(d, u, own, unit));
         }
+        /* the next forward reads them after this (on a GPU it overlaps nothing yet) */
+        if (d->o.dcomm) DT_TRY(dt_dcomm_join(d->o.dcomm));
         d->comm_s += dt_now() - t0;
     } else if (d->o.gather_once) {
         DT_TRY(gather_stage(d));
@@ -509,9 +559,9 @@ static void pop_full_view(dt_dp *d) {
 }
 
 dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
-    /* written whole into a full view, then each rank keeps its slices: staged, the view
-     * is fp32 host memory; else zero 1/2's parameters are full already */
-    int view = staged(d) || d->o.zero >= 3;
+    /* written whole into a full view, then each rank keeps its slices: on a device or
+     * with bf16 the view is fp32 host memory; else zero 1/2's parameters are full already */
+    int view = devmem(d) || d->o.zero >= 3;
     dt_status s = view ? push_full_view(d, 1) : DT_OK;
     if (s == DT_OK && init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
     else if (s == DT_OK) gpt_init(d->m, seed);
@@ -567,7 +617,7 @@ dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
 }
 
 dt_status dt_zero_gather_full(dt_dp *d, int host) {
-    if (!staged(d)) host = 0; /* the model's memory is fp32 host memory */
+    if (!devmem(d)) host = 0; /* the model's memory is fp32 host memory */
     if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
     DT_TRY(settle_all(d));
     if (!host && (d->o.zero <= 2 || d->o.gather_once)) return DT_OK; /* full already */

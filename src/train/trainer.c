@@ -36,6 +36,7 @@ typedef struct {
     int rank0, dp, dp_rank;
     gpt_model model;
     dt_dp *dpe;
+    dt_dcomm *dcomm; /* comm.backend nccl: the data-parallel group's device collectives */
     dt_pipeline *pipe;          /* parallel.pp > 1 */
     dt_schedule sched;
     double *pipe_all;              /* the final pipeline report: 3 numbers per rank, allocated up front */
@@ -251,9 +252,15 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                     c->parallel.overlap, t->accum,
                     {t->mesh.tp > 1 ? t->mesh.tp_comm : NULL, t->mesh.pp > 1 ? t->mesh.pp_comm : NULL,
                      t->mesh.pp > 1 && t->mesh.in_emb ? t->mesh.emb_comm : NULL},
-                    t->mesh.pp > 1};
+                    t->mesh.pp > 1, NULL};
     /* gradients are reduced over data-parallel and context-parallel ranks together */
-    DT_TRY(dt_dp_create(&t->dpe, t->mesh.cp > 1 ? t->mesh.dp_cp_comm : t->mesh.dp_comm, &t->model, &t->hp, &o));
+    dt_comm *dpc = t->mesh.cp > 1 ? t->mesh.dp_cp_comm : t->mesh.dp_comm;
+    if (!strcmp(c->comm.backend, "nccl")) { /* dt_dp_check_config: a device, pure data parallelism */
+        if (!strcmp(c->backend, "cuda")) DT_TRY(dt_dcomm_nccl(dpc, &t->dcomm));
+        else DT_TRY(dt_dcomm_emulated(dpc, dt_emulated_host, &t->dcomm));
+        o.dcomm = t->dcomm;
+    }
+    DT_TRY(dt_dp_create(&t->dpe, dpc, &t->model, &t->hp, &o));
     if (t->mesh.pp > 1)
         DT_TRY(dt_pipeline_create(&t->pipe, &t->model, t->mesh.pp_comm, t->sched, c->parallel.virtual_stages, t->accum,
                                   t->micro, t->Tl));
@@ -277,6 +284,7 @@ static void teardown(trainer *t) {
     free(t->tgt);
     dt_pipeline_destroy(t->pipe);
     dt_dp_destroy(t->dpe);
+    dt_dcomm_free(t->dcomm);
     dt_cp_detach(&t->model);
     gpt_destroy(&t->model);
     dt_mesh_destroy(&t->mesh);

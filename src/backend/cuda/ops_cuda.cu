@@ -255,6 +255,8 @@ extern "C" const char *dt_gpu_name(void) {
 
 extern "C" size_t dt_gpu_peak_bytes(void) { return g_peak; }
 
+extern "C" void *dt_gpu_stream(void) { return g_stream; }
+
 extern "C" double dt_gpu_bf16_peak(void) {
     const char *n = dt_gpu_name();
     if (strstr(n, "H100") && strstr(n, "PCIe")) return 756e12;

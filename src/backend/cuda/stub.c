@@ -11,4 +11,5 @@ dt_status dt_ops_cuda(const dt_ops **out, int bf16) {
 const char *dt_gpu_name(void) { return "none"; }
 
 size_t dt_gpu_peak_bytes(void) { return 0; }
+void *dt_gpu_stream(void) { return 0; }
 double dt_gpu_bf16_peak(void) { return 0.0; }
