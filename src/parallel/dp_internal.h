@@ -54,13 +54,17 @@ struct dt_dp {
     float *bucket32;           /* DDP: one bucket's gradients, widened */
     size_t bucket32_bytes;
     int full_host;             /* full_tmp is fp32 host memory (else the model's) */
-    float *gscratch[3];        /* zero 2/3 gradient scratch: unit 0, ln_f, blocks */
+    float *gscratch[4];        /* zero 2/3 gradient scratch: unit 0, ln_f, blocks (two, alternating, when their
+                                  reduce-scatters overlap backward: rs_overlap) */
     float *pgather[4];         /* zero 3 gathered parameters: unit 0, ln_f, two block buffers */
     float *stage_full;         /* zero 3 with gather_once: every unit's parameters, gathered after each update */
     dt_request *prefetch;      /* zero 3: pending gather */
+    int dprefetch;             /* zero 3: the pending gather is on the device communicator */
     int prefetch_unit;
     int held[4];               /* zero 3: unit currently in each gather buffer (-1: none) */
     float *rs_tmp;             /* zero 2/3: reduce-scatter output before accumulation */
+    float *rs_alt;             /* rs_overlap: the other output buffer (they alternate) */
+    int rs_pending;            /* rs_overlap: unit whose reduce-scatter into rs_alt is in flight (-1: none) */
     unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
     dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
     float *full_tmp;           /* gather_full: temporary full padded parameters */

@@ -122,6 +122,9 @@ static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt
     if (z >= 3) b += (c->parallel.pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
     if (bf16 && !strcmp(c->backend, "cpu")) b += (maxP + maxS) * f;
     if (bf16 && !strcmp(c->comm.backend, "nccl")) b += (maxP + maxS) * f; /* the fp32 device copies */
+    /* fp32 on the device communicator: a second block scratch and reduce-scatter buffer,
+     * so each unit's reduce-scatter overlaps the next unit's backward */
+    if (!bf16 && z >= 2 && c->parallel.overlap && !strcmp(c->comm.backend, "nccl")) b += (maxS + u.P[1]) * f;
     return b;
 }
 

@@ -77,8 +77,14 @@ static float *slice_weights(const dt_dp *d, int u, size_t x) {
 
 /* zero 3: which gather buffer holds unit u */
 static int gbuf_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d) ? 1 : 2 + (u - 1) % 2; }
+/* zero 2/3 on the device communicator in fp32: each unit's reduce-scatter runs while the
+ * next unit's backward computes, into alternating buffers, and is added to the shard at
+ * the next unit's end (bf16's share one fp32 copy and run in turn) */
+static int rs_overlap(const dt_dp *d) { return d->o.dcomm && !d->ops->bf16 && d->o.overlap && d->o.zero >= 2; }
 /* zero 2/3: which gradient scratch unit u writes */
-static int gscr_of(const dt_dp *d, int u) { return u == 0 ? 0 : u == lnf_unit(d) ? 1 : 2; }
+static int gscr_of(const dt_dp *d, int u) {
+    return u == 0 ? 0 : u == lnf_unit(d) ? 1 : rs_overlap(d) ? 2 + (u - 1) % 2 : 2;
+}
 
 /* A buffer the collectives read in place: node-shared on the CPU (collective), else in
  * the backend's memory (rank-local). */
@@ -96,6 +102,7 @@ static dt_status zero_setup_local(dt_dp *d) {
     gpt_model *m = d->m;
     int U = m->nunits, N = d->N;
     size_t e = esz(d), f = sizeof(float);
+    d->rs_pending = -1;
     d->P = calloc((size_t)U, sizeof(size_t));
     d->S = calloc((size_t)U, sizeof(size_t));
     d->poff = calloc((size_t)U, sizeof(size_t));
@@ -116,6 +123,10 @@ static dt_status zero_setup_local(dt_dp *d) {
         DT_TRY(d->ops->alloc((void **)&d->grad_shard, d->shard_total * e, "gradient shard"));
         DT_TRY(d->ops->alloc((void **)&d->rs_tmp, maxS * e, "reduce-scatter buffer"));
         d->workspace_bytes = maxS * e;
+        if (rs_overlap(d)) {
+            DT_TRY(d->ops->alloc((void **)&d->rs_alt, maxS * e, "reduce-scatter buffer"));
+            d->workspace_bytes += maxS * e;
+        }
     }
     DT_TRY(d->ops->alloc((void **)&d->m_shard, d->shard_total * f, "AdamW first moments (shard)"));
     DT_TRY(d->ops->alloc((void **)&d->v_shard, d->shard_total * f, "AdamW second moments (shard)"));
@@ -172,8 +183,8 @@ static dt_status alloc_model_buffers(dt_dp *d) {
         DT_TRY(alloc_unit_buffer(d, d->padded_total * e, "gradients", &d->grads_pad));
         for (int u = 0; u < U; u++) m->unit_grads[u] = at(d, d->grads_pad, d->poff[u]);
     } else {
-        size_t sizes[3] = {d->P[0], d->P[lnf_unit(d)], d->P[1]};
-        for (int b = 0; b < 3; b++) {
+        size_t sizes[4] = {d->P[0], d->P[lnf_unit(d)], d->P[1], d->P[1]};
+        for (int b = 0; b < (rs_overlap(d) ? 4 : 3); b++) {
             DT_TRY(alloc_unit_buffer(d, sizes[b] * e, "gradient scratch", &d->gscratch[b]));
             d->workspace_bytes += sizes[b] * e;
         }
@@ -235,8 +246,10 @@ void dt_zero_free(dt_dp *d) {
     d->ops->free(d->m_shard);
     d->ops->free(d->v_shard);
     d->ops->free(d->master_shard);
+    if (d->rs_pending >= 0 && d->o.dcomm) dt_dcomm_join(d->o.dcomm);
     d->ops->free(d->rs_tmp);
-    for (int b = 0; b < 3; b++) free_unit_buffer(d, d->gscratch[b]);
+    d->ops->free(d->rs_alt);
+    for (int b = 0; b < 4; b++) free_unit_buffer(d, d->gscratch[b]);
     for (int b = 0; b < 4; b++) free_unit_buffer(d, d->pgather[b]);
     free_unit_buffer(d, d->stage_full);
     dt_comm_free_shared(d->comm, d->zhost);
@@ -331,10 +344,12 @@ static void put_slices(dt_dp *d, const float *full, float *(*slice)(const dt_dp 
 /* ---- ZeRO-3 gathers ---- */
 
 static dt_status finish_prefetch(dt_dp *d) {
-    if (!d->prefetch) return DT_OK;
+    if (!d->prefetch && !d->dprefetch) return DT_OK;
     dt_status s;
-    DP_COMM(d, s = dt_wait(d->prefetch));
+    if (d->dprefetch) DP_COMM(d, s = dt_dcomm_join(d->o.dcomm));
+    else DP_COMM(d, s = dt_wait(d->prefetch));
     d->prefetch = NULL;
+    d->dprefetch = 0;
     d->held[gbuf_of(d, d->prefetch_unit)] = s == DT_OK ? d->prefetch_unit : -1;
     d->prefetch_unit = -1;
     return s;
@@ -343,7 +358,7 @@ static dt_status finish_prefetch(dt_dp *d) {
 static dt_status gather_unit(dt_dp *d, int u) {
     if (d->o.gather_once) return DT_OK; /* the whole stage is in place */
     int b = gbuf_of(d, u);
-    if (d->prefetch && d->prefetch_unit == u) return finish_prefetch(d);
+    if ((d->prefetch || d->dprefetch) && d->prefetch_unit == u) return finish_prefetch(d);
     if (d->held[b] == u) return DT_OK;
     DT_TRY(finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
     d->held[b] = -1;
@@ -356,11 +371,17 @@ static dt_status gather_unit(dt_dp *d, int u) {
 }
 
 static void prefetch_unit(dt_dp *d, int u) {
-    /* a device's gathers (staged, or on the device communicator) are not prefetched yet */
-    if (u < 1 || u > nblocks(d) || d->prefetch || d->o.gather_once || devmem(d)) return;
+    /* staged gathers are not prefetched (their upload follows the collective) */
+    if (u < 1 || u > nblocks(d) || d->prefetch || d->dprefetch || d->o.gather_once || staged(d)) return;
     int b = gbuf_of(d, u);
     if (d->held[b] == u) return;
     d->held[b] = -1;
+    if (d->o.dcomm) { /* queued behind the compute so far (the buffer's last reader); joined when needed */
+        if (gather_one(d, u, at(d, d->param_shard, d->soff[u]), d->pgather[b]) != DT_OK) return; /* blocking later */
+        d->dprefetch = 1;
+        d->prefetch_unit = u;
+        return;
+    }
     if (dt_iallgather(d->comm, d->param_shard + d->soff[u], d->pgather[b], d->S[u], DT_F32, &d->prefetch) == DT_OK)
         d->prefetch_unit = u;
     else
@@ -374,12 +395,29 @@ dt_status dt_zero_before_forward(dt_dp *d, int u) {
     return DT_OK;
 }
 
+/* rs_overlap: the reduce-scatter in flight, joined, and its slice added to the shard. */
+static dt_status finish_pending_rs(dt_dp *d) {
+    if (d->rs_pending < 0) return DT_OK;
+    int p = d->rs_pending;
+    d->rs_pending = -1;
+    dt_status s;
+    DP_COMM(d, s = dt_dcomm_join(d->o.dcomm));
+    DT_TRY(s);
+    float *dst = at(d, d->grad_shard, d->soff[p]);
+    d->ops->add(dst, dst, d->rs_alt, d->S[p]);
+    return DT_OK;
+}
+
 dt_status dt_zero_before_backward(dt_dp *d, int u) {
     if (d->o.zero >= 3) {
         DT_TRY(gather_unit(d, u));
         if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u - 1);
     }
-    if (d->o.zero >= 2) d->ops->zero(d->m->unit_grads[u], d->P[u] * esz(d));
+    if (d->o.zero >= 2) {
+        /* a reduce-scatter still reading this scratch (unit 0's, from the last micro-step) ends first */
+        if (d->rs_pending >= 0 && gscr_of(d, d->rs_pending) == gscr_of(d, u)) DT_TRY(finish_pending_rs(d));
+        d->ops->zero(d->m->unit_grads[u], d->P[u] * esz(d));
+    }
     return DT_OK;
 }
 
@@ -419,6 +457,16 @@ dt_status dt_zero_after_backward(dt_dp *d, int u) {
     if (d->o.zero == 1) return zero1_after_backward(d, u);
     if (d->o.zero < 2) return DT_OK;
     dt_status s;
+    if (rs_overlap(d)) { /* the previous unit's slice added, this unit's queued behind its backward */
+        DT_TRY(finish_pending_rs(d));
+        DP_COMM(d, s = direct_reduce_scatter(d, u, d->m->unit_grads[u], d->rs_tmp, 0));
+        DT_TRY(s);
+        float *t = d->rs_tmp; /* in flight into rs_alt now; the next one goes to the other buffer */
+        d->rs_tmp = d->rs_alt;
+        d->rs_alt = t;
+        d->rs_pending = u;
+        return DT_OK;
+    }
     /* reduce-scatter this unit's gradients now and keep only this rank's slice */
     if (d->o.dcomm) DP_COMM(d, s = direct_reduce_scatter(d, u, d->m->unit_grads[u], d->rs_tmp, 1));
     else if (staged(d)) DP_COMM(d, s = staged_reduce_scatter(d, u, d->m->unit_grads[u], d->rs_tmp));
@@ -455,6 +503,7 @@ static dt_status gather_stage(dt_dp *d);
 
 dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     gpt_model *m = d->m;
+    DT_TRY(finish_pending_rs(d));
     if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
     DT_TRY(settle_all(d));
     if (d->o.bitwise) {
