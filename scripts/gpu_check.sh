@@ -9,7 +9,7 @@ out=${OUT:-/tmp/gpu_out}
 mkdir -p "$out" /tmp/dt
 tar -C /tmp/dt -xJf .gpu/bundle.tar.xz || exit 2
 libdirs=/tmp/dt/lib
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
          $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, n, "lib") for p in nvidia.__path__ for n in os.listdir(p)))' 2>/dev/null); do
   [ -d "$d" ] && ls "$d" | grep -q -E 'libcublasLt\.so|libnccl\.so|libcudnn\.so' && libdirs="$libdirs:$d"
 done
