@@ -122,6 +122,9 @@ void *dt_emulated_host(const void *dev);
 /* The CUDA backend on this process's GPU; a one-line error when the build has no CUDA
  * or the machine no GPU. */
 dt_status dt_ops_cuda(const dt_ops **out, int bf16);
+/* The GPU dt_ops_cuda will start on: local_rank modulo the node's GPUs (called before it;
+ * without it the launcher's OMPI_COMM_WORLD_LOCAL_RANK or LOCAL_RANK, else GPU 0). */
+void dt_gpu_select(int local_rank);
 /* This process's GPU ("none" without CUDA). */
 const char *dt_gpu_name(void);
 /* Most device memory dtrain has held at once (buffers, scratch, library workspace). */

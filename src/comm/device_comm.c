@@ -10,7 +10,7 @@ struct dt_dcomm {
 dt_status dt_dcomm_wrap(const dt_dcomm_impl *ops, void *impl, dt_dcomm **out) {
     *out = calloc(1, sizeof **out);
     if (!*out) {
-        ops->destroy(impl);
+        ops->destroy(impl, 0);
         return dt_fail(DT_ERUNTIME, "out of memory (device communicator)");
     }
     (*out)->ops = ops;
@@ -18,9 +18,9 @@ dt_status dt_dcomm_wrap(const dt_dcomm_impl *ops, void *impl, dt_dcomm **out) {
     return DT_OK;
 }
 
-void dt_dcomm_free(dt_dcomm *d) {
+void dt_dcomm_free(dt_dcomm *d, int abort) {
     if (!d) return;
-    d->ops->destroy(d->impl);
+    d->ops->destroy(d->impl, abort);
     free(d);
 }
 
@@ -37,6 +37,8 @@ dt_status dt_dcomm_allgather(dt_dcomm *d, const void *send, void *recv, size_t s
     return d->ops->allgather(d->impl, send, recv, sendcount, t);
 }
 dt_status dt_dcomm_join(dt_dcomm *d) { return d->ops->join(d->impl); }
+dt_status dt_dcomm_mark(dt_dcomm *d) { return d->ops->mark(d->impl); }
+dt_status dt_dcomm_join_mark(dt_dcomm *d) { return d->ops->join_mark(d->impl); }
 
 /* ---- the emulated device: its kernels run synchronously, so each collective runs at
  * once, blocking, on the host memory behind the device addresses ---- */
@@ -62,10 +64,13 @@ static dt_status em_join(void *p) {
     (void)p;
     return DT_OK;
 }
-static void em_destroy(void *p) { free(p); }
+static void em_destroy(void *p, int abort) {
+    (void)abort;
+    free(p);
+}
 
-static const dt_dcomm_impl EMULATED = {em_allreduce, em_reduce_scatter, em_allgather, em_join, em_destroy,
-                                       "emulated device"};
+static const dt_dcomm_impl EMULATED = {em_allreduce, em_reduce_scatter, em_allgather, em_join, em_join, em_join,
+                                       em_destroy, "emulated device"};
 
 dt_status dt_dcomm_emulated(dt_comm *c, void *(*to_host)(const void *dev), dt_dcomm **out) {
     emulated *e = calloc(1, sizeof *e);

@@ -25,7 +25,9 @@ typedef struct {
     dt_status (*reduce_scatter)(void *impl, const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op);
     dt_status (*allgather)(void *impl, const void *send, void *recv, size_t sendcount, dt_dtype t);
     dt_status (*join)(void *impl);
-    void (*destroy)(void *impl);
+    dt_status (*mark)(void *impl);
+    dt_status (*join_mark)(void *impl);
+    void (*destroy)(void *impl, int abort);
     const char *name;
 } dt_dcomm_impl;
 
@@ -36,7 +38,9 @@ dt_status dt_dcomm_emulated(dt_comm *c, void *(*to_host)(const void *dev), dt_dc
 dt_status dt_dcomm_nccl(dt_comm *c, dt_dcomm **out);
 /* Wraps an implementation (nccl.c); impl is destroyed with the communicator. */
 dt_status dt_dcomm_wrap(const dt_dcomm_impl *ops, void *impl, dt_dcomm **out);
-void dt_dcomm_free(dt_dcomm *d);
+/* Waits (on the host) for the collectives queued, then frees; abort: after a failure,
+ * cancels them instead (a peer may never issue its side). */
+void dt_dcomm_free(dt_dcomm *d, int abort);
 const char *dt_dcomm_name(const dt_dcomm *d);
 
 dt_status dt_dcomm_allreduce(dt_dcomm *d, void *buf, size_t count, dt_dtype t, dt_redop op);
@@ -44,5 +48,9 @@ dt_status dt_dcomm_reduce_scatter(dt_dcomm *d, const void *send, void *recv, siz
                                   dt_redop op);
 dt_status dt_dcomm_allgather(dt_dcomm *d, const void *send, void *recv, size_t sendcount, dt_dtype t);
 dt_status dt_dcomm_join(dt_dcomm *d);
+/* Remembers the point the communicator's stream has reached; dt_dcomm_join_mark makes
+ * compute wait up to that point only (a prefetched gather, not what was queued after it). */
+dt_status dt_dcomm_mark(dt_dcomm *d);
+dt_status dt_dcomm_join_mark(dt_dcomm *d);
 
 #endif

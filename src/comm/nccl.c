@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../backend/ops.h"
 
@@ -22,6 +23,7 @@ static struct {
     ncclResult_t (*GetUniqueId)(ncclUniqueId *);
     ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*CommDestroy)(ncclComm_t);
+    ncclResult_t (*CommAbort)(ncclComm_t);
     ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
     ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*ReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
@@ -46,12 +48,16 @@ static dt_status load_nccl(void) {
     } syms[] = {
         {"ncclGetErrorString", (void **)&nc.GetErrorString}, {"ncclGetUniqueId", (void **)&nc.GetUniqueId},
         {"ncclCommInitRank", (void **)&nc.CommInitRank},     {"ncclCommDestroy", (void **)&nc.CommDestroy},
+        {"ncclCommAbort", (void **)&nc.CommAbort},
         {"ncclCommGetAsyncError", (void **)&nc.CommGetAsyncError}, {"ncclAllReduce", (void **)&nc.AllReduce},
         {"ncclReduceScatter", (void **)&nc.ReduceScatter},   {"ncclAllGather", (void **)&nc.AllGather},
     };
     for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
-        if (!(*syms[i].slot = dlsym(h, syms[i].name)))
+        if (!(*syms[i].slot = dlsym(h, syms[i].name))) {
+            dlclose(h);
+            memset(&nc, 0, sizeof nc);
             return dt_fail(DT_EINPUT, "comm.backend nccl: libnccl lacks %s", syms[i].name);
+        }
     loaded = 1;
     return DT_OK;
 }
@@ -59,7 +65,7 @@ static dt_status load_nccl(void) {
 typedef struct {
     ncclComm_t comm;
     cudaStream_t stream, compute;
-    cudaEvent_t computed, communicated;
+    cudaEvent_t computed, communicated, marked;
 } nccl_comm;
 
 static ncclDataType_t nc_type(dt_dtype t) { return t == DT_F64 ? ncclFloat64 : t == DT_BF16 ? ncclBfloat16 : ncclFloat32; }
@@ -102,18 +108,31 @@ static dt_status nc_join(void *p) {
     DT_TRY(cuda_ok(cudaEventRecord(n->communicated, n->stream), "event"));
     return cuda_ok(cudaStreamWaitEvent(n->compute, n->communicated, 0), "stream wait");
 }
-static void nc_destroy(void *p) {
+static dt_status nc_mark(void *p) {
+    nccl_comm *n = p;
+    return cuda_ok(cudaEventRecord(n->marked, n->stream), "event");
+}
+static dt_status nc_join_mark(void *p) {
+    nccl_comm *n = p;
+    return cuda_ok(cudaStreamWaitEvent(n->compute, n->marked, 0), "stream wait");
+}
+static void nc_destroy(void *p, int abort) {
     nccl_comm *n = p;
     if (!n) return;
-    if (n->stream) cudaStreamSynchronize(n->stream);
-    if (n->comm && nc.CommDestroy) nc.CommDestroy(n->comm);
+    if (n->comm && abort) nc.CommAbort(n->comm); /* cancels what is queued; no wait on peers */
+    else if (n->comm) {
+        cudaStreamSynchronize(n->stream);
+        nc.CommDestroy(n->comm);
+    }
     if (n->computed) cudaEventDestroy(n->computed);
     if (n->communicated) cudaEventDestroy(n->communicated);
+    if (n->marked) cudaEventDestroy(n->marked);
     if (n->stream) cudaStreamDestroy(n->stream);
     free(n);
 }
 
-static const dt_dcomm_impl NCCL = {nc_allreduce, nc_reduce_scatter, nc_allgather, nc_join, nc_destroy, "nccl"};
+static const dt_dcomm_impl NCCL = {nc_allreduce, nc_reduce_scatter, nc_allgather, nc_join,
+                                   nc_mark,      nc_join_mark,      nc_destroy,   "nccl"};
 
 /* The rank-local part: the library, the GPU count, the stream and events. */
 static dt_status nccl_local(dt_comm *c, nccl_comm *n, ncclUniqueId *id) {
@@ -128,6 +147,7 @@ static dt_status nccl_local(dt_comm *c, nccl_comm *n, ncclUniqueId *id) {
     DT_TRY(cuda_ok(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking), "stream"));
     DT_TRY(cuda_ok(cudaEventCreateWithFlags(&n->computed, cudaEventDisableTiming), "event"));
     DT_TRY(cuda_ok(cudaEventCreateWithFlags(&n->communicated, cudaEventDisableTiming), "event"));
+    DT_TRY(cuda_ok(cudaEventCreateWithFlags(&n->marked, cudaEventDisableTiming), "event"));
     if (dt_comm_rank(c) == 0) DT_TRY(nccl_ok(nc.GetUniqueId(id), "unique id"));
     return DT_OK;
 }
@@ -143,7 +163,7 @@ dt_status dt_dcomm_nccl(dt_comm *c, dt_dcomm **out) {
     if (s == DT_OK) s = nccl_ok(nc.CommInitRank(&n->comm, dt_comm_size(c), id, dt_comm_rank(c)), "init");
     s = dt_comm_agree(c, s, NULL);
     if (s != DT_OK) {
-        nc_destroy(n);
+        nc_destroy(n, 1);
         return s;
     }
     return dt_dcomm_wrap(&NCCL, n, out);

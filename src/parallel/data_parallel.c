@@ -45,8 +45,6 @@ static float *elems(const dt_dp *d, float *base, size_t n) { /* base + n storage
 
 static dt_status launch_bucket(dt_dp *d) {
     if (d->bucket_hi <= d->bucket_lo) return DT_OK;
-    dt_request **slot;
-    DT_TRY(dt_dp_inflight_slot(d, &slot));
     if (d->o.dcomm) { /* queued on the device communicator's stream; end_step joins */
         size_t n = d->bucket_hi - d->bucket_lo;
         float *g = elems(d, d->grads, d->bucket_lo);
@@ -59,6 +57,8 @@ static dt_status launch_bucket(dt_dp *d) {
         d->ops->to_bf16(g, d->bucket32, n);
         return DT_OK;
     }
+    dt_request **slot;
+    DT_TRY(dt_dp_inflight_slot(d, &slot));
     float *g = d->grads_host ? d->grads_host : d->grads; /* host staging for device gradients */
     DT_TRY(dt_iallreduce(d->comm, g + d->bucket_lo, d->bucket_hi - d->bucket_lo, DT_F32, DT_SUM, slot));
     d->ninflight++;

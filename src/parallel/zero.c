@@ -246,8 +246,7 @@ void dt_zero_free(dt_dp *d) {
     d->ops->free(d->m_shard);
     d->ops->free(d->v_shard);
     d->ops->free(d->master_shard);
-    if (d->rs_pending >= 0 && d->o.dcomm) dt_dcomm_join(d->o.dcomm);
-    d->ops->free(d->rs_tmp);
+    d->ops->free(d->rs_tmp); /* the trainer drained or aborted the device communicator first */
     d->ops->free(d->rs_alt);
     for (int b = 0; b < 4; b++) free_unit_buffer(d, d->gscratch[b]);
     for (int b = 0; b < 4; b++) free_unit_buffer(d, d->pgather[b]);
@@ -346,7 +345,7 @@ static void put_slices(dt_dp *d, const float *full, float *(*slice)(const dt_dp 
 static dt_status finish_prefetch(dt_dp *d) {
     if (!d->prefetch && !d->dprefetch) return DT_OK;
     dt_status s;
-    if (d->dprefetch) DP_COMM(d, s = dt_dcomm_join(d->o.dcomm));
+    if (d->dprefetch) DP_COMM(d, s = dt_dcomm_join_mark(d->o.dcomm)); /* not the reduce-scatters queued since */
     else DP_COMM(d, s = dt_wait(d->prefetch));
     d->prefetch = NULL;
     d->dprefetch = 0;
@@ -377,7 +376,9 @@ static void prefetch_unit(dt_dp *d, int u) {
     if (d->held[b] == u) return;
     d->held[b] = -1;
     if (d->o.dcomm) { /* queued behind the compute so far (the buffer's last reader); joined when needed */
-        if (gather_one(d, u, at(d, d->param_shard, d->soff[u]), d->pgather[b]) != DT_OK) return; /* blocking later */
+        if (gather_one(d, u, at(d, d->param_shard, d->soff[u]), d->pgather[b]) != DT_OK ||
+            dt_dcomm_mark(d->o.dcomm) != DT_OK)
+            return; /* gathered again, blocking, when needed */
         d->dprefetch = 1;
         d->prefetch_unit = u;
         return;
@@ -621,6 +622,7 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
         s = d->ops->sync(); /* the uploads have read the host view */
     }
     if (view) pop_full_view(d);
+    for (int b = 0; b < 4; b++) d->held[b] = -1; /* zero 3: gathered before the weights changed */
     if (s == DT_OK && d->o.zero >= 3 && d->o.gather_once) s = gather_stage(d);
     return s;
 }

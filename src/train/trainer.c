@@ -37,6 +37,7 @@ typedef struct {
     gpt_model model;
     dt_dp *dpe;
     dt_dcomm *dcomm; /* comm.backend nccl: the data-parallel group's device collectives */
+    int failed;      /* the run ends with an error (teardown aborts the device communicator) */
     dt_pipeline *pipe;          /* parallel.pp > 1 */
     dt_schedule sched;
     double *pipe_all;              /* the final pipeline report: 3 numbers per rank, allocated up front */
@@ -60,7 +61,7 @@ typedef struct {
 
 static dt_status choose_ops(const dt_config *c, const dt_ops **ops) {
     int bf16 = !strcmp(c->precision, "bf16");
-    if (!strcmp(c->backend, "cuda")) DT_TRY(dt_ops_cuda(ops, bf16));
+    if (!strcmp(c->backend, "cuda")) DT_TRY(dt_ops_cuda(ops, bf16)); /* its GPU: dt_gpu_select */
     else if (!strcmp(c->backend, "emulated")) *ops = dt_ops_emulated(bf16 ? dt_ops_bf16_storage(dt_ops_cpu()) : dt_ops_cpu());
     else *ops = bf16 ? dt_ops_bf16_storage(dt_ops_cpu()) : dt_ops_cpu();
     if (c->log.profile) *ops = dt_ops_profiled(*ops);
@@ -163,6 +164,7 @@ static dt_status setup_local(trainer *t, const dt_config *c) {
     t->cfg = c;
     DT_TRY(dt_config_validate(c));
     DT_TRY(dt_dp_check_config(c));
+    dt_gpu_select(dt_comm_local_rank(t->world)); /* a GPU per rank of the node, whatever the launcher */
     DT_TRY(choose_ops(c, &t->ops));
     dt_cpu_set_threads(c->threads);
     t->T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
@@ -283,8 +285,11 @@ static void teardown(trainer *t) {
     free(t->inp);
     free(t->tgt);
     dt_pipeline_destroy(t->pipe);
+    /* collectives still queued (a failed step's) end before the buffers they use are
+     * freed: drained, or aborted after a failure (a peer may never issue its side) */
+    dt_dcomm_free(t->dcomm, t->failed);
+    t->dcomm = NULL;
     dt_dp_destroy(t->dpe);
-    dt_dcomm_free(t->dcomm);
     dt_cp_detach(&t->model);
     gpt_destroy(&t->model);
     dt_mesh_destroy(&t->mesh);
@@ -536,7 +541,7 @@ static dt_status run(trainer *t) {
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
         if (t->rank0) {
             dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step, tps,
-                            dt * 1e3, t->dp * t->mesh.cp > 1 ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0);
+                            dt * 1e3, t->dp * t->mesh.cp > 1 && !t->dcomm ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
         int last = t->st.step == stop;
@@ -607,7 +612,10 @@ static dt_status run(trainer *t) {
                    "included, rank 0)\n", 1e3 * dt_tp_comm_seconds() / (double)timed_steps,
                    t->model.sp ? "all-gathers, reduce-scatters and all-reduces" : "all-reduces");
         if (t->pipe && timed_steps > 0) print_pipeline(t, timed_steps);
-        if (t->dp * t->mesh.cp > 1 && timed_steps > 0)
+        if (t->dcomm && timed_steps > 0) /* the host only queues them: their waits are the GPU's */
+            printf("communication: data-parallel collectives on the device communicator's stream (%s); exposed "
+                   "time not measured\n", dt_dcomm_name(t->dcomm));
+        else if (t->dp * t->mesh.cp > 1 && timed_steps > 0)
             printf("communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);
         if (c->log.profile) dt_ops_profile_report(stdout);
@@ -644,6 +652,7 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, int *report) {
         if (first >= dt_comm_size(world)) first = 0;
         *report = s != DT_OK && dt_comm_rank(world) == first;
     }
+    t.failed = s != DT_OK;
     teardown(&t);
     return s;
 }

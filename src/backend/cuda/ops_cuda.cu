@@ -218,6 +218,9 @@ template <typename T> struct wrap {
 };
 
 static dt_ops g_f32, g_bf16;
+static int g_local_rank = -1;
+
+extern "C" void dt_gpu_select(int local_rank) { g_local_rank = local_rank; }
 
 extern "C" dt_status dt_ops_cuda(const dt_ops **out, int want_bf16) {
     static int inited;
@@ -230,7 +233,7 @@ extern "C" dt_status dt_ops_cuda(const dt_ops **out, int want_bf16) {
                            e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
         const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
         if (!lr) lr = getenv("LOCAL_RANK");
-        int dev = lr ? atoi(lr) % n : 0;
+        int dev = g_local_rank >= 0 ? g_local_rank % n : lr ? atoi(lr) % n : 0;
         e = cudaSetDevice(dev);
         if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev);

@@ -12,4 +12,5 @@ const char *dt_gpu_name(void) { return "none"; }
 
 size_t dt_gpu_peak_bytes(void) { return 0; }
 void *dt_gpu_stream(void) { return 0; }
+void dt_gpu_select(int local_rank) { (void)local_rank; }
 double dt_gpu_bf16_peak(void) { return 0.0; }
