@@ -85,6 +85,10 @@ r=$(compare_curves "$TMP/ref.jsonl" "$TMP/c2.jsonl") && pass "CPU save + emulate
 # weights bit for bit, and what each rank allocates is the estimate to the byte
 EMU_EXTRA=(--set comm.backend=nccl)
 same nccl_bf16_z2 2 --set precision=bf16 --set parallel.zero=2
+# the host only queues device collectives: their exposed time is not claimed as measured
+grep -q "^communication: .*device communicator.*not measured" "$TMP/emu_nccl_bf16_z2.out" &&
+  ! grep -q "ms/step exposed" "$TMP/emu_nccl_bf16_z2.out" && pass "nccl: communication time reported as not measured" ||
+  fail "nccl communication line: $(grep '^communication' "$TMP/emu_nccl_bf16_z2.out")"
 if full; then
   same nccl_dp2 2
   same nccl_z1 2 --set parallel.zero=1

@@ -7,12 +7,12 @@
 
 #if defined(DT_HAVE_CUDA) && defined(DT_HAVE_NCCL)
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../backend/ops.h"
+#include "../core/library.h"
 
 #define DT_STR_(x) #x
 #define DT_STR(x) DT_STR_(x)
@@ -39,25 +39,18 @@ static dt_status load_nccl(void) {
                                   DT_NCCL_DIR "/libnccl.so." DT_STR(NCCL_MAJOR),
 #endif
     };
-    void *h = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h) return dt_fail(DT_EINPUT, "comm.backend nccl: cannot open libnccl.so.%d (%s)", NCCL_MAJOR, dlerror());
-    struct {
-        const char *name;
-        void **slot;
-    } syms[] = {
+    const dt_symbol syms[] = {
         {"ncclGetErrorString", (void **)&nc.GetErrorString}, {"ncclGetUniqueId", (void **)&nc.GetUniqueId},
         {"ncclCommInitRank", (void **)&nc.CommInitRank},     {"ncclCommDestroy", (void **)&nc.CommDestroy},
-        {"ncclCommAbort", (void **)&nc.CommAbort},
-        {"ncclCommGetAsyncError", (void **)&nc.CommGetAsyncError}, {"ncclAllReduce", (void **)&nc.AllReduce},
-        {"ncclReduceScatter", (void **)&nc.ReduceScatter},   {"ncclAllGather", (void **)&nc.AllGather},
+        {"ncclCommAbort", (void **)&nc.CommAbort},           {"ncclCommGetAsyncError", (void **)&nc.CommGetAsyncError},
+        {"ncclAllReduce", (void **)&nc.AllReduce},           {"ncclReduceScatter", (void **)&nc.ReduceScatter},
+        {"ncclAllGather", (void **)&nc.AllGather},
     };
-    for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
-        if (!(*syms[i].slot = dlsym(h, syms[i].name))) {
-            dlclose(h);
-            memset(&nc, 0, sizeof nc);
-            return dt_fail(DT_EINPUT, "comm.backend nccl: libnccl lacks %s", syms[i].name);
-        }
+    char why[512];
+    if (!dt_library_open(names, sizeof names / sizeof *names, syms, sizeof syms / sizeof *syms, why, sizeof why)) {
+        memset(&nc, 0, sizeof nc); /* no half-filled table */
+        return dt_fail(DT_EINPUT, "comm.backend nccl: libnccl.so.%d: %s", NCCL_MAJOR, why);
+    }
     loaded = 1;
     return DT_OK;
 }

@@ -8,10 +8,10 @@
  * every process about 0.4 s of CPU (relocating a very large library), CPU runs and each
  * rank of a multi-rank run included. */
 #include <cublasLt.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../../core/library.h"
 #include "cuda_internal.h"
 
 /* The cuBLASLt functions used here, named once: the table's fields and their lookup. */
@@ -49,20 +49,13 @@ static int load_cublaslt(void) {
                                   DT_CUBLASLT_DIR "/libcublasLt.so." DT_STR(CUBLAS_VER_MAJOR),
 #endif
     };
-    void *h = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        dt_cuda_record("cuBLASLt", dlerror());
-        return 0;
-    }
 #define DT_LT_SYM(name) {"cublasLt" #name, (void **)&lt.name},
-    struct { const char *name; void **slot; } syms[] = {DT_LT_FUNCS(DT_LT_SYM)};
-    for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
-        if (!(*syms[i].slot = dlsym(h, syms[i].name))) {
-            dt_cuda_record("cuBLASLt: missing symbol", syms[i].name);
-            return 0;
-        }
-    return 1;
+    static const dt_symbol syms[] = {DT_LT_FUNCS(DT_LT_SYM)};
+    char why[512];
+    if (dt_library_open(names, sizeof names / sizeof *names, syms, sizeof syms / sizeof *syms, why, sizeof why))
+        return 1;
+    dt_cuda_record("cuBLASLt", why);
+    return 0;
 }
 
 int dt_cuda_gemm_init(void) {
