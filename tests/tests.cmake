@@ -9,6 +9,15 @@ foreach(src ${DT_C_TESTS})
   add_test(NAME ${name} COMMAND ${name} ${CMAKE_SOURCE_DIR} WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" SKIP_RETURN_CODE 77)
 endforeach()
+# The tensor-core kernels' own source (src/backend/cuda/flash_attention.cuh) run on host
+# threads by tests/warp_sim.h: C++, no CUDA toolkit or GPU needed, so CI checks them too.
+enable_language(CXX)
+add_executable(test_flash_sim ${CMAKE_SOURCE_DIR}/tests/test_flash_sim.cpp)
+set_target_properties(test_flash_sim PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+target_compile_options(test_flash_sim PRIVATE -O2 -Wall -Wextra -Werror -Wno-unknown-pragmas -fno-strict-aliasing
+                       $<$<BOOL:${DT_SANITIZE}>:-fsanitize=address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>)
+target_link_libraries(test_flash_sim PRIVATE Threads::Threads)
+add_test(NAME test_flash_sim COMMAND test_flash_sim)
 file(GLOB DT_SH_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.sh)
 foreach(src ${DT_SH_TESTS})
   get_filename_component(name ${src} NAME_WE)

@@ -211,23 +211,27 @@ static int head_size_ok(int HS) {
     case 128: { enum { H = 128 }; CALL; } break; \
     }
 
-/* bf16 goes to the tensor cores where the shape allows (DT_CUDA_ATTENTION=simt: never) */
-static int use_tc(int C, int NH) {
-    static int simt = -1;
-    if (simt < 0) {
+/* Which bf16 attention runs: the register-resident mma.sync kernels where the head size
+ * allows, else the WMMA ones, else the CUDA-core ones. DT_CUDA_ATTENTION=wmma or simt
+ * forces an older path (to compare them, or to fall back). */
+enum { ATT_SIMT, ATT_WMMA, ATT_MMA };
+static int bf16_path(int C, int NH) {
+    static int forced = -1;
+    if (forced < 0) {
         const char *e = getenv("DT_CUDA_ATTENTION");
-        simt = e && !strcmp(e, "simt");
+        forced = !e ? ATT_MMA : !strcmp(e, "simt") ? ATT_SIMT : !strcmp(e, "wmma") ? ATT_WMMA : ATT_MMA;
     }
-    return !simt && dt_cuda_attention_tc_ok(C, NH);
+    if (forced >= ATT_MMA && dt_cuda_attention_mma_ok(C, NH)) return ATT_MMA;
+    if (forced >= ATT_WMMA && dt_cuda_attention_tc_ok(C, NH)) return ATT_WMMA;
+    return ATT_SIMT;
 }
 
 template <typename E>
 void cuda_attention_fwd(E *out, float *lse, const E *qkv, int B, int T, int C, int NH) {
     if constexpr (sizeof(E) == 2) {
-        if (use_tc(C, NH)) {
-            dt_cuda_attention_tc_fwd(out, lse, qkv, B, T, C, NH);
-            return;
-        }
+        int path = bf16_path(C, NH);
+        if (path == ATT_MMA) return dt_cuda_attention_mma_fwd(out, lse, qkv, B, T, C, NH);
+        if (path == ATT_WMMA) return dt_cuda_attention_tc_fwd(out, lse, qkv, B, T, C, NH);
     }
     int HS = C / NH;
     if (!head_size_ok(HS)) return;
@@ -249,10 +253,9 @@ void cuda_attention_bwd(E *dqkv, const E *dout, const E *qkv, const E *out, cons
     attn_rowdot_k<E><<<(int)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0, s>>>(D, dout, out, B, T, C, NH);
     DT_CUDA_LAUNCHED("attention_rowdot");
     if constexpr (sizeof(E) == 2) {
-        if (use_tc(C, NH)) {
-            dt_cuda_attention_tc_bwd(dqkv, dout, qkv, lse, D, B, T, C, NH);
-            return;
-        }
+        int path = bf16_path(C, NH);
+        if (path == ATT_MMA) return dt_cuda_attention_mma_bwd(dqkv, dout, qkv, lse, D, B, T, C, NH);
+        if (path == ATT_WMMA) return dt_cuda_attention_tc_bwd(dqkv, dout, qkv, lse, D, B, T, C, NH);
     }
     dim3 grid((T + TILE - 1) / TILE, B * NH);
     float scale = 1.0f / sqrtf((float)HS);

@@ -1,0 +1,52 @@
+/* Launches of the register-resident tensor-core attention (flash_attention.cuh): bf16,
+ * head size 32 or 64, C % 8 == 0. attention.cu picks it first where the shape allows. */
+#include "flash_attention.cuh"
+
+int dt_cuda_attention_mma_ok(int C, int NH) {
+    int HS = C / NH;
+    return (HS == 32 || HS == 64) && C % 8 == 0;
+}
+
+template <int HS> static void set_smem_limits(void) {
+    static int done;
+    if (done) return;
+    done = 1;
+    cudaFuncSetAttribute(dt_fa::fwd_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dt_fa::fwd_smem<HS>());
+    cudaFuncSetAttribute(dt_fa::bwd_kv_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)dt_fa::bwd_kv_smem<HS>());
+    cudaFuncSetAttribute(dt_fa::bwd_q_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)dt_fa::bwd_q_smem<HS>());
+}
+
+template <int HS> static void fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH) {
+    set_smem_limits<HS>();
+    dim3 grid((T + dt_fa::BR - 1) / dt_fa::BR, B * NH);
+    dt_fa::fwd_k<HS><<<grid, dt_fa::THREADS, dt_fa::fwd_smem<HS>(), dt_cuda_stream()>>>(out, lse, qkv, T, C, NH,
+                                                                                       1.0f / sqrtf((float)HS));
+    DT_CUDA_LAUNCHED("attention_fwd (mma)");
+}
+
+template <int HS>
+static void bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int B, int T, int C,
+                int NH) {
+    set_smem_limits<HS>();
+    dim3 grid((T + dt_fa::BR - 1) / dt_fa::BR, B * NH);
+    float scale = 1.0f / sqrtf((float)HS);
+    dt_fa::bwd_kv_k<HS><<<grid, dt_fa::THREADS, dt_fa::bwd_kv_smem<HS>(), dt_cuda_stream()>>>(dqkv, dout, qkv, lse, D,
+                                                                                             T, C, NH, scale);
+    DT_CUDA_LAUNCHED("attention_bwd_kv (mma)");
+    dt_fa::bwd_q_k<HS><<<grid, dt_fa::THREADS, dt_fa::bwd_q_smem<HS>(), dt_cuda_stream()>>>(dqkv, dout, qkv, lse, D, T,
+                                                                                           C, NH, scale);
+    DT_CUDA_LAUNCHED("attention_bwd_q (mma)");
+}
+
+void dt_cuda_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH) {
+    if (C / NH == 32) fwd<32>(out, lse, qkv, B, T, C, NH);
+    else fwd<64>(out, lse, qkv, B, T, C, NH);
+}
+
+void dt_cuda_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int B,
+                               int T, int C, int NH) {
+    if (C / NH == 32) bwd<32>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+    else bwd<64>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+}
