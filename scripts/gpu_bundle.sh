@@ -10,7 +10,7 @@ out=${2:-.gpu}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$out"
-for b in dtrain test_cuda_ops test_cuda_model; do
+for b in dtrain test_cuda_ops test_cuda_model attention_bench; do
   [ -x "$build/$b" ] || { echo "gpu_bundle: $build/$b is missing (make build with nvcc present)" >&2; exit 2; }
   cp "$build/$b" "$stage/bin/"
   strip --strip-debug "$stage/bin/$b" 2>/dev/null || true

@@ -25,6 +25,10 @@ for t in test_cuda_ops test_cuda_model; do
   echo "== $t"; "$DT_BIN/$t" > "$out/$t.log" 2>&1; r=$?
   grep -E "^(FAIL|GPU)|passed|FAILED|skip" "$out/$t.log"; [ $r -eq 0 ] || rc=1
 done
+# the WMMA attention too (the mma kernels are the bf16 default where the head size allows)
+echo "== test_cuda_ops (DT_CUDA_ATTENTION=wmma)"
+DT_CUDA_ATTENTION=wmma "$DT_BIN/test_cuda_ops" > "$out/test_cuda_ops_wmma.log" 2>&1 || rc=1
+grep -E "^FAIL|passed|FAILED" "$out/test_cuda_ops_wmma.log"
 echo "== test_cuda_train"
 bash tests/test_cuda_train.sh "$DT_BIN/dtrain" "$PWD" /tmp > "$out/test_cuda_train.log" 2>&1 || rc=1
 grep -E "^(ok|FAIL)|passed" "$out/test_cuda_train.log"
