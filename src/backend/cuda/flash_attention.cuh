@@ -39,6 +39,31 @@ static __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int
     }
 }
 
+/* K/V tiles (double-buffered, [K | V] per buffer): kbase is the head's K column in row
+ * 0, V lies C columns after it. load_kv starts key tile `tile`'s copy into its buffer;
+ * kv_wait starts the next tile's (if any) and waits until tile `tile` is in shared memory
+ * for every thread, returning its buffer. */
+template <int HS>
+static __device__ __forceinline__ void load_kv(bf16 *KV, const bf16 *kbase, int tile, int T, int C, int C3) {
+    enum { LH = shape<HS>::LH };
+    bf16 *buf = KV + (tile & 1) * 2 * BC * LH;
+    load_tile<HS>(buf, kbase, tile * BC, T, C3);
+    load_tile<HS>(buf + BC * LH, kbase + C, tile * BC, T, C3);
+}
+template <int HS>
+static __device__ __forceinline__ const bf16 *kv_wait(bf16 *KV, const bf16 *kbase, int tile, int ntiles, int T, int C,
+                                                      int C3) {
+    if (tile + 1 < ntiles) { /* the next tile's copy runs during this one's work */
+        load_kv<HS>(KV, kbase, tile + 1, T, C, C3);
+        dt_cp_async_commit();
+        dt_cp_async_wait<1>();
+    } else {
+        dt_cp_async_wait<0>();
+    }
+    dt_syncthreads();
+    return KV + (tile & 1) * 2 * BC * shape<HS>::LH;
+}
+
 /* s[16][64] = A·Bᵀ: A the warp's 16 rows (fragments over the head), B 64 rows of [.][LH] */
 template <int HS>
 static __device__ __forceinline__ void scores(float (&s)[NT][4], const uint32_t (&a)[HS / 16][4], const bf16 *B,
@@ -105,8 +130,7 @@ __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf
     const bf16 *base = qkv + (size_t)b * T * C3 + head * HS;
     const float sl2 = scale * LOG2E;
     load_tile<HS>(Qs, base, q0, T, C3);
-    load_tile<HS>(KV, base + C, 0, T, C3);
-    load_tile<HS>(KV + BC * LH, base + 2 * C, 0, T, C3);
+    load_kv<HS>(KV, base + C, 0, T, C, C3);
     dt_cp_async_commit();
     uint32_t qf[KS][4];
     float o[OT][4];
@@ -116,17 +140,7 @@ __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf
     const int ntiles = (min(T, q0 + BR) + BC - 1) / BC;
     for (int tile = 0; tile < ntiles; tile++) {
         const int k0 = tile * BC;
-        const bf16 *Ks = KV + (tile & 1) * 2 * BC * LH, *Vs = Ks + BC * LH;
-        if (tile + 1 < ntiles) { /* the next tile's copy runs during this one's work */
-            bf16 *next = KV + ((tile + 1) & 1) * 2 * BC * LH;
-            load_tile<HS>(next, base + C, k0 + BC, T, C3);
-            load_tile<HS>(next + BC * LH, base + 2 * C, k0 + BC, T, C3);
-            dt_cp_async_commit();
-            dt_cp_async_wait<1>();
-        } else {
-            dt_cp_async_wait<0>();
-        }
-        dt_syncthreads();
+        const bf16 *Ks = kv_wait<HS>(KV, base + C, tile, ntiles, T, C, C3), *Vs = Ks + BC * LH;
         if (tile == 0)
 #pragma unroll
             for (int k = 0; k < KS; k++) dt_frag_a<LH>(qf[k], Qs + warp * 16 * LH + k * 16, lane);
@@ -284,8 +298,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_k(bf16 *dqkv, const bf16 *dout,
     const float sl2 = scale * LOG2E;
     load_tile<HS>(Qs, base, q0, T, C3);
     load_tile<HS>(dOs, dbase, q0, T, C);
-    load_tile<HS>(KV, base + C, 0, T, C3);
-    load_tile<HS>(KV + BC * LH, base + 2 * C, 0, T, C3);
+    load_kv<HS>(KV, base + C, 0, T, C, C3);
     dt_cp_async_commit();
     float lq[2], Dq[2];
 #pragma unroll
@@ -300,17 +313,7 @@ __global__ void __launch_bounds__(THREADS) bwd_q_k(bf16 *dqkv, const bf16 *dout,
     const int ntiles = (min(T, q0 + BR) + BC - 1) / BC;
     for (int tile = 0; tile < ntiles; tile++) {
         const int k0 = tile * BC;
-        const bf16 *Ks = KV + (tile & 1) * 2 * BC * LH, *Vs = Ks + BC * LH;
-        if (tile + 1 < ntiles) {
-            bf16 *next = KV + ((tile + 1) & 1) * 2 * BC * LH;
-            load_tile<HS>(next, base + C, k0 + BC, T, C3);
-            load_tile<HS>(next + BC * LH, base + 2 * C, k0 + BC, T, C3);
-            dt_cp_async_commit();
-            dt_cp_async_wait<1>();
-        } else {
-            dt_cp_async_wait<0>();
-        }
-        dt_syncthreads();
+        const bf16 *Ks = kv_wait<HS>(KV, base + C, tile, ntiles, T, C, C3), *Vs = Ks + BC * LH;
         uint32_t qf[KS][4], of[KS][4]; /* from shared memory each tile: fewer registers held */
 #pragma unroll
         for (int k = 0; k < KS; k++) {
