@@ -122,6 +122,30 @@ static void test_linear(int N, int IC, int OC, int bias, int acc) {
     G->free(gx), G->free(gw), G->free(gb), G->free(gdy), G->free(gy), G->free(gdx), G->free(gdw), G->free(gdb);
 }
 
+/* The MLP's GELU with its GEMMs (dt_linear_gelu_fwd / dt_linear_dgelu_bwd): the GPU's fused
+ * epilogues (bf16), or its plain ops where it has none, against the CPU's plain ops. */
+static void test_linear_gelu(int N, int IC, int OC) {
+    float *x = rnd((size_t)N * IC, 1), *w = rnd((size_t)IC * OC, 0.1f), *b = rnd(OC, 1), *dy = rnd((size_t)N * IC, 1);
+    float *y = rnd((size_t)N * OC, 1), *pre = rnd((size_t)N * OC, 1), *dx = rnd((size_t)N * OC, 1);
+    float *w2 = rnd((size_t)OC * IC, 0.1f); /* the second layer: OC -> IC */
+    float *gx = dev(x, (size_t)N * IC), *gw = dev(w, (size_t)IC * OC), *gb = dev(b, OC), *gdy = dev(dy, (size_t)N * IC);
+    float *gy = dev(NULL, (size_t)N * OC), *gpre = dev(NULL, (size_t)N * OC), *gdx = dev(NULL, (size_t)N * OC);
+    float *gw2 = dev(w2, (size_t)OC * IC);
+    dt_linear_gelu_fwd(H, y, pre, x, w, b, N, IC, OC);
+    dt_linear_gelu_fwd(G, gy, gpre, gx, gw, gb, N, IC, OC);
+    char name[96];
+    snprintf(name, sizeof name, "linear+gelu %dx%d->%d (%s): pre", N, IC, OC, G->linear_gelu_fwd ? "fused" : "plain");
+    check(name, gpre, pre, (size_t)N * OC, 1e-5);
+    check("linear+gelu: out", gy, y, (size_t)N * OC, 1e-5);
+    /* backward through a second layer OC -> IC from the same pre on both sides */
+    G->upload(gpre, pre, (size_t)N * OC * E());
+    dt_linear_dgelu_bwd(H, dx, dy, w2, pre, N, OC, IC);
+    dt_linear_dgelu_bwd(G, gdx, gdy, gw2, gpre, N, OC, IC);
+    check("linear+gelu: dinp = gelu'(pre)·(dout·wᵀ)", gdx, dx, (size_t)N * OC, 1e-5);
+    free(x), free(w), free(b), free(dy), free(y), free(pre), free(dx), free(w2);
+    G->free(gx), G->free(gw), G->free(gb), G->free(gdy), G->free(gy), G->free(gpre), G->free(gdx), G->free(gw2);
+}
+
 static void test_layernorm(int N, int C) {
     float *x = rnd((size_t)N * C, 2), *w = rnd(C, 1), *b = rnd(C, 1), *dy = rnd((size_t)N * C, 1);
     float *y = rnd((size_t)N * C, 1), *mean = rnd32(N, 1), *rstd = rnd32(N, 1);
@@ -310,6 +334,8 @@ static void all_ops(void) {
     test_linear(100, 48, 144, 1, 0);
     test_linear(257, 96, 32, 0, 1);
     test_linear(1024, 768, 2304, 1, 1);
+    test_linear_gelu(100, 48, 192);
+    test_linear_gelu(1024, 768, 3072);
     test_layernorm(1, 7);
     test_layernorm(300, 96);
     test_layernorm(4096, 768);

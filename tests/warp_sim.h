@@ -61,6 +61,7 @@ static inline float sim_bf16_float(uint16_t b) { return sim_f32((uint32_t)b << 1
  * lane has passed exchange k+1's barrier, so after each has read exchange k: one barrier
  * per exchange. */
 struct sim_slots {
+    int op[32]; /* which exchange each lane is at: all 32 must agree */
     float f[32];
     uint32_t a[32][4], b[32][2];
     const unsigned char *addr[32];
@@ -95,28 +96,46 @@ static sim_dim3 sim_grid, sim_bdim;
 #define DT_DYN_SMEM(name) unsigned char *name = sim_self.blk->smem
 
 static inline sim_warp &sim_my_warp(void) { return sim_self.blk->warps[sim_self.tid.x / 32]; }
-/* this lane's slot set for its next exchange */
-static inline sim_slots &sim_slot_set(void) { return sim_my_warp().set[sim_self.exchanges++ & 1]; }
+/* this lane's slot set for its next exchange, tagged with the exchange's kind */
+enum { SIM_SHFL = 1, SIM_MMA, SIM_LDSM, SIM_LDSM_T };
+static inline sim_slots &sim_slot_set(int op) {
+    sim_slots &w = sim_my_warp().set[sim_self.exchanges++ & 1];
+    w.op[sim_self.tid.x % 32] = op;
+    return w;
+}
+/* after the barrier: a lane at another kind of exchange (or another shuffle distance) is
+ * a kernel bug the hardware leaves undefined */
+static inline void sim_agree(const sim_slots &w) {
+    int l = (int)(sim_self.tid.x % 32);
+    for (int L = 0; L < 32; L++)
+        if (w.op[L] != w.op[l]) {
+            fprintf(stderr, "warp_sim: thread %u: lane %d is at exchange %d, lane %d at %d\n", sim_self.tid.x, l,
+                    w.op[l], L, w.op[L]);
+            abort();
+        }
+}
 static inline int sim_lane(void) { return (int)(sim_self.tid.x % 32); }
 
 static inline void dt_syncthreads(void) { pthread_barrier_wait(&sim_self.blk->bar); }
 static inline void dt_syncwarp(void) { pthread_barrier_wait(&sim_my_warp().bar); }
 
 static inline float dt_shfl_xor(float v, int m) {
-    sim_slots &w = sim_slot_set();
+    sim_slots &w = sim_slot_set(SIM_SHFL + 16 * m);
     int l = sim_lane();
     w.f[l] = v;
     pthread_barrier_wait(&sim_my_warp().bar);
+    sim_agree(w);
     return w.f[l ^ m];
 }
 
 static inline void dt_mma_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    sim_slots &w = sim_slot_set();
+    sim_slots &w = sim_slot_set(SIM_MMA);
     int l = sim_lane();
     memcpy(w.a[l], a, sizeof w.a[l]);
     w.b[l][0] = b0;
     w.b[l][1] = b1;
     pthread_barrier_wait(&sim_my_warp().bar);
+    sim_agree(w);
     float A[16][16], B[16][8];
     for (int L = 0; L < 32; L++) {
         int g = L >> 2, t = L & 3;
@@ -139,7 +158,7 @@ static inline void dt_mma_bf16(float d[4], const uint32_t a[4], uint32_t b0, uin
 }
 
 static inline void sim_ldsm(uint32_t r[4], const void *p, int trans) {
-    sim_slots &w = sim_slot_set();
+    sim_slots &w = sim_slot_set(trans ? SIM_LDSM_T : SIM_LDSM);
     sim_block *blk = sim_self.blk;
     int l = sim_lane();
     const unsigned char *q = (const unsigned char *)p;
@@ -150,6 +169,7 @@ static inline void sim_ldsm(uint32_t r[4], const void *p, int trans) {
     }
     w.addr[l] = q;
     pthread_barrier_wait(&sim_my_warp().bar);
+    sim_agree(w);
     int g = l >> 2, t = l & 3;
     for (int j = 0; j < 4; j++) {
         uint16_t e[2];

@@ -103,7 +103,33 @@ typedef struct dt_ops {
      * storage precision (the model's bf16 copy of its fp32 master weights). */
     void (*adamw)(float *p, float *p_store, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, float bc1, float bc2, float gscale);
+    /* Optional fusions of the MLP's GELU into its GEMMs (NULL: dt_linear_gelu_fwd and
+     * dt_linear_dgelu_bwd below run the plain ops they stand for). Forward: pre[N,OC] =
+     * inp·w + bias, out = gelu(pre). Backward through the second layer's input: dinp[N,IC]
+     * = gelu'(pre)·(dout[N,OC]·wᵀ), pre [N,IC]. */
+    void (*linear_gelu_fwd)(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,
+                            int IC, int OC);
+    void (*linear_dgelu_bwd)(float *dinp, const float *dout, const float *w, const float *pre, int N, int IC, int OC);
 } dt_ops;
+
+static inline void dt_linear_gelu_fwd(const dt_ops *o, float *out, float *pre, const float *inp, const float *w,
+                                      const float *bias, int N, int IC, int OC) {
+    if (o->linear_gelu_fwd) {
+        o->linear_gelu_fwd(out, pre, inp, w, bias, N, IC, OC);
+        return;
+    }
+    o->linear_fwd(pre, inp, w, bias, N, IC, OC);
+    o->gelu_fwd(out, pre, (size_t)N * OC);
+}
+static inline void dt_linear_dgelu_bwd(const dt_ops *o, float *dinp, const float *dout, const float *w,
+                                       const float *pre, int N, int IC, int OC) {
+    if (o->linear_dgelu_bwd) {
+        o->linear_dgelu_bwd(dinp, dout, w, pre, N, IC, OC);
+        return;
+    }
+    o->linear_bwd(dinp, NULL, NULL, dout, NULL, w, N, IC, OC, 0);
+    o->gelu_bwd(dinp, pre, dinp, (size_t)N * IC); /* in place: elementwise */
+}
 
 const dt_ops *dt_ops_cpu(void);
 /* bf16 storage around an fp32 table: each kernel converts its bf16 arguments to fp32

@@ -70,9 +70,10 @@ static void b_lin_b(float *dinp, float *dw, float *dbias, const float *dout, con
                     int IC, int OC, int acc) {
     float *dx = !dinp ? NULL : acc ? wide(0, dinp, (size_t)N * IC) : buf(0, (size_t)N * IC);
     float *dww = wide(1, dw, (size_t)IC * OC), *db = wide(2, dbias, (size_t)OC);
-    float *dy = wide(3, dout, (size_t)N * OC), *x = wide(4, inp, (size_t)N * IC), *ww = wide(5, w, (size_t)IC * OC);
-    NEED(dy, x, ww);
-    if ((dinp && !dx) || (dw && !dww) || (dbias && !db)) return;
+    float *dy = wide(3, dout, (size_t)N * OC), *ww = wide(5, w, (size_t)IC * OC);
+    float *x = dw ? wide(4, inp, (size_t)N * IC) : NULL; /* only the weight gradient reads the input */
+    NEED(dy, ww);
+    if ((dinp && !dx) || (dw && (!dww || !x)) || (dbias && !db)) return;
     in->linear_bwd(dx, dww, db, dy, x, ww, N, IC, OC, acc);
     narrow(dinp, dx, (size_t)N * IC);
     narrow(dw, dww, (size_t)IC * OC);
@@ -232,5 +233,7 @@ const dt_ops *dt_ops_bf16_storage(const dt_ops *f32) {
     T.xent_finish = f32->xent_finish ? b_finish : NULL;
     T.sumsq = b_sumsq;
     T.adamw = b_adamw;
+    T.linear_gelu_fwd = NULL; /* composed from the wrapped ops above */
+    T.linear_dgelu_bwd = NULL;
     return &T;
 }

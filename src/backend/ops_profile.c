@@ -6,11 +6,11 @@
 #include "ops.h"
 
 enum { P_GEMM, P_LIN_F, P_LIN_B, P_EMB_F, P_EMB_B, P_LN_F, P_LN_B, P_GELU_F, P_GELU_B, P_ADD, P_ATT_F, P_ATT_B,
-       P_XENT, P_SUMSQ, P_ADAMW, P_SUM, P_N };
+       P_XENT, P_SUMSQ, P_ADAMW, P_SUM, P_LIN_GELU_F, P_LIN_DGELU_B, P_N };
 static const char *NAMES[P_N] = {"gemm (head)", "linear fwd", "linear bwd", "embed fwd", "embed bwd",
                                  "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "residual add",
                                  "attention fwd", "attention bwd", "softmax xent", "grad norm",
-                                 "adamw", "loss sum"};
+                                 "adamw", "loss sum", "linear+gelu fwd", "linear+gelu bwd"};
 static const dt_ops *inner;
 static double secs[P_N];
 static long calls[P_N];
@@ -86,6 +86,13 @@ static void p_adamw(float *p, float *ps, const float *g, float *m, float *v, siz
     TIMED(P_ADAMW, inner->adamw(p, ps, g, m, v, n, lr, b1, b2, eps, wd, c1, c2, gs));
 }
 
+static void p_lin_gelu_f(float *o, float *pre, const float *i, const float *w, const float *b, int N, int IC, int OC) {
+    TIMED(P_LIN_GELU_F, inner->linear_gelu_fwd(o, pre, i, w, b, N, IC, OC));
+}
+static void p_lin_dgelu_b(float *di, const float *d, const float *w, const float *pre, int N, int IC, int OC) {
+    TIMED(P_LIN_DGELU_B, inner->linear_dgelu_bwd(di, d, w, pre, N, IC, OC));
+}
+
 static dt_ops PROFILED;
 
 const dt_ops *dt_ops_profiled(const dt_ops *ops) {
@@ -104,6 +111,8 @@ const dt_ops *dt_ops_profiled(const dt_ops *ops) {
     PROFILED.add = p_add;
     PROFILED.attention_fwd = p_att_f;
     PROFILED.attention_bwd = p_att_b;
+    PROFILED.linear_gelu_fwd = inner->linear_gelu_fwd ? p_lin_gelu_f : NULL; /* fusions, where the backend has them */
+    PROFILED.linear_dgelu_bwd = inner->linear_dgelu_bwd ? p_lin_dgelu_b : NULL;
     PROFILED.attention_part_fwd = inner->attention_part_fwd ? p_att_pf : NULL; /* ring attention's blocks */
     PROFILED.attention_part_bwd = inner->attention_part_bwd ? p_att_pb : NULL;
     PROFILED.softmax_xent = p_xent;

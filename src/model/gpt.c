@@ -587,8 +587,7 @@ static dt_status block_forward(gpt_model *m, const gpt_slot *a, int j) {
     o->add(b.res2, b.x, p, (size_t)Nl * C);
     o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, j, T_LN2W), P(m, j, T_LN2B), Nl, C);
     DT_TRY(seq_gather(m, b.ln2, N, &in));
-    o->linear_fwd(b.fch, in, P(m, j, T_FCW), P(m, j, T_FCB), N, C, 4 * Cl);
-    o->gelu_fwd(b.fcg, b.fch, (size_t)N * 4 * Cl);
+    dt_linear_gelu_fwd(o, b.fcg, b.fch, in, P(m, j, T_FCW), P(m, j, T_FCB), N, C, 4 * Cl);
     o->linear_fwd(proj, b.fcg, P(m, j, T_MPW), bias_here ? P(m, j, T_MPB) : NULL, N, 4 * Cl, C);
     DT_TRY(tp_complete(m, proj, m->acts->rows, N, &p));
     o->add(b.res3, b.res2, p, (size_t)Nl * C);
@@ -837,8 +836,8 @@ static dt_status block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
     DT_TRY(seq_gather(m, s->dres, N, &dout));
     if (split) o->copy(k.mp, dout, NC);
-    o->linear_bwd(a->dbig, WG(T_MPW), WG(T_MPB), dout, b.fcg, P(m, j, T_MPW), N, 4 * Cl, C, 0);
-    o->gelu_bwd(k.fc, b.fch, a->dbig, (size_t)N * 4 * Cl);
+    if (!split) o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), dout, b.fcg, P(m, j, T_MPW), N, 4 * Cl, C, 0);
+    dt_linear_dgelu_bwd(o, k.fc, dout, P(m, j, T_MPW), b.fch, N, 4 * Cl, C);
     if (!split) DT_TRY(seq_gather(m, b.ln2, N, &in));
     o->linear_bwd(a->dsmall, WG(T_FCW), WG(T_FCB), k.fc, in, P(m, j, T_FCW), N, C, 4 * Cl, 0);
     DT_TRY(tp_complete(m, a->dsmall, a->rows, N, &dln));

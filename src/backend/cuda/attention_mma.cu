@@ -4,23 +4,28 @@
 
 int dt_cuda_attention_mma_ok(int C, int NH) {
     int HS = C / NH;
-    return (HS == 32 || HS == 64) && C % 8 == 0;
+    return HS == 32 || HS == 64; /* then C % 8 == 0: every row starts 16-byte aligned */
 }
 
+/* above 48 KB of dynamic shared memory a kernel must opt in, once per process */
 template <int HS> static void set_smem_limits(void) {
     static int done;
     if (done) return;
-    done = 1;
-    cudaFuncSetAttribute(dt_fa::fwd_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dt_fa::fwd_smem<HS>());
-    cudaFuncSetAttribute(dt_fa::bwd_kv_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)dt_fa::bwd_kv_smem<HS>());
-    cudaFuncSetAttribute(dt_fa::bwd_q_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)dt_fa::bwd_q_smem<HS>());
+    cudaError_t e = cudaFuncSetAttribute(dt_fa::fwd_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)dt_fa::fwd_smem<HS>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(dt_fa::bwd_kv_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)dt_fa::bwd_kv_smem<HS>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(dt_fa::bwd_q_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)dt_fa::bwd_q_smem<HS>());
+    if (e != cudaSuccess) dt_cuda_record("attention (mma): shared memory limit", cudaGetErrorString(e));
+    else done = 1;
 }
 
 template <int HS> static void fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH) {
     set_smem_limits<HS>();
-    dim3 grid((T + dt_fa::BR - 1) / dt_fa::BR, B * NH);
+    dim3 grid(B * NH, (T + dt_fa::BR - 1) / dt_fa::BR);
     dt_fa::fwd_k<HS><<<grid, dt_fa::THREADS, dt_fa::fwd_smem<HS>(), dt_cuda_stream()>>>(out, lse, qkv, T, C, NH,
                                                                                        1.0f / sqrtf((float)HS));
     DT_CUDA_LAUNCHED("attention_fwd (mma)");
@@ -30,7 +35,7 @@ template <int HS>
 static void bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int B, int T, int C,
                 int NH) {
     set_smem_limits<HS>();
-    dim3 grid((T + dt_fa::BR - 1) / dt_fa::BR, B * NH);
+    dim3 grid(B * NH, (T + dt_fa::BR - 1) / dt_fa::BR);
     float scale = 1.0f / sqrtf((float)HS);
     dt_fa::bwd_kv_k<HS><<<grid, dt_fa::THREADS, dt_fa::bwd_kv_smem<HS>(), dt_cuda_stream()>>>(dqkv, dout, qkv, lse, D,
                                                                                              T, C, NH, scale);

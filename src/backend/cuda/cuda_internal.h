@@ -45,6 +45,12 @@ template <typename T>
 void cuda_linear_bwd(T *dinp, T *dw, T *dbias, const T *dout, const T *inp, const T *w, int N, int IC, int OC,
                      int acc_dinp);
 
+/* fused GELU epilogues (bf16); 0: cuBLASLt has no algorithm for them here (run the
+ * plain GEMM and the GELU kernel instead) */
+template <typename T>
+int cuda_linear_gelu_fwd(T *out, T *pre, const T *inp, const T *w, const T *bias, int N, int IC, int OC);
+template <typename T> int cuda_linear_dgelu_bwd(T *dinp, const T *dout, const T *w, const T *pre, int N, int IC, int OC);
+
 /* reduce.cu: deterministic column sums and whole-buffer sums */
 template <typename T> void cuda_colsum_acc(T *dst, const T *src, int N, int C);
 template <typename T> double cuda_sumsq(const T *x, size_t n);

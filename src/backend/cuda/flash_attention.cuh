@@ -12,7 +12,9 @@
  * Written against warp_mma.cuh's primitives only, so tests/test_flash_sim.cpp runs these
  * very kernels on host threads (tests/warp_sim.h) against a double-precision reference.
  * qkv is [B, T, 3C] (q | k | v, head h at columns h·HS), out and dout [B, T, C], lse and
- * D (= rowsum(dO∘O)) [B·NH, T]; C % 8 == 0. */
+ * D (= rowsum(dO∘O)) [B·NH, T]; C % 8 == 0. The grid is (B·NH, T/64 tiles): blocks start
+ * in order of x fastest, so every head's longest tiles (most keys or queries to visit)
+ * run first and the short ones fill the tail. */
 #ifndef DT_FLASH_ATTENTION_CUH
 #define DT_FLASH_ATTENTION_CUH
 #include "warp_mma.cuh"
@@ -125,8 +127,8 @@ __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf
     DT_DYN_SMEM(smem);
     bf16 *Qs = (bf16 *)smem, *KV = Qs + BR * LH; /* two K/V buffers: [K | V] each */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const int bh = blockIdx.y, b = bh / NH, head = bh % NH, C3 = 3 * C;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BR, qw = q0 + warp * 16; /* longest blocks first */
+    const int bh = blockIdx.x, b = bh / NH, head = bh % NH, C3 = 3 * C;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR, qw = q0 + warp * 16; /* longest first */
     const bf16 *base = qkv + (size_t)b * T * C3 + head * HS;
     const float sl2 = scale * LOG2E;
     load_tile<HS>(Qs, base, q0, T, C3);
@@ -213,8 +215,8 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_k(bf16 *dqkv, const bf16 *dout
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + BC * LH, *QD = Vs + BC * LH; /* two Q/dO buffers: [Q | dO] each */
     float *LD = (float *)(QD + 4 * BR * LH);                            /* two [lse | D] buffers */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const int bh = blockIdx.y, b = bh / NH, head = bh % NH, C3 = 3 * C;
-    const int k0 = blockIdx.x * BC, kw = k0 + warp * 16; /* block 0 has the most query tiles */
+    const int bh = blockIdx.x, b = bh / NH, head = bh % NH, C3 = 3 * C;
+    const int k0 = blockIdx.y * BC, kw = k0 + warp * 16; /* tile 0 has the most query tiles */
     const bf16 *base = qkv + (size_t)b * T * C3 + head * HS, *dbase = dout + (size_t)b * T * C + head * HS;
     const float sl2 = scale * LOG2E;
     /* a query tile's Q, dO (copies) and its rows' lse (log2 units) and D into buffer i */
@@ -292,8 +294,8 @@ __global__ void __launch_bounds__(THREADS) bwd_q_k(bf16 *dqkv, const bf16 *dout,
     DT_DYN_SMEM(smem);
     bf16 *Qs = (bf16 *)smem, *dOs = Qs + BR * LH, *KV = dOs + BR * LH; /* two K/V buffers: [K | V] each */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const int bh = blockIdx.y, b = bh / NH, head = bh % NH, C3 = 3 * C;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BR, qw = q0 + warp * 16;
+    const int bh = blockIdx.x, b = bh / NH, head = bh % NH, C3 = 3 * C;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR, qw = q0 + warp * 16;
     const bf16 *base = qkv + (size_t)b * T * C3 + head * HS, *dbase = dout + (size_t)b * T * C + head * HS;
     const float sl2 = scale * LOG2E;
     load_tile<HS>(Qs, base, q0, T, C3);

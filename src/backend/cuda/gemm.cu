@@ -27,8 +27,12 @@ static cublasLtHandle_t g_lt;
 static void *g_workspace;
 static const size_t WORKSPACE = 32u << 20;
 
+/* the epilogue beyond the bias: none, GELU keeping the pre-activation (aux), or the
+ * GELU's derivative at aux times the product */
+enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU };
+
 typedef struct {
-    int ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf;
+    int ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf, epi;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -77,14 +81,19 @@ static int alignment(const void *p) { /* the largest of 16, 8, 4 bytes dividing 
     return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : 4;
 }
 
+/* A fused epilogue the heuristic offered no algorithm for is not asked for again: the
+ * callers run the plain GEMM and the separate kernel instead. */
+static int g_epi_unavailable[3];
+
 static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int bias, int beta0,
-                       int align, int bf) {
+                       int align, int bf, int epi) {
     for (int i = 0; i < g_nplans; i++) {
         plan *p = &g_plans[i];
         if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc && p->bias == bias && p->beta0 == beta0 && p->align == align && p->bf == bf)
+            p->ldc == ldc && p->bias == bias && p->beta0 == beta0 && p->align == align && p->bf == bf && p->epi == epi)
             return p;
     }
+    if (g_epi_unavailable[epi]) return NULL;
     if (g_nplans == MAX_PLANS) { /* shapes are few in training; evict the oldest if not */
         plan *p = &g_plans[0];
         lt.MatmulDescDestroy(p->op);
@@ -96,7 +105,7 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     }
     plan *p = &g_plans[g_nplans];
     memset(p, 0, sizeof *p);
-    *p = (plan){ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf, NULL, NULL, NULL, NULL, {}};
+    *p = (plan){ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf, epi, NULL, NULL, NULL, NULL, {}};
     cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st = lt.MatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -104,9 +113,15 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
         st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
-    if (st == CUBLAS_STATUS_SUCCESS && bias) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (st == CUBLAS_STATUS_SUCCESS && (bias || epi)) {
+        cublasLtEpilogue_t ep = epi == EPI_GELU_AUX ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                : epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                                                   : CUBLASLT_EPILOGUE_BIAS;
         st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS && epi) { /* aux has D's shape (m x n, column-major) */
+        int64_t aux_ld = m;
+        st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     }
     if (st == CUBLAS_STATUS_SUCCESS)
         st = lt.MatrixLayoutCreate(&p->la, dt, ta ? k : m, ta ? m : k, lda);
@@ -132,6 +147,14 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     if (st == CUBLAS_STATUS_SUCCESS)
         st = lt.MatmulAlgoGetHeuristic(g_lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
     if (pref) lt.MatmulPreferenceDestroy(pref);
+    if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && epi) { /* not an error: the caller has a fallback */
+        g_epi_unavailable[epi] = 1;
+        lt.MatmulDescDestroy(p->op);
+        if (p->la) lt.MatrixLayoutDestroy(p->la);
+        if (p->lb) lt.MatrixLayoutDestroy(p->lb);
+        if (p->lc) lt.MatrixLayoutDestroy(p->lc);
+        return NULL;
+    }
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "no algorithm for %s%s m=%d n=%d k=%d (%s)", ta ? "T" : "N", tb ? "T" : "N", m, n,
@@ -144,26 +167,35 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     return p;
 }
 
-/* Column-major D = alpha·op(A)·op(B) + beta·D (+ bias[m] broadcast over columns). */
+/* Column-major D = alpha·op(A)·op(B) + beta·D (+ bias[m] broadcast over columns), then
+ * the epilogue epi with its aux matrix (D's shape). Returns 0 only when a fused epilogue
+ * has no algorithm (nothing queued, nothing recorded); failures are recorded. */
 template <typename T>
-static void lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const T *A, int lda, const T *B, int ldb,
-                      float beta, T *C, int ldc, const T *bias) {
-    if (m == 0 || n == 0) return;
+static int lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const T *A, int lda, const T *B, int ldb,
+                     float beta, T *C, int ldc, const T *bias, int epi = EPI_NONE, const T *aux = NULL) {
+    if (m == 0 || n == 0) return 1;
     int align = alignment(A);
     int a2 = alignment(B), a3 = alignment(C);
     if (a2 < align) align = a2;
     if (a3 < align) align = a3;
-    plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta == 0.0f, align, sizeof(T) == 2);
-    if (!p) return;
+    if (aux && alignment(aux) < align) align = alignment(aux);
+    plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta == 0.0f, align, sizeof(T) == 2, epi);
+    if (!p) return !epi || !g_epi_unavailable[epi];
     if (bias &&
         lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
             CUBLAS_STATUS_SUCCESS) {
         dt_cuda_record("cuBLASLt", "bias pointer");
-        return;
+        return 1;
+    }
+    if (epi && lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux) !=
+                   CUBLAS_STATUS_SUCCESS) {
+        dt_cuda_record("cuBLASLt", "epilogue aux pointer");
+        return 1;
     }
     cublasStatus_t st = lt.Matmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
                                        g_workspace, WORKSPACE, dt_cuda_stream());
     if (st != CUBLAS_STATUS_SUCCESS) dt_cuda_record("cublasLtMatmul", lt.GetStatusString(st));
+    return 1;
 }
 
 template <typename T>
@@ -185,6 +217,22 @@ void cuda_linear_bwd(T *dinp, T *dw, T *dbias, const T *dout, const T *inp, cons
     if (dbias) cuda_colsum_acc<T>(dbias, dout, N, OC);
 }
 
+/* out = gelu(pre), pre = inp·w + bias, in one GEMM (cuBLASLt's GELU_AUX_BIAS epilogue:
+ * GPT-2's tanh GELU, the pre-activation written as aux); 0: no such algorithm here */
+template <typename T>
+int cuda_linear_gelu_fwd(T *out, T *pre, const T *inp, const T *w, const T *bias, int N, int IC, int OC) {
+    return lt_matmul<T>(0, 0, OC, N, IC, 1.0f, w, OC, inp, IC, 0.0f, out, OC, bias, EPI_GELU_AUX, pre);
+}
+
+/* dinp = gelu'(pre)·(dout·wᵀ) in one GEMM (the DGELU epilogue reading pre as aux) */
+template <typename T> int cuda_linear_dgelu_bwd(T *dinp, const T *dout, const T *w, const T *pre, int N, int IC, int OC) {
+    return lt_matmul<T>(1, 0, IC, N, OC, 1.0f, w, OC, dout, OC, 0.0f, dinp, IC, NULL, EPI_DGELU, pre);
+}
+
+template int cuda_linear_gelu_fwd<float>(float *, float *, const float *, const float *, const float *, int, int, int);
+template int cuda_linear_gelu_fwd<bf16>(bf16 *, bf16 *, const bf16 *, const bf16 *, const bf16 *, int, int, int);
+template int cuda_linear_dgelu_bwd<float>(float *, const float *, const float *, const float *, int, int, int);
+template int cuda_linear_dgelu_bwd<bf16>(bf16 *, const bf16 *, const bf16 *, const bf16 *, int, int, int);
 template void cuda_gemm<float>(int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
                                int);
 template void cuda_gemm<bf16>(int, int, int, int, int, float, const bf16 *, int, const bf16 *, int, float, bf16 *, int);

@@ -152,6 +152,18 @@ template <typename T> struct wrap {
                      const float *r, int N, int C) {
         cuda_layernorm_bwd<T>(P(di), P(dw), P(db), P(d), P(i), P(w), m, r, N, C);
     }
+    /* the MLP's GELU fused into its GEMMs (bf16 only: fp32 stays the exact parity path) */
+    static void lin_gelu_f(float *o, float *pre, const float *i, const float *w, const float *b, int N, int IC,
+                           int OC) {
+        if (cuda_linear_gelu_fwd<T>(P(o), P(pre), P(i), P(w), P(b), N, IC, OC)) return;
+        cuda_linear_fwd<T>(P(pre), P(i), P(w), P(b), N, IC, OC);
+        cuda_gelu_fwd<T>(P(o), P(pre), (size_t)N * OC);
+    }
+    static void lin_dgelu_b(float *di, const float *d, const float *w, const float *pre, int N, int IC, int OC) {
+        if (cuda_linear_dgelu_bwd<T>(P(di), P(d), P(w), P(pre), N, IC, OC)) return;
+        cuda_linear_bwd<T>(P(di), NULL, NULL, P(d), NULL, P(w), N, IC, OC, 0);
+        cuda_gelu_bwd<T>(P(di), P(pre), P(di), (size_t)N * IC);
+    }
     static void gelu_f(float *o, const float *i, size_t n) { cuda_gelu_fwd<T>(P(o), P(i), n); }
     static void gelu_b(float *di, const float *i, const float *d, size_t n) { cuda_gelu_bwd<T>(P(di), P(i), P(d), n); }
     static void add(float *o, const float *a, const float *b, size_t n) { cuda_add<T>(P(o), P(a), P(b), n); }
@@ -213,6 +225,10 @@ template <typename T> struct wrap {
         o.sumsq = sumsq;
         o.sum = dt_cuda_sum;
         o.adamw = adamw;
+        if (bf16 && !getenv("DT_CUDA_NO_GELU_FUSION")) { /* (set: the separate GELU kernels, to compare) */
+            o.linear_gelu_fwd = lin_gelu_f;
+            o.linear_dgelu_bwd = lin_dgelu_b;
+        }
         return o;
     }
 };
