@@ -1,6 +1,9 @@
 /* Analytic gradients of every parameter tensor (fp32 kernels) against central finite
  * differences of an independent double-precision forward; also checks the fp32 loss
- * against it. Padded vocabulary rows must get exactly zero gradient. */
+ * against it. Padded vocabulary rows must get exactly zero gradient. Once more with the
+ * optional fused MLP ops (linear_gelu_fwd, linear_dgelu_bwd) present, written here as
+ * plain loops: the model's use of them (which buffer is which) is checked on the CPU,
+ * where no backend has them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +14,39 @@
 static int passed, failed;
 
 /* samples: finite differences per tensor (all elements of small tensors) */
-static void check(gpt_shape s, int B, int T, size_t samples) {
+static float gelu(float x, float *deriv) { /* GPT-2's tanh approximation */
+    const float k = 0.7978845608028654f;
+    float u = k * (x + 0.044715f * x * x * x), th = tanhf(u);
+    if (deriv) *deriv = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * x * (1.0f + th);
+}
+static void naive_linear_gelu_fwd(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,
+                                  int IC, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double acc = bias ? bias[o] : 0.0;
+            for (int i = 0; i < IC; i++) acc += (double)inp[(size_t)n * IC + i] * w[(size_t)i * OC + o];
+            pre[(size_t)n * OC + o] = (float)acc;
+            out[(size_t)n * OC + o] = gelu((float)acc, NULL);
+        }
+}
+static void naive_linear_dgelu_bwd(float *dinp, const float *dout, const float *w, const float *pre, int N, int IC,
+                                   int OC) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < IC; i++) {
+            double acc = 0.0;
+            for (int o = 0; o < OC; o++) acc += (double)dout[(size_t)n * OC + o] * w[(size_t)i * OC + o];
+            float d;
+            gelu(pre[(size_t)n * IC + i], &d);
+            dinp[(size_t)n * IC + i] = d * (float)acc;
+        }
+}
+
+static void check(gpt_shape s, int B, int T, size_t samples, const dt_ops *ops) {
     gpt_model m;
-    printf("-- %d layers, %d heads, C %d, B %d, T %d, vocab %d\n", s.n_layer, s.n_head, s.n_embd, B, T, s.vocab_size);
-    if (gpt_create(&m, &s, dt_ops_cpu(), B, T) != DT_OK) {
+    printf("-- %d layers, %d heads, C %d, B %d, T %d, vocab %d%s\n", s.n_layer, s.n_head, s.n_embd, B, T, s.vocab_size,
+           ops->linear_gelu_fwd ? ", fused MLP ops" : "");
+    if (gpt_create(&m, &s, ops, B, T) != DT_OK) {
         fprintf(stderr, "create: %s\n", dt_error_message());
         failed++;
         return;
@@ -70,8 +102,12 @@ static void check(gpt_shape s, int B, int T, size_t samples) {
 }
 
 int main(void) {
-    check((gpt_shape){2, 2, 16, 8, 70, 0}, 2, 8, 200); /* vocab 70 is padded to 128 */
-    check((gpt_shape){1, 2, 8, 150, 64, 0}, 1, 150, 12); /* several attention query blocks, one partial */
+    check((gpt_shape){2, 2, 16, 8, 70, 0}, 2, 8, 200, dt_ops_cpu()); /* vocab 70 is padded to 128 */
+    check((gpt_shape){1, 2, 8, 150, 64, 0}, 1, 150, 12, dt_ops_cpu()); /* several attention query blocks, one partial */
+    dt_ops fused = *dt_ops_cpu();
+    fused.linear_gelu_fwd = naive_linear_gelu_fwd;
+    fused.linear_dgelu_bwd = naive_linear_dgelu_bwd;
+    check((gpt_shape){2, 2, 16, 8, 70, 0}, 2, 8, 200, &fused);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
