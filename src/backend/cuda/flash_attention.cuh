@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf
 
 /* dK, dV for 64 keys: over the query tiles at or after them */
 template <int HS>
-__global__ void __launch_bounds__(THREADS) bwd_kv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+__global__ void __launch_bounds__(THREADS, 3) bwd_kv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                                                     const float *D, int T, int C, int NH, float scale) {
     enum { LH = shape<HS>::LH, KS = shape<HS>::KS, OT = shape<HS>::OT };
     DT_DYN_SMEM(smem);
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(THREADS) bwd_kv_k(bf16 *dqkv, const bf16 *dout
 
 /* dQ for 64 queries: over the key tiles up to them */
 template <int HS>
-__global__ void __launch_bounds__(THREADS) bwd_q_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+__global__ void __launch_bounds__(THREADS, 3) bwd_q_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                                                    const float *D, int T, int C, int NH, float scale) {
     enum { LH = shape<HS>::LH, KS = shape<HS>::KS, OT = shape<HS>::OT };
     DT_DYN_SMEM(smem);
