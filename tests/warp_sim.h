@@ -7,8 +7,10 @@
  * mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix x4 (plain and .trans), shuffles.
  * __syncthreads is a barrier of the block. Shared memory is a heap block of exactly the
  * launch's size (so AddressSanitizer sees overruns), filled with NaN bytes first; every
- * ldmatrix address is checked to be 16-byte aligned and inside it. A kernel that races
- * (a missing barrier) gives results that vary from run to run. */
+ * ldmatrix and cp.async address is checked to be 16-byte aligned and inside it, and a
+ * shadow of it (sim_word) finds races between those accesses on every run: a tile read
+ * before its copy landed and a barrier passed, or refilled while another thread still
+ * reads it. */
 #ifndef DT_WARP_SIM_H
 #define DT_WARP_SIM_H
 #define DT_WARP_SIM 1
@@ -25,7 +27,7 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 
 struct bf16 {
     uint16_t bits;
@@ -70,11 +72,20 @@ struct sim_warp {
     pthread_barrier_t bar;
     sim_slots set[2];
 };
+/* Shared memory's shadow, per 4-byte word, for the accesses the simulator sees (ldmatrix
+ * reads, cp.async writes; a kernel's plain loads and stores are not seen): who wrote it
+ * last and in which barrier interval (epoch: the block's __syncthreads so far), who read it
+ * in the current interval, and whether a cp.async to it is still in flight. */
+struct sim_word {
+    int wr_tid, wr_epoch, rd_tid, rd_epoch, rd_multi, pending;
+};
 struct sim_block {
     pthread_barrier_t bar;
     sim_warp *warps;
     unsigned char *smem;
     size_t smem_bytes;
+    sim_word *shadow;
+    pthread_mutex_t shadow_lock;
 };
 struct sim_copy {
     unsigned char *dst;
@@ -83,6 +94,7 @@ struct sim_copy {
 struct sim_thread {
     sim_dim3 tid, bid;
     sim_block *blk;
+    int epoch;                            /* __syncthreads passed so far */
     unsigned exchanges;                   /* warp exchanges so far: picks the slot set */
     std::vector<sim_copy> open;                   /* cp.async copies not yet committed */
     std::vector<std::vector<sim_copy>> committed; /* cp.async groups in flight, oldest first */
@@ -116,7 +128,61 @@ static inline void sim_agree(const sim_slots &w) {
 }
 static inline int sim_lane(void) { return (int)(sim_self.tid.x % 32); }
 
-static inline void dt_syncthreads(void) { pthread_barrier_wait(&sim_self.blk->bar); }
+static inline void dt_syncthreads(void) {
+    pthread_barrier_wait(&sim_self.blk->bar);
+    sim_self.epoch++;
+}
+
+/* The shadow's rules (one barrier interval = one epoch): a read needs the word written
+ * (cp.async landed: its thread waited) and, if another thread wrote it, a barrier since;
+ * a write needs no other thread to have read or written the word in this interval, and
+ * no copy to it in flight. A breach aborts naming the thread and the offset. */
+static void sim_race(const char *what, unsigned char *p) {
+    fprintf(stderr, "warp_sim: block (%u,%u) thread %u, shared offset %td: %s\n", sim_self.bid.x, sim_self.bid.y,
+            sim_self.tid.x, p - sim_self.blk->smem, what);
+    abort();
+}
+static void sim_shadow_read(const unsigned char *q, size_t n) {
+    sim_block *blk = sim_self.blk;
+    int me = (int)sim_self.tid.x, e = sim_self.epoch;
+    pthread_mutex_lock(&blk->shadow_lock);
+    for (size_t o = 0; o < n; o += 4) {
+        sim_word &w = blk->shadow[(q + o - blk->smem) / 4];
+        const char *bad = w.pending ? "read while a cp.async to it is in flight (before its wait and a barrier)"
+                          : w.wr_epoch < 0 ? "read of shared memory nothing has written"
+                          : w.wr_epoch == e && w.wr_tid != me ? "read of another thread's write with no barrier between"
+                                                              : NULL;
+        if (bad) sim_race(bad, (unsigned char *)q + o);
+        if (w.rd_epoch != e) w.rd_epoch = e, w.rd_tid = me, w.rd_multi = 0;
+        else if (w.rd_tid != me) w.rd_multi = 1;
+    }
+    pthread_mutex_unlock(&blk->shadow_lock);
+}
+static void sim_shadow_write_start(unsigned char *d, size_t n) {
+    sim_block *blk = sim_self.blk;
+    int me = (int)sim_self.tid.x, e = sim_self.epoch;
+    pthread_mutex_lock(&blk->shadow_lock);
+    for (size_t o = 0; o < n; o += 4) {
+        sim_word &w = blk->shadow[(d + o - blk->smem) / 4];
+        const char *bad = w.pending ? "cp.async to a word another copy still writes"
+                          : w.rd_epoch == e && (w.rd_multi || w.rd_tid != me)
+                              ? "write to a word another thread reads in this barrier interval"
+                          : w.wr_epoch == e && w.wr_tid != me ? "write to a word another thread wrote in this interval"
+                                                              : NULL;
+        if (bad) sim_race(bad, d + o);
+        w.pending = 1;
+    }
+    pthread_mutex_unlock(&blk->shadow_lock);
+}
+static void sim_shadow_write_done(unsigned char *d, size_t n) {
+    sim_block *blk = sim_self.blk;
+    pthread_mutex_lock(&blk->shadow_lock);
+    for (size_t o = 0; o < n; o += 4) {
+        sim_word &w = blk->shadow[(d + o - blk->smem) / 4];
+        w.pending = 0, w.wr_tid = (int)sim_self.tid.x, w.wr_epoch = sim_self.epoch;
+    }
+    pthread_mutex_unlock(&blk->shadow_lock);
+}
 static inline void dt_syncwarp(void) { pthread_barrier_wait(&sim_my_warp().bar); }
 
 static inline float dt_shfl_xor(float v, int m) {
@@ -167,6 +233,7 @@ static inline void sim_ldsm(uint32_t r[4], const void *p, int trans) {
                 l, q - blk->smem, blk->smem_bytes);
         abort();
     }
+    sim_shadow_read(q, 16);
     w.addr[l] = q;
     pthread_barrier_wait(&sim_my_warp().bar);
     sim_agree(w);
@@ -202,8 +269,9 @@ static inline void dt_cp_async16(void *dst, const void *src, bool valid) {
     c.dst = d;
     if (valid) memcpy(c.data, src, 16);
     else memset(c.data, 0, 16);
+    sim_shadow_write_start(d, 16);
     if (sim_cp_async_eager) memcpy(d, c.data, 16);
-    else sim_self.open.push_back(c);
+    sim_self.open.push_back(c);
 }
 static inline void dt_cp_async_commit(void) {
     sim_self.committed.push_back(sim_self.open);
@@ -213,7 +281,10 @@ static inline void dt_cp_async_commit(void) {
 template <int N> static inline void dt_cp_async_wait(void) {
     auto &gs = sim_self.committed;
     while (gs.size() > (size_t)N) {
-        for (const sim_copy &c : gs.front()) memcpy(c.dst, c.data, 16);
+        for (sim_copy &c : gs.front()) {
+            if (!sim_cp_async_eager) memcpy(c.dst, c.data, 16);
+            sim_shadow_write_done(c.dst, 16);
+        }
         gs.erase(gs.begin());
     }
 }
@@ -230,6 +301,11 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 /* Runs body() as a grid of blocks of `threads` threads (a multiple of 32) with `smem`
  * bytes of dynamic shared memory. */
 template <class F> static void sim_launch(sim_dim3 grid, unsigned threads, size_t smem, F body) {
+    if (smem > 227 * 1024 || threads % 32 || threads > 1024) { /* an H100's per-block limits */
+        fprintf(stderr, "warp_sim: launch of %u threads with %zu bytes of shared memory: beyond the GPU's limits\n",
+                threads, smem);
+        abort();
+    }
     sim_grid = grid;
     sim_bdim = sim_dim3{threads, 1, 1};
     unsigned nw = threads / 32;
@@ -237,6 +313,7 @@ template <class F> static void sim_launch(sim_dim3 grid, unsigned threads, size_
     blk.warps = new sim_warp[nw];
     blk.smem_bytes = smem;
     pthread_barrier_init(&blk.bar, NULL, threads);
+    pthread_mutex_init(&blk.shadow_lock, NULL);
     for (unsigned i = 0; i < nw; i++) pthread_barrier_init(&blk.warps[i].bar, NULL, 32);
     struct arg {
         sim_block *blk;
@@ -254,6 +331,8 @@ template <class F> static void sim_launch(sim_dim3 grid, unsigned threads, size_
             for (unsigned x = 0; x < grid.x; x++) {
                 blk.smem = (unsigned char *)malloc(smem ? smem : 1);
                 memset(blk.smem, 0xff, smem); /* NaN in fp32 and bf16 */
+                blk.shadow = new sim_word[smem / 4 + 1];
+                for (size_t i = 0; i <= smem / 4; i++) blk.shadow[i] = sim_word{-1, -1, -1, -1, 0, 0};
                 for (unsigned t = 0; t < threads; t++) {
                     args[t] = arg{&blk, sim_dim3{x, y, z}, t, &body};
                     int rc = pthread_create(
@@ -264,6 +343,7 @@ template <class F> static void sim_launch(sim_dim3 grid, unsigned threads, size_
                             sim_self.bid = a->bid;
                             sim_self.tid = sim_dim3{a->tid, 0, 0};
                             sim_self.exchanges = 0;
+                            sim_self.epoch = 0;
                             sim_self.open.clear();
                             sim_self.committed.clear();
                             (*a->body)();
@@ -277,9 +357,11 @@ template <class F> static void sim_launch(sim_dim3 grid, unsigned threads, size_
                 }
                 for (unsigned t = 0; t < threads; t++) pthread_join(th[t], NULL);
                 free(blk.smem);
+                delete[] blk.shadow;
             }
     pthread_attr_destroy(&attr);
     pthread_barrier_destroy(&blk.bar);
+    pthread_mutex_destroy(&blk.shadow_lock);
     for (unsigned i = 0; i < nw; i++) pthread_barrier_destroy(&blk.warps[i].bar);
     delete[] blk.warps;
     delete[] th;
