@@ -25,10 +25,13 @@ for t in test_cuda_ops test_cuda_model; do
   echo "== $t"; "$DT_BIN/$t" > "$out/$t.log" 2>&1; r=$?
   grep -E "^(FAIL|GPU)|passed|FAILED|skip" "$out/$t.log"; [ $r -eq 0 ] || rc=1
 done
-# the WMMA attention too (the mma kernels are the bf16 default where the head size allows)
-echo "== test_cuda_ops (DT_CUDA_ATTENTION=wmma)"
-DT_CUDA_ATTENTION=wmma "$DT_BIN/test_cuda_ops" > "$out/test_cuda_ops_wmma.log" 2>&1 || rc=1
-grep -E "^FAIL|passed|FAILED" "$out/test_cuda_ops_wmma.log"
+# the other attention kernels too (the mma ones, 32 rows per warp in the forward, are
+# the bf16 default where the head size allows)
+for v in DT_CUDA_FA_ROWS=16 DT_CUDA_ATTENTION=wmma; do
+  echo "== test_cuda_ops ($v)"
+  env "$v" "$DT_BIN/test_cuda_ops" > "$out/test_cuda_ops_${v#*=}.log" 2>&1 || rc=1
+  grep -E "^FAIL|passed|FAILED" "$out/test_cuda_ops_${v#*=}.log"
+done
 echo "== test_cuda_train"
 bash tests/test_cuda_train.sh "$DT_BIN/dtrain" "$PWD" /tmp > "$out/test_cuda_train.log" 2>&1 || rc=1
 grep -E "^(ok|FAIL)|passed" "$out/test_cuda_train.log"

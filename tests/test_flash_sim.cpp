@@ -95,14 +95,22 @@ template <int HS> static void run_case(int B, int T, int NH) {
     std::vector<float> got_o, got_l, got_d;
     std::vector<bf16> first_out, first_dqkv;
     std::vector<float> first_lse;
-    bool same = true;
+    bool same = true, same_rows = true;
     for (int eager = 0; eager < 2; eager++) {
         sim_cp_async_eager = eager;
         std::vector<bf16> out((size_t)B * T * C, poison), dqkv((size_t)B * T * C3, poison);
         std::vector<float> lse((size_t)B * NH * T, NAN), D((size_t)B * NH * T);
         sim_dim3 grid{(unsigned)(B * NH), (unsigned)((T + dt_fa::BR - 1) / dt_fa::BR), 1};
-        sim_launch(grid, dt_fa::THREADS, dt_fa::fwd_smem<HS>(),
-                   [&] { dt_fa::fwd_k<HS>(out.data(), lse.data(), qkv.data(), T, C, NH, scale); });
+        sim_dim3 grid2{(unsigned)(B * NH), (unsigned)((T + 2 * dt_fa::BR - 1) / (2 * dt_fa::BR)), 1};
+        sim_launch(grid2, dt_fa::THREADS, dt_fa::fwd_smem<HS, 2>(),
+                   [&] { dt_fa::fwd_k<HS, 2>(out.data(), lse.data(), qkv.data(), T, C, NH, scale); });
+        /* 16 rows per warp instead of 32: the same arithmetic row by row, so the same bits */
+        std::vector<bf16> out1((size_t)B * T * C, poison);
+        std::vector<float> lse1((size_t)B * NH * T, NAN);
+        sim_launch(grid, dt_fa::THREADS, dt_fa::fwd_smem<HS, 1>(),
+                   [&] { dt_fa::fwd_k<HS, 1>(out1.data(), lse1.data(), qkv.data(), T, C, NH, scale); });
+        if (memcmp(out1.data(), out.data(), out.size() * 2) || memcmp(lse1.data(), lse.data(), lse.size() * 4))
+            same_rows = false;
         for (int b = 0; b < B; b++) /* D = rowsum(dO∘O) over the kernel's own output, as attention.cu does */
             for (int h = 0; h < NH; h++)
                 for (int i = 0; i < T; i++) {
@@ -143,6 +151,9 @@ template <int HS> static void run_case(int B, int T, int NH) {
     }
     printf("%-4s B%d T%d NH%d HS%d copies landing late or early: the same bits\n", same ? "ok" : "FAIL", B, T, NH, HS);
     if (!same) failures++;
+    printf("%-4s B%d T%d NH%d HS%d forward with 16 or 32 rows per warp: the same bits\n", same_rows ? "ok" : "FAIL", B,
+           T, NH, HS);
+    if (!same_rows) failures++;
 }
 
 int main(void) {

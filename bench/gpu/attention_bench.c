@@ -1,5 +1,6 @@
 /* Times bf16 causal attention on the GPU through the CUDA ops table, the kernels that
- * DT_CUDA_ATTENTION picks (mma, the default; wmma; simt), forward and backward (the
+ * DT_CUDA_ATTENTION picks (mma, the default, with DT_CUDA_FA_ROWS 32 or 16 query rows
+ * per warp in the forward; wmma; simt), forward and backward (the
  * backward's D = rowsum(dO∘O) pass included) at B T NH HS (default GPT-2 124M's 64 1024
  * 12 64): the median of 20 calls after 3 warm-ups, each synchronised. TFLOP/s counts the
  * causal half: forward 2·B·NH·T²·HS, backward 2.5 times that (five products to the
@@ -68,10 +69,13 @@ int main(int argc, char **argv) {
     qsort(tf, RUNS, sizeof *tf, cmp);
     qsort(tb, RUNS, sizeof *tb, cmp);
     double flops = 2.0 * B * NH * (double)T * T * HS, f = tf[RUNS / 2], b = tb[RUNS / 2];
-    const char *path = getenv("DT_CUDA_ATTENTION");
+    const char *path = getenv("DT_CUDA_ATTENTION"), *rows = getenv("DT_CUDA_FA_ROWS");
+    char what[64];
+    if (path && strcmp(path, "mma")) snprintf(what, sizeof what, "%s", path);
+    else snprintf(what, sizeof what, "mma, forward %s rows per warp", rows && !strcmp(rows, "16") ? "16" : "32");
     printf("dtrain attention (%s) B=%d T=%d NH=%d HS=%d: forward %.3f ms %.1f TFLOP/s, backward %.3f ms %.1f "
            "TFLOP/s\n",
-           path ? path : "mma", B, T, NH, HS, f * 1e3, flops / f / 1e12, b * 1e3, 2.5 * flops / b / 1e12);
+           what, B, T, NH, HS, f * 1e3, flops / f / 1e12, b * 1e3, 2.5 * flops / b / 1e12);
     free(h);
     return 0;
 }

@@ -66,29 +66,41 @@ static __device__ __forceinline__ const bf16 *kv_wait(bf16 *KV, const bf16 *kbas
     return KV + (tile & 1) * 2 * BC * shape<HS>::LH;
 }
 
-/* s[16][64] = A·Bᵀ: A the warp's 16 rows (fragments over the head), B 64 rows of [.][LH] */
-template <int HS>
-static __device__ __forceinline__ void scores(float (&s)[NT][4], const uint32_t (&a)[HS / 16][4], const bf16 *B,
-                                              int lane) {
+/* s[mt][16][64] = A[mt]·Bᵀ for MT 16-row tiles of A (fragments over the head), B 64 rows
+ * of [.][LH]: each B fragment loaded serves all MT tiles */
+template <int HS, int MT>
+static __device__ __forceinline__ void scores_mt(float (&s)[MT][NT][4], const uint32_t (&a)[MT][HS / 16][4],
+                                                 const bf16 *B, int lane) {
     enum { LH = shape<HS>::LH };
 #pragma unroll
-    for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
 #pragma unroll
     for (int k = 0; k < HS / 16; k++)
 #pragma unroll
         for (int n2 = 0; n2 < NT / 2; n2++) {
             uint32_t b[4];
             dt_frag_b_nk<LH>(b, B + n2 * 16 * LH + k * 16, lane);
-            dt_mma_bf16(s[2 * n2], a[k], b[0], b[1]);
-            dt_mma_bf16(s[2 * n2 + 1], a[k], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                dt_mma_bf16(s[mt][2 * n2], a[mt][k], b[0], b[1]);
+                dt_mma_bf16(s[mt][2 * n2 + 1], a[mt][k], b[2], b[3]);
+            }
         }
 }
-
-/* acc[16][HS] += P·B: P the warp's 16×64 tile as A fragments (pa[kk] covers columns
- * 16kk..16kk+15), B 64 rows of [.][LH] (rows = P's columns) */
 template <int HS>
-static __device__ __forceinline__ void acc_pb(float (&acc)[HS / 8][4], const uint32_t (&pa)[BC / 16][4], const bf16 *B,
+static __device__ __forceinline__ void scores(float (&s)[NT][4], const uint32_t (&a)[HS / 16][4], const bf16 *B,
                                               int lane) {
+    scores_mt<HS, 1>(*reinterpret_cast<float(*)[1][NT][4]>(&s),
+                     *reinterpret_cast<const uint32_t(*)[1][HS / 16][4]>(&a), B, lane);
+}
+
+/* acc[mt][16][HS] += P[mt]·B: P the MT 16×64 tiles as A fragments (pa[mt][kk] covers
+ * columns 16kk..16kk+15), B 64 rows of [.][LH] (rows = P's columns) */
+template <int HS, int MT>
+static __device__ __forceinline__ void acc_pb_mt(float (&acc)[MT][HS / 8][4], const uint32_t (&pa)[MT][BC / 16][4],
+                                                 const bf16 *B, int lane) {
     enum { LH = shape<HS>::LH };
 #pragma unroll
     for (int kk = 0; kk < BC / 16; kk++)
@@ -96,9 +108,18 @@ static __device__ __forceinline__ void acc_pb(float (&acc)[HS / 8][4], const uin
         for (int d2 = 0; d2 < HS / 16; d2++) {
             uint32_t b[4];
             dt_frag_b_kn<LH>(b, B + kk * 16 * LH + d2 * 16, lane);
-            dt_mma_bf16(acc[2 * d2], pa[kk], b[0], b[1]);
-            dt_mma_bf16(acc[2 * d2 + 1], pa[kk], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                dt_mma_bf16(acc[mt][2 * d2], pa[mt][kk], b[0], b[1]);
+                dt_mma_bf16(acc[mt][2 * d2 + 1], pa[mt][kk], b[2], b[3]);
+            }
         }
+}
+template <int HS>
+static __device__ __forceinline__ void acc_pb(float (&acc)[HS / 8][4], const uint32_t (&pa)[BC / 16][4], const bf16 *B,
+                                              int lane) {
+    acc_pb_mt<HS, 1>(*reinterpret_cast<float(*)[1][HS / 8][4]>(&acc),
+                     *reinterpret_cast<const uint32_t(*)[1][BC / 16][4]>(&pa), B, lane);
 }
 
 /* the A-fragment slot of score tile j's half h (rows g or g+8): C layout -> A layout */
@@ -120,90 +141,111 @@ static __device__ __forceinline__ void store_rows(bf16 *dst, size_t row_stride, 
     }
 }
 
-template <int HS>
+/* Forward: a block takes 64·MT query rows, each warp 16·MT of them (MT 16-row tiles that
+ * share every K and V fragment it loads: MT 2 halves the shared-memory reads per product,
+ * as FlashAttention-2's 32-row warps do, for more registers). */
+template <int HS, int MT>
 __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int C, int NH,
                                                  float scale) {
-    enum { LH = shape<HS>::LH, KS = shape<HS>::KS, OT = shape<HS>::OT };
+    enum { LH = shape<HS>::LH, KS = shape<HS>::KS, OT = shape<HS>::OT, ROWS = BR * MT };
     DT_DYN_SMEM(smem);
-    bf16 *Qs = (bf16 *)smem, *KV = Qs + BR * LH; /* two K/V buffers: [K | V] each */
+    bf16 *Qs = (bf16 *)smem, *KV = Qs + ROWS * LH; /* two K/V buffers: [K | V] each */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int bh = blockIdx.x, b = bh / NH, head = bh % NH, C3 = 3 * C;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR, qw = q0 + warp * 16; /* longest first */
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, qw = q0 + warp * 16 * MT; /* longest first */
     const bf16 *base = qkv + (size_t)b * T * C3 + head * HS;
     const float sl2 = scale * LOG2E;
-    load_tile<HS>(Qs, base, q0, T, C3);
+#pragma unroll
+    for (int i = 0; i < MT; i++) load_tile<HS>(Qs + i * BR * LH, base, q0 + i * BR, T, C3);
     load_kv<HS>(KV, base + C, 0, T, C, C3);
     dt_cp_async_commit();
-    uint32_t qf[KS][4];
-    float o[OT][4];
+    uint32_t qf[MT][KS][4];
+    float o[MT][OT][4];
 #pragma unroll
-    for (int n = 0; n < OT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows g, g+8: running max (log2 units), sum */
-    const int ntiles = (min(T, q0 + BR) + BC - 1) / BC;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < OT; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    /* rows g and g+8 of each tile: running max (log2 units) and sum */
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+    const int ntiles = (min(T, q0 + ROWS) + BC - 1) / BC;
     for (int tile = 0; tile < ntiles; tile++) {
         const int k0 = tile * BC;
         const bf16 *Ks = kv_wait<HS>(KV, base + C, tile, ntiles, T, C, C3), *Vs = Ks + BC * LH;
         if (tile == 0)
 #pragma unroll
-            for (int k = 0; k < KS; k++) dt_frag_a<LH>(qf[k], Qs + warp * 16 * LH + k * 16, lane);
-        float s[NT][4];
-        scores<HS>(s, qf, Ks, lane);
-        const bool mask = k0 + BC - 1 > qw || k0 + BC > T; /* the diagonal tile, or keys past T */
-        float mx[2] = {-INFINITY, -INFINITY};
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+                for (int k = 0; k < KS; k++) dt_frag_a<LH>(qf[mt][k], Qs + (warp * MT + mt) * 16 * LH + k * 16, lane);
+        if (k0 <= qw + 16 * MT - 1) { /* (warp-uniform) the warp's rows see some key of the tile */
+            float s[MT][NT][4];
+            scores_mt<HS, MT>(s, qf, Ks, lane);
+            uint32_t pa[MT][BC / 16][4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int row = qw + g + (e >> 1) * 8, key = k0 + j * 8 + 2 * t + (e & 1);
-                float x = s[j][e] * sl2;
-                if (mask && (key > row || key >= T)) x = -INFINITY;
-                s[j][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            for (int mt = 0; mt < MT; mt++) {
+                const int r0 = qw + 16 * mt;
+                const bool mask = k0 + BC - 1 > r0 || k0 + BC > T; /* the diagonal, or keys past T */
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int row = r0 + g + (e >> 1) * 8, key = k0 + j * 8 + 2 * t + (e & 1);
+                        float x = s[mt][j][e] * sl2;
+                        if (mask && (key > row || key >= T)) x = -INFINITY;
+                        s[mt][j][e] = x;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                    }
+                float corr[2], mb[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) { /* the row's max over its quad */
+                    mx[h] = fmaxf(mx[h], dt_shfl_xor(mx[h], 1));
+                    mx[h] = fmaxf(mx[h], dt_shfl_xor(mx[h], 2));
+                    float mn = fmaxf(m[mt][h], mx[h]);
+                    /* 0 on the row's first key (m = -inf); a row that has seen no key yet stays */
+                    corr[h] = mn == -INFINITY ? 1.0f : dt_exp2(m[mt][h] - mn);
+                    mb[h] = mn == -INFINITY ? 0.0f : mn;
+                    m[mt][h] = mn;
+                }
+                float ls[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        uint32_t u = dt_pack_bf16(dt_exp2(s[mt][j][2 * h] - mb[h]), dt_exp2(s[mt][j][2 * h + 1] - mb[h]));
+                        ls[h] += dt_bf16_lo(u) + dt_bf16_hi(u); /* the normaliser sums what P·V multiplies */
+                        DT_FA_SLOT(pa[mt], j, h) = u;
+                    }
+#pragma unroll
+                for (int h = 0; h < 2; h++) l[mt][h] = l[mt][h] * corr[h] + ls[h];
+#pragma unroll
+                for (int n = 0; n < OT; n++) {
+                    o[mt][n][0] *= corr[0], o[mt][n][1] *= corr[0];
+                    o[mt][n][2] *= corr[1], o[mt][n][3] *= corr[1];
+                }
             }
-        float corr[2], mb[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) { /* the row's max over its quad */
-            mx[h] = fmaxf(mx[h], dt_shfl_xor(mx[h], 1));
-            mx[h] = fmaxf(mx[h], dt_shfl_xor(mx[h], 2));
-            float mn = fmaxf(m[h], mx[h]);
-            /* 0 on the row's first key (m = -inf); a row that has seen no key yet stays as it is */
-            corr[h] = mn == -INFINITY ? 1.0f : dt_exp2(m[h] - mn);
-            mb[h] = mn == -INFINITY ? 0.0f : mn;
-            m[h] = mn;
+            acc_pb_mt<HS, MT>(o, pa, Vs, lane);
         }
-        uint32_t pa[BC / 16][4];
-        float ls[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                uint32_t u = dt_pack_bf16(dt_exp2(s[j][2 * h] - mb[h]), dt_exp2(s[j][2 * h + 1] - mb[h]));
-                ls[h] += dt_bf16_lo(u) + dt_bf16_hi(u); /* the normaliser sums what P·V multiplies */
-                DT_FA_SLOT(pa, j, h) = u;
-            }
-#pragma unroll
-        for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + ls[h];
-#pragma unroll
-        for (int n = 0; n < OT; n++) {
-            o[n][0] *= corr[0], o[n][1] *= corr[0];
-            o[n][2] *= corr[1], o[n][3] *= corr[1];
-        }
-        acc_pb<HS>(o, pa, Vs, lane);
         dt_syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
-    float inv[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += dt_shfl_xor(l[h], 1);
-        l[h] += dt_shfl_xor(l[h], 2);
-        inv[h] = 1.0f / l[h];
-    }
-    store_rows<HS>(out + (size_t)b * T * C + head * HS, C, qw, T, o, inv, lane);
-    if (t == 0)
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
         for (int h = 0; h < 2; h++) {
-            int row = qw + g + 8 * h;
-            if (row < T) lse[(size_t)bh * T + row] = m[h] * LN2 + logf(l[h]);
+            l[mt][h] += dt_shfl_xor(l[mt][h], 1);
+            l[mt][h] += dt_shfl_xor(l[mt][h], 2);
+            inv[h] = 1.0f / l[mt][h];
         }
+        const int r0 = qw + 16 * mt;
+        store_rows<HS>(out + (size_t)b * T * C + head * HS, C, r0, T, o[mt], inv, lane);
+        if (t == 0)
+            for (int h = 0; h < 2; h++) {
+                int row = r0 + g + 8 * h;
+                if (row < T) lse[(size_t)bh * T + row] = m[mt][h] * LN2 + logf(l[mt][h]);
+            }
+    }
 }
 
 /* dK, dV for 64 keys: over the query tiles at or after them */
@@ -350,7 +392,7 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_q_k(bf16 *dqkv, const bf16 *do
 }
 
 /* dynamic shared memory of each kernel (double-buffered tiles) */
-template <int HS> static size_t fwd_smem(void) { return (size_t)(BR + 4 * BC) * shape<HS>::LH * 2; }
+template <int HS, int MT> static size_t fwd_smem(void) { return (size_t)(MT * BR + 4 * BC) * shape<HS>::LH * 2; }
 template <int HS> static size_t bwd_kv_smem(void) { return (size_t)(4 * BR + 2 * BC) * shape<HS>::LH * 2 + 4 * BR * 4; }
 template <int HS> static size_t bwd_q_smem(void) { return (size_t)(2 * BR + 4 * BC) * shape<HS>::LH * 2; }
 
