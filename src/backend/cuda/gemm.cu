@@ -149,7 +149,7 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     if (pref) lt.MatmulPreferenceDestroy(pref);
     if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && epi) { /* not an error: the caller has a fallback */
         g_epi_unavailable[epi] = 1;
-        lt.MatmulDescDestroy(p->op);
+        if (p->op) lt.MatmulDescDestroy(p->op);
         if (p->la) lt.MatrixLayoutDestroy(p->la);
         if (p->lb) lt.MatrixLayoutDestroy(p->lb);
         if (p->lc) lt.MatrixLayoutDestroy(p->lc);
@@ -174,13 +174,14 @@ template <typename T>
 static int lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const T *A, int lda, const T *B, int ldb,
                      float beta, T *C, int ldc, const T *bias, int epi = EPI_NONE, const T *aux = NULL) {
     if (m == 0 || n == 0) return 1;
+    if (epi && g_epi_unavailable[epi]) return 0;
     int align = alignment(A);
     int a2 = alignment(B), a3 = alignment(C);
     if (a2 < align) align = a2;
     if (a3 < align) align = a3;
     if (aux && alignment(aux) < align) align = alignment(aux);
     plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta == 0.0f, align, sizeof(T) == 2, epi);
-    if (!p) return !epi || !g_epi_unavailable[epi];
+    if (!p) return !epi; /* (an epilogue without an algorithm was marked unavailable) */
     if (bias &&
         lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
             CUBLAS_STATUS_SUCCESS) {
@@ -194,6 +195,10 @@ static int lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const T *
     }
     cublasStatus_t st = lt.Matmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
                                        g_workspace, WORKSPACE, dt_cuda_stream());
+    if (epi && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
+        g_epi_unavailable[epi] = 1; /* refused before anything was queued: the caller's fallback runs */
+        return 0;
+    }
     if (st != CUBLAS_STATUS_SUCCESS) dt_cuda_record("cublasLtMatmul", lt.GetStatusString(st));
     return 1;
 }
