@@ -45,9 +45,11 @@ if command -v mpirun >/dev/null; then
   for lay in "dp2:2:" "pp2:2:--set parallel.pp=2" "dp2_pp2:4:--set parallel.pp=2" "tp2:2:--set parallel.tp=2" \
              "tp2_sp:2:--set parallel.tp=2 --set parallel.sp=true" "pp2_tp2:4:--set parallel.pp=2 --set parallel.tp=2" \
              "z1:2:--set parallel.zero=1" "z2:2:--set parallel.zero=2" "z3:2:--set parallel.zero=3" \
-             "pp2_z3:4:--set parallel.pp=2 --set parallel.zero=3" "tp2_z1:4:--set parallel.tp=2 --set parallel.zero=1"; do
+             "pp2_z3:4:--set parallel.pp=2 --set parallel.zero=3" "tp2_z1:4:--set parallel.tp=2 --set parallel.zero=1" \
+             "pp2_zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1"; do
     name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
-    case $name in dp2|dp2_pp2|pp2_tp2|z1) ;; *) full || continue ;; esac
+    # (pp2_zbh1: the weight gradients computed apart from the input gradients, without the weights)
+    case $name in dp2|dp2_pp2|pp2_tp2|z1|pp2_zbh1) ;; *) full || continue ;; esac
     "${MPI[@]}" -np $np "$DTRAIN" train "${DP_RUN[@]}" --set precision=bf16 $args --metrics "$TMP/$name.jsonl" \
       > "$TMP/$name.log" 2>&1 || fail "bf16 $name run: $(grep -v '^\[' "$TMP/$name.log" | tail -2)"
     r=$(curves_loss "$TMP/b16.jsonl" "$TMP/$name.jsonl" 1e-3) && pass "bf16 $name = bf16 single process: $r" ||

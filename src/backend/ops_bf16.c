@@ -70,10 +70,12 @@ static void b_lin_b(float *dinp, float *dw, float *dbias, const float *dout, con
                     int IC, int OC, int acc) {
     float *dx = !dinp ? NULL : acc ? wide(0, dinp, (size_t)N * IC) : buf(0, (size_t)N * IC);
     float *dww = wide(1, dw, (size_t)IC * OC), *db = wide(2, dbias, (size_t)OC);
-    float *dy = wide(3, dout, (size_t)N * OC), *ww = wide(5, w, (size_t)IC * OC);
-    float *x = dw ? wide(4, inp, (size_t)N * IC) : NULL; /* only the weight gradient reads the input */
-    NEED(dy, ww);
-    if ((dinp && !dx) || (dw && (!dww || !x)) || (dbias && !db)) return;
+    float *dy = wide(3, dout, (size_t)N * OC);
+    /* the input gradient alone reads the weights, the weight gradient alone the input (a
+     * split backward passes only what its half reads: zero-bubble schedules) */
+    float *ww = dinp ? wide(5, w, (size_t)IC * OC) : NULL, *x = dw ? wide(4, inp, (size_t)N * IC) : NULL;
+    NEED(dy);
+    if ((dinp && (!dx || !ww)) || (dw && (!dww || !x)) || (dbias && !db)) return;
     in->linear_bwd(dx, dww, db, dy, x, ww, N, IC, OC, acc);
     narrow(dinp, dx, (size_t)N * IC);
     narrow(dw, dww, (size_t)IC * OC);
