@@ -66,11 +66,11 @@ static __device__ __forceinline__ const bf16 *kv_wait(bf16 *KV, const bf16 *kbas
     return KV + (tile & 1) * 2 * BC * shape<HS>::LH;
 }
 
-/* s[mt][16][64] = A[mt]·Bᵀ for MT 16-row tiles of A (fragments over the head), B 64 rows
+/* s[mt][16][64] = A[mt]·Bᵀ (mt < MT; s and a point at MT tiles) for MT 16-row tiles of A (fragments over the head), B 64 rows
  * of [.][LH]: each B fragment loaded serves all MT tiles */
 template <int HS, int MT>
-static __device__ __forceinline__ void scores_mt(float (&s)[MT][NT][4], const uint32_t (&a)[MT][HS / 16][4],
-                                                 const bf16 *B, int lane) {
+static __device__ __forceinline__ void scores_mt(float (*s)[NT][4], const uint32_t (*a)[HS / 16][4], const bf16 *B,
+                                                 int lane) {
     enum { LH = shape<HS>::LH };
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -92,14 +92,13 @@ static __device__ __forceinline__ void scores_mt(float (&s)[MT][NT][4], const ui
 template <int HS>
 static __device__ __forceinline__ void scores(float (&s)[NT][4], const uint32_t (&a)[HS / 16][4], const bf16 *B,
                                               int lane) {
-    scores_mt<HS, 1>(*reinterpret_cast<float(*)[1][NT][4]>(&s),
-                     *reinterpret_cast<const uint32_t(*)[1][HS / 16][4]>(&a), B, lane);
+    scores_mt<HS, 1>(&s, &a, B, lane);
 }
 
 /* acc[mt][16][HS] += P[mt]·B: P the MT 16×64 tiles as A fragments (pa[mt][kk] covers
  * columns 16kk..16kk+15), B 64 rows of [.][LH] (rows = P's columns) */
 template <int HS, int MT>
-static __device__ __forceinline__ void acc_pb_mt(float (&acc)[MT][HS / 8][4], const uint32_t (&pa)[MT][BC / 16][4],
+static __device__ __forceinline__ void acc_pb_mt(float (*acc)[HS / 8][4], const uint32_t (*pa)[BC / 16][4],
                                                  const bf16 *B, int lane) {
     enum { LH = shape<HS>::LH };
 #pragma unroll
@@ -118,8 +117,7 @@ static __device__ __forceinline__ void acc_pb_mt(float (&acc)[MT][HS / 8][4], co
 template <int HS>
 static __device__ __forceinline__ void acc_pb(float (&acc)[HS / 8][4], const uint32_t (&pa)[BC / 16][4], const bf16 *B,
                                               int lane) {
-    acc_pb_mt<HS, 1>(*reinterpret_cast<float(*)[1][HS / 8][4]>(&acc),
-                     *reinterpret_cast<const uint32_t(*)[1][BC / 16][4]>(&pa), B, lane);
+    acc_pb_mt<HS, 1>(&acc, &pa, B, lane);
 }
 
 /* the A-fragment slot of score tile j's half h (rows g or g+8): C layout -> A layout */

@@ -33,6 +33,7 @@ enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU };
 
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf, epi;
+    int unusable; /* a fused epilogue cuBLASLt has no algorithm for at this shape: fall back */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -81,31 +82,32 @@ static int alignment(const void *p) { /* the largest of 16, 8, 4 bytes dividing 
     return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : 4;
 }
 
-/* A fused epilogue the heuristic offered no algorithm for is not asked for again: the
- * callers run the plain GEMM and the separate kernel instead. */
-static int g_epi_unavailable[3];
-
-static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int bias, int beta0,
-                       int align, int bf, int epi) {
+/* A fused epilogue the heuristic offers no algorithm for (or the matmul refuses) at a
+ * shape is remembered as an unusable plan, so it is not asked for again: the callers run
+ * the plain GEMM and the separate kernel instead. The bias and aux pointers of the first
+ * call are set before the heuristic (it reads their alignment); later calls of the same
+ * plan share the alignment class (part of the key). */
+static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, const void *bias, int beta0,
+                       int align, int bf, int epi, const void *aux) {
     for (int i = 0; i < g_nplans; i++) {
         plan *p = &g_plans[i];
         if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc && p->bias == bias && p->beta0 == beta0 && p->align == align && p->bf == bf && p->epi == epi)
+            p->ldc == ldc && p->bias == (bias != NULL) && p->beta0 == beta0 && p->align == align && p->bf == bf &&
+            p->epi == epi)
             return p;
     }
-    if (g_epi_unavailable[epi]) return NULL;
     if (g_nplans == MAX_PLANS) { /* shapes are few in training; evict the oldest if not */
         plan *p = &g_plans[0];
-        lt.MatmulDescDestroy(p->op);
-        lt.MatrixLayoutDestroy(p->la);
-        lt.MatrixLayoutDestroy(p->lb);
-        lt.MatrixLayoutDestroy(p->lc);
+        if (p->op) lt.MatmulDescDestroy(p->op); /* (an unusable plan holds none) */
+        if (p->la) lt.MatrixLayoutDestroy(p->la);
+        if (p->lb) lt.MatrixLayoutDestroy(p->lb);
+        if (p->lc) lt.MatrixLayoutDestroy(p->lc);
         memmove(g_plans, g_plans + 1, sizeof(plan) * (MAX_PLANS - 1));
         g_nplans--;
     }
     plan *p = &g_plans[g_nplans];
     memset(p, 0, sizeof *p);
-    *p = (plan){ta, tb, m, n, k, lda, ldb, ldc, bias, beta0, align, bf, epi, NULL, NULL, NULL, NULL, {}};
+    *p = (plan){ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta0, align, bf, epi, 0, NULL, NULL, NULL, NULL, {}};
     cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st = lt.MatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -122,7 +124,11 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     if (st == CUBLAS_STATUS_SUCCESS && epi) { /* aux has D's shape (m x n, column-major) */
         int64_t aux_ld = m;
         st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     }
+    if (st == CUBLAS_STATUS_SUCCESS && bias)
+        st = lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = lt.MatrixLayoutCreate(&p->la, dt, ta ? k : m, ta ? m : k, lda);
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -147,13 +153,17 @@ static plan *find_plan(int ta, int tb, int m, int n, int k, int lda, int ldb, in
     if (st == CUBLAS_STATUS_SUCCESS)
         st = lt.MatmulAlgoGetHeuristic(g_lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
     if (pref) lt.MatmulPreferenceDestroy(pref);
-    if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && epi) { /* not an error: the caller has a fallback */
-        g_epi_unavailable[epi] = 1;
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) { /* no descriptors kept either way */
         if (p->op) lt.MatmulDescDestroy(p->op);
         if (p->la) lt.MatrixLayoutDestroy(p->la);
         if (p->lb) lt.MatrixLayoutDestroy(p->lb);
         if (p->lc) lt.MatrixLayoutDestroy(p->lc);
-        return NULL;
+        p->op = NULL, p->la = p->lb = p->lc = NULL;
+    }
+    if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && epi) { /* not an error: the caller has a fallback */
+        p->unusable = 1;
+        g_nplans++;
+        return p;
     }
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
         char msg[160];
@@ -174,14 +184,14 @@ template <typename T>
 static int lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const T *A, int lda, const T *B, int ldb,
                      float beta, T *C, int ldc, const T *bias, int epi = EPI_NONE, const T *aux = NULL) {
     if (m == 0 || n == 0) return 1;
-    if (epi && g_epi_unavailable[epi]) return 0;
+    if (epi && (m % 8 || alignment(aux) < 16)) return 0; /* cuBLASLt: aux's leading dimension a multiple of 8 */
     int align = alignment(A);
     int a2 = alignment(B), a3 = alignment(C);
     if (a2 < align) align = a2;
     if (a3 < align) align = a3;
-    if (aux && alignment(aux) < align) align = alignment(aux);
-    plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta == 0.0f, align, sizeof(T) == 2, epi);
-    if (!p) return !epi; /* (an epilogue without an algorithm was marked unavailable) */
+    plan *p = find_plan(ta, tb, m, n, k, lda, ldb, ldc, bias, beta == 0.0f, align, sizeof(T) == 2, epi, aux);
+    if (!p) return 1; /* recorded */
+    if (p->unusable) return 0;
     if (bias &&
         lt.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
             CUBLAS_STATUS_SUCCESS) {
@@ -196,7 +206,7 @@ static int lt_matmul(int ta, int tb, int m, int n, int k, float alpha, const T *
     cublasStatus_t st = lt.Matmul(g_lt, p->op, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
                                        g_workspace, WORKSPACE, dt_cuda_stream());
     if (epi && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
-        g_epi_unavailable[epi] = 1; /* refused before anything was queued: the caller's fallback runs */
+        p->unusable = 1; /* refused before anything was queued: the caller's fallback runs */
         return 0;
     }
     if (st != CUBLAS_STATUS_SUCCESS) dt_cuda_record("cublasLtMatmul", lt.GetStatusString(st));
