@@ -134,7 +134,7 @@ static void test_linear_gelu(int N, int IC, int OC) {
     dt_linear_gelu_fwd(H, y, pre, x, w, b, N, IC, OC);
     dt_linear_gelu_fwd(G, gy, gpre, gx, gw, gb, N, IC, OC);
     char name[96];
-    snprintf(name, sizeof name, "linear+gelu %dx%d->%d (%s): pre", N, IC, OC, G->linear_gelu_fwd ? "fused" : "plain");
+    snprintf(name, sizeof name, "linear+gelu %dx%d->%d (%s): pre", N, IC, OC, G->linear_gelu_fwd ? "fusion" : "plain");
     check(name, gpre, pre, (size_t)N * OC, 1e-5);
     check("linear+gelu: out", gy, y, (size_t)N * OC, 1e-5);
     /* backward through a second layer OC -> IC from the same pre on both sides */
@@ -142,6 +142,13 @@ static void test_linear_gelu(int N, int IC, int OC) {
     dt_linear_dgelu_bwd(H, dx, dy, w2, pre, N, OC, IC);
     dt_linear_dgelu_bwd(G, gdx, gdy, gw2, gpre, N, OC, IC);
     check("linear+gelu: dinp = gelu'(pre)·(dout·wᵀ)", gdx, dx, (size_t)N * OC, 1e-5);
+    if (G->linear_gelu_fwd) { /* the fusion is the point: a silent fallback on every call is a failure here */
+        long fused, fell_back;
+        dt_gpu_fusion_counts(&fused, &fell_back);
+        printf("%-4s linear+gelu: %ld GEMMs fused, %ld fell back to the plain GEMM + kernel\n", fell_back ? "FAIL" : "ok",
+               fused, fell_back);
+        failures += fell_back != 0;
+    }
     free(x), free(w), free(b), free(dy), free(y), free(pre), free(dx), free(w2);
     G->free(gx), G->free(gw), G->free(gb), G->free(gdy), G->free(gy), G->free(gpre), G->free(gdx), G->free(gw2);
 }

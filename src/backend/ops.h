@@ -161,6 +161,10 @@ void *dt_gpu_stream(void);
 /* Dense bf16 peak of this GPU in FLOP/s from a table of known devices (0: unknown):
  * the denominator of MFU. */
 double dt_gpu_bf16_peak(void);
+/* The fused GELU GEMMs (linear_gelu_fwd, linear_dgelu_bwd) this process ran fused and
+ * those that fell back to the plain GEMM and kernel (cuBLASLt had no algorithm); zeros
+ * without CUDA. */
+void dt_gpu_fusion_counts(long *fused, long *fell_back);
 /* Wraps ops so every call is timed (one wrapper per process); report prints the totals. */
 const dt_ops *dt_ops_profiled(const dt_ops *ops);
 void dt_ops_profile_report(FILE *out);

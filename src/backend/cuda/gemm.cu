@@ -232,16 +232,23 @@ void cuda_linear_bwd(T *dinp, T *dw, T *dbias, const T *dout, const T *inp, cons
     if (dbias) cuda_colsum_acc<T>(dbias, dout, N, OC);
 }
 
+static long g_fused, g_fell_back;
+extern "C" void dt_gpu_fusion_counts(long *fused, long *fell_back) { *fused = g_fused, *fell_back = g_fell_back; }
+static int counted(int ran) {
+    ++*(ran ? &g_fused : &g_fell_back);
+    return ran;
+}
+
 /* out = gelu(pre), pre = inp·w + bias, in one GEMM (cuBLASLt's GELU_AUX_BIAS epilogue:
  * GPT-2's tanh GELU, the pre-activation written as aux); 0: no such algorithm here */
 template <typename T>
 int cuda_linear_gelu_fwd(T *out, T *pre, const T *inp, const T *w, const T *bias, int N, int IC, int OC) {
-    return lt_matmul<T>(0, 0, OC, N, IC, 1.0f, w, OC, inp, IC, 0.0f, out, OC, bias, EPI_GELU_AUX, pre);
+    return counted(lt_matmul<T>(0, 0, OC, N, IC, 1.0f, w, OC, inp, IC, 0.0f, out, OC, bias, EPI_GELU_AUX, pre));
 }
 
 /* dinp = gelu'(pre)·(dout·wᵀ) in one GEMM (the DGELU epilogue reading pre as aux) */
 template <typename T> int cuda_linear_dgelu_bwd(T *dinp, const T *dout, const T *w, const T *pre, int N, int IC, int OC) {
-    return lt_matmul<T>(1, 0, IC, N, OC, 1.0f, w, OC, dout, OC, 0.0f, dinp, IC, NULL, EPI_DGELU, pre);
+    return counted(lt_matmul<T>(1, 0, IC, N, OC, 1.0f, w, OC, dout, OC, 0.0f, dinp, IC, NULL, EPI_DGELU, pre));
 }
 
 template int cuda_linear_gelu_fwd<float>(float *, float *, const float *, const float *, const float *, int, int, int);

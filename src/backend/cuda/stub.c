@@ -14,3 +14,4 @@ size_t dt_gpu_peak_bytes(void) { return 0; }
 void *dt_gpu_stream(void) { return 0; }
 void dt_gpu_select(int local_rank) { (void)local_rank; }
 double dt_gpu_bf16_peak(void) { return 0.0; }
+void dt_gpu_fusion_counts(long *fused, long *fell_back) { *fused = *fell_back = 0; }
