@@ -218,6 +218,7 @@ static dt_status cmd_config(int argc, char **argv) {
     long long mp = (long long)c.parallel.tp * c.parallel.pp * c.parallel.cp;
     if (world > 0 && world % mp != 0)
         return dt_fail(DT_EINPUT, "parallel: world size %lld is not divisible by tp x pp x cp = %lld", world, mp);
+    if (world > 0) DT_TRY(dt_config_resolve_micro_batch(&c, (int)world));
     char *js = dt_config_to_json(&c);
     if (!js) return dt_fail(DT_ERUNTIME, "out of memory");
     printf("%s\n", js);
@@ -251,6 +252,10 @@ static dt_status cmd_estimate(int argc, char **argv) {
     if (s == DT_OK) s = parse_config_args(&c, k, rest);
     free(rest);
     DT_TRY(s);
+    /* -n is the data-parallel size here, not the world */
+    long long world = n * c.parallel.tp * c.parallel.pp * c.parallel.cp;
+    if (world > 1 << 30) return dt_fail(DT_EINPUT, "estimate: -n %lld x tp x pp x cp is too large", n);
+    DT_TRY(dt_config_resolve_micro_batch(&c, (int)world));
     return dt_estimate_print(&c, (int)n, json, stdout);
 }
 

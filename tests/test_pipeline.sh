@@ -18,6 +18,8 @@ IL=(--set parallel.schedule=interleaved --set parallel.virtual_stages=2)
 "$DTRAIN" train "${RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
 "$DTRAIN" train "${RUN[@]}" "${FIVE[@]}" --metrics "$TMP/ref5.jsonl" >"$TMP/ref5.out" 2>&1 || fail "single (5 blocks)"
 "$DTRAIN" train "${RUN[@]}" "${EIGHT[@]}" --metrics "$TMP/ref8.jsonl" >"$TMP/ref8.out" 2>&1 || fail "single (8 blocks)"
+"$DTRAIN" train "${RUN[@]}" --set parallel.micro_batches=8 --metrics "$TMP/refm8.jsonl" >"$TMP/refm8.out" 2>&1 ||
+  fail "single (8 micro-batches)"
 for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "pp2_gpipe:2:ref:--set parallel.pp=2 --set parallel.schedule=gpipe" \
               "pp4_1f1b_5blocks:4:ref5:--set parallel.pp=4 ${FIVE[*]}" \
@@ -41,14 +43,20 @@ for layout in "pp2_1f1b:2:ref:--set parallel.pp=2" \
               "dp2_pp2_zero3:4:ref:--set parallel.pp=2 --set parallel.zero=3" \
               "dp2_pp2_ps:4:ref:--set parallel.pp=2 --set parallel.dp_mode=ps" \
               "pp2_tp2_sp:4:ref:--set parallel.pp=2 --set parallel.tp=2 --set parallel.sp=true" \
-              "dp2_pp2_tp2:8:ref:--set parallel.pp=2 --set parallel.tp=2"; do
+              "dp2_pp2_tp2:8:ref:--set parallel.pp=2 --set parallel.tp=2" \
+              "pp2_m8:2:refm8:--set parallel.pp=2 --set parallel.micro_batches=8" \
+              "dp2_pp2_m4:4:ref:--set parallel.pp=2 --set parallel.micro_batches=4"; do
   name=${layout%%:*}; rest=${layout#*:}; np=${rest%%:*}; rest=${rest#*:}; ref=${rest%%:*}; args=${rest#*:}
-  case $name in pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|pp2_interleaved_5blocks|pp2_split_4_1|dp2_pp2_zbh1_zero3|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
+  case $name in pp2_m8|pp2_1f1b|pp2_gpipe|pp4_1f1b_5blocks|pp2_zbh1|pp2_interleaved_5blocks|pp2_split_4_1|dp2_pp2_zbh1_zero3|dp2_pp2_zero1|dp2_pp2_zero3|pp2_tp2_sp) ;;
     *) full || continue ;; esac
   parity "$name" $np "$TMP/$ref.jsonl" $args
 done
 grep -q "blocks per stage: \[0, 2) \[2, 3) \[3, 4) \[4, 5)" "$TMP/pp4_1f1b_5blocks.out" &&
   pass "5 blocks over 4 stages: 2 + 1 + 1 + 1" || fail "stage split: $(grep pipeline "$TMP/pp4_1f1b_5blocks.out")"
+# parallel.micro_batches m sets the step's micro-batches (the micro-batch is global / (dp·m))
+grep -q "micro-batch 1 x 1 data-parallel x 8 accumulation" "$TMP/pp2_m8.out" && grep -q "8 micro-batches per step" "$TMP/pp2_m8.out" &&
+  pass "parallel.micro_batches 8: micro-batch 1, 8 micro-batches per step" ||
+  fail "parallel.micro_batches: $(grep -E 'global batch|pipeline parallel' "$TMP/pp2_m8.out")"
 grep -q "pipeline bubble: measured" "$TMP/pp4_1f1b_5blocks.out" && pass "the summary reports the bubble" ||
   fail "no bubble report"
 grep -q "blocks per stage: \[0, 4) \[4, 5)" "$TMP/pp2_split_4_1.out" && pass "parallel.pp_split 4,1: the stages it names" ||
@@ -197,6 +205,8 @@ refused "interleaved micro-batches" "multiple of the" 2 --set parallel.pp=2 --se
   --set parallel.virtual_stages=2 --set train.global_batch=6 "${FIVE[@]}"
 refused "virtual stages without interleaving" "needs parallel.schedule interleaved" 2 --set parallel.pp=2 \
   --set parallel.virtual_stages=2 "${FIVE[@]}"
+refused "micro-batches that do not divide the global batch" "parallel.micro_batches 3" 2 --set parallel.pp=2 \
+  --set parallel.micro_batches=3
 refused "unknown schedule" "parallel.schedule" 2 --set parallel.pp=2 --set parallel.schedule=pipedream
 refused "a split that does not add up" "parallel.pp_split '3,3'" 2 --set parallel.pp=2 --set parallel.pp_split=3,3 \
   "${FIVE[@]}"

@@ -91,7 +91,7 @@ static const key_desc KEYS[] = {
     INT("parallel.zero", parallel.zero, 0, 3, "0", "ZeRO stage"),
     ENUM("parallel.dp_mode", parallel.dp_mode, "ddp|ps", "ddp", "data-parallel mode"),
     ENUM("parallel.schedule", parallel.schedule, "gpipe|1f1b|interleaved|zb-h1", "1f1b", "pipeline schedule"),
-    INT("parallel.micro_batches", parallel.micro_batches, 0, 1e6, "0", "pipeline micro-batches (0: derived)"),
+    INT("parallel.micro_batches", parallel.micro_batches, 0, 1e6, "0", "micro-batches per step, a pipeline's m: sets train.micro_batch to global_batch / (dp x m) (0: train.micro_batch decides)"),
     INT("parallel.virtual_stages", parallel.virtual_stages, 1, 1024, "1", "interleaved pipeline chunks per rank"),
     STR("parallel.pp_split", parallel.pp_split, "",
         "blocks per pipeline stage, comma-separated, e.g. 3,2,2,1 (interleaved: per chunk, in model order; empty: balanced)"),
@@ -349,7 +349,7 @@ dt_status dt_config_validate(const dt_config *c) {
     if (c->train.seq_len > c->model.seq_len)
         return dt_fail(DT_EINPUT, "config: train.seq_len (%d) exceeds the position table (model.seq_len %d)",
                        c->train.seq_len, c->model.seq_len);
-    if (c->train.global_batch > 0 && c->train.global_batch % c->train.micro_batch != 0)
+    if (c->parallel.micro_batches == 0 && c->train.global_batch > 0 && c->train.global_batch % c->train.micro_batch != 0)
         return dt_fail(DT_EINPUT, "config: train.global_batch (%d) must be a multiple of train.micro_batch (%d)",
                        c->train.global_batch, c->train.micro_batch);
     if (c->train.min_lr > c->train.lr)
@@ -358,6 +358,21 @@ dt_status dt_config_validate(const dt_config *c) {
     if (!strcmp(c->data.tokenizer, "gpt2") && c->model.vocab_size < 50257)
         return dt_fail(DT_EINPUT, "config: model.vocab_size (%d) is smaller than the GPT-2 tokenizer's 50257",
                        c->model.vocab_size);
+    return DT_OK;
+}
+
+dt_status dt_config_resolve_micro_batch(dt_config *c, int world) {
+    int m = c->parallel.micro_batches;
+    long long model_par = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
+    if (m <= 0 || model_par <= 0 || world % model_par != 0) return DT_OK;
+    long long dp = world / model_par, gb = c->train.global_batch;
+    if (gb <= 0)
+        return dt_fail(DT_EINPUT, "config: parallel.micro_batches %d needs train.global_batch (the micro-batch is "
+                       "derived from it)", m);
+    if (gb % (dp * m) != 0)
+        return dt_fail(DT_EINPUT, "config: parallel.micro_batches %d x data-parallel size %lld does not divide "
+                       "train.global_batch %lld", m, dp, gb);
+    c->train.micro_batch = (int)(gb / (dp * m));
     return DT_OK;
 }
 

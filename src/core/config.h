@@ -60,6 +60,12 @@ dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin
 dt_status dt_config_set(dt_config *c, const char *assignment);
 /* Cross-key checks (n_embd % n_head, batch divisibility, ...). */
 dt_status dt_config_validate(const dt_config *c);
+/* With parallel.micro_batches m > 0, sets train.micro_batch to train.global_batch / (dp * m)
+ * for a world of `world` ranks (dp = world / (tp * pp * cp)), so every step runs m
+ * micro-batches whatever the layout (Megatron's num_microbatches); DT_EINPUT if the global
+ * batch is unset or dp * m does not divide it. A no-op when m is 0 or tp*pp*cp does not
+ * divide the world (the layout's own check reports that). */
+dt_status dt_config_resolve_micro_batch(dt_config *c, int world);
 /* Resume: copies every key of a checkpoint's saved config except the per-invocation
  * ones (checkpoint.resume, checkpoint.overwrite, train.stop_after, train.init_from). */
 void dt_config_restore(dt_config *dst, const dt_config *saved);

@@ -68,10 +68,15 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     memset(out, 0, sizeof *out);
     gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     DT_TRY(gpt_shape_check(&s));
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, micro = c->train.micro_batch;
-    long long gb = c->train.global_batch > 0 ? c->train.global_batch : (long long)micro * dp;
     if (dp * pp * cp * tp != mc->world)
         return dt_fail(DT_EINPUT, "plan: %d x %d x %d x %d is not the world %d", dp, pp, cp, tp, mc->world);
+    dt_config lc = *c; /* the layout as a config: the estimator's memory */
+    lc.parallel.tp = tp;
+    lc.parallel.pp = pp;
+    lc.parallel.cp = cp;
+    DT_TRY(dt_config_resolve_micro_batch(&lc, mc->world)); /* parallel.micro_batches fixes m, not the micro-batch */
+    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, micro = lc.train.micro_batch;
+    long long gb = c->train.global_batch > 0 ? c->train.global_batch : (long long)micro * dp;
     if (!dt_plan_shard_ok(c, &s, tp, cp))
         return dt_fail(DT_EINPUT, "plan: tp %d does not divide the heads and the padded vocabulary, or cp %d does not "
                        "split the sequence", tp, cp);
@@ -79,11 +84,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     if (gb % ((long long)micro * dp)) return dt_fail(DT_EINPUT, "plan: dp %d does not divide the global batch", dp);
     if (zero > 0 && dp * cp == 1) return dt_fail(DT_EINPUT, "plan: ZeRO needs several data-parallel ranks");
     int m = (int)(gb / ((long long)micro * dp));
-    dt_config lc = *c; /* the layout as a config: the estimator's memory */
     strcpy(lc.parallel.dp_mode, "ddp");
-    lc.parallel.tp = tp;
-    lc.parallel.pp = pp;
-    lc.parallel.cp = cp;
     lc.parallel.zero = zero;
     lc.parallel.sp = c->parallel.sp && tp > 1;
     lc.parallel.virtual_stages = 1;

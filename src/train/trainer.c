@@ -29,7 +29,8 @@
 #include "sample.h"
 
 typedef struct {
-    const dt_config *cfg;
+    const dt_config *cfg; /* &run_cfg */
+    dt_config run_cfg;    /* the caller's config with the micro-batch resolved for this world */
     const dt_ops *ops;
     dt_comm *world;
     dt_mesh mesh;
@@ -160,8 +161,11 @@ static dt_status note_schedule_change(trainer *t, const dt_config *c) {
 }
 
 /* Local checks and data: no communication, so a failing rank cannot strand the others. */
-static dt_status setup_local(trainer *t, const dt_config *c) {
-    t->cfg = c;
+static dt_status setup_local(trainer *t, const dt_config *cfg) {
+    t->run_cfg = *cfg;
+    t->cfg = &t->run_cfg;
+    const dt_config *c = t->cfg;
+    DT_TRY(dt_config_resolve_micro_batch(&t->run_cfg, dt_comm_size(t->world)));
     DT_TRY(dt_config_validate(c));
     DT_TRY(dt_dp_check_config(c));
     dt_gpu_select(dt_comm_local_rank(t->world)); /* a GPU per rank of the node, whatever the launcher */
@@ -331,10 +335,13 @@ static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((trainer *)ctx)
 
 /* Mean loss over val_batches micro-batches of consecutive windows of the val file,
  * spread over data-parallel ranks. Every rank runs the same number of forwards (ZeRO-3
- * gathers are collective); surplus ones count for nothing. */
+ * gathers are collective); surplus ones count for nothing. With parallel.micro_batches
+ * the micro-batch depends on dp, so a validation batch is dp micro-batches (global_batch /
+ * m sequences, the same in every layout). */
 static dt_status validate(trainer *t, double *out) {
     size_t nwin = (t->val_tokens.count - 1) / (size_t)t->T;
-    int nb = t->cfg->train.val_batches, rounds = (nb + t->dp - 1) / t->dp;
+    int nb = t->cfg->train.val_batches * (t->cfg->parallel.micro_batches > 0 ? t->dp : 1);
+    int rounds = (nb + t->dp - 1) / t->dp;
     double acc[2] = {0.0, 0.0}; /* loss sum, tokens */
     for (int i = 0; i < rounds; i++) {
         int b = i * t->dp + t->dp_rank;
@@ -640,7 +647,7 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, int *report) {
     t.world = world;
     t.rank0 = dt_comm_rank(world) == 0;
     dt_status s = agree(&t, setup_local(&t, cfg), report);
-    if (s == DT_OK) s = agree(&t, setup_model(&t, cfg), report);
+    if (s == DT_OK) s = agree(&t, setup_model(&t, t.cfg), report);
     if (s == DT_OK) {
         /* from here on a failure on one rank (I/O, divergence) is seen by all through
          * the collectives it breaks, or reported by every rank alike */

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Randomised layout parity: the project's central promise, tried on layouts nobody wrote down.
+
+Each case draws a model shape (layers, heads, head size, length, an odd vocabulary), a batch
+(micro-batch, gradient accumulation) and a layout (dp x tp x pp x cp up to 8 ranks, sp, ZeRO
+stage, ps or ddp, pipeline schedule and micro-batches, virtual stages, bitwise mode, fp32 or
+bf16), runs it under mpirun and checks it against the single process on the same global batch:
+  - the initial weights' digest equals the single process's (every layout, bit for bit);
+  - fp32: every step's loss and gradient norm within 1e-5 relative;
+  - bf16: every step's loss within 1e-3 relative of the bf16 single process;
+  - bitwise mode: the final digest equals the single process's in bitwise mode.
+A layout the trainer refuses must exit 2 with one `dtrain: error` line (counted, not a failure).
+
+usage: tests/layout_sweep.py DTRAIN SRCDIR [--cases N] [--seed S] [--max-ranks R] [--keep DIR]
+Prints one line per case and a summary; exits 1 if any case failed. Repeatable: the same seed
+draws the same cases.
+"""
+import argparse, json, os, random, re, shutil, subprocess, sys, tempfile
+
+ap = argparse.ArgumentParser()
+ap.add_argument("dtrain"); ap.add_argument("src")
+ap.add_argument("--cases", type=int, default=20)
+ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--max-ranks", type=int, default=8)
+ap.add_argument("--steps", type=int, default=6)
+ap.add_argument("--keep", default="")
+ap.add_argument("--timeout", type=int, default=300)
+args = ap.parse_args()
+
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+MPI = ["mpirun", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "--mca", "btl", "self,vader"]
+tmp = args.keep or tempfile.mkdtemp(prefix="dtrain-sweep.")
+os.makedirs(tmp, exist_ok=True)
+subprocess.run([args.dtrain, "prepare", "--input", os.path.join(args.src, "tests/data/tiny_corpus.txt"),
+                "--out", os.path.join(tmp, "c"), "--val-fraction", "0.1"], check=True, stdout=subprocess.DEVNULL)
+
+
+def draw(rng):
+    """One case: (model and batch settings shared with the reference, layout settings, ranks)."""
+    while True:
+        tp = rng.choice([1, 1, 2, 2, 4]); pp = rng.choice([1, 2, 2]); cp = rng.choice([1, 1, 2])
+        dp = rng.choice([1, 2, 2, 4])
+        world = dp * tp * pp * cp
+        if world == 1 or world > args.max_ranks:
+            continue
+        prec = "bf16" if rng.random() < 0.25 else "fp32"
+        vs = 2 if pp > 1 and rng.random() < 0.3 else 1
+        n_layer = pp * vs * rng.choice([1, 2])
+        n_head = tp * rng.choice([1, 2]) if tp > 1 else rng.choice([1, 2, 4])
+        hs = rng.choice([8, 16])
+        seq = rng.choice([16, 32, 48])
+        if seq % (2 * cp):
+            continue
+        mb = rng.choice([1, 2, 4])
+        accum = rng.choice([1, 1, 2])
+        model = {"model.n_layer": n_layer, "model.n_head": n_head, "model.n_embd": n_head * hs,
+                 "model.seq_len": seq, "model.vocab_size": rng.choice([256 + 3, 300, 317, 384]),
+                 "train.micro_batch": mb, "train.global_batch": mb * dp * accum,
+                 "train.seed": rng.randrange(1, 10**6), "train.lr": rng.choice([1e-3, 3e-3]),
+                 "precision": prec}
+        lay = {"parallel.tp": tp, "parallel.pp": pp, "parallel.cp": cp}
+        if tp > 1 and rng.random() < 0.5:
+            lay["parallel.sp"] = "true"
+        lay["parallel.zero"] = rng.choice([0, 1, 2, 3])
+        if rng.random() < 0.2:
+            lay["parallel.dp_mode"] = "ps"
+        if pp > 1:
+            lay["parallel.schedule"] = "interleaved" if vs > 1 else rng.choice(["gpipe", "1f1b", "zb-h1"])
+            if vs > 1:
+                lay["parallel.virtual_stages"] = vs
+            lay["parallel.micro_batches"] = rng.choice([0, 1, 2, mb]) if mb > 1 else rng.choice([0, 1])
+        if rng.random() < 0.2:
+            lay["parallel.determinism"] = "bitwise"
+        return model, lay, world
+
+
+def sets(d):
+    out = []
+    for k, v in d.items():
+        out += ["--set", "%s=%s" % (k, v)]
+    return out
+
+
+def run(cmd, log):
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=args.timeout)
+        rc, out = p.returncode, p.stdout.decode(errors="replace")
+    except subprocess.TimeoutExpired as e:
+        rc, out = "timeout", (e.stdout or b"").decode(errors="replace")
+    with open(log, "w") as f:
+        f.write(" ".join(cmd) + "\n" + out)
+    return rc, out
+
+
+def metrics(path):
+    rows = [json.loads(l) for l in open(path)]
+    return {r["step"]: r for r in rows if "event" not in r}
+
+
+def digest(out):
+    m = re.findall(r"digest sha256:([0-9a-f]{64})", out)
+    return m[-1] if m else None
+
+
+base = ["--config", os.path.join(args.src, "tests/data/tiny.json"), "--set", "data.train=%s/c_train.bin" % tmp,
+        "--set", "data.val=%s/c_val.bin" % tmp, "--threads", "1", "--set", "train.val_every=0",
+        "--steps", str(args.steps), "--set", "train.warmup_steps=2"]
+refs = {}
+rng = random.Random(args.seed)
+failed = refused = passed = 0
+for i in range(args.cases):
+    model, lay, world = draw(rng)
+    name = "case%03d" % i
+    desc = " ".join("%s=%s" % (k.split(".")[-1], v) for k, v in list(model.items()) + list(lay.items()))
+    bitwise = lay.get("parallel.determinism") == "bitwise"
+    key = json.dumps(model, sort_keys=True) + (" bitwise" if bitwise else "")
+    if key not in refs:
+        extra = ["--set", "parallel.determinism=bitwise"] if bitwise else []
+        rj = "%s/%s.ref.jsonl" % (tmp, name)
+        rc, out = run([args.dtrain, "train"] + base + sets(model) + extra + ["--metrics", rj, "--digest"],
+                      "%s/%s.ref.log" % (tmp, name))
+        rc0, out0 = run([args.dtrain, "train"] + base + sets(model) + ["--steps", "0", "--digest"],
+                        "%s/%s.ref0.log" % (tmp, name))
+        refs[key] = (rc, rj, digest(out), digest(out0), out)
+    rrc, rj, rdig, rdig0, rout = refs[key]
+    if rrc != 0:
+        print("REF-REFUSED %s rc %s: %s | %s" % (name, rrc, desc, rout.strip().splitlines()[-1:]))
+        refused += 1
+        continue
+    gj = "%s/%s.jsonl" % (tmp, name)
+    rc, out = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) +
+                  ["--metrics", gj, "--digest"], "%s/%s.log" % (tmp, name))
+    errs = [l for l in out.splitlines() if l.startswith("dtrain: error")]
+    if rc == 2 and len(errs) == 1:
+        print("refused  %s np %d: %s | %s" % (name, world, desc, errs[0]))
+        refused += 1
+        continue
+    problems = []
+    if rc != 0:
+        problems.append("rc %s: %s" % (rc, " / ".join(out.strip().splitlines()[-3:])))
+    else:
+        rc0, out0 = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) +
+                        ["--steps", "0", "--digest"], "%s/%s.init.log" % (tmp, name))
+        if digest(out0) != rdig0:
+            problems.append("initial digest %s != %s" % (digest(out0), rdig0))
+        ref, got = metrics(rj), metrics(gj)
+        if sorted(ref) != sorted(got):
+            problems.append("steps %s vs %s" % (sorted(got), sorted(ref)))
+        worst = 0.0
+        keys = ("loss",) if model["precision"] == "bf16" else ("loss", "grad_norm")
+        for s in ref:
+            for k in keys:
+                if s in got:
+                    worst = max(worst, abs(got[s][k] - ref[s][k]) / max(abs(ref[s][k]), 1e-30))
+        tol = 1e-3 if model["precision"] == "bf16" else 1e-5
+        if worst > tol:
+            problems.append("max rel diff %.2e > %.0e" % (worst, tol))
+        if bitwise and digest(out) != rdig:
+            problems.append("bitwise final digest differs")
+    if problems:
+        failed += 1
+        print("FAIL     %s np %d: %s | %s" % (name, world, desc, "; ".join(problems)))
+    else:
+        passed += 1
+        print("ok       %s np %d: %s | %.1e" % (name, world, desc, worst))
+    sys.stdout.flush()
+print("%d passed, %d refused, %d failed (logs in %s)" % (passed, refused, failed, tmp))
+if not args.keep and failed == 0:
+    shutil.rmtree(tmp)
+sys.exit(1 if failed else 0)
