@@ -8,7 +8,9 @@ bf16), runs it under mpirun and checks it against the single process on the same
   - the initial weights' digest equals the single process's (every layout, bit for bit);
   - fp32: every step's loss and gradient norm within 1e-5 relative;
   - bf16: every step's loss within 1e-3 relative of the bf16 single process;
-  - bitwise mode: the final digest equals the single process's in bitwise mode.
+  - bitwise mode: the final digest equals the single process's in bitwise mode;
+  - half the cases stop after k steps and resume on another random layout (any dp, tp, pp,
+    cp, ZeRO): the resumed steps give the single-process curve too (checkpoints reshard).
 A layout the trainer refuses must exit 2 with one `dtrain: error` line (counted, not a failure).
 
 usage: tests/layout_sweep.py DTRAIN SRCDIR [--cases N] [--seed S] [--max-ranks R] [--keep DIR]
@@ -58,20 +60,40 @@ def draw(rng):
                  "train.micro_batch": mb, "train.global_batch": mb * dp * accum,
                  "train.seed": rng.randrange(1, 10**6), "train.lr": rng.choice([1e-3, 3e-3]),
                  "precision": prec}
-        lay = {"parallel.tp": tp, "parallel.pp": pp, "parallel.cp": cp}
-        if tp > 1 and rng.random() < 0.5:
-            lay["parallel.sp"] = "true"
-        lay["parallel.zero"] = rng.choice([0, 1, 2, 3])
-        if rng.random() < 0.2:
-            lay["parallel.dp_mode"] = "ps"
-        if pp > 1:
-            lay["parallel.schedule"] = "interleaved" if vs > 1 else rng.choice(["gpipe", "1f1b", "zb-h1"])
-            if vs > 1:
-                lay["parallel.virtual_stages"] = vs
-            lay["parallel.micro_batches"] = rng.choice([0, 1, 2, mb]) if mb > 1 else rng.choice([0, 1])
-        if rng.random() < 0.2:
-            lay["parallel.determinism"] = "bitwise"
-        return model, lay, world
+        return model, draw_layout(rng, tp, pp, cp, vs, mb), world
+
+
+def draw_layout(rng, tp, pp, cp, vs, mb):
+    lay = {"parallel.tp": tp, "parallel.pp": pp, "parallel.cp": cp}
+    if tp > 1 and rng.random() < 0.5:
+        lay["parallel.sp"] = "true"
+    lay["parallel.zero"] = rng.choice([0, 1, 2, 3])
+    if rng.random() < 0.2:
+        lay["parallel.dp_mode"] = "ps"
+    if pp > 1:
+        lay["parallel.schedule"] = "interleaved" if vs > 1 else rng.choice(["gpipe", "1f1b", "zb-h1"])
+        if vs > 1:
+            lay["parallel.virtual_stages"] = vs
+        lay["parallel.micro_batches"] = rng.choice([0, 1, 2, mb]) if mb > 1 else rng.choice([0, 1])
+    if rng.random() < 0.2:
+        lay["parallel.determinism"] = "bitwise"
+    return lay
+
+
+def draw_resume_layout(rng, model):
+    """Another layout of the same model and global batch, to resume a checkpoint on."""
+    while True:
+        tp = rng.choice([1, 2, 4]); pp = rng.choice([1, 2]); cp = rng.choice([1, 2]); dp = rng.choice([1, 2, 4])
+        world = dp * tp * pp * cp
+        if world > args.max_ranks or model["model.n_head"] % tp or model["model.n_layer"] < pp or \
+                model["model.seq_len"] % (2 * cp) or model["train.global_batch"] % (model["train.micro_batch"] * dp):
+            continue
+        lay = draw_layout(rng, tp, pp, cp, 1, model["train.micro_batch"])
+        full = {"parallel.sp": "false", "parallel.zero": 0, "parallel.dp_mode": "ddp", "parallel.schedule": "1f1b",
+                "parallel.virtual_stages": 1, "parallel.micro_batches": 0, "parallel.determinism": "fast"}
+        full.update(lay)  # every layout key set: a resumed run keeps the checkpoint's otherwise
+        full["parallel.determinism"] = "fast"
+        return full, world
 
 
 def sets(d):
@@ -135,7 +157,9 @@ for i in range(args.cases):
         print("refused  %s np %d: %s | %s" % (name, world, desc, errs[0]))
         refused += 1
         continue
-    problems = []
+    problems, worst = [], 0.0
+    keys = ("loss",) if model["precision"] == "bf16" else ("loss", "grad_norm")
+    tol = 1e-3 if model["precision"] == "bf16" else 1e-5
     if rc != 0:
         problems.append("rc %s: %s" % (rc, " / ".join(out.strip().splitlines()[-3:])))
     else:
@@ -146,17 +170,42 @@ for i in range(args.cases):
         ref, got = metrics(rj), metrics(gj)
         if sorted(ref) != sorted(got):
             problems.append("steps %s vs %s" % (sorted(got), sorted(ref)))
-        worst = 0.0
-        keys = ("loss",) if model["precision"] == "bf16" else ("loss", "grad_norm")
         for s in ref:
             for k in keys:
                 if s in got:
                     worst = max(worst, abs(got[s][k] - ref[s][k]) / max(abs(ref[s][k]), 1e-30))
-        tol = 1e-3 if model["precision"] == "bf16" else 1e-5
         if worst > tol:
             problems.append("max rel diff %.2e > %.0e" % (worst, tol))
         if bitwise and digest(out) != rdig:
             problems.append("bitwise final digest differs")
+    if not problems and rng.random() < 0.5:  # stop after k steps, resume on another layout
+        k = rng.randrange(1, args.steps)
+        lay2, world2 = draw_resume_layout(rng, model)
+        ck, rj2 = "%s/%s.ckpt" % (tmp, name), "%s/%s.resumed.jsonl" % (tmp, name)
+        shutil.rmtree(ck, ignore_errors=True)
+        desc += " | resumed after %d on np %d: %s" % (k, world2, " ".join(
+            "%s=%s" % (q.split(".")[-1], v) for q, v in lay2.items()))
+        rc, out = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) +
+                      ["--set", "train.stop_after=%d" % k, "--save", ck], "%s/%s.first.log" % (tmp, name))
+        if rc != 0:
+            problems.append("first half rc %s: %s" % (rc, " / ".join(out.strip().splitlines()[-2:])))
+        else:
+            rc, out = run(MPI + ["-np", str(world2), args.dtrain, "train"] + base + sets(model) + sets(lay2) +
+                          ["--resume", ck, "--metrics", rj2], "%s/%s.resumed.log" % (tmp, name))
+            errs = [l for l in out.splitlines() if l.startswith("dtrain: error")]
+            if rc == 2 and len(errs) == 1:
+                desc += " (resume refused: %s)" % errs[0]
+            elif rc != 0:
+                problems.append("resumed rc %s: %s" % (rc, " / ".join(out.strip().splitlines()[-2:])))
+            else:
+                got2 = metrics(rj2)
+                if sorted(got2) != list(range(k + 1, args.steps + 1)):
+                    problems.append("resumed steps %s" % sorted(got2))
+                w2 = max([abs(got2[q][kk] - ref[q][kk]) / max(abs(ref[q][kk]), 1e-30)
+                          for q in got2 if q in ref for kk in keys] + [0.0])
+                worst = max(worst, w2)
+                if w2 > tol:
+                    problems.append("resumed max rel diff %.2e > %.0e" % (w2, tol))
     if problems:
         failed += 1
         print("FAIL     %s np %d: %s | %s" % (name, world, desc, "; ".join(problems)))

@@ -41,22 +41,26 @@ __global__ void __launch_bounds__(TILE) attn_fwd_k(E *out, float *lse, const E *
         __syncthreads();
         int kend = valid ? min((int)KT, t - k0 + 1) : 0; /* keys k0 .. t */
         if (kend > 0) {
-            float s[KT], mt = m;
-#pragma unroll
-            for (int j = 0; j < KT; j++) {
+            /* Two passes over the tile's keys, the score recomputed in the second (the same
+             * operations in the same order, so the same bits): a score array indexed by key
+             * would need the key loop unrolled, KT x HS products per instantiation, which
+             * took nvcc minutes to compile. Keys past kend add nothing. */
+            float mt = m;
+            for (int j = 0; j < kend; j++) {
                 float dot = 0.0f;
 #pragma unroll
                 for (int d = 0; d < HS; d++) dot += q[d] * Ks[j][d];
-                s[j] = dot * scale;
-                if (j < kend) mt = fmaxf(mt, s[j]);
+                mt = fmaxf(mt, __fmul_rn(dot, scale)); /* _rn: never fused into the subtraction below */
             }
             float corr = expf(m - mt);
             l *= corr;
 #pragma unroll
             for (int d = 0; d < HS; d++) acc[d] *= corr;
+            for (int j = 0; j < kend; j++) {
+                float dot = 0.0f;
 #pragma unroll
-            for (int j = 0; j < KT; j++) {
-                float p = j < kend ? expf(s[j] - mt) : 0.0f;
+                for (int d = 0; d < HS; d++) dot += q[d] * Ks[j][d];
+                float p = expf(__fmul_rn(dot, scale) - mt);
                 l += p;
 #pragma unroll
                 for (int d = 0; d < HS; d++) acc[d] += p * Vs[j][d];
