@@ -382,7 +382,7 @@ static dt_status cmd_sample(int argc, char **argv) {
         i++;
     }
     if (!ckpt) return dt_fail(DT_EINPUT, "sample: --checkpoint DIR is required");
-    char dir[1024], path[1100];
+    char dir[1024];
     dt_config c, saved;
     DT_TRY(checkpoint_config(ckpt, &saved, dir, sizeof dir));
     c = saved;
@@ -422,8 +422,7 @@ static dt_status cmd_sample(int argc, char **argv) {
     dt_status s = load_tokenizer(&c, &tok); /* before the model: a missing BPE file fails fast */
     if (s != DT_OK) return s;
     s = gpt_create(&m, &shape, dt_ops_cpu(), 1, c.model.seq_len);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (s == DT_OK) s = dt_ckpt_load_weights(path, &m);
+    if (s == DT_OK) s = dt_ckpt_load_weights(dir, &m); /* model.safetensors or its index */
     if (s == DT_OK) {
         dt_rng rng;
         dt_rng_seed(&rng, (uint64_t)seed);
@@ -439,7 +438,7 @@ static const char *EXPORT_USAGE =
     "usage: dtrain export CKPT OUT [--force]\n"
     "  writes OUT/model.safetensors, config.json, generation_config.json (+ GPT-2 tokenizer files\n"
     "  for BPE runs) for transformers' GPT2LMHeadModel.from_pretrained(OUT); see docs/checkpoints.md\n"
-    "  CKPT     a step directory, or a --save directory with `latest`\n"
+    "  CKPT     a step directory, or a --save directory with `latest` (sharded ones too: one file is written)\n"
     "  --force  write into a non-empty OUT (replacing the exported files)\n";
 
 static dt_status cmd_export(int argc, char **argv) {

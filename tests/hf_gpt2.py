@@ -8,7 +8,7 @@ wte. float64 throughout.
 
   python3 hf_gpt2.py config  OUT KEY=VALUE...       config.json fields (VALUE is JSON)
   python3 hf_gpt2.py header  OUT                    safetensors names/shapes/dtypes/layout
-  python3 hf_gpt2.py same    OUT CKPT_STEP_DIR      every tensor's bytes equal the checkpoint's
+  python3 hf_gpt2.py same    OUT CKPT_STEP_DIR      every tensor's bytes equal the checkpoint's (sharded: its index's files)
   python3 hf_gpt2.py loss    OUT TOKENS.bin N T LOSS [gelu|eps]   mean loss of windows 0..N-1 vs LOSS
   python3 hf_gpt2.py scale   IN.safetensors OUT.safetensors SUFFIX=FACTOR...
   python3 hf_gpt2.py greedy  OUT IDS N SAMPLE_OUT PROMPT_BYTES [vocab.json]
@@ -79,16 +79,34 @@ def check_header(out):
     print("%d tensors, %d bytes of data" % (len(hdr), len(data)))
 
 
+def read_tensors(d):
+    """name -> (shape, bytes) of d/model.safetensors, or of the shards its
+    model.safetensors.index.json maps (a sharded checkpoint, as transformers reads it)."""
+    single, index = os.path.join(d, "model.safetensors"), os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(single) or not os.path.exists(index):
+        files = {"model.safetensors": None}
+    else:
+        files = {}
+        for name, f in json.load(open(index))["weight_map"].items():
+            files.setdefault(f, set()).add(name)
+    out = {}
+    for f, names in files.items():
+        h, data, _ = read_st(os.path.join(d, f))
+        h.pop("__metadata__", None)
+        assert names is None or set(h) == names, "%s holds %s, the index maps %s" % (f, sorted(h), sorted(names))
+        for k, e in h.items():
+            assert k not in out, "tensor %s in two files" % k
+            b, end = e["data_offsets"]
+            out[k] = (e["shape"], data[b:end])
+    return out
+
+
 def check_same(out, step_dir):
-    h1, d1, _ = read_st(os.path.join(out, "model.safetensors"))
-    h2, d2, _ = read_st(os.path.join(step_dir, "model.safetensors"))
-    h1.pop("__metadata__", None)
-    h2.pop("__metadata__", None)
-    assert set(h1) == set(h2), "tensor names differ from the checkpoint's"
-    for k in h1:
-        a, b = h1[k]["data_offsets"], h2[k]["data_offsets"]
-        assert h1[k]["shape"] == h2[k]["shape"], k
-        assert d1[a[0]:a[1]] == d2[b[0]:b[1]], "tensor %s differs from the checkpoint's" % k
+    t1, t2 = read_tensors(out), read_tensors(step_dir)
+    assert set(t1) == set(t2), "tensor names differ from the checkpoint's"
+    for k in t1:
+        assert t1[k][0] == t2[k][0], k
+        assert t1[k][1] == t2[k][1], "tensor %s differs from the checkpoint's" % k
 
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

@@ -41,28 +41,164 @@ static float *in_view(const gpt_model *m, float *const *units, int i) {
     return units[t->unit] + (t->offset - m->units[t->unit].offset);
 }
 
-/* Writes nsets copies of the tensor table (e.g. exp_avg.* and exp_avg_sq.*) into one file. */
+/* A pipeline stage's copy of a tied tensor (wte on a last stage without the embeddings):
+ * the first stage's is the same, and only that one is saved. */
+static int tied_copy(const gpt_model *m, const gpt_tensor *t) { return t->unit == 0 && !m->has_embed; }
+
+/* Which of this writer's files each tensor goes to (-1: not saved); returns the count. */
+static int plan_files(const gpt_model *m, double shard_mb, int *file_of) {
+    uint64_t limit = shard_mb > 0 ? (uint64_t)(shard_mb * 1048576.0) : 0, cur = 0;
+    if (shard_mb > 0 && limit == 0) limit = 1;
+    int nf = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[i];
+        if (tied_copy(m, t)) {
+            if (file_of) file_of[i] = -1;
+            continue;
+        }
+        uint64_t b = (uint64_t)saved_numel(t) * sizeof(float);
+        if (nf == 0 || (limit && cur > 0 && cur + b > limit)) {
+            nf++;
+            cur = 0;
+        }
+        if (file_of) file_of[i] = nf - 1;
+        cur += b;
+    }
+    return nf;
+}
+
+int dt_ckpt_count_files(const gpt_model *m, double shard_mb) { return plan_files(m, shard_mb, NULL); }
+
+/* File k (0-based) of total: "model.safetensors" alone, else Hugging Face's shard names. */
+static void file_name(char *buf, size_t cap, const char *kind, int k, int total) {
+    if (total <= 1) snprintf(buf, cap, "%s.safetensors", kind);
+    else snprintf(buf, cap, "%s-%05d-of-%05d.safetensors", kind, k + 1, total);
+}
+
+/* Writes nsets copies of the tensors of file k (file_of; e.g. exp_avg.* and exp_avg_sq.*) into one file. */
 static dt_status write_sets(const char *path, const gpt_model *m, float *const *const *views,
-                            const char *const *prefixes, int nsets) {
-    int n = m->ntensors * nsets;
-    st_tensor_ref *refs = calloc((size_t)n, sizeof *refs);
-    char (*names)[96] = calloc((size_t)n, sizeof *names);
+                            const char *const *prefixes, int nsets, const int *file_of, int k_file) {
+    int n = 0;
+    st_tensor_ref *refs = calloc((size_t)m->ntensors * (size_t)nsets, sizeof *refs);
+    char (*names)[96] = calloc((size_t)m->ntensors * (size_t)nsets, sizeof *names);
     dt_status s = DT_OK;
     if (!refs || !names) s = dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
     for (int k = 0; s == DT_OK && k < nsets; k++)
         for (int i = 0; i < m->ntensors; i++) {
             const gpt_tensor *t = &m->tensors[i];
-            int j = k * m->ntensors + i;
-            snprintf(names[j], sizeof names[j], "%s%s", prefixes[k], t->name);
-            refs[j].name = names[j];
-            refs[j].dtype = ST_F32;
-            tensor_shape(t, &refs[j].ndim, refs[j].shape);
-            refs[j].data = in_view(m, views[k], i);
+            if (file_of[i] != k_file) continue;
+            snprintf(names[n], sizeof names[n], "%s%s", prefixes[k], t->name);
+            refs[n].name = names[n];
+            refs[n].dtype = ST_F32;
+            tensor_shape(t, &refs[n].ndim, refs[n].shape);
+            refs[n].data = in_view(m, views[k], i);
+            n++;
         }
     const char *keys[] = {"format"}, *vals[] = {"pt"};
     if (s == DT_OK) s = st_write(path, refs, n, keys, vals, 1);
     free(refs);
     free(names);
+    return s;
+}
+
+dt_status dt_ckpt_write_files(const char *tmp, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
+                              int first, int total, double shard_mb) {
+    int *file_of = malloc((size_t)m->ntensors * sizeof(int));
+    if (!file_of) return dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
+    int nf = plan_files(m, shard_mb, file_of);
+    dt_status s = DT_OK;
+    if (first < 0 || first + nf > total)
+        s = dt_fail(DT_ERUNTIME, "checkpoint: files %d..%d of %d do not exist", first + 1, first + nf, total);
+    char name[64], path[1200];
+    float *const *wbase[] = {m->unit_params};
+    const char *wpre[] = {""};
+    float *const *obase[] = {exp_avg, exp_avg_sq};
+    const char *opre[] = {"exp_avg.", "exp_avg_sq."};
+    for (int k = 0; s == DT_OK && k < nf; k++) {
+        file_name(name, sizeof name, "model", first + k, total);
+        snprintf(path, sizeof path, "%s/%s", tmp, name);
+        s = write_sets(path, m, wbase, wpre, 1, file_of, k);
+        if (s == DT_OK && exp_avg) {
+            file_name(name, sizeof name, "optimizer", first + k, total);
+            snprintf(path, sizeof path, "%s/%s", tmp, name);
+            s = write_sets(path, m, obase, opre, 2, file_of, k);
+        }
+    }
+    free(file_of);
+    return s;
+}
+
+/* ---- model.safetensors.index.json, as transformers' save_pretrained writes it:
+ * json.dumps({"metadata": {"total_size": bytes}, "weight_map": {name: file}},
+ * indent=2, sort_keys=True) + "\n"; total_size counts the tensors' bytes. */
+typedef struct {
+    char name[128];
+    int file;
+} index_row;
+
+static int cmp_row(const void *a, const void *b) { return strcmp(((const index_row *)a)->name, ((const index_row *)b)->name); }
+
+static dt_status write_one_index(const char *tmp, const char *kind, index_row *rows, int n, int total,
+                                 uint64_t total_size) {
+    qsort(rows, (size_t)n, sizeof *rows, cmp_row);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(rows[i - 1].name, rows[i].name))
+            return dt_fail(DT_ERUNTIME, "checkpoint: tensor '%s' is written by two pipeline stages", rows[i].name);
+    size_t cap = 256 + (size_t)n * 200, len = 0;
+    char *buf = malloc(cap), fname[64];
+    if (!buf) return dt_fail(DT_ERUNTIME, "out of memory (checkpoint index)");
+    len += (size_t)snprintf(buf + len, cap - len, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64 "\n  },\n"
+                            "  \"weight_map\": {\n", total_size);
+    for (int i = 0; i < n; i++) {
+        file_name(fname, sizeof fname, kind, rows[i].file, total); /* names are [a-z0-9._]: no escaping */
+        len += (size_t)snprintf(buf + len, cap - len, "    \"%s\": \"%s\"%s\n", rows[i].name, fname,
+                                i + 1 < n ? "," : "");
+    }
+    len += (size_t)snprintf(buf + len, cap - len, "  }\n}\n");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s.safetensors.index.json", tmp, kind);
+    dt_status s = dt_write_file_atomic(path, buf, len);
+    free(buf);
+    return s;
+}
+
+dt_status dt_ckpt_write_index(const char *tmp, const gpt_model *const *stages, const int *first, int nstages,
+                              int total, double shard_mb, int moments) {
+    int n = 0, cap = 0;
+    for (int q = 0; q < nstages; q++) cap += stages[q]->ntensors;
+    index_row *rows = calloc((size_t)cap * 3 + 1, sizeof *rows);
+    int *file_of = NULL;
+    uint64_t bytes = 0;
+    dt_status s = rows ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (checkpoint index)");
+    for (int q = 0; s == DT_OK && q < nstages; q++) {
+        const gpt_model *m = stages[q];
+        int *f = realloc(file_of, (size_t)m->ntensors * sizeof(int) + 1);
+        if (!f) {
+            s = dt_fail(DT_ERUNTIME, "out of memory (checkpoint index)");
+            break;
+        }
+        file_of = f;
+        int nf = plan_files(m, shard_mb, file_of);
+        if (first[q] < 0 || first[q] + nf > total) s = dt_fail(DT_ERUNTIME, "checkpoint index: bad file numbers");
+        for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
+            if (file_of[i] < 0) continue;
+            snprintf(rows[n].name, sizeof rows[n].name, "%s", m->tensors[i].name);
+            rows[n++].file = first[q] + file_of[i];
+            bytes += (uint64_t)saved_numel(&m->tensors[i]) * sizeof(float);
+        }
+    }
+    free(file_of);
+    if (s == DT_OK) s = write_one_index(tmp, "model", rows, n, total, bytes);
+    if (s == DT_OK && moments) {
+        index_row *o = rows + n; /* exp_avg.X and exp_avg_sq.X in X's file */
+        for (int i = 0; i < n; i++) {
+            snprintf(o[2 * i].name, sizeof o[2 * i].name, "exp_avg.%s", rows[i].name);
+            snprintf(o[2 * i + 1].name, sizeof o[2 * i + 1].name, "exp_avg_sq.%s", rows[i].name);
+            o[2 * i].file = o[2 * i + 1].file = rows[i].file;
+        }
+        s = write_one_index(tmp, "optimizer", o, 2 * n, total, 2 * bytes);
+    }
+    free(rows);
     return s;
 }
 
@@ -97,30 +233,29 @@ static char *state_json(const dt_train_state *st, const char *config_json) {
  *   "latest"      `latest` names the new copy; a superseded copy of step N remains
  *   "retire"      a superseded copy moved to .<name>.old.PID, not yet deleted
  * Leftovers are removed by the next run's dt_ckpt_prepare_dir. */
-dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
-                       const dt_train_state *st, const char *config_json) {
-    char name[64], tmp[1024], final[1100], path[1100];
-    snprintf(tmp, sizeof tmp, "%s/.step_%08lld.tmp.%d", dir, st->step, (int)getpid());
+void dt_ckpt_tmp_name(const char *dir, long long step, int pid, char *tmp, size_t cap) {
+    snprintf(tmp, cap, "%s/.step_%08lld.tmp.%d", dir, step, pid);
+}
+
+dt_status dt_ckpt_begin(const char *dir, long long step, int pid, char *tmp, size_t cap) {
+    dt_ckpt_tmp_name(dir, step, pid, tmp, cap);
     dt_ckpt_remove_flat_dir(tmp); /* our own pid's leftover (pid reuse in containers) */
     if (mkdir(tmp, 0777) != 0)
         return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot create (%s)", tmp, strerror(errno));
+    return DT_OK;
+}
+
+void dt_ckpt_abort(const char *tmp) { dt_ckpt_remove_flat_dir(tmp); }
+
+/* Each file of a step (every writer's shards, the indexes) is complete and fsynced when
+ * this runs; a crash before the rename (any writer's) leaves only the temporary directory. */
+dt_status dt_ckpt_commit(const char *dir, const char *tmp, const dt_train_state *st, const char *config_json) {
+    char name[64], final[1100], path[1200];
     dt_status s;
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    float *const *wbase[] = {m->unit_params};
-    const char *wpre[] = {""};
-    s = write_sets(path, m, wbase, wpre, 1);
-    if (s == DT_OK && exp_avg) {
-        float *const *obase[] = {exp_avg, exp_avg_sq};
-        const char *opre[] = {"exp_avg.", "exp_avg_sq."};
-        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-        s = write_sets(path, m, obase, opre, 2);
-    }
-    if (s == DT_OK) {
-        char *js = state_json(st, config_json);
-        snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
-        s = js ? dt_write_file_atomic(path, js, strlen(js)) : dt_fail(DT_ERUNTIME, "out of memory (state)");
-        free(js);
-    }
+    char *js = state_json(st, config_json);
+    snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+    s = js ? dt_write_file_atomic(path, js, strlen(js)) : dt_fail(DT_ERUNTIME, "out of memory (state)");
+    free(js);
     if (s == DT_OK) s = dt_fsync_dir(tmp);
     if (s == DT_OK) dt_ckpt_test_crash("tmp", st->step);
     if (s == DT_OK) s = dt_ckpt_fresh_name(dir, st->step, name, sizeof name);
@@ -147,6 +282,33 @@ dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_av
     DT_TRY(s);
     dt_ckpt_test_crash("latest", st->step);
     return dt_ckpt_retire_copies(dir, st->step, name);
+}
+
+/* Commit protocol. A new copy never takes the name of an existing directory, and a
+ * directory is removed only once `latest` names its replacement, so at every instant
+ * `latest` names a complete step directory. Crash points (the DT_TEST_CRASH_AT names)
+ * and what a kill there leaves:
+ *   "shard"       (several writers: a writer other than the root, its files written, the
+ *                 others' maybe not) .step_N.tmp.PID/ incomplete: a leftover; `latest` unchanged
+ *   "tmp"         .step_N.tmp.PID/ complete, not renamed: a leftover; `latest` unchanged
+ *   "renamed"     the new directory in place under a fresh name; `latest` still names
+ *                 the previous step (which resume uses; step N is then saved again)
+ *   "latest_tmp"  latest.tmp.PID written, not renamed: a leftover; `latest` unchanged
+ *   "latest"      `latest` names the new copy; a superseded copy of step N remains
+ *   "retire"      a superseded copy moved to .<name>.old.PID, not yet deleted
+ * Leftovers are removed by the next run's dt_ckpt_prepare_dir. */
+dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
+                       const dt_train_state *st, const char *config_json, double shard_mb) {
+    char tmp[1024];
+    DT_TRY(dt_ckpt_begin(dir, st->step, (int)getpid(), tmp, sizeof tmp));
+    int total = dt_ckpt_count_files(m, shard_mb), first = 0;
+    dt_status s = dt_ckpt_write_files(tmp, m, exp_avg, exp_avg_sq, 0, total, shard_mb);
+    if (s == DT_OK && total > 1) s = dt_ckpt_write_index(tmp, &m, &first, 1, total, shard_mb, exp_avg != NULL);
+    if (s != DT_OK) {
+        dt_ckpt_abort(tmp);
+        return s;
+    }
+    return dt_ckpt_commit(dir, tmp, st, config_json);
 }
 
 dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap) {
@@ -252,57 +414,323 @@ dt_status dt_ckpt_load_config(const char *step_dir, dt_config *c) {
     return s;
 }
 
-/* Reads every model tensor (name prefixed) from an open safetensors file into the unit
- * view. The file holds whole tensors; a sharded tensor (tensor parallelism) reads only
- * this rank's piece, run by run as its shard spec places it. */
-static dt_status read_tensors(st_file *f, const gpt_model *m, float *const *view, const char *prefix) {
+/* ---- Loading. A checkpoint's tensors (weights, or moments) are one safetensors file or
+ * the files a Hugging Face index names; both are untrusted input. They are validated whole
+ * before any data is read: the index (JSON, a weight_map of plain file names, its
+ * total_size), every file's header (st_open), each tensor in exactly the file the index
+ * maps it to; then names and shapes against the model. */
+typedef struct {
+    char name[256];
+    int file;       /* index into src.paths */
+    int found;      /* seen in its file */
+    uint64_t bytes;
+} src_entry;
+
+typedef struct {
+    char where[1100];    /* what errors name: the single file, or the index */
+    char dir[1100];      /* an index's directory ("" for a single file) */
+    char single[1100];   /* the single file's path */
+    int nfiles;
+    char (*paths)[256];  /* an index's files: names in dir */
+    int n;
+    src_entry *e;        /* sorted by name */
+} ckpt_src;
+
+#define DT_INDEX_MAX_BYTES (64u << 20)
+#define DT_INDEX_MAX_FILES 10000
+
+static const char *src_path(const ckpt_src *c, int k, char *buf, size_t cap) {
+    if (!c->dir[0]) return c->single;
+    snprintf(buf, cap, "%s/%s", c->dir, c->paths[k]);
+    return buf;
+}
+
+static void src_free(ckpt_src *c) {
+    free(c->paths);
+    free(c->e);
+    memset(c, 0, sizeof *c);
+}
+
+static int cmp_src(const void *a, const void *b) { return strcmp(((const src_entry *)a)->name, ((const src_entry *)b)->name); }
+
+static src_entry *src_find(const ckpt_src *c, const char *name) {
+    if (!c->e || strlen(name) >= sizeof c->e[0].name) return NULL;
+    src_entry key;
+    strcpy(key.name, name);
+    return bsearch(&key, c->e, (size_t)c->n, sizeof *c->e, cmp_src);
+}
+
+/* One safetensors file. */
+static dt_status src_open_file(ckpt_src *c, const char *path) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->where, sizeof c->where, "%s", path);
+    st_file f;
+    DT_TRY(st_open(&f, path));
+    c->nfiles = 1;
+    c->paths = calloc(1, sizeof *c->paths);
+    c->e = calloc(f.n ? (size_t)f.n : 1, sizeof *c->e);
+    dt_status s = c->paths && c->e ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
+    if (s == DT_OK) {
+        snprintf(c->single, sizeof c->single, "%s", path);
+        for (int i = 0; i < f.n; i++) { /* st_open sorted them and refused duplicates */
+            memcpy(c->e[i].name, f.entries[i].name, sizeof c->e[i].name);
+            c->e[i].bytes = f.entries[i].end - f.entries[i].begin;
+            c->e[i].found = 1;
+        }
+        c->n = f.n;
+    }
+    st_close(&f);
+    if (s != DT_OK) src_free(c);
+    return s;
+}
+
+/* A file name from an index: a plain name in the index's directory, nothing else. */
+static int plain_file_name(const char *f) {
+    size_t n = strlen(f);
+    if (n == 0 || n >= 256 || !strcmp(f, ".") || strstr(f, "..") || strchr(f, '/') || strchr(f, '\\')) return 0;
+    for (const unsigned char *p = (const unsigned char *)f; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) return 0;
+    return 1;
+}
+
+typedef struct {
+    const char *file;
+    int row;
+} file_ref;
+
+static int cmp_file_ref(const void *a, const void *b) {
+    int c = strcmp(((const file_ref *)a)->file, ((const file_ref *)b)->file);
+    return c ? c : ((const file_ref *)a)->row - ((const file_ref *)b)->row;
+}
+
+/* Parses and checks the index, numbering its files (rows of c->e in weight_map order). */
+static dt_status index_parse(ckpt_src *c, const char *dir, const cJSON *root, uint64_t *total_size) {
+    const char *w = c->where;
+    if (!cJSON_IsObject(root)) return dt_fail(DT_EINPUT, "checkpoint index '%s': not a JSON object", w);
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "metadata");
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(map)) return dt_fail(DT_EINPUT, "checkpoint index '%s': 'weight_map' is missing or not an object", w);
+    const cJSON *ts = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, "total_size") : NULL;
+    double v = cJSON_IsNumber(ts) ? ts->valuedouble : -1;
+    if (!(v >= 0 && v < 9007199254740992.0 && v == floor(v)))
+        return dt_fail(DT_EINPUT, "checkpoint index '%s': 'metadata.total_size' is missing or not a byte count", w);
+    *total_size = (uint64_t)v;
+    int n = cJSON_GetArraySize(map);
+    if (n <= 0) return dt_fail(DT_EINPUT, "checkpoint index '%s': 'weight_map' is empty", w);
+    c->e = calloc((size_t)n, sizeof *c->e);
+    file_ref *refs = calloc((size_t)n, sizeof *refs);
+    dt_status s = c->e && refs ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (checkpoint index)");
+    int i = 0;
+    for (const cJSON *it = map->child; s == DT_OK && it; it = it->next, i++) {
+        if (!it->string || !it->string[0] || strlen(it->string) >= sizeof c->e[i].name)
+            s = dt_fail(DT_EINPUT, "checkpoint index '%s': a tensor name in 'weight_map' is empty or too long", w);
+        else if (!cJSON_IsString(it))
+            s = dt_fail(DT_EINPUT, "checkpoint index '%s': tensor '%s' maps to a non-string", w, it->string);
+        else if (!plain_file_name(it->valuestring))
+            s = dt_fail(DT_EINPUT, "checkpoint index '%s': tensor '%s' maps to '%.80s', not a plain file name in the "
+                        "index's directory (a path separator, '..' or a control character)", w, it->string,
+                        it->valuestring);
+        if (s != DT_OK) break;
+        strcpy(c->e[i].name, it->string);
+        refs[i].file = it->valuestring;
+        refs[i].row = i;
+    }
+    c->n = s == DT_OK ? n : 0;
+    /* number the distinct files (in name order) */
+    if (s == DT_OK) qsort(refs, (size_t)n, sizeof *refs, cmp_file_ref);
+    int nf = 0;
+    for (int k = 0; s == DT_OK && k < n; k++)
+        if (k == 0 || strcmp(refs[k].file, refs[k - 1].file)) nf++;
+    if (s == DT_OK && nf > DT_INDEX_MAX_FILES)
+        s = dt_fail(DT_EINPUT, "checkpoint index '%s': names %d files (at most %d)", w, nf, DT_INDEX_MAX_FILES);
+    if (s == DT_OK && !(c->paths = calloc((size_t)nf, sizeof *c->paths)))
+        s = dt_fail(DT_ERUNTIME, "out of memory (checkpoint index)");
+    snprintf(c->dir, sizeof c->dir, "%s", dir);
+    for (int k = 0, f = -1; s == DT_OK && k < n; k++) {
+        if (k == 0 || strcmp(refs[k].file, refs[k - 1].file))
+            memcpy(c->paths[++f], refs[k].file, strlen(refs[k].file) + 1); /* plain_file_name: < 256 bytes */
+        c->e[refs[k].row].file = f;
+    }
+    if (s == DT_OK) c->nfiles = nf;
+    free(refs);
+    if (s == DT_OK) { /* sorted by name; cJSON keeps duplicate keys */
+        qsort(c->e, (size_t)n, sizeof *c->e, cmp_src);
+        for (int k = 1; k < n && s == DT_OK; k++)
+            if (!strcmp(c->e[k].name, c->e[k - 1].name))
+                s = dt_fail(DT_EINPUT, "checkpoint index '%s': tensor '%s' is listed twice", w, c->e[k].name);
+    }
+    return s;
+}
+
+/* An index and its files: every file's header, each tensor in its mapped file and no other. */
+static dt_status src_open_index(ckpt_src *c, const char *index_path) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->where, sizeof c->where, "%s", index_path);
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", index_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    char *txt = NULL;
+    size_t len = 0;
+    DT_TRY(dt_read_file(index_path, &txt, &len, DT_INDEX_MAX_BYTES));
+    const char *end = NULL;
+    cJSON *root = strlen(txt) == len ? cJSON_ParseWithOpts(txt, &end, 0) : NULL;
+    if (root)
+        for (; *end; end++)
+            if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {
+                cJSON_Delete(root);
+                root = NULL;
+                break;
+            }
+    free(txt);
+    if (!root) return dt_fail(DT_EINPUT, "checkpoint index '%s': not valid JSON", index_path);
+    uint64_t total_size = 0, sum = 0;
+    dt_status s = index_parse(c, dir, root, &total_size);
+    cJSON_Delete(root);
+    for (int k = 0; s == DT_OK && k < c->nfiles; k++) {
+        struct stat sb;
+        char pbuf[1400];
+        const char *path = src_path(c, k, pbuf, sizeof pbuf);
+        if (stat(path, &sb) != 0) {
+            int err = errno;
+            const char *who = "?";
+            for (int i = 0; i < c->n; i++)
+                if (c->e[i].file == k) {
+                    who = c->e[i].name;
+                    break;
+                }
+            s = dt_fail(DT_EINPUT, "checkpoint index '%s': tensor '%s' maps to '%s', which cannot be opened (%s)",
+                        index_path, who, c->paths[k], strerror(err));
+            break;
+        }
+        st_file f;
+        s = st_open(&f, path);
+        for (int i = 0; s == DT_OK && i < f.n; i++) {
+            src_entry *e = src_find(c, f.entries[i].name);
+            if (!e)
+                s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is not listed in the index '%s'", f.path,
+                            f.entries[i].name, index_path);
+            else if (e->file != k)
+                s = dt_fail(DT_EINPUT, "checkpoint index '%s': tensor '%s' is in '%s' too, but the index maps it to "
+                            "'%s'", index_path, e->name, c->paths[k], c->paths[e->file]);
+            else {
+                e->found = 1;
+                e->bytes = f.entries[i].end - f.entries[i].begin;
+            }
+        }
+        st_close(&f);
+    }
+    for (int i = 0; s == DT_OK && i < c->n; i++) {
+        if (!c->e[i].found)
+            s = dt_fail(DT_EINPUT, "checkpoint index '%s': tensor '%s' is not in '%s', the file the index maps it to",
+                        index_path, c->e[i].name, c->paths[c->e[i].file]);
+        else sum += c->e[i].bytes;
+    }
+    if (s == DT_OK && sum != total_size)
+        s = dt_fail(DT_EINPUT, "checkpoint index '%s': metadata.total_size is %" PRIu64 " but the tensors it maps "
+                    "hold %" PRIu64 " bytes", index_path, total_size, sum);
+    if (s != DT_OK) src_free(c);
+    return s;
+}
+
+static int is_file(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* kind "model" or "optimizer" in directory dir (as Hugging Face looks: the single file
+ * first, then the index), or path itself when it is a file. */
+static dt_status src_open(ckpt_src *c, const char *path, const char *kind) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char single[1200], index[1200];
+        snprintf(single, sizeof single, "%s/%s.safetensors", path, kind);
+        snprintf(index, sizeof index, "%s/%s.safetensors.index.json", path, kind);
+        if (!is_file(single) && is_file(index)) return src_open_index(c, index);
+        return src_open_file(c, single);
+    }
+    if (ends_with(path, ".index.json")) return src_open_index(c, path);
+    return src_open_file(c, path);
+}
+
+/* Reads every model tensor (name prefixed) into the unit view. The files hold whole
+ * tensors; a sharded tensor (tensor parallelism) reads only this rank's piece, run by run
+ * as its shard spec places it. One file open at a time. */
+static dt_status read_tensors(const ckpt_src *c, const gpt_model *m, float *const *const *views,
+                              const char *const *prefixes, int nsets) {
     dt_shard_run *runs = NULL;
     int64_t cap = 0;
     dt_status s = DT_OK;
-    for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
-        const gpt_tensor *t = &m->tensors[i];
-        char name[128];
-        snprintf(name, sizeof name, "%s%s", prefix, t->name);
-        const st_entry *e = st_find(f, name);
-        if (!e) {
-            s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is missing", f->path, name);
-            break;
+    char name[128];
+    for (int k = 0; s == DT_OK && k < nsets; k++) /* every tensor there before any file is read */
+        for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
+            snprintf(name, sizeof name, "%s%s", prefixes[k], m->tensors[i].name);
+            if (!src_find(c, name)) s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is missing", c->where, name);
         }
-        int ndim = t->ndim;
-        int64_t shape[8] = {t->ndim > 1 ? t->shard.real_rows : t->shard.cols, t->shard.cols}; /* the whole tensor */
-        int match = e->dtype == ST_F32 && e->ndim == ndim;
-        for (int d = 0; match && d < ndim; d++) match = e->shape[d] == shape[d];
-        if (!match) {
-            char have[128], want[128];
-            format_shape(have, sizeof have, e->ndim, e->shape);
-            format_shape(want, sizeof want, ndim, shape);
-            s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is %s %s, the model needs F32 %s", f->path, name,
-                        st_dtype_name(e->dtype), have, want);
-            break;
-        }
-        float *dst = in_view(m, view, i);
-        memset(dst, 0, t->numel * sizeof(float)); /* rows beyond the vocabulary (padding) stay zero */
-        if (t->shard.pieces <= 1) {
-            s = st_read(f, e, dst, (uint64_t)saved_numel(t) * sizeof(float));
-        } else {
-            int64_t need = dt_shard_max_runs(&t->shard);
-            if (need > cap) {
-                dt_shard_run *r = realloc(runs, (size_t)need * sizeof *runs);
-                if (!r) {
-                    s = dt_fail(DT_ERUNTIME, "out of memory (shard runs)");
+    for (int fi = 0; s == DT_OK && fi < c->nfiles; fi++) {
+        st_file f;
+        int opened = 0;
+        for (int k = 0; s == DT_OK && k < nsets; k++)
+            for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
+                const gpt_tensor *t = &m->tensors[i];
+                snprintf(name, sizeof name, "%s%s", prefixes[k], t->name);
+                const src_entry *se = src_find(c, name);
+                if (!se || se->file != fi) continue;
+                if (!opened) {
+                    char pbuf[1400];
+                    s = st_open(&f, src_path(c, fi, pbuf, sizeof pbuf));
+                    if (s != DT_OK) break;
+                    opened = 1;
+                }
+                const st_entry *e = st_find(&f, name);
+                if (!e) { /* the file changed since it was checked */
+                    s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is missing", f.path, name);
                     break;
                 }
-                runs = r;
-                cap = need;
+                int ndim = t->ndim;
+                int64_t shape[8] = {t->ndim > 1 ? t->shard.real_rows : t->shard.cols, t->shard.cols}; /* the whole tensor */
+                int match = e->dtype == ST_F32 && e->ndim == ndim;
+                for (int d = 0; match && d < ndim; d++) match = e->shape[d] == shape[d];
+                if (!match) {
+                    char have[128], want[128];
+                    format_shape(have, sizeof have, e->ndim, e->shape);
+                    format_shape(want, sizeof want, ndim, shape);
+                    s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is %s %s, the model needs F32 %s", f.path,
+                                name, st_dtype_name(e->dtype), have, want);
+                    break;
+                }
+                float *dst = in_view(m, views[k], i);
+                memset(dst, 0, t->numel * sizeof(float)); /* rows beyond the vocabulary (padding) stay zero */
+                if (t->shard.pieces <= 1) {
+                    s = st_read(&f, e, dst, (uint64_t)saved_numel(t) * sizeof(float));
+                } else {
+                    int64_t need = dt_shard_max_runs(&t->shard);
+                    if (need > cap) {
+                        dt_shard_run *r = realloc(runs, (size_t)need * sizeof *runs);
+                        if (!r) {
+                            s = dt_fail(DT_ERUNTIME, "out of memory (shard runs)");
+                            break;
+                        }
+                        runs = r;
+                        cap = need;
+                    }
+                    int64_t n = dt_shard_runs(&t->shard, runs, cap);
+                    for (int64_t r = 0; s == DT_OK && r < n; r++)
+                        s = st_read_range(&f, e, (uint64_t)runs[r].global * sizeof(float), dst + runs[r].local,
+                                          (uint64_t)runs[r].len * sizeof(float));
+                }
+                for (size_t j = 0; s == DT_OK && j < t->numel; j++)
+                    if (!isfinite(dst[j])) /* a diverged or corrupted run: training on it is undefined */
+                        s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' holds %s at element %zu", f.path, name,
+                                    isnan(dst[j]) ? "NaN" : "infinity", j);
             }
-            int64_t n = dt_shard_runs(&t->shard, runs, cap);
-            for (int64_t k = 0; s == DT_OK && k < n; k++)
-                s = st_read_range(f, e, (uint64_t)runs[k].global * sizeof(float), dst + runs[k].local,
-                                  (uint64_t)runs[k].len * sizeof(float));
-        }
-        for (size_t k = 0; s == DT_OK && k < t->numel; k++)
-            if (!isfinite(dst[k])) /* a diverged or corrupted run: training on it is undefined */
-                s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' holds %s at element %zu", f->path, name, isnan(dst[k]) ? "NaN" : "infinity", k);
+        if (opened) st_close(&f);
     }
     free(runs);
     return s;
@@ -323,11 +751,11 @@ static int of_whole_model(const gpt_model *m, const char *name) {
     return gpt_find(m, mine) != NULL;
 }
 
-/* Every tensor in the file is one of the model's under one of the prefixes: a tensor the
- * model does not have means another model (more layers, another naming). */
-static dt_status check_no_extra(const st_file *f, const gpt_model *m, const char *const *prefixes, int np) {
-    for (int i = 0; i < f->n; i++) {
-        const char *name = f->entries[i].name;
+/* Every tensor of the checkpoint is one of the model's under one of the prefixes: a tensor
+ * the model does not have means another model (more layers, another naming). */
+static dt_status check_no_extra(const ckpt_src *c, const gpt_model *m, const char *const *prefixes, int np) {
+    for (int i = 0; i < c->n; i++) {
+        const char *name = c->e[i].name;
         int known = 0;
         for (int k = 0; k < np && !known; k++) {
             size_t l = strlen(prefixes[k]);
@@ -335,33 +763,32 @@ static dt_status check_no_extra(const st_file *f, const gpt_model *m, const char
         }
         if (!known)
             return dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is not part of this model (another model's "
-                           "checkpoint?)", f->path, name);
+                           "checkpoint?)", c->where, name);
     }
     return DT_OK;
 }
 
-dt_status dt_ckpt_load_weights(const char *path, gpt_model *m) {
-    st_file f;
-    DT_TRY(st_open(&f, path));
-    static const char *const none[] = {""};
-    dt_status s = check_no_extra(&f, m, none, 1);
-    if (s == DT_OK) s = read_tensors(&f, m, m->unit_params, "");
-    st_close(&f);
+static dt_status load_sets(const char *path, const char *kind, const gpt_model *m, float *const *const *views,
+                           const char *const *prefixes, int nsets) {
+    ckpt_src c;
+    DT_TRY(src_open(&c, path, kind));
+    dt_status s = check_no_extra(&c, m, prefixes, nsets);
+    if (s == DT_OK) s = read_tensors(&c, m, views, prefixes, nsets);
+    src_free(&c);
     return s;
+}
+
+dt_status dt_ckpt_load_weights(const char *path, gpt_model *m) {
+    static const char *const none[] = {""};
+    float *const *views[] = {m->unit_params};
+    return load_sets(path, "model", m, views, none, 1);
 }
 
 dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float *const *exp_avg,
                                  float *const *exp_avg_sq) {
-    char p[1100];
-    st_file f;
-    snprintf(p, sizeof p, "%s/optimizer.safetensors", step_dir);
-    DT_TRY(st_open(&f, p));
     static const char *const moments[] = {"exp_avg.", "exp_avg_sq."};
-    dt_status s = check_no_extra(&f, m, moments, 2);
-    if (s == DT_OK) s = read_tensors(&f, m, exp_avg, "exp_avg.");
-    if (s == DT_OK) s = read_tensors(&f, m, exp_avg_sq, "exp_avg_sq.");
-    st_close(&f);
-    return s;
+    float *const *views[] = {exp_avg, exp_avg_sq};
+    return load_sets(step_dir, "optimizer", m, views, moments, 2);
 }
 
 void dt_weights_digest(const gpt_model *m, char hex[65]) {

@@ -26,18 +26,48 @@ typedef struct {
 } dt_train_state;
 
 /* Weights come from m->unit_params; the optimizer moments from unit views laid out
- * like it (one pointer per model unit; NULL: no optimizer file). */
+ * like it (one pointer per model unit; NULL: no optimizer file). One writer: the files
+ * of checkpoint.shard_mb (0: one model.safetensors and one optimizer.safetensors). */
 dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
-                       const dt_train_state *st, const char *config_json);
+                       const dt_train_state *st, const char *config_json, double shard_mb);
+
+/* A save by several writers (one per pipeline stage, each holding its stage's whole
+ * tensors; the collective part is the caller's, src/parallel/state.c), in steps:
+ *   root:       dt_ckpt_begin (the temporary step directory, named by the root's pid)
+ *   every one:  dt_ckpt_count_files, then dt_ckpt_write_files (file numbers first..)
+ *   root:       dt_ckpt_write_index (when the files are more than one)
+ *   root:       dt_ckpt_commit once every writer's files are complete, else dt_ckpt_abort.
+ * File names: with one file in all, model.safetensors / optimizer.safetensors; else
+ * model-%05d-of-%05d.safetensors (numbered from 1) + model.safetensors.index.json, and
+ * optimizer-%05d-of-%05d.safetensors + optimizer.safetensors.index.json, the optimizer file
+ * k holding the moments of the tensors of model file k (Hugging Face's naming). A writer's
+ * tensors go to files in table order, a new file when the next tensor would take the file
+ * past shard_mb MiB (0: no limit; a larger tensor alone); a pipeline stage's copy of a
+ * tied tensor (wte on the last stage) is not written. */
+void dt_ckpt_tmp_name(const char *dir, long long step, int pid, char *tmp, size_t cap);
+dt_status dt_ckpt_begin(const char *dir, long long step, int pid, char *tmp, size_t cap);
+int dt_ckpt_count_files(const gpt_model *m, double shard_mb);
+dt_status dt_ckpt_write_files(const char *tmp, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
+                              int first, int total, double shard_mb);
+/* stages[s]: writer s's tensor table (its first file: first[s]); moments: an optimizer index too. */
+dt_status dt_ckpt_write_index(const char *tmp, const gpt_model *const *stages, const int *first, int nstages,
+                              int total, double shard_mb, int moments);
+/* trainer_state.json, then the commit protocol (checkpoint.c); removes tmp on failure
+ * before its rename. */
+dt_status dt_ckpt_commit(const char *dir, const char *tmp, const dt_train_state *st, const char *config_json);
+void dt_ckpt_abort(const char *tmp);
 /* Resolves DIR (a step directory, or a checkpoint root: follows `latest`) to a step directory. */
 dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap);
 /* Loads the trainer state and the saved config JSON (caller frees *config_json). */
 dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json);
 /* The config the checkpoint was trained with: defaults, then its saved config. */
 dt_status dt_ckpt_load_config(const char *step_dir, dt_config *c);
-/* Loads weights (into m->unit_params) from a safetensors file with HF GPT-2 names;
- * shapes must match exactly. */
+/* Loads weights (into m->unit_params) with HF GPT-2 names; shapes must match exactly.
+ * path: a safetensors file, a model.safetensors.index.json (sharded: every file it names,
+ * validated first), or a directory holding either (model.safetensors first, as Hugging
+ * Face looks). */
 dt_status dt_ckpt_load_weights(const char *path, gpt_model *m);
+/* optimizer.safetensors.index.json when the step directory has one, else optimizer.safetensors. */
 dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float *const *exp_avg,
                                  float *const *exp_avg_sq);
 /* SHA-256 over every parameter in name order as its full fp32 little-endian tensor. */

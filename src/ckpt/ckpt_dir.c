@@ -38,13 +38,19 @@ long long dt_ckpt_step_of(const char *name) {
     return k >= 2 ? step : -1;
 }
 
-void dt_ckpt_test_crash(const char *point, long long step) {
-    const char *want = getenv("DT_TEST_CRASH_AT");
-    if (!want || !*want) return;
+static int hook_matches(const char *var, const char *point, long long step) {
+    const char *want = getenv(var);
+    if (!want || !*want) return 0;
     size_t n = strlen(point);
-    if (strncmp(want, point, n) != 0) return;
-    if (want[n] == 0 || (want[n] == ':' && strtoll(want + n + 1, NULL, 10) == step)) _exit(99);
+    if (strncmp(want, point, n) != 0) return 0;
+    return want[n] == 0 || (want[n] == ':' && strtoll(want + n + 1, NULL, 10) == step);
 }
+
+void dt_ckpt_test_crash(const char *point, long long step) {
+    if (hook_matches("DT_TEST_CRASH_AT", point, step)) _exit(99);
+}
+
+int dt_ckpt_test_fail(const char *point, long long step) { return hook_matches("DT_TEST_FAIL_AT", point, step); }
 
 void dt_ckpt_remove_flat_dir(const char *path) {
     DIR *d = opendir(path);

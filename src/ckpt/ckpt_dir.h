@@ -41,5 +41,8 @@ void dt_ckpt_remove_flat_dir(const char *path);
 /* Test hook: when the environment variable DT_TEST_CRASH_AT is "POINT" or "POINT:STEP"
  * and matches, the process ends at once with _exit(99), like a kill at that instant. */
 void dt_ckpt_test_crash(const char *point, long long step);
+/* Test hook: whether the environment variable DT_TEST_FAIL_AT ("POINT" or "POINT:STEP")
+ * matches, for a caller to fail there as an I/O error would. */
+int dt_ckpt_test_fail(const char *point, long long step);
 
 #endif

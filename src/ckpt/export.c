@@ -73,8 +73,7 @@ static dt_status load_source(const char *ckpt, export_src *src, dt_export_info *
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
     /* activations for one token only: the model is a weight container and validator here */
     DT_TRY(gpt_create(&src->model, &shape, dt_ops_cpu(), 1, 1));
-    snprintf(path, sizeof path, "%s/model.safetensors", info->step_dir);
-    DT_TRY(dt_ckpt_load_weights(path, &src->model));
+    DT_TRY(dt_ckpt_load_weights(info->step_dir, &src->model)); /* model.safetensors, or the shards of its index */
 
     src->bos = BYTE_BOS;
     src->eos = -1;
@@ -185,7 +184,8 @@ static dt_status write_bytes(const char *out, const char *name, const char *data
 }
 
 /* The checkpoint's tensors in its own order and metadata, so the file matches the
- * checkpoint's model.safetensors byte for byte. */
+ * checkpoint's model.safetensors byte for byte; a sharded checkpoint's shards make the
+ * same single file (the model's table order). */
 static dt_status write_weights(const char *out, const gpt_model *m) {
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", out);

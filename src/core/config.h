@@ -29,6 +29,7 @@ typedef struct {
     struct {
         char dir[DT_PATH_MAX], resume[DT_PATH_MAX];
         int every, overwrite, keep_last;
+        double shard_mb;
     } checkpoint;
     struct {
         char metrics[DT_PATH_MAX];

@@ -326,8 +326,9 @@ static dt_status host_close(dt_dp *d, int push, host_copy *h) {
     return s;
 }
 
-/* Checkpoints and the digest are of whole tensors: with model parallelism they are
- * assembled at one rank (state.h, a host copy made at save time only); a load reads this
+/* Checkpoints and the digest are of whole tensors: with model parallelism the digest's
+ * are assembled at one rank, a checkpoint's at each pipeline stage's first rank, which
+ * writes its stage's files (state.h, a host copy made at save time only); a load reads this
  * rank's pieces out of the file's whole tensors by their shard specs (checkpoint.c), so
  * any layout, with any ZeRO stage, reads any checkpoint. */
 
@@ -344,11 +345,9 @@ dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
 dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
     d->step = step;
     if (is_zero(d)) return dt_zero_load(d, step_dir);
-    char path[1100];
-    snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
     host_copy h;
     dt_status s = host_open(d, 1, 0, &h);
-    if (s == DT_OK) s = dt_ckpt_load_weights(path, d->m);
+    if (s == DT_OK) s = dt_ckpt_load_weights(step_dir, d->m); /* model.safetensors or its index */
     if (s == DT_OK && d->m_view) s = dt_ckpt_load_optimizer(step_dir, d->m, d->m_view, d->v_view);
     dt_status c = host_close(d, s == DT_OK, &h);
     return s != DT_OK ? s : c;
@@ -466,14 +465,14 @@ void dt_dp_release_full(dt_dp *d) {
     if (is_zero(d)) dt_zero_release_full(d);
 }
 
-dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json) {
+dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb) {
     float **mv = d->m_view, **vv = d->v_view;
     dt_status s = DT_OK;
-    if (dt_state_model_parallel(&d->o.groups)) { /* whole tensors at the first rank of data-parallel group 0 */
+    if (dt_state_model_parallel(&d->o.groups)) { /* whole tensors, each stage's at its first tensor-parallel rank */
         dt_whole_model f;
         memset(&f, 0, sizeof f);
         host_copy h = {0};
-        /* the first replica's model-parallel groups assemble the file (a group's ranks share
+        /* the first replica's model-parallel groups write the files (a group's ranks share
          * their data-parallel rank); the other replicas take part in ZeRO's gathers only */
         int writer = d->rank == 0;
         if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
@@ -485,10 +484,11 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
         }
         if (writer) {
             s = dt_state_agree(&d->o.groups, s); /* what follows is collective over the groups */
-            if (s == DT_OK) s = dt_state_gather_whole(&d->o.groups, d->m, mv, vv, &f);
+            if (s == DT_OK) s = dt_state_gather_stage(&d->o.groups, d->m, mv, vv, &f);
         }
-        if (s == DT_OK && writer && dt_state_is_root(&d->o.groups))
-            s = dt_ckpt_save(dir, &f.full, f.view[0], f.view[1], st, config_json);
+        /* each pipeline stage's files written by its own root, in parallel (state.c) */
+        if (writer && dt_state_is_stage_root(&d->o.groups))
+            s = dt_state_save_stages(&d->o.groups, &f, s, dir, st, config_json, shard_mb);
         dt_whole_free(&f);
         if (is_zero(d)) {
             dt_zero_free_views(mv, vv);
@@ -508,7 +508,7 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
         host_copy h;
         s = host_open(d, 1, 1, &h);
         if (s == DT_OK && !is_zero(d)) mv = d->m_view, vv = d->v_view; /* the host views, on a device */
-        if (s == DT_OK) s = dt_ckpt_save(dir, d->m, mv, vv, st, config_json);
+        if (s == DT_OK) s = dt_ckpt_save(dir, d->m, mv, vv, st, config_json, shard_mb);
         dt_status c = host_close(d, 0, &h);
         if (s == DT_OK) s = c;
     }

@@ -61,8 +61,10 @@ void dt_dp_begin_step(dt_dp *d);
 void dt_dp_begin_micro(dt_dp *d, int last);
 /* Combines gradients, clips to the global norm, updates, re-distributes parameters. */
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm);
-/* Collective: rank 0 writes the checkpoint (full, unsharded tensors). */
-dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json);
+/* Collective: the checkpoint of whole (unsharded) tensors, written by rank 0, or with
+ * pipeline stages by each stage's first rank in parallel (shard files + index; shard_mb:
+ * checkpoint.shard_mb, checkpoint.h). */
+dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb);
 /* Collective: digest of the full weights (every rank gets it). */
 dt_status dt_dp_digest(dt_dp *d, char hex[65]);
 /* Collective: makes the full weights readable through the model (ZeRO-3 gathers them;

@@ -7,6 +7,7 @@
  * context parallelism extend this file, not the strategies. */
 #ifndef DT_STATE_H
 #define DT_STATE_H
+#include "../ckpt/checkpoint.h"
 #include "../comm/comm.h"
 #include "../model/gpt.h"
 
@@ -49,6 +50,21 @@ typedef struct {
 dt_status dt_state_gather_whole(const dt_model_groups *g, const gpt_model *m, float *const *mv, float *const *vv,
                                 dt_whole_model *w);
 void dt_whole_free(dt_whole_model *w);
+/* Whether this rank writes its pipeline stage's checkpoint files (its stage's first
+ * tensor-parallel rank). */
+int dt_state_is_stage_root(const dt_model_groups *g);
+/* The whole tensors of this rank's stage (tp = 1; the tensor-parallel pieces assembled,
+ * moments too when mv, vv are given) at each stage root; collective over the
+ * tensor-parallel group. w is only filled at the stage roots. */
+dt_status dt_state_gather_stage(const dt_model_groups *g, const gpt_model *m, float *const *mv, float *const *vv,
+                                dt_whole_model *w);
+/* A checkpoint save by the stage roots, in parallel: each writes its stage's files (w,
+ * from dt_state_gather_stage), the first stage's root the indexes and commits once every
+ * stage's files are complete (checkpoint.h: dt_ckpt_begin ... dt_ckpt_commit). Collective
+ * over the pipeline group of the stage roots; s: this rank's status so far (any failure
+ * anywhere: nothing is committed and the step's temporary directory is removed). */
+dt_status dt_state_save_stages(const dt_model_groups *g, const dt_whole_model *w, dt_status s, const char *dir,
+                               const dt_train_state *st, const char *config_json, double shard_mb);
 /* Every rank of the model-parallel groups learns whether any failed (first error wins). */
 dt_status dt_state_agree(const dt_model_groups *g, dt_status s);
 

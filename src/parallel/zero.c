@@ -647,9 +647,7 @@ void dt_zero_free_views(float **m_view, float **v_view) {
 }
 
 dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
-    DT_TRY(dt_zero_init_weights(d, 0, path));
+    DT_TRY(dt_zero_init_weights(d, 0, step_dir)); /* model.safetensors or its index */
     float *mb = NULL, *vb = NULL, **mv = NULL, **vv = NULL;
     dt_status s = alloc_views(d, &mb, &mv);
     if (s == DT_OK) s = alloc_views(d, &vb, &vv);

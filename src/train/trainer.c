@@ -401,7 +401,7 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
 static dt_status save(trainer *t) {
     const dt_config *c = t->cfg;
     double t0 = dt_now();
-    DT_TRY(dt_dp_save(t->dpe, c->checkpoint.dir, &t->st, t->config_json));
+    DT_TRY(dt_dp_save(t->dpe, c->checkpoint.dir, &t->st, t->config_json, c->checkpoint.shard_mb));
     /* rank 0 alone touches the directory; the condition is the same on every rank */
     if ((c->checkpoint.overwrite && !t->saved) || c->checkpoint.keep_last > 0) {
         int report;
