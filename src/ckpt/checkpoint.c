@@ -166,7 +166,7 @@ dt_status dt_ckpt_write_index(const char *tmp, const gpt_model *const *stages, c
                               int total, double shard_mb, int moments) {
     int n = 0, cap = 0;
     for (int q = 0; q < nstages; q++) cap += stages[q]->ntensors;
-    index_row *rows = calloc((size_t)cap * 3 + 1, sizeof *rows);
+    index_row *rows = calloc((size_t)cap + 1, sizeof *rows);
     int *file_of = NULL;
     uint64_t bytes = 0;
     dt_status s = rows ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (checkpoint index)");
@@ -190,13 +190,15 @@ dt_status dt_ckpt_write_index(const char *tmp, const gpt_model *const *stages, c
     free(file_of);
     if (s == DT_OK) s = write_one_index(tmp, "model", rows, n, total, bytes);
     if (s == DT_OK && moments) {
-        index_row *o = rows + n; /* exp_avg.X and exp_avg_sq.X in X's file */
-        for (int i = 0; i < n; i++) {
-            snprintf(o[2 * i].name, sizeof o[2 * i].name, "exp_avg.%s", rows[i].name);
-            snprintf(o[2 * i + 1].name, sizeof o[2 * i + 1].name, "exp_avg_sq.%s", rows[i].name);
+        index_row *o = calloc((size_t)n * 2 + 1, sizeof *o); /* exp_avg.X and exp_avg_sq.X in X's file */
+        if (!o) s = dt_fail(DT_ERUNTIME, "out of memory (checkpoint index)");
+        for (int i = 0; s == DT_OK && i < n; i++) {
+            snprintf(o[2 * i].name, sizeof o[2 * i].name, "exp_avg.%.100s", rows[i].name);
+            snprintf(o[2 * i + 1].name, sizeof o[2 * i + 1].name, "exp_avg_sq.%.100s", rows[i].name);
             o[2 * i].file = o[2 * i + 1].file = rows[i].file;
         }
-        s = write_one_index(tmp, "optimizer", o, 2 * n, total, 2 * bytes);
+        if (s == DT_OK) s = write_one_index(tmp, "optimizer", o, 2 * n, total, 2 * bytes);
+        free(o);
     }
     free(rows);
     return s;
@@ -588,11 +590,10 @@ static dt_status src_open_index(ckpt_src *c, const char *index_path) {
     uint64_t total_size = 0, sum = 0;
     dt_status s = index_parse(c, dir, root, &total_size);
     cJSON_Delete(root);
-    for (int k = 0; s == DT_OK && k < c->nfiles; k++) {
+    for (int k = 0; s == DT_OK && k < c->nfiles; k++) { /* every file there before any is read */
         struct stat sb;
         char pbuf[1400];
-        const char *path = src_path(c, k, pbuf, sizeof pbuf);
-        if (stat(path, &sb) != 0) {
+        if (stat(src_path(c, k, pbuf, sizeof pbuf), &sb) != 0) {
             int err = errno;
             const char *who = "?";
             for (int i = 0; i < c->n; i++)
@@ -602,8 +603,11 @@ static dt_status src_open_index(ckpt_src *c, const char *index_path) {
                 }
             s = dt_fail(DT_EINPUT, "checkpoint index '%s': tensor '%s' maps to '%s', which cannot be opened (%s)",
                         index_path, who, c->paths[k], strerror(err));
-            break;
         }
+    }
+    for (int k = 0; s == DT_OK && k < c->nfiles; k++) {
+        char pbuf[1400];
+        const char *path = src_path(c, k, pbuf, sizeof pbuf);
         st_file f;
         s = st_open(&f, path);
         for (int i = 0; s == DT_OK && i < f.n; i++) {

@@ -215,9 +215,25 @@ static int temp_pid(const char *name, int *is_dir) {
     return dt_ckpt_step_of(step) >= 0 ? (int)pid : 0;
 }
 
+/* A zombie (exited, not yet reaped: a rank killed by mpirun lingers so in a container
+ * whose init does not reap) is gone. */
+static int zombie(int pid) {
+    char p[64], buf[256];
+    snprintf(p, sizeof p, "/proc/%d/stat", pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *r = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces and parentheses */
+    return r && r[1] == ' ' && r[2] == 'Z';
+}
+
 /* Our own pid is stale too: this run has not started saving. A pid reused by an
  * unrelated live process keeps its leftover until a later run. */
-static int pid_alive(int pid) { return pid != (int)getpid() && (kill(pid, 0) == 0 || errno == EPERM); }
+static int pid_alive(int pid) {
+    return pid != (int)getpid() && (kill(pid, 0) == 0 || errno == EPERM) && !zombie(pid);
+}
 
 static void remove_stale(const char *dir) {
     DIR *d = opendir(dir);
