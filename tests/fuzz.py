@@ -1,6 +1,7 @@
 """Seeded fuzzer for dtrain's input files (stdlib only): mutates a valid checkpoint
-(model.safetensors, optimizer.safetensors, trainer_state.json), token files and config
-files, runs dtrain on each case and checks the outcome: exit 0 or 2 (1 only for a run
+(model.safetensors, optimizer.safetensors, trainer_state.json), a sharded one (its
+model.safetensors.index.json / optimizer.safetensors.index.json and shard files), token
+files and config files, runs dtrain on each case and checks the outcome: exit 0 or 2 (1 only for a run
 whose mutated but finite weights diverge, which is a runtime failure by design), at most
 one "dtrain: error:" line, no signal, no sanitizer report, no timeout.
 
@@ -150,6 +151,41 @@ def mutate_safetensors(rng, raw):
     return mutate_bytes(rng, raw)
 
 
+def mutate_index(rng, text, files):
+    """A Hugging Face index: targeted edits of weight_map and metadata, or generic JSON/byte ones."""
+    if rng.random() < 0.4:
+        return mutate_json_text(rng, text)
+    idx = json.loads(text)
+    wm = idx["weight_map"]
+    names = sorted(wm)
+    op = rng.randrange(9)
+    if op == 0:  # a tensor to another file: path traversal, absolute, missing, another shard, odd names
+        wm[rng.choice(names)] = rng.choice(["../" + rng.choice(files), "/etc/passwd", "model-00009-of-00009.safetensors",
+                                            rng.choice(files), "", ".", "..", "a\\b", "sub/" + rng.choice(files),
+                                            "x" * 300, "\u0001", 7, None, [rng.choice(files)]])
+    elif op == 1:  # a tensor dropped from the index
+        del wm[rng.choice(names)]
+    elif op == 2:  # a tensor the model does not have
+        wm[rng.choice(["h.9.ln_1.weight", "zz", "exp_avg.wte.weight", "wte.weight.x"])] = rng.choice(files)
+    elif op == 3:
+        idx["metadata"]["total_size"] = rng.choice(INTERESTING_VALUES + [idx["metadata"]["total_size"] + rng.choice([-4, 4])])
+    elif op == 4:
+        del idx[rng.choice(["metadata", "weight_map"])]
+    elif op == 5:
+        idx["weight_map"] = rng.choice(INTERESTING_VALUES)
+    elif op == 6:  # two tensors' files swapped
+        a, b = rng.choice(names), rng.choice(names)
+        wm[a], wm[b] = wm[b], wm[a]
+    elif op == 7:  # a duplicate key (cJSON keeps both)
+        t = json.dumps(idx)
+        k = rng.choice(names)
+        return t.replace(json.dumps(k) + ":", json.dumps(k) + ": " + json.dumps(rng.choice(files)) + ", " +
+                         json.dumps(k) + ":", 1).encode()
+    else:
+        idx["metadata"] = rng.choice(INTERESTING_VALUES)
+    return json.dumps(idx, indent=rng.choice([None, 2])).encode()
+
+
 def mutate_tokens(rng, raw):
     r = rng.random()
     if r < 0.3:  # header fields
@@ -173,6 +209,14 @@ def main():
             print("FAIL: could not make the base checkpoint: " + err)
             return 1
     step = os.path.join(base, open(os.path.join(base, "latest")).read().strip())
+    base_sh = os.path.join(WORK, "base_sharded")  # checkpoint.shard_mb: 3 shards + indexes in one process
+    if not os.path.isdir(base_sh):
+        rc, err = run(["train"] + tiny + ["--steps", "4", "--set", "train.stop_after=2", "--set", "checkpoint.shard_mb=0.05",
+                                          "--save", base_sh])
+        if rc != 0:
+            print("FAIL: could not make the sharded base checkpoint: " + err)
+            return 1
+    step_sh = os.path.join(base_sh, open(os.path.join(base_sh, "latest")).read().strip())
     cfg_text = subprocess.run([DTRAIN, "config"] + tiny + ["--steps", "4"], stdout=subprocess.PIPE, check=True,
                               cwd=WORK).stdout
     train_raw, val_raw = open(TRAIN_BIN, "rb").read(), open(VAL_BIN, "rb").read()
@@ -184,8 +228,36 @@ def main():
         d = os.path.join(WORK, "c%d" % case)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-        kind = ["model", "optimizer", "state", "tokens", "config"][case % 5]
-        if kind in ("model", "optimizer", "state"):
+        kind = ["model", "optimizer", "state", "tokens", "config", "index", "shard"][case % 7]
+        if kind in ("index", "shard"):
+            ck = os.path.join(d, "ck")
+            shutil.copytree(step_sh, ck)
+            which = rng.choice(["model", "optimizer"])
+            files = sorted(f for f in os.listdir(ck) if f.startswith(which + "-"))
+            if kind == "index":
+                p = os.path.join(ck, which + ".safetensors.index.json")
+                text = open(p).read()
+                open(p, "wb").write(mutate_index(rng, text, files))
+            else:
+                p = os.path.join(ck, rng.choice(files))
+                r = rng.random()
+                if r < 0.15:
+                    os.remove(p)
+                elif r < 0.3:  # another shard's bytes under this name
+                    other = os.path.join(ck, rng.choice([f for f in files if os.path.join(ck, f) != p]))
+                    shutil.copyfile(other, p)
+                else:
+                    raw = open(p, "rb").read()
+                    open(p, "wb").write(mutate_safetensors(rng, raw))
+            how = rng.randrange(3)
+            if how == 0 or which == "optimizer":
+                args = ["train", "--resume", ck, "--set", "train.stop_after=1", "--set", "threads=1",
+                        "--set", "checkpoint.dir=" + os.path.join(d, "out"), "--set", "log.metrics="]
+            elif how == 1:
+                args = ["sample", "--checkpoint", ck, "--length", "3", "--prompt", "ab"]
+            else:
+                args = ["export", ck, os.path.join(d, "hf")]
+        elif kind in ("model", "optimizer", "state"):
             ck = os.path.join(d, "ck")
             shutil.copytree(step, ck)
             f = {"model": "model.safetensors", "optimizer": "optimizer.safetensors",

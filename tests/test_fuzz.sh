@@ -1,5 +1,6 @@
 # Fuzzing the input files (tests/fuzz.py): mutated checkpoints (safetensors headers and
-# data, trainer state), token files and configs, seeded. Every case must exit 0 or 2 with
+# data, trainer state; a sharded checkpoint's index files and shards), token files and
+# configs, seeded. Every case must exit 0 or 2 with
 # at most one error line (1 only for weights that diverge), never a signal, a sanitizer
 # report or a timeout. FUZZ_CASES sets the count (default 250, 150 in a sanitizer build,
 # where each case costs ~10x), FUZZ_SEED the seed (default 7, 8 in a sanitizer build, so
