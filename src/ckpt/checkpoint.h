@@ -4,6 +4,9 @@
  *   DIR/step_00000010/optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
  *   DIR/step_00000010/trainer_state.json     step, data position, RNG, config
  *   DIR/latest                               name of the newest complete step directory
+ * or, sharded (pipeline stages, checkpoint.shard_mb), Hugging Face's shards + index:
+ *   DIR/step_00000010/model-00001-of-00002.safetensors ... model.safetensors.index.json
+ *   DIR/step_00000010/optimizer-00001-of-00002.safetensors ... optimizer.safetensors.index.json
  * A step is written into a temporary directory, fsynced, and renamed into place under
  * a name no directory has; `latest` is replaced atomically afterwards and only then is
  * an older copy of the same step removed, so a crash at any point leaves `latest`

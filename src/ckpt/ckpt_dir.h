@@ -6,7 +6,8 @@
  *   .step_N.tmp.PID/    a save in progress (or killed)          } removed by the next run
  *   .<step dir>.old.PID a retired step directory being deleted  } when PID is not alive
  *   latest.tmp.PID      `latest` being replaced                 }
- * Only rank 0 calls these (it alone writes checkpoints). */
+ * Only rank 0 calls these (it alone manages the directory; in a sharded save the other
+ * pipeline stages' writers only add their files to the step's temporary directory). */
 #ifndef DT_CKPT_DIR_H
 #define DT_CKPT_DIR_H
 #include <stddef.h>
