@@ -422,7 +422,7 @@ dt_status dt_ckpt_load_config(const char *step_dir, dt_config *c) {
  * total_size), every file's header (st_open), each tensor in exactly the file the index
  * maps it to; then names and shapes against the model. */
 typedef struct {
-    char name[256];
+    char name[128]; /* the model's names with a moment prefix are < 64 bytes */
     int file;       /* index into src.paths */
     int found;      /* seen in its file */
     uint64_t bytes;
@@ -438,8 +438,11 @@ typedef struct {
     src_entry *e;        /* sorted by name */
 } ckpt_src;
 
-#define DT_INDEX_MAX_BYTES (64u << 20)
-#define DT_INDEX_MAX_FILES 10000
+/* Bounds on what an index may make us allocate (GPT-2 sizes have < 13000 tensors; the
+ * index of a 1024-layer model's optimizer is about 2 MiB). */
+#define DT_INDEX_MAX_BYTES (16u << 20)
+#define DT_INDEX_MAX_TENSORS 100000
+#define DT_INDEX_MAX_FILES 100000
 
 static const char *src_path(const ckpt_src *c, int k, char *buf, size_t cap) {
     if (!c->dir[0]) return c->single;
@@ -474,12 +477,18 @@ static dt_status src_open_file(ckpt_src *c, const char *path) {
     dt_status s = c->paths && c->e ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
     if (s == DT_OK) {
         snprintf(c->single, sizeof c->single, "%s", path);
-        for (int i = 0; i < f.n; i++) { /* st_open sorted them and refused duplicates */
-            memcpy(c->e[i].name, f.entries[i].name, sizeof c->e[i].name);
+        for (int i = 0; s == DT_OK && i < f.n; i++) { /* st_open sorted them and refused duplicates */
+            size_t len = strlen(f.entries[i].name);
+            if (len >= sizeof c->e[i].name) { /* no tensor of ours has so long a name */
+                s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%.64s...' is not part of this model (another "
+                            "model's checkpoint?)", path, f.entries[i].name);
+                break;
+            }
+            memcpy(c->e[i].name, f.entries[i].name, len + 1);
             c->e[i].bytes = f.entries[i].end - f.entries[i].begin;
             c->e[i].found = 1;
         }
-        c->n = f.n;
+        if (s == DT_OK) c->n = f.n;
     }
     st_close(&f);
     if (s != DT_OK) src_free(c);
@@ -519,6 +528,9 @@ static dt_status index_parse(ckpt_src *c, const char *dir, const cJSON *root, ui
     *total_size = (uint64_t)v;
     int n = cJSON_GetArraySize(map);
     if (n <= 0) return dt_fail(DT_EINPUT, "checkpoint index '%s': 'weight_map' is empty", w);
+    if (n > DT_INDEX_MAX_TENSORS)
+        return dt_fail(DT_EINPUT, "checkpoint index '%s': 'weight_map' lists %d tensors (at most %d)", w, n,
+                       DT_INDEX_MAX_TENSORS);
     c->e = calloc((size_t)n, sizeof *c->e);
     file_ref *refs = calloc((size_t)n, sizeof *refs);
     dt_status s = c->e && refs ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (checkpoint index)");
