@@ -231,6 +231,13 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", c->train.micro_batch, T, tp);
+    /* byte counts are size_t: a shape whose activations (about 40 values per token, width
+     * and layer) pass 2^62 bytes would wrap; no machine holds it anyway */
+    if ((double)c->train.micro_batch * T * s.n_embd * s.n_layer * 64.0 + (double)c->train.micro_batch * T *
+        s.padded_vocab * 16.0 > 4.6e18)
+        return dt_fail(DT_EINPUT, "estimate: the activations of a micro-batch of %d x %d tokens (%d wide, %d layers, "
+                       "vocabulary %d) exceed 4 EB per rank", c->train.micro_batch, T, s.n_embd, s.n_layer,
+                       s.padded_vocab);
     size_t reg[GPT_ACT_NREGIONS];
     double act = act_bytes_regions(c, &s, 0, n, reg);
     if (json) {

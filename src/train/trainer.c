@@ -189,6 +189,9 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
                        "config: train.micro_batch x data-parallel size = %d x %d does not divide train.global_batch %d",
                        t->micro, t->dp, t->global_batch);
     t->accum = t->global_batch / per_step;
+    /* saved with checkpoints as it is, not as 0 ("micro x dp"): a resume on another dp
+     * continues the same batches */
+    t->run_cfg.train.global_batch = t->global_batch;
     DT_TRY(dt_schedule_parse(c->parallel.schedule, &t->sched));
     DT_TRY(dt_pp_check(c, t->accum));
 
@@ -201,6 +204,10 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     if (c->checkpoint.resume[0]) {
         DT_TRY(dt_ckpt_resolve(c->checkpoint.resume, t->resume_dir, sizeof t->resume_dir));
         DT_TRY(dt_ckpt_load_state(t->resume_dir, &t->st, NULL));
+        if (t->st.data_pos % (unsigned long long)t->global_batch != 0)
+            return dt_fail(DT_EINPUT, "checkpoint '%s': its data position %llu is not a whole number of global batches "
+                           "of %d sequences: the run it continues used another train.global_batch (set that one)",
+                           t->resume_dir, (unsigned long long)t->st.data_pos, t->global_batch);
         if (t->st.step > c->train.steps)
             return dt_fail(DT_EINPUT, "checkpoint '%s' is at step %lld, beyond train.steps %d", t->resume_dir,
                            t->st.step, c->train.steps);
@@ -341,7 +348,11 @@ static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((trainer *)ctx)
  * m sequences, the same in every layout). */
 static dt_status validate(trainer *t, double *out) {
     size_t nwin = (t->val_tokens.count - 1) / (size_t)t->T;
-    int nb = t->cfg->train.val_batches * (t->cfg->parallel.micro_batches > 0 ? t->dp : 1);
+    long long nb_want = (long long)t->cfg->train.val_batches * (t->cfg->parallel.micro_batches > 0 ? t->dp : 1);
+    /* at most the file's distinct windows: more would count some twice, and a huge
+     * val_batches would run for ever */
+    long long nb_have = (long long)(nwin / (size_t)t->micro) > 0 ? (long long)(nwin / (size_t)t->micro) : 1;
+    int nb = (int)(nb_want < nb_have ? nb_want : nb_have);
     int rounds = (nb + t->dp - 1) / t->dp;
     double acc[2] = {0.0, 0.0}; /* loss sum, tokens */
     for (int i = 0; i < rounds; i++) {
@@ -570,10 +581,6 @@ static dt_status run(trainer *t) {
     }
     if (t->rank0) dt_progress_end(&t->progress);
     if (c->checkpoint.dir[0] && (t->st.step > first || !c->checkpoint.resume[0])) DT_TRY(save(t));
-    if (sig)
-        return dt_fail(DT_EINTERRUPTED, "stopped by %s after step %lld; %s%s%s", dt_signal_name(sig), t->st.step,
-                       c->checkpoint.dir[0] ? "saved, resume with --resume " : "nothing saved (no checkpoint.dir)",
-                       c->checkpoint.dir[0] ? c->checkpoint.dir : "", "");
     double tps = timed_steps > 0 ? tokens_per_step * (double)timed_steps / train_time : 0.0;
     /* per-rank memory, gathered to every rank as 6 numbers each, plus rank 0's metrics status */
     int n = dt_comm_size(t->world);
@@ -630,6 +637,10 @@ static dt_status run(trainer *t) {
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);
         if (c->log.profile) dt_ops_profile_report(stdout);
     }
+    if (sig) /* after the summary (the metrics file ends with it), before the digest and sample */
+        return dt_fail(DT_EINTERRUPTED, "stopped by %s after step %lld; %s%s%s", dt_signal_name(sig), t->st.step,
+                       c->checkpoint.dir[0] ? "saved, resume with --resume " : "nothing saved (no checkpoint.dir)",
+                       c->checkpoint.dir[0] ? c->checkpoint.dir : "", "");
     if (c->log.digest) {
         char hex[65];
         DT_TRY(dt_dp_digest(t->dpe, hex));
