@@ -529,6 +529,11 @@ static dt_status cmd_prepare(int argc, char **argv) {
     dt_status s = DT_OK;
     for (int i = 0; i < argc && s == DT_OK; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "--input") && strcmp(a, "--out") && strcmp(a, "--tokenizer") && strcmp(a, "--encoder-json") &&
+            strcmp(a, "--vocab-bpe") && strcmp(a, "--val-fraction")) {
+            s = dt_fail(DT_EINPUT, "%s '%s' (see dtrain prepare --help)", a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            break;
+        }
         if ((s = need_value(i, argc, argv)) != DT_OK) break;
         const char *val = argv[++i];
         if (!strcmp(a, "--input")) inputs[nin++] = val;
@@ -546,13 +551,29 @@ static dt_status cmd_prepare(int argc, char **argv) {
     if (s == DT_OK && (!nin || !out)) s = dt_fail(DT_EINPUT, "prepare: --input FILE and --out PREFIX are required");
     if (s == DT_OK && strcmp(kind, "byte") && strcmp(kind, "gpt2"))
         s = dt_fail(DT_EINPUT, "prepare: --tokenizer '%s' is not one of byte, gpt2", kind);
+    if (s == DT_OK && !strcmp(kind, "gpt2") && (!enc[0] || !bpe[0]))
+        s = dt_fail(DT_EINPUT, "prepare: --tokenizer gpt2 needs --encoder-json FILE and --vocab-bpe FILE");
+    if (s == DT_OK) { /* the output's directory must exist: name it, not a temporary file in it */
+        char dir[DT_PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", out);
+        char *slash = strrchr(dir, '/');
+        if (slash) {
+            *slash = 0;
+            if (dir[0] && access(dir, W_OK) != 0)
+                s = dt_fail(DT_EINPUT, "prepare: --out %s: directory '%s' %s", out, dir,
+                            access(dir, F_OK) ? "does not exist" : "is not writable");
+        }
+    }
     dt_tokenizer *tok = NULL;
     if (s == DT_OK) s = !strcmp(kind, "gpt2") ? dt_tokenizer_gpt2(&tok, enc, bpe) : dt_tokenizer_byte(&tok);
     size_t ntrain = 0, nval = 0;
     if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, valf, &ntrain, &nval);
-    if (s == DT_OK)
+    if (s == DT_OK && nval > 0)
         printf("prepare: %zu training tokens -> %s_train.bin, %zu validation tokens -> %s_val.bin (vocab %d)\n", ntrain,
                out, nval, out, dt_tokenizer_vocab(tok));
+    else if (s == DT_OK)
+        printf("prepare: %zu training tokens -> %s_train.bin, no validation file (vocab %d)\n", ntrain, out,
+               dt_tokenizer_vocab(tok));
     dt_tokenizer_free(tok);
     free(inputs);
     return s;
