@@ -32,6 +32,7 @@ typedef struct {
 struct gpt_acts {
     gpt_slot *slot;
     int nslots;
+    gpt_slot rc; /* recompute: one block's inner activations (ln1 .. fch_gelu), shared by every block and slot */
     float *logits; /* head_rows x Vp, the head is computed in row chunks */
     float *losses; /* BT */
     float *proj;   /* BTC: attention / MLP projection output before the residual add */
@@ -207,6 +208,7 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
     size_t LL = (size_t)st.maxc, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
     size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1, head = (size_t)st.head, first = (size_t)st.embed;
     size_t split = lay->split_backward != 0;
+    size_t rc = lay->recompute != 0, LI = rc ? 0 : LL; /* blocks of inner activations per slot */
     size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
     size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
@@ -239,11 +241,11 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
     for (int k = 0; k < st.slots; k++) {
         gpt_slot *b = p ? &a->slot[k] : &dummy_slot;
         part per_slot[] = {
-            {&b->encoded, R * C, E, SEQ},            {&b->ln1, LL * R * C, E, SEQ},         {&b->ln1_mean, LL * R, F32, SEQ},
-            {&b->ln1_rstd, LL * R, F32, SEQ},         {&b->qkv, LL * BT * 3 * Cl, E, TPR},   {&b->atty, LL * BT * Cl, E, TPR},
-            {&b->lse, LL * BT * NH, F32, TPR},        {&b->res2, LL * R * C, E, SEQ},        {&b->ln2, LL * R * C, E, SEQ},
-            {&b->ln2_mean, LL * R, F32, SEQ},         {&b->ln2_rstd, LL * R, F32, SEQ},      {&b->fch, LL * BT * 4 * Cl, E, TPR},
-            {&b->fch_gelu, LL * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
+            {&b->encoded, R * C, E, SEQ},            {&b->ln1, LI * R * C, E, SEQ},         {&b->ln1_mean, LI * R, F32, SEQ},
+            {&b->ln1_rstd, LI * R, F32, SEQ},         {&b->qkv, LI * BT * 3 * Cl, E, TPR},   {&b->atty, LI * BT * Cl, E, TPR},
+            {&b->lse, LI * BT * NH, F32, TPR},        {&b->res2, LI * R * C, E, SEQ},        {&b->ln2, LI * R * C, E, SEQ},
+            {&b->ln2_mean, LI * R, F32, SEQ},         {&b->ln2_rstd, LI * R, F32, SEQ},      {&b->fch, LI * BT * 4 * Cl, E, TPR},
+            {&b->fch_gelu, LI * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
             {&b->lnf_mean, head * R, F32, SEQ},      {&b->lnf_rstd, head * R, F32, SEQ},    {&b->dres, R * C, E, SEQ},
             {(float **)&b->tok, first * BT, U16, OTH},
             {&b->wd_mp, split * LL * BT * C, E, OTH},    {&b->wd_fc, split * LL * BT * 4 * Cl, E, TPR},
@@ -252,6 +254,14 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
         };
         LAY(per_slot)
     }
+    gpt_slot *q = p ? &a->rc : &dummy_slot; /* recompute: one block's inner activations for all */
+    part inner[] = {
+        {&q->ln1, rc * R * C, E, SEQ},         {&q->ln1_mean, rc * R, F32, SEQ},      {&q->ln1_rstd, rc * R, F32, SEQ},
+        {&q->qkv, rc * BT * 3 * Cl, E, TPR},   {&q->atty, rc * BT * Cl, E, TPR},      {&q->lse, rc * BT * NH, F32, TPR},
+        {&q->res2, rc * R * C, E, SEQ},        {&q->ln2, rc * R * C, E, SEQ},         {&q->ln2_mean, rc * R, F32, SEQ},
+        {&q->ln2_rstd, rc * R, F32, SEQ},      {&q->fch, rc * BT * 4 * Cl, E, TPR},   {&q->fch_gelu, rc * BT * 4 * Cl, E, TPR},
+    };
+    LAY(inner)
     part shared[] = {
         {&a->logits, head * head_rows * Vp, E, OTH}, {&a->losses, head * BT, F32, OTH},  {&a->proj, BT * C, E, OTH},
         {&a->dsmall, BT * C, E, OTH},                {&a->dbig, BT * 4 * Cl, E, TPR},     {(float **)&a->tgt, head * BT, U16, OTH},
@@ -320,6 +330,10 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     m->tp_rank = tp_rank;
     m->sp = layout->sp && tp > 1;
     m->split = layout->split_backward != 0;
+    m->recompute = layout->recompute != 0;
+    if (m->recompute && m->split)
+        return dt_fail(DT_EINPUT, "train.recompute full: not with a split backward (parallel.schedule zb-h1: its "
+                       "weight pass would need every block's inner activations again)");
     DT_TRY(gpt_shape_check(&m->shape));
     /* sizes below are size_t products: refuse a shape where they could wrap */
     if ((double)max_B * max_T * m->shape.n_embd * m->shape.n_layer * 64.0 +
@@ -512,11 +526,14 @@ static block_acts block_at(const gpt_model *m, const gpt_slot *a, int j) {
     size_t R = max_local_rows(m), RC = R * (size_t)m->shape.n_embd;
     int i = j - m->chunk_block0[a->chunk]; /* the block's index in its chunk */
     size_t L = (size_t)i; /* storage-precision buffers step through S(); statistics are fp32 */
-    return (block_acts){layer_in(m, a, i),            S(m, a->ln1, L * RC),       a->ln1_mean + L * R,
-                        a->ln1_rstd + L * R,          S(m, a->qkv, L * 3 * BTCl), S(m, a->atty, L * BTCl),
-                        a->lse + L * BT * (size_t)(m->shape.n_head / m->tp),      S(m, a->res2, L * RC),
-                        S(m, a->ln2, L * RC),         a->ln2_mean + L * R,        a->ln2_rstd + L * R,
-                        S(m, a->fch, L * 4 * BTCl),   S(m, a->fch_gelu, L * 4 * BTCl), S(m, a->res3, L * RC)};
+    /* inner activations: the slot's own per block, or with recompute the one shared block's */
+    const gpt_slot *n = m->recompute ? &m->acts->rc : a;
+    size_t I = m->recompute ? 0 : L;
+    return (block_acts){layer_in(m, a, i),            S(m, n->ln1, I * RC),       n->ln1_mean + I * R,
+                        n->ln1_rstd + I * R,          S(m, n->qkv, I * 3 * BTCl), S(m, n->atty, I * BTCl),
+                        n->lse + I * BT * (size_t)(m->shape.n_head / m->tp),      S(m, n->res2, I * RC),
+                        S(m, n->ln2, I * RC),         n->ln2_mean + I * R,        n->ln2_rstd + I * R,
+                        S(m, n->fch, I * 4 * BTCl),   S(m, n->fch_gelu, I * 4 * BTCl), S(m, a->res3, L * RC)};
 }
 
 /* The paired functions of tensor (and sequence) parallelism; identities on one rank.
@@ -945,6 +962,9 @@ dt_status gpt_backward(gpt_model *m, int slot) {
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j);
+        /* recompute: the block's inner activations again, from its kept input (the same
+         * kernels on the same inputs: the same bits; with tp or cp the same collectives) */
+        if (m->recompute) DT_TRY(block_forward(m, s, j));
         DT_TRY(block_backward(m, s, j, 0));
         HOOK(after_backward, 1 + j);
     }

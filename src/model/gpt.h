@@ -128,6 +128,9 @@ typedef struct {
     int slots;                 /* chunk passes (micro-batch, chunk) whose activations are kept at once (0: 1) */
     int split_backward;        /* keep the linears' output gradients per slot, so a backward can run as
                                   gpt_backward_input now and gpt_backward_weight later (zero bubble) */
+    int recompute;             /* activation checkpointing: a slot keeps only each block's input (the
+                                  residual stream); the block's inner activations live in one shared
+                                  block's worth and are recomputed by its backward (not with split_backward) */
 } gpt_layout;
 
 typedef struct {
@@ -156,6 +159,7 @@ typedef struct {
     int has_embed, has_head;  /* first stage (wte, wpe), last stage (ln_f, the head's tied wte) */
     int block0;               /* index of local block 0's first tensor */
     int split;                /* gpt_layout.split_backward */
+    int recompute;            /* gpt_layout.recompute */
     size_t tied_gap;          /* a last stage's unit 0: wte, then this many unused floats (where the first
                                  stage has wpe), so unit 0 has the same size on both ends of the tie */
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */

@@ -102,6 +102,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
      * pipeline waits (p-1) micro-batch slots; ranks sharing a node's cores each run slower */
     double tokens = (double)gb * T;
     out->compute_s = tokens * gpt_flops_per_token(&s, T) / mc->world / rate_of(mc, tp, cp);
+    if (!strcmp(c->train.recompute, "full")) out->compute_s *= 4.0 / 3.0; /* each block's forward twice */
     out->bubble = pp > 1 ? (pp - 1.0) / (m + pp - 1.0) : 0.0;
     int node = mc->world < mc->ranks_per_node ? mc->world : mc->ranks_per_node;
     out->share = mc->cores > 0 && node > mc->cores ? (double)node / mc->cores : 1.0;
@@ -133,7 +134,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
         out->comm_s[DT_PLAN_PP] = link_time(lk[DT_PLAN_PP], n, bytes);
     }
     int N = dp * cp;
-    gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp};
+    gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp, .recompute = !strcmp(lc.train.recompute, "full")};
     /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
     double psi = (double)gpt_param_count_layout(&s, &lay) / pp;
     out->optim_s = psi / (zero > 0 ? N : 1) * mc->optim_s;

@@ -246,7 +246,8 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
         DT_TRY(dt_comm_set_algo(t->mesh.dp_cp_comm, (dt_coll)algo_keys[i].coll, a));
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp};
+    gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp,
+                         .recompute = !strcmp(c->train.recompute, "full")};
     if (t->mesh.pp > 1) { /* this rank's stage: its blocks (or chunks), and the activation slots its schedule needs */
         int v = c->parallel.virtual_stages;
         DT_TRY(dt_pp_layout(c->model.n_layer, t->mesh.pp, v, t->mesh.pp_rank, c->parallel.pp_split, &layout));
