@@ -82,6 +82,8 @@ static const key_desc KEYS[] = {
     INT("log.sample_tokens", log.sample_tokens, 0, 1e6, "0", "print a text sample of this many tokens at the end"),
     ENUM("backend", backend, "cpu|cuda|emulated", "cpu",
          "compute backend (emulated: the CPU kernels behind a device boundary, to test the GPU paths without a GPU)"),
+    STR("train.freeze", train.freeze, "",
+        "frozen parameters: comma-separated globs over tensor names, e.g. wte.weight,wpe.weight,h.0.* (no gradient, no update)"),
     ENUM("train.recompute", train.recompute, "none|full", "none",
          "activation checkpointing: full = keep only each block's input, recompute the block in its backward"),
     ENUM("precision", precision, "fp32|bf16", "fp32", "compute precision"),

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fnmatch.h>
 #include <string.h>
 
 #include "../core/bf16.h"
@@ -139,6 +140,60 @@ static int layer_of(const gpt_model *m, int j) {
     return m->chunk_layer0[c] + j - m->chunk_block0[c];
 }
 
+static const char *const suffix[T_PER_LAYER] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+    "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+/* Calls fn(name, ctx) for every tensor name of the whole model, until it returns nonzero. */
+static int each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx) {
+    static const char *const ends[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+    char name[48];
+    for (int k = 0; k < 4; k++)
+        if (fn(ends[k], ctx)) return 1;
+    for (int l = 0; l < s->n_layer; l++)
+        for (int k = 0; k < T_PER_LAYER; k++) {
+            snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
+            if (fn(name, ctx)) return 1;
+        }
+    return 0;
+}
+
+/* The next pattern of a comma-separated list into buf ("" at the end); returns the rest. */
+static const char *next_pattern(const char *list, char *buf, size_t cap) {
+    while (*list == ',' || *list == ' ') list++;
+    size_t n = strcspn(list, ",");
+    while (n > 0 && list[n - 1] == ' ') n--;
+    snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), list);
+    list += n;
+    while (*list && *list != ',') list++;
+    return list;
+}
+
+static int matches(const char *name, void *pattern) { return fnmatch((const char *)pattern, name, 0) == 0; }
+
+dt_status gpt_freeze_check(const gpt_shape *s, const char *patterns) {
+    char pat[128];
+    for (const char *p = next_pattern(patterns, pat, sizeof pat); pat[0]; p = next_pattern(p, pat, sizeof pat))
+        if (!each_name(s, matches, pat))
+            return dt_fail(DT_EINPUT, "train.freeze: '%s' matches no tensor of the model (names as Hugging Face's: "
+                           "wte.weight, wpe.weight, h.0.ln_1.weight, h.0.attn.c_attn.weight, ..., ln_f.bias)", pat);
+    return DT_OK;
+}
+
+void gpt_freeze(gpt_model *m, const char *patterns, size_t *n) {
+    char pat[128];
+    size_t total = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        gpt_tensor *t = &m->tensors[i];
+        for (const char *p = next_pattern(patterns, pat, sizeof pat); pat[0] && !t->frozen;
+             p = next_pattern(p, pat, sizeof pat))
+            t->frozen = matches(t->name, pat);
+        if (t->frozen) total += t->numel;
+    }
+    if (n) *n = total;
+}
+
 static void build_table(gpt_model *m) {
     const gpt_shape *s = &m->shape;
     int C = s->n_embd, idx = 0, lnf_unit = m->nblocks + 1;
@@ -155,10 +210,6 @@ static void build_table(gpt_model *m) {
     m->block0 = idx;
     for (int j = 0; j < m->nblocks; j++) {
         int l = layer_of(m, j); /* tensors keep their global names */
-        static const char *suffix[T_PER_LAYER] = {
-            "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-            "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-            "mlp.c_proj.weight", "mlp.c_proj.bias"};
         static const int rows[T_PER_LAYER] = {1, 1, 1, 3, 1, 1, 1, 1, 1, 4, 4, 1};
         static const int cols[T_PER_LAYER] = {0, 0, 3, 0, 1, 0, 0, 0, 4, 0, 1, 0};
         /* Megatron: c_attn, c_fc column-parallel (q, k, v split each); c_proj row-parallel */
@@ -194,6 +245,14 @@ static float *tg(const gpt_model *m, int i) {
 /* Local block j's tensor k. */
 static float *P(const gpt_model *m, int j, int k) { return tp(m, m->block0 + j * T_PER_LAYER + k); }
 static float *G(const gpt_model *m, int j, int k) { return tg(m, m->block0 + j * T_PER_LAYER + k); }
+
+/* A frozen tensor's gradient (at g, or where tg says) zeroed, before its unit's after_backward. */
+static void zero_frozen(gpt_model *m, int i, float *g) {
+    if (m->tensors[i].frozen) m->ops->zero(g ? g : tg(m, i), m->tensors[i].numel * m->esz);
+}
+static void zero_frozen_block(gpt_model *m, int j) {
+    for (int k = 0; k < T_PER_LAYER; k++) zero_frozen(m, m->block0 + j * T_PER_LAYER + k, NULL);
+}
 
 static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit) {
     return fn ? fn(m->hooks.ctx, unit) : DT_OK;
@@ -757,6 +816,7 @@ dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_s
     double loss;
     float *dlnf;
     DT_TRY(head(m, b, targets, grad_scale, &loss, &dlnf));
+    zero_frozen(m, 0, m->head_grad); /* the tied wte's head gradient */
     if (m->head_grad) HOOK(after_backward, GPT_HEAD_PART);
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
     o->zero(b->dres, (size_t)Nl * C * m->esz);
@@ -767,6 +827,8 @@ dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_s
                      Nl, C);
     float *const lnf_grads[1] = {tg(m, lnw)};
     DT_TRY(ln_grad_finish(m, lnf_grads, 1));
+    zero_frozen(m, lnw, NULL);
+    zero_frozen(m, lnb, NULL);
     HOOK(after_backward, lnf_unit);
     if (!m->has_embed) HOOK(after_backward, 0); /* a last stage's wte: the head alone adds to it */
     *loss_out = loss;
@@ -931,6 +993,8 @@ static dt_status embed_backward(gpt_model *m, gpt_slot *s) {
     if (!cpos) {
         m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C, m->tp_rank * Vl,
                           Vl);
+        zero_frozen(m, 0, NULL);
+        zero_frozen(m, 1, NULL);
         HOOK(after_backward, 0);
         return DT_OK;
     }
@@ -941,6 +1005,8 @@ static dt_status embed_backward(gpt_model *m, gpt_slot *s) {
             m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)cpos[t0] * C), S(m, dall, r * C), s->tok + r, 1, t1 - t0, C,
                               m->tp_rank * Vl, Vl);
         }
+    zero_frozen(m, 0, NULL);
+    zero_frozen(m, 1, NULL);
     HOOK(after_backward, 0);
     return DT_OK;
 }
@@ -966,6 +1032,7 @@ dt_status gpt_backward(gpt_model *m, int slot) {
          * kernels on the same inputs: the same bits; with tp or cp the same collectives) */
         if (m->recompute) DT_TRY(block_forward(m, s, j));
         DT_TRY(block_backward(m, s, j, 0));
+        zero_frozen_block(m, j);
         HOOK(after_backward, 1 + j);
     }
     return embeds(m, s->chunk) ? embed_backward(m, s) : DT_OK;
@@ -987,6 +1054,7 @@ dt_status gpt_backward_weight(gpt_model *m, int slot) {
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j); /* again: its gradients are written now */
         DT_TRY(block_weight(m, s, j));
+        zero_frozen_block(m, j);
         HOOK(after_backward, 1 + j);
     }
     return embeds(m, s->chunk) ? embed_backward(m, s) : DT_OK;

@@ -30,6 +30,7 @@ typedef struct {
     size_t offset;     /* in floats, into params/grads */
     size_t numel;
     int decay;         /* weight decay applies (2-D weights) */
+    int frozen;        /* gpt_freeze: no gradient (zeroed), no update */
     int layer;         /* block index, -1 for embeddings and ln_f */
     int unit;          /* the unit holding it (see gpt_unit) */
 } gpt_tensor;
@@ -167,6 +168,15 @@ typedef struct {
     gpt_tp_comm tp_comm;
     gpt_cp_comm cp_comm;
 } gpt_model;
+
+/* Frozen parameter groups (train.freeze): `patterns` is a comma-separated list of shell
+ * globs over the Hugging Face names ("wte.weight,wpe.weight,h.0.*"). gpt_freeze_check
+ * fails (DT_EINPUT) on a pattern no tensor of the whole model matches; gpt_freeze marks
+ * this rank's matching tensors frozen: the backward zeroes their gradients before handing
+ * a unit's gradients over (every strategy reduces and norms zeros) and the optimizers skip
+ * them. *n (optional): elements frozen here. */
+dt_status gpt_freeze_check(const gpt_shape *s, const char *patterns);
+void gpt_freeze(gpt_model *m, const char *patterns, size_t *n);
 
 /* Checks the shape (n_embd % n_head, sizes > 0) and fills padded_vocab. */
 dt_status gpt_shape_check(gpt_shape *s);

@@ -168,6 +168,11 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     const dt_config *c = t->cfg;
     DT_TRY(dt_config_resolve_micro_batch(&t->run_cfg, dt_comm_size(t->world)));
     DT_TRY(dt_config_validate(c));
+    if (c->train.freeze[0]) {
+        gpt_shape fs = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+        DT_TRY(gpt_shape_check(&fs));
+        DT_TRY(gpt_freeze_check(&fs, c->train.freeze));
+    }
     DT_TRY(dt_dp_check_config(c));
     dt_gpu_select(dt_comm_local_rank(t->world)); /* a GPU per rank of the node, whatever the launcher */
     DT_TRY(choose_ops(c, &t->ops));
@@ -258,6 +263,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     DT_TRY(dt_comm_agree(t->world,
                          gpt_create_layout(&t->model, &shape, t->ops, t->micro, t->Tl, 0, &layout),
                          NULL));
+    if (c->train.freeze[0]) gpt_freeze(&t->model, c->train.freeze, NULL);
     dt_tp_attach(&t->model, t->mesh.tp_comm);
     DT_TRY(dt_comm_agree(t->world, dt_cp_attach(&t->model, t->mesh.cp_comm, t->micro, t->T), NULL));
     t->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
@@ -484,6 +490,15 @@ static void print_header(trainer *t) {
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
            t->val_path[0] ? t->val_path : "none");
     if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
+    if (c->train.freeze[0]) {
+        size_t n = 0, all = 0;
+        for (int i = 0; i < t->model.ntensors; i++) {
+            all += t->model.tensors[i].numel;
+            if (t->model.tensors[i].frozen) n += t->model.tensors[i].numel;
+        }
+        printf("dtrain: frozen (train.freeze %s): %zu of rank 0's %zu parameters\n", c->train.freeze, n, all);
+    }
+    if (!strcmp(c->train.recompute, "full")) printf("dtrain: activation checkpointing: every block recomputed in its backward\n");
     if (t->mesh.tp > 1)
         printf("dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n",
                t->mesh.tp, t->model.sp ? ", sequence parallel: LayerNorm and residual rows split" : "", t->dp);
