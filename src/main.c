@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/ops.h"
 #include "ckpt/checkpoint.h"
@@ -14,6 +15,7 @@
 #include "core/status.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "launch/launch.h"
 #include "model/gpt.h"
 #include "parallel/estimate.h"
 #include "parallel/mesh.h"
@@ -29,8 +31,10 @@ static const char *USAGE =
     "\n"
     "commands:\n"
     "  train     train a GPT-2 model (built-in demo config when no --config is given)\n"
+    "  launch    run `train` under mpirun with restarts from the latest checkpoint (elastic, watchdog)\n"
     "  sample    generate text from a checkpoint\n"
     "  prepare   turn text files into token files\n"
+    "  export    a checkpoint as a Hugging Face GPT-2 directory (`export CKPT OUT`)\n"
     "  config    print the effective config as JSON, or every key (--doc)\n"
     "  estimate  per-rank memory for each ZeRO stage (`-n N` ranks)\n"
     "  plan      every dp x pp x cp x tp layout of `-n N` ranks that fits, ranked by predicted step time\n"
@@ -441,6 +445,53 @@ static const char *EXPORT_USAGE =
     "  CKPT     a step directory, or a --save directory with `latest` (sharded ones too: one file is written)\n"
     "  --force  write into a non-empty OUT (replacing the exported files)\n";
 
+static const char *LAUNCH_USAGE =
+    "usage: dtrain launch -n N [options] -- train [train options]\n"
+    "  runs `mpirun -np N dtrain train ...` and supervises it: after a failure (a rank that\n"
+    "  died, a lost host, a hang) it restarts the job from checkpoint.dir's latest step\n"
+    "  -n N                    ranks to start\n"
+    "  --max-restarts R        restarts after failures before giving up (default 3)\n"
+    "  --restart-delay S       seconds between a failure and its restart (default 1)\n"
+    "  --hostfile FILE         Open MPI hostfile, read again before every start: a restart runs on\n"
+    "                          the slots it then lists (elastic)\n"
+    "  --min-ranks M           smallest world a restart may use (default N); the global batch\n"
+    "                          stays that of N ranks, gradient accumulation makes up the rest\n"
+    "  --heartbeat-timeout S   kill and restart a job whose rank 0 finished no step for S seconds\n"
+    "                          (0: off; counted from the first step's end)\n"
+    "  --mpirun CMD            the MPI launcher (default mpirun)\n"
+    "  --mpi-arg ARG           pass ARG to mpirun (repeatable), e.g. --mpi-arg --oversubscribe\n"
+    "  Exit code: the job's (0, 2 for bad input: never restarted), 128 + N when stopped by\n"
+    "  signal N (forwarded to the job as SIGUSR1: the ranks save and exit), else the last\n"
+    "  failure's after the restarts ran out.\n";
+
+static int cmd_launch(int argc, char **argv) {
+    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        fputs(LAUNCH_USAGE, stdout);
+        return 0;
+    }
+    dt_launch_opts o;
+    int used = 0;
+    dt_status s = dt_launch_parse(&o, argc, argv, &used);
+    if (s == DT_OK && (used >= argc || strcmp(argv[used], "train")))
+        s = dt_fail(DT_EINPUT, "launch: expected `-- train [train options]`, got `-- %s`", used < argc ? argv[used] : "");
+    dt_config c;
+    int targc = argc - used - 1;
+    char **targv = argv + used + 1;
+    /* the job's config, checked here so bad input fails once, before any rank starts */
+    if (s == DT_OK) s = parse_config_args(&c, targc, targv);
+    if (s == DT_OK) s = dt_config_resolve_micro_batch(&c, o.nproc);
+    if (s == DT_OK) s = dt_config_validate(&c);
+    char self[DT_PATH_MAX];
+    ssize_t n = s == DT_OK ? readlink("/proc/self/exe", self, sizeof self - 1) : 0;
+    if (s == DT_OK && n <= 0) s = dt_fail(DT_ERUNTIME, "launch: cannot find this program (/proc/self/exe)");
+    if (s != DT_OK) {
+        fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
+        return (int)s;
+    }
+    self[n] = 0;
+    return dt_launch_run(&o, &c, self, targc, targv);
+}
+
 static dt_status cmd_export(int argc, char **argv) {
     if (wants_help(argc, argv)) {
         fputs(EXPORT_USAGE, stdout);
@@ -477,6 +528,11 @@ static dt_status cmd_prepare(int argc, char **argv) {
     dt_status s = DT_OK;
     for (int i = 0; i < argc && s == DT_OK; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "--input") && strcmp(a, "--out") && strcmp(a, "--tokenizer") && strcmp(a, "--encoder-json") &&
+            strcmp(a, "--vocab-bpe") && strcmp(a, "--val-fraction")) {
+            s = dt_fail(DT_EINPUT, "%s '%s' (see dtrain prepare --help)", a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            break;
+        }
         if ((s = need_value(i, argc, argv)) != DT_OK) break;
         const char *val = argv[++i];
         if (!strcmp(a, "--input")) inputs[nin++] = val;
@@ -494,13 +550,29 @@ static dt_status cmd_prepare(int argc, char **argv) {
     if (s == DT_OK && (!nin || !out)) s = dt_fail(DT_EINPUT, "prepare: --input FILE and --out PREFIX are required");
     if (s == DT_OK && strcmp(kind, "byte") && strcmp(kind, "gpt2"))
         s = dt_fail(DT_EINPUT, "prepare: --tokenizer '%s' is not one of byte, gpt2", kind);
+    if (s == DT_OK && !strcmp(kind, "gpt2") && (!enc[0] || !bpe[0]))
+        s = dt_fail(DT_EINPUT, "prepare: --tokenizer gpt2 needs --encoder-json FILE and --vocab-bpe FILE");
+    if (s == DT_OK) { /* the output's directory must exist: name it, not a temporary file in it */
+        char dir[DT_PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", out);
+        char *slash = strrchr(dir, '/');
+        if (slash) {
+            *slash = 0;
+            if (dir[0] && access(dir, W_OK) != 0)
+                s = dt_fail(DT_EINPUT, "prepare: --out %s: directory '%s' %s", out, dir,
+                            access(dir, F_OK) ? "does not exist" : "is not writable");
+        }
+    }
     dt_tokenizer *tok = NULL;
     if (s == DT_OK) s = !strcmp(kind, "gpt2") ? dt_tokenizer_gpt2(&tok, enc, bpe) : dt_tokenizer_byte(&tok);
     size_t ntrain = 0, nval = 0;
     if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, valf, &ntrain, &nval);
-    if (s == DT_OK)
+    if (s == DT_OK && nval > 0)
         printf("prepare: %zu training tokens -> %s_train.bin, %zu validation tokens -> %s_val.bin (vocab %d)\n", ntrain,
                out, nval, out, dt_tokenizer_vocab(tok));
+    else if (s == DT_OK)
+        printf("prepare: %zu training tokens -> %s_train.bin, no validation file (vocab %d)\n", ntrain, out,
+               dt_tokenizer_vocab(tok));
     dt_tokenizer_free(tok);
     free(inputs);
     return s;
@@ -532,6 +604,7 @@ int main(int argc, char **argv) {
         printf("dtrain %s\n", DT_VERSION);
         return 0;
     }
+    if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) s = cmd_sample(argc - 2, argv + 2);
     else if (!strcmp(cmd, "prepare")) s = cmd_prepare(argc - 2, argv + 2);
     else if (!strcmp(cmd, "export")) s = cmd_export(argc - 2, argv + 2);

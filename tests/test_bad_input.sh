@@ -97,6 +97,14 @@ expect_bad "missing option value" "needs a value" train --steps
 expect_bad "sample without checkpoint" "checkpoint" sample --length 5
 expect_bad "prepare missing input" "input" prepare --out "$TMP/x"
 expect_bad "prepare unreadable input" "nope.txt" prepare --input "$TMP/nope.txt" --out "$TMP/x"
+expect_bad "prepare gpt2 without its files" "needs --encoder-json FILE and --vocab-bpe FILE" prepare \
+  --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/x" --tokenizer gpt2
+expect_bad "prepare into a missing directory" "directory '$TMP/no/such' does not exist" prepare \
+  --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/no/such/x"
+expect_bad "prepare stray argument" "unexpected argument 'stray'" prepare --input "$SRC/tests/data/tiny_corpus.txt" \
+  --out "$TMP/x" stray
+expect_bad "prepare unknown last option" "unknown option '--bogus'" prepare --input "$SRC/tests/data/tiny_corpus.txt" \
+  --out "$TMP/x" --bogus
 expect_bad "unsupported backend" "backend" train "${T[@]}" --set backend=cuda
 expect_bad "tp without ranks" "tp" train "${T[@]}" --set parallel.tp=2
 # --- issue 7 item 6: non-finite values in a checkpoint, named --------------------------

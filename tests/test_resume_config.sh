@@ -57,4 +57,21 @@ assert c["data"]["train"] == sys.argv[2] + "/other_train.bin", c["data"]
 assert c["train"]["stop_after"] == 0 and c["train"]["steps"] == 12, c["train"]
 assert c["checkpoint"]["dir"] == sys.argv[2] + "/ck" and c["checkpoint"]["resume"].endswith("step_00000005"), c["checkpoint"]
 PY
+
+# 6. the global batch a run used is saved as it was (not as 0, "micro x dp"): a resume on
+# another data-parallel size continues the same batches or says which key differs
+"$DTRAIN" train "${TINY[@]}" --threads 1 --steps 3 --set train.global_batch=0 --set train.micro_batch=4 \
+  --save "$TMP/gb" >/dev/null 2>&1 || fail "gb=0 run"
+"$DTRAIN" config --resume "$TMP/gb" 2>/dev/null | grep -q '"global_batch":[[:space:]]*4' &&
+  pass "train.global_batch 0 is saved as the batch it ran (4)" || fail "saved global batch: $("$DTRAIN" config --resume "$TMP/gb" 2>&1 | grep global_batch)"
+out=$("$DTRAIN" train --resume "$TMP/gb" --steps 5 --threads 1 --set checkpoint.dir="$TMP/gb2" --set train.global_batch=8 2>&1)
+[ $? -eq 2 ] && echo "$out" | grep -q "^dtrain: error: checkpoint .*another train.global_batch" &&
+  pass "resume with another global batch names the key: $(echo "$out" | grep error)" || fail "global batch change: $out"
+if command -v mpirun >/dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  out=$(mpirun --oversubscribe -np 2 "$DTRAIN" train --resume "$TMP/gb" --steps 5 --threads 1 --set checkpoint.dir="$TMP/gb3" \
+        --set train.micro_batch=2 2>&1)
+  echo "$out" | grep -q "global batch 4 x .*micro-batch 2 x 2 data-parallel" && echo "$out" | grep -q "resumed at step 3" &&
+    pass "a dp 1 run with global_batch 0 resumes on dp 2 with its batch of 4" || fail "dp 2 resume: $(echo "$out" | grep -v '^\[' | tail -3)"
+fi
 finish

@@ -21,7 +21,9 @@ for sig in TERM USR1 INT; do
   kill -$sig $pid; wait $pid; rc=$?
   want=$((128 + $(kill -l $sig)))
   [ "$rc" -eq "$want" ] && pass "SIG$sig: exit $rc" || fail "SIG$sig: exit $rc, want $want ($(cat "$TMP/err"))"
-  step=$(tail -1 "$TMP/m.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+  step=$(python3 -c 'import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if "event" not in r][-1]["step"])' "$TMP/m.jsonl")
+  tail -1 "$TMP/m.jsonl" | python3 -c 'import json,sys; r = json.load(sys.stdin); assert r["event"] == "summary" and r["steps"] == int(sys.argv[1]) and r["mem"], r' "$step" &&
+    pass "SIG$sig: the metrics file ends with its summary (step $step)" || fail "SIG$sig: last metrics line: $(tail -1 "$TMP/m.jsonl")"
   latest=$(cat "$TMP/ck/latest" 2>/dev/null)
   [ "$latest" = "$(printf 'step_%08d' "$step")" ] && pass "SIG$sig: saved the last finished step ($latest)" \
     || fail "SIG$sig: latest '$latest', last metrics step $step"
@@ -64,7 +66,7 @@ if command -v mpirun >/dev/null; then
     wait_for_step "$TMP/mm.jsonl" 3 || fail "mpirun: run did not start"
     kill -$sig $pid # to mpirun, as a user or a batch system does
     wait $pid; rc=$?
-    step=$(tail -1 "$TMP/mm.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+    step=$(python3 -c 'import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if "event" not in r][-1]["step"])' "$TMP/mm.jsonl")
     [ "$rc" -ne 0 ] && [ "$(cat "$TMP/ckm/latest")" = "$(printf 'step_%08d' "$step")" ] \
       && [ "$(grep -c "stopped by SIG" "$TMP/errm")" -eq 1 ] && grep -q "stopped by SIG$sig after step $step; saved" "$TMP/errm" \
       && pass "mpirun -np 2, SIG$sig to mpirun: both ranks stop after step $step, saved once, one message (exit $rc)" \

@@ -25,6 +25,8 @@ typedef struct {
         long long seed;
         int val_every, val_batches, check_memory;
         char init_from[DT_PATH_MAX];
+        char recompute[8]; /* none, full */
+        char freeze[DT_PATH_MAX]; /* comma-separated globs over tensor names */
     } train;
     struct {
         char dir[DT_PATH_MAX], resume[DT_PATH_MAX];

@@ -43,8 +43,8 @@ void dt_loader_free(dt_loader *l) {
 
 dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos) {
     if (epoch < 0 || pos > l->nseq || pos % (size_t)l->global_batch != 0)
-        return dt_fail(DT_EINPUT, "checkpoint data position (epoch %lld, pos %zu) does not fit this data file",
-                       epoch, pos);
+        return dt_fail(DT_EINPUT, "checkpoint data position (epoch %lld, sequence %zu) does not fit data file '%s' "
+                       "(%zu sequences, global batch %d)", epoch, pos, l->file->path, l->nseq, l->global_batch);
     l->epoch = epoch;
     l->pos = pos;
     make_perm(l);

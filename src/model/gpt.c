@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fnmatch.h>
 #include <string.h>
 
 #include "../core/bf16.h"
@@ -32,6 +33,7 @@ typedef struct {
 struct gpt_acts {
     gpt_slot *slot;
     int nslots;
+    gpt_slot rc; /* recompute: one block's inner activations (ln1 .. fch_gelu), shared by every block and slot */
     float *logits; /* head_rows x Vp, the head is computed in row chunks */
     float *losses; /* BT */
     float *proj;   /* BTC: attention / MLP projection output before the residual add */
@@ -138,6 +140,60 @@ static int layer_of(const gpt_model *m, int j) {
     return m->chunk_layer0[c] + j - m->chunk_block0[c];
 }
 
+static const char *const suffix[T_PER_LAYER] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+    "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+/* Calls fn(name, ctx) for every tensor name of the whole model, until it returns nonzero. */
+static int each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx) {
+    static const char *const ends[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+    char name[48];
+    for (int k = 0; k < 4; k++)
+        if (fn(ends[k], ctx)) return 1;
+    for (int l = 0; l < s->n_layer; l++)
+        for (int k = 0; k < T_PER_LAYER; k++) {
+            snprintf(name, sizeof name, "h.%d.%s", l, suffix[k]);
+            if (fn(name, ctx)) return 1;
+        }
+    return 0;
+}
+
+/* The next pattern of a comma-separated list into buf ("" at the end); returns the rest. */
+static const char *next_pattern(const char *list, char *buf, size_t cap) {
+    while (*list == ',' || *list == ' ') list++;
+    size_t n = strcspn(list, ",");
+    while (n > 0 && list[n - 1] == ' ') n--;
+    snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), list);
+    list += n;
+    while (*list && *list != ',') list++;
+    return list;
+}
+
+static int matches(const char *name, void *pattern) { return fnmatch((const char *)pattern, name, 0) == 0; }
+
+dt_status gpt_freeze_check(const gpt_shape *s, const char *patterns) {
+    char pat[128];
+    for (const char *p = next_pattern(patterns, pat, sizeof pat); pat[0]; p = next_pattern(p, pat, sizeof pat))
+        if (!each_name(s, matches, pat))
+            return dt_fail(DT_EINPUT, "train.freeze: '%s' matches no tensor of the model (names as Hugging Face's: "
+                           "wte.weight, wpe.weight, h.0.ln_1.weight, h.0.attn.c_attn.weight, ..., ln_f.bias)", pat);
+    return DT_OK;
+}
+
+void gpt_freeze(gpt_model *m, const char *patterns, size_t *n) {
+    char pat[128];
+    size_t total = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        gpt_tensor *t = &m->tensors[i];
+        for (const char *p = next_pattern(patterns, pat, sizeof pat); pat[0] && !t->frozen;
+             p = next_pattern(p, pat, sizeof pat))
+            t->frozen = matches(t->name, pat);
+        if (t->frozen) total += t->numel;
+    }
+    if (n) *n = total;
+}
+
 static void build_table(gpt_model *m) {
     const gpt_shape *s = &m->shape;
     int C = s->n_embd, idx = 0, lnf_unit = m->nblocks + 1;
@@ -154,10 +210,6 @@ static void build_table(gpt_model *m) {
     m->block0 = idx;
     for (int j = 0; j < m->nblocks; j++) {
         int l = layer_of(m, j); /* tensors keep their global names */
-        static const char *suffix[T_PER_LAYER] = {
-            "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-            "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-            "mlp.c_proj.weight", "mlp.c_proj.bias"};
         static const int rows[T_PER_LAYER] = {1, 1, 1, 3, 1, 1, 1, 1, 1, 4, 4, 1};
         static const int cols[T_PER_LAYER] = {0, 0, 3, 0, 1, 0, 0, 0, 4, 0, 1, 0};
         /* Megatron: c_attn, c_fc column-parallel (q, k, v split each); c_proj row-parallel */
@@ -194,6 +246,14 @@ static float *tg(const gpt_model *m, int i) {
 static float *P(const gpt_model *m, int j, int k) { return tp(m, m->block0 + j * T_PER_LAYER + k); }
 static float *G(const gpt_model *m, int j, int k) { return tg(m, m->block0 + j * T_PER_LAYER + k); }
 
+/* A frozen tensor's gradient (at g, or where tg says) zeroed, before its unit's after_backward. */
+static void zero_frozen(gpt_model *m, int i, float *g) {
+    if (m->tensors[i].frozen) m->ops->zero(g ? g : tg(m, i), m->tensors[i].numel * m->esz);
+}
+static void zero_frozen_block(gpt_model *m, int j) {
+    for (int k = 0; k < T_PER_LAYER; k++) zero_frozen(m, m->block0 + j * T_PER_LAYER + k, NULL);
+}
+
 static dt_status hook(const gpt_model *m, dt_status (*fn)(void *, int), int unit) {
     return fn ? fn(m->hooks.ctx, unit) : DT_OK;
 }
@@ -207,6 +267,7 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
     size_t LL = (size_t)st.maxc, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
     size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1, head = (size_t)st.head, first = (size_t)st.embed;
     size_t split = lay->split_backward != 0;
+    size_t rc = lay->recompute != 0, LI = rc ? 0 : LL; /* blocks of inner activations per slot */
     size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
     size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
@@ -239,11 +300,11 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
     for (int k = 0; k < st.slots; k++) {
         gpt_slot *b = p ? &a->slot[k] : &dummy_slot;
         part per_slot[] = {
-            {&b->encoded, R * C, E, SEQ},            {&b->ln1, LL * R * C, E, SEQ},         {&b->ln1_mean, LL * R, F32, SEQ},
-            {&b->ln1_rstd, LL * R, F32, SEQ},         {&b->qkv, LL * BT * 3 * Cl, E, TPR},   {&b->atty, LL * BT * Cl, E, TPR},
-            {&b->lse, LL * BT * NH, F32, TPR},        {&b->res2, LL * R * C, E, SEQ},        {&b->ln2, LL * R * C, E, SEQ},
-            {&b->ln2_mean, LL * R, F32, SEQ},         {&b->ln2_rstd, LL * R, F32, SEQ},      {&b->fch, LL * BT * 4 * Cl, E, TPR},
-            {&b->fch_gelu, LL * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
+            {&b->encoded, R * C, E, SEQ},            {&b->ln1, LI * R * C, E, SEQ},         {&b->ln1_mean, LI * R, F32, SEQ},
+            {&b->ln1_rstd, LI * R, F32, SEQ},         {&b->qkv, LI * BT * 3 * Cl, E, TPR},   {&b->atty, LI * BT * Cl, E, TPR},
+            {&b->lse, LI * BT * NH, F32, TPR},        {&b->res2, LI * R * C, E, SEQ},        {&b->ln2, LI * R * C, E, SEQ},
+            {&b->ln2_mean, LI * R, F32, SEQ},         {&b->ln2_rstd, LI * R, F32, SEQ},      {&b->fch, LI * BT * 4 * Cl, E, TPR},
+            {&b->fch_gelu, LI * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
             {&b->lnf_mean, head * R, F32, SEQ},      {&b->lnf_rstd, head * R, F32, SEQ},    {&b->dres, R * C, E, SEQ},
             {(float **)&b->tok, first * BT, U16, OTH},
             {&b->wd_mp, split * LL * BT * C, E, OTH},    {&b->wd_fc, split * LL * BT * 4 * Cl, E, TPR},
@@ -252,6 +313,14 @@ static size_t act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, c
         };
         LAY(per_slot)
     }
+    gpt_slot *q = p ? &a->rc : &dummy_slot; /* recompute: one block's inner activations for all */
+    part inner[] = {
+        {&q->ln1, rc * R * C, E, SEQ},         {&q->ln1_mean, rc * R, F32, SEQ},      {&q->ln1_rstd, rc * R, F32, SEQ},
+        {&q->qkv, rc * BT * 3 * Cl, E, TPR},   {&q->atty, rc * BT * Cl, E, TPR},      {&q->lse, rc * BT * NH, F32, TPR},
+        {&q->res2, rc * R * C, E, SEQ},        {&q->ln2, rc * R * C, E, SEQ},         {&q->ln2_mean, rc * R, F32, SEQ},
+        {&q->ln2_rstd, rc * R, F32, SEQ},      {&q->fch, rc * BT * 4 * Cl, E, TPR},   {&q->fch_gelu, rc * BT * 4 * Cl, E, TPR},
+    };
+    LAY(inner)
     part shared[] = {
         {&a->logits, head * head_rows * Vp, E, OTH}, {&a->losses, head * BT, F32, OTH},  {&a->proj, BT * C, E, OTH},
         {&a->dsmall, BT * C, E, OTH},                {&a->dbig, BT * 4 * Cl, E, TPR},     {(float **)&a->tgt, head * BT, U16, OTH},
@@ -320,7 +389,16 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     m->tp_rank = tp_rank;
     m->sp = layout->sp && tp > 1;
     m->split = layout->split_backward != 0;
+    m->recompute = layout->recompute != 0;
+    if (m->recompute && m->split)
+        return dt_fail(DT_EINPUT, "train.recompute full: not with a split backward (parallel.schedule zb-h1: its "
+                       "weight pass would need every block's inner activations again)");
     DT_TRY(gpt_shape_check(&m->shape));
+    /* sizes below are size_t products: refuse a shape where they could wrap */
+    if ((double)max_B * max_T * m->shape.n_embd * m->shape.n_layer * 64.0 +
+            (double)max_B * max_T * m->shape.padded_vocab * 16.0 > 4.6e18)
+        return dt_fail(DT_EINPUT, "model: a micro-batch of %d x %d tokens at %d wide, %d layers needs more than 4 EB "
+                       "of activations", max_B, max_T, m->shape.n_embd, m->shape.n_layer);
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m->shape.n_head % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
                        "tensor-parallel ranks)", tp, m->shape.n_head);
@@ -507,11 +585,14 @@ static block_acts block_at(const gpt_model *m, const gpt_slot *a, int j) {
     size_t R = max_local_rows(m), RC = R * (size_t)m->shape.n_embd;
     int i = j - m->chunk_block0[a->chunk]; /* the block's index in its chunk */
     size_t L = (size_t)i; /* storage-precision buffers step through S(); statistics are fp32 */
-    return (block_acts){layer_in(m, a, i),            S(m, a->ln1, L * RC),       a->ln1_mean + L * R,
-                        a->ln1_rstd + L * R,          S(m, a->qkv, L * 3 * BTCl), S(m, a->atty, L * BTCl),
-                        a->lse + L * BT * (size_t)(m->shape.n_head / m->tp),      S(m, a->res2, L * RC),
-                        S(m, a->ln2, L * RC),         a->ln2_mean + L * R,        a->ln2_rstd + L * R,
-                        S(m, a->fch, L * 4 * BTCl),   S(m, a->fch_gelu, L * 4 * BTCl), S(m, a->res3, L * RC)};
+    /* inner activations: the slot's own per block, or with recompute the one shared block's */
+    const gpt_slot *n = m->recompute ? &m->acts->rc : a;
+    size_t I = m->recompute ? 0 : L;
+    return (block_acts){layer_in(m, a, i),            S(m, n->ln1, I * RC),       n->ln1_mean + I * R,
+                        n->ln1_rstd + I * R,          S(m, n->qkv, I * 3 * BTCl), S(m, n->atty, I * BTCl),
+                        n->lse + I * BT * (size_t)(m->shape.n_head / m->tp),      S(m, n->res2, I * RC),
+                        S(m, n->ln2, I * RC),         n->ln2_mean + I * R,        n->ln2_rstd + I * R,
+                        S(m, n->fch, I * 4 * BTCl),   S(m, n->fch_gelu, I * 4 * BTCl), S(m, a->res3, L * RC)};
 }
 
 /* The paired functions of tensor (and sequence) parallelism; identities on one rank.
@@ -735,6 +816,7 @@ dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_s
     double loss;
     float *dlnf;
     DT_TRY(head(m, b, targets, grad_scale, &loss, &dlnf));
+    zero_frozen(m, 0, m->head_grad); /* the tied wte's head gradient */
     if (m->head_grad) HOOK(after_backward, GPT_HEAD_PART);
     int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
     o->zero(b->dres, (size_t)Nl * C * m->esz);
@@ -745,6 +827,8 @@ dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_s
                      Nl, C);
     float *const lnf_grads[1] = {tg(m, lnw)};
     DT_TRY(ln_grad_finish(m, lnf_grads, 1));
+    zero_frozen(m, lnw, NULL);
+    zero_frozen(m, lnb, NULL);
     HOOK(after_backward, lnf_unit);
     if (!m->has_embed) HOOK(after_backward, 0); /* a last stage's wte: the head alone adds to it */
     *loss_out = loss;
@@ -909,6 +993,8 @@ static dt_status embed_backward(gpt_model *m, gpt_slot *s) {
     if (!cpos) {
         m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C, m->tp_rank * Vl,
                           Vl);
+        zero_frozen(m, 0, NULL);
+        zero_frozen(m, 1, NULL);
         HOOK(after_backward, 0);
         return DT_OK;
     }
@@ -919,6 +1005,8 @@ static dt_status embed_backward(gpt_model *m, gpt_slot *s) {
             m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)cpos[t0] * C), S(m, dall, r * C), s->tok + r, 1, t1 - t0, C,
                               m->tp_rank * Vl, Vl);
         }
+    zero_frozen(m, 0, NULL);
+    zero_frozen(m, 1, NULL);
     HOOK(after_backward, 0);
     return DT_OK;
 }
@@ -940,7 +1028,11 @@ dt_status gpt_backward(gpt_model *m, int slot) {
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j);
+        /* recompute: the block's inner activations again, from its kept input (the same
+         * kernels on the same inputs: the same bits; with tp or cp the same collectives) */
+        if (m->recompute) DT_TRY(block_forward(m, s, j));
         DT_TRY(block_backward(m, s, j, 0));
+        zero_frozen_block(m, j);
         HOOK(after_backward, 1 + j);
     }
     return embeds(m, s->chunk) ? embed_backward(m, s) : DT_OK;
@@ -962,6 +1054,7 @@ dt_status gpt_backward_weight(gpt_model *m, int slot) {
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j); /* again: its gradients are written now */
         DT_TRY(block_weight(m, s, j));
+        zero_frozen_block(m, j);
         HOOK(after_backward, 1 + j);
     }
     return embeds(m, s->chunk) ? embed_backward(m, s) : DT_OK;

@@ -30,6 +30,7 @@ typedef struct {
     size_t offset;     /* in floats, into params/grads */
     size_t numel;
     int decay;         /* weight decay applies (2-D weights) */
+    int frozen;        /* gpt_freeze: no gradient (zeroed), no update */
     int layer;         /* block index, -1 for embeddings and ln_f */
     int unit;          /* the unit holding it (see gpt_unit) */
 } gpt_tensor;
@@ -128,6 +129,9 @@ typedef struct {
     int slots;                 /* chunk passes (micro-batch, chunk) whose activations are kept at once (0: 1) */
     int split_backward;        /* keep the linears' output gradients per slot, so a backward can run as
                                   gpt_backward_input now and gpt_backward_weight later (zero bubble) */
+    int recompute;             /* activation checkpointing: a slot keeps only each block's input (the
+                                  residual stream); the block's inner activations live in one shared
+                                  block's worth and are recomputed by its backward (not with split_backward) */
 } gpt_layout;
 
 typedef struct {
@@ -156,6 +160,7 @@ typedef struct {
     int has_embed, has_head;  /* first stage (wte, wpe), last stage (ln_f, the head's tied wte) */
     int block0;               /* index of local block 0's first tensor */
     int split;                /* gpt_layout.split_backward */
+    int recompute;            /* gpt_layout.recompute */
     size_t tied_gap;          /* a last stage's unit 0: wte, then this many unused floats (where the first
                                  stage has wpe), so unit 0 has the same size on both ends of the tie */
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
@@ -163,6 +168,15 @@ typedef struct {
     gpt_tp_comm tp_comm;
     gpt_cp_comm cp_comm;
 } gpt_model;
+
+/* Frozen parameter groups (train.freeze): `patterns` is a comma-separated list of shell
+ * globs over the Hugging Face names ("wte.weight,wpe.weight,h.0.*"). gpt_freeze_check
+ * fails (DT_EINPUT) on a pattern no tensor of the whole model matches; gpt_freeze marks
+ * this rank's matching tensors frozen: the backward zeroes their gradients before handing
+ * a unit's gradients over (every strategy reduces and norms zeros) and the optimizers skip
+ * them. *n (optional): elements frozen here. */
+dt_status gpt_freeze_check(const gpt_shape *s, const char *patterns);
+void gpt_freeze(gpt_model *m, const char *patterns, size_t *n);
 
 /* Checks the shape (n_embd % n_head, sizes > 0) and fills padded_vocab. */
 dt_status gpt_shape_check(gpt_shape *s);

@@ -13,6 +13,7 @@ void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr
     o->step++;
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
+        if (t->frozen) continue;
         size_t k = t->offset;
         size_t e = dt_elem_bytes(ops);
         float *store = o->master ? (float *)((char *)m->params + k * e) : NULL;

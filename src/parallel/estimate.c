@@ -33,7 +33,8 @@ static int micro_batches(const dt_config *c, int dp) {
 /* The layout of pipeline stage `stage` (the whole model when pp = 1): its blocks, its
  * tensor-parallel pieces, the activation slots its schedule keeps. */
 static gpt_layout layout_of(const dt_config *c, int stage, int dp) {
-    gpt_layout lay = {.tp = c->parallel.tp > 0 ? c->parallel.tp : 1, .sp = c->parallel.sp};
+    gpt_layout lay = {.tp = c->parallel.tp > 0 ? c->parallel.tp : 1, .sp = c->parallel.sp,
+                      .recompute = !strcmp(c->train.recompute, "full")};
     int pp = c->parallel.pp > 0 ? c->parallel.pp : 1;
     int v = c->parallel.virtual_stages > 1 ? c->parallel.virtual_stages : 1;
     if (pp > 1 && dt_pp_layout(c->model.n_layer, pp, v, stage, c->parallel.pp_split, &lay) == DT_OK) {
@@ -231,6 +232,13 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", c->train.micro_batch, T, tp);
+    /* byte counts are size_t: a shape whose activations (about 40 values per token, width
+     * and layer) pass 2^62 bytes would wrap; no machine holds it anyway */
+    if ((double)c->train.micro_batch * T * s.n_embd * s.n_layer * 64.0 + (double)c->train.micro_batch * T *
+        s.padded_vocab * 16.0 > 4.6e18)
+        return dt_fail(DT_EINPUT, "estimate: the activations of a micro-batch of %d x %d tokens (%d wide, %d layers, "
+                       "vocabulary %d) exceed 4 EB per rank", c->train.micro_batch, T, s.n_embd, s.n_layer,
+                       s.padded_vocab);
     size_t reg[GPT_ACT_NREGIONS];
     double act = act_bytes_regions(c, &s, 0, n, reg);
     if (json) {
@@ -286,8 +294,9 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
                     stage_bytes(c, &s, r, n) / 1e6, c->parallel.zero);
         }
     }
-    fprintf(out, "activations (micro-batch %d x %d tokens, %s%s): %.1f MB per rank, in every mode\n",
-            c->train.micro_batch, T, c->precision, c->parallel.sp ? ", sequence parallel" : "", act / 1e6);
+    fprintf(out, "activations (micro-batch %d x %d tokens, %s%s%s): %.1f MB per rank, in every mode\n",
+            c->train.micro_batch, T, c->precision, c->parallel.sp ? ", sequence parallel" : "",
+            strcmp(c->train.recompute, "full") ? "" : ", recompute full: block inputs kept", act / 1e6);
     fprintf(out, "  LayerNorm and residual rows %.1f MB, attention and MLP inner %.1f MB, head and scratch %.1f MB\n",
             reg[GPT_ACT_SEQUENCE] / 1e6, reg[GPT_ACT_TENSOR] / 1e6, reg[GPT_ACT_OTHER] / 1e6);
     if (tp > 1) { /* what the other choice of parallel.sp would give */

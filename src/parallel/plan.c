@@ -102,6 +102,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
      * pipeline waits (p-1) micro-batch slots; ranks sharing a node's cores each run slower */
     double tokens = (double)gb * T;
     out->compute_s = tokens * gpt_flops_per_token(&s, T) / mc->world / rate_of(mc, tp, cp);
+    if (!strcmp(c->train.recompute, "full")) out->compute_s *= 4.0 / 3.0; /* each block's forward twice */
     out->bubble = pp > 1 ? (pp - 1.0) / (m + pp - 1.0) : 0.0;
     int node = mc->world < mc->ranks_per_node ? mc->world : mc->ranks_per_node;
     out->share = mc->cores > 0 && node > mc->cores ? (double)node / mc->cores : 1.0;
@@ -133,7 +134,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
         out->comm_s[DT_PLAN_PP] = link_time(lk[DT_PLAN_PP], n, bytes);
     }
     int N = dp * cp;
-    gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp};
+    gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp, .recompute = !strcmp(lc.train.recompute, "full")};
     /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
     double psi = (double)gpt_param_count_layout(&s, &lay) / pp;
     out->optim_s = psi / (zero > 0 ? N : 1) * mc->optim_s;
@@ -211,9 +212,23 @@ void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
 }
 
 dt_status dt_plan_calibrate(const dt_config *c, int tp, int cp, double *flops, double *optim_s) {
-    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    /* The rate per FLOP is the shard's GEMM shapes' (width / tp, tokens), not the depth's:
+     * at most 2 blocks and 512 tokens are run, so a model that does not fit this
+     * machine (what the planner is for) is calibrated without being built whole. */
+    gpt_shape s = {c->model.n_layer < 2 ? c->model.n_layer : 2, c->model.n_head, c->model.n_embd, c->model.seq_len,
+                   c->model.vocab_size, 0};
     int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp, B = c->train.micro_batch;
+    if (T > 512) T = 512; /* the FLOPs are counted at this length too */
+    if ((long long)B * T > 512) B = 512 / T;
     gpt_layout lay = {.tp = tp}; /* no collectives attached: each is an identity */
+    DT_TRY(gpt_shape_check(&s));
+    double need = 16.0 * (double)gpt_param_count_layout(&s, &lay) +
+                  (double)gpt_activation_bytes_layout(&s, B, T, 4, &lay, NULL) + 2.0 * B * T;
+    double have = (double)dt_memory_available() / 2;
+    if (need > have)
+        return dt_fail(DT_EINPUT, "plan: calibrating a rank's speed on this machine needs %.1f GB for two blocks of "
+                       "width %d / tp %d (%.1f GB free); pass --flops F (a rank's FLOP/s) instead", need / 1e9,
+                       s.n_embd, tp, have * 2 / 1e9);
     gpt_model m;
     DT_TRY(gpt_create_layout(&m, &s, dt_ops_cpu(), B, T, 1, &lay));
     gpt_init(&m, 1);

@@ -545,7 +545,7 @@ dt_status dt_zero_end_step(dt_dp *d, double lr, double *grad_norm) {
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         size_t x0, n, k;
-        if (!shard_segment(d, t, &x0, &n, &k)) continue;
+        if (t->frozen || !shard_segment(d, t, &x0, &n, &k)) continue;
         float *store = d->master_shard ? slice_param(d, t->unit, x0) : NULL; /* bf16: the model's copy */
         dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_weights(d, t->unit, x0), store,
                        slice_grad(d, t->unit, x0), d->m_shard + k, d->v_shard + k, n);

@@ -16,6 +16,7 @@
 #include "../data/loader.h"
 #include "../data/tokenfile.h"
 #include "../data/tokenizer.h"
+#include "../launch/heartbeat.h"
 #include "../model/gpt.h"
 #include "../optim/optimizer.h"
 #include "../parallel/data_parallel.h"
@@ -167,6 +168,11 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     const dt_config *c = t->cfg;
     DT_TRY(dt_config_resolve_micro_batch(&t->run_cfg, dt_comm_size(t->world)));
     DT_TRY(dt_config_validate(c));
+    if (c->train.freeze[0]) {
+        gpt_shape fs = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+        DT_TRY(gpt_shape_check(&fs));
+        DT_TRY(gpt_freeze_check(&fs, c->train.freeze));
+    }
     DT_TRY(dt_dp_check_config(c));
     dt_gpu_select(dt_comm_local_rank(t->world)); /* a GPU per rank of the node, whatever the launcher */
     DT_TRY(choose_ops(c, &t->ops));
@@ -188,6 +194,9 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
                        "config: train.micro_batch x data-parallel size = %d x %d does not divide train.global_batch %d",
                        t->micro, t->dp, t->global_batch);
     t->accum = t->global_batch / per_step;
+    /* saved with checkpoints as it is, not as 0 ("micro x dp"): a resume on another dp
+     * continues the same batches */
+    t->run_cfg.train.global_batch = t->global_batch;
     DT_TRY(dt_schedule_parse(c->parallel.schedule, &t->sched));
     DT_TRY(dt_pp_check(c, t->accum));
 
@@ -200,6 +209,10 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     if (c->checkpoint.resume[0]) {
         DT_TRY(dt_ckpt_resolve(c->checkpoint.resume, t->resume_dir, sizeof t->resume_dir));
         DT_TRY(dt_ckpt_load_state(t->resume_dir, &t->st, NULL));
+        if (t->st.data_pos % (unsigned long long)t->global_batch != 0)
+            return dt_fail(DT_EINPUT, "checkpoint '%s': its data position %llu is not a whole number of global batches "
+                           "of %d sequences: the run it continues used another train.global_batch (set that one)",
+                           t->resume_dir, (unsigned long long)t->st.data_pos, t->global_batch);
         if (t->st.step > c->train.steps)
             return dt_fail(DT_EINPUT, "checkpoint '%s' is at step %lld, beyond train.steps %d", t->resume_dir,
                            t->st.step, c->train.steps);
@@ -238,7 +251,8 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
         DT_TRY(dt_comm_set_algo(t->mesh.dp_cp_comm, (dt_coll)algo_keys[i].coll, a));
     }
     gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp};
+    gpt_layout layout = {.tp = t->mesh.tp, .tp_rank = t->mesh.tp_rank, .sp = c->parallel.sp,
+                         .recompute = !strcmp(c->train.recompute, "full")};
     if (t->mesh.pp > 1) { /* this rank's stage: its blocks (or chunks), and the activation slots its schedule needs */
         int v = c->parallel.virtual_stages;
         DT_TRY(dt_pp_layout(c->model.n_layer, t->mesh.pp, v, t->mesh.pp_rank, c->parallel.pp_split, &layout));
@@ -249,6 +263,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     DT_TRY(dt_comm_agree(t->world,
                          gpt_create_layout(&t->model, &shape, t->ops, t->micro, t->Tl, 0, &layout),
                          NULL));
+    if (c->train.freeze[0]) gpt_freeze(&t->model, c->train.freeze, NULL);
     dt_tp_attach(&t->model, t->mesh.tp_comm);
     DT_TRY(dt_comm_agree(t->world, dt_cp_attach(&t->model, t->mesh.cp_comm, t->micro, t->T), NULL));
     t->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
@@ -340,7 +355,11 @@ static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((trainer *)ctx)
  * m sequences, the same in every layout). */
 static dt_status validate(trainer *t, double *out) {
     size_t nwin = (t->val_tokens.count - 1) / (size_t)t->T;
-    int nb = t->cfg->train.val_batches * (t->cfg->parallel.micro_batches > 0 ? t->dp : 1);
+    long long nb_want = (long long)t->cfg->train.val_batches * (t->cfg->parallel.micro_batches > 0 ? t->dp : 1);
+    /* at most the file's distinct windows: more would count some twice, and a huge
+     * val_batches would run for ever */
+    long long nb_have = (long long)(nwin / (size_t)t->micro) > 0 ? (long long)(nwin / (size_t)t->micro) : 1;
+    int nb = (int)(nb_want < nb_have ? nb_want : nb_have);
     int rounds = (nb + t->dp - 1) / t->dp;
     double acc[2] = {0.0, 0.0}; /* loss sum, tokens */
     for (int i = 0; i < rounds; i++) {
@@ -471,6 +490,15 @@ static void print_header(trainer *t) {
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
            t->val_path[0] ? t->val_path : "none");
     if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
+    if (c->train.freeze[0]) {
+        size_t n = 0, all = 0;
+        for (int i = 0; i < t->model.ntensors; i++) {
+            all += t->model.tensors[i].numel;
+            if (t->model.tensors[i].frozen) n += t->model.tensors[i].numel;
+        }
+        printf("dtrain: frozen (train.freeze %s): %zu of rank 0's %zu parameters\n", c->train.freeze, n, all);
+    }
+    if (!strcmp(c->train.recompute, "full")) printf("dtrain: activation checkpointing: every block recomputed in its backward\n");
     if (t->mesh.tp > 1)
         printf("dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n",
                t->mesh.tp, t->model.sp ? ", sequence parallel: LayerNorm and residual rows split" : "", t->dp);
@@ -538,6 +566,8 @@ static dt_status run(trainer *t) {
     while (t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_dp_comm_seconds(t->dpe), norm, lr;
         DT_TRY(train_step(t, &loss, &norm, &lr));
+        dt_test_fault(t->st.step, dt_comm_rank(t->world));
+        if (t->rank0) dt_heartbeat();
         if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();
         double dt = dt_now() - t0;
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
@@ -567,10 +597,6 @@ static dt_status run(trainer *t) {
     }
     if (t->rank0) dt_progress_end(&t->progress);
     if (c->checkpoint.dir[0] && (t->st.step > first || !c->checkpoint.resume[0])) DT_TRY(save(t));
-    if (sig)
-        return dt_fail(DT_EINTERRUPTED, "stopped by %s after step %lld; %s%s%s", dt_signal_name(sig), t->st.step,
-                       c->checkpoint.dir[0] ? "saved, resume with --resume " : "nothing saved (no checkpoint.dir)",
-                       c->checkpoint.dir[0] ? c->checkpoint.dir : "", "");
     double tps = timed_steps > 0 ? tokens_per_step * (double)timed_steps / train_time : 0.0;
     /* per-rank memory, gathered to every rank as 6 numbers each, plus rank 0's metrics status */
     int n = dt_comm_size(t->world);
@@ -627,6 +653,10 @@ static dt_status run(trainer *t) {
                    1e3 * dt_dp_comm_seconds(t->dpe) / (double)timed_steps);
         if (c->log.profile) dt_ops_profile_report(stdout);
     }
+    if (sig) /* after the summary (the metrics file ends with it), before the digest and sample */
+        return dt_fail(DT_EINTERRUPTED, "stopped by %s after step %lld; %s%s%s", dt_signal_name(sig), t->st.step,
+                       c->checkpoint.dir[0] ? "saved, resume with --resume " : "nothing saved (no checkpoint.dir)",
+                       c->checkpoint.dir[0] ? c->checkpoint.dir : "", "");
     if (c->log.digest) {
         char hex[65];
         DT_TRY(dt_dp_digest(t->dpe, hex));

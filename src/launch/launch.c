@@ -1,0 +1,351 @@
+#define _POSIX_C_SOURCE 200809L
+#include "launch/launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/timer.h"
+
+static dt_status parse_num(const char *opt, const char *v, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0.0;
+    if (!v || !*v || *end || errno || !(x >= lo && x <= hi))
+        return dt_fail(DT_EINPUT, "launch: %s needs a number in [%.10g, %.10g], got '%s'", opt, lo, hi, v ? v : "");
+    *out = x;
+    return DT_OK;
+}
+
+dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consumed) {
+    memset(o, 0, sizeof *o);
+    o->max_restarts = 3;
+    o->restart_delay = 1.0;
+    o->mpirun = "mpirun";
+    int i = 0;
+    for (; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x = 0.0;
+        if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) {
+            DT_TRY(parse_num(a, v, 1, 1 << 20, &x));
+            o->nproc = (int)x;
+            if (x != (int)x) return dt_fail(DT_EINPUT, "launch: %s needs a whole number, got '%s'", a, v);
+        } else if (!strcmp(a, "--min-ranks")) {
+            DT_TRY(parse_num(a, v, 1, 1 << 20, &x));
+            o->min_ranks = (int)x;
+        } else if (!strcmp(a, "--max-restarts")) {
+            DT_TRY(parse_num(a, v, 0, 1e6, &x));
+            o->max_restarts = (int)x;
+        } else if (!strcmp(a, "--restart-delay")) {
+            DT_TRY(parse_num(a, v, 0, 86400, &o->restart_delay));
+        } else if (!strcmp(a, "--heartbeat-timeout")) {
+            DT_TRY(parse_num(a, v, 0, 1e7, &o->heartbeat_timeout));
+        } else if (!strcmp(a, "--hostfile") || !strcmp(a, "--mpirun") || !strcmp(a, "--mpi-arg")) {
+            if (!v) return dt_fail(DT_EINPUT, "launch: option %s needs a value", a);
+            if (!strcmp(a, "--hostfile")) o->hostfile = v;
+            else if (!strcmp(a, "--mpirun")) o->mpirun = v;
+            else if (o->n_mpi_args == (int)(sizeof o->mpi_args / sizeof o->mpi_args[0]))
+                return dt_fail(DT_EINPUT, "launch: more than %d --mpi-arg options", o->n_mpi_args);
+            else o->mpi_args[o->n_mpi_args++] = v;
+        } else {
+            return dt_fail(DT_EINPUT, "launch: unknown option '%s' (see dtrain launch --help)", a);
+        }
+        i++; /* every option takes a value */
+    }
+    if (i == argc) return dt_fail(DT_EINPUT, "launch: expected `-- train [train options]` after the launcher's options");
+    if (o->nproc < 1) return dt_fail(DT_EINPUT, "launch: -n N (ranks to start) is required");
+    if (o->min_ranks == 0) o->min_ranks = o->nproc;
+    if (o->min_ranks > o->nproc)
+        return dt_fail(DT_EINPUT, "launch: --min-ranks %d exceeds -n %d", o->min_ranks, o->nproc);
+    *consumed = i + 1;
+    return DT_OK;
+}
+
+int dt_launch_hostfile_slots(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        dt_fail(DT_EINPUT, "launch: hostfile '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    long long slots = 0;
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char host[512];
+        if (sscanf(line, "%511s", host) != 1) continue; /* blank */
+        const char *s = strstr(line, "slots=");
+        long long k = 1;
+        if (s) {
+            char *end;
+            k = strtoll(s + 6, &end, 10);
+            if (end == s + 6 || k < 0 || k > (1 << 20)) {
+                fclose(f);
+                dt_fail(DT_EINPUT, "launch: hostfile '%s' line %d: bad slots= value", path, lineno);
+                return -1;
+            }
+        }
+        slots += k;
+        if (slots > (1 << 24)) slots = 1 << 24;
+    }
+    fclose(f);
+    return (int)slots;
+}
+
+int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, int slots) {
+    long long mp = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
+    int top = slots < o->nproc ? slots : o->nproc;
+    for (int w = top; w >= o->min_ranks && w >= 1; w--) {
+        if (w % mp) continue;
+        long long dp = w / mp;
+        long long per = c->parallel.micro_batches > 0 ? dp * c->parallel.micro_batches : dp * c->train.micro_batch;
+        if (gb % per == 0) return w;
+    }
+    return 0;
+}
+
+/* ---- supervision ---- */
+
+static volatile sig_atomic_t g_stop_sig;
+static void on_signal(int sig) {
+    if (!g_stop_sig) g_stop_sig = sig;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("dtrain launch: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static void nap(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL); /* a signal cuts it short: the loop looks at it at once */
+}
+
+static double mtime_of(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0.0;
+    return (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec;
+}
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* file times are on this clock */
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Exit status as a shell reports it. */
+static int code_of(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 1;
+}
+
+/* Waits for the job; sends it SIGUSR1 when the launcher is asked to stop, kills it when its
+ * heartbeat goes stale. *hung: ended by the watchdog. */
+static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, double started, int *hung) {
+    int status, forwarded = 0;
+    double kill_at = 0.0;
+    *hung = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return code_of(status);
+        if (r < 0 && errno != EINTR) return 1;
+        if (g_stop_sig && !forwarded) { /* the ranks save and exit (the trainer's SIGUSR1) */
+            forwarded = 1;
+            say("%s: asking the job to save and stop (SIGUSR1 to %s)", g_stop_sig == SIGINT ? "SIGINT" : "SIGTERM",
+                o->mpirun);
+            kill(pid, SIGUSR1);
+        }
+        if (beat && !*hung && !forwarded) {
+            double last = mtime_of(beat), now = wall_now();
+            if (last > started && now - last > o->heartbeat_timeout) {
+                say("no heartbeat for %.0f s (no step finished): killing the job", now - last);
+                *hung = 1;
+                kill(pid, SIGTERM);
+                kill_at = dt_now() + 15.0;
+            }
+        }
+        if (kill_at > 0.0 && dt_now() > kill_at) { /* mpirun did not end it */
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            kill_at = 0.0;
+        }
+        nap(0.1);
+    }
+}
+
+static int has_checkpoint(const char *dir) {
+    if (!dir[0]) return 0;
+    char p[DT_PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    return access(p, F_OK) == 0;
+}
+
+/* An error of the launcher itself (not the job's): printed as main prints errors. */
+static int failed(dt_status code) {
+    fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
+    return (int)code;
+}
+
+int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self, int train_argc, char **train_argv) {
+    long long mp = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
+    if (o->nproc % mp) {
+        dt_fail(DT_EINPUT, "launch: -n %d is not a multiple of tp x pp x cp = %lld", o->nproc, mp);
+        return failed(DT_EINPUT);
+    }
+    /* the global batch stays what it is on -n ranks, whatever world a restart gets */
+    long long gb = c->train.global_batch > 0 ? c->train.global_batch : (long long)c->train.micro_batch * (o->nproc / mp);
+    if (!dt_launch_world(o, c, gb, o->nproc)) {
+        dt_fail(DT_EINPUT, "launch: no world from --min-ranks %d to -n %d divides the global batch %lld", o->min_ranks,
+                o->nproc, gb);
+        return failed(DT_EINPUT);
+    }
+    if (!c->checkpoint.dir[0])
+        say("note: no checkpoint.dir (--save DIR): a restart starts the run again from step 0");
+
+    char beat[64] = "";
+    if (o->heartbeat_timeout > 0) {
+        snprintf(beat, sizeof beat, "/tmp/dtrain-heartbeat.XXXXXX");
+        int fd = mkstemp(beat);
+        if (fd < 0) {
+            dt_fail(DT_ERUNTIME, "launch: cannot create a heartbeat file in /tmp: %s", strerror(errno));
+            return failed(DT_ERUNTIME);
+        }
+        close(fd);
+        setenv("DTRAIN_HEARTBEAT", beat, 1);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+
+    int n = 16 + o->n_mpi_args + train_argc, code = 1;
+    char **argv = calloc((size_t)n, sizeof *argv);
+    if (!argv) {
+        dt_fail(DT_ERUNTIME, "out of memory");
+        return failed(DT_ERUNTIME);
+    }
+    char np[32], gbs[64];
+    snprintf(gbs, sizeof gbs, "train.global_batch=%lld", gb);
+    for (int attempt = 0;; attempt++) {
+        int slots = o->hostfile ? dt_launch_hostfile_slots(o->hostfile) : o->nproc;
+        if (slots < 0) {
+            code = failed(DT_EINPUT);
+            break;
+        }
+        int world = dt_launch_world(o, c, gb, slots);
+        if (!world) {
+            dt_fail(DT_ERUNTIME, "launch: %s offers %d slots, fewer than a world of at least --min-ranks %d needs",
+                    o->hostfile ? o->hostfile : "-n", slots, o->min_ranks);
+            code = failed(DT_ERUNTIME);
+            break;
+        }
+        int resume = has_checkpoint(c->checkpoint.dir) && attempt > 0;
+        int k = 0;
+        snprintf(np, sizeof np, "%d", world);
+        argv[k++] = (char *)o->mpirun;
+        argv[k++] = "-np";
+        argv[k++] = np;
+        if (o->hostfile) {
+            argv[k++] = "--hostfile";
+            argv[k++] = (char *)o->hostfile;
+        }
+        for (int i = 0; i < o->n_mpi_args; i++) argv[k++] = (char *)o->mpi_args[i];
+        if (beat[0]) { /* Open MPI's way to pass a variable to ranks on other hosts */
+            argv[k++] = "-x";
+            argv[k++] = "DTRAIN_HEARTBEAT";
+        }
+        argv[k++] = (char *)self;
+        argv[k++] = "train";
+        for (int i = 0; i < train_argc; i++) argv[k++] = train_argv[i];
+        argv[k++] = "--set";
+        argv[k++] = gbs;
+        if (resume) {
+            argv[k++] = "--resume";
+            argv[k++] = (char *)c->checkpoint.dir;
+            argv[k++] = "--set";
+            argv[k++] = "checkpoint.overwrite=false";
+        }
+        argv[k] = NULL;
+        if (!attempt) say("starting %d ranks", world);
+        else say("restart %d of at most %d: %d ranks, %s%s", attempt, o->max_restarts, world,
+                 resume ? "resuming from " : "from step 0 (no checkpoint yet)", resume ? c->checkpoint.dir : "");
+        double started = wall_now(), t0 = dt_now();
+        if (beat[0]) { /* stale from the last attempt: the watchdog arms at the first fresh touch */
+            struct timespec old[2] = {{0, 0}, {0, 0}};
+            utimensat(AT_FDCWD, beat, old, 0);
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            dt_fail(DT_ERUNTIME, "launch: fork: %s", strerror(errno));
+            code = failed(DT_ERUNTIME);
+            break;
+        }
+        if (pid == 0) {
+            setpgid(0, 0); /* a terminal's Ctrl-C reaches the launcher only; it asks the job to stop */
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGUSR1, SIG_DFL);
+            execvp(argv[0], argv);
+            fprintf(stderr, "dtrain launch: cannot run %s: %s\n", argv[0], strerror(errno));
+            _exit(127);
+        }
+        int hung;
+        code = supervise(o, pid, beat[0] ? beat : NULL, started, &hung);
+        double took = dt_now() - t0;
+        if (g_stop_sig) {
+            say("stopped by %s (the job exited with %d)", g_stop_sig == SIGINT ? "SIGINT" : g_stop_sig == SIGTERM ? "SIGTERM" : "SIGUSR1", code);
+            code = 128 + g_stop_sig;
+            break;
+        }
+        if (code == 0) break;
+        if (code == DT_EINPUT) { /* bad config, data or checkpoint: a restart would fail alike */
+            say("the job refused its input (exit 2): not restarting");
+            break;
+        }
+        if (!hung && (code == 128 + SIGINT || code == 128 + SIGTERM || code == 128 + SIGUSR1)) {
+            say("the job was stopped by a signal (exit %d) and saved: not restarting", code);
+            break;
+        }
+        if (code == 127) {
+            say("could not start %s: not restarting", o->mpirun);
+            break;
+        }
+        if (attempt >= o->max_restarts) {
+            if (code == 0 || code == DT_EINPUT) code = 1;
+            dt_fail(DT_ERUNTIME, "launch: the job failed %d times (last exit %d%s); giving up", attempt + 1, code,
+                    hung ? ", hung" : "");
+            failed(DT_ERUNTIME);
+            break;
+        }
+        say("the job failed after %.1f s (exit %d%s); restarting in %g s", took, code, hung ? ", hung" : "",
+            o->restart_delay);
+        nap(o->restart_delay);
+        if (g_stop_sig) {
+            code = 128 + g_stop_sig;
+            break;
+        }
+    }
+    free(argv);
+    if (beat[0]) unlink(beat);
+    return code;
+}

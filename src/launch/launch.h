@@ -1,0 +1,42 @@
+/* `dtrain launch`: supervision on top of mpirun (torchrun's agent, DeepSpeed's elastic
+ * launcher). It starts the job, watches it, and after a failure restarts it from the
+ * newest checkpoint, on as many ranks as the hostfile then offers (elastic), keeping the
+ * global batch. A rank that hangs is found by a heartbeat: rank 0 touches a file after
+ * every step (heartbeat.h). */
+#ifndef DT_LAUNCH_H
+#define DT_LAUNCH_H
+
+#include "core/config.h"
+#include "core/status.h"
+
+typedef struct {
+    int nproc;               /* -n: ranks wanted */
+    int min_ranks;           /* --min-ranks: smallest world a restart may take (default nproc) */
+    int max_restarts;        /* --max-restarts (default 3) */
+    double restart_delay;    /* --restart-delay seconds before a restart (default 1) */
+    double heartbeat_timeout; /* --heartbeat-timeout seconds without a step (0: off) */
+    const char *hostfile;    /* --hostfile: Open MPI hostfile, read again before every start */
+    const char *mpirun;      /* --mpirun (default "mpirun") */
+    const char *mpi_args[32]; /* --mpi-arg, in order */
+    int n_mpi_args;
+} dt_launch_opts;
+
+/* Parses the options before `--`; *consumed = how many arguments they took. */
+dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consumed);
+
+/* The largest world of at most `slots` ranks (and at most o->nproc) that the job's layout
+ * runs with the fixed global batch `gb` (a multiple of tp*pp*cp whose dp divides it with
+ * the config's micro-batch or micro-batch count), or 0 if none reaches o->min_ranks. */
+int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, int slots);
+
+/* Slots a hostfile offers ("host slots=K" lines; a host without slots= counts 1;
+ * `#` comments), or -1 with the error recorded. */
+int dt_launch_hostfile_slots(const char *path);
+
+/* Runs `mpirun ... self train TRAIN_ARGS` under supervision until it succeeds, fails
+ * with bad input (exit 2, never retried), is stopped by a signal (forwarded to the job
+ * as SIGUSR1: the ranks save and exit), or has failed max_restarts + 1 times. c is the
+ * train arguments' config (checked before anything starts). Returns the exit code. */
+int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self, int train_argc, char **train_argv);
+
+#endif

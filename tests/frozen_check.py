@@ -1,0 +1,11 @@
+# frozen_check.py BEFORE AFTER PATTERNS: the tensors PATTERNS match are byte-identical in the two
+# safetensors files, every other tensor changed (tests/test_freeze.sh).
+import json, struct, sys, fnmatch
+def load(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8+n]); base = 8 + n
+    return {k: b[base+v['data_offsets'][0]:base+v['data_offsets'][1]] for k, v in h.items() if k != '__metadata__'}
+a, b = load(sys.argv[1]), load(sys.argv[2]); pats = sys.argv[3].split(',')
+frozen = [k for k in a if any(fnmatch.fnmatchcase(k, p) for p in pats)]
+bad = [k for k in frozen if a[k] != b[k]] + [k for k in a if k not in frozen and a[k] == b[k]]
+print("%d frozen tensors unchanged, %d others changed" % (len(frozen), len(a) - len(frozen)) if not bad else "WRONG: %s" % bad[:5])
+sys.exit(1 if bad else 0)
