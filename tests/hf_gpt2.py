@@ -11,6 +11,8 @@ wte. float64 throughout.
   python3 hf_gpt2.py same    OUT CKPT_STEP_DIR      every tensor's bytes equal the checkpoint's (sharded: its index's files)
   python3 hf_gpt2.py loss    OUT TOKENS.bin N T LOSS [gelu|eps]   mean loss of windows 0..N-1 vs LOSS
   python3 hf_gpt2.py scale   IN.safetensors OUT.safetensors SUFFIX=FACTOR...
+  python3 hf_gpt2.py hubify  IN.safetensors OUT.safetensors plain|prefixed
+                                                    as the hub's file (mask buffers) or save_pretrained's
   python3 hf_gpt2.py greedy  OUT IDS N SAMPLE_OUT PROMPT_BYTES [vocab.json]
                                                     dtrain sample's N greedy tokens after IDS
 """
@@ -250,6 +252,37 @@ def scale_weights(src, dst, factors):
         f.write(head + bytes(data))
 
 
+def hubify(src, dst, prefixed):
+    """Rewrites an export's model.safetensors as Hugging Face files come: the hub's gpt2 file
+    adds causal-mask buffers (h.N.attn.bias [1,1,n_ctx,n_ctx], h.N.attn.masked_bias []);
+    GPT2LMHeadModel.save_pretrained prefixes "transformer." and may add lm_head.weight."""
+    hdr, data, _ = read_st(src)
+    meta = hdr.pop("__metadata__", None)
+    items, n_ctx = [], hdr["wpe.weight"]["shape"][0]
+    layers = sorted({int(k.split(".")[1]) for k in hdr if k.startswith("h.")})
+    for k, e in hdr.items():
+        b, end = e["data_offsets"]
+        items.append((("transformer." if prefixed else "") + k, e["dtype"], e["shape"], bytes(data[b:end])))
+    for l in layers:
+        pre = "transformer." if prefixed else ""
+        items.append((pre + "h.%d.attn.bias" % l, "F32", [1, 1, n_ctx, n_ctx], bytes(4 * n_ctx * n_ctx)))
+        items.append((pre + "h.%d.attn.masked_bias" % l, "F32", [], struct.pack("<f", -1e4)))
+    if prefixed:
+        b, end = hdr["wte.weight"]["data_offsets"]
+        items.append(("lm_head.weight", "F32", hdr["wte.weight"]["shape"], bytes(data[b:end])))
+    out, blobs, off = {}, [], 0
+    for name, dt, shape, blob in items:
+        out[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}
+        off += len(blob)
+        blobs.append(blob)
+    if meta is not None:
+        out["__metadata__"] = meta
+    head = json.dumps(out).encode()
+    head += b" " * (-len(head) % 8)
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+
+
 def byte_decoder():  # GPT-2's bytes_to_unicode, inverted
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -309,6 +342,8 @@ if __name__ == "__main__":
             check_loss(args[0], args[1], int(args[2]), int(args[3]), float(args[4]), *args[5:])
         elif mode == "scale":
             scale_weights(args[0], args[1], args[2:])
+        elif mode == "hubify":
+            hubify(args[0], args[1], args[2] == "prefixed")
         elif mode == "greedy":
             check_greedy(*args)
         else:

@@ -52,6 +52,20 @@ out=$("${HF[@]}" greedy "$TMP/hf" '[84, 104, 101, 32]' 4 "$TMP/greedy.out" 4) &&
 out=$("${HF[@]}" loss "$TMP/hf2" "$TMP/c_val.bin" 2 32 "$(val_of "$TMP/m2.jsonl")" gelu) \
   && pass "forward with large activations (gelu_new, not erf): $(echo $out)" || fail "forward loss 2: $out"
 
+# --- Hugging Face's own files start a run too: the hub's gpt2 file holds causal-mask buffers
+# (h.N.attn.bias, masked_bias), save_pretrained's names carry "transformer." and lm_head.weight
+for kind in plain prefixed; do
+  "${HF[@]}" hubify "$TMP/hf/model.safetensors" "$TMP/hub_$kind.safetensors" $kind || fail "hubify $kind"
+  "$DTRAIN" train "${RUN[@]}" --steps 1 --set train.init_from="$TMP/hub_$kind.safetensors" --metrics "$TMP/h_$kind.jsonl" \
+    >"$TMP/h_$kind.out" 2>&1 || fail "init_from a $kind HF file: $(grep error "$TMP/h_$kind.out")"
+done
+"$DTRAIN" train "${RUN[@]}" --steps 1 --set train.init_from="$TMP/hf/model.safetensors" --metrics "$TMP/h_ref.jsonl" \
+  >/dev/null 2>&1 || fail "init_from the export"
+[ -s "$TMP/h_ref.jsonl" ] && [ "$(head -1 "$TMP/h_plain.jsonl" | cut -d, -f2)" = "$(head -1 "$TMP/h_ref.jsonl" | cut -d, -f2)" ] &&
+  [ "$(head -1 "$TMP/h_prefixed.jsonl" | cut -d, -f2)" = "$(head -1 "$TMP/h_ref.jsonl" | cut -d, -f2)" ] &&
+  pass "init_from the hub's layout and save_pretrained's: the export's first loss ($(head -1 "$TMP/h_ref.jsonl" | cut -d, -f2))" ||
+  fail "HF files: $(head -1 "$TMP/h_plain.jsonl") / $(head -1 "$TMP/h_prefixed.jsonl") vs $(head -1 "$TMP/h_ref.jsonl")"
+
 # --- bad input: exit 2, one line, nothing written
 expect_bad "missing checkpoint" "nope" "$TMP/nope" "$TMP/o1"
 [ ! -e "$TMP/o1" ] && pass "missing checkpoint: no output directory created" || fail "o1 created"

@@ -767,12 +767,26 @@ static int of_whole_model(const gpt_model *m, const char *name) {
     return gpt_find(m, mine) != NULL;
 }
 
+/* Tensors a Hugging Face GPT-2 file may hold that are not parameters: the causal-mask
+ * buffers (h.N.attn.bias, h.N.attn.masked_bias, in the hub's gpt2 file) and the LM head,
+ * tied to wte in GPT-2 (so the same values); after the prefix. */
+static int hf_extra(const char *name) {
+    int l, n = 0;
+    if (!strcmp(name, "lm_head.weight")) return 1;
+    if (sscanf(name, "h.%d.attn.%n", &l, &n) != 1 || n == 0) return 0;
+    return !strcmp(name + n, "bias") || !strcmp(name + n, "masked_bias");
+}
+
 /* Every tensor of the checkpoint is one of the model's under one of the prefixes: a tensor
- * the model does not have means another model (more layers, another naming). */
-static dt_status check_no_extra(const ckpt_src *c, const gpt_model *m, const char *const *prefixes, int np) {
+ * the model does not have means another model (more layers, another naming). With hf,
+ * Hugging Face's non-parameter tensors (hf_extra) are passed over. */
+static dt_status check_no_extra(const ckpt_src *c, const gpt_model *m, const char *const *prefixes, int np, int hf) {
     for (int i = 0; i < c->n; i++) {
         const char *name = c->e[i].name;
         int known = 0;
+        if (hf && (hf_extra(name) || (!strncmp(name, prefixes[0], strlen(prefixes[0])) &&
+                                      hf_extra(name + strlen(prefixes[0])))))
+            continue;
         for (int k = 0; k < np && !known; k++) {
             size_t l = strlen(prefixes[k]);
             known = !strncmp(name, prefixes[k], l) && of_whole_model(m, name + l);
@@ -784,11 +798,15 @@ static dt_status check_no_extra(const ckpt_src *c, const gpt_model *m, const cha
     return DT_OK;
 }
 
+/* hf: a weights file as Hugging Face writes GPT-2's: names with or without the
+ * "transformer." of GPT2LMHeadModel.save_pretrained, mask buffers and lm_head passed over. */
 static dt_status load_sets(const char *path, const char *kind, const gpt_model *m, float *const *const *views,
-                           const char *const *prefixes, int nsets) {
+                           const char *const *prefixes, int nsets, int hf) {
+    static const char *const transformer[] = {"transformer."};
     ckpt_src c;
     DT_TRY(src_open(&c, path, kind));
-    dt_status s = check_no_extra(&c, m, prefixes, nsets);
+    if (hf && !src_find(&c, "wte.weight") && src_find(&c, "transformer.wte.weight")) prefixes = transformer;
+    dt_status s = check_no_extra(&c, m, prefixes, nsets, hf);
     if (s == DT_OK) s = read_tensors(&c, m, views, prefixes, nsets);
     src_free(&c);
     return s;
@@ -797,14 +815,14 @@ static dt_status load_sets(const char *path, const char *kind, const gpt_model *
 dt_status dt_ckpt_load_weights(const char *path, gpt_model *m) {
     static const char *const none[] = {""};
     float *const *views[] = {m->unit_params};
-    return load_sets(path, "model", m, views, none, 1);
+    return load_sets(path, "model", m, views, none, 1, 1);
 }
 
 dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float *const *exp_avg,
                                  float *const *exp_avg_sq) {
     static const char *const moments[] = {"exp_avg.", "exp_avg_sq."};
     float *const *views[] = {exp_avg, exp_avg_sq};
-    return load_sets(step_dir, "optimizer", m, views, moments, 2);
+    return load_sets(step_dir, "optimizer", m, views, moments, 2, 0);
 }
 
 void dt_weights_digest(const gpt_model *m, char hex[65]) {
