@@ -225,6 +225,13 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     if (c->parallel.sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
     int pp = c->parallel.pp > 1 ? c->parallel.pp : 1;
     if (pp > 1) DT_TRY(dt_pp_check_layout(c, micro_batches(c, n)));
+    if (pp > 1 && !strcmp(c->train.recompute, "full")) { /* as gpt_create_layout refuses it */
+        dt_schedule sch;
+        DT_TRY(dt_schedule_parse(c->parallel.schedule, &sch));
+        if (dt_schedule_splits_backward(sch))
+            return dt_fail(DT_EINPUT, "train.recompute full: not with a split backward (parallel.schedule %s)",
+                           c->parallel.schedule);
+    }
     if (cp_of(c) > 1) DT_TRY(dt_cp_check(c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, cp_of(c)));
     double psi = stage_psi(c, &s, 0, n);
     int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp_of(c); /* this rank's positions */
