@@ -266,6 +266,10 @@ f = idx["weight_map"].pop("ln_f.bias"); h, data = st(f); n = h.pop("ln_f.bias");
 idx["metadata"]["total_size"] -= n["data_offsets"][1] - n["data_offsets"][0]; save()'
 bad "a corrupt shard" "model-00002-of-00003.safetensors: header" \
   'p = os.path.join(d, "model-00002-of-00003.safetensors"); raw = open(p, "rb").read(); open(p, "wb").write(raw[:8] + b"[" + raw[9:])'
+bad "a shard that is a FIFO (its open would block)" "'model-00002-of-00003.safetensors' is special, not a regular file" \
+  'p = os.path.join(d, "model-00002-of-00003.safetensors"); os.remove(p); os.mkfifo(p)'
+bad "a shard that is a symbolic link out of the step" "'model-00002-of-00003.safetensors' is a symbolic link, not a regular file" \
+  'p = os.path.join(d, "model-00002-of-00003.safetensors"); os.rename(p, p + ".real"); os.symlink(p + ".real", p)'
 # the optimizer's index is checked the same way (resume only reads it)
 rm -rf "$TMP/bo"; cp -r "$TMP/s1/step_00000010" "$TMP/bo"
 python3 -c 'import sys; p = sys.argv[1] + "/optimizer.safetensors.index.json"; t = open(p).read(); open(p, "w").write(t.replace("optimizer-00001", "../optimizer-00001", 1))' "$TMP/bo"

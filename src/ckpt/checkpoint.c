@@ -75,6 +75,20 @@ static void file_name(char *buf, size_t cap, const char *kind, int k, int total)
     else snprintf(buf, cap, "%s-%05d-of-%05d.safetensors", kind, k + 1, total);
 }
 
+dt_status dt_ckpt_check_files(const char *tmp, int total, int optimizer) {
+    char name[64], path[1200];
+    struct stat sb;
+    for (int kind = 0; kind < 1 + (optimizer != 0); kind++)
+        for (int k = 0; k < total; k++) {
+            file_name(name, sizeof name, kind ? "optimizer" : "model", k, total);
+            snprintf(path, sizeof path, "%s/%s", tmp, name);
+            if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+                return dt_fail(DT_ERUNTIME, "checkpoint '%s': another stage's '%s' is not there (checkpoint.dir must "
+                               "be one file system for every writer, shared across hosts)", tmp, name);
+        }
+    return DT_OK;
+}
+
 /* Writes nsets copies of the tensors of file k (file_of; e.g. exp_avg.* and exp_avg_sq.*) into one file. */
 static dt_status write_sets(const char *path, const gpt_model *m, float *const *const *views,
                             const char *const *prefixes, int nsets, const int *file_of, int k_file) {
@@ -224,17 +238,7 @@ static char *state_json(const dt_train_state *st, const char *config_json) {
     return s;
 }
 
-/* Commit protocol. A new copy never takes the name of an existing directory, and a
- * directory is removed only once `latest` names its replacement, so at every instant
- * `latest` names a complete step directory. Crash points (the DT_TEST_CRASH_AT names)
- * and what a kill there leaves:
- *   "tmp"         .step_N.tmp.PID/ complete, not renamed: a leftover; `latest` unchanged
- *   "renamed"     the new directory in place under a fresh name; `latest` still names
- *                 the previous step (which resume uses; step N is then saved again)
- *   "latest_tmp"  latest.tmp.PID written, not renamed: a leftover; `latest` unchanged
- *   "latest"      `latest` names the new copy; a superseded copy of step N remains
- *   "retire"      a superseded copy moved to .<name>.old.PID, not yet deleted
- * Leftovers are removed by the next run's dt_ckpt_prepare_dir. */
+/* The temporary step directory of a save (the commit protocol: see dt_ckpt_save). */
 void dt_ckpt_tmp_name(const char *dir, long long step, int pid, char *tmp, size_t cap) {
     snprintf(tmp, cap, "%s/.step_%08lld.tmp.%d", dir, step, pid);
 }
@@ -581,7 +585,8 @@ static dt_status src_open_index(ckpt_src *c, const char *index_path) {
     memset(c, 0, sizeof *c);
     snprintf(c->where, sizeof c->where, "%s", index_path);
     char dir[1100];
-    snprintf(dir, sizeof dir, "%s", index_path);
+    if (snprintf(dir, sizeof dir, "%s", index_path) >= (int)sizeof dir) /* cut, its last '/' would be another one */
+        return dt_fail(DT_EINPUT, "checkpoint index '%.64s...': path too long", index_path);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
@@ -605,8 +610,13 @@ static dt_status src_open_index(ckpt_src *c, const char *index_path) {
     for (int k = 0; s == DT_OK && k < c->nfiles; k++) { /* every file there before any is read */
         struct stat sb;
         char pbuf[1400];
-        if (stat(src_path(c, k, pbuf, sizeof pbuf), &sb) != 0) {
-            int err = errno;
+        /* a regular file in the step directory itself: not a FIFO (its open would block),
+         * not a symbolic link (to a file elsewhere) */
+        int st = lstat(src_path(c, k, pbuf, sizeof pbuf), &sb), err = st ? errno : 0;
+        if (st == 0 && !S_ISREG(sb.st_mode)) {
+            s = dt_fail(DT_EINPUT, "checkpoint index '%s': '%s' is %s, not a regular file", index_path, c->paths[k],
+                        S_ISLNK(sb.st_mode) ? "a symbolic link" : "special");
+        } else if (st != 0) {
             const char *who = "?";
             for (int i = 0; i < c->n; i++)
                 if (c->e[i].file == k) {
@@ -668,6 +678,9 @@ static dt_status src_open(ckpt_src *c, const char *path, const char *kind) {
         char single[1200], index[1200];
         snprintf(single, sizeof single, "%s/%s.safetensors", path, kind);
         snprintf(index, sizeof index, "%s/%s.safetensors.index.json", path, kind);
+        if (snprintf(single, sizeof single, "%s/%s.safetensors", path, kind) >= (int)sizeof single ||
+            snprintf(index, sizeof index, "%s/%s.safetensors.index.json", path, kind) >= (int)sizeof index)
+            return dt_fail(DT_EINPUT, "checkpoint '%.64s...': path too long", path);
         if (!is_file(single) && is_file(index)) return src_open_index(c, index);
         return src_open_file(c, single);
     }

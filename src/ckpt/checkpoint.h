@@ -60,6 +60,9 @@ dt_status dt_ckpt_write_index(const char *tmp, const gpt_model *const *stages, c
 dt_status dt_ckpt_commit(const char *dir, const char *tmp, const dt_train_state *st, const char *config_json);
 void dt_ckpt_abort(const char *tmp);
 /* Resolves DIR (a step directory, or a checkpoint root: follows `latest`) to a step directory. */
+/* Every one of a sharded save's `total` model (and optimizer) files is in tmp: what the
+ * writers said they wrote is where the root commits (a shared file system). */
+dt_status dt_ckpt_check_files(const char *tmp, int total, int optimizer);
 dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap);
 /* Loads the trainer state and the saved config JSON (caller frees *config_json). */
 dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "../core/atomic_file.h"
 
@@ -223,8 +225,17 @@ dt_status st_open(st_file *f, const char *path) {
     if (plen >= sizeof f->path) return dt_fail(DT_EINPUT, "%.64s...: path too long", path);
     memcpy(f->path, path, plen + 1);
 
-    f->fp = fopen(path, "rb");
-    if (!f->fp) return dt_fail(DT_EINPUT, "cannot open %s: %s", path, strerror(errno));
+    /* O_NONBLOCK: a FIFO (an untrusted directory may hold one) must not block the open;
+     * the S_ISREG check below refuses it */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return dt_fail(DT_EINPUT, "cannot open %s: %s", path, strerror(errno));
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    f->fp = fdopen(fd, "rb");
+    if (!f->fp) {
+        close(fd);
+        return dt_fail(DT_ERUNTIME, "cannot open %s: %s", path, strerror(errno));
+    }
     dt_status s = DT_OK;
     char *hdr = NULL;
     struct stat st;

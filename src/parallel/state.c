@@ -249,6 +249,7 @@ dt_status dt_state_save_stages(const dt_model_groups *g, const dt_whole_model *w
     }
     if (s == DT_OK && me == 0 && total > 1) s = write_indexes(w, info, pp, first, total, tmp, shard_mb);
     if (pp > 1) s = dt_comm_agree(g->pp, s, NULL); /* every stage's files complete and fsynced */
+    if (me == 0 && s == DT_OK && pp > 1) s = dt_ckpt_check_files(tmp, total, w->view[0] != NULL);
     if (me == 0 && s == DT_OK) s = dt_ckpt_commit(dir, tmp, st, config_json);
     else if (me == 0 && made) dt_ckpt_abort(tmp);
     free(info);
