@@ -310,6 +310,8 @@ dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_av
     int total = dt_ckpt_count_files(m, shard_mb), first = 0;
     dt_status s = dt_ckpt_write_files(tmp, m, exp_avg, exp_avg_sq, 0, total, shard_mb);
     if (s == DT_OK && total > 1) s = dt_ckpt_write_index(tmp, &m, &first, 1, total, shard_mb, exp_avg != NULL);
+    if (s == DT_OK && dt_ckpt_test_fail("write", st->step))
+        s = dt_fail(DT_ERUNTIME, "checkpoint '%s': files could not be written (test hook DT_TEST_FAIL_AT)", tmp);
     if (s != DT_OK) {
         dt_ckpt_abort(tmp);
         return s;

@@ -73,6 +73,8 @@ static const key_desc KEYS[] = {
          "start a fresh run in a checkpoint.dir that holds another run's checkpoints (dropped after the first save)"),
     INT("checkpoint.keep_last", checkpoint.keep_last, 0, 1e9, "0",
         "after each save keep only the newest N step directories (0: keep all)"),
+    BOOL("checkpoint.async", checkpoint.async, "false",
+         "write checkpoints in a background process while training goes on (rank 0 writing alone: no tp, pp or cp)"),
     FLT("checkpoint.shard_mb", checkpoint.shard_mb, 0, 1e9, "0",
         "split the saved model (and optimizer) into files of at most this many MiB, Hugging Face shards + index "
         "(0: one file per pipeline stage, a single file without pipeline stages)"),

@@ -30,7 +30,7 @@ typedef struct {
     } train;
     struct {
         char dir[DT_PATH_MAX], resume[DT_PATH_MAX];
-        int every, overwrite, keep_last;
+        int every, overwrite, keep_last, async;
         double shard_mb;
     } checkpoint;
     struct {

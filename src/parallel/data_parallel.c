@@ -225,8 +225,18 @@ dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_
     return dt_comm_agree(d->comm, s, NULL); /* what follows communicates */
 }
 
+int dt_dp_set_async_save(dt_dp *d, int on) { return d->async_save = on && !dt_state_model_parallel(&d->o.groups); }
+
+dt_status dt_dp_save_wait(dt_dp *d) {
+    return dt_comm_agree(d->comm, d->rank == 0 ? dt_ckpt_async_wait(&d->save_job) : DT_OK, NULL);
+}
+
 void dt_dp_destroy(dt_dp *d) {
     if (!d) return;
+    if (d->save_job.pid > 0) { /* a failed run still lets a started save finish (it commits or not) */
+        dt_status s = dt_ckpt_async_wait(&d->save_job);
+        (void)s;
+    }
     for (int i = 0; i < d->ninflight; i++) dt_wait(d->inflight[i]);
     if (is_zero(d)) dt_zero_free(d);
     if (d->o.bitwise) dt_bw_free(d);
@@ -508,7 +518,9 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
         host_copy h;
         s = host_open(d, 1, 1, &h);
         if (s == DT_OK && !is_zero(d)) mv = d->m_view, vv = d->v_view; /* the host views, on a device */
-        if (s == DT_OK) s = dt_ckpt_save(dir, d->m, mv, vv, st, config_json, shard_mb);
+        if (s == DT_OK)
+            s = d->async_save ? dt_ckpt_save_async(&d->save_job, dir, d->m, mv, vv, st, config_json, shard_mb)
+                              : dt_ckpt_save(dir, d->m, mv, vv, st, config_json, shard_mb);
         dt_status c = host_close(d, 0, &h);
         if (s == DT_OK) s = c;
     }

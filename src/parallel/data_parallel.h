@@ -51,6 +51,12 @@ dt_status dt_dp_check_config(const dt_config *c);
  * (the model must come from gpt_create_ex(..., alloc_state = 0)). */
 dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_hparams *hp, const dt_dp_opts *o);
 void dt_dp_destroy(dt_dp *d);
+/* checkpoint.async: later dt_dp_save calls return once the state is gathered; rank 0's
+ * write runs in a child (ckpt/async_save.h). Only where rank 0 writes alone (no tp, pp or
+ * cp: those layouts' stage writers commit together and save synchronously). */
+int dt_dp_set_async_save(dt_dp *d, int on); /* returns whether saves are asynchronous */
+/* The save in flight finished (collective): its status on every rank; DT_OK when none. */
+dt_status dt_dp_save_wait(dt_dp *d);
 /* GPT-2 initialisation (identical on every rank), or weights from a safetensors file. */
 dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 /* Weights, optimizer moments and step count from a checkpoint step directory. */

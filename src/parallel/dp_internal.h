@@ -3,6 +3,7 @@
 #define DT_DP_INTERNAL_H
 #include "data_parallel.h"
 
+#include "../ckpt/async_save.h"
 #include "../core/timer.h"
 #include "canonical.h"
 
@@ -17,6 +18,8 @@ struct dt_dp {
     dt_dp_opts o;
     long long step;
     int last_micro;
+    int async_save;          /* checkpoint.async: rank 0 writes saves in a child (ckpt/async_save.h) */
+    dt_ckpt_async save_job;  /* the save in flight */
 
     /* plain layout (ps, ddp): flat buffers from the model table */
     float *params, *grads, *exp_avg, *exp_avg_sq; /* exp_avg* NULL on non-root ps ranks */

@@ -55,6 +55,10 @@ typedef struct {
     dt_tokenizer *tok;          /* for the final sample (loaded up front: a bad path fails at start) */
     int drop_old_run; /* rank 0: --overwrite found another run's steps, dropped after our first save */
     int saved;        /* saves done by this run */
+    int async_save;   /* checkpoint.async where the layout allows it (dt_dp_set_async_save) */
+    int save_pending; /* an async save not yet waited for */
+    long long save_pending_step;
+    double save_started;
     dt_metrics metrics;
     dt_progress progress;
     char *config_json;
@@ -282,6 +286,10 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
         o.dcomm = t->dcomm;
     }
     DT_TRY(dt_dp_create(&t->dpe, dpc, &t->model, &t->hp, &o));
+    t->async_save = dt_dp_set_async_save(t->dpe, c->checkpoint.async);
+    if (c->checkpoint.async && !t->async_save && t->rank0)
+        printf("dtrain: note: checkpoint.async applies where rank 0 writes alone (no tp, pp or cp); saving "
+               "synchronously\n");
     if (t->mesh.pp > 1)
         DT_TRY(dt_pipeline_create(&t->pipe, &t->model, t->mesh.pp_comm, t->sched, c->parallel.virtual_stages, t->accum,
                                   t->micro, t->Tl));
@@ -417,18 +425,43 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
     return DT_OK;
 }
 
-static dt_status save(trainer *t) {
+/* After a save has committed: --overwrite's old steps and keep_last's surplus removed
+ * (rank 0 alone touches the directory; the condition is the same on every rank). */
+static dt_status after_commit(trainer *t) {
     const dt_config *c = t->cfg;
-    double t0 = dt_now();
-    DT_TRY(dt_dp_save(t->dpe, c->checkpoint.dir, &t->st, t->config_json, c->checkpoint.shard_mb));
-    /* rank 0 alone touches the directory; the condition is the same on every rank */
-    if ((c->checkpoint.overwrite && !t->saved) || c->checkpoint.keep_last > 0) {
+    if ((c->checkpoint.overwrite && t->saved == 1) || c->checkpoint.keep_last > 0) {
         int report;
         DT_TRY(agree(t, t->rank0 ? dt_ckpt_prune(c->checkpoint.dir, c->checkpoint.keep_last, t->drop_old_run) : DT_OK,
                      &report));
         t->drop_old_run = 0;
     }
+    return DT_OK;
+}
+
+/* checkpoint.async: the save in flight, if any, finished and committed (collective). */
+static dt_status finish_save(trainer *t) {
+    if (!t->save_pending) return DT_OK;
+    t->save_pending = 0;
+    DT_TRY(dt_dp_save_wait(t->dpe));
+    if (t->rank0)
+        dt_progress_note(&t->progress, "checkpoint: saved step %lld to %s (in the background, %.2f s)",
+                         t->save_pending_step, t->cfg->checkpoint.dir, dt_now() - t->save_started);
+    return after_commit(t);
+}
+
+static dt_status save(trainer *t) {
+    const dt_config *c = t->cfg;
+    DT_TRY(finish_save(t)); /* one save in flight at a time */
+    double t0 = dt_now();
+    DT_TRY(dt_dp_save(t->dpe, c->checkpoint.dir, &t->st, t->config_json, c->checkpoint.shard_mb));
     t->saved++;
+    if (t->async_save) { /* gathered; rank 0's child writes and commits while training goes on */
+        t->save_pending = 1;
+        t->save_pending_step = t->st.step;
+        t->save_started = t0;
+        return DT_OK;
+    }
+    DT_TRY(after_commit(t));
     if (t->rank0)
         dt_progress_note(&t->progress, "checkpoint: saved step %lld to %s (%.2f s)", t->st.step,
                          t->cfg->checkpoint.dir, dt_now() - t0);
@@ -597,6 +630,7 @@ static dt_status run(trainer *t) {
     }
     if (t->rank0) dt_progress_end(&t->progress);
     if (c->checkpoint.dir[0] && (t->st.step > first || !c->checkpoint.resume[0])) DT_TRY(save(t));
+    DT_TRY(finish_save(t)); /* the run ends with its last checkpoint committed */
     double tps = timed_steps > 0 ? tokens_per_step * (double)timed_steps / train_time : 0.0;
     /* per-rank memory, gathered to every rank as 6 numbers each, plus rank 0's metrics status */
     int n = dt_comm_size(t->world);
