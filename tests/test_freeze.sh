@@ -39,7 +39,7 @@ PY
              "pp2:2:--set parallel.pp=2" "pp2_zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1" \
              "cp2:2:--set parallel.cp=2" "dp2_pp2_zero2:4:--set parallel.pp=2 --set parallel.zero=2"; do
     name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
-    case $name in zero3|pp2|tp2_sp) ;; *) full || continue ;; esac
+    case $name in pp2|tp2_sp) ;; *) full || continue ;; esac
     "${MPI[@]}" -np $np "$DTRAIN" train "${RUN[@]}" $args --save "$TMP/$name" --metrics "$TMP/$name.jsonl" \
       >"$TMP/$name.out" 2>&1 || fail "$name run: $(grep error "$TMP/$name.out")"
     r=$(curve "$TMP/ref.jsonl" "$TMP/$name.jsonl") && r2=$(python3 "$SRC/tests/frozen_check.py" \
