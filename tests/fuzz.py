@@ -27,6 +27,18 @@ INTERESTING_VALUES = INTERESTING_INTS + [0.5, -0.0, 2.5, 1e-300, 1e308, -1e308, 
                                           "a" * 5000, None, True, False, [], {}, [1, 2], {"a": 1}]
 
 
+def reader_args(rng, ck, d, resume_only):
+    """A command that reads the checkpoint ck: resume (always for the optimizer's files,
+    which only resume reads), sample or export."""
+    how = rng.randrange(3)
+    if how == 0 or resume_only:
+        return ["train", "--resume", ck, "--set", "train.stop_after=1", "--set", "threads=1",
+                "--set", "checkpoint.dir=" + os.path.join(d, "out"), "--set", "log.metrics="]
+    if how == 1:
+        return ["sample", "--checkpoint", ck, "--length", "3", "--prompt", "ab"]
+    return ["export", ck, os.path.join(d, "hf")]
+
+
 def run(args, env=None):
     e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     try:
@@ -249,14 +261,7 @@ def main():
                 else:
                     raw = open(p, "rb").read()
                     open(p, "wb").write(mutate_safetensors(rng, raw))
-            how = rng.randrange(3)
-            if how == 0 or which == "optimizer":
-                args = ["train", "--resume", ck, "--set", "train.stop_after=1", "--set", "threads=1",
-                        "--set", "checkpoint.dir=" + os.path.join(d, "out"), "--set", "log.metrics="]
-            elif how == 1:
-                args = ["sample", "--checkpoint", ck, "--length", "3", "--prompt", "ab"]
-            else:
-                args = ["export", ck, os.path.join(d, "hf")]
+            args = reader_args(rng, ck, d, which == "optimizer")
         elif kind in ("model", "optimizer", "state"):
             ck = os.path.join(d, "ck")
             shutil.copytree(step, ck)
@@ -266,14 +271,7 @@ def main():
             raw = open(p, "rb").read()
             raw = mutate_json_text(rng, raw.decode()) if kind == "state" else mutate_safetensors(rng, raw)
             open(p, "wb").write(raw)
-            how = rng.randrange(3)
-            if how == 0 or kind == "optimizer":
-                args = ["train", "--resume", ck, "--set", "train.stop_after=1", "--set", "threads=1",
-                        "--set", "checkpoint.dir=" + os.path.join(d, "out"), "--set", "log.metrics="]
-            elif how == 1:
-                args = ["sample", "--checkpoint", ck, "--length", "3", "--prompt", "ab"]
-            else:
-                args = ["export", ck, os.path.join(d, "hf")]
+            args = reader_args(rng, ck, d, kind == "optimizer")
         elif kind == "tokens":
             p = os.path.join(d, "t.bin")
             which = rng.randrange(2)

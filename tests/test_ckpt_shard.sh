@@ -8,9 +8,7 @@
 # complete step; export of a sharded checkpoint is the single-file export; init_from reads
 # an index; a bad index is one line, exit 2.
 source "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+need_mpi
 prepare_tiny
 RUN=("${DP_RUN[@]}" --set log.sample_tokens=0)
 PP2=(--set parallel.pp=2)

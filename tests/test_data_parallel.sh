@@ -3,9 +3,7 @@
 # grad norm within 1e-5 relative of the single-process run (parallel.determinism=fast);
 # plus the memory each rank reports against the ZeRO formulas, and bad layouts.
 source "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+need_mpi
 prepare_tiny
 "$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"
 compare() { compare_curves "$TMP/ref.jsonl" "$2"; }

@@ -6,9 +6,7 @@
 # never restarted; the restarts run out with the failure's exit code; bad launcher
 # options are one line, exit 2.
 source "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+need_mpi
 L=("$DTRAIN_BIN" launch --mpi-arg --oversubscribe --mpi-arg --mca --mpi-arg mpi_yield_when_idle --mpi-arg 1
    --mpi-arg --mca --mpi-arg btl --mpi-arg self,vader --restart-delay 0.2)
 prepare_tiny

@@ -7,9 +7,7 @@
 # within 1e-5 relative, and in bitwise mode its weights bit for bit. Layouts the pipeline does not
 # run fail before any work with one line.
 source "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+need_mpi
 prepare_tiny
 RUN=("${DP_RUN[@]}" --set log.sample_tokens=0)
 FIVE=(--set model.n_layer=5)

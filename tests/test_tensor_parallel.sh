@@ -5,9 +5,7 @@
 # holds 1/tp of the split tensors (exactly the bytes the layout implies) and with sp
 # about 1/tp of the LayerNorm/residual activations; invalid layouts fail before any work.
 source "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
+need_mpi
 prepare_tiny
 RUN=("${DP_RUN[@]}") # the base arguments of parity, refused and same_initial_weights
 "$DTRAIN" train "${DP_RUN[@]}" --metrics "$TMP/ref.jsonl" >"$TMP/ref.out" 2>&1 || fail "single-process run"

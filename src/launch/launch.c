@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/signals.h"
 #include "core/timer.h"
 
 static dt_status parse_num(const char *opt, const char *v, double lo, double hi, double *out) {
@@ -168,8 +169,7 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, doubl
         if (r < 0 && errno != EINTR) return 1;
         if (g_stop_sig && !forwarded) { /* the ranks save and exit (the trainer's SIGUSR1) */
             forwarded = 1;
-            say("%s: asking the job to save and stop (SIGUSR1 to %s)", g_stop_sig == SIGINT ? "SIGINT" : "SIGTERM",
-                o->mpirun);
+            say("%s: asking the job to save and stop (SIGUSR1 to %s)", dt_signal_name(g_stop_sig), o->mpirun);
             kill(pid, SIGUSR1);
         }
         if (beat && !*hung && !forwarded) {
@@ -313,7 +313,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         code = supervise(o, pid, beat[0] ? beat : NULL, started, &hung);
         double took = dt_now() - t0;
         if (g_stop_sig) {
-            say("stopped by %s (the job exited with %d)", g_stop_sig == SIGINT ? "SIGINT" : g_stop_sig == SIGTERM ? "SIGTERM" : "SIGUSR1", code);
+            say("stopped by %s (the job exited with %d)", dt_signal_name(g_stop_sig), code);
             code = 128 + g_stop_sig;
             break;
         }
