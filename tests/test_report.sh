@@ -45,7 +45,7 @@ class P(HTMLParser):
 p = P(); p.feed(page)
 line_plots = {k: v for k, v in p.plots.items() if v["cls"] == "plot"}
 assert sorted(line_plots) == sorted(["train-loss-steps", "train-loss-tokens", "val-loss-steps", "val-loss-tokens",
-                                     "lr", "grad-norm", "tokens-per-s"]), sorted(line_plots)
+                                     "lr", "grad-norm", "tokens-per-s", "mfu"]), sorted(line_plots)
 for k, v in line_plots.items():
     assert [r for r, _ in v["lines"]] == runs, (k, v["lines"])
     assert v["legend"] == runs, (k, v["legend"])
@@ -60,7 +60,7 @@ for k, v in line_plots.items():
     if k in ("train-loss-steps", "train-loss-tokens", "lr", "grad-norm"):
         assert v["lines"][2][1] == v["lines"][0][1], (k, "resumed differs from straight")
     # different learning rates: different curves
-    assert v["lines"][1][1] != v["lines"][0][1] or k == "tokens-per-s", k
+    assert v["lines"][1][1] != v["lines"][0][1] or k in ("tokens-per-s", "mfu"), k
 bars = {k: v for k, v in p.plots.items() if v["cls"] == "bars"}
 assert len(bars) == 3 and all(v["bars"] == 6 for v in bars.values()), bars  # 1 rank x 6 categories
 # every chart is well-formed XML

@@ -46,7 +46,7 @@ assert "<head>" in page
 open(sys.argv[2], "w").write(page.replace("<head>", "<head>" + probe, 1))
 PY
 browse --dump-dom "file://$TMP/probe.html" >"$TMP/probe_dom.html" 2>/dev/null
-python3 - "$TMP/dom.html" "$TMP/probe_dom.html" <<'PY' && pass "rendered: 7 plots x 2 visible polylines, no script errors" || fail "rendered DOM"
+python3 - "$TMP/dom.html" "$TMP/probe_dom.html" <<'PY' && pass "rendered: 8 plots x 2 visible polylines (MFU included), no script errors" || fail "rendered DOM"
 import sys
 from html.parser import HTMLParser
 class P(HTMLParser):
@@ -60,14 +60,14 @@ class P(HTMLParser):
     def handle_endtag(self, tag):
         if tag == "svg": self.svg = None
 dom = P(); dom.feed(open(sys.argv[1]).read())
-assert len(dom.lines) == 7, sorted(dom.lines)
+assert len(dom.lines) == 8, sorted(dom.lines)
 for plot, lines in dom.lines.items():
     assert [r for r, _ in lines] == ["lr3e-3", "lr1e-3"], (plot, lines)
     assert all(len(p.split()) >= 3 for _, p in lines), (plot, "empty points")
 probe = P(); probe.feed(open(sys.argv[2]).read())
 assert probe.body.get("data-errors") == "[]", probe.body.get("data-errors")
 boxes = [b.split("/") for b in probe.body["data-boxes"].split()]
-assert len(boxes) == 14, boxes
+assert len(boxes) == 16, boxes
 for plot, run, n, w, h in boxes:
     # a line across the whole x range (the chart is 500 wide, the plot area about 420)
     assert int(n) >= 3 and float(w) > 300 and float(h) > 0, (plot, run, n, w, h)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../core/atomic_file.h"
+#include "../core/dirs.h"
 
 typedef struct {
     char name[64];
@@ -262,6 +263,24 @@ static void remove_stale(const char *dir) {
     free(names);
 }
 
+dt_status dt_ckpt_latest_bytes(const char *dir, double *bytes) {
+    *bytes = 0;
+    char name[256], path[1400];
+    DT_TRY(dt_ckpt_read_latest(dir, name, sizeof name));
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    DIR *d = opendir(path);
+    if (!d) return dt_fail(DT_ERUNTIME, "checkpoint '%s': cannot list (%s)", path, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char f[1700];
+        struct stat sb;
+        snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+        if (e->d_name[0] != '.' && stat(f, &sb) == 0 && S_ISREG(sb.st_mode)) *bytes += (double)sb.st_size;
+    }
+    closedir(d);
+    return DT_OK;
+}
+
 /* Whether the resolved step directory lies directly in dir (same directory, any spelling). */
 static int lies_in(const char *step_dir, const char *dir) {
     char *a = realpath(step_dir, NULL), *b = realpath(dir, NULL);
@@ -278,8 +297,7 @@ static int lies_in(const char *step_dir, const char *dir) {
 
 dt_status dt_ckpt_prepare_dir(const char *dir, const char *resume_step, int overwrite, int *replaces_run) {
     if (replaces_run) *replaces_run = 0;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return dt_fail(DT_EINPUT, "checkpoint dir '%s': cannot create (%s)", dir, strerror(errno));
+    DT_TRY(dt_make_dirs(dir, "checkpoint dir"));
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return dt_fail(DT_EINPUT, "checkpoint dir '%s': not a directory", dir);

@@ -515,6 +515,17 @@ int dt_comm_size(const dt_comm *c) { return c->size; }
 int dt_comm_local_rank(const dt_comm *c) { return c->local_rank; }
 int dt_comm_local_size(const dt_comm *c) { return c->local_size; }
 
+dt_status dt_comm_node_allgather(dt_comm *c, const void *send, void *recv, size_t bytes) {
+    if (c->fg.node == MPI_COMM_NULL || c->local_size == 1) {
+        memcpy(recv, send, bytes);
+        return DT_OK;
+    }
+    if (bytes > INT_MAX) return dt_fail(DT_ERUNTIME, "node all-gather: %zu bytes is too large", bytes);
+    dt_status st = dtc_mpi(&c->fg, MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->fg.node),
+                           "MPI_Allgather (node)");
+    return st ? dt_fail(st, "node all-gather: %s", c->fg.err) : DT_OK;
+}
+
 dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
     *out = NULL;
     if (color < 0 && color != DT_COMM_NO_GROUP) return dt_fail(DT_EINPUT, "split: color %d is negative", color);

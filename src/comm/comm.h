@@ -52,6 +52,9 @@ int dt_comm_size(const dt_comm *c);
 /* Ranks sharing this node (for shared-memory paths and the launcher). */
 int dt_comm_local_rank(const dt_comm *c);
 int dt_comm_local_size(const dt_comm *c);
+/* Gathers `bytes` bytes from each rank of this node into recv (local rank order): a
+ * setup-time exchange (CPU affinity), blocking, not for the training path. */
+dt_status dt_comm_node_allgather(dt_comm *c, const void *send, void *recv, size_t bytes);
 /* Ranks with equal color (>= 0) form a sub-communicator, ordered by key. It starts with
  * c's algorithm choices (shm becomes mpi if the new communicator spans nodes). A rank
  * passing DT_COMM_NO_GROUP joins none and gets *out = NULL (still collective over c). */

@@ -36,6 +36,7 @@ typedef struct {
     struct {
         char metrics[DT_PATH_MAX];
         int digest, every, sample_tokens, profile;
+        double peak_gflops; /* 0: measured (CPU) or the GPU's table */
         char progress[8]; /* auto, tty, plain */
     } log;
     char backend[16], precision[16];

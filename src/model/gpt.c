@@ -546,6 +546,12 @@ size_t gpt_num_params(const gpt_model *m) {
     return n;
 }
 
+size_t gpt_shape_params(const gpt_shape *s) {
+    size_t C = (size_t)s->n_embd, L = (size_t)s->n_layer;
+    /* wte, wpe, per block ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj (12C² + 13C), ln_f */
+    return (size_t)s->vocab_size * C + (size_t)s->seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
 double gpt_flops_per_token(const gpt_shape *s, int T) {
     /* 6 FLOPs per weight per token (matmuls, head included) + attention: forward 2·2·T/2·C
      * per layer for Q·Kᵀ and P·V with the causal half, x3 for backward. */

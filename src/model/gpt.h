@@ -288,6 +288,8 @@ size_t gpt_activation_bytes_layout(const gpt_shape *s, int B, int T, size_t elem
                                    size_t *regions);
 /* Parameter count of the model proper (padding excluded). */
 size_t gpt_num_params(const gpt_model *m);
+/* The same from the shape alone (before any model is built). */
+size_t gpt_shape_params(const gpt_shape *s);
 /* FLOPs of one training token (forward + backward), for tokens/s -> FLOP/s. */
 double gpt_flops_per_token(const gpt_shape *s, int T);
 

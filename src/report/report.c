@@ -14,7 +14,7 @@ const char *const DT_REPORT_USAGE =
     "usage: dtrain report METRICS.jsonl [MORE.jsonl ...] --out FILE.html\n"
     "  one self-contained HTML page (inline SVG, nothing loaded from elsewhere) overlaying the runs:\n"
     "  training and validation loss against steps and tokens, learning rate, gradient norm,\n"
-    "  tokens/s, and per-rank memory from each run's summary line; runs are named after their files\n"
+    "  tokens/s, MFU, and per-rank memory from each run's summary line; runs are named after their files\n"
     "  --out FILE.html   the page to write (replaced atomically)\n";
 
 enum { PLOT_W = 500, PLOT_H = 300, MAX_POINTS = 2000 };
@@ -30,7 +30,7 @@ static const char *const MEM_COLORS[] = {"#66c2a5", "#fc8d62", "#8da0cb", "#e78a
 
 static const char *run_color(size_t i) { return RUN_COLORS[i % N_RUN_COLORS]; }
 
-enum { Y_LOSS, Y_VAL, Y_LR, Y_GRAD_NORM, Y_TPS };
+enum { Y_LOSS, Y_VAL, Y_LR, Y_GRAD_NORM, Y_TPS, Y_MFU };
 
 typedef struct {
     const char *id, *title, *xlabel, *ylabel;
@@ -45,6 +45,7 @@ static const plot_def PLOTS[] = {
     {"lr", "Learning rate", "step", "learning rate", 0, Y_LR},
     {"grad-norm", "Gradient norm", "step", "global L2 norm", 0, Y_GRAD_NORM},
     {"tokens-per-s", "Throughput", "step", "tokens/s", 0, Y_TPS},
+    {"mfu", "Model FLOPs utilization", "step", "MFU (fraction of peak)", 0, Y_MFU},
 };
 #define N_PLOTS (sizeof PLOTS / sizeof PLOTS[0])
 
@@ -57,6 +58,7 @@ static dt_plot_series series_for(const plot_def *d, const dt_run *r, size_t i) {
     } else {
         s.x = d->by_tokens ? r->tokens : r->step;
         s.y = d->what == Y_LOSS ? r->loss : d->what == Y_LR ? r->lr : d->what == Y_GRAD_NORM ? r->grad_norm
+                                                                  : d->what == Y_MFU       ? r->mfu
                                                                                           : r->tokens_per_s;
     }
     s.marks = d->by_tokens ? r->resume_tokens : r->resume_step;
@@ -90,7 +92,7 @@ static double byte_unit(double max, const char **name) {
 
 static void runs_table(dt_sbuf *b, const dt_run *runs, size_t n) {
     dt_sbuf_puts(b, "<table class=\"runs\"><tr><th>run</th><th>last step</th><th>final loss</th><th>last val loss</th>"
-                    "<th>tokens</th><th>tokens/s</th><th>ranks</th><th>peak RSS (max rank)</th><th>resumed at step</th>"
+                    "<th>tokens</th><th>tokens/s</th><th>MFU</th><th>ranks</th><th>peak RSS (max rank)</th><th>resumed at step</th>"
                     "</tr>\n");
     for (size_t i = 0; i < n; i++) {
         const dt_run *r = &runs[i];
@@ -114,6 +116,8 @@ static void runs_table(dt_sbuf *b, const dt_run *runs, size_t n) {
             tps = k ? sum / (double)k : NAN;
         }
         cell_num(b, tps, "%.0f");
+        double mfu = r->has_summary && isfinite(r->summary_mfu) ? r->summary_mfu : last_finite(r->mfu, r->n);
+        cell_num(b, 100.0 * mfu, "%.1f%%");
         double rss = NAN;
         for (size_t j = 0; j < r->n_mem; j++)
             if (isfinite(r->mem[j].peak_rss) && !(r->mem[j].peak_rss <= rss)) rss = r->mem[j].peak_rss;
@@ -180,8 +184,11 @@ dt_status dt_report_html(const dt_run *runs, size_t n, dt_sbuf *b) {
     dt_plot_series *s = malloc(n * sizeof *s);
     if (!s) return dt_fail(DT_ERUNTIME, "out of memory");
     dt_sbuf_puts(b, "<div class=\"grid\">\n");
+    int any_mfu = 0; /* runs before MFU was written have none: no empty chart for them */
+    for (size_t i = 0; i < n; i++) any_mfu |= isfinite(last_finite(runs[i].mfu, runs[i].n));
     for (size_t p = 0; p < N_PLOTS; p++) {
         const plot_def *d = &PLOTS[p];
+        if (d->what == Y_MFU && !any_mfu) continue;
         for (size_t i = 0; i < n; i++) s[i] = series_for(d, &runs[i], i);
         dt_line_plot lp = {d->id, d->title, d->xlabel, d->ylabel, PLOT_W, PLOT_H, MAX_POINTS, d->what == Y_VAL};
         dt_svg_line_plot(b, &lp, s, n);

@@ -13,7 +13,7 @@
 #define MAX_METRICS_BYTES ((size_t)2 << 30)
 
 typedef struct {
-    double step, loss, lr, grad_norm, tokens_per_s, ms, tokens;
+    double step, loss, lr, grad_norm, tokens_per_s, ms, tokens, mfu;
     size_t seq; /* line order: among rows of one step the last one wins */
 } step_row;
 
@@ -63,7 +63,7 @@ static int cmp_val_row(const void *a, const void *b) {
 }
 
 void dt_run_free(dt_run *r) {
-    free(r->step), free(r->loss), free(r->lr), free(r->grad_norm), free(r->tokens_per_s), free(r->tokens);
+    free(r->step), free(r->loss), free(r->lr), free(r->grad_norm), free(r->tokens_per_s), free(r->tokens), free(r->mfu);
     free(r->val_step), free(r->val_loss), free(r->val_tokens);
     free(r->resume_step), free(r->resume_tokens);
     free(r->mem);
@@ -90,6 +90,7 @@ static dt_status read_summary(dt_run *r, const cJSON *j) {
     r->summary_steps = num(j, "steps");
     r->final_loss = num(j, "final_loss");
     r->summary_tokens_per_s = num(j, "tokens_per_s");
+    r->summary_mfu = num(j, "mfu");
     free(r->mem);
     r->mem = NULL;
     r->n_mem = 0;
@@ -121,7 +122,7 @@ static dt_status build_steps(dt_run *r, step_row *rows, size_t nrows) {
     size_t n = 0;
     for (size_t i = 0; i < nrows; i++)
         if (i + 1 == nrows || rows[i + 1].step != rows[i].step) rows[n++] = rows[i];
-    double **cols[] = {&r->step, &r->loss, &r->lr, &r->grad_norm, &r->tokens_per_s, &r->tokens};
+    double **cols[] = {&r->step, &r->loss, &r->lr, &r->grad_norm, &r->tokens_per_s, &r->tokens, &r->mfu};
     for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
         if (!(*cols[c] = malloc((n ? n : 1) * sizeof(double)))) return dt_fail(DT_ERUNTIME, "out of memory");
     r->n = n;
@@ -131,7 +132,7 @@ static dt_status build_steps(dt_run *r, step_row *rows, size_t nrows) {
     for (size_t i = 0; i < n; i++) {
         const step_row *w = &rows[i];
         r->step[i] = w->step, r->loss[i] = w->loss, r->lr[i] = w->lr;
-        r->grad_norm[i] = w->grad_norm, r->tokens_per_s[i] = w->tokens_per_s;
+        r->grad_norm[i] = w->grad_norm, r->tokens_per_s[i] = w->tokens_per_s, r->mfu[i] = w->mfu;
         double per = round(w->tokens_per_s * w->ms / 1000);
         if (isfinite(per)) per_step = per;
         double t = w->tokens;
@@ -200,7 +201,7 @@ dt_status dt_run_parse(dt_run *r, const char *name, const char *origin, const ch
         int ok = 1;
         if (!ev) {
             step_row w = {num(j, "step"), num(j, "loss"), num(j, "lr"), num(j, "grad_norm"),
-                          num(j, "tokens_per_s"), num(j, "ms"), num(j, "tokens"), lineno};
+                          num(j, "tokens_per_s"), num(j, "ms"), num(j, "tokens"), num(j, "mfu"), lineno};
             if (isnan(w.step)) s = dt_fail(DT_EINPUT, "%s:%zu: a step row without a numeric \"step\"", origin, lineno);
             else PUSH(rows, nrows, caprows, w, ok);
         } else if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "val")) {

@@ -22,6 +22,7 @@ typedef struct {
     /* cumulative tokens at the end of each step: the row's "tokens" field when present,
      * else the previous point's plus tokens_per_s * ms / 1000 per step since it */
     double *tokens;
+    double *mfu; /* model FLOPs utilization, a fraction (NaN: not written, older runs) */
 
     size_t n_val; /* validations, ascending step, last value per step */
     double *val_step, *val_loss, *val_tokens;
@@ -31,7 +32,7 @@ typedef struct {
 
     int torn_tail; /* the last line was cut short (a killed run) and was skipped */
     int has_summary; /* from the last summary line */
-    double summary_steps, final_loss, summary_tokens_per_s;
+    double summary_steps, final_loss, summary_tokens_per_s, summary_mfu;
     size_t n_mem;
     dt_rank_mem *mem;
 } dt_run;

@@ -3,12 +3,16 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
+
+#include "../core/dirs.h"
 
 dt_status dt_metrics_open(dt_metrics *m, const char *path, int append) {
     memset(m, 0, sizeof *m);
     m->fail_step = -1;
     if (!path || !*path) return DT_OK;
     snprintf(m->path, sizeof m->path, "%s", path);
+    DT_TRY(dt_make_parent_dirs(path, "metrics file"));
     m->fp = fopen(path, append ? "a" : "w");
     if (!m->fp) return dt_fail(DT_EINPUT, "metrics file '%s': cannot open for writing (%s)", path, strerror(errno));
     return DT_OK;
@@ -21,9 +25,12 @@ static const char *num(char *buf, size_t cap, const char *fmt, double v) {
     return buf;
 }
 
-/* Flushes the line; the first failure is reported at once on stderr (not through
+/* Closes the object with its wall-clock time (Unix seconds) and flushes the line; the first failure is reported at once on stderr (not through
  * dt_fail: training goes on, the run ends with the error in dt_metrics_close). */
 static void end_line(dt_metrics *m, long long step) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(m->fp, ", \"time\": %.3f}\n", (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
     errno = 0;
     if ((fflush(m->fp) != 0 || ferror(m->fp)) && m->fail_step < 0) {
         m->fail_step = step;
@@ -34,21 +41,21 @@ static void end_line(dt_metrics *m, long long step) {
 }
 
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
-                     double tokens_per_s, double ms, double comm_ms) {
+                     double tokens_per_s, double ms, double comm_ms, double mfu) {
     if (!m->fp) return;
     char a[40], b[40], c[40];
     fprintf(m->fp, "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens\": %lld, ", step,
             num(a, sizeof a, "%.9g", loss), num(b, sizeof b, "%.9g", lr), num(c, sizeof c, "%.9g", grad_norm), tokens);
     fprintf(m->fp, "\"tokens_per_s\": %s, \"ms\": %s", num(a, sizeof a, "%.2f", tokens_per_s), num(b, sizeof b, "%.3f", ms));
     if (comm_ms >= 0) fprintf(m->fp, ", \"comm_ms\": %s", num(a, sizeof a, "%.3f", comm_ms));
-    fputs("}\n", m->fp);
+    if (mfu >= 0) fprintf(m->fp, ", \"mfu\": %s", num(a, sizeof a, "%.5f", mfu));
     end_line(m, step);
 }
 
 void dt_metrics_val(dt_metrics *m, long long step, double val_loss) {
     if (!m->fp) return;
     char a[40];
-    fprintf(m->fp, "{\"event\": \"val\", \"step\": %lld, \"val_loss\": %s}\n", step, num(a, sizeof a, "%.9g", val_loss));
+    fprintf(m->fp, "{\"event\": \"val\", \"step\": %lld, \"val_loss\": %s", step, num(a, sizeof a, "%.9g", val_loss));
     end_line(m, step);
 }
 
@@ -59,12 +66,12 @@ void dt_metrics_resume(dt_metrics *m, long long step, const char *dir) {
         if (*p == '"' || *p == '\\') fprintf(m->fp, "\\%c", *p);
         else if ((unsigned char)*p < 0x20) fprintf(m->fp, "\\u%04x", *p);
         else fputc(*p, m->fp);
-    fputs("\"}\n", m->fp);
+    fputc('"', m->fp);
     end_line(m, step);
 }
 
 void dt_metrics_summary(dt_metrics *m, long long steps, long long ran, double final_loss, double tokens_per_s,
-                        const dt_mem_report *mem, int nranks) {
+                        double mfu, const dt_mem_report *mem, int nranks) {
     if (!m->fp) return;
     char a[40], b[40];
     fprintf(m->fp, "{\"event\": \"summary\", \"steps\": %lld, \"steps_run\": %lld, \"final_loss\": %s, "
@@ -77,7 +84,8 @@ void dt_metrics_summary(dt_metrics *m, long long steps, long long ran, double fi
                 "\"workspace\": %zu, \"peak_rss\": %zu}",
                 r ? ", " : "", r, mem[r].params, mem[r].grads, mem[r].optim, mem[r].activations, mem[r].workspace,
                 mem[r].peak_rss);
-    fprintf(m->fp, "]}\n");
+    fputc(']', m->fp);
+    if (mfu >= 0 && ran > 0) fprintf(m->fp, ", \"mfu\": %s", num(a, sizeof a, "%.5f", mfu));
     end_line(m, steps);
 }
 

@@ -24,15 +24,16 @@ typedef struct {
 /* path "" disables; append when resuming so earlier steps are kept */
 dt_status dt_metrics_open(dt_metrics *m, const char *path, int append);
 /* tokens: tokens trained on since step 0; comm_ms: wall time the step waited on
- * data-parallel collectives (< 0: not written) */
+ * data-parallel collectives; mfu: model FLOP/s over the job's peak (either < 0: not
+ * written). Every line also gets "time", the wall clock in Unix seconds. */
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
-                     double tokens_per_s, double ms, double comm_ms);
+                     double tokens_per_s, double ms, double comm_ms, double mfu);
 void dt_metrics_val(dt_metrics *m, long long step, double val_loss);
 /* A resumed run starts after `step` (from the checkpoint at dir). */
 void dt_metrics_resume(dt_metrics *m, long long step, const char *dir);
 /* steps: the step reached; ran: steps this run trained (final_loss is null when 0) */
 void dt_metrics_summary(dt_metrics *m, long long steps, long long ran, double final_loss, double tokens_per_s,
-                        const dt_mem_report *mem, int nranks);
+                        double mfu, const dt_mem_report *mem, int nranks);
 /* Closes; DT_ERUNTIME naming the file if any write failed. */
 dt_status dt_metrics_close(dt_metrics *m);
 

@@ -17,6 +17,7 @@
 #include "../data/tokenfile.h"
 #include "../data/tokenizer.h"
 #include "../launch/heartbeat.h"
+#include "../launch/threads.h"
 #include "../model/gpt.h"
 #include "../optim/optimizer.h"
 #include "../parallel/data_parallel.h"
@@ -34,6 +35,7 @@ typedef struct {
     dt_config run_cfg;    /* the caller's config with the micro-batch resolved for this world */
     const dt_ops *ops;
     dt_comm *world;
+    dt_threads_plan threads; /* OpenMP/BLAS threads of this rank, chosen among the node's ranks */
     dt_mesh mesh;
     int rank0, dp, dp_rank;
     gpt_model model;
@@ -63,6 +65,8 @@ typedef struct {
     dt_progress progress;
     char *config_json;
     double *mem_all; /* the final memory report: 7 numbers per rank, allocated up front */
+    double peak_flops; /* the whole job's peak FLOP/s, MFU's denominator (0: unknown) */
+    const char *peak_source;
 } trainer;
 
 static dt_status choose_ops(const dt_config *c, const dt_ops **ops) {
@@ -180,7 +184,7 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     DT_TRY(dt_dp_check_config(c));
     dt_gpu_select(dt_comm_local_rank(t->world)); /* a GPU per rank of the node, whatever the launcher */
     DT_TRY(choose_ops(c, &t->ops));
-    dt_cpu_set_threads(c->threads);
+    dt_cpu_set_threads(t->threads.threads);
     t->T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     t->micro = c->train.micro_batch;
     int world = dt_comm_size(t->world);
@@ -235,6 +239,27 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
         DT_TRY(dt_metrics_open(&t->metrics, c->log.metrics, c->checkpoint.resume[0] != 0));
         if (c->checkpoint.resume[0]) dt_metrics_resume(&t->metrics, t->st.step, t->resume_dir);
     }
+    return DT_OK;
+}
+
+/* The job's peak FLOP/s: log.peak_gflops per rank when set, else a GPU's dense bf16
+ * datasheet rate, else each rank's SGEMM rate measured now with its threads, all ranks at
+ * once (ranks sharing cores share them here as in training), summed over ranks. Unknown
+ * on any rank (a GPU not in the table): no MFU. */
+static dt_status measure_peak(trainer *t) {
+    const dt_config *c = t->cfg;
+    double mine = c->log.peak_gflops * 1e9;
+    t->peak_source = "log.peak_gflops";
+    if (mine <= 0 && !strcmp(c->backend, "cuda")) {
+        mine = dt_gpu_bf16_peak();
+        t->peak_source = "dense bf16 datasheet";
+    } else if (mine <= 0) {
+        mine = dt_cpu_sgemm_peak(0.1);
+        t->peak_source = "measured SGEMM";
+    }
+    double v[2] = {mine, mine <= 0};
+    if (dt_comm_size(t->world) > 1) DT_TRY(dt_allreduce(t->world, v, 2, DT_F64, DT_SUM));
+    t->peak_flops = v[1] > 0 ? 0.0 : v[0];
     return DT_OK;
 }
 
@@ -438,20 +463,29 @@ static dt_status after_commit(trainer *t) {
     return DT_OK;
 }
 
+/* Rank 0's line once a save has committed: its size and time. */
+static void note_saved(trainer *t, long long step, double seconds, const char *how) {
+    double bytes = 0;
+    if (dt_ckpt_latest_bytes(t->cfg->checkpoint.dir, &bytes) != DT_OK) dt_error_clear(); /* the size is a nicety */
+    dt_progress_note(&t->progress, "checkpoint: saved step %lld to %s (%.1f MB%s, %.2f s)", step,
+                     t->cfg->checkpoint.dir, bytes / 1e6, how, seconds);
+}
+
 /* checkpoint.async: the save in flight, if any, finished and committed (collective). */
 static dt_status finish_save(trainer *t) {
     if (!t->save_pending) return DT_OK;
     t->save_pending = 0;
     DT_TRY(dt_dp_save_wait(t->dpe));
-    if (t->rank0)
-        dt_progress_note(&t->progress, "checkpoint: saved step %lld to %s (in the background, %.2f s)",
-                         t->save_pending_step, t->cfg->checkpoint.dir, dt_now() - t->save_started);
+    if (t->rank0) note_saved(t, t->save_pending_step, dt_now() - t->save_started, ", in the background");
     return after_commit(t);
 }
 
 static dt_status save(trainer *t) {
     const dt_config *c = t->cfg;
     DT_TRY(finish_save(t)); /* one save in flight at a time */
+    if (t->rank0)
+        dt_progress_note(&t->progress, "checkpoint: saving step %lld to %s%s", t->st.step, c->checkpoint.dir,
+                         t->async_save ? " (written in the background)" : "");
     double t0 = dt_now();
     DT_TRY(dt_dp_save(t->dpe, c->checkpoint.dir, &t->st, t->config_json, c->checkpoint.shard_mb));
     t->saved++;
@@ -462,9 +496,7 @@ static dt_status save(trainer *t) {
         return DT_OK;
     }
     DT_TRY(after_commit(t));
-    if (t->rank0)
-        dt_progress_note(&t->progress, "checkpoint: saved step %lld to %s (%.2f s)", t->st.step,
-                         t->cfg->checkpoint.dir, dt_now() - t0);
+    if (t->rank0) note_saved(t, t->st.step, dt_now() - t0, "");
     return DT_OK;
 }
 
@@ -510,49 +542,49 @@ static dt_status stop_requested(trainer *t, int *sig) {
     return DT_OK;
 }
 
+/* Before the model is built (a big model takes a while to allocate and initialise):
+ * everything here comes from the config, the data and the layout's arithmetic. */
 static void print_header(trainer *t) {
     const dt_config *c = t->cfg;
+    gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    gpt_shape_check(&shape); /* validated in setup_local: fills padded_vocab */
+    int tp = c->parallel.tp, cp = c->parallel.cp, pp = c->parallel.pp;
+    char thr[256];
+    dt_threads_describe(&t->threads, thr, sizeof thr);
     printf("dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
-           c->model.n_layer, c->model.n_head, c->model.n_embd, t->T, c->model.vocab_size, t->model.shape.padded_vocab,
-           (double)gpt_num_params(&t->model) / 1e6);
+           c->model.n_layer, c->model.n_head, c->model.n_embd, t->T, c->model.vocab_size, shape.padded_vocab,
+           (double)gpt_shape_params(&shape) / 1e6);
     printf("dtrain: global batch %d x %d tokens (micro-batch %d x %d data-parallel x %d accumulation), %d "
            "steps, %s, %s%s, %d threads/rank, %s\n",
            t->global_batch, t->T, t->micro, t->dp, t->accum, c->train.steps, c->precision,
-           !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", dt_cpu_threads(),
+           !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", t->threads.threads,
            !strcmp(c->backend, "cuda") ? dt_gpu_name() : dt_cpu_blas_info());
+    printf("dtrain: threads %s\n", thr);
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
            t->val_path[0] ? t->val_path : "none");
     if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);
-    if (c->train.freeze[0]) {
-        size_t n = 0, all = 0;
-        for (int i = 0; i < t->model.ntensors; i++) {
-            all += t->model.tensors[i].numel;
-            if (t->model.tensors[i].frozen) n += t->model.tensors[i].numel;
-        }
-        printf("dtrain: frozen (train.freeze %s): %zu of rank 0's %zu parameters\n", c->train.freeze, n, all);
-    }
     if (!strcmp(c->train.recompute, "full")) printf("dtrain: activation checkpointing: every block recomputed in its backward\n");
-    if (t->mesh.tp > 1)
-        printf("dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n",
-               t->mesh.tp, t->model.sp ? ", sequence parallel: LayerNorm and residual rows split" : "", t->dp);
-    if (t->mesh.cp > 1) { /* the causal work of each rank's two chunks */
+    if (tp > 1)
+        printf("dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n", tp,
+               c->parallel.sp ? ", sequence parallel: LayerNorm and residual rows split" : "", t->dp);
+    if (cp > 1) { /* the causal work of each rank's two chunks */
         int64_t lo = INT64_MAX, hi = 0;
-        for (int r = 0; r < t->mesh.cp; r++) {
-            int64_t w = dt_cp_attention_pairs(t->T, t->mesh.cp, r);
+        for (int r = 0; r < cp; r++) {
+            int64_t w = dt_cp_attention_pairs(t->T, cp, r);
             lo = w < lo ? w : lo;
             hi = w > hi ? w : hi;
         }
         printf("dtrain: context parallel %d (ring attention; each rank holds 2 of %d sequence chunks, %d positions; "
-               "attention pairs per rank %lld, imbalance %.1f%%)\n", t->mesh.cp, 2 * t->mesh.cp, t->Tl, (long long)hi,
+               "attention pairs per rank %lld, imbalance %.1f%%)\n", cp, 2 * cp, t->Tl, (long long)hi,
                100.0 * (double)(hi - lo) / (double)hi);
     }
-    if (t->mesh.pp > 1) {
+    if (pp > 1) {
         int v = c->parallel.virtual_stages;
-        printf("dtrain: pipeline parallel %d (%s, %d micro-batches per step), blocks per stage:", t->mesh.pp,
+        printf("dtrain: pipeline parallel %d (%s, %d micro-batches per step), blocks per stage:", pp,
                dt_schedule_name(t->sched), t->accum);
-        for (int r = 0; r < t->mesh.pp; r++) {
+        for (int r = 0; r < pp; r++) {
             gpt_layout lay = {0};
-            if (dt_pp_layout(c->model.n_layer, t->mesh.pp, v, r, c->parallel.pp_split, &lay) != DT_OK) continue;
+            if (dt_pp_layout(c->model.n_layer, pp, v, r, c->parallel.pp_split, &lay) != DT_OK) continue;
             if (v <= 1) printf(" [%d, %d)", lay.first_layer, lay.first_layer + lay.n_layers);
             for (int k = 0; v > 1 && k < v; k++)
                 printf("%s[%d, %d)%s", k ? " " : " {", lay.chunk_first[k], lay.chunk_first[k] + lay.chunk_layers[k],
@@ -561,6 +593,25 @@ static void print_header(trainer *t) {
         printf("\n");
     }
     if (t->st.step > 0) printf("dtrain: resumed at step %lld from %s\n", t->st.step, t->resume_dir);
+    else if (c->train.init_from[0]) printf("dtrain: weights from %s (train.init_from)\n", c->train.init_from);
+    printf("dtrain: building the model and %s...\n",
+           t->st.step > 0 ? "loading its checkpoint" : c->train.init_from[0] ? "loading its weights" : "initialising its weights");
+    fflush(stdout);
+}
+
+/* Once the model exists: what only it knows, and how long building it took. */
+static void print_model_ready(trainer *t, double seconds) {
+    const dt_config *c = t->cfg;
+    if (c->train.freeze[0]) {
+        size_t n = 0, all = 0;
+        for (int i = 0; i < t->model.ntensors; i++) {
+            all += t->model.tensors[i].numel;
+            if (t->model.tensors[i].frozen) n += t->model.tensors[i].numel;
+        }
+        printf("dtrain: frozen (train.freeze %s): %zu of rank 0's %zu parameters\n", c->train.freeze, n, all);
+    }
+    printf("dtrain: model ready in %.1f s\n", seconds);
+    fflush(stdout);
 }
 
 /* Per stage (the first data-parallel and tensor-parallel rank of each): compute and
@@ -589,7 +640,6 @@ static dt_status run(trainer *t) {
     const dt_config *c = t->cfg;
     long long steps = c->train.steps;
     double flops_tok = gpt_flops_per_token(&t->model.shape, t->T);
-    if (t->rank0) print_header(t);
     dt_progress_init(&t->progress, steps, c->log.every, c->log.progress);
     double train_time = 0.0, loss = NAN;
     long long first = t->st.step, timed_steps = 0;
@@ -611,7 +661,8 @@ static dt_status run(trainer *t) {
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
         if (t->rank0) {
             dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step, tps,
-                            dt * 1e3, t->dp * t->mesh.cp > 1 && !t->dcomm ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0);
+                            dt * 1e3, t->dp * t->mesh.cp > 1 && !t->dcomm ? 1e3 * (dt_dp_comm_seconds(t->dpe) - c0) : -1.0,
+                            t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
         int last = t->st.step == stop;
@@ -657,23 +708,24 @@ static dt_status run(trainer *t) {
         for (int r = 0; r < n; r++)
             mem[r] = (dt_mem_report){(size_t)all[7 * r], (size_t)all[7 * r + 1], (size_t)all[7 * r + 2],
                                      (size_t)all[7 * r + 3], (size_t)all[7 * r + 5], (size_t)all[7 * r + 4]};
-        dt_metrics_summary(&t->metrics, t->st.step, t->st.step - first, loss, tps, mem, n);
+        double mfu = t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0;
+        dt_metrics_summary(&t->metrics, t->st.step, t->st.step - first, loss, tps, mfu, mem, n);
         DT_TRY(dt_metrics_close(&t->metrics));
+        char mfu_text[160] = "";
+        if (mfu >= 0)
+            snprintf(mfu_text, sizeof mfu_text, " (MFU %.1f%% of %.1f GFLOP/s, %s peak)", 100.0 * mfu,
+                     t->peak_flops / 1e9, t->peak_source);
         if (timed_steps > 0)
-            printf("summary: %lld steps (from %lld), final loss %.4f, %.0f tokens/s, %.1f GFLOP/s, %.1f s; "
+            printf("summary: %lld steps (from %lld), final loss %.4f, %.0f tokens/s, %.1f GFLOP/s%s, %.1f s; "
                    "memory (rank 0): params %.1f MB, grads %.1f MB, optimizer %.1f MB, activations %.1f MB, "
                    "workspace %.1f MB, peak RSS %.1f MB\n",
-                   t->st.step - first, first, loss, tps, tps * flops_tok / 1e9, train_time, mem[0].params / 1e6,
+                   t->st.step - first, first, loss, tps, tps * flops_tok / 1e9, mfu_text, train_time, mem[0].params / 1e6,
                    mem[0].grads / 1e6, mem[0].optim / 1e6, mem[0].activations / 1e6, mem[0].workspace / 1e6,
                    mem[0].peak_rss / 1e6);
         else
             printf("summary: nothing to train (at step %lld of %lld)\n", t->st.step, steps);
-        if (!strcmp(c->backend, "cuda") && timed_steps > 0) {
-            double peak = dt_gpu_bf16_peak();
-            printf("gpu: %s, peak device memory %.2f GB (rank 0)", dt_gpu_name(), (double)dt_gpu_peak_bytes() / 1e9);
-            if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s dense bf16", 100.0 * tps * flops_tok / peak, peak / 1e12);
-            printf("\n");
-        }
+        if (!strcmp(c->backend, "cuda") && timed_steps > 0)
+            printf("gpu: %s, peak device memory %.2f GB (rank 0)\n", dt_gpu_name(), (double)dt_gpu_peak_bytes() / 1e9);
         if (t->mesh.tp > 1 && timed_steps > 0)
             printf("tensor-parallel communication: %.1f ms/step (%s inside forward and backward, validation "
                    "included, rank 0)\n", 1e3 * dt_tp_comm_seconds() / (double)timed_steps,
@@ -710,8 +762,18 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, int *report) {
     memset(&t, 0, sizeof t);
     t.world = world;
     t.rank0 = dt_comm_rank(world) == 0;
-    dt_status s = agree(&t, setup_local(&t, cfg), report);
+    dt_status s = agree(&t, dt_threads_choose(world, cfg->threads, &t.threads), report);
+    if (s == DT_OK && dt_comm_local_rank(world) == 0) { /* once per node */
+        char w[512];
+        dt_threads_warning(&t.threads, w, sizeof w);
+        if (w[0]) fprintf(stderr, "%s\n", w);
+    }
+    if (s == DT_OK) s = agree(&t, setup_local(&t, cfg), report);
+    if (s == DT_OK) s = agree(&t, measure_peak(&t), report);
+    if (s == DT_OK && t.rank0) print_header(&t);
+    double built = dt_now();
     if (s == DT_OK) s = agree(&t, setup_model(&t, t.cfg), report);
+    if (s == DT_OK && t.rank0) print_model_ready(&t, dt_now() - built);
     if (s == DT_OK) {
         /* from here on a failure on one rank (I/O, divergence) is seen by all through
          * the collectives it breaks, or reported by every rank alike */

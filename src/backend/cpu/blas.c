@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cpu.h"
 
@@ -66,4 +67,29 @@ const char *dt_cpu_blas_info(void) {
     static char buf[256];
     snprintf(buf, sizeof buf, "%s, kernel %s", openblas_get_config(), openblas_get_corename());
     return buf;
+}
+
+static double wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double dt_cpu_sgemm_peak(double seconds) {
+    enum { N = 512 };
+    float *a = malloc(3 * sizeof(float) * N * N);
+    if (!a) return 0.0;
+    float *b = a + N * N, *c = b + N * N;
+    for (size_t i = 0; i < 2 * (size_t)N * N; i++) a[i] = (float)(i % 7) * 0.125f - 0.375f;
+    double best = 0.0, start = wall();
+    /* the first product pays for first touch and thread start-up: never the best */
+    for (int k = 0; k < 3 || wall() - start < seconds; k++) {
+        double t0 = wall();
+        cpu_gemm(0, 0, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+        double dt = wall() - t0, rate = dt > 0 ? 2.0 * N * N * N / dt : 0.0;
+        if (k > 0 && rate > best) best = rate;
+        if (k > 1000) break;
+    }
+    free(a);
+    return best;
 }
