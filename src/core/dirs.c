@@ -5,11 +5,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-dt_status dt_make_dirs(const char *dir, const char *what) {
+/* Makes dir's components; errors name `named` (the path the user gave). */
+static dt_status make_dirs(const char *dir, const char *named, const char *what) {
     char p[4096];
     size_t n = strlen(dir);
     if (n == 0) return DT_OK;
-    if (n >= sizeof p) return dt_fail(DT_EINPUT, "%s '%s': path too long", what, dir);
+    if (n >= sizeof p) return dt_fail(DT_EINPUT, "%s '%s': path too long", what, named);
     memcpy(p, dir, n + 1);
     while (n > 1 && p[n - 1] == '/') p[--n] = 0;
     /* each prefix ending before a '/', then the whole path */
@@ -22,16 +23,18 @@ dt_status dt_make_dirs(const char *dir, const char *what) {
             if (mkdir(p, 0777) != 0 && errno != EEXIST) {
                 int e = errno;
                 p[i] = keep;
-                return dt_fail(DT_EINPUT, "%s '%s': cannot create '%.*s' (%s)", what, dir, (int)i, p, strerror(e));
+                return dt_fail(DT_EINPUT, "%s '%s': cannot create '%.*s' (%s)", what, named, (int)i, p, strerror(e));
             }
         } else if (!S_ISDIR(sb.st_mode)) {
             p[i] = keep;
-            return dt_fail(DT_EINPUT, "%s '%s': '%.*s' is not a directory", what, dir, (int)i, p);
+            return dt_fail(DT_EINPUT, "%s '%s': '%.*s' is not a directory", what, named, (int)i, p);
         }
         p[i] = keep;
     }
     return DT_OK;
 }
+
+dt_status dt_make_dirs(const char *dir, const char *what) { return make_dirs(dir, dir, what); }
 
 dt_status dt_make_parent_dirs(const char *file, const char *what) {
     const char *slash = strrchr(file, '/');
@@ -41,5 +44,5 @@ dt_status dt_make_parent_dirs(const char *file, const char *what) {
     if (n >= sizeof d) return dt_fail(DT_EINPUT, "%s '%s': path too long", what, file);
     memcpy(d, file, n);
     d[n] = 0;
-    return dt_make_dirs(d, what);
+    return make_dirs(d, file, what);
 }
