@@ -157,6 +157,13 @@ exit2 "betas of the wrong type" "optimizer.params.betas must be an array of two 
 a=$(digest_of "$TMP/ga.out"); b=$(digest_of "$TMP/gb.out")
 [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "global batch 12 x 32 tokens (micro-batch 2 x 2 data-parallel x 3 accumulation)" "$TMP/ga.out" \
   && pass "train.grad_accum=3 (global batch 0) = global_batch 12 derived, on 2 ranks: $a" || fail "grad_accum parity: '$a' vs '$b'"
+# a checkpoint keeps the global batch, not the accumulation: resuming on 1 rank re-derives it
+"${MPI[@]}" -np 2 "$DTRAIN" train "${RUN[@]}" --set train.grad_accum=3 --set train.stop_after=1 --save "$TMP/ck" >/dev/null 2>&1 \
+  || fail "grad_accum save"
+"$DTRAIN" train --resume "$TMP/ck" --threads 1 >"$TMP/r.out" 2>&1 \
+  && grep -q "global batch 12 x 32 tokens (micro-batch 2 x 1 data-parallel x 6 accumulation)" "$TMP/r.out" \
+  && pass "train.grad_accum=3 on 2 ranks, resumed on 1: the global batch 12 kept, accumulation 6" \
+  || fail "grad_accum resume: $(grep 'error\|global batch' "$TMP/r.out")"
 "$DTRAIN" config "${MODEL[@]}" --set train.grad_accum=3 --set train.global_batch=12 -n 2 >/dev/null 2>&1 \
   && pass "grad_accum 3 with a global batch 12 that agrees" || fail "agreeing grad_accum"
 exit2 "grad_accum contradicting global_batch" "train.global_batch 8 is not train.micro_batch 2 x data-parallel size 2 x train.grad_accum 3" \
