@@ -77,8 +77,8 @@ static const char *PREPARE_USAGE =
 
 static const char *CONFIG_USAGE =
     "usage: dtrain config [--deepspeed DS.json] [--config FILE] [--set K=V]... [--doc] [-n WORLD]\n"
-    "  prints the effective config as JSON (--deepspeed: DeepSpeed's keys translated); --doc prints every\n"
-    "  key as a markdown table;\n"
+    "  prints the effective config as JSON (with --deepspeed: the DeepSpeed file translated);\n"
+    "  --doc prints every key as a markdown table;\n"
     "  -n WORLD (up to 4096) also prints the resolved layout on WORLD ranks: each rank's coordinates\n"
     "  (dp, pp, cp, tp) and the ranks of each of its process groups\n";
 
@@ -286,8 +286,7 @@ static dt_status cmd_estimate(int argc, char **argv) {
 
 static const char *PLAN_USAGE =
     "usage: dtrain plan [--deepspeed DS.json] [--config FILE] [--set K=V]... -n WORLD [--ranks-per-node R]\n"
-    "                   [--cores C]\n"
-    "                   [--memory GB] [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS] [--top K] [--json]\n"
+    "                   [--cores C] [--memory GB] [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS] [--top K] [--json]\n"
     "                   [--any-feature]\n"
     "  every dp x pp x cp x tp layout (and ZeRO stage) of WORLD ranks that fits in memory, ranked by\n"
     "  predicted step time (docs/parallelism.md, the planner): compute at F FLOP/s per rank (default:\n"
