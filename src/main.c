@@ -11,6 +11,7 @@
 #include "comm/bench_comm.h"
 #include "comm/comm.h"
 #include "core/config.h"
+#include "core/deepspeed.h"
 #include "core/signals.h"
 #include "core/status.h"
 #include "data/prepare.h"
@@ -44,7 +45,8 @@ static const char *USAGE =
     "`dtrain <command> --help` describes each command's options; `dtrain --version` prints the version.\n";
 
 static const char *TRAIN_USAGE =
-    "usage: dtrain train [--config FILE.json] [--set key.path=value]... [flags]\n"
+    "usage: dtrain train [--deepspeed DS.json] [--config FILE.json] [--set key.path=value]... [flags]\n"
+    "  --deepspeed FILE a DeepSpeed config, translated (docs/coming-from.md); --config and --set override it\n"
     "  --config FILE    JSON config; keys and defaults: docs/config.md (`dtrain config --doc`)\n"
     "  --set K=V        override any key, e.g. --set model.n_layer=6 (repeatable)\n"
     "  --steps N        train.steps          --seed N        train.seed\n"
@@ -74,8 +76,9 @@ static const char *PREPARE_USAGE =
     "  --val-fraction F        last fraction of tokens held out for validation (default 0.1)\n";
 
 static const char *CONFIG_USAGE =
-    "usage: dtrain config [--config FILE] [--set K=V]... [--doc] [-n WORLD]\n"
-    "  prints the effective config as JSON; --doc prints every key as a markdown table;\n"
+    "usage: dtrain config [--deepspeed DS.json] [--config FILE] [--set K=V]... [--doc] [-n WORLD]\n"
+    "  prints the effective config as JSON (with --deepspeed: the DeepSpeed file translated);\n"
+    "  --doc prints every key as a markdown table;\n"
     "  -n WORLD (up to 4096) also prints the resolved layout on WORLD ranks: each rank's coordinates\n"
     "  (dp, pp, cp, tp) and the ranks of each of its process groups\n";
 
@@ -99,8 +102,18 @@ static dt_status parse_long(const char *opt, const char *v, long long lo, long l
     return DT_OK;
 }
 
-/* --config FILE, then --set and the shorthand flags, on top of c's current values. */
+/* The DeepSpeed keys the last --deepspeed file set to no effect ("" when none). */
+static char g_ds_ignored[2048];
+
+/* --deepspeed FILE, then --config FILE, then --set and the shorthand flags, on top of c's
+ * current values. */
 static dt_status apply_config_args(dt_config *c, int argc, char **argv) {
+    g_ds_ignored[0] = 0;
+    for (int i = 0; i < argc; i++) /* the translation first: dtrain's own keys override it */
+        if (!strcmp(argv[i], "--deepspeed")) {
+            DT_TRY(need_value(i, argc, argv));
+            DT_TRY(dt_deepspeed_load_file(c, argv[++i], g_ds_ignored, sizeof g_ds_ignored));
+        }
     for (int i = 0; i < argc; i++) /* the file first, so --set and flags override it whatever their order */
         if (!strcmp(argv[i], "--config")) {
             DT_TRY(need_value(i, argc, argv));
@@ -114,7 +127,7 @@ static dt_status apply_config_args(dt_config *c, int argc, char **argv) {
     char buf[DT_PATH_MAX + 64];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--config")) {
+        if (!strcmp(a, "--config") || !strcmp(a, "--deepspeed")) {
             i++;
             continue;
         }
@@ -168,6 +181,11 @@ static dt_status parse_config_args(dt_config *c, int argc, char **argv) {
     return dt_config_check_resume(c, &saved, resume);
 }
 
+/* Lists once what a --deepspeed file set that has no effect here. */
+static void note_ds_ignored(void) {
+    if (g_ds_ignored[0]) fprintf(stderr, "dtrain: deepspeed config: ignored keys: %s\n", g_ds_ignored);
+}
+
 /* Set by commands that run on many ranks: whether this rank prints the error. */
 static int g_report = 1;
 
@@ -182,6 +200,7 @@ static dt_status cmd_train(dt_comm *world, int argc, char **argv) {
         g_report = dt_comm_rank(world) == 0;
         return s;
     }
+    if (dt_comm_rank(world) == 0) note_ds_ignored();
     dt_signals_install(dt_comm_rank(world) != 0);
     return dt_train_run(&c, world, &g_report);
 }
@@ -214,6 +233,7 @@ static dt_status cmd_config(int argc, char **argv) {
     if (s == DT_OK) s = parse_config_args(&c, n, rest);
     free(rest);
     DT_TRY(s);
+    note_ds_ignored();
     if (doc) {
         dt_config_write_doc(stdout);
         return DT_OK;
@@ -232,7 +252,7 @@ static dt_status cmd_config(int argc, char **argv) {
 }
 
 static const char *ESTIMATE_USAGE =
-    "usage: dtrain estimate [--config FILE] [--set K=V]... -n N [--json]\n"
+    "usage: dtrain estimate [--deepspeed DS.json] [--config FILE] [--set K=V]... -n N [--json]\n"
     "  per-rank memory of parameters, gradients and optimizer state for each ZeRO stage\n"
     "  over N data-parallel ranks (seed-003 formulas, bf16 and fp32), plus activations\n";
 
@@ -256,6 +276,7 @@ static dt_status cmd_estimate(int argc, char **argv) {
     if (s == DT_OK) s = parse_config_args(&c, k, rest);
     free(rest);
     DT_TRY(s);
+    note_ds_ignored();
     /* -n is the data-parallel size here, not the world */
     long long world = n * c.parallel.tp * c.parallel.pp * c.parallel.cp;
     if (world > 1 << 30) return dt_fail(DT_EINPUT, "estimate: -n %lld x tp x pp x cp is too large", n);
@@ -264,8 +285,8 @@ static dt_status cmd_estimate(int argc, char **argv) {
 }
 
 static const char *PLAN_USAGE =
-    "usage: dtrain plan [--config FILE] [--set K=V]... -n WORLD [--ranks-per-node R] [--cores C]\n"
-    "                   [--memory GB] [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS] [--top K] [--json]\n"
+    "usage: dtrain plan [--deepspeed DS.json] [--config FILE] [--set K=V]... -n WORLD [--ranks-per-node R]\n"
+    "                   [--cores C] [--memory GB] [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS] [--top K] [--json]\n"
     "                   [--any-feature]\n"
     "  every dp x pp x cp x tp layout (and ZeRO stage) of WORLD ranks that fits in memory, ranked by\n"
     "  predicted step time (docs/parallelism.md, the planner): compute at F FLOP/s per rank (default:\n"
@@ -327,6 +348,7 @@ static dt_status cmd_plan(int argc, char **argv) {
     if (s == DT_OK) s = parse_config_args(&c, k, rest);
     free(rest);
     DT_TRY(s);
+    note_ds_ignored();
     DT_TRY(dt_config_validate(&c));
     if (world < 1) return dt_fail(DT_EINPUT, "plan: -n WORLD is required");
     mc.world = (int)world;

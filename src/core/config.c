@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include "deepspeed.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -51,7 +53,10 @@ static const key_desc KEYS[] = {
         "0", "end this run after N steps, keeping the schedule of train.steps (0: run to the end)"),
     INT("train.micro_batch", train.micro_batch, 1, 1e6, "16", "sequences per rank per micro-step"),
     INT("train.global_batch", train.global_batch, 0, 1e9,
-        "0", "sequences per optimizer step (0: micro_batch x data-parallel size); accumulation is derived"),
+        "0", "sequences per optimizer step (0: micro_batch x data-parallel size x grad_accum); accumulation is derived"),
+    INT("train.grad_accum", train.grad_accum, 0, 1e6, "0",
+        "micro-batches accumulated per optimizer step on each rank, DeepSpeed's gradient_accumulation_steps "
+        "(0: derived, global_batch / (micro_batch x data-parallel size)); set with global_batch, the two must agree"),
     FLT("train.lr", train.lr, 0, 10, "2e-3", "peak learning rate"),
     FLT("train.min_lr", train.min_lr, 0, 10, "2e-4", "learning rate at the end of cosine decay"),
     INT("train.warmup_steps", train.warmup_steps, 0, 1e9, "50", "linear warmup steps"),
@@ -304,13 +309,18 @@ dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin
                        (size_t)(end - json));
     }
     dt_status s = DT_OK;
+    const char *ds = cJSON_IsObject(root) ? dt_deepspeed_marker(root) : NULL;
     if (!cJSON_IsObject(root)) s = dt_fail(DT_EINPUT, "%s: config must be a JSON object", origin);
+    else if (ds) /* explicit: --config takes dtrain's keys only, --deepspeed translates */
+        s = dt_fail(DT_EINPUT, "%s is a DeepSpeed config (it has '%s'): pass it with --deepspeed FILE, which "
+                    "translates it (docs/coming-from.md)", origin, ds);
     else s = apply_json(c, root, "", origin);
     cJSON_Delete(root);
     return s;
 }
 
-dt_status dt_config_load_file(dt_config *c, const char *path) {
+dt_status dt_config_read_file(const char *path, char **text) {
+    *text = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return dt_fail(DT_EINPUT, "config file '%s': cannot open (%s)", path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0) {
@@ -331,12 +341,22 @@ dt_status dt_config_load_file(dt_config *c, const char *path) {
     size_t got = fread(buf, 1, (size_t)n, f);
     fclose(f);
     buf[got] = 0;
+    const char *nul = memchr(buf, 0, got); /* the parser would stop there and ignore the rest */
+    if (nul) {
+        size_t at = (size_t)(nul - buf);
+        free(buf);
+        return dt_fail(DT_EINPUT, "config file '%s': a NUL byte at offset %zu (not a JSON text file)", path, at);
+    }
+    *text = buf;
+    return DT_OK;
+}
+
+dt_status dt_config_load_file(dt_config *c, const char *path) {
+    char *buf;
+    DT_TRY(dt_config_read_file(path, &buf));
     char origin[DT_PATH_MAX + 16];
     snprintf(origin, sizeof origin, "config file '%s'", path);
-    const char *nul = memchr(buf, 0, got); /* the parser would stop there and ignore the rest */
-    dt_status s = nul ? dt_fail(DT_EINPUT, "%s: a NUL byte at offset %zu (not a JSON text file)", origin,
-                                (size_t)(nul - buf))
-                      : dt_config_load_json(c, buf, origin);
+    dt_status s = dt_config_load_json(c, buf, origin);
     free(buf);
     return s;
 }
@@ -374,10 +394,25 @@ dt_status dt_config_validate(const dt_config *c) {
 }
 
 dt_status dt_config_resolve_micro_batch(dt_config *c, int world) {
-    int m = c->parallel.micro_batches;
+    int m = c->parallel.micro_batches, a = c->train.grad_accum;
     long long model_par = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
-    if (m <= 0 || model_par <= 0 || world % model_par != 0) return DT_OK;
+    if ((m <= 0 && a <= 0) || model_par <= 0 || world % model_par != 0) return DT_OK;
     long long dp = world / model_par, gb = c->train.global_batch;
+    if (a > 0 && m > 0 && a != m)
+        return dt_fail(DT_EINPUT, "config: train.grad_accum %d and parallel.micro_batches %d disagree (both count the "
+                       "micro-batches of a step: set one)", a, m);
+    if (a > 0) {
+        long long want = (long long)c->train.micro_batch * dp * a;
+        if (gb == 0 && want > 1000000000LL)
+            return dt_fail(DT_EINPUT, "config: train.micro_batch %d x data-parallel size %lld x train.grad_accum %d "
+                           "exceeds the largest train.global_batch", c->train.micro_batch, dp, a);
+        if (gb == 0) c->train.global_batch = (int)(gb = want);
+        else if (m <= 0 && gb != want)
+            return dt_fail(DT_EINPUT, "config: train.global_batch %lld is not train.micro_batch %d x data-parallel "
+                           "size %lld x train.grad_accum %d = %lld (set train.grad_accum=0 to derive it)", gb,
+                           c->train.micro_batch, dp, a, want);
+    }
+    if (m <= 0) return DT_OK;
     if (gb <= 0)
         return dt_fail(DT_EINPUT, "config: parallel.micro_batches %d needs train.global_batch (the micro-batch is "
                        "derived from it)", m);

@@ -20,7 +20,7 @@ typedef struct {
         char encoder_json[DT_PATH_MAX], vocab_bpe[DT_PATH_MAX];
     } data;
     struct {
-        int steps, micro_batch, global_batch, warmup_steps, seq_len, stop_after;
+        int steps, micro_batch, global_batch, grad_accum, warmup_steps, seq_len, stop_after;
         double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
         long long seed;
         int val_every, val_batches, check_memory;
@@ -56,6 +56,8 @@ typedef struct {
 
 /* Fills every key with its default. */
 void dt_config_defaults(dt_config *c);
+/* The text of a JSON config file (at most 16 MiB, no NUL byte); caller frees with free(). */
+dt_status dt_config_read_file(const char *path, char **text);
 /* Applies a JSON file on top of the current values. */
 dt_status dt_config_load_file(dt_config *c, const char *path);
 /* Applies a JSON text (e.g. the config saved in a checkpoint). */
@@ -64,11 +66,13 @@ dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin
 dt_status dt_config_set(dt_config *c, const char *assignment);
 /* Cross-key checks (n_embd % n_head, batch divisibility, ...). */
 dt_status dt_config_validate(const dt_config *c);
-/* With parallel.micro_batches m > 0, sets train.micro_batch to train.global_batch / (dp * m)
- * for a world of `world` ranks (dp = world / (tp * pp * cp)), so every step runs m
- * micro-batches whatever the layout (Megatron's num_microbatches); DT_EINPUT if the global
- * batch is unset or dp * m does not divide it. A no-op when m is 0 or tp*pp*cp does not
- * divide the world (the layout's own check reports that). */
+/* The batch keys that need the data-parallel size dp = world / (tp * pp * cp):
+ * with train.grad_accum a > 0, a global_batch of 0 becomes micro_batch * dp * a, and a set
+ * one must equal it (DeepSpeed's train_batch_size = micro x accumulation x dp check);
+ * with parallel.micro_batches m > 0, sets train.micro_batch to train.global_batch / (dp * m),
+ * so every step runs m micro-batches whatever the layout (Megatron's num_microbatches);
+ * a and m both set must agree. DT_EINPUT naming the keys when they contradict. A no-op
+ * when neither is set or tp*pp*cp does not divide the world (the layout's check reports that). */
 dt_status dt_config_resolve_micro_batch(dt_config *c, int world);
 /* Resume: copies every key of a checkpoint's saved config except the per-invocation
  * ones (checkpoint.resume, checkpoint.overwrite, train.stop_after, train.init_from). */

@@ -238,7 +238,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
 
-    int n = 16 + o->n_mpi_args + train_argc, code = 1;
+    int n = 18 + o->n_mpi_args + train_argc, code = 1;
     char **argv = calloc((size_t)n, sizeof *argv);
     if (!argv) {
         dt_fail(DT_ERUNTIME, "out of memory");
@@ -279,6 +279,8 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         for (int i = 0; i < train_argc; i++) argv[k++] = train_argv[i];
         argv[k++] = "--set";
         argv[k++] = gbs;
+        argv[k++] = "--set"; /* the global batch is fixed: a restart's dp re-derives the accumulation */
+        argv[k++] = "train.grad_accum=0";
         if (resume) {
             argv[k++] = "--resume";
             argv[k++] = (char *)c->checkpoint.dir;

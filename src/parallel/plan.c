@@ -76,7 +76,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     lc.parallel.cp = cp;
     DT_TRY(dt_config_resolve_micro_batch(&lc, mc->world)); /* parallel.micro_batches fixes m, not the micro-batch */
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, micro = lc.train.micro_batch;
-    long long gb = c->train.global_batch > 0 ? c->train.global_batch : (long long)micro * dp;
+    long long gb = lc.train.global_batch > 0 ? lc.train.global_batch : (long long)micro * dp;
     if (!dt_plan_shard_ok(c, &s, tp, cp))
         return dt_fail(DT_EINPUT, "plan: tp %d does not divide the heads and the padded vocabulary, or cp %d does not "
                        "split the sequence", tp, cp);

@@ -205,6 +205,7 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     /* saved with checkpoints as it is, not as 0 ("micro x dp"): a resume on another dp
      * continues the same batches */
     t->run_cfg.train.global_batch = t->global_batch;
+    t->run_cfg.train.grad_accum = 0; /* re-derived from it on a resume's dp */
     DT_TRY(dt_schedule_parse(c->parallel.schedule, &t->sched));
     DT_TRY(dt_pp_check(c, t->accum));
 
