@@ -381,8 +381,14 @@ static dt_status cmd_plan(int argc, char **argv) {
                "%.3g GB/s, inter %.2g s + %.3g GB/s: %d layouts fit\n", mc.world, mc.ranks_per_node, cores,
                mc.memory / 1e9, mc.flops, mc.intra.alpha, mc.intra.beta / 1e9, mc.inter.alpha, mc.inter.beta / 1e9, n);
     }
-    dt_plan_print(stdout, e, n < top ? n : (int)top, json);
+    if (n > 0) dt_plan_print(stdout, e, n < top ? n : (int)top, json);
     free(e);
+    if (n == 0) { /* what comes nearest, and what would make a layout fit */
+        dt_plan_advice a;
+        dt_plan_advise(&c, &mc, &a);
+        dt_plan_print_advice(stdout, &a, &mc, json);
+        fflush(stdout);
+    }
     if (n == 0) return dt_fail(DT_EINPUT, "plan: no layout of %d ranks fits in %.1f GB per rank", mc.world, mc.memory / 1e9);
     return DT_OK;
 }

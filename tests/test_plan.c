@@ -133,5 +133,51 @@ int main(void) {
     }
     CHECK(n > 10 && sorted && fits && whole, "%d layouts, sorted, all fit, all of the world", n);
     dt_plan_print(stdout, all, n < 8 ? n : 8, 0);
+
+    /* nothing fits: the nearest layout is the least memory of any that runs, and each
+     * suggestion is a plan with a layout that fits, the extreme one of its kind */
+    mc.memory = 0;
+    n = dt_plan_all(&c, &mc, all, 256);
+    double least = all[0].memory;
+    for (int i = 1; i < n; i++) least = fmin(least, all[i].memory);
+    mc.memory = least * 0.9;
+    CHECK(dt_plan_all(&c, &mc, all, 256) == 0, "a budget under the least memory: no layout fits");
+    dt_plan_advice a;
+    dt_plan_advise(&c, &mc, &a);
+    CHECK(a.runs && near(a.nearest.memory, least) && a.nfixes >= 2, "nearest %.0f bytes (least %.0f), %d fixes",
+          a.nearest.memory, least, a.nfixes);
+    int kinds = 0;
+    for (int i = 0; i < a.nfixes; i++) {
+        const dt_plan_fix *x = &a.fixes[i];
+        dt_config fc = c;
+        dt_machine fm = mc;
+        kinds |= 1 << x->kind;
+        if (x->kind == DT_FIX_RANKS) fm.world = x->value;
+        if (x->kind == DT_FIX_RECOMPUTE || x->kind == DT_FIX_ALL) strcpy(fc.train.recompute, "full");
+        if (x->kind == DT_FIX_MICRO || x->kind == DT_FIX_ALL) fc.train.micro_batch = x->value;
+        if (x->kind == DT_FIX_BF16 || x->kind == DT_FIX_ALL) strcpy(fc.precision, "bf16");
+        int got = dt_plan_all(&fc, &fm, all, 256);
+        CHECK(got > 0 && x->best.memory <= mc.memory && x->best.step_s == all[0].step_s,
+              "fix %d (value %d): %d layouts fit, the best is the suggestion's", x->kind, x->value, got);
+        if (x->kind == DT_FIX_RANKS) { /* the smallest such world */
+            int smaller = 0;
+            for (int w = mc.world + 1; w < x->value; w++) {
+                fm.world = w;
+                smaller += dt_plan_all(&fc, &fm, all, 256);
+            }
+            CHECK(x->value > mc.world && smaller == 0, "more ranks: %d, the smallest world that fits", x->value);
+        }
+        if (x->kind == DT_FIX_MICRO) { /* the largest such micro-batch */
+            fc.train.micro_batch = x->value + 1;
+            CHECK(x->value < c.train.micro_batch &&
+                      (x->value + 1 == c.train.micro_batch || dt_plan_all(&fc, &fm, all, 256) == 0),
+                  "micro-batch %d: the largest that fits", x->value);
+        }
+    }
+    CHECK((kinds & (1 << DT_FIX_RANKS)) && (kinds & (1 << DT_FIX_MICRO)), "more ranks and a smaller micro-batch fit");
+    dt_plan_print_advice(stdout, &a, &mc, 0);
+    mc.memory = 1; /* a byte: nothing fits, whatever the change */
+    dt_plan_advise(&c, &mc, &a);
+    CHECK(a.runs && a.nfixes == 0, "a budget of a byte: the nearest layout, no fix (%d)", a.nfixes);
     return check_finish();
 }

@@ -89,14 +89,45 @@ dt_status dt_ckpt_check_files(const char *tmp, int total, int optimizer) {
     return DT_OK;
 }
 
-/* Writes nsets copies of the tensors of file k (file_of; e.g. exp_avg.* and exp_avg_sq.*) into one file. */
-static dt_status write_sets(const char *path, const gpt_model *m, float *const *const *views,
-                            const char *const *prefixes, int nsets, const int *file_of, int k_file) {
+/* Where the tensors being written come from: unit views (one base pointer per unit for
+ * each set: 0 weights, 1 exp_avg, 2 exp_avg_sq), or a source asked for each in turn (a
+ * streamed save); pos counts the source's calls, in the order of walk_order. */
+typedef struct {
+    const gpt_model *m;
+    float *const *views[3];
+    const dt_ckpt_source *src;
+    long pos;
+    int failed; /* a call of the source failed: no more are made */
+    /* the file being written: its tensors' sets and table indices, in data order */
+    const int *set, *idx;
+} feed;
+
+static dt_status feed_get(void *ctx, int k, const void **data) {
+    feed *f = ctx;
+    if (!f->src) {
+        *data = in_view(f->m, f->views[f->set[k]], f->idx[k]);
+        return DT_OK;
+    }
+    const float *p = NULL;
+    f->pos++;
+    dt_status s = f->src->get(f->src->ctx, f->set[k], f->idx[k], &p);
+    if (s != DT_OK) f->failed = 1;
+    *data = p;
+    return s;
+}
+
+/* Writes sets [set0, set0 + nsets) of the tensors of file k (file_of) into one file, named
+ * with prefixes (e.g. exp_avg.* then exp_avg_sq.*), each set in table order. */
+static dt_status write_sets(const char *path, feed *fd, int set0, const char *const *prefixes, int nsets,
+                            const int *file_of, int k_file) {
+    const gpt_model *m = fd->m;
     int n = 0;
-    st_tensor_ref *refs = calloc((size_t)m->ntensors * (size_t)nsets, sizeof *refs);
-    char (*names)[96] = calloc((size_t)m->ntensors * (size_t)nsets, sizeof *names);
+    size_t cap = (size_t)m->ntensors * (size_t)nsets;
+    st_tensor_ref *refs = calloc(cap, sizeof *refs);
+    char (*names)[96] = calloc(cap, sizeof *names);
+    int *set = calloc(cap, sizeof *set), *idx = calloc(cap, sizeof *idx);
     dt_status s = DT_OK;
-    if (!refs || !names) s = dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
+    if (!refs || !names || !set || !idx) s = dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
     for (int k = 0; s == DT_OK && k < nsets; k++)
         for (int i = 0; i < m->ntensors; i++) {
             const gpt_tensor *t = &m->tensors[i];
@@ -105,39 +136,70 @@ static dt_status write_sets(const char *path, const gpt_model *m, float *const *
             refs[n].name = names[n];
             refs[n].dtype = ST_F32;
             tensor_shape(t, &refs[n].ndim, refs[n].shape);
-            refs[n].data = in_view(m, views[k], i);
+            set[n] = set0 + k;
+            idx[n] = i;
             n++;
         }
     const char *keys[] = {"format"}, *vals[] = {"pt"};
-    if (s == DT_OK) s = st_write(path, refs, n, keys, vals, 1);
+    fd->set = set;
+    fd->idx = idx;
+    if (s == DT_OK) s = st_write_fetch(path, refs, n, keys, vals, 1, feed_get, fd);
     free(refs);
     free(names);
+    free(set);
+    free(idx);
     return s;
 }
 
-dt_status dt_ckpt_write_files(const char *tmp, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
-                              int first, int total, double shard_mb) {
-    int *file_of = malloc((size_t)m->ntensors * sizeof(int));
+static dt_status write_files(const char *tmp, feed *fd, int moments, int first, int total, double shard_mb) {
+    const gpt_model *m = fd->m;
+    int *file_of = malloc((size_t)m->ntensors * sizeof(int) + 1);
     if (!file_of) return dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
     int nf = plan_files(m, shard_mb, file_of);
     dt_status s = DT_OK;
     if (first < 0 || first + nf > total)
         s = dt_fail(DT_ERUNTIME, "checkpoint: files %d..%d of %d do not exist", first + 1, first + nf, total);
     char name[64], path[1200];
-    float *const *wbase[] = {m->unit_params};
     const char *wpre[] = {""};
-    float *const *obase[] = {exp_avg, exp_avg_sq};
     const char *opre[] = {"exp_avg.", "exp_avg_sq."};
     for (int k = 0; s == DT_OK && k < nf; k++) {
         file_name(name, sizeof name, "model", first + k, total);
         snprintf(path, sizeof path, "%s/%s", tmp, name);
-        s = write_sets(path, m, wbase, wpre, 1, file_of, k);
-        if (s == DT_OK && exp_avg) {
+        s = write_sets(path, fd, 0, wpre, 1, file_of, k);
+        if (s == DT_OK && moments) {
             file_name(name, sizeof name, "optimizer", first + k, total);
             snprintf(path, sizeof path, "%s/%s", tmp, name);
-            s = write_sets(path, m, obase, opre, 2, file_of, k);
+            s = write_sets(path, fd, 1, opre, 2, file_of, k);
         }
     }
+    free(file_of);
+    return s;
+}
+
+dt_status dt_ckpt_write_files(const char *tmp, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
+                              int first, int total, double shard_mb) {
+    feed fd = {.m = m, .views = {m->unit_params, exp_avg, exp_avg_sq}};
+    return write_files(tmp, &fd, exp_avg != NULL, first, total, shard_mb);
+}
+
+/* The source's calls from position fd->pos on, in the order write_files makes them (file
+ * by file: the weights, then exp_avg and exp_avg_sq), with nothing written: a rank that
+ * does not write, or the writer after a failed write, so the collectives behind the
+ * source stay matched across the ranks. */
+static dt_status walk_rest(feed *fd, double shard_mb) {
+    const gpt_model *m = fd->m;
+    int *file_of = malloc((size_t)m->ntensors * sizeof(int) + 1);
+    if (!file_of) return dt_fail(DT_ERUNTIME, "out of memory (checkpoint)");
+    int nf = plan_files(m, shard_mb, file_of), nsets = fd->src->moments ? 3 : 1;
+    long pos = 0;
+    dt_status s = DT_OK;
+    for (int k = 0; k < nf && s == DT_OK && !fd->failed; k++)
+        for (int set = 0; set < nsets && s == DT_OK; set++)
+            for (int i = 0; i < m->ntensors && s == DT_OK; i++) {
+                if (file_of[i] != k || pos++ < fd->pos) continue;
+                const float *p;
+                s = fd->src->get(fd->src->ctx, set, i, &p);
+            }
     free(file_of);
     return s;
 }
@@ -314,6 +376,31 @@ dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_av
         s = dt_fail(DT_ERUNTIME, "checkpoint '%s': files could not be written (test hook DT_TEST_FAIL_AT)", tmp);
     if (s != DT_OK) {
         dt_ckpt_abort(tmp);
+        return s;
+    }
+    return dt_ckpt_commit(dir, tmp, st, config_json);
+}
+
+dt_status dt_ckpt_save_stream(const char *dir, const gpt_model *m, const dt_ckpt_source *src, int writer,
+                              const dt_train_state *st, const char *config_json, double shard_mb) {
+    feed fd = {.m = m, .src = src};
+    char tmp[1024];
+    int begun = 0;
+    dt_status s = DT_OK;
+    if (writer) {
+        s = dt_ckpt_begin(dir, st->step, (int)getpid(), tmp, sizeof tmp);
+        begun = s == DT_OK;
+        int total = dt_ckpt_count_files(m, shard_mb), first = 0;
+        if (s == DT_OK) s = write_files(tmp, &fd, src->moments, 0, total, shard_mb);
+        if (s == DT_OK && total > 1) s = dt_ckpt_write_index(tmp, &m, &first, 1, total, shard_mb, src->moments);
+        if (s == DT_OK && dt_ckpt_test_fail("write", st->step))
+            s = dt_fail(DT_ERUNTIME, "checkpoint '%s': files could not be written (test hook DT_TEST_FAIL_AT)", tmp);
+    }
+    dt_status w = walk_rest(&fd, shard_mb); /* nothing left on a writer that wrote everything */
+    if (s == DT_OK) s = w;
+    if (!writer) return s;
+    if (s != DT_OK) {
+        if (begun) dt_ckpt_abort(tmp);
         return s;
     }
     return dt_ckpt_commit(dir, tmp, st, config_json);
@@ -840,21 +927,32 @@ dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float
     return load_sets(step_dir, "optimizer", m, views, moments, 2, 0);
 }
 
-void dt_weights_digest(const gpt_model *m, char hex[65]) {
-    int *order = malloc((size_t)m->ntensors * sizeof(int));
+/* SHA-256 over the tensors in name order, each from the views or asked of src. */
+static dt_status digest(const gpt_model *m, const dt_ckpt_source *src, char hex[65]) {
+    int *order = malloc((size_t)m->ntensors * sizeof(int) + 1);
     unsigned char md[32];
     unsigned int mdlen = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    if (order) {
-        gpt_sorted_order(m, order);
-        for (int i = 0; i < m->ntensors; i++) {
-            const gpt_tensor *t = &m->tensors[order[i]];
-            EVP_DigestUpdate(ctx, in_view(m, m->unit_params, order[i]), (size_t)saved_numel(t) * sizeof(float));
-        }
+    dt_status s = order && ctx ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (digest)");
+    if (s == DT_OK) EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    if (s == DT_OK) gpt_sorted_order(m, order);
+    for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[order[i]];
+        const float *p = NULL;
+        if (src) s = src->get(src->ctx, 0, order[i], &p);
+        else p = in_view(m, m->unit_params, order[i]);
+        if (s == DT_OK) EVP_DigestUpdate(ctx, p, (size_t)saved_numel(t) * sizeof(float));
     }
-    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    if (s == DT_OK) EVP_DigestFinal_ex(ctx, md, &mdlen);
     EVP_MD_CTX_free(ctx);
     free(order);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    hex[0] = 0;
+    for (int i = 0; s == DT_OK && i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    return s;
+}
+
+void dt_weights_digest(const gpt_model *m, char hex[65]) { (void)digest(m, NULL, hex); }
+
+dt_status dt_weights_digest_stream(const gpt_model *m, const dt_ckpt_source *src, char hex[65]) {
+    return digest(m, src, hex);
 }

@@ -34,6 +34,24 @@ typedef struct {
 dt_status dt_ckpt_save(const char *dir, const gpt_model *m, float *const *exp_avg, float *const *exp_avg_sq,
                        const dt_train_state *st, const char *config_json, double shard_mb);
 
+/* Where a streamed save's whole tensors come from, one at a time: get(ctx, set, i, &data)
+ * gives tensor i's saved values (fp32, saved_rows rows) of set 0 (weights), 1 (exp_avg) or
+ * 2 (exp_avg_sq), valid until the next call; moments: sets 1 and 2 are saved too. */
+typedef struct {
+    dt_status (*get)(void *ctx, int set, int i, const float **data);
+    void *ctx;
+    int moments;
+} dt_ckpt_source;
+
+/* dt_ckpt_save's files, byte for byte, with the tensors asked of src one by one, so a save
+ * holds one whole tensor at a time (ZeRO gathers each unit as it is written, collectively).
+ * Every rank of the source's group calls it: the writer writes and commits; the others
+ * (writer = 0) make the same calls of src in the same order, and so does the writer after
+ * a failed write, so the collectives behind src stay matched. Returns the writer's status
+ * on the writer, the source's on the others. */
+dt_status dt_ckpt_save_stream(const char *dir, const gpt_model *m, const dt_ckpt_source *src, int writer,
+                              const dt_train_state *st, const char *config_json, double shard_mb);
+
 /* A save by several writers (one per pipeline stage, each holding its stage's whole
  * tensors; the collective part is the caller's, src/parallel/state.c), in steps:
  *   root:       dt_ckpt_begin (the temporary step directory, named by the root's pid)
@@ -78,5 +96,7 @@ dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float
                                  float *const *exp_avg_sq);
 /* SHA-256 over every parameter in name order as its full fp32 little-endian tensor. */
 void dt_weights_digest(const gpt_model *m, char hex[65]);
+/* The same digest with the tensors asked of src (set 0) in name order (collective as src is). */
+dt_status dt_weights_digest_stream(const gpt_model *m, const dt_ckpt_source *src, char hex[65]);
 
 #endif

@@ -406,7 +406,8 @@ static int cmp_ref_name(const void *a, const void *b) {
 
 /* Checks the arguments and computes each tensor's data offsets. */
 static dt_status plan_write(const char *path, const st_tensor_ref *t, int n, const char *const *mk,
-                            const char *const *mv, int nmeta, uint64_t *begin, const st_tensor_ref **sorted) {
+                            const char *const *mv, int nmeta, int fetched, uint64_t *begin,
+                            const st_tensor_ref **sorted) {
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         const char *name = t[i].name;
@@ -415,7 +416,7 @@ static dt_status plan_write(const char *path, const st_tensor_ref *t, int n, con
         int ok;
         uint64_t nb = tensor_bytes(t[i].dtype, t[i].ndim, t[i].shape, &ok);
         if (!ok) return dt_fail(DT_EINPUT, "%s: tensor '%s' has a bad dtype, ndim or shape", path, name);
-        if (nb && !t[i].data) return dt_fail(DT_EINPUT, "%s: tensor '%s' has no data", path, name);
+        if (nb && !t[i].data && !fetched) return dt_fail(DT_EINPUT, "%s: tensor '%s' has no data", path, name);
         begin[i] = off;
         if (__builtin_add_overflow(off, nb, &off)) return dt_fail(DT_EINPUT, "%s: tensors too large", path);
         sorted[i] = &t[i];
@@ -435,6 +436,11 @@ static dt_status plan_write(const char *path, const st_tensor_ref *t, int n, con
 
 dt_status st_write(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
                    const char *const *meta_vals, int nmeta) {
+    return st_write_fetch(path, t, n, meta_keys, meta_vals, nmeta, NULL, NULL);
+}
+
+dt_status st_write_fetch(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
+                         const char *const *meta_vals, int nmeta, st_fetch_fn fetch, void *ctx) {
     if (n < 0 || nmeta < 0 || (n > 0 && !t) || (nmeta > 0 && (!meta_keys || !meta_vals)))
         return dt_fail(DT_EINPUT, "%s: st_write called with bad arguments", path);
     uint64_t *begin = malloc(((size_t)n + 1) * sizeof *begin);
@@ -445,7 +451,7 @@ dt_status st_write(const char *path, const st_tensor_ref *t, int n, const char *
         s = dt_fail(DT_ERUNTIME, "%s: out of memory", path);
         goto out;
     }
-    s = plan_write(path, t, n, meta_keys, meta_vals, nmeta, begin, sorted);
+    s = plan_write(path, t, n, meta_keys, meta_vals, nmeta, fetch != NULL, begin, sorted);
     if (s != DT_OK) goto out;
 
     sb_str(&h, "{");
@@ -497,7 +503,11 @@ dt_status st_write(const char *path, const st_tensor_ref *t, int n, const char *
     if (s != DT_OK) goto out;
     s = dt_atomic_write(&af, lenbuf, 8);
     if (s == DT_OK) s = dt_atomic_write(&af, h.p, h.len);
-    for (int i = 0; i < n && s == DT_OK; i++) s = dt_atomic_write(&af, t[i].data, (size_t)(begin[i + 1] - begin[i]));
+    for (int i = 0; i < n && s == DT_OK; i++) {
+        const void *data = t[i].data;
+        if (fetch) s = fetch(ctx, i, &data);
+        if (s == DT_OK) s = dt_atomic_write(&af, data, (size_t)(begin[i + 1] - begin[i]));
+    }
     if (s == DT_OK) s = dt_atomic_commit(&af);
     else dt_atomic_abort(&af);
 out:

@@ -486,7 +486,7 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
          * their data-parallel rank); the other replicas take part in ZeRO's gathers only */
         int writer = d->rank == 0;
         if (is_zero(d)) { /* this rank's pieces whole over the data-parallel group first */
-            s = dt_zero_gather_full(d, 1);
+            s = dt_zero_gather_full(d, 2);
             if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
         } else if (writer) { /* a device's state: its pieces gathered from a host copy */
             s = host_open(d, 1, 1, &h);
@@ -510,8 +510,16 @@ dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const 
         s = dt_state_agree(&d->o.groups, s);
         return dt_comm_agree(d->comm, s, NULL);
     }
-    if (is_zero(d)) {
-        s = dt_zero_gather_full(d, 1);
+    if (is_zero(d) && !d->async_save) { /* streamed: one unit whole at a time, written as it comes */
+        dt_zero_stream z;
+        dt_ckpt_source src;
+        s = dt_zero_stream_open(d, &z, &src, 1);
+        if (s == DT_OK) s = dt_ckpt_save_stream(dir, d->m, &src, d->rank == 0, st, config_json, shard_mb);
+        dt_zero_stream_close(&z);
+        return dt_comm_agree(d->comm, s, NULL);
+    }
+    if (is_zero(d)) { /* asynchronous: the child writes from a snapshot of the whole state (fork) */
+        s = dt_zero_gather_full(d, 2);
         if (s == DT_OK) s = dt_zero_full_moments(d, &mv, &vv);
     }
     if (s == DT_OK && d->rank == 0) {
@@ -553,7 +561,15 @@ dt_status dt_dp_digest(dt_dp *d, char hex[65]) {
         dt_dp_release_full(d);
         return dt_state_agree(&d->o.groups, s);
     }
-    dt_status s = gather_host(d);
+    if (is_zero(d)) { /* streamed as a save is (every rank gets the digest) */
+        dt_zero_stream z;
+        dt_ckpt_source src;
+        dt_status s = dt_zero_stream_open(d, &z, &src, 0);
+        if (s == DT_OK) s = dt_weights_digest_stream(d->m, &src, hex);
+        dt_zero_stream_close(&z);
+        return s;
+    }
+    dt_status s = DT_OK;
     host_copy h;
     if (s == DT_OK) s = host_open(d, 0, 1, &h);
     if (s == DT_OK) dt_weights_digest(d->m, hex);

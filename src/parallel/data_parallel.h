@@ -69,9 +69,13 @@ void dt_dp_begin_micro(dt_dp *d, int last);
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm);
 /* Collective: the checkpoint of whole (unsharded) tensors, written by rank 0, or with
  * pipeline stages by each stage's first rank in parallel (shard files + index; shard_mb:
- * checkpoint.shard_mb, checkpoint.h). */
+ * checkpoint.shard_mb, checkpoint.h). ZeRO's sharded state is streamed to rank 0's writer
+ * one unit at a time (a save's extra memory: the largest unit's fp32 values), except
+ * where the whole state is needed at once: an asynchronous save (its child writes from a
+ * snapshot of the gathered state) and model-parallel layouts (a stage root assembles its
+ * stage's tensors whole). */
 dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb);
-/* Collective: digest of the full weights (every rank gets it). */
+/* Collective: digest of the full weights (every rank gets it; ZeRO's streamed as a save is). */
 dt_status dt_dp_digest(dt_dp *d, char hex[65]);
 /* Collective: makes the full weights readable through the model (ZeRO-3 gathers them;
  * call dt_dp_release_full after use). */

@@ -126,13 +126,26 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 dt_status dt_zero_load(dt_dp *d, const char *step_dir);
 /* The full parameters as the model's unit views until dt_zero_release_full: in the
  * model's memory and precision (host = 0: for running it), or as fp32 host memory
- * (host = 1: for checkpoints and the digest; with bf16, the master weights). */
+ * (host = 1: for checkpoints and the digest; with bf16, the master weights; host = 2: the
+ * same, and in private memory even where the parameters are whole already, which on the
+ * CPU are node-shared: an asynchronous save's fork snapshots private pages only). */
 dt_status dt_zero_gather_full(dt_dp *d, int host);
 void dt_zero_release_full(dt_dp *d);
 /* Full optimizer moments as unit views (temporary buffers, freed by dt_zero_free_views). */
 dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view);
 void dt_zero_free_views(float **m_view, float **v_view);
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r);
+/* A streamed save's or digest's source (checkpoint.h: dt_ckpt_source): the fp32 weights
+ * (bf16: the master weights) or moments of one unit at a time, gathered whole over the
+ * data-parallel group into one buffer of the largest unit when its first tensor is asked
+ * for, so a save needs that much more memory, not the model's; collective. */
+typedef struct {
+    dt_dp *d;
+    float *buf;
+    int set, unit; /* what buf holds (-1: nothing) */
+} dt_zero_stream;
+dt_status dt_zero_stream_open(dt_dp *d, dt_zero_stream *z, dt_ckpt_source *src, int moments);
+void dt_zero_stream_close(dt_zero_stream *z);
 /* This rank's S[u] reduced gradients of unit u after the step's reduction: its slice of
  * the padded full gradients (zero 1, reduced there in place) or of the shard (zero 2/3). */
 float *dt_zero_grad_slice(const dt_dp *d, int u);

@@ -184,6 +184,161 @@ int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, in
     return n;
 }
 
+/* Every layout of the world that runs: the best that fits (by_step) into *fit, the one
+ * needing the least memory into *low; returns how many fit. */
+static int scan(const dt_config *c, const dt_machine *mc, dt_plan_entry *fit, dt_plan_entry *low, int *runs) {
+    int n = 0, W = mc->world;
+    *runs = 0;
+    for (int tp = 1; tp <= W; tp++)
+        for (int pp = 1; W % tp == 0 && pp <= W / tp; pp++)
+            for (int cp = 1; (W / tp) % pp == 0 && cp <= W / tp / pp; cp++) {
+                if ((W / tp / pp) % cp) continue;
+                for (int z = 0; z <= 3; z++) {
+                    dt_plan_entry e;
+                    if (dt_plan_layout(c, mc, W / tp / pp / cp, pp, cp, tp, z, &e) != DT_OK) {
+                        dt_error_clear();
+                        continue;
+                    }
+                    if (low && (!*runs || e.memory < low->memory)) *low = e;
+                    (*runs)++;
+                    if (mc->memory > 0 && e.memory > mc->memory) continue;
+                    if (fit && (!n || by_step(&e, fit) < 0)) *fit = e;
+                    n++;
+                }
+            }
+    return n;
+}
+
+void dt_plan_advise(const dt_config *c, const dt_machine *mc, dt_plan_advice *a) {
+    memset(a, 0, sizeof *a);
+    int runs;
+    scan(c, mc, NULL, &a->nearest, &a->runs);
+    dt_plan_fix f;
+    /* more ranks, the same memory each (uncalibrated shapes at the machine's one rate) */
+    for (int w = mc->world + 1; w <= DT_PLAN_MAX_WORLD; w++) {
+        dt_machine m2 = *mc;
+        m2.world = w;
+        if (mc->ranks_per_node >= mc->world) m2.ranks_per_node = w; /* one node: still one */
+        if (scan(c, &m2, &f.best, NULL, &runs) > 0) {
+            f.kind = DT_FIX_RANKS;
+            f.value = w;
+            a->fixes[a->nfixes++] = f;
+            break;
+        }
+    }
+    dt_config lc = *c;
+    if (strcmp(c->train.recompute, "full")) {
+        strcpy(lc.train.recompute, "full");
+        if (scan(&lc, mc, &f.best, NULL, &runs) > 0) {
+            f.kind = DT_FIX_RECOMPUTE;
+            f.value = 0;
+            a->fixes[a->nfixes++] = f;
+        }
+    }
+    lc = *c; /* the micro-batch the layouts run (parallel.micro_batches may set it per layout) */
+    int micro = lc.train.micro_batch;
+    if (dt_config_resolve_micro_batch(&lc, mc->world) == DT_OK) micro = lc.train.micro_batch;
+    dt_error_clear();
+    for (int mb = micro - 1; mb >= 1; mb--) {
+        lc = *c;
+        lc.parallel.micro_batches = 0;
+        lc.train.micro_batch = mb;
+        if (scan(&lc, mc, &f.best, NULL, &runs) > 0) {
+            f.kind = DT_FIX_MICRO;
+            f.value = mb;
+            a->fixes[a->nfixes++] = f;
+            break;
+        }
+    }
+    if (strcmp(c->precision, "bf16")) {
+        lc = *c;
+        strcpy(lc.precision, "bf16");
+        if (scan(&lc, mc, &f.best, NULL, &runs) > 0) {
+            f.kind = DT_FIX_BF16;
+            f.value = 0;
+            a->fixes[a->nfixes++] = f;
+        }
+    }
+    if (a->nfixes == 0 || (a->nfixes == 1 && a->fixes[0].kind == DT_FIX_RANKS)) { /* no one change here: all of them */
+        lc = *c;
+        strcpy(lc.train.recompute, "full");
+        strcpy(lc.precision, "bf16");
+        lc.parallel.micro_batches = 0;
+        lc.train.micro_batch = 1;
+        if (scan(&lc, mc, &f.best, NULL, &runs) > 0) {
+            f.kind = DT_FIX_ALL;
+            f.value = 1;
+            a->fixes[a->nfixes++] = f;
+        }
+    }
+}
+
+/* A fix as the arguments that give it to plan (and train) */
+static void fix_args(const dt_plan_fix *x, char *buf, size_t cap) {
+    switch (x->kind) {
+    case DT_FIX_RANKS: snprintf(buf, cap, "-n %d", x->value); break;
+    case DT_FIX_RECOMPUTE: snprintf(buf, cap, "--set train.recompute=full"); break;
+    case DT_FIX_MICRO: snprintf(buf, cap, "--set train.micro_batch=%d", x->value); break;
+    case DT_FIX_BF16: snprintf(buf, cap, "--set precision=bf16"); break;
+    default: snprintf(buf, cap, "--set train.recompute=full --set train.micro_batch=1 --set precision=bf16"); break;
+    }
+}
+
+static const char *const fix_key[DT_FIX_N] = {"ranks", "recompute", "micro_batch", "bf16", "all"};
+
+static void layout_name(const dt_plan_entry *x, char *buf, size_t cap) {
+    snprintf(buf, cap, "dp%d pp%d cp%d tp%d z%d", x->dp, x->pp, x->cp, x->tp, x->zero);
+}
+
+static void layout_json(FILE *f, const dt_plan_entry *x) {
+    fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"m\": %d, \"memory\": %.0f, "
+            "\"step_s\": %.6g, \"tokens_per_s\": %.6g}", x->dp, x->pp, x->cp, x->tp, x->zero, x->m, x->memory,
+            x->step_s, x->tokens_per_s);
+}
+
+void dt_plan_print_advice(FILE *f, const dt_plan_advice *a, const dt_machine *mc, int json) {
+    char args[96], lay[64];
+    if (json) {
+        fprintf(f, "{\"fits\": false, \"world\": %d, \"budget\": %.0f, \"nearest\": ", mc->world, mc->memory);
+        if (a->runs) layout_json(f, &a->nearest);
+        else fprintf(f, "null");
+        fprintf(f, ", \"suggestions\": [");
+        for (int i = 0; i < a->nfixes; i++) {
+            const dt_plan_fix *x = &a->fixes[i];
+            fix_args(x, args, sizeof args);
+            fprintf(f, "%s{\"change\": \"%s\", \"args\": \"%s\", ", i ? ", " : "", fix_key[x->kind], args);
+            if (x->kind == DT_FIX_RANKS || x->kind == DT_FIX_MICRO) fprintf(f, "\"value\": %d, ", x->value);
+            fprintf(f, "\"layout\": ");
+            layout_json(f, &x->best);
+            fprintf(f, "}");
+        }
+        fprintf(f, "], \"max_world\": %d}\n", DT_PLAN_MAX_WORLD);
+        return;
+    }
+    if (!a->runs) {
+        fprintf(f, "no layout of %d ranks runs this model (divisibility: heads, vocabulary, batch, blocks)\n",
+                mc->world);
+    } else {
+        layout_name(&a->nearest, lay, sizeof lay);
+        fprintf(f, "nearest: %s needs %.1f MB per rank, %.1f MB over the budget of %.1f MB (every ZeRO stage "
+                "tried)\n", lay, a->nearest.memory / 1e6, (a->nearest.memory - mc->memory) / 1e6, mc->memory / 1e6);
+    }
+    for (int i = 0; i < a->nfixes; i++) {
+        const dt_plan_fix *x = &a->fixes[i];
+        fix_args(x, args, sizeof args);
+        layout_name(&x->best, lay, sizeof lay);
+        const char *why = x->kind == DT_FIX_RANKS ? "the fewest ranks that fit"
+                          : x->kind == DT_FIX_RECOMPUTE ? "activations recomputed in backward, 4/3 the compute"
+                          : x->kind == DT_FIX_MICRO ? "the largest micro-batch that fits, more accumulation steps"
+                          : x->kind == DT_FIX_BF16  ? "bf16 weights and activations, fp32 master weights"
+                                                    : "no one of them alone fits";
+        fprintf(f, "fits with %s (%s): %s, %.1f MB per rank\n", args, why, lay, x->best.memory / 1e6);
+    }
+    if (!a->nfixes)
+        fprintf(f, "nothing fits with more ranks (up to %d), train.recompute=full, a smaller micro-batch or bf16, "
+                "alone or together (CPU offload does not exist yet)\n", DT_PLAN_MAX_WORLD);
+}
+
 void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
     static const char *gn[DT_PLAN_NGROUPS] = {"tp", "cp", "pp", "dp"};
     if (!json)

@@ -666,12 +666,17 @@ dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
 }
 
 dt_status dt_zero_gather_full(dt_dp *d, int host) {
-    if (!devmem(d)) host = 0; /* the model's memory is fp32 host memory */
+    int snapshot = host == 2;
+    if (!devmem(d)) host = snapshot; /* the model's memory is fp32 host memory */
     if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
     DT_TRY(settle_all(d));
     if (!host && (d->o.zero <= 2 || d->o.gather_once)) return DT_OK; /* full already */
     /* allocated here, so every rank must know before the gathers whether all could */
     DT_TRY(dt_comm_agree(d->comm, push_full_view(d, host), NULL));
+    if (snapshot && !devmem(d) && d->o.zero <= 2) { /* node-shared: a fork's child would see later steps */
+        memcpy(d->full_tmp, d->params_pad, d->padded_total * sizeof(float));
+        return DT_OK;
+    }
     if (host) return gather_units_f32(d, weights_of, d->full_tmp);
     return gather_units(d, d->param_shard, d->full_tmp);
 }
@@ -686,6 +691,51 @@ dt_status dt_zero_full_moments(dt_dp *d, float ***m_view, float ***v_view) {
     DT_TRY(dt_comm_agree(d->comm, s, NULL)); /* before the gathers, as above */
     DT_TRY(gather_units_f32(d, m_of, mb));
     return gather_units_f32(d, v_of, vb);
+}
+
+/* ---- streamed saves and digests: one unit whole at a time ---- */
+
+static dt_status stream_get(void *ctx, int set, int i, const float **data) {
+    dt_zero_stream *z = ctx;
+    dt_dp *d = z->d;
+    const gpt_tensor *t = &d->m->tensors[i];
+    int u = t->unit;
+    size_t at_u = t->offset - d->m->units[u].offset;
+    if (set == 0 && d->o.zero <= 2 && !devmem(d)) { /* full parameters in fp32 host memory already */
+        *data = d->params_pad + d->poff[u] + at_u;
+        return DT_OK;
+    }
+    if (z->set != set || z->unit != u) { /* every rank's slice of the unit: this rank's copied to its place */
+        static float *(*const slice[3])(const dt_dp *, int) = {weights_of, m_of, v_of};
+        float *mine = z->buf + (size_t)d->rank * d->S[u];
+        z->set = z->unit = -1;
+        d->ops->download(mine, slice[set](d, u), d->S[u] * sizeof(float));
+        DT_TRY(dt_allgather(d->comm, mine, z->buf, d->S[u], DT_F32));
+        z->set = set;
+        z->unit = u;
+    }
+    *data = z->buf + at_u;
+    return DT_OK;
+}
+
+dt_status dt_zero_stream_open(dt_dp *d, dt_zero_stream *z, dt_ckpt_source *src, int moments) {
+    memset(z, 0, sizeof *z);
+    z->d = d;
+    z->set = z->unit = -1;
+    *src = (dt_ckpt_source){.get = stream_get, .ctx = z, .moments = moments};
+    if (d->o.zero >= 3) DT_TRY(finish_prefetch(d));
+    DT_TRY(settle_all(d)); /* zero 1/2: the last update's parameters are in place */
+    size_t most = 0;
+    for (int u = 0; u < d->m->nunits; u++)
+        if (d->P[u] > most) most = d->P[u];
+    /* allocated here, so every rank must know before the gathers whether all could */
+    return dt_comm_agree(d->comm, dt_alloc((void **)&z->buf, most * sizeof(float) + 1, "save buffer (one unit)"),
+                         NULL);
+}
+
+void dt_zero_stream_close(dt_zero_stream *z) {
+    dt_free(z->buf);
+    z->buf = NULL;
 }
 
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
