@@ -12,7 +12,7 @@ if [ ! -f data/demo_train.bin ] || [ ! -f data/demo_val.bin ]; then
     [ -f "$f" ] && inputs+=(--input "$f")
   done
   [ ${#inputs[@]} -gt 0 ] || { echo "demo: no corpus in $corpus (run make deps)" >&2; exit 2; }
-  "$dtrain" prepare "${inputs[@]}" --out data/demo --val-fraction 0.05
+  "$dtrain" prepare --fortune "${inputs[@]}" --out data/demo --val-fraction 0.05
 fi
 rm -rf build/demo-ckpt
 "$dtrain" train --save build/demo-ckpt --metrics build/demo-metrics.jsonl

@@ -73,7 +73,10 @@ static const char *PREPARE_USAGE =
     "  writes PREFIX_train.bin and PREFIX_val.bin (llm.c token-file layout)\n"
     "  --tokenizer byte|gpt2   (default byte)\n"
     "  --encoder-json FILE --vocab-bpe FILE   GPT-2 BPE files (tokenizer gpt2)\n"
-    "  --val-fraction F        last fraction of tokens held out for validation (default 0.1)\n";
+    "  --val-fraction F        last fraction of tokens held out for validation (default 0.1)\n"
+    "  --fortune               fortune(6) files: lines that are exactly % become empty lines\n"
+    "  files are joined with GPT-2's <|endoftext|> (gpt2), or a newline where a file does not end in one (byte);\n"
+    "  the token files record the tokenizer, which train checks against data.tokenizer and model.vocab_size\n";
 
 static const char *CONFIG_USAGE =
     "usage: dtrain config [--deepspeed DS.json] [--config FILE] [--set K=V]... [--doc] [-n WORLD]\n"
@@ -484,6 +487,11 @@ static const char *LAUNCH_USAGE =
     "                          the slots it then lists (elastic)\n"
     "  --min-ranks M           smallest world a restart may use (default N); the global batch\n"
     "                          stays that of N ranks, gradient accumulation makes up the rest\n"
+    "  --wait-timeout S        when the hostfile offers fewer than M slots, wait up to S seconds\n"
+    "                          for more (default 600; 0: fail at once)\n"
+    "  --grow                  when the hostfile offers more slots (up to N) while the job runs,\n"
+    "                          restart it on them from its next checkpoint (needs --hostfile,\n"
+    "                          --save and --save-every)\n"
     "  --heartbeat-timeout S   kill and restart a job whose rank 0 finished no step for S seconds\n"
     "                          (0: off; counted from the first step's end)\n"
     "  --mpirun CMD            the MPI launcher (default mpirun)\n"
@@ -553,9 +561,14 @@ static dt_status cmd_prepare(int argc, char **argv) {
     int nin = 0;
     const char *out = NULL, *kind = "byte", *enc = "", *bpe = "";
     double valf = 0.1;
+    int fortune = 0;
     dt_status s = DT_OK;
     for (int i = 0; i < argc && s == DT_OK; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--fortune")) { /* the one flag without a value */
+            fortune = 1;
+            continue;
+        }
         if (strcmp(a, "--input") && strcmp(a, "--out") && strcmp(a, "--tokenizer") && strcmp(a, "--encoder-json") &&
             strcmp(a, "--vocab-bpe") && strcmp(a, "--val-fraction")) {
             s = dt_fail(DT_EINPUT, "%s '%s' (see dtrain prepare --help)", a[0] == '-' ? "unknown option" : "unexpected argument", a);
@@ -594,7 +607,7 @@ static dt_status cmd_prepare(int argc, char **argv) {
     dt_tokenizer *tok = NULL;
     if (s == DT_OK) s = !strcmp(kind, "gpt2") ? dt_tokenizer_gpt2(&tok, enc, bpe) : dt_tokenizer_byte(&tok);
     size_t ntrain = 0, nval = 0;
-    if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, valf, &ntrain, &nval);
+    if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, valf, fortune, &ntrain, &nval);
     if (s == DT_OK && nval > 0)
         printf("prepare: %zu training tokens -> %s_train.bin, %zu validation tokens -> %s_val.bin (vocab %d)\n", ntrain,
                out, nval, out, dt_tokenizer_vocab(tok));

@@ -33,7 +33,7 @@ env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 MPI = ["mpirun", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "--mca", "btl", "self,vader"]
 tmp = args.keep or tempfile.mkdtemp(prefix="dtrain-sweep.")
 os.makedirs(tmp, exist_ok=True)
-subprocess.run([args.dtrain, "prepare", "--input", os.path.join(args.src, "tests/data/tiny_corpus.txt"),
+subprocess.run([args.dtrain, "prepare", "--fortune", "--input", os.path.join(args.src, "tests/data/tiny_corpus.txt"),
                 "--out", os.path.join(tmp, "c"), "--val-fraction", "0.1"], check=True, stdout=subprocess.DEVNULL)
 
 

@@ -30,7 +30,7 @@ need_mpi() {
 }
 # Tiny corpus token files: $TMP/c_train.bin, $TMP/c_val.bin
 prepare_tiny() {
-  "$DTRAIN" prepare --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/c" --val-fraction 0.1 >/dev/null
+  "$DTRAIN" prepare --fortune --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/c" --val-fraction 0.1 >/dev/null
 }
 TINY=(--config "$SRC/tests/data/tiny.json" --set "data.train=$TMP/c_train.bin" --set "data.val=$TMP/c_val.bin")
 digest_of() { grep -o 'digest sha256:[0-9a-f]*' "$1"; }

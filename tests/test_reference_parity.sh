@@ -17,7 +17,7 @@ if [ ! -x "$py" ]; then
     exit 77
 fi
 
-if "$DTRAIN" prepare --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/c" --val-fraction 0 >"$TMP/prepare.log" 2>&1
+if "$DTRAIN" prepare --fortune --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/c" --val-fraction 0 >"$TMP/prepare.log" 2>&1
 then pass "prepare the tiny corpus"
 else cat "$TMP/prepare.log"; fail "dtrain prepare"; finish; exit 1
 fi

@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
         tok[0] = 0;
         tok[N - 1] = 50256;
         snprintf(path, sizeof path, "%s/rt.bin", g_dir);
-        dt_status st = dt_tokenfile_write(path, tok, N);
+        dt_status st = dt_tokenfile_write(path, tok, N, NULL, 0);
         CHECK(st == DT_OK, "write: %s", dt_error_message());
         CHECK(dir_entries() == 1, "temporary file left behind (%d entries)", dir_entries());
         struct stat sb;
@@ -111,12 +111,12 @@ int main(int argc, char **argv) {
         dt_tokenfile_free(&f); /* idempotent */
 
         /* Overwrite in place with a different length; empty files are valid. */
-        st = dt_tokenfile_write(path, tok, 3);
+        st = dt_tokenfile_write(path, tok, 3, NULL, 0);
         CHECK(st == DT_OK && dt_tokenfile_read(&f, path, 50257) == DT_OK && f.count == 3 &&
                   memcmp(f.tokens, tok, 6) == 0,
               "overwrite: %s", dt_error_message());
         dt_tokenfile_free(&f);
-        st = dt_tokenfile_write(path, NULL, 0);
+        st = dt_tokenfile_write(path, NULL, 0, NULL, 0);
         CHECK(st == DT_OK && dt_tokenfile_read(&f, path, 256) == DT_OK && f.count == 0, "empty: %s",
               dt_error_message());
         dt_tokenfile_free(&f);
@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
         uint16_t t1 = 1;
         snprintf(path, sizeof path, "%s/nodir/x.bin", g_dir);
         dt_error_clear();
-        CHECK(dt_tokenfile_write(path, &t1, 1) == DT_ERUNTIME, "write into missing dir");
+        CHECK(dt_tokenfile_write(path, &t1, 1, NULL, 0) == DT_ERUNTIME, "write into missing dir");
         CHECK(strstr(dt_error_message(), "nodir") != NULL, "msg: %s", dt_error_message());
     }
 
@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
     {
         uint16_t tok[8] = {0, 1, 255, 300, 7, 999, 2, 3};
         snprintf(path, sizeof path, "%s/vocab.bin", g_dir);
-        CHECK(dt_tokenfile_write(path, tok, 8) == DT_OK, "write: %s", dt_error_message());
+        CHECK(dt_tokenfile_write(path, tok, 8, NULL, 0) == DT_OK, "write: %s", dt_error_message());
         expect_bad(path, 256, "token 300 at position 3");
         expect_bad(path, 256, ">= vocab size 256");
         dt_tokenfile f;
@@ -185,6 +185,83 @@ int main(int argc, char **argv) {
         dt_tokenfile_free(&f);
         expect_bad(path, 999, "token 999 at position 5");
         expect_bad(path, 0, "invalid vocab size");
+    }
+
+    /* The tokenizer record: header bytes 12..19 the name, 20..23 the vocabulary; read back,
+     * with the largest id; a file of llm.c (zeros there) has none. */
+    {
+        uint16_t tok[4] = {10, 200, 65, 3};
+        snprintf(path, sizeof path, "%s/rec.bin", g_dir);
+        CHECK(dt_tokenfile_write(path, tok, 4, "byte", 256) == DT_OK, "write: %s", dt_error_message());
+        unsigned char raw[24] = {0};
+        FILE *fp = fopen(path, "rb");
+        CHECK(fp && fread(raw, 1, sizeof raw, fp) == sizeof raw, "raw read");
+        if (fp) fclose(fp);
+        CHECK(raw[4] == 1 && !memcmp(raw + 12, "byte\0\0\0\0", 8) && raw[20] == 0 && raw[21] == 1 && raw[22] == 0,
+              "record bytes: version 1, 'byte' at 12, 256 at 20");
+        dt_tokenfile f;
+        CHECK(dt_tokenfile_read(&f, path, 256) == DT_OK, "read: %s", dt_error_message());
+        CHECK(!strcmp(f.tokenizer, "byte") && f.tokenizer_vocab == 256 && f.max_token == 200, "record '%s' %d max %u",
+              f.tokenizer, f.tokenizer_vocab, f.max_token);
+        char note[512];
+        dt_error_clear();
+        CHECK(dt_tokenfile_check(&f, "data.train", "byte", 256, note, sizeof note) == DT_OK && !note[0],
+              "byte data, byte run: %s", dt_error_message());
+        /* byte data, GPT-2's tokenizer or vocabulary: exit 2 naming the file and both */
+        const char *runs[3][2] = {{"gpt2", "50257"}, {"byte", "50257"}, {"byte", "128"}};
+        for (int i = 0; i < 3; i++) {
+            dt_error_clear();
+            dt_status st = dt_tokenfile_check(&f, "data.train", runs[i][0], atoi(runs[i][1]), note, sizeof note);
+            const char *msg = dt_error_message();
+            char want[64];
+            snprintf(want, sizeof want, "data.tokenizer %s and model.vocab_size %s", runs[i][0], runs[i][1]);
+            CHECK(st == DT_EINPUT && strstr(msg, path) && strstr(msg, "the byte tokenizer (vocab 256)") &&
+                      strstr(msg, want) && strstr(msg, "data.train"),
+                  "mismatch %s/%s: %s", runs[i][0], runs[i][1], msg);
+        }
+        dt_tokenfile_free(&f);
+        /* GPT-2 data may run with a padded vocabulary (llm.c's 50304), not a far larger one */
+        CHECK(dt_tokenfile_write(path, tok, 4, "gpt2", 50257) == DT_OK && dt_tokenfile_read(&f, path, 65536) == DT_OK,
+              "gpt2 record: %s", dt_error_message());
+        CHECK(dt_tokenfile_check(&f, "data.val", "gpt2", 50304, note, sizeof note) == DT_OK, "padded 50304: %s",
+              dt_error_message());
+        CHECK(dt_tokenfile_check(&f, "data.val", "gpt2", 51200, note, sizeof note) == DT_OK, "padded 51200");
+        CHECK(dt_tokenfile_check(&f, "data.val", "gpt2", 65536, note, sizeof note) == DT_EINPUT, "65536 refused");
+        CHECK(dt_tokenfile_check(&f, "data.val", "gpt2", 50256, note, sizeof note) == DT_EINPUT, "50256 refused");
+        dt_tokenfile_free(&f);
+        /* no record (llm.c's files, older dtrain's): accepted; a note when the ids stay far below */
+        CHECK(dt_tokenfile_write(path, tok, 4, NULL, 0) == DT_OK && dt_tokenfile_read(&f, path, 50257) == DT_OK &&
+                  !f.tokenizer[0] && f.tokenizer_vocab == 0,
+              "unrecorded: %s", dt_error_message());
+        CHECK(dt_tokenfile_check(&f, "data.train", "gpt2", 50257, note, sizeof note) == DT_OK &&
+                  strstr(note, path) && strstr(note, "largest token id 200") && strstr(note, "50257") &&
+                  !strchr(note, '\n'),
+              "far below: note '%s'", note);
+        CHECK(dt_tokenfile_check(&f, "data.train", "byte", 256, note, sizeof note) == DT_OK && !note[0],
+              "200 of 256: no note '%s'", note);
+        CHECK(dt_tokenfile_check(&f, "data.train", "byte", 800, note, sizeof note) == DT_OK && !note[0],
+              "200 of 800 (not below a quarter): no note '%s'", note);
+        CHECK(dt_tokenfile_check(&f, "data.train", "byte", 801, note, sizeof note) == DT_OK && note[0],
+              "200 of 801: a note");
+        dt_tokenfile_free(&f);
+        /* a header that is neither zeros nor a record */
+        unsigned char hdr[1028] = {0};
+        put32(hdr, 20240520);
+        put32(hdr + 4, 1);
+        put32(hdr + 8, 2);
+        memcpy(hdr + 12, "BYTE", 4);
+        put32(hdr + 20, 256);
+        fp = fopen(path, "wb");
+        CHECK(fp && fwrite(hdr, 1, sizeof hdr, fp) == sizeof hdr, "write raw");
+        if (fp) fclose(fp);
+        expect_bad(path, 256, "not a tokenizer record");
+        memcpy(hdr + 12, "byte", 4);
+        put32(hdr + 20, 0);
+        fp = fopen(path, "wb");
+        CHECK(fp && fwrite(hdr, 1, sizeof hdr, fp) == sizeof hdr, "write raw");
+        if (fp) fclose(fp);
+        expect_bad(path, 256, "not a tokenizer record");
+        CHECK(dt_tokenfile_write(path, tok, 4, "much-too-long", 256) == DT_EINPUT, "a name over 8 bytes refused");
     }
 
     /* Not a regular file. */

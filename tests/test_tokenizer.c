@@ -108,7 +108,7 @@ static void test_prepare_byte(void) {
     write_text(b, tb, strlen(tb));
     const char *in[2] = {a, b};
     size_t ntr = 0, nv = 0;
-    dt_status st = dt_prepare(t, in, 2, prefix, 0.1, &ntr, &nv);
+    dt_status st = dt_prepare(t, in, 2, prefix, 0.1, 1, &ntr, &nv);
     size_t total = strlen(want_a) + strlen(tb);
     CHECK(st == DT_OK, "prepare: %s", dt_error_message());
     CHECK(nv == total / 10 && ntr == total - nv, "split %zu + %zu of %zu", ntr, nv, total);
@@ -125,24 +125,41 @@ static void test_prepare_byte(void) {
     dt_tokenfile_free(&fv);
 
     /* val_fraction 0: no val file, and the stale one from above is gone. */
-    st = dt_prepare(t, in, 1, prefix, 0.0, &ntr, &nv);
+    st = dt_prepare(t, in, 1, prefix, 0.0, 1, &ntr, &nv);
     CHECK(st == DT_OK && ntr == strlen(want_a) && nv == 0, "no val: %s", dt_error_message());
     CHECK(access(val, F_OK) != 0, "stale val file removed");
     /* A tiny fraction still gives one val token. */
-    st = dt_prepare(t, in, 1, prefix, 1e-9, &ntr, &nv);
+    st = dt_prepare(t, in, 1, prefix, 1e-9, 1, &ntr, &nv);
     CHECK(st == DT_OK && nv == 1 && ntr == strlen(want_a) - 1, "tiny fraction: %zu %zu", ntr, nv);
 
     char missing[256], empty[256];
     tmp_path(missing, sizeof missing, "missing.txt");
     const char *in2[2] = {a, missing};
-    expect_fail(dt_prepare(t, in2, 2, prefix, 0.1, &ntr, &nv), DT_EINPUT, "missing input", missing, "cannot open");
-    expect_fail(dt_prepare(t, in, 1, prefix, 1.0, &ntr, &nv), DT_EINPUT, "val 1.0", "val fraction", NULL);
-    expect_fail(dt_prepare(t, in, 1, prefix, -0.5, &ntr, &nv), DT_EINPUT, "val < 0", "val fraction", NULL);
-    expect_fail(dt_prepare(t, in, 0, prefix, 0.1, &ntr, &nv), DT_EINPUT, "no inputs", "no input", NULL);
+    expect_fail(dt_prepare(t, in2, 2, prefix, 0.1, 1, &ntr, &nv), DT_EINPUT, "missing input", missing, "cannot open");
+    expect_fail(dt_prepare(t, in, 1, prefix, 1.0, 1, &ntr, &nv), DT_EINPUT, "val 1.0", "val fraction", NULL);
+    expect_fail(dt_prepare(t, in, 1, prefix, -0.5, 1, &ntr, &nv), DT_EINPUT, "val < 0", "val fraction", NULL);
+    expect_fail(dt_prepare(t, in, 0, prefix, 0.1, 1, &ntr, &nv), DT_EINPUT, "no inputs", "no input", NULL);
     tmp_path(empty, sizeof empty, "empty.txt");
     write_text(empty, "%", 1);
     const char *in3[1] = {empty};
-    expect_fail(dt_prepare(t, in3, 1, prefix, 0.1, &ntr, &nv), DT_EINPUT, "empty input", "no text", NULL);
+    expect_fail(dt_prepare(t, in3, 1, prefix, 0.1, 1, &ntr, &nv), DT_EINPUT, "empty input", "no text", NULL);
+
+    /* Without --fortune the text is kept as it is; files are joined with a newline where one
+     * does not end in one (b, a), none where it does (e); the files record "byte". */
+    char e[256];
+    tmp_path(e, sizeof e, "e.txt");
+    write_text(e, "line\n", 5);
+    const char *in4[4] = {b, a, e, b};
+    st = dt_prepare(t, in4, 4, prefix, 0.0, 0, &ntr, &nv);
+    snprintf(want, sizeof want, "%s\n%s\nline\n%s", tb, ta, tb);
+    CHECK(st == DT_OK && ntr == strlen(want), "plain: %zu tokens, want %zu: %s", ntr, strlen(want), dt_error_message());
+    CHECK(dt_tokenfile_read(&ft, train, 256) == DT_OK, "plain train file: %s", dt_error_message());
+    same = ft.count == strlen(want);
+    for (size_t i = 0; same && i < ft.count; i++) same = ft.tokens[i] == (unsigned char)want[i];
+    CHECK(same, "plain: %% lines kept, a newline after a file without one, none after a file ending in one");
+    CHECK(!strcmp(ft.tokenizer, "byte") && ft.tokenizer_vocab == 256, "record '%s' %d", ft.tokenizer,
+          ft.tokenizer_vocab);
+    dt_tokenfile_free(&ft);
     dt_tokenizer_free(t);
 }
 
@@ -311,12 +328,14 @@ static void test_gpt2(const char *srcdir, const char *enc, const char *bpe) {
     snprintf(train, sizeof train, "%s_train.bin", prefix);
     const char *in[2] = {a, c};
     size_t ntr, nv;
-    st = dt_prepare(t, in, 2, prefix, 0.0, &ntr, &nv);
+    st = dt_prepare(t, in, 2, prefix, 0.0, 1, &ntr, &nv);
     CHECK(st == DT_OK && ntr == 5 && nv == 0, "prepare gpt2: %s", dt_error_message());
     dt_tokenfile f;
     CHECK(dt_tokenfile_read(&f, train, 50257) == DT_OK && f.count == 5 && f.tokens[0] == 15496 && f.tokens[1] == 995 &&
               f.tokens[2] == 50256 && f.tokens[3] == 15496 && f.tokens[4] == 995,
           "eot between files");
+    CHECK(!strcmp(f.tokenizer, "gpt2") && f.tokenizer_vocab == 50257, "gpt2 record '%s' %d", f.tokenizer,
+          f.tokenizer_vocab);
     dt_tokenfile_free(&f);
 
     free(text);

@@ -61,6 +61,10 @@ void dt_loader_next_batch(dt_loader *l) {
     l->pos += (size_t)l->global_batch;
 }
 
+/* A saved position never sits at the start of an epoch (an epoch's end wraps only when the
+ * next batch is drawn), so a resumed run announces an epoch exactly when the straight run does. */
+int dt_loader_starts_epoch(const dt_loader *l) { return l->epoch > 0 && l->batch_pos == 0; }
+
 void dt_loader_window(const dt_tokenfile *f, int T, size_t i, uint16_t *inputs, uint16_t *targets) {
     const uint16_t *src = f->tokens + i * (size_t)T; /* i < nseq, so src[T] is inside the file */
     memcpy(inputs, src, (size_t)T * sizeof(uint16_t));

@@ -29,6 +29,8 @@ void dt_loader_free(dt_loader *l);
 dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos);
 /* Advances to the next global batch. */
 void dt_loader_next_batch(dt_loader *l);
+/* Whether the current batch is the first of an epoch after the first (the data wrapped). */
+int dt_loader_starts_epoch(const dt_loader *l);
 /* Copies sequences [first, first+count) of the current batch: inputs and shifted targets, each count x T. */
 void dt_loader_fill(const dt_loader *l, int first, int count, uint16_t *inputs, uint16_t *targets);
 /* Window i of the file in file order (validation reads these sequentially). */

@@ -39,7 +39,7 @@ static dt_status check_text(const char *path, const char *s, size_t n) {
 }
 
 dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninputs, const char *out_prefix,
-                     double val_fraction, size_t *ntrain, size_t *nval) {
+                     double val_fraction, int fortune, size_t *ntrain, size_t *nval) {
     if (ntrain) *ntrain = 0;
     if (nval) *nval = 0;
     if (ninputs < 1) return dt_fail(DT_EINPUT, "prepare: no input files");
@@ -57,6 +57,7 @@ dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninpu
     size_t n = 0, cap = 0;
     dt_status st = DT_OK;
     int eot = dt_tokenizer_eot(t);
+    int ends_line = 1; /* the text so far ends a line (or is empty) */
     for (int k = 0; k < ninputs && st == DT_OK; k++) {
         char *text;
         size_t len;
@@ -67,7 +68,7 @@ dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninpu
             free(text);
             break;
         }
-        len = strip_percent_lines(text, len);
+        if (fortune) len = strip_percent_lines(text, len);
         if (k > 0 && eot >= 0) {
             uint16_t e = (uint16_t)eot;
             if (n == cap) {
@@ -77,7 +78,11 @@ dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninpu
                 else tok = p, cap = c;
             }
             if (st == DT_OK) tok[n++] = e;
+        } else if (k > 0 && !ends_line) {
+            st = dt_tokenizer_encode(t, "\n", 1, &tok, &n, &cap);
+            ends_line = 1;
         }
+        if (len > 0) ends_line = text[len - 1] == '\n';
         if (st == DT_OK) {
             st = dt_tokenizer_encode(t, text, len, &tok, &n, &cap);
             if (st != DT_OK) dt_error_context("%s", inputs[k]);
@@ -92,8 +97,10 @@ dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninpu
         if (nv >= n)
             st = dt_fail(DT_EINPUT, "prepare: %zu tokens are too few to split off a validation set", n);
     }
-    if (st == DT_OK) st = dt_tokenfile_write(train_path, tok, n - nv);
-    if (st == DT_OK && nv) st = dt_tokenfile_write(val_path, tok + (n - nv), nv);
+    const char *name = dt_tokenizer_name(t);
+    int vocab = dt_tokenizer_vocab(t);
+    if (st == DT_OK) st = dt_tokenfile_write(train_path, tok, n - nv, name, vocab);
+    if (st == DT_OK && nv) st = dt_tokenfile_write(val_path, tok + (n - nv), nv, name, vocab);
     if (st == DT_OK && !nv && unlink(val_path) != 0 && errno != ENOENT)
         st = dt_fail(DT_ERUNTIME, "%s: cannot remove stale val file: %s", val_path, strerror(errno));
     free(tok);

@@ -56,6 +56,28 @@ static int write_full(int fd, const void *buf, size_t n) {
     return 0;
 }
 
+/* The tokenizer record (header bytes 12..23): all zero, or a name of [a-z0-9_-] (NUL-padded)
+ * and a vocabulary in 1..65536. Returns 0, or -1 when the bytes are neither. */
+static int parse_record(const unsigned char *hdr, char *name, int *vocab) {
+    const unsigned char *p = hdr + 12;
+    int32_t v = le32(hdr + 20);
+    memset(name, 0, DT_TOKENFILE_NAME_BYTES + 1);
+    *vocab = 0;
+    int zero = v == 0;
+    for (int i = 0; i < DT_TOKENFILE_NAME_BYTES; i++) zero &= p[i] == 0;
+    if (zero) return 0;
+    int len = 0;
+    while (len < DT_TOKENFILE_NAME_BYTES && p[len]) len++;
+    if (len == 0 || v < 1 || v > 65536) return -1;
+    for (int i = 0; i < DT_TOKENFILE_NAME_BYTES; i++) {
+        int c = p[i];
+        if (i >= len ? c != 0 : !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return -1;
+    }
+    memcpy(name, p, (size_t)len);
+    *vocab = v;
+    return 0;
+}
+
 void dt_tokenfile_free(dt_tokenfile *f) {
     if (!f) return;
     dt_free(f->tokens);
@@ -102,6 +124,13 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
         st = dt_fail(DT_EINPUT, "%s: negative token count %d in header", path, count);
         goto done;
     }
+    char name[DT_TOKENFILE_NAME_BYTES + 1];
+    int rec_vocab;
+    if (parse_record(hdr, name, &rec_vocab) != 0) {
+        st = dt_fail(DT_EINPUT, "%s: header bytes 12..23 are not a tokenizer record (a name of [a-z0-9_-] and a "
+                     "vocabulary of 1..65536, or zeros)", path);
+        goto done;
+    }
     long long expect = DT_TOKENFILE_HEADER_BYTES + 2LL * count;
     if (size != expect) {
         st = dt_fail(DT_EINPUT, "%s: %s: header says %d tokens (%lld bytes) but the file has %lld bytes", path,
@@ -122,11 +151,17 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
 #if DT_BIG_ENDIAN
     for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)(tok[i] >> 8 | tok[i] << 8);
 #endif
-    for (size_t i = 0; i < n; i++)
+    unsigned top = 0;
+    for (size_t i = 0; i < n; i++) {
         if (tok[i] >= vocab_size) {
             st = dt_fail(DT_EINPUT, "%s: token %u at position %zu is >= vocab size %d", path, tok[i], i, vocab_size);
             goto done;
         }
+        if (tok[i] > top) top = tok[i];
+    }
+    f->max_token = top;
+    memcpy(f->tokenizer, name, sizeof f->tokenizer);
+    f->tokenizer_vocab = rec_vocab;
     f->tokens = tok;
     f->count = n;
     memcpy(f->path, path, strlen(path) + 1);
@@ -148,8 +183,13 @@ static void fsync_parent(const char *path) {
     }
 }
 
-dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t count) {
+dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t count, const char *tokenizer,
+                             int vocab) {
     if (count > INT32_MAX) return dt_fail(DT_EINPUT, "%s: %zu tokens do not fit a token file header", path, count);
+    size_t name_len = tokenizer ? strlen(tokenizer) : 0;
+    if (name_len > DT_TOKENFILE_NAME_BYTES || (name_len && (vocab < 1 || vocab > 65536)))
+        return dt_fail(DT_EINPUT, "%s: tokenizer record '%s' (vocab %d) does not fit the header", path,
+                       tokenizer ? tokenizer : "", vocab);
     char tmp[PATH_MAX];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
         return dt_fail(DT_EINPUT, "%.200s...: path too long", path);
@@ -159,6 +199,10 @@ dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t co
     put_le32(hdr, DT_TOKENFILE_MAGIC);
     put_le32(hdr + 4, DT_TOKENFILE_VERSION);
     put_le32(hdr + 8, (int32_t)count);
+    if (name_len) {
+        memcpy(hdr + 12, tokenizer, name_len);
+        put_le32(hdr + 20, vocab);
+    }
     int bad = write_full(fd, hdr, sizeof hdr) != 0;
 #if DT_BIG_ENDIAN
     uint16_t chunk[4096];
@@ -179,5 +223,29 @@ dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t co
         return dt_fail(DT_ERUNTIME, "%s: write failed: %s", path, strerror(err));
     }
     fsync_parent(path);
+    return DT_OK;
+}
+
+dt_status dt_tokenfile_check(const dt_tokenfile *f, const char *what, const char *tokenizer, int vocab_size,
+                             char *note, size_t cap) {
+    if (cap) note[0] = 0;
+    if (f->tokenizer[0]) {
+        int v = f->tokenizer_vocab;
+        long long room = ((long long)v + 1023) / 1024 * 1024;
+        if (strcmp(f->tokenizer, tokenizer) != 0)
+            return dt_fail(DT_EINPUT, "%s: '%s' was made by the %s tokenizer (vocab %d), but this run has "
+                           "data.tokenizer %s and model.vocab_size %d; use data prepared with --tokenizer %s, or set "
+                           "data.tokenizer=%s and model.vocab_size=%d", what, f->path, f->tokenizer, v, tokenizer,
+                           vocab_size, tokenizer, f->tokenizer, v);
+        if (vocab_size < v || vocab_size > room)
+            return dt_fail(DT_EINPUT, "%s: '%s' was made by the %s tokenizer (vocab %d), but this run has "
+                           "data.tokenizer %s and model.vocab_size %d; set model.vocab_size=%d (or up to %lld, "
+                           "padded)", what, f->path, f->tokenizer, v, tokenizer, vocab_size, v, room);
+        return DT_OK;
+    }
+    if (f->count > 0 && 4LL * f->max_token < vocab_size && cap)
+        snprintf(note, cap, "%s: '%s' records no tokenizer (an llm.c file, or older dtrain) and its largest token "
+                 "id %u is far below model.vocab_size %d: is it data for this model? (byte data has vocab 256)",
+                 what, f->path, f->max_token, vocab_size);
     return DT_OK;
 }

@@ -302,6 +302,7 @@ dt_status dt_tokenizer_byte(dt_tokenizer **out) {
 
 int dt_tokenizer_vocab(const dt_tokenizer *t) { return t->vocab; }
 int dt_tokenizer_eot(const dt_tokenizer *t) { return t->eot; }
+const char *dt_tokenizer_name(const dt_tokenizer *t) { return t->bpe ? "gpt2" : "byte"; }
 
 /* ---- loading GPT-2 files ----------------------------------------------------------------- */
 

@@ -23,6 +23,8 @@ dt_status dt_tokenizer_byte(dt_tokenizer **out);
 dt_status dt_tokenizer_gpt2(dt_tokenizer **out, const char *encoder_json, const char *vocab_bpe);
 int dt_tokenizer_vocab(const dt_tokenizer *t);
 int dt_tokenizer_eot(const dt_tokenizer *t); /* 50256 for gpt2; -1 for byte */
+/* "byte" or "gpt2": data.tokenizer's value, and the token files' tokenizer record */
+const char *dt_tokenizer_name(const dt_tokenizer *t);
 /* Appends tokens of text[0..len) to *buf (growable; *n used, *cap allocated; realloc'd,
  * release with free()). The text "<|endoftext|>" is encoded as ordinary text, as the reference does. */
 dt_status dt_tokenizer_encode(const dt_tokenizer *t, const char *text, size_t len, uint16_t **buf, size_t *n,

@@ -16,6 +16,7 @@
 
 #include "core/signals.h"
 #include "core/timer.h"
+#include "launch/elastic.h"
 
 static dt_status parse_num(const char *opt, const char *v, double lo, double hi, double *out) {
     char *end;
@@ -31,11 +32,16 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
     memset(o, 0, sizeof *o);
     o->max_restarts = 3;
     o->restart_delay = 1.0;
+    o->wait_timeout = 600.0; /* torchrun's rendezvous join timeout */
     o->mpirun = "mpirun";
     int i = 0;
     for (; i < argc && strcmp(argv[i], "--"); i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x = 0.0;
+        if (!strcmp(a, "--grow")) { /* the one flag without a value */
+            o->grow = 1;
+            continue;
+        }
         if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) {
             DT_TRY(parse_num(a, v, 1, 1 << 20, &x));
             o->nproc = (int)x;
@@ -48,6 +54,8 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
             o->max_restarts = (int)x;
         } else if (!strcmp(a, "--restart-delay")) {
             DT_TRY(parse_num(a, v, 0, 86400, &o->restart_delay));
+        } else if (!strcmp(a, "--wait-timeout")) {
+            DT_TRY(parse_num(a, v, 0, 1e7, &o->wait_timeout));
         } else if (!strcmp(a, "--heartbeat-timeout")) {
             DT_TRY(parse_num(a, v, 0, 1e7, &o->heartbeat_timeout));
         } else if (!strcmp(a, "--hostfile") || !strcmp(a, "--mpirun") || !strcmp(a, "--mpi-arg")) {
@@ -67,6 +75,8 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
     if (o->min_ranks == 0) o->min_ranks = o->nproc;
     if (o->min_ranks > o->nproc)
         return dt_fail(DT_EINPUT, "launch: --min-ranks %d exceeds -n %d", o->min_ranks, o->nproc);
+    if (o->grow && !o->hostfile)
+        return dt_fail(DT_EINPUT, "launch: --grow needs --hostfile FILE (the slots that may grow)");
     *consumed = i + 1;
     return DT_OK;
 }
@@ -157,12 +167,14 @@ static int code_of(int status) {
     return 1;
 }
 
-/* Waits for the job; sends it SIGUSR1 when the launcher is asked to stop, kills it when its
- * heartbeat goes stale. *hung: ended by the watchdog. */
-static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, double started, int *hung) {
+/* Waits for the job; sends it SIGUSR1 when the launcher is asked to stop or the job is to
+ * grow (*grew), kills it when its heartbeat goes stale. *hung: ended by the watchdog. */
+static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, double started, int *hung, dt_grow *grow,
+                     int *grew) {
     int status, forwarded = 0;
     double kill_at = 0.0;
     *hung = 0;
+    *grew = 0;
     for (;;) {
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid) return code_of(status);
@@ -170,6 +182,12 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, doubl
         if (g_stop_sig && !forwarded) { /* the ranks save and exit (the trainer's SIGUSR1) */
             forwarded = 1;
             say("%s: asking the job to save and stop (SIGUSR1 to %s)", dt_signal_name(g_stop_sig), o->mpirun);
+            kill(pid, SIGUSR1);
+        }
+        if (!forwarded && !*hung && dt_grow_due(grow)) { /* a restart on more ranks, from the save it makes */
+            forwarded = *grew = 1;
+            say("a checkpoint committed: asking the job to save and stop (SIGUSR1 to %s) to grow to %d ranks",
+                o->mpirun, grow->target);
             kill(pid, SIGUSR1);
         }
         if (beat && !*hung && !forwarded) {
@@ -216,6 +234,11 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
                 o->nproc, gb);
         return failed(DT_EINPUT);
     }
+    if (o->grow && (!c->checkpoint.dir[0] || c->checkpoint.every <= 0)) {
+        dt_fail(DT_EINPUT, "launch: --grow needs checkpoint.dir and checkpoint.every (--save DIR --save-every N): "
+                "the job grows at its next checkpoint");
+        return failed(DT_EINPUT);
+    }
     if (!c->checkpoint.dir[0])
         say("note: no checkpoint.dir (--save DIR): a restart starts the run again from step 0");
 
@@ -246,20 +269,19 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
     }
     char np[32], gbs[64];
     snprintf(gbs, sizeof gbs, "train.global_batch=%lld", gb);
+    int grown = 0, grew_from = 0; /* restarts onto a larger world (--grow, not failures); the last one's old world */
     for (int attempt = 0;; attempt++) {
-        int slots = o->hostfile ? dt_launch_hostfile_slots(o->hostfile) : o->nproc;
-        if (slots < 0) {
-            code = failed(DT_EINPUT);
+        dt_status werr = DT_OK;
+        int world = dt_elastic_wait_world(o, c, gb, &g_stop_sig, &werr);
+        if (world < 0) {
+            code = failed(werr);
             break;
         }
-        int world = dt_launch_world(o, c, gb, slots);
-        if (!world) {
-            dt_fail(DT_ERUNTIME, "launch: %s offers %d slots, fewer than a world of at least --min-ranks %d needs",
-                    o->hostfile ? o->hostfile : "-n", slots, o->min_ranks);
-            code = failed(DT_ERUNTIME);
+        if (!world) { /* stopped while waiting */
+            code = 128 + g_stop_sig;
             break;
         }
-        int resume = has_checkpoint(c->checkpoint.dir) && attempt > 0;
+        int resume = has_checkpoint(c->checkpoint.dir) && attempt + grown > 0;
         int k = 0;
         snprintf(np, sizeof np, "%d", world);
         argv[k++] = (char *)o->mpirun;
@@ -288,9 +310,11 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             argv[k++] = "checkpoint.overwrite=false";
         }
         argv[k] = NULL;
-        if (!attempt) say("starting %d ranks", world);
+        if (!attempt && !grown) say("starting %d ranks", world);
+        else if (grew_from) say("growing to %d ranks (from %d), resuming from %s", world, grew_from, c->checkpoint.dir);
         else say("restart %d of at most %d: %d ranks, %s%s", attempt, o->max_restarts, world,
                  resume ? "resuming from " : "from step 0 (no checkpoint yet)", resume ? c->checkpoint.dir : "");
+        grew_from = 0;
         double started = wall_now(), t0 = dt_now();
         if (beat[0]) { /* stale from the last attempt: the watchdog arms at the first fresh touch */
             struct timespec old[2] = {{0, 0}, {0, 0}};
@@ -311,8 +335,10 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             fprintf(stderr, "dtrain launch: cannot run %s: %s\n", argv[0], strerror(errno));
             _exit(127);
         }
-        int hung;
-        code = supervise(o, pid, beat[0] ? beat : NULL, started, &hung);
+        int hung, grew;
+        dt_grow grow;
+        dt_grow_start(&grow, o, c, gb, world);
+        code = supervise(o, pid, beat[0] ? beat : NULL, started, &hung, &grow, &grew);
         double took = dt_now() - t0;
         if (g_stop_sig) {
             say("stopped by %s (the job exited with %d)", dt_signal_name(g_stop_sig), code);
@@ -320,6 +346,12 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             break;
         }
         if (code == 0) break;
+        if (grew && code == 128 + SIGUSR1) { /* saved and stopped as asked: on to the larger world */
+            grown++;
+            grew_from = world;
+            attempt--; /* not a failure: the restarts left stay as they were */
+            continue;
+        }
         if (code == DT_EINPUT) { /* bad config, data or checkpoint: a restart would fail alike */
             say("the job refused its input (exit 2): not restarting");
             break;

@@ -16,6 +16,8 @@ typedef struct {
     double restart_delay;    /* --restart-delay seconds before a restart (default 1) */
     double heartbeat_timeout; /* --heartbeat-timeout seconds without a step (0: off) */
     const char *hostfile;    /* --hostfile: Open MPI hostfile, read again before every start */
+    int grow;                /* --grow: restart on a larger world when the hostfile offers one */
+    double wait_timeout;     /* --wait-timeout: seconds to wait for a world of min_ranks (default 600) */
     const char *mpirun;      /* --mpirun (default "mpirun") */
     const char *mpi_args[32]; /* --mpi-arg, in order */
     int n_mpi_args;
@@ -32,6 +34,15 @@ int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, i
 /* Slots a hostfile offers ("host slots=K" lines; a host without slots= counts 1;
  * `#` comments), or -1 with the error recorded. */
 int dt_launch_hostfile_slots(const char *path);
+
+/* Elastic growth (--grow): while the job runs the launcher reads the hostfile again (when
+ * it changes, and every few seconds); when it offers a larger world, the launcher waits for
+ * the next checkpoint to commit (checkpoint.dir's `latest` changes), then asks the job to
+ * save and stop (SIGUSR1) and restarts it on the larger world from that checkpoint, the
+ * global batch unchanged. A growth is not a failure: it uses none of --max-restarts.
+ * Waiting (--wait-timeout): when the hostfile offers fewer slots than a world of
+ * --min-ranks needs, before the first start or a restart, the launcher says so and reads
+ * it again every second until it does or the timeout passes (then one error line). */
 
 /* Runs `mpirun ... self train TRAIN_ARGS` under supervision until it succeeds, fails
  * with bad input (exit 2, never retried), is stopped by a signal (forwarded to the job

@@ -59,6 +59,12 @@ void dt_metrics_val(dt_metrics *m, long long step, double val_loss) {
     end_line(m, step);
 }
 
+void dt_metrics_epoch(dt_metrics *m, long long step, long long epoch) {
+    if (!m->fp) return;
+    fprintf(m->fp, "{\"event\": \"epoch\", \"step\": %lld, \"epoch\": %lld}\n", step, epoch);
+    end_line(m, step);
+}
+
 void dt_metrics_resume(dt_metrics *m, long long step, const char *dir) {
     if (!m->fp) return;
     fprintf(m->fp, "{\"event\": \"resume\", \"step\": %lld, \"from\": \"", step);

@@ -1,5 +1,6 @@
 /* JSON Lines metrics (interface.md): one object per optimizer step, per validation,
- * a marker where a resumed run starts, and a final summary; rank 0 writes, flushed
+ * a marker where a resumed run starts and where the data begins a new epoch, and a
+ * final summary; rank 0 writes, flushed
  * every line. Non-finite numbers are written as null (JSON has no NaN). A failed
  * write is reported once as a warning when it happens and as an error at the end. */
 #ifndef DT_METRICS_H
@@ -29,6 +30,8 @@ dt_status dt_metrics_open(dt_metrics *m, const char *path, int append);
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
                      double tokens_per_s, double ms, double comm_ms, double mfu);
 void dt_metrics_val(dt_metrics *m, long long step, double val_loss);
+/* The batch of `step` starts pass `epoch` (1-based) over the training file. */
+void dt_metrics_epoch(dt_metrics *m, long long step, long long epoch);
 /* A resumed run starts after `step` (from the checkpoint at dir). */
 void dt_metrics_resume(dt_metrics *m, long long step, const char *dir);
 /* steps: the step reached; ran: steps this run trained (final_loss is null when 0) */

@@ -129,6 +129,10 @@ static dt_status read_data(const dt_config *c, trainer *t) {
         dt_error_context("data.train");
         return s;
     }
+    char note[1024];
+    DT_TRY(dt_tokenfile_check(&t->train_tokens, "data.train", c->data.tokenizer, c->model.vocab_size, note,
+                              sizeof note));
+    if (note[0] && t->rank0) printf("dtrain: warning: %s\n", note);
     resolve_val(c, t->val_path, sizeof t->val_path);
     if (!t->val_path[0]) return DT_OK;
     s = dt_tokenfile_read(&t->val_tokens, t->val_path, c->model.vocab_size);
@@ -136,6 +140,8 @@ static dt_status read_data(const dt_config *c, trainer *t) {
         dt_error_context("data.val");
         return s;
     }
+    DT_TRY(dt_tokenfile_check(&t->val_tokens, "data.val", c->data.tokenizer, c->model.vocab_size, note, sizeof note));
+    if (note[0] && t->rank0) printf("dtrain: warning: %s\n", note);
     if (t->val_tokens.count < (size_t)t->T + 1)
         return dt_fail(DT_EINPUT, "data.val: '%s' is too short: %zu tokens, validation needs at least %d", t->val_path,
                        t->val_tokens.count, t->T + 1);
@@ -209,10 +215,10 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     DT_TRY(dt_schedule_parse(c->parallel.schedule, &t->sched));
     DT_TRY(dt_pp_check(c, t->accum));
 
+    if (c->log.sample_tokens > 0) DT_TRY(load_tokenizer(c, &t->tok)); /* the config's own files before the data */
     DT_TRY(read_data(c, t));
     DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, t->T, t->global_batch, c->data.shuffle,
                           (uint64_t)c->train.seed));
-    if (c->log.sample_tokens > 0) DT_TRY(load_tokenizer(c, &t->tok));
     DT_TRY(check_memory(t, c));
     dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
     if (c->checkpoint.resume[0]) {
@@ -422,9 +428,18 @@ static dt_status validate(trainer *t, double *out) {
 /* One optimizer step; *loss = mean loss over the global batch. Micro-step k of
  * data-parallel rank r takes sequences [(k·dp + r)·micro, +micro) of the global batch,
  * so the batch's content never depends on the layout. */
+/* Rank 0: the batch of the coming step starts a new pass over the training file. */
+static void note_epoch(trainer *t) {
+    long long step = t->st.step + 1, epoch = t->loader.epoch + 1; /* both 1-based, as printed */
+    dt_progress_note(&t->progress, "data: epoch %lld begins at step %lld (train file has %zu windows of %d tokens)",
+                     epoch, step, t->loader.nseq, t->T);
+    dt_metrics_epoch(&t->metrics, step, epoch);
+}
+
 static dt_status train_step(trainer *t, double *loss, double *grad_norm, double *lr) {
     dt_dp_begin_step(t->dpe);
     dt_loader_next_batch(&t->loader);
+    if (t->rank0 && dt_loader_starts_epoch(&t->loader)) note_epoch(t);
     float grad_scale = 1.0f / ((float)t->global_batch * (float)t->T);
     double sum = 0.0;
     if (t->pipe) { /* the schedule runs every micro-step of the step */

@@ -14,7 +14,7 @@ dtrain="${1:-$src/build/dtrain}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-"$dtrain" prepare --input "$src/tests/data/tiny_corpus.txt" --out "$tmp/c" --val-fraction 0
+"$dtrain" prepare --fortune --input "$src/tests/data/tiny_corpus.txt" --out "$tmp/c" --val-fraction 0
 "$dtrain" train --config "$here/tiny_config.json" --set data.train="$tmp/c_train.bin" --set data.val= \
     --steps 0 --save "$tmp/init" >/dev/null
 cp "$tmp/init/step_00000000/model.safetensors" "$here/tiny_init.safetensors"
