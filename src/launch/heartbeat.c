@@ -2,6 +2,7 @@
 #include "launch/heartbeat.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,12 @@ void dt_test_fault(long long step, int rank) {
         close(fd);
     }
     if (!strcmp(kind, "exit")) _exit(9);
+    if (!strcmp(kind, "stop")) { /* the whole process, as `kill -STOP` of the rank */
+        fprintf(stderr, "test fault: rank %d stops (SIGSTOP) after step %lld\n", rank, step);
+        fflush(stderr);
+        raise(SIGSTOP);
+        return;
+    }
     if (!strcmp(kind, "hang"))
         for (;;) pause(); /* signals are recorded by the trainer's handlers and ignored here */
 }

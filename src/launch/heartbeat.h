@@ -9,7 +9,8 @@ void dt_heartbeat(void);
 
 /* Test hook: DT_TEST_FAULT="exit:STEP:RANK" ends rank RANK at once (exit 9) when it has
  * finished step STEP, "hang:STEP:RANK" stops it there forever (as a rank stuck in a
- * collective). With DT_TEST_FAULT_ONCE=FILE it fires only if FILE does not exist, and
+ * collective), "stop:STEP:RANK" sends the whole process SIGSTOP there (after a line
+ * on stderr saying so; SIGCONT resumes it). With DT_TEST_FAULT_ONCE=FILE it fires only if FILE does not exist, and
  * creates it first, so the restarted job runs on. */
 void dt_test_fault(long long step, int rank);
 
