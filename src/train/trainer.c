@@ -611,7 +611,7 @@ static dt_status run(trainer *t) {
         double t0 = dt_now(), c0 = dt_dp_comm_seconds(t->dpe), norm, lr;
         DT_TRY(train_step(t, &loss, &norm, &lr));
         dt_test_fault(t->st.step, dt_comm_rank(t->world));
-        if (t->rank0) dt_heartbeat();
+        dt_heartbeat(t->st.step, dt_comm_rank(t->world));
         if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();
         double dt = dt_now() - t0;
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
