@@ -32,17 +32,18 @@ int main(void) {
     CHECK(atomic_load(&b->entered[5]) == 2 && atomic_load(&b->entered[6]) == 1, "entered counts published per slot");
 
     /* overdue: only what the rank blocks on, from when it began to block */
-    CHECK(dt_flight_overdue(b, 15.0, 10.0) == NULL, "nothing waited 10 s yet");
-    CHECK(dt_flight_overdue(b, 20.5, 10.0) == dt_flight_find(b, a1), "the blocking all-reduce waited 10.5 s");
+    CHECK(dt_flight_overdue(b, 15.0, 10.0, 0.0) == NULL, "nothing waited 10 s yet");
+    CHECK(dt_flight_overdue(b, 20.5, 10.0, 0.0) == dt_flight_find(b, a1), "the blocking all-reduce waited 10.5 s");
     dt_flight_end(b, a1, 1, 20.6);
-    CHECK(dt_flight_overdue(b, 100.0, 10.0) == NULL, "issued but not waited on: not overdue");
+    CHECK(dt_flight_overdue(b, 100.0, 10.0, 0.0) == NULL, "issued but not waited on: not overdue");
     dt_flight_waiting(b, a2, 30.0);
     dt_flight_waiting(b, t1, 35.0);
     dt_flight_waiting(b, a2, 39.0); /* the first wait counts */
-    CHECK(dt_flight_overdue(b, 41.0, 10.0) == dt_flight_find(b, a2), "the longest wait: reduce-scatter since 30 s");
+    CHECK(dt_flight_overdue(b, 41.0, 10.0, 0.0) == dt_flight_find(b, a2), "the longest wait: reduce-scatter since 30 s");
+    CHECK(dt_flight_overdue(b, 41.0, 10.0, 35.0) == NULL, "a stopped process's own wait counts from its resumption");
     dt_flight_end(b, a2, 1, 41.0);
-    CHECK(dt_flight_overdue(b, 41.0, 10.0) == NULL, "t1 waited 6 s only");
-    CHECK(dt_flight_overdue(b, 46.0, 10.0) == dt_flight_find(b, t1), "then the all-gather");
+    CHECK(dt_flight_overdue(b, 41.0, 10.0, 0.0) == NULL, "t1 waited 6 s only");
+    CHECK(dt_flight_overdue(b, 46.0, 10.0, 0.0) == dt_flight_find(b, t1), "then the all-gather");
     dt_flight_end(b, t1, 0, 46.0);
     CHECK(atomic_load(&dt_flight_find(b, t1)->state) == DT_FREC_FAILED, "failed state kept");
 
@@ -74,7 +75,7 @@ int main(void) {
     dt_flight_end(b, first, 1, 61.0);
     CHECK(heir && atomic_load(&heir->state) == DT_FREC_STARTED, "ending an overwritten record leaves its slot's new one");
     dt_flight_waiting(b, last, 62.0);
-    CHECK(dt_flight_overdue(b, 73.0, 10.0) == dt_flight_find(b, last), "a wait after the wrap is found");
+    CHECK(dt_flight_overdue(b, 73.0, 10.0, 0.0) == dt_flight_find(b, last), "a wait after the wrap is found");
 
     /* who has not arrived: member 2 entered one collective less on slot 5; member 3 unknown */
     dt_flight_book_init(&g_b, 4, 1);

@@ -75,7 +75,7 @@ void dt_flight_end(dt_flight_book *b, uint64_t id, int ok, double now) {
     atomic_store_explicit(&r->state, ok ? DT_FREC_DONE : DT_FREC_FAILED, memory_order_release);
 }
 
-const dt_flight_rec *dt_flight_overdue(const dt_flight_book *b, double now, double timeout) {
+const dt_flight_rec *dt_flight_overdue(const dt_flight_book *b, double now, double timeout, double not_before) {
     const dt_flight_rec *worst = NULL;
     double since = 0.0;
     for (int i = 0; i < DT_FLIGHT_RING; i++) {
@@ -83,7 +83,7 @@ const dt_flight_rec *dt_flight_overdue(const dt_flight_book *b, double now, doub
         if (!atomic_load_explicit(&r->id, memory_order_acquire)) continue;
         if (atomic_load_explicit(&r->state, memory_order_acquire) != DT_FREC_STARTED) continue;
         double w = atomic_load_explicit(&r->t_wait, memory_order_acquire);
-        if (w > 0.0 && now - w > timeout && (!worst || w < since)) {
+        if (w > 0.0 && now - (w > not_before ? w : not_before) > timeout && (!worst || w < since)) {
             worst = r;
             since = w;
         }

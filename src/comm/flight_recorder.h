@@ -89,8 +89,9 @@ uint64_t dt_flight_begin(dt_flight_book *b, dt_flight_comm *fc, dt_fop op, size_
 void dt_flight_waiting(dt_flight_book *b, uint64_t id, double now);
 void dt_flight_end(dt_flight_book *b, uint64_t id, int ok, double now);
 /* The record this rank has been blocking on longest, if that is longer than timeout
- * seconds; NULL otherwise. */
-const dt_flight_rec *dt_flight_overdue(const dt_flight_book *b, double now, double timeout);
+ * seconds, counting from not_before at the earliest (when this process was stopped, its
+ * own wait does not count); NULL otherwise. */
+const dt_flight_rec *dt_flight_overdue(const dt_flight_book *b, double now, double timeout, double not_before);
 /* The record of book b with id `id`, or NULL if it has been overwritten. */
 const dt_flight_rec *dt_flight_find(const dt_flight_book *b, uint64_t id);
 /* b's newest record (NULL: none). */

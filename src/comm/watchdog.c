@@ -263,11 +263,16 @@ static void *watch(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are the trainer's */
     double tick = g_timeout / 20 < 0.1 ? g_timeout / 20 : 0.1;
     if (tick < 0.005) tick = 0.005;
+    /* a tick far later than due: this process was stopped (SIGSTOP, a debugger) and its
+     * peers may have timed out on it; its own waits count from now */
+    double last = dt_now(), since = 0.0;
     pthread_mutex_lock(&g_tmu);
     while (!g_stop) {
         double now = dt_now();
+        if (now - last > 1.0 + 10 * tick) since = now;
+        last = now;
         atomic_store_explicit(&g_book->alive, now, memory_order_relaxed);
-        const dt_flight_rec *r = dt_flight_overdue(g_book, now, g_timeout);
+        const dt_flight_rec *r = dt_flight_overdue(g_book, now, g_timeout, since);
         if (r) diagnose(r, now);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
