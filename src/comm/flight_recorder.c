@@ -22,8 +22,7 @@ static int is_p2p(int op) { return op == DT_FOP_SEND || op == DT_FOP_RECV; }
 
 uint64_t dt_flight_begin(dt_flight_book *b, dt_flight_comm *fc, dt_fop op, size_t bytes, int peer, int waiting,
                          double now) {
-    uint64_t id = atomic_load_explicit(&b->next, memory_order_relaxed) + 1;
-    atomic_store_explicit(&b->next, id, memory_order_relaxed);
+    uint64_t id = atomic_fetch_add_explicit(&b->next, 1, memory_order_relaxed) + 1;
     dt_flight_rec *r = &b->ring[(id - 1) % DT_FLIGHT_RING];
     atomic_store_explicit(&r->id, 0, memory_order_relaxed); /* readers skip it while it changes */
     atomic_thread_fence(memory_order_release);
