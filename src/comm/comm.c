@@ -43,6 +43,7 @@ struct dt_request {
     dt_redop op;
     const dtc_region *reg; /* registered buffer of the call (NULL: none) */
     size_t reg_off;
+    uint64_t fid; /* its flight record (0: none) */
     int done; /* under c->mu */
     dt_status st;
     char err[768];
@@ -68,7 +69,19 @@ struct dt_comm {
     dtc_region reg[DTC_MAX_REGIONS];
     int nreg;
     dt_request *self_q; /* unmatched REQ_SELF requests, in posting order */
+    /* the flight recorder's view (watchdog.h): name, agreed slot, sequence numbers, and
+     * the members as world ranks */
+    char name[DT_FLIGHT_GROUP_LEN];
+    dt_flight_comm fl;
+    int *world_of;
 };
+
+/* Next communicator slot of the flight recorder in this process (0 is the world's). */
+static int g_next_slot = 1;
+
+static uint64_t rec_begin(dt_comm *c, dt_fop op, size_t bytes, int peer, int waiting) {
+    return dtc_watch_begin(&c->fl, op, bytes, peer >= 0 ? c->world_of[peer] : -1, waiting);
+}
 
 /* MPI has no bf16: sums and maxima of bf16 (as MPI_UINT16_T) use these user-defined ops,
  * made by dt_comm_init (MPI_OP_NULL until then). [0]: sum, [1]: max. */
@@ -405,6 +418,7 @@ static dt_status comm_make(MPI_Comm user, int mpi, int threads, dt_comm **out) {
         return dt_fail(DT_ERUNTIME, "communicator: out of memory");
     }
     c->mpi = mpi;
+    c->fl.slot = -1;
     c->threads = threads;
     c->user = user;
     c->rank = 0;
@@ -425,6 +439,27 @@ static dt_status comm_make(MPI_Comm user, int mpi, int threads, dt_comm **out) {
         dt_comm_free(c);
         return st;
     }
+    c->world_of = calloc((size_t)c->size, sizeof *c->world_of);
+    if (!c->world_of) {
+        dt_comm_free(c);
+        return dt_fail(DT_ERUNTIME, "communicator: out of memory");
+    }
+    if (mpi) { /* the members as world ranks, for the watchdog's messages */
+        MPI_Group g, w;
+        int *idx = malloc((size_t)c->size * sizeof *idx);
+        if (idx && MPI_Comm_group(user, &g) == MPI_SUCCESS) {
+            if (MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS) {
+                for (int i = 0; i < c->size; i++) idx[i] = i;
+                MPI_Group_translate_ranks(g, c->size, idx, w, c->world_of);
+                MPI_Group_free(&w);
+            }
+            MPI_Group_free(&g);
+        }
+        free(idx);
+    }
+    snprintf(c->name, sizeof c->name, "%s", "world");
+    c->fl.size = c->size;
+    c->fl.name = c->name;
     c->local_rank = c->rank;
     c->local_size = c->size;
     if (c->fg.node != MPI_COMM_NULL) {
@@ -441,7 +476,10 @@ static int launched_by_mpi(void) {
 
 dt_status dt_comm_init(dt_comm **world, int *argc, char ***argv) {
     *world = NULL;
-    if (!launched_by_mpi()) return comm_make(MPI_COMM_NULL, 0, 0, world);
+    if (!launched_by_mpi()) {
+        dtc_watch_open(MPI_COMM_NULL, 0, 1);
+        return comm_make(MPI_COMM_NULL, 0, 0, world);
+    }
     int inited = 0, provided = MPI_THREAD_SINGLE, owns = 0;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -469,6 +507,9 @@ dt_status dt_comm_init(dt_comm **world, int *argc, char ***argv) {
         return st;
     }
     (*world)->owns_mpi = owns;
+    dtc_watch_open(user, (*world)->rank, (*world)->size);
+    (*world)->fl.slot = 0;
+    dtc_watch_register(0, (*world)->size, (*world)->world_of);
     return DT_OK;
 }
 
@@ -488,6 +529,8 @@ void dt_comm_free(dt_comm *c) {
     while (c->nreg > 0) dt_comm_free_shared(c, c->reg[c->nreg - 1].base[c->rank]); /* collective, like the rest */
     ctx_free(&c->fg);
     if (c->user != MPI_COMM_NULL) MPI_Comm_free(&c->user);
+    if (c->fl.slot >= 0) dtc_watch_forget(c->fl.slot);
+    free(c->world_of);
     pthread_cond_destroy(&c->done);
     pthread_cond_destroy(&c->work);
     pthread_mutex_destroy(&c->mu);
@@ -498,6 +541,7 @@ void dt_comm_finalize(dt_comm *world) {
     if (!world) return;
     int owns = world->owns_mpi;
     dt_comm_free(world);
+    dtc_watch_close();
     if (owns) {
         for (int i = 0; i < 2; i++)
             if (g_bf16_op[i] != MPI_OP_NULL) MPI_Op_free(&g_bf16_op[i]);
@@ -508,6 +552,10 @@ void dt_comm_finalize(dt_comm *world) {
 void dt_comm_abort(dt_comm *c, int code) {
     if (c && c->mpi) MPI_Abort(c->user, code);
     exit(code); /* a world without MPI is this process */
+}
+
+void dt_comm_set_name(dt_comm *c, const char *name) {
+    if (c) snprintf(c->name, sizeof c->name, "%s", name);
 }
 
 int dt_comm_rank(const dt_comm *c) { return c->rank; }
@@ -531,8 +579,10 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
     if (color < 0 && color != DT_COMM_NO_GROUP) return dt_fail(DT_EINPUT, "split: color %d is negative", color);
     if (!c->mpi) return color == DT_COMM_NO_GROUP ? DT_OK : comm_make(MPI_COMM_NULL, 0, 0, out);
     MPI_Comm nc;
+    uint64_t fid = rec_begin(c, DT_FOP_SPLIT, 0, -1, 1);
     dt_status st = dtc_mpi(
         &c->fg, MPI_Comm_split(c->user, color == DT_COMM_NO_GROUP ? MPI_UNDEFINED : color, key, &nc), "MPI_Comm_split");
+    dtc_watch_end(fid, !st);
     if (st) {
         st = dt_fail(st, "split: %s", c->fg.err);
         c->fg.err[0] = 0;
@@ -540,6 +590,18 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
     }
     if (nc == MPI_COMM_NULL) return DT_OK;
     st = comm_make(nc, 1, c->threads, out);
+    if (!st) { /* a flight-recorder slot every member agrees on: the highest next free one */
+        dt_comm *n = *out;
+        int slot = g_next_slot;
+        if (MPI_Allreduce(MPI_IN_PLACE, &slot, 1, MPI_INT, MPI_MAX, n->user) == MPI_SUCCESS) {
+            g_next_slot = slot + 1;
+            if (slot < DT_FLIGHT_MAX_COMMS) {
+                n->fl.slot = slot;
+                dtc_watch_register(slot, n->size, n->world_of);
+            }
+        }
+        snprintf(n->name, sizeof n->name, "%s", "split");
+    }
     if (!st) memcpy((*out)->algo, c->algo, sizeof c->algo);
     if (!st && !(*out)->fg.one_node)
         for (int k = 0; k < DT_COLL_N; k++)
@@ -690,6 +752,16 @@ static dt_algo pick(const dt_comm *c, dt_coll coll, const void *send, void *recv
     return a;
 }
 
+/* The flight recorder's names and sizes of a collective (its largest buffer). */
+static dt_fop fop_of(dt_coll coll) {
+    static const dt_fop f[DT_COLL_N] = {DT_FOP_ALLREDUCE, DT_FOP_REDUCE_SCATTER, DT_FOP_ALLGATHER, DT_FOP_BCAST};
+    return f[coll];
+}
+static size_t coll_bytes(const dt_comm *c, dt_coll coll, size_t count, dt_dtype t) {
+    size_t b = count * dt_dtype_size(t);
+    return coll == DT_COLL_REDUCE_SCATTER || coll == DT_COLL_ALLGATHER ? b * (size_t)c->size : b;
+}
+
 /* Blocking collective: validation, size one, MPI's or ours on the caller's lane. */
 static dt_status coll_run(dt_comm *c, dt_coll coll, const void *send, void *recv, size_t count, dt_dtype t,
                           dt_redop op, int root) {
@@ -702,9 +774,11 @@ static dt_status coll_run(dt_comm *c, dt_coll coll, const void *send, void *recv
     size_t off = 0;
     const dtc_region *reg;
     dt_algo a = pick(c, coll, send, recv, count, t, &reg, &off);
+    uint64_t fid = rec_begin(c, fop_of(coll), coll_bytes(c, coll, count, t), -1, 1);
     dt_status st = a == DT_ALGO_MPI
                        ? mpi_coll(c, coll, send, recv, count, t, op, root)
                        : run_ours(&c->fg, coll, a, send, recv, count, t, op, scale_of(c, op), root, reg, off);
+    dtc_watch_end(fid, !st);
     return lane_fail(&c->fg, st, name, a, count, t);
 }
 
@@ -731,6 +805,7 @@ dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op
     dt_algo ar = c->algo[DT_COLL_ALLREDUCE];
     dt_algo a = ar == DT_ALGO_MPI || ar == DT_ALGO_AUTO ? DT_ALGO_MPI : DT_ALGO_TREE;
     dt_status st = DT_OK;
+    uint64_t fid = rec_begin(c, DT_FOP_REDUCE, count * dt_dtype_size(t), -1, 1);
     if (a == DT_ALGO_MPI) {
         size_t es = dt_dtype_size(t);
         for (size_t o = 0; o < count && !st; o += DTC_PIECE) {
@@ -745,6 +820,7 @@ dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op
     } else {
         st = dtc_tree_reduce(x, buf, count, t, op, scale_of(c, op), root);
     }
+    dtc_watch_end(fid, !st);
     return lane_fail(x, st, "reduce", a, count, t);
 }
 
@@ -764,13 +840,18 @@ dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int dst
     DT_TRY(check_peer(c, "send", buf, count, t, dst, tag, 0));
     size_t es = dt_dtype_size(t);
     size_t o = 0;
+    uint64_t fid = rec_begin(c, DT_FOP_SEND, count * es, dst, 1);
     do { /* a zero count still sends one (empty) message to match the receive */
         int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
         dt_status st = dtc_mpi(&c->fg, MPI_Send((const char *)buf + o * es, n, dtc_mpi_type(t), dst, tag, c->user),
                                "MPI_Send");
-        if (st) return lane_fail(&c->fg, st, "send", DT_ALGO_MPI, count, t);
+        if (st) {
+            dtc_watch_end(fid, 0);
+            return lane_fail(&c->fg, st, "send", DT_ALGO_MPI, count, t);
+        }
         o += DTC_PIECE;
     } while (o < count);
+    dtc_watch_end(fid, 1);
     return DT_OK;
 }
 
@@ -778,14 +859,19 @@ dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int src, int 
     DT_TRY(check_peer(c, "recv", buf, count, t, src, tag, 0));
     size_t es = dt_dtype_size(t);
     size_t o = 0;
+    uint64_t fid = rec_begin(c, DT_FOP_RECV, count * es, src, 1);
     do {
         int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
         dt_status st = dtc_mpi(
             &c->fg, MPI_Recv((char *)buf + o * es, n, dtc_mpi_type(t), src, tag, c->user, MPI_STATUS_IGNORE),
             "MPI_Recv");
-        if (st) return lane_fail(&c->fg, st, "recv", DT_ALGO_MPI, count, t);
+        if (st) {
+            dtc_watch_end(fid, 0);
+            return lane_fail(&c->fg, st, "recv", DT_ALGO_MPI, count, t);
+        }
         o += DTC_PIECE;
     } while (o < count);
+    dtc_watch_end(fid, 1);
     return DT_OK;
 }
 
@@ -805,17 +891,21 @@ dt_status dt_gather(dt_comm *c, const void *send, void *recv, size_t sendcount, 
     } else {
         MPI_Datatype mt = dtc_mpi_type(t);
         int inplace = at_root && send == (const char *)recv + (size_t)root * sendcount * es;
+        uint64_t fid = rec_begin(c, DT_FOP_GATHER, sendcount * es * (size_t)c->size, -1, 1);
         st = dtc_mpi(x,
                      MPI_Gather(inplace ? MPI_IN_PLACE : send, (int)sendcount, mt, at_root ? recv : NULL,
                                 (int)sendcount, mt, root, c->user),
                      "MPI_Gather");
+        dtc_watch_end(fid, !st);
     }
     return lane_fail(x, st, "gather", DT_ALGO_MPI, sendcount, t);
 }
 
 dt_status dt_barrier(dt_comm *c) {
     if (!c->mpi || c->size == 1) return DT_OK;
+    uint64_t fid = rec_begin(c, DT_FOP_BARRIER, 0, -1, 1);
     dt_status st = dtc_mpi(&c->fg, MPI_Barrier(c->user), "MPI_Barrier");
+    dtc_watch_end(fid, !st);
     if (st) {
         st = dt_fail(st, "barrier: %s", c->fg.err);
         c->fg.err[0] = 0;
@@ -886,6 +976,7 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
     r->kind = REQ_DONE;
     dt_algo a = pick(c, coll, send, recv, count, t, &r->reg, &r->reg_off);
     dt_status st = DT_OK;
+    if (c->size > 1) r->fid = rec_begin(c, fop_of(coll), coll_bytes(c, coll, count, t), -1, 0);
     if (c->size == 1) {
         local_coll(coll, send, recv, count, t);
     } else if (a == DT_ALGO_MPI) {
@@ -931,6 +1022,7 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
         if (st) st = lane_fail(x, st, name, a, count, t); /* started pieces are abandoned with the error */
     } else if (!c->threads) {
         /* MPI without thread support: ours run here, before returning */
+        dtc_watch_waiting(r->fid);
         st = lane_fail(&c->fg,
                        run_ours(&c->fg, coll, a, send, recv, count, t, op, scale_of(c, op), 0, r->reg, r->reg_off),
                        name, a, count, t);
@@ -953,6 +1045,7 @@ static dt_status istart(dt_comm *c, dt_coll coll, const void *send, void *recv, 
             pthread_mutex_unlock(&c->mu);
         }
     }
+    if (st || r->kind == REQ_DONE) dtc_watch_end(r->fid, !st);
     if (st) {
         free(r);
         return st;
@@ -1023,6 +1116,7 @@ static dt_status p2p_start(dt_comm *c, int is_send, void *buf, size_t count, dt_
         dtc_ctx *x = &c->fg;
         size_t es = dt_dtype_size(t), o = 0;
         r->kind = REQ_MPI;
+        r->fid = rec_begin(c, is_send ? DT_FOP_SEND : DT_FOP_RECV, count * es, peer, 0);
         do {
             int n = (int)(count - o < DTC_PIECE ? count - o : DTC_PIECE);
             char *p = (char *)buf + o * es;
@@ -1031,7 +1125,10 @@ static dt_status p2p_start(dt_comm *c, int is_send, void *buf, size_t count, dt_
                          : dtc_mpi(x, MPI_Irecv(p, n, dtc_mpi_type(t), peer, tag, c->user, mr), "MPI_Irecv");
             o += DTC_PIECE;
         } while (!st && o < count);
-        if (st) st = lane_fail(x, st, name, DT_ALGO_MPI, count, t); /* started pieces are abandoned */
+        if (st) {
+            dtc_watch_end(r->fid, 0);
+            st = lane_fail(x, st, name, DT_ALGO_MPI, count, t); /* started pieces are abandoned */
+        }
     }
     if (st) {
         free(r);
@@ -1080,12 +1177,17 @@ dt_status dt_test(dt_request *r, int *done) {
         *done = r->done;
         pthread_mutex_unlock(&r->c->mu);
     } /* REQ_SELF: not until its match is posted */
+    if (*done && r->fid) {
+        dtc_watch_end(r->fid, 1);
+        r->fid = 0;
+    }
     return DT_OK;
 }
 
 dt_status dt_wait(dt_request *r) {
     if (!r) return dt_fail(DT_EINPUT, "wait: NULL request");
     dt_status st = DT_OK;
+    if (r->fid) dtc_watch_waiting(r->fid); /* from here this rank waits on it */
     if (r->kind == REQ_MPI) {
         dtc_ctx *x = &r->c->fg;
         st = dtc_mpi(x, MPI_Waitall(r->nmreq, r->mreq, MPI_STATUSES_IGNORE), "MPI_Waitall");
@@ -1109,6 +1211,7 @@ dt_status dt_wait(dt_request *r) {
         st = dt_fail(DT_ERUNTIME, "wait: %s self (tag %d) has no matching %s posted, so it would never complete",
                      r->is_send ? "send to" : "receive from", r->tag, r->is_send ? "receive" : "send");
     }
+    if (r->fid) dtc_watch_end(r->fid, !st);
     free(r);
     return st;
 }
@@ -1123,6 +1226,7 @@ dt_status dt_comm_alloc_shared(dt_comm *c, size_t bytes, const char *what, void 
     dtc_ctx *x = &c->fg;
     /* the same size everywhere, or offsets would not match across ranks */
     long long mm[2] = {(long long)bytes, -(long long)bytes};
+    uint64_t fid = rec_begin(c, DT_FOP_ALLOC_SHARED, bytes, -1, 1);
     dt_status st = dtc_mpi(x, MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_LONG_LONG, MPI_MAX, c->user), "MPI_Allreduce");
     if (!st && (mm[0] != (long long)bytes || -mm[1] != (long long)bytes))
         st = dtc_fail(x, DT_EINPUT, "ranks asked for different sizes (%lld to %lld bytes)", -mm[1], mm[0]);
@@ -1150,6 +1254,7 @@ dt_status dt_comm_alloc_shared(dt_comm *c, size_t bytes, const char *what, void 
         st = dtc_mpi(x, MPI_Win_shared_query(r->win, q, &sz, &du, &p), "MPI_Win_shared_query");
         r->base[q] = p;
     }
+    dtc_watch_end(fid, !st);
     if (st) {
         if (r->win != MPI_WIN_NULL) MPI_Win_free(&r->win);
         free(r->base);
@@ -1186,7 +1291,9 @@ dt_status dt_comm_agree(dt_comm *c, dt_status s, int *first) {
     /* [any input error, any runtime error, lowest failing rank]: min via max of -rank */
     long long v[3] = {s == DT_EINPUT, s != DT_OK && s != DT_EINPUT, s != DT_OK ? -(long long)rank : -(long long)n};
     if (!c->mpi) return s;
+    uint64_t fid = rec_begin(c, DT_FOP_AGREE, sizeof v, -1, 1);
     int rc = MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_LONG_LONG, MPI_MAX, c->user);
+    dtc_watch_end(fid, rc == MPI_SUCCESS);
     if (rc != MPI_SUCCESS) return s != DT_OK ? s : dt_fail(DT_ERUNTIME, "MPI_Allreduce failed (agreeing on errors)");
     int low = (int)-v[2];
     if (first) *first = low;

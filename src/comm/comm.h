@@ -61,6 +61,9 @@ dt_status dt_comm_node_allgather(dt_comm *c, const void *send, void *recv, size_
 #define DT_COMM_NO_GROUP (-1)
 dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
 void dt_comm_free(dt_comm *c);
+/* Names the communicator in the watchdog's messages and the flight recorder ("dp",
+ * "tp", ...: "<name> group"; the world is "world", others "split" until named). */
+void dt_comm_set_name(dt_comm *c, const char *name);
 
 /* Parses "mpi", "ring", "rhd", "tree", "shm", "auto". */
 dt_status dt_algo_parse(const char *name, dt_algo *out);

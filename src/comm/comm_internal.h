@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "flight_recorder.h"
 
 /* Point-to-point algorithms move large messages in segments of this many bytes, through
  * two scratch buffers, so the reduction of one segment overlaps the transfer of the next
@@ -118,5 +119,19 @@ dt_status dtc_shm_allgather_reg(dtc_ctx *x, const void *send, const dtc_region *
                                 dt_dtype t);
 /* Frees the lane's window (collective over x->node). */
 void dtc_shm_free(dtc_ctx *x);
+
+/* The watchdog's side for comm.c (watchdog.c). dtc_watch_open: collective over the
+ * world (MPI_COMM_NULL: a world of one): every rank's flight-recorder book in node-shared
+ * memory (a private one where that cannot be had). dtc_watch_close: before MPI_Finalize. */
+void dtc_watch_open(MPI_Comm world, int rank, int size);
+void dtc_watch_close(void);
+/* A communicator's members as world ranks, for naming the ranks a collective on comm slot
+ * `slot` waits for (world_of stays valid until dtc_watch_forget). */
+void dtc_watch_register(int slot, int size, const int *world_of);
+void dtc_watch_forget(int slot);
+/* Records of this rank's operations (flight_recorder.h's begin/waiting/end on its book). */
+uint64_t dtc_watch_begin(dt_flight_comm *fc, dt_fop op, size_t bytes, int peer_world, int waiting);
+void dtc_watch_waiting(uint64_t id);
+void dtc_watch_end(uint64_t id, int ok);
 
 #endif

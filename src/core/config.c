@@ -122,6 +122,9 @@ static const key_desc KEYS[] = {
     ENUM("comm.allgather", comm.allgather, "auto|mpi|ring|shm", "auto",
          "all-gather algorithm (auto: shm into node-shared buffers within a node, else mpi)"),
     ENUM("comm.bcast", comm.bcast, "mpi|tree", "mpi", "broadcast algorithm"),
+    FLT("comm.timeout", comm.timeout, 0, 1e7, "600",
+        "seconds a rank may wait in one collective or point-to-point before it names the ranks that have not "
+        "arrived, dumps its flight recorder and exits 1 (0: wait forever)"),
     ENUM("comm.backend", comm.backend, "mpi|nccl", "mpi",
          "data-parallel collectives of a device's state: mpi (host memory, staged) or nccl (device memory; "
          "DDP and ZeRO without tp/pp/cp)"),

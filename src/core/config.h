@@ -51,6 +51,7 @@ typedef struct {
     struct {
         char allreduce[8], reduce_scatter[8], allgather[8], bcast[8];
         char backend[8]; /* mpi | nccl: who carries the data-parallel collectives of a device's state */
+        double timeout;  /* seconds before the hang diagnosis (src/comm/watchdog.h); 0: off */
     } comm;
 } dt_config;
 

@@ -1,22 +1,121 @@
 #define _POSIX_C_SOURCE 200809L
 #include "launch/heartbeat.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-void dt_heartbeat(void) {
-    static const char *path;
-    static int looked;
-    if (!looked) {
-        looked = 1;
-        path = getenv("DTRAIN_HEARTBEAT");
-        if (path && !*path) path = NULL;
+void dt_heartbeat(long long step, int rank) {
+    static int fd = -2;
+    if (fd == -2) {
+        fd = -1;
+        const char *dir = getenv("DTRAIN_HEARTBEAT");
+        if (dir && *dir) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/rank.%d", dir, rank);
+            fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* a missing directory is not our error */
+        }
     }
-    if (path) utimensat(AT_FDCWD, path, NULL, 0); /* mtime = now; a missing file is not our error */
+    if (fd < 0) return;
+    char line[64];
+    /* fixed width: each beat overwrites the whole of the last one */
+    int n = snprintf(line, sizeof line, "step %20lld pid %10d\n", step, (int)getpid());
+    if (n > 0) (void)!pwrite(fd, line, (size_t)n, 0); /* mtime = now */
+}
+
+int dt_heartbeat_read(const char *dir, dt_beat *out, int max) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        int rank;
+        char tail;
+        if (sscanf(e->d_name, "rank.%d%c", &rank, &tail) != 1 || rank < 0) continue;
+        char path[4096], line[128];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        struct stat st;
+        ssize_t k = fstat(fd, &st) == 0 ? read(fd, line, sizeof line - 1) : -1;
+        close(fd);
+        if (k <= 0) continue;
+        line[k] = 0;
+        dt_beat b = {rank, 0, 0, (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec};
+        if (sscanf(line, "step %lld pid %d", &b.step, &b.pid) != 2) continue;
+        int i = n++;
+        while (i > 0 && out[i - 1].rank > rank) { /* rank order */
+            out[i] = out[i - 1];
+            i--;
+        }
+        out[i] = b;
+    }
+    closedir(d);
+    return n;
+}
+
+void dt_heartbeat_clear(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "rank.", 5)) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
+int dt_heartbeat_verdict(const dt_beat *b, int n, double started, double now, double timeout, char *msg, size_t cap) {
+    int stale = 0;
+    long long low = 0;
+    for (int i = 0; i < n; i++)
+        if (b[i].mtime > started && now - b[i].mtime > timeout) {
+            if (!stale || b[i].step < low) low = b[i].step;
+            stale++;
+        }
+    if (!stale) return 0;
+    /* the stale ranks at the lowest step stopped first: the others went on until they
+     * needed them */
+    size_t used = 0;
+    int k = 0, named = 0;
+    double oldest = 0.0;
+    for (int i = 0; i < n; i++)
+        if (b[i].mtime > started && now - b[i].mtime > timeout && b[i].step == low) {
+            named++;
+            if (now - b[i].mtime > oldest) oldest = now - b[i].mtime;
+        }
+#define PUT(...)                                                                 \
+    do {                                                                         \
+        if (used < cap) {                                                        \
+            int w_ = snprintf(msg + used, cap - used, __VA_ARGS__);              \
+            if (w_ > 0) used += (size_t)w_ < cap - used ? (size_t)w_ : cap - used - 1; \
+        }                                                                        \
+    } while (0)
+    PUT("no heartbeat for %.0f s from rank%s", oldest, named > 1 ? "s" : "");
+    for (int i = 0; i < n; i++)
+        if (b[i].mtime > started && now - b[i].mtime > timeout && b[i].step == low)
+            PUT("%s %d", k++ ? "," : "", b[i].rank);
+    PUT(" (last step %lld)", low);
+    int others = n - named;
+    if (others > 0) {
+        PUT(", stopped first; the others:");
+        k = 0;
+        for (int i = 0; i < n && k < 8; i++) {
+            int first = b[i].mtime > started && now - b[i].mtime > timeout && b[i].step == low;
+            if (first) continue;
+            PUT("%s rank %d at step %lld (%.0f s ago)", k++ ? "," : "", b[i].rank, b[i].step, now - b[i].mtime);
+        }
+        if (others > k) PUT(", ...");
+    }
+#undef PUT
+    return 1;
 }
 
 void dt_test_fault(long long step, int rank) {
@@ -33,6 +132,12 @@ void dt_test_fault(long long step, int rank) {
         close(fd);
     }
     if (!strcmp(kind, "exit")) _exit(9);
+    if (!strcmp(kind, "stop")) { /* the whole process, as `kill -STOP` of the rank */
+        fprintf(stderr, "test fault: rank %d stops (SIGSTOP) after step %lld\n", rank, step);
+        fflush(stderr);
+        raise(SIGSTOP);
+        return;
+    }
     if (!strcmp(kind, "hang"))
         for (;;) pause(); /* signals are recorded by the trainer's handlers and ignored here */
 }

@@ -17,6 +17,7 @@
 #include "core/signals.h"
 #include "core/timer.h"
 #include "launch/elastic.h"
+#include "launch/heartbeat.h"
 
 static dt_status parse_num(const char *opt, const char *v, double lo, double hi, double *out) {
     char *end;
@@ -148,12 +149,6 @@ static void nap(double s) {
     nanosleep(&ts, NULL); /* a signal cuts it short: the loop looks at it at once */
 }
 
-static double mtime_of(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) return 0.0;
-    return (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec;
-}
-
 static double wall_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts); /* file times are on this clock */
@@ -190,10 +185,12 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, doubl
                 o->mpirun, grow->target);
             kill(pid, SIGUSR1);
         }
-        if (beat && !*hung && !forwarded) {
-            double last = mtime_of(beat), now = wall_now();
-            if (last > started && now - last > o->heartbeat_timeout) {
-                say("no heartbeat for %.0f s (no step finished): killing the job", now - last);
+        if (beat && !*hung && !forwarded) { /* per-rank beats: name the ranks that stopped */
+            dt_beat beats[256];
+            char why[1024];
+            int nb = dt_heartbeat_read(beat, beats, 256);
+            if (dt_heartbeat_verdict(beats, nb, started, wall_now(), o->heartbeat_timeout, why, sizeof why)) {
+                say("%s: killing the job", why);
                 *hung = 1;
                 kill(pid, SIGTERM);
                 kill_at = dt_now() + 15.0;
@@ -242,15 +239,13 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
     if (!c->checkpoint.dir[0])
         say("note: no checkpoint.dir (--save DIR): a restart starts the run again from step 0");
 
-    char beat[64] = "";
+    char beat[64] = ""; /* a directory: each rank beats in its own file (heartbeat.h) */
     if (o->heartbeat_timeout > 0) {
         snprintf(beat, sizeof beat, "/tmp/dtrain-heartbeat.XXXXXX");
-        int fd = mkstemp(beat);
-        if (fd < 0) {
-            dt_fail(DT_ERUNTIME, "launch: cannot create a heartbeat file in /tmp: %s", strerror(errno));
+        if (!mkdtemp(beat)) {
+            dt_fail(DT_ERUNTIME, "launch: cannot create a heartbeat directory in /tmp: %s", strerror(errno));
             return failed(DT_ERUNTIME);
         }
-        close(fd);
         setenv("DTRAIN_HEARTBEAT", beat, 1);
     }
     struct sigaction sa;
@@ -316,10 +311,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
                  resume ? "resuming from " : "from step 0 (no checkpoint yet)", resume ? c->checkpoint.dir : "");
         grew_from = 0;
         double started = wall_now(), t0 = dt_now();
-        if (beat[0]) { /* stale from the last attempt: the watchdog arms at the first fresh touch */
-            struct timespec old[2] = {{0, 0}, {0, 0}};
-            utimensat(AT_FDCWD, beat, old, 0);
-        }
+        if (beat[0]) dt_heartbeat_clear(beat); /* the last attempt's: the watchdog arms at the first fresh beat */
         pid_t pid = fork();
         if (pid < 0) {
             dt_fail(DT_ERUNTIME, "launch: fork: %s", strerror(errno));
@@ -380,6 +372,9 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         }
     }
     free(argv);
-    if (beat[0]) unlink(beat);
+    if (beat[0]) {
+        dt_heartbeat_clear(beat);
+        rmdir(beat);
+    }
     return code;
 }

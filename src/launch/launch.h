@@ -1,8 +1,9 @@
 /* `dtrain launch`: supervision on top of mpirun (torchrun's agent, DeepSpeed's elastic
  * launcher). It starts the job, watches it, and after a failure restarts it from the
  * newest checkpoint, on as many ranks as the hostfile then offers (elastic), keeping the
- * global batch. A rank that hangs is found by a heartbeat: rank 0 touches a file after
- * every step (heartbeat.h). */
+ * global batch. A rank that hangs is found by per-rank heartbeats: every rank rewrites
+ * its own file after every step (heartbeat.h), so the watchdog names the ranks that
+ * stopped. */
 #ifndef DT_LAUNCH_H
 #define DT_LAUNCH_H
 

@@ -78,6 +78,8 @@ dt_status dt_mesh_create(dt_mesh *m, dt_comm *world, int tp, int pp, int cp) {
     dt_mesh_pp_neighbours(m->rank, pp, cp, tp, &m->pp_prev, &m->pp_next);
     dt_comm **comm[DT_MESH_NGROUPS] = {&m->dp_comm, &m->pp_comm,    &m->cp_comm,
                                        &m->tp_comm, &m->dp_cp_comm, &m->emb_comm};
+    /* for the watchdog's messages ("all-reduce #12 on dp group ...") */
+    static const char *const names[DT_MESH_NGROUPS] = {"dp", "pp", "cp", "tp", "dp_cp", "embedding"};
     for (int g = 0; g < DT_MESH_NGROUPS; g++) {
         int color, index;
         dt_mesh_group_of((dt_mesh_group)g, m->rank, m->dp, pp, cp, tp, &color, &index);
@@ -87,6 +89,7 @@ dt_status dt_mesh_create(dt_mesh *m, dt_comm *world, int tp, int pp, int cp) {
             m->emb_rank = index;
         }
         DT_TRY(dt_comm_split(world, color, index, comm[g]));
+        dt_comm_set_name(*comm[g], names[g]);
     }
     return DT_OK;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../comm/watchdog.h"
 #include "../core/timer.h"
 
 dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count) {
@@ -242,6 +243,7 @@ dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale
         const dt_pp_op *o = &pl->ops[i];
         int slot = pl->op_slot[i], g = o->chunk * pl->p + pl->r;
         double t0 = dt_now();
+        dt_watchdog_micro(o->mb); /* the flight recorder's micro-step */
         switch (o->kind) {
         case DT_OP_RECV_ACT:
             DT_TRY(receive(pl, gpt_slot_input(m, slot), pl->count, o->peer, tag_of(pl, o->mb, g, 0)));

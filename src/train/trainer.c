@@ -16,6 +16,7 @@
 #include "../data/loader.h"
 #include "../data/tokenfile.h"
 #include "../data/tokenizer.h"
+#include "../comm/watchdog.h"
 #include "../launch/heartbeat.h"
 #include "../launch/threads.h"
 #include "../model/gpt.h"
@@ -191,6 +192,13 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     dt_gpu_select(dt_comm_local_rank(t->world)); /* a GPU per rank of the node, whatever the launcher */
     DT_TRY(choose_ops(c, &t->ops));
     dt_cpu_set_threads(t->threads.threads);
+    { /* the hang watchdog; its flight-recorder dumps go next to the metrics */
+        char dir[DT_PATH_MAX] = "";
+        const char *slash = strrchr(c->log.metrics, '/');
+        if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - c->log.metrics), c->log.metrics);
+        else if (c->log.metrics[0]) snprintf(dir, sizeof dir, ".");
+        DT_TRY(dt_watchdog_arm(c->comm.timeout, dir));
+    }
     t->T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
     t->micro = c->train.micro_batch;
     int world = dt_comm_size(t->world);
@@ -437,6 +445,7 @@ static void note_epoch(trainer *t) {
 }
 
 static dt_status train_step(trainer *t, double *loss, double *grad_norm, double *lr) {
+    dt_watchdog_step(t->st.step + 1, 0);
     dt_dp_begin_step(t->dpe);
     dt_loader_next_batch(&t->loader);
     if (t->rank0 && dt_loader_starts_epoch(&t->loader)) note_epoch(t);
@@ -449,6 +458,7 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
     for (int k = 0; !t->pipe && k < t->accum; k++) {
         dt_loader_fill(&t->loader, (k * t->dp + t->dp_rank) * t->micro, t->micro, t->inp, t->tgt);
         cp_select(t);
+        dt_watchdog_micro(k);
         dt_dp_begin_micro(t->dpe, k == t->accum - 1);
         double l;
         DT_TRY(gpt_forward_backward(&t->model, t->inp, t->tgt, t->micro, t->Tl, grad_scale, &l));
@@ -460,6 +470,7 @@ static dt_status train_step(trainer *t, double *loss, double *grad_norm, double 
     if (t->dp * t->mesh.cp > 1) /* context-parallel ranks hold the other positions */
         DT_TRY(dt_allreduce(t->mesh.cp > 1 ? t->mesh.dp_cp_comm : t->mesh.dp_comm, &sum, 1, DT_F64, DT_SUM));
     t->st.step++;
+    dt_watchdog_step(t->st.step, -1); /* validation, saves: "after step N" */
     t->st.data_epoch = t->loader.epoch;
     t->st.data_pos = t->loader.pos;
     *loss = sum / ((double)t->global_batch * t->T);
@@ -666,7 +677,7 @@ static dt_status run(trainer *t) {
         double t0 = dt_now(), c0 = dt_dp_comm_seconds(t->dpe), norm, lr;
         DT_TRY(train_step(t, &loss, &norm, &lr));
         dt_test_fault(t->st.step, dt_comm_rank(t->world));
-        if (t->rank0) dt_heartbeat();
+        dt_heartbeat(t->st.step, dt_comm_rank(t->world));
         if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();
         double dt = dt_now() - t0;
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
