@@ -1,5 +1,6 @@
 /* dtrain command line: train, sample, prepare, config. Every error travels up as a
  * dt_status with one message; this file alone prints it and picks the exit code. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -619,10 +620,23 @@ static dt_status cmd_prepare(int argc, char **argv) {
     return s;
 }
 
+/* A command's result on stdout is the point of it (`dtrain config > my.json`): a write
+ * that failed (a full disk, a closed pipe) is exit 1, not 0 and an empty file. stdio
+ * keeps the unwritten bytes, so the flush here fails again and errno says why. A
+ * command that failed already keeps its own error and code. */
+static int check_stdout(int code) {
+    errno = 0;
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    int e = errno;
+    if (!bad || code != 0) return code;
+    fprintf(stderr, "dtrain: error: writing standard output: %s\n", e ? strerror(e) : "write error");
+    return DT_ERUNTIME;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
-        return argc < 2 ? DT_EINPUT : 0;
+        return check_stdout(argc < 2 ? DT_EINPUT : 0);
     }
     const char *cmd = argv[1];
     dt_status s;
@@ -634,7 +648,9 @@ int main(int argc, char **argv) {
             s = !strcmp(cmd, "train") ? cmd_train(world, argc - 2, argv + 2) : cmd_bench(world, argc - 2, argv + 2);
             if (s == DT_EINTERRUPTED && g_report) fprintf(stderr, "dtrain: %s\n", dt_error_message());
             else if (s != DT_OK && g_report) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
-            fflush(stdout);
+            /* bench's table is its result; train's stdout is progress, its results are files */
+            if (!strcmp(cmd, "bench")) s = (dt_status)check_stdout((int)s);
+            else fflush(stdout);
             dt_comm_finalize(world);
         } else {
             fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
@@ -643,9 +659,9 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("dtrain %s\n", DT_VERSION);
-        return 0;
+        return check_stdout(0);
     }
-    if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
+    if (!strcmp(cmd, "launch")) return check_stdout(cmd_launch(argc - 2, argv + 2));
     if (!strcmp(cmd, "sample")) s = cmd_sample(argc - 2, argv + 2);
     else if (!strcmp(cmd, "prepare")) s = cmd_prepare(argc - 2, argv + 2);
     else if (!strcmp(cmd, "export")) s = cmd_export(argc - 2, argv + 2);
@@ -655,5 +671,5 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "report")) s = dt_report_cmd(argc - 2, argv + 2);
     else s = dt_fail(DT_EINPUT, "unknown command '%s' (see dtrain --help)", cmd);
     if (s != DT_OK) fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
-    return (int)s;
+    return check_stdout((int)s);
 }

@@ -1,9 +1,10 @@
 """Seeded fuzzer for dtrain's input files (stdlib only): mutates a valid checkpoint
 (model.safetensors, optimizer.safetensors, trainer_state.json), a sharded one (its
 model.safetensors.index.json / optimizer.safetensors.index.json and shard files), token
-files and config files, runs dtrain on each case and checks the outcome: exit 0 or 2 (1 only for a run
-whose mutated but finite weights diverge, which is a runtime failure by design), at most
-one "dtrain: error:" line, no signal, no sanitizer report, no timeout.
+files and config files (a few replaced by a FIFO or /dev/zero), runs dtrain on each case and
+checks the outcome: exit 0 or 2 (1 only for a run whose mutated but finite weights diverge,
+which is a runtime failure by design), at most one "dtrain: error:" line, no signal, no
+sanitizer report, no timeout.
 
 usage: python3 fuzz.py DTRAIN WORKDIR CASES SEED TINY_CONFIG TRAIN_BIN VAL_BIN
 A failing case prints its number and the command to reproduce it (FUZZ_ONLY=N runs one).
@@ -210,6 +211,21 @@ def mutate_tokens(rng, raw):
     return mutate_bytes(rng, raw)
 
 
+def make_special(case, p):
+    """In about 1 case in 12 of the kinds below, the input becomes a FIFO with no writer or
+    /dev/zero (issue 24: an open that blocked for good, a read that never ended), which
+    must be exit 2 at once. Its own random stream: the other cases stay as they were."""
+    r = random.Random(SEED * 7919 + case).random()
+    if r >= 0.08:
+        return None
+    os.remove(p)
+    if r < 0.04:
+        os.mkfifo(p)
+        return "fifo"
+    os.symlink("/dev/zero", p)
+    return "/dev/zero"
+
+
 # --- the cases --------------------------------------------------------------------------
 def main():
     os.makedirs(WORK, exist_ok=True)
@@ -287,6 +303,9 @@ def main():
                     # a valid but long sample (65536 tokens: 6 s, a minute under ASan) is no bug; the
                     # file's own value is still parsed and range-checked before this override
                     "--set", "log.sample_tokens=0"]
+        special = make_special(case, p) if kind in ("tokens", "config", "state") else None
+        if special:
+            kind += " " + special
         rc, err = run(args)
         errors = [l for l in err.splitlines() if l.startswith("dtrain: error:")]
         bad = None
@@ -302,6 +321,8 @@ def main():
             bad = "exit 1 without a divergence"
         elif len(errors) > 1 or (rc != 0 and len(errors) != 1):
             bad = "%d error lines" % len(errors)
+        elif special and kind != "state " + special and (rc != 2 or "not a regular file" not in errors[0]):
+            bad = "a %s input not refused as such (rc %s)" % (special, rc)
         counts[(kind, rc)] = counts.get((kind, rc), 0) + 1
         if bad:
             failures += 1

@@ -97,8 +97,27 @@ static void test_reader_errors(void) {
     CHECK(parse(&r, "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"lo") == DT_OK && r.n == 1 && r.torn_tail,
           "an unterminated torn last line (a killed run) is skipped and flagged");
     dt_run_free(&r);
-    CHECK(parse(&r, "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"lo\n") == DT_EINPUT,
-          "a bad line that ends in a newline is still an error");
+    /* a record cut short further up (a full disk; the resumed run that appended ended the
+     * line first) is skipped and counted, like the tail; the rows after it are kept */
+    CHECK(parse(&r, "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"lo\n{\"step\": 2, \"loss\": 1.5}\n"
+                    "{\"step\": 3, \"l\n{\"step\": 4, \"loss\": 1}\n") == DT_OK &&
+              r.n == 3 && r.n_torn == 2 && r.torn_line == 2 && !r.torn_tail && r.loss[1] == 1.5,
+          "torn lines inside the file: skipped, the first one's number kept: %s", dt_error_message());
+    dt_run_free(&r);
+    /* an older writer glued the resumed run's record to the torn line: that record is kept */
+    CHECK(parse(&r, "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"lo{\"event\": \"resume\", \"step\": 1}\n"
+                    "{\"step\": 2, \"loss\": 1.5}\n") == DT_OK &&
+              r.n == 2 && r.n_torn == 1 && r.torn_line == 2 && r.n_resume == 1 && r.resume_step[0] == 1,
+          "a record glued to a torn line is read: %s", dt_error_message());
+    dt_run_free(&r);
+    /* what is not a record cut short is still an error: a line that ends like a whole
+     * object, a line that is not an object at all */
+    CHECK(parse(&r, "{\"step\": 1, \"loss\": 2}\n{\"step\": 2, \"loss\": nan}\n{\"step\": 3}\n") == DT_EINPUT &&
+              strstr(dt_error_message(), "m.jsonl:2: not valid JSON"),
+          "a bad line that ends like an object: %s", dt_error_message());
+    CHECK(parse(&r, "{\"step\": 1, \"loss\": 2}\nnot json\n") == DT_EINPUT &&
+              strstr(dt_error_message(), "m.jsonl:2: not valid JSON"),
+          "a line that is not JSON: %s", dt_error_message());
     CHECK(parse(&r, "{\"event\": \"summary\", \"steps\": 0}\n") == DT_OK && r.n == 0 && r.has_summary,
           "no step rows parses (the command rejects it)");
     dt_run_free(&r);

@@ -264,8 +264,14 @@ int main(int argc, char **argv) {
         CHECK(dt_tokenfile_write(path, tok, 4, "much-too-long", 256) == DT_EINPUT, "a name over 8 bytes refused");
     }
 
-    /* Not a regular file. */
-    expect_bad(g_dir, 256, "not a readable regular file");
+    /* Not a regular file: a directory; a FIFO, whose open must not block (no writer ever
+     * comes); /dev/zero, which never ends. */
+    expect_bad(g_dir, 256, "is not a regular file (a directory)");
+    snprintf(path, sizeof path, "%s/fifo.bin", g_dir);
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+    expect_bad(path, 256, "is not a regular file (a FIFO)");
+    unlink(path);
+    expect_bad("/dev/zero", 256, "is not a regular file (a character device)");
 
     check_remove_tree(g_dir);
     return check_finish();

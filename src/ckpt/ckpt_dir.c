@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/atomic_file.h"
 #include "../core/dirs.h"
+#include "../core/input_file.h"
 
 typedef struct {
     char name[64];
@@ -114,7 +114,9 @@ dt_status dt_ckpt_read_latest(const char *dir, char *name, size_t cap) {
     snprintf(p, sizeof p, "%s/latest", dir);
     char *txt = NULL;
     size_t len = 0;
-    DT_TRY(dt_read_file(p, &txt, &len, 4096));
+    char what[1100];
+    snprintf(what, sizeof what, "checkpoint '%s'", dir);
+    DT_TRY(dt_input_read(p, what, &txt, &len, 4096)); /* a FIFO here must not block */
     while (len > 0 && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' ')) txt[--len] = 0;
     int ok = len > 0 && len < cap && !strchr(txt, '/') && strcmp(txt, "..") && strcmp(txt, ".");
     if (ok) memcpy(name, txt, len + 1);

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "input_file.h"
+
 /* Directory part of path ("." when there is none), for the directory fsync. */
 static dt_status dir_of(const char *path, char *dir, size_t cap) {
     const char *slash = strrchr(path, '/');
@@ -126,55 +128,5 @@ dt_status dt_write_file_atomic(const char *path, const void *buf, size_t n) {
 }
 
 dt_status dt_read_file(const char *path, char **out, size_t *len, size_t max_len) {
-    *out = NULL;
-    if (len) *len = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dt_fail(DT_EINPUT, "cannot open %s: %s", path, strerror(errno));
-    /* Read in chunks rather than trusting st_size: also works for pipes and /proc files. */
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    dt_status s = DT_OK;
-    if (!buf) {
-        s = dt_fail(DT_ERUNTIME, "cannot read %s: out of memory", path);
-        goto done;
-    }
-    for (;;) {
-        if (n + 1 >= cap) { /* always keep room for the NUL */
-            if (cap > (size_t)-1 / 2) {
-                s = dt_fail(DT_ERUNTIME, "cannot read %s: out of memory", path);
-                goto done;
-            }
-            size_t ncap = cap * 2;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                s = dt_fail(DT_ERUNTIME, "cannot read %s: out of memory", path);
-                goto done;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t r = fread(buf + n, 1, cap - 1 - n, fp);
-        n += r;
-        if (n > max_len) {
-            s = dt_fail(DT_EINPUT, "%s: file is larger than the limit of %zu bytes", path, max_len);
-            goto done;
-        }
-        if (r == 0) {
-            if (ferror(fp)) {
-                int e = errno;
-                s = dt_fail(e == EISDIR ? DT_EINPUT : DT_ERUNTIME, "cannot read %s: %s", path, strerror(e));
-            }
-            break;
-        }
-    }
-done:
-    fclose(fp);
-    if (s != DT_OK) {
-        free(buf);
-        return s;
-    }
-    buf[n] = 0;
-    *out = buf;
-    if (len) *len = n;
-    return DT_OK;
+    return dt_input_read(path, NULL, out, len, max_len);
 }

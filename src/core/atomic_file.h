@@ -32,7 +32,8 @@ dt_status dt_write_file_atomic(const char *path, const void *buf, size_t n);
 /* Makes a rename/create inside dir durable. */
 dt_status dt_fsync_dir(const char *dir);
 /* Reads a whole small file into a malloc'd, NUL-terminated buffer (free() it).
- * *len excludes the NUL. Missing, unreadable or larger than max_len bytes: DT_EINPUT. */
+ * *len excludes the NUL. Missing, not a regular file or larger than max_len bytes:
+ * DT_EINPUT. dt_input_read (input_file.h) with no key named. */
 dt_status dt_read_file(const char *path, char **out, size_t *len, size_t max_len);
 
 #endif

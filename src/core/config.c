@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include "deepspeed.h"
+#include "input_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -322,33 +323,16 @@ dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin
     return s;
 }
 
-dt_status dt_config_read_file(const char *path, char **text) {
+dt_status dt_config_read_file(const char *path, const char *what, char **text) {
     *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(DT_EINPUT, "config file '%s': cannot open (%s)", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return dt_fail(DT_EINPUT, "config file '%s': cannot seek", path);
-    }
-    long n = ftell(f);
-    if (n < 0 || n > (16 << 20)) {
-        fclose(f);
-        return dt_fail(DT_EINPUT, "config file '%s': unreadable or larger than 16 MiB", path);
-    }
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
-    if (!buf) {
-        fclose(f);
-        return dt_fail(DT_ERUNTIME, "out of memory reading '%s'", path);
-    }
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    buf[got] = 0;
+    size_t got;
+    char *buf;
+    DT_TRY(dt_input_read(path, what, &buf, &got, 16u << 20));
     const char *nul = memchr(buf, 0, got); /* the parser would stop there and ignore the rest */
     if (nul) {
         size_t at = (size_t)(nul - buf);
         free(buf);
-        return dt_fail(DT_EINPUT, "config file '%s': a NUL byte at offset %zu (not a JSON text file)", path, at);
+        return dt_fail(DT_EINPUT, "%s: '%s': a NUL byte at offset %zu (not a JSON text file)", what, path, at);
     }
     *text = buf;
     return DT_OK;
@@ -356,7 +340,7 @@ dt_status dt_config_read_file(const char *path, char **text) {
 
 dt_status dt_config_load_file(dt_config *c, const char *path) {
     char *buf;
-    DT_TRY(dt_config_read_file(path, &buf));
+    DT_TRY(dt_config_read_file(path, "--config", &buf));
     char origin[DT_PATH_MAX + 16];
     snprintf(origin, sizeof origin, "config file '%s'", path);
     dt_status s = dt_config_load_json(c, buf, origin);

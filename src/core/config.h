@@ -57,8 +57,9 @@ typedef struct {
 
 /* Fills every key with its default. */
 void dt_config_defaults(dt_config *c);
-/* The text of a JSON config file (at most 16 MiB, no NUL byte); caller frees with free(). */
-dt_status dt_config_read_file(const char *path, char **text);
+/* The text of a JSON config file (a regular file of at most 16 MiB, no NUL byte); caller
+ * frees with free(). what names it in messages ("--config", "--deepspeed"). */
+dt_status dt_config_read_file(const char *path, const char *what, char **text);
 /* Applies a JSON file on top of the current values. */
 dt_status dt_config_load_file(dt_config *c, const char *path);
 /* Applies a JSON text (e.g. the config saved in a checkpoint). */

@@ -528,7 +528,7 @@ dt_status dt_deepspeed_load_json(dt_config *c, const char *json, const char *ori
 
 dt_status dt_deepspeed_load_file(dt_config *c, const char *path, char *ignored, size_t cap) {
     char *buf;
-    DT_TRY(dt_config_read_file(path, &buf));
+    DT_TRY(dt_config_read_file(path, "--deepspeed", &buf));
     char origin[DT_PATH_MAX + 32];
     snprintf(origin, sizeof origin, "deepspeed config '%s'", path);
     dt_status s = dt_deepspeed_load_json(c, buf, origin, ignored, cap);

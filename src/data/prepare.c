@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/atomic_file.h"
+#include "../core/input_file.h"
 #include "tokenfile.h"
 
 /* Drops the '%' of every line that is exactly "%", in place; returns the new length. */
@@ -61,7 +61,7 @@ dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninpu
     for (int k = 0; k < ninputs && st == DT_OK; k++) {
         char *text;
         size_t len;
-        st = dt_read_file(inputs[k], &text, &len, (size_t)1 << 36);
+        st = dt_input_read(inputs[k], "prepare --input", &text, &len, (size_t)1 << 36);
         if (st != DT_OK) break;
         st = check_text(inputs[k], text, len);
         if (st != DT_OK) {

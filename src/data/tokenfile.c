@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/input_file.h"
 #include "../core/mem.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -89,14 +90,14 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
     memset(f, 0, sizeof *f);
     if (strlen(path) >= sizeof f->path) return dt_fail(DT_EINPUT, "%.200s...: token file path too long", path);
     if (vocab_size <= 0) return dt_fail(DT_EINPUT, "%s: invalid vocab size %d", path, vocab_size);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_fail(DT_EINPUT, "%s: cannot open token file: %s", path, strerror(errno));
+    int fd;
+    DT_TRY(dt_input_open(path, NULL, &fd)); /* the caller names the key */
     dt_status st = DT_OK;
     uint16_t *tok = NULL;
     struct stat sb;
     unsigned char hdr[DT_TOKENFILE_HEADER_BYTES];
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = dt_fail(DT_EINPUT, "%s: not a readable regular file", path);
+    if (fstat(fd, &sb) != 0) {
+        st = dt_fail(DT_EINPUT, "%s: cannot stat: %s", path, strerror(errno));
         goto done;
     }
     long long size = (long long)sb.st_size;

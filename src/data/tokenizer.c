@@ -1,4 +1,4 @@
-#include "../core/atomic_file.h"
+#include "../core/input_file.h"
 #include "tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -362,7 +362,7 @@ static size_t pow2_at_least(size_t n) {
 static dt_status load_encoder(dt_tokenizer *t, strmap *map, const char *path, const int16_t *unichar_byte) {
     char *text;
     size_t len;
-    DT_TRY(dt_read_file(path, &text, &len, (size_t)1 << 30));
+    DT_TRY(dt_input_read(path, "data.encoder_json", &text, &len, (size_t)1 << 30));
     dt_status st = DT_OK;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
@@ -450,7 +450,7 @@ done:
 static dt_status load_merges(dt_tokenizer *t, const strmap *map, const char *path, const int16_t *unichar_byte) {
     char *text;
     size_t len;
-    DT_TRY(dt_read_file(path, &text, &len, (size_t)1 << 30));
+    DT_TRY(dt_input_read(path, "data.vocab_bpe", &text, &len, (size_t)1 << 30));
     dt_status st = DT_OK;
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';

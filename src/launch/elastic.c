@@ -6,7 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "core/input_file.h"
 #include "core/timer.h"
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -61,8 +63,12 @@ static void read_latest(const char *dir, char *out, size_t cap) {
     char p[DT_PATH_MAX + 16];
     snprintf(p, sizeof p, "%s/latest", dir);
     out[0] = 0;
-    FILE *f = fopen(p, "r");
-    if (!f) return;
+    int fd = dt_input_open_quiet(p); /* a FIFO would block the launcher */
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return;
+    }
     size_t n = fread(out, 1, cap - 1, f);
     out[n] = 0;
     fclose(f);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/input_file.h"
 #include "core/signals.h"
 #include "core/timer.h"
 #include "launch/elastic.h"
@@ -83,11 +84,8 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
 }
 
 int dt_launch_hostfile_slots(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        dt_fail(DT_EINPUT, "launch: hostfile '%s': %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f;
+    if (dt_input_fopen(path, "launch: --hostfile", &f) != DT_OK) return -1;
     char line[1024];
     long long slots = 0;
     int lineno = 0;

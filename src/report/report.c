@@ -268,9 +268,15 @@ dt_status dt_report_cmd(int argc, char **argv) {
     size_t loaded = 0;
     for (; s == DT_OK && loaded < n; loaded++)
         if ((s = dt_run_load(&runs[loaded], inputs[loaded])) != DT_OK) break;
-        else if (runs[loaded].torn_tail)
+        else if (runs[loaded].n_torn == 1 && runs[loaded].torn_tail)
             fprintf(stderr, "dtrain: warning: %s: the last line is cut short (a run stopped while writing it); "
                     "skipped\n", inputs[loaded]);
+        else if (runs[loaded].n_torn == 1) /* once per file */
+            fprintf(stderr, "dtrain: warning: %s:%zu: a torn line (a run killed mid-write?) skipped\n", inputs[loaded],
+                    runs[loaded].torn_line);
+        else if (runs[loaded].n_torn)
+            fprintf(stderr, "dtrain: warning: %s:%zu: a torn line (a run killed mid-write?) skipped, %zu in all\n",
+                    inputs[loaded], runs[loaded].torn_line, runs[loaded].n_torn);
     dt_sbuf page = {0};
     if (s == DT_OK) {
         unique_names(runs, n);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/atomic_file.h"
+#include "../core/input_file.h"
 
 /* Largest metrics file read: about 10M steps. */
 #define MAX_METRICS_BYTES ((size_t)2 << 30)
@@ -167,6 +167,31 @@ static int blank(const char *p, const char *end) {
     return 1;
 }
 
+/* A record cut short (a full disk, a run killed mid-write): a line that begins an object
+ * and does not parse. Either the line ends there (the writer ends such a line before it
+ * appends), or, written by an older dtrain, a resumed run's record is glued to it: then
+ * *rest is that record, the last part of the line from a '{' on that parses whole. */
+static int torn_record(const char *line, const char *le, const char **rest) {
+    *rest = NULL;
+    while (line < le && isspace((unsigned char)*line)) line++;
+    const char *q = le;
+    while (q > line && isspace((unsigned char)q[-1])) q--;
+    if (q == line || *line != '{') return 0;
+    if (q[-1] != '}') return 1;
+    for (const char *k = line + 1; k < q; k++) {
+        if (*k != '{') continue;
+        const char *stop = NULL;
+        cJSON *j = cJSON_ParseWithLengthOpts(k, (size_t)(le - k), &stop, 0);
+        int whole = cJSON_IsObject(j) && stop && blank(stop, le);
+        cJSON_Delete(j);
+        if (whole) {
+            *rest = k;
+            return 1;
+        }
+    }
+    return 0; /* ends like a record: a bad one, not a torn one */
+}
+
 dt_status dt_run_parse(dt_run *r, const char *name, const char *origin, const char *text, size_t len) {
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", name);
@@ -181,16 +206,23 @@ dt_status dt_run_parse(dt_run *r, const char *name, const char *origin, const ch
         p = nl ? nl + 1 : end;
         lineno++;
         if (blank(line, le)) continue;
-        const char *stop = NULL;
+        const char *stop = NULL, *rest = NULL;
         cJSON *j = cJSON_ParseWithLengthOpts(line, (size_t)(le - line), &stop, 0);
         if (!j || !stop || !blank(stop, le)) {
+            int parsed = j != NULL; /* a whole value, then more text: not a torn record */
             cJSON_Delete(j);
-            if (!nl) { /* an unterminated last line: a run killed mid-write, not a bad file */
-                r->torn_tail = 1;
+            j = NULL;
+            /* an unterminated last line, or a record cut short further up (then a resumed
+             * run appended): skipped and counted, not a bad file */
+            if (!nl || (!parsed && torn_record(line, le, &rest))) {
+                if (!r->n_torn++) r->torn_line = lineno;
+                if (!nl) r->torn_tail = 1;
+                if (!nl || !rest) continue;
+                j = cJSON_ParseWithLengthOpts(rest, (size_t)(le - rest), &stop, 0); /* whole: checked */
+            } else {
+                s = dt_fail(DT_EINPUT, "%s:%zu: not valid JSON", origin, lineno);
                 break;
             }
-            s = dt_fail(DT_EINPUT, "%s:%zu: not valid JSON", origin, lineno);
-            break;
         }
         if (!cJSON_IsObject(j)) {
             cJSON_Delete(j);
@@ -231,7 +263,7 @@ dt_status dt_run_load(dt_run *r, const char *path) {
     memset(r, 0, sizeof *r);
     char *text = NULL;
     size_t len = 0;
-    DT_TRY(dt_read_file(path, &text, &len, MAX_METRICS_BYTES));
+    DT_TRY(dt_input_read(path, "report", &text, &len, MAX_METRICS_BYTES));
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     char name[sizeof r->name];

@@ -1,8 +1,10 @@
 /* Reads one run's metrics file (JSON Lines, src/train/metrics.c) into per-step series
  * for the report. Tolerant of what real files contain: null values (non-finite numbers)
  * become NaN, unknown events are ignored, and steps written again after a resume keep
- * their last value. Strict about what is not a metrics file: a line that is not a JSON
- * object, or a step row without a numeric "step", is an error naming file and line. */
+ * their last value, and a line cut short (a run killed mid-write, a full disk: an
+ * unterminated last line, or one that begins an object and does not parse) is skipped
+ * and counted. Strict about what is not a metrics file: any other line that is not a
+ * JSON object, or a step row without a numeric "step", is an error naming file and line. */
 #ifndef DT_RUNLOG_H
 #define DT_RUNLOG_H
 #include <stddef.h>
@@ -31,6 +33,7 @@ typedef struct {
     double *resume_step, *resume_tokens;
 
     int torn_tail; /* the last line was cut short (a killed run) and was skipped */
+    size_t n_torn, torn_line; /* lines cut short and skipped (the tail's included); the first's number */
     int has_summary; /* from the last summary line */
     double summary_steps, final_loss, summary_tokens_per_s, summary_mfu;
     size_t n_mem;

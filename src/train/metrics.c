@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../core/dirs.h"
 
@@ -13,8 +15,15 @@ dt_status dt_metrics_open(dt_metrics *m, const char *path, int append) {
     if (!path || !*path) return DT_OK;
     snprintf(m->path, sizeof m->path, "%s", path);
     DT_TRY(dt_make_parent_dirs(path, "metrics file"));
-    m->fp = fopen(path, append ? "a" : "w");
+    m->fp = fopen(path, append ? "a+" : "w"); /* a+: the last byte is read below */
     if (!m->fp) return dt_fail(DT_EINPUT, "metrics file '%s': cannot open for writing (%s)", path, strerror(errno));
+    /* A line cut short (a full disk, a kill mid-write) would get this run's first record
+     * glued to it, losing both: end it, so it stays one torn line that readers skip. */
+    struct stat st;
+    char last = '\n';
+    if (append && fstat(fileno(m->fp), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+        pread(fileno(m->fp), &last, 1, st.st_size - 1) == 1 && last != '\n')
+        fputc('\n', m->fp);
     return DT_OK;
 }
 
