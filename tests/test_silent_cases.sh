@@ -45,12 +45,14 @@ RUN=("${TINY[@]}" "${T1[@]}" --steps 142 --set train.val_every=0)
 "$DTRAIN" train "${RUN[@]}" --metrics "$TMP/ep.jsonl" >"$TMP/ep.out" 2>&1 || fail "epoch run: $(tail -2 "$TMP/ep.out")"
 line="data: epoch 2 begins at step 140 (train file has 1119 windows of 32 tokens)"
 [ "$(grep -c '^data: epoch' "$TMP/ep.out")" -eq 1 ] && grep -qF "$line" "$TMP/ep.out" &&
-  [ "$(grep -c '"event": "epoch"' "$TMP/ep.jsonl")" -eq 1 ] && grep -q '^{"event": "epoch", "step": 140, "epoch": 2}$' "$TMP/ep.jsonl" &&
+  [ "$(grep -c '"event": "epoch"' "$TMP/ep.jsonl")" -eq 1 ] && grep -q '^{"event": "epoch", "step": 140, "epoch": 2, "time": [0-9.]*}$' "$TMP/ep.jsonl" &&
   pass "epoch: '$line' and $(grep '"epoch"' "$TMP/ep.jsonl")" || fail "epoch: $(grep -E 'epoch' "$TMP/ep.out" "$TMP/ep.jsonl")"
+python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$TMP/ep.jsonl" \
+  && pass "the metrics file with an epoch event is JSON Lines" || fail "epoch metrics are not JSON Lines"
 "$DTRAIN" train "${RUN[@]}" --set train.stop_after=139 --save "$TMP/epck" >"$TMP/ep1.out" 2>&1 &&
   "$DTRAIN" train "${RUN[@]}" --resume "$TMP/epck" --metrics "$TMP/ep2.jsonl" >"$TMP/ep2.out" 2>&1 || fail "epoch resume runs"
 ! grep -q '^data: epoch' "$TMP/ep1.out" && grep -qF "$line" "$TMP/ep2.out" &&
-  grep -q '^{"event": "epoch", "step": 140, "epoch": 2}$' "$TMP/ep2.jsonl" &&
+  grep -q '^{"event": "epoch", "step": 140, "epoch": 2, "time": [0-9.]*}$' "$TMP/ep2.jsonl" &&
   pass "epoch: a run resumed at step 139 announces it at step 140 too" || fail "epoch resume: $(grep epoch "$TMP/ep2.out")"
 
 # (c) "%" lines: kept by default, empty lines with --fortune; (d) files joined by a newline

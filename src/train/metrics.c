@@ -70,7 +70,7 @@ void dt_metrics_val(dt_metrics *m, long long step, double val_loss) {
 
 void dt_metrics_epoch(dt_metrics *m, long long step, long long epoch) {
     if (!m->fp) return;
-    fprintf(m->fp, "{\"event\": \"epoch\", \"step\": %lld, \"epoch\": %lld}\n", step, epoch);
+    fprintf(m->fp, "{\"event\": \"epoch\", \"step\": %lld, \"epoch\": %lld", step, epoch);
     end_line(m, step);
 }
 
