@@ -47,10 +47,11 @@ if command -v mpirun >/dev/null; then
   Z3=(--set parallel.zero=3 --set parallel.determinism=bitwise)
   cases=(
     "activations@1|${Z3[*]}" "AdamW second moments (shard)@1|${Z3[*]}" "parameter shard@1|${Z3[*]}"
-    "full parameters@1|${Z3[*]}" "full optimizer state@1|${Z3[*]}" "gradient norm partials@1|${Z3[*]}"
+    "full parameters@1|${Z3[*]}" "save buffer (one unit)@1|${Z3[*]}" "gradient norm partials@1|${Z3[*]}"
+    "full optimizer state@1|${Z3[*]} --set checkpoint.async=true"
     "bitwise reduction@1|${Z3[*]}" "bitwise exchange buffer@1|${Z3[*]}" "token file@1|${Z3[*]}"
     "gradient shard@1|--set parallel.zero=2" "reduce-scatter buffer@1|--set parallel.zero=2"
-    "full optimizer state@0|--set parallel.zero=2" "parameters@1|--set parallel.zero=0"
+    "save buffer (one unit)@0|--set parallel.zero=2" "parameters@1|--set parallel.zero=0"
     "AdamW first moments@1|--set parallel.zero=0" "parameters@0|--set parallel.dp_mode=ps"
     "AdamW second moments@0|--set parallel.dp_mode=ps"
   )
