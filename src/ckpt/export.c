@@ -202,7 +202,7 @@ static dt_status write_weights(const char *out, const gpt_model *m) {
         refs[i].data = m->params + t->offset;
     }
     const char *keys[] = {"format"}, *vals[] = {"pt"};
-    dt_status s = st_write_plain(path, refs, m->ntensors, keys, vals, 1); /* as save_pretrained writes it */
+    dt_status s = st_write(path, refs, m->ntensors, keys, vals, 1);
     free(refs);
     return s;
 }

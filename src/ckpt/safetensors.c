@@ -496,27 +496,13 @@ static dt_status plan_write(const char *path, const st_tensor_ref *t, int n, con
     return DT_OK;
 }
 
-static dt_status write_file(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
-                            const char *const *meta_vals, int nmeta, st_fetch_fn fetch, void *ctx, int crcs);
-
 dt_status st_write(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
                    const char *const *meta_vals, int nmeta) {
-    return write_file(path, t, n, meta_keys, meta_vals, nmeta, NULL, NULL, 1);
-}
-
-dt_status st_write_plain(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
-                         const char *const *meta_vals, int nmeta) {
-    return write_file(path, t, n, meta_keys, meta_vals, nmeta, NULL, NULL, 0);
+    return st_write_fetch(path, t, n, meta_keys, meta_vals, nmeta, NULL, NULL);
 }
 
 dt_status st_write_fetch(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
                          const char *const *meta_vals, int nmeta, st_fetch_fn fetch, void *ctx) {
-    return write_file(path, t, n, meta_keys, meta_vals, nmeta, fetch, ctx, 1);
-}
-
-/* crcs: a checksum per tensor in the metadata. */
-static dt_status write_file(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
-                            const char *const *meta_vals, int nmeta, st_fetch_fn fetch, void *ctx, int crcs) {
     if (n < 0 || nmeta < 0 || (n > 0 && !t) || (nmeta > 0 && (!meta_keys || !meta_vals)))
         return dt_fail(DT_EINPUT, "%s: st_write called with bad arguments", path);
     uint64_t *begin = malloc(((size_t)n + 1) * sizeof *begin);
@@ -532,8 +518,7 @@ static dt_status write_file(const char *path, const st_tensor_ref *t, int n, con
     if (s != DT_OK) goto out;
 
     sb_str(&h, "{");
-    int ncrc = crcs ? n : 0;
-    if (nmeta + ncrc > 0) {
+    if (nmeta + n > 0) {
         sb_str(&h, "\"__metadata__\":{");
         for (int i = 0; i < nmeta; i++) {
             if (i) sb_str(&h, ",");
@@ -541,7 +526,7 @@ static dt_status write_file(const char *path, const st_tensor_ref *t, int n, con
             sb_str(&h, ":");
             sb_json_str(&h, meta_vals[i]);
         }
-        for (int k = 0; k < ncrc; k++) { /* a fixed-width placeholder each, filled in once the data is written */
+        for (int k = 0; k < n; k++) { /* a fixed-width placeholder each, filled in once the data is written */
             if (k || nmeta > 0) sb_str(&h, ",");
             char key[sizeof ST_CRC_PREFIX + sizeof((st_entry *)0)->name];
             snprintf(key, sizeof key, "%s%s", ST_CRC_PREFIX, sorted[k]->name); /* names < 256 bytes: fits */
@@ -555,7 +540,7 @@ static dt_status write_file(const char *path, const st_tensor_ref *t, int n, con
     for (int k = 0; k < n; k++) {
         const st_tensor_ref *r = sorted[k];
         size_t i = (size_t)(r - t); /* data order is the caller's: tensor i spans begin[i]..begin[i+1] */
-        if (k || nmeta + ncrc > 0) sb_str(&h, ",");
+        if (k || nmeta + n > 0) sb_str(&h, ",");
         sb_json_str(&h, r->name);
         sb_str(&h, ":{\"dtype\":\"");
         sb_str(&h, DTYPES[r->dtype].name);
@@ -595,13 +580,13 @@ static dt_status write_file(const char *path, const st_tensor_ref *t, int n, con
         if (fetch) s = fetch(ctx, i, &data);
         uint64_t nb = begin[i + 1] - begin[i];
         if (s == DT_OK) s = dt_atomic_write(&af, data, (size_t)nb);
-        if (s == DT_OK && crcs) {
+        if (s == DT_OK) {
             char hex[9];
             snprintf(hex, sizeof hex, "%08x", (unsigned)crc_update(0, data, nb));
             memcpy(h.p + slot[i], hex, 8);
         }
     }
-    if (s == DT_OK && crcs) s = dt_atomic_pwrite(&af, h.p, h.len, 8); /* the header with the checksums filled in */
+    if (s == DT_OK) s = dt_atomic_pwrite(&af, h.p, h.len, 8); /* the header with the checksums filled in */
     if (s == DT_OK) s = dt_atomic_commit(&af);
     else dt_atomic_abort(&af);
 out:

@@ -78,9 +78,6 @@ typedef struct {
  * both may be NULL when nmeta == 0. Names must be unique, non-empty, < 256 bytes. */
 dt_status st_write(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
                    const char *const *meta_vals, int nmeta);
-/* The same file without checksums, as Hugging Face's own writers make it (an export). */
-dt_status st_write_plain(const char *path, const st_tensor_ref *t, int n, const char *const *meta_keys,
-                         const char *const *meta_vals, int nmeta);
 /* The same file, tensor i's data (t[i].data is not read) asked of fetch(ctx, i, &data) just
  * before it is written, in the order given: valid until the next call (a streamed save
  * holds one tensor at a time). A fetch error stops the write (the file is not created). */
