@@ -65,7 +65,7 @@ static void reason_in(const char *step_dir, char *out, size_t cap) {
 }
 
 typedef struct {
-    char name[64];
+    char name[256];
     char reason[600];
 } skipped;
 
