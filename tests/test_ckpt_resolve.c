@@ -96,7 +96,8 @@ int main(int argc, char **argv) {
     char *at = txt ? strstr(txt, "\"step\":\t20") : NULL;
     CHECK(at != NULL, "state names step 20: %s", txt ? txt : "");
     if (at) at[strlen("\"step\":\t2")] = '1'; /* 20 -> 21 */
-    CHECK(dt_write_file_atomic(st, txt, len) == DT_OK, "write state");
+    CHECK(txt && dt_write_file_atomic(st, txt, len) == DT_OK, "write state");
+    free(txt);
     expect(g_dir, 10, NULL);
     step_path(p, sizeof p, 20, NULL);
     expect(p, -1, "trainer_state.json is at step 21, but the directory is named for step 20");
