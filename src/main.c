@@ -8,6 +8,7 @@
 
 #include "backend/ops.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/ckpt_verify.h"
 #include "ckpt/export.h"
 #include "comm/bench_comm.h"
 #include "comm/comm.h"
@@ -199,6 +200,7 @@ static dt_status cmd_train(dt_comm *world, int argc, char **argv) {
         return DT_OK;
     }
     dt_config c;
+    dt_ckpt_resolve_report(dt_comm_rank(world) == 0); /* a skipped damaged step: said once */
     dt_status s = parse_config_args(&c, argc, argv);
     if (s != DT_OK) { /* identical on every rank: report once */
         g_report = dt_comm_rank(world) == 0;

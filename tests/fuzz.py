@@ -4,7 +4,7 @@ model.safetensors.index.json / optimizer.safetensors.index.json and shard files)
 files and config files (a few replaced by a FIFO or /dev/zero), runs dtrain on each case and
 checks the outcome: exit 0 or 2 (1 only for a run whose mutated but finite weights diverge,
 which is a runtime failure by design), at most one "dtrain: error:" line, no signal, no
-sanitizer report, no timeout.
+sanitizer report, no timeout; a flipped bit in a tensor's data: exit 2 naming its checksum.
 
 usage: python3 fuzz.py DTRAIN WORKDIR CASES SEED TINY_CONFIG TRAIN_BIN VAL_BIN
 A failing case prints its number and the command to reproduce it (FUZZ_ONLY=N runs one).
@@ -227,6 +227,15 @@ def make_special(case, p):
 
 
 # --- the cases --------------------------------------------------------------------------
+def flip_data(rng, raw):
+    """One bit of one tensor's data flipped: the file stays valid but for its checksum."""
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    b, e = hdr[rng.choice([k for k in hdr if k != "__metadata__" and hdr[k]["data_offsets"][1] > hdr[k]["data_offsets"][0]])]["data_offsets"]
+    i = 8 + n + rng.randrange(b, e)
+    return raw[:i] + bytes([raw[i] ^ (1 << rng.randrange(8))]) + raw[i + 1:]
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     base = os.path.join(WORK, "base")
@@ -257,6 +266,7 @@ def main():
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         kind = ["model", "optimizer", "state", "tokens", "config", "index", "shard"][case % 7]
+        must = None  # what the error must say (a flipped data bit: its checksum)
         if kind in ("index", "shard"):
             ck = os.path.join(d, "ck")
             shutil.copytree(step_sh, ck)
@@ -274,6 +284,10 @@ def main():
                 elif r < 0.3:  # another shard's bytes under this name
                     other = os.path.join(ck, rng.choice([f for f in files if os.path.join(ck, f) != p]))
                     shutil.copyfile(other, p)
+                elif r < 0.45:
+                    raw = open(p, "rb").read()
+                    open(p, "wb").write(flip_data(rng, raw))
+                    must = "checksum mismatch"
                 else:
                     raw = open(p, "rb").read()
                     open(p, "wb").write(mutate_safetensors(rng, raw))
@@ -285,7 +299,11 @@ def main():
                  "state": "trainer_state.json"}[kind]
             p = os.path.join(ck, f)
             raw = open(p, "rb").read()
-            raw = mutate_json_text(rng, raw.decode()) if kind == "state" else mutate_safetensors(rng, raw)
+            if kind != "state" and rng.random() < 0.2:
+                raw = flip_data(rng, raw)
+                must = "checksum mismatch"
+            else:
+                raw = mutate_json_text(rng, raw.decode()) if kind == "state" else mutate_safetensors(rng, raw)
             open(p, "wb").write(raw)
             args = reader_args(rng, ck, d, kind == "optimizer")
         elif kind == "tokens":
@@ -323,6 +341,8 @@ def main():
             bad = "%d error lines" % len(errors)
         elif special and kind != "state " + special and (rc != 2 or "not a regular file" not in errors[0]):
             bad = "a %s input not refused as such (rc %s)" % (special, rc)
+        elif must and (rc != 2 or must not in errors[0]):
+            bad = "exit %d, not exit 2 with '%s'" % (rc, must)
         counts[(kind, rc)] = counts.get((kind, rc), 0) + 1
         if bad:
             failures += 1

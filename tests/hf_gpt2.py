@@ -16,7 +16,7 @@ wte. float64 throughout.
   python3 hf_gpt2.py greedy  OUT IDS N SAMPLE_OUT PROMPT_BYTES [vocab.json]
                                                     dtrain sample's N greedy tokens after IDS
 """
-import json
+import json, zlib
 import math
 import operator
 import os
@@ -61,7 +61,10 @@ def check_config(out, pairs):
 def check_header(out):
     cfg = load_config(out)
     hdr, data, n = read_st(os.path.join(out, "model.safetensors"))
-    assert hdr.pop("__metadata__", None) == {"format": "pt"}, "metadata must be {'format': 'pt'}"
+    meta = hdr.pop("__metadata__", None) or {}
+    # format pt, and dtrain's checksum of each tensor (zlib's CRC-32 of its bytes)
+    crcs = {"crc32." + k: "%08x" % zlib.crc32(data[e["data_offsets"][0]:e["data_offsets"][1]]) for k, e in hdr.items()}
+    assert meta == dict(crcs, format="pt"), "metadata must be format pt and each tensor's crc32"
     want = expected_shapes(cfg)
     assert set(hdr) == set(want), "names differ: extra %s, missing %s" % (
         sorted(set(hdr) - set(want))[:5], sorted(set(want) - set(hdr))[:5])
@@ -247,7 +250,16 @@ def scale_weights(src, dst, factors):
                 vals = struct.unpack("<%df" % ((end - b) // 4), data[b:end])
                 data[b:end] = struct.pack("<%df" % len(vals), *(v * float(f) for v in vals))
     with open(src, "rb") as f:
-        head = f.read(8 + n)
+        head = bytearray(f.read(8 + n))
+    for k, e in hdr.items():  # the checksums of the scaled tensors (fixed width: in place)
+        if k == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        key = ('"crc32.%s":"' % k).encode()
+        at = head.find(key)
+        if at >= 0:
+            at += len(key)
+            head[at:at + 8] = ("%08x" % zlib.crc32(data[b:end])).encode()
     with open(dst, "wb") as f:
         f.write(head + bytes(data))
 

@@ -110,15 +110,21 @@ expect_bad "tp without ranks" "tp" train "${T[@]}" --set parallel.tp=2
 # --- issue 7 item 6: non-finite values in a checkpoint, named --------------------------
 "$DTRAIN" train "${TINY[@]}" --steps 2 --save "$TMP/fin" >/dev/null 2>&1 || fail "making a checkpoint"
 FIN="$TMP/fin/step_00000002"
-# poke FILE TENSOR VALUE: overwrite element 3 of TENSOR with VALUE (nan, inf, -inf)
+# poke FILE TENSOR VALUE: overwrite element 3 of TENSOR with VALUE (nan, inf, -inf), its
+# checksum updated to match (as a run that saved the value would have written it)
 poke() {
   python3 - "$@" <<'PY'
-import json, struct, sys
+import json, struct, sys, zlib
 path, name, val = sys.argv[1], sys.argv[2], float(sys.argv[3])
 raw = bytearray(open(path, "rb").read())
 n = struct.unpack("<Q", raw[:8])[0]
 b, e = json.loads(raw[8:8 + n])[name]["data_offsets"]
+old = zlib.crc32(raw[8 + n + b:8 + n + e])
 raw[8 + n + b + 12:8 + n + b + 16] = struct.pack("<f", val)
+key = ('"crc32.%s":"%08x"' % (name, old)).encode()
+at = raw.find(key, 8, 8 + n)
+assert at > 0, "no checksum for " + name
+raw[at:at + len(key)] = ('"crc32.%s":"%08x"' % (name, zlib.crc32(raw[8 + n + b:8 + n + e]))).encode()
 open(path, "wb").write(raw)
 PY
 }

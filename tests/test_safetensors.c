@@ -1,5 +1,5 @@
 /* safetensors reader/writer and atomic_file: round trip, every corrupt-header case
- * (bytes built by hand) and crash-safe replacement. Usage: test_safetensors SRC_DIR */
+ * (bytes built by hand), crash-safe replacement, per-tensor checksums. Usage: test_safetensors SRC_DIR */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -466,6 +466,82 @@ static void test_read_file(void) {
     unlink(path);
 }
 
+/* Checksums: zlib's CRC-32 per tensor in the metadata, the streamed writer's the same
+ * bytes, a flipped data bit caught by st_read and st_verify, files without them read. */
+static const void *g_fetch[2];
+static dt_status fetch_from(void *ctx, int i, const void **data) {
+    (void)ctx;
+    *data = g_fetch[i];
+    return DT_OK;
+}
+
+static void test_checksums(void) {
+    const char digits[] = "123456789"; /* CRC-32's check value: cbf43926 */
+    float b[2] = {1.0f, -2.0f};
+    st_tensor_ref t[2] = {{"b", ST_F32, 1, {2}, b}, {"a", ST_U8, 1, {9}, digits}};
+    const char *mk[] = {"format"}, *mv[] = {"pt"};
+    char path[256], path2[256];
+    tmp_path(path, sizeof path, "crc.safetensors");
+    tmp_path(path2, sizeof path2, "crc_fetch.safetensors");
+    CHECK(st_write(path, t, 2, mk, mv, 1) == DT_OK, "st_write");
+    st_file f;
+    CHECK(st_open(&f, path) == DT_OK, "open");
+    const st_entry *a = st_find(&f, "a");
+    CHECK(a && a->has_crc && a->crc == 0xcbf43926u, "crc of '123456789' is cbf43926");
+    CHECK(st_metadata(&f, "crc32.a") && !strcmp(st_metadata(&f, "crc32.a"), "cbf43926"), "metadata crc32.a");
+    CHECK(st_metadata(&f, "format") && !strcmp(st_metadata(&f, "format"), "pt"), "caller's metadata kept");
+    uint64_t off = f.data_start + (a ? a->begin : 0) + 4;
+    st_close(&f);
+
+    /* the streamed writer (data asked for as it is written): the same bytes */
+    st_tensor_ref u[2] = {t[0], t[1]};
+    u[0].data = u[1].data = NULL;
+    g_fetch[0] = b;
+    g_fetch[1] = digits;
+    CHECK(st_write_fetch(path2, u, 2, mk, mv, 1, fetch_from, NULL) == DT_OK, "st_write_fetch");
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    CHECK(dt_read_file(path, &x, &nx, 1 << 20) == DT_OK && dt_read_file(path2, &y, &ny, 1 << 20) == DT_OK &&
+              nx == ny && !memcmp(x, y, nx), "streamed file = direct file, byte for byte");
+
+    /* one bit flipped in a's data: a's reads fail naming it, b's still work */
+    x[off] ^= 0x04;
+    write_raw(path, x, nx);
+    free(x);
+    free(y);
+    CHECK(st_open(&f, path) == DT_OK, "open of a file with damaged data (its header is fine)");
+    char buf[16];
+    float bb[2];
+    dt_error_clear();
+    dt_status s = st_read(&f, st_find(&f, "a"), buf, 9);
+    CHECK(s == DT_EINPUT && strstr(dt_error_message(), "tensor 'a': checksum mismatch") &&
+              strstr(dt_error_message(), path), "st_read of the damaged tensor");
+    dt_error_clear();
+    s = st_verify(&f, st_find(&f, "a"));
+    CHECK(s == DT_EINPUT && strstr(dt_error_message(), "checksum mismatch"), "st_verify of the damaged tensor");
+    CHECK(st_read(&f, st_find(&f, "b"), bb, sizeof bb) == DT_OK && bb[1] == -2.0f, "the other tensor reads");
+    CHECK(st_verify(&f, st_find(&f, "b")) == DT_OK, "the other tensor verifies");
+    CHECK(st_read_range(&f, st_find(&f, "a"), 0, buf, 2) == DT_OK, "a range read does not check (st_verify does)");
+    st_close(&f);
+
+    /* no checksums (Hugging Face's files): read as before; a checksum for another name is ignored */
+    static const char plain[] = "{\"__metadata__\":{\"crc32.zz\":\"00000000\"},\"x\":{\"dtype\":\"U8\","
+                                "\"shape\":[2],\"data_offsets\":[0,2]}}";
+    make_file(path, strlen(plain), plain, 2);
+    CHECK(st_open(&f, path) == DT_OK && !st_find(&f, "x")->has_crc, "open without checksums");
+    CHECK(st_read(&f, st_find(&f, "x"), buf, 2) == DT_OK && st_verify(&f, st_find(&f, "x")) == DT_OK,
+          "read without checksums");
+    st_close(&f);
+    expect_bad("{\"__metadata__\":{\"crc32.x\":\"CBF43926\"},\"x\":{\"dtype\":\"U8\",\"shape\":[2],"
+               "\"data_offsets\":[0,2]}}", 2, "checksum");
+    expect_bad("{\"__metadata__\":{\"crc32.x\":\"cbf4392\"},\"x\":{\"dtype\":\"U8\",\"shape\":[2],"
+               "\"data_offsets\":[0,2]}}", 2, "checksum");
+    const char *rk[] = {"crc32.a"}, *rv[] = {"0"};
+    dt_error_clear();
+    CHECK(st_write(path, t, 2, rk, rv, 1) == DT_EINPUT && strstr(dt_error_message(), "reserved"),
+          "a caller's crc32.* metadata key is refused");
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     (void)argv; /* source dir: unused, all inputs are built here */
@@ -479,6 +555,7 @@ int main(int argc, char **argv) {
     test_corrupt();
     test_atomic();
     test_read_file();
+    test_checksums();
     check_remove_tree(g_dir);
     return check_finish();
 }

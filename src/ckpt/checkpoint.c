@@ -406,24 +406,6 @@ dt_status dt_ckpt_save_stream(const char *dir, const gpt_model *m, const dt_ckpt
     return dt_ckpt_commit(dir, tmp, st, config_json);
 }
 
-dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap) {
-    char p[1100], name[256];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/trainer_state.json", dir);
-    if (stat(p, &sb) == 0) {
-        snprintf(step_dir, cap, "%s", dir);
-        return DT_OK;
-    }
-    snprintf(p, sizeof p, "%s/latest", dir);
-    if (stat(p, &sb) != 0)
-        return dt_fail(DT_EINPUT, "checkpoint '%s': no trainer_state.json and no 'latest' file", dir);
-    DT_TRY(dt_ckpt_read_latest(dir, name, sizeof name));
-    snprintf(step_dir, cap, "%s/%s", dir, name);
-    snprintf(p, sizeof p, "%s/trainer_state.json", step_dir);
-    if (stat(p, &sb) != 0) return dt_fail(DT_EINPUT, "checkpoint '%s': missing trainer_state.json", step_dir);
-    return DT_OK;
-}
-
 /* A non-negative integer field (JSON numbers are doubles: 2.5 or 1e300 are not steps). */
 static dt_status json_uint(const char *step_dir, const cJSON *o, const char *key, double max, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -828,6 +810,8 @@ static dt_status read_tensors(const ckpt_src *c, const gpt_model *m, float *cons
                 if (t->shard.pieces <= 1) {
                     s = st_read(&f, e, dst, (uint64_t)saved_numel(t) * sizeof(float));
                 } else {
+                    s = st_verify(&f, e); /* the pieces alone cannot be checked against the whole's checksum */
+                    if (s != DT_OK) break;
                     int64_t need = dt_shard_max_runs(&t->shard);
                     if (need > cap) {
                         dt_shard_run *r = realloc(runs, (size_t)need * sizeof *runs);
@@ -925,6 +909,26 @@ dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float
     static const char *const moments[] = {"exp_avg.", "exp_avg_sq."};
     float *const *views[] = {exp_avg, exp_avg_sq};
     return load_sets(step_dir, "optimizer", m, views, moments, 2, 0);
+}
+
+dt_status dt_ckpt_check_tensors(const char *step_dir, const char *kind, int required) {
+    char single[1200], index[1200];
+    snprintf(single, sizeof single, "%s/%s.safetensors", step_dir, kind);
+    snprintf(index, sizeof index, "%s/%s.safetensors.index.json", step_dir, kind);
+    struct stat sb;
+    if (!required && lstat(single, &sb) != 0 && lstat(index, &sb) != 0) return DT_OK;
+    ckpt_src c;
+    DT_TRY(src_open(&c, step_dir, kind));
+    dt_status s = DT_OK;
+    for (int k = 0; s == DT_OK && k < c.nfiles; k++) {
+        char pbuf[1400];
+        st_file f;
+        s = st_open(&f, src_path(&c, k, pbuf, sizeof pbuf));
+        for (int i = 0; s == DT_OK && i < f.n; i++) s = st_verify(&f, &f.entries[i]);
+        st_close(&f);
+    }
+    src_free(&c);
+    return s;
 }
 
 /* SHA-256 over the tensors in name order, each from the views or asked of src. */

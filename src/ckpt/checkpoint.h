@@ -77,11 +77,9 @@ dt_status dt_ckpt_write_index(const char *tmp, const gpt_model *const *stages, c
  * before its rename. */
 dt_status dt_ckpt_commit(const char *dir, const char *tmp, const dt_train_state *st, const char *config_json);
 void dt_ckpt_abort(const char *tmp);
-/* Resolves DIR (a step directory, or a checkpoint root: follows `latest`) to a step directory. */
 /* Every one of a sharded save's `total` model (and optimizer) files is in tmp: what the
  * writers said they wrote is where the root commits (a shared file system). */
 dt_status dt_ckpt_check_files(const char *tmp, int total, int optimizer);
-dt_status dt_ckpt_resolve(const char *dir, char *step_dir, size_t cap);
 /* Loads the trainer state and the saved config JSON (caller frees *config_json). */
 dt_status dt_ckpt_load_state(const char *step_dir, dt_train_state *st, char **config_json);
 /* The config the checkpoint was trained with: defaults, then its saved config. */
@@ -94,6 +92,10 @@ dt_status dt_ckpt_load_weights(const char *path, gpt_model *m);
 /* optimizer.safetensors.index.json when the step directory has one, else optimizer.safetensors. */
 dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float *const *exp_avg,
                                  float *const *exp_avg_sq);
+/* The kind ("model" or "optimizer") of tensors of a step directory as a load finds them (the
+ * single file, else the index and its files: validated as a load validates them), every
+ * tensor's data checked against its checksum; absent and not required: DT_OK. */
+dt_status dt_ckpt_check_tensors(const char *step_dir, const char *kind, int required);
 /* SHA-256 over every parameter in name order as its full fp32 little-endian tensor. */
 void dt_weights_digest(const gpt_model *m, char hex[65]);
 /* The same digest with the tensors asked of src (set 0) in name order (collective as src is). */

@@ -337,3 +337,43 @@ dt_status dt_ckpt_prepare_dir(const char *dir, const char *resume_step, int over
     snprintf(p, sizeof p, "%s/%s/trainer_state.json", dir, latest);
     return stat(p, &sb) == 0 ? dt_ckpt_retire_copies(dir, step, latest) : DT_OK;
 }
+
+/* Copy number of a step-directory name: K of ".vK", else 1. */
+static long long copy_of(const char *name) {
+    const char *v = strstr(name, ".v");
+    return v ? strtoll(v + 2, NULL, 10) : 1;
+}
+
+static int newest_first(const void *a, const void *b) {
+    const step_entry *x = a, *y = b;
+    if (x->step != y->step) return (x->step < y->step) - (x->step > y->step);
+    long long p = copy_of(x->name), q = copy_of(y->name);
+    return (p < q) - (p > q);
+}
+
+dt_status dt_ckpt_list_steps(const char *dir, char (**names)[64], long long **steps, int *count) {
+    step_entry *v;
+    int n;
+    *names = NULL;
+    *steps = NULL;
+    *count = 0;
+    DT_TRY(list_steps(dir, &v, &n));
+    qsort(v, (size_t)n, sizeof *v, newest_first);
+    *names = malloc((size_t)n * sizeof **names + 1);
+    *steps = malloc((size_t)n * sizeof **steps + 1);
+    if (!*names || !*steps) {
+        free(v);
+        free(*names);
+        free(*steps);
+        *names = NULL;
+        *steps = NULL;
+        return dt_fail(DT_ERUNTIME, "out of memory (checkpoint dir)");
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy((*names)[i], v[i].name, sizeof v[i].name);
+        (*steps)[i] = v[i].step;
+    }
+    *count = n;
+    free(v);
+    return DT_OK;
+}

@@ -26,6 +26,9 @@ dt_status dt_ckpt_prepare_dir(const char *dir, const char *resume_step, int over
 dt_status dt_ckpt_read_latest(const char *dir, char *name, size_t cap);
 /* Total bytes of the files in the step directory DIR/latest names (for the save's report). */
 dt_status dt_ckpt_latest_bytes(const char *dir, double *bytes);
+/* DIR's step directories, newest first (by step, then the later copy first): names[i]
+ * (malloc'd, free it) holds steps[i] (malloc'd too). */
+dt_status dt_ckpt_list_steps(const char *dir, char (**names)[64], long long **steps, int *count);
 /* Step number of a step-directory name ("step_00000010" or "step_00000010.v2"), or -1. */
 long long dt_ckpt_step_of(const char *name);
 /* A name for a new copy of `step` that no entry of DIR has: "step_%08lld" when free,

@@ -15,6 +15,7 @@
 #include "../data/tokenizer.h"
 #include "../model/gpt.h"
 #include "checkpoint.h"
+#include "ckpt_verify.h"
 #include "safetensors.h"
 
 /* The constants of dtrain's model that GPT2Config must restate (src/backend/cpu/layernorm.c,

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "../core/atomic_file.h"
 
@@ -172,6 +173,38 @@ static dt_status check_overlaps(const st_file *f) {
     return s;
 }
 
+/* CRC-32 of n bytes, continuing crc (0 to start): zlib's, in pieces its length type holds. */
+static uint32_t crc_update(uint32_t crc, const void *p, uint64_t n) {
+    const unsigned char *b = p;
+    while (n > 0) {
+        size_t k = n > (1u << 30) ? (size_t)1 << 30 : (size_t)n;
+        crc = (uint32_t)crc32_z(crc, b, k);
+        b += k;
+        n -= k;
+    }
+    return crc;
+}
+
+static int hex_digit(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+/* The metadata's "crc32.<name>" entries onto their tensors. A checksum for a tensor the
+ * file does not hold is ignored (metadata is free-form); a malformed one is a bad header. */
+static dt_status apply_checksums(st_file *f, const cJSON *meta) {
+    size_t plen = strlen(ST_CRC_PREFIX);
+    for (const cJSON *c = meta ? meta->child : NULL; c; c = c->next) {
+        if (strncmp(c->string, ST_CRC_PREFIX, plen) != 0) continue;
+        st_entry *e = (st_entry *)st_find(f, c->string + plen);
+        if (!e) continue;
+        const char *v = c->valuestring;
+        int ok = strlen(v) == 8;
+        for (int i = 0; ok && i < 8; i++) ok = hex_digit(v[i]);
+        if (!ok) return bad(f, "tensor '%s': checksum '%s' in __metadata__ is not 8 lowercase hex digits", e->name, v);
+        e->crc = (uint32_t)strtoul(v, NULL, 16);
+        e->has_crc = 1;
+    }
+    return DT_OK;
+}
+
 /* Header bytes -> entries and metadata. hdr is NUL-terminated at hdr[len]. */
 static dt_status parse_header(st_file *f, const char *hdr, size_t len) {
     const char *end = NULL;
@@ -214,6 +247,7 @@ static dt_status parse_header(st_file *f, const char *hdr, size_t len) {
                 s = bad(f, "duplicate tensor name '%s' in header", f->entries[i].name);
     }
     if (s == DT_OK) s = check_overlaps(f);
+    if (s == DT_OK) s = apply_checksums(f, meta);
     if (s == DT_OK && meta) f->metadata = cJSON_DetachItemViaPointer(root, meta);
     cJSON_Delete(root);
     return s;
@@ -325,12 +359,38 @@ dt_status st_read_range(st_file *f, const st_entry *e, uint64_t offset, void *ds
     return DT_OK;
 }
 
+static dt_status check_crc(const st_file *f, const st_entry *e, uint32_t crc) {
+    if (!e->has_crc || crc == e->crc) return DT_OK;
+    return bad(f, "tensor '%s': checksum mismatch (its data has crc32 %08x, the header records %08x): the file is "
+               "damaged", e->name, crc, e->crc);
+}
+
 dt_status st_read(st_file *f, const st_entry *e, void *dst, uint64_t dst_bytes) {
     DT_TRY(check_entry(f, e));
     if (dst_bytes != e->end - e->begin)
         return bad(f, "tensor '%s' has %" PRIu64 " bytes but %" PRIu64 " were expected", e->name, e->end - e->begin,
                    dst_bytes);
-    return st_read_range(f, e, 0, dst, dst_bytes);
+    DT_TRY(st_read_range(f, e, 0, dst, dst_bytes));
+    return e->has_crc ? check_crc(f, e, crc_update(0, dst, dst_bytes)) : DT_OK;
+}
+
+dt_status st_verify(st_file *f, const st_entry *e) {
+    DT_TRY(check_entry(f, e));
+    if (!e->has_crc) return DT_OK;
+    enum { PIECE = 4 << 20 };
+    uint64_t n = e->end - e->begin, done = 0;
+    unsigned char *buf = n ? malloc(n < PIECE ? (size_t)n : PIECE) : NULL;
+    if (n && !buf) return dt_fail(DT_ERUNTIME, "%s: out of memory checking tensor '%s'", f->path, e->name);
+    uint32_t crc = 0;
+    dt_status s = DT_OK;
+    while (s == DT_OK && done < n) {
+        uint64_t k = n - done < PIECE ? n - done : PIECE;
+        s = st_read_range(f, e, done, buf, k);
+        if (s == DT_OK) crc = crc_update(crc, buf, k);
+        done += k;
+    }
+    free(buf);
+    return s == DT_OK ? check_crc(f, e, crc) : s;
 }
 
 const char *st_metadata(const st_file *f, const char *key) {
@@ -428,6 +488,8 @@ static dt_status plan_write(const char *path, const st_tensor_ref *t, int n, con
             return dt_fail(DT_EINPUT, "%s: duplicate tensor name '%s'", path, sorted[i]->name);
     for (int i = 0; i < nmeta; i++) {
         if (!mk[i] || !mv[i]) return dt_fail(DT_EINPUT, "%s: metadata entry %d is NULL", path, i);
+        if (!strncmp(mk[i], ST_CRC_PREFIX, strlen(ST_CRC_PREFIX)))
+            return dt_fail(DT_EINPUT, "%s: metadata key '%s' is reserved for checksums", path, mk[i]);
         for (int k = 0; k < i; k++)
             if (strcmp(mk[k], mk[i]) == 0) return dt_fail(DT_EINPUT, "%s: duplicate metadata key '%s'", path, mk[i]);
     }
@@ -445,9 +507,10 @@ dt_status st_write_fetch(const char *path, const st_tensor_ref *t, int n, const 
         return dt_fail(DT_EINPUT, "%s: st_write called with bad arguments", path);
     uint64_t *begin = malloc(((size_t)n + 1) * sizeof *begin);
     const st_tensor_ref **sorted = malloc(((size_t)n + 1) * sizeof *sorted);
+    size_t *slot = malloc(((size_t)n + 1) * sizeof *slot); /* where tensor i's checksum goes in the header */
     sbuf h = {0};
     dt_status s = DT_OK;
-    if (!begin || !sorted) {
+    if (!begin || !sorted || !slot) {
         s = dt_fail(DT_ERUNTIME, "%s: out of memory", path);
         goto out;
     }
@@ -455,7 +518,7 @@ dt_status st_write_fetch(const char *path, const st_tensor_ref *t, int n, const 
     if (s != DT_OK) goto out;
 
     sb_str(&h, "{");
-    if (nmeta > 0) {
+    if (nmeta + n > 0) {
         sb_str(&h, "\"__metadata__\":{");
         for (int i = 0; i < nmeta; i++) {
             if (i) sb_str(&h, ",");
@@ -463,12 +526,21 @@ dt_status st_write_fetch(const char *path, const st_tensor_ref *t, int n, const 
             sb_str(&h, ":");
             sb_json_str(&h, meta_vals[i]);
         }
+        for (int k = 0; k < n; k++) { /* a fixed-width placeholder each, filled in once the data is written */
+            if (k || nmeta > 0) sb_str(&h, ",");
+            char key[sizeof ST_CRC_PREFIX + sizeof((st_entry *)0)->name];
+            snprintf(key, sizeof key, "%s%s", ST_CRC_PREFIX, sorted[k]->name); /* names < 256 bytes: fits */
+            sb_json_str(&h, key);
+            sb_str(&h, ":\"");
+            slot[sorted[k] - t] = h.len;
+            sb_str(&h, "00000000\"");
+        }
         sb_str(&h, "}");
     }
     for (int k = 0; k < n; k++) {
         const st_tensor_ref *r = sorted[k];
         size_t i = (size_t)(r - t); /* data order is the caller's: tensor i spans begin[i]..begin[i+1] */
-        if (k || nmeta > 0) sb_str(&h, ",");
+        if (k || nmeta + n > 0) sb_str(&h, ",");
         sb_json_str(&h, r->name);
         sb_str(&h, ":{\"dtype\":\"");
         sb_str(&h, DTYPES[r->dtype].name);
@@ -506,13 +578,21 @@ dt_status st_write_fetch(const char *path, const st_tensor_ref *t, int n, const 
     for (int i = 0; i < n && s == DT_OK; i++) {
         const void *data = t[i].data;
         if (fetch) s = fetch(ctx, i, &data);
-        if (s == DT_OK) s = dt_atomic_write(&af, data, (size_t)(begin[i + 1] - begin[i]));
+        uint64_t nb = begin[i + 1] - begin[i];
+        if (s == DT_OK) s = dt_atomic_write(&af, data, (size_t)nb);
+        if (s == DT_OK) {
+            char hex[9];
+            snprintf(hex, sizeof hex, "%08x", (unsigned)crc_update(0, data, nb));
+            memcpy(h.p + slot[i], hex, 8);
+        }
     }
+    if (s == DT_OK) s = dt_atomic_pwrite(&af, h.p, h.len, 8); /* the header with the checksums filled in */
     if (s == DT_OK) s = dt_atomic_commit(&af);
     else dt_atomic_abort(&af);
 out:
     free(begin);
     free(sorted);
+    free(slot);
     free(h.p);
     return s;
 }

@@ -82,6 +82,23 @@ dt_status dt_atomic_write(dt_atomic_file *f, const void *buf, size_t n) {
     return DT_OK;
 }
 
+dt_status dt_atomic_pwrite(dt_atomic_file *f, const void *buf, size_t n, unsigned long long off) {
+    if (!f->tmp_path[0]) return dt_fail(DT_ERUNTIME, "write to %s: file is not open", f->final_path);
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = pwrite(f->fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return dt_fail(DT_ERUNTIME, "cannot write %s: %s", f->tmp_path, strerror(errno));
+        }
+        if (w == 0) return dt_fail(DT_ERUNTIME, "cannot write %s: write returned 0", f->tmp_path);
+        p += w;
+        n -= (size_t)w;
+        off += (unsigned long long)w;
+    }
+    return DT_OK;
+}
+
 void dt_atomic_abort(dt_atomic_file *f) {
     if (!f->tmp_path[0]) return;
     if (f->fd >= 0) close(f->fd);

@@ -21,6 +21,9 @@ typedef struct {
 dt_status dt_atomic_open(dt_atomic_file *f, const char *path);
 /* Writes all n bytes (loops on short writes and EINTR). */
 dt_status dt_atomic_write(dt_atomic_file *f, const void *buf, size_t n);
+/* Rewrites n bytes already written at offset off (a header patched once the data it
+ * describes has been streamed); the file position is unchanged. */
+dt_status dt_atomic_pwrite(dt_atomic_file *f, const void *buf, size_t n, unsigned long long off);
 /* fsync, close, rename over the final path, fsync the directory. On failure before the
  * rename the temp file is removed and the old file is untouched; if only the final
  * directory fsync fails the new file is in place but may not survive a power loss. */

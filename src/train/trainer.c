@@ -9,6 +9,7 @@
 
 #include "../backend/ops.h"
 #include "../ckpt/checkpoint.h"
+#include "../ckpt/ckpt_verify.h"
 #include "../ckpt/ckpt_dir.h"
 #include "../core/mem.h"
 #include "../core/signals.h"
