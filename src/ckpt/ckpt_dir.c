@@ -358,7 +358,7 @@ dt_status dt_ckpt_list_steps(const char *dir, char (**names)[64], long long **st
     *steps = NULL;
     *count = 0;
     DT_TRY(list_steps(dir, &v, &n));
-    qsort(v, (size_t)n, sizeof *v, newest_first);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, newest_first); /* v is NULL when n is 0 */
     *names = malloc((size_t)n * sizeof **names + 1);
     *steps = malloc((size_t)n * sizeof **steps + 1);
     if (!*names || !*steps) {
