@@ -629,6 +629,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
         /* the commands that run on many ranks (under mpirun; one rank otherwise) */
         dt_comm *world = NULL;
+        dt_signals_die_with_parent(); /* no rank outlives its mpirun */
         s = dt_comm_init(&world, &argc, &argv);
         if (s == DT_OK) {
             s = !strcmp(cmd, "train") ? cmd_train(world, argc - 2, argv + 2) : cmd_bench(world, argc - 2, argv + 2);
