@@ -38,6 +38,12 @@ wait_beats() {
   done
   return 1
 }
+# bounded_wait PID SECONDS: its exit code once it ends, or 124 after SECONDS (then it is killed)
+bounded_wait() {
+  local i
+  for i in $(seq $(($2 * 20))); do alive "$1" || { wait "$1"; return; }; sleep 0.05; done
+  kill -KILL "$1"; wait "$1"; return 124
+}
 # children PID: its child processes
 children() { local p; for p in /proc/[0-9]*; do [ "$(awk '{print $4}' "$p/stat" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"; done; }
 "${MPI[@]}" -np 2 "$DTRAIN" train "${RUN[@]}" >"$TMP/straight.out" 2>&1 || fail "straight run"
@@ -49,7 +55,7 @@ DT_TEST_FAULT=stop:5:1 DT_TEST_FAULT_ONCE=$TMP/once1 "${L[@]}" -n 2 --heartbeat-
   --set comm.timeout=0 --save "$TMP/ck1" --save-every 2 --set checkpoint.keep_last=1 >"$TMP/orphan.out" 2>&1 &
 lp=$!; JOBS="$JOBS $lp"
 wait_for "$TMP/orphan.out" "test fault: rank 1 stops" 120
-d=$(beat_dir $lp); old=$(rank_pids "$d"); mp=$(children $lp)
+d=$(beat_dir $lp); old=$(rank_pids "$d"); mp=$(children $lp); JOBS="$JOBS $old"
 kill -KILL $mp
 # the moment the restart starts: which of the first attempt's ranks are alive
 left="?"
@@ -57,7 +63,7 @@ for i in $(seq 1200); do
   if grep -q "^dtrain launch: restart 1" "$TMP/orphan.out"; then left=""; for p in $old; do alive $p && left="$left $p"; done; break; fi
   sleep 0.02
 done
-wait $lp; rc=$?
+bounded_wait $lp 120; rc=$?
 [ $rc -eq 0 ] && [ -n "$old" ] && [ -z "$left" ] && [ "$(digest_of "$TMP/orphan.out")" = "$STRAIGHT" ] &&
   pass "mpirun killed with rank 1 stopped: ranks $old gone before the restart; the straight run's weights ($STRAIGHT)" ||
   fail "orphans: rc $rc, first attempt's ranks '$old', alive at the restart: '$left': $(grep -E 'launch|digest' "$TMP/orphan.out")"
@@ -84,7 +90,7 @@ if full; then
 fi
 
 # 2. a rank that hangs before its first step: killed after the start-up timeout, restarted
-DT_TEST_FAULT=hang:start:1 DT_TEST_FAULT_ONCE=$TMP/once2 timeout 120 "${L[@]}" -n 2 --heartbeat-timeout 2 \
+DT_TEST_FAULT=hang:start:1 DT_TEST_FAULT_ONCE=$TMP/once2 timeout -k 5 120 "${L[@]}" -n 2 --heartbeat-timeout 2 \
   --startup-timeout 4 -- train "${RUN[@]}" >"$TMP/startup.out" 2>&1; rc=$?
 line=$(grep "no step within" "$TMP/startup.out")
 [ $rc -eq 0 ] && echo "$line" | grep -Eq "no step within 4 s of the start \(--startup-timeout\): ranks? (0, )?1 started but finished no step" &&
@@ -100,10 +106,10 @@ hung_job() { # NAME EXTRA...: a job whose rank 1 hangs after step 3; its launche
   lp=$!; JOBS="$JOBS $lp"
 }
 hung_job term2
-d=$(wait_beats $lp 1 3); pids="$(rank_pids "$d") $(children $lp)"
+d=$(wait_beats $lp 1 3); pids="$(rank_pids "$d") $(children $lp)"; JOBS="$JOBS $pids"
 kill -TERM $lp; sleep 2
 still=0; alive $lp && still=1
-t0=$(date +%s.%N); kill -TERM $lp; wait $lp; rc=$?; t1=$(date +%s.%N)
+t0=$(date +%s.%N); kill -TERM $lp; bounded_wait $lp 30; rc=$?; t1=$(date +%s.%N)
 sleep 1; left=""; for p in $pids; do alive $p && left="$left $p"; done
 [ $still -eq 1 ] && [ $rc -eq 143 ] && [ -z "$left" ] && awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }' &&
   grep -q "SIGTERM again: killing the job at once" "$TMP/term2.out" &&
@@ -112,8 +118,8 @@ sleep 1; left=""; for p in $pids; do alive $p && left="$left $p"; done
 
 # --stop-timeout: one SIGTERM, the save hangs: killed after 3 s
 hung_job stopto --stop-timeout 3
-d=$(wait_beats $lp 1 3); pids="$(rank_pids "$d") $(children $lp)"
-t0=$(date +%s.%N); kill -TERM $lp; wait $lp; rc=$?; t1=$(date +%s.%N)
+d=$(wait_beats $lp 1 3); pids="$(rank_pids "$d") $(children $lp)"; JOBS="$JOBS $pids"
+t0=$(date +%s.%N); kill -TERM $lp; bounded_wait $lp 30; rc=$?; t1=$(date +%s.%N)
 sleep 1; left=""; for p in $pids; do alive $p && left="$left $p"; done
 took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 [ $rc -eq 143 ] && [ -z "$left" ] && awk -v t="$took" 'BEGIN { exit !(t >= 3 && t < 10) }' &&
@@ -125,7 +131,7 @@ took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 # the heartbeat directory it left
 "${L[@]}" -n 2 --heartbeat-timeout 600 -- train "${LONG[@]}" >"$TMP/kill.out" 2>&1 &
 lp=$!; JOBS="$JOBS $lp"
-d=$(wait_beats $lp 2 2); pids="$(rank_pids "$d") $(children $lp)"
+d=$(wait_beats $lp 2 2); pids="$(rank_pids "$d") $(children $lp)"; JOBS="$JOBS $pids"
 kill -KILL $lp; wait $lp 2>/dev/null
 left="$pids"
 for i in $(seq 60); do left=""; for p in $pids; do alive $p && left="$left $p"; done; [ -z "$left" ] && break; sleep 0.05; done
