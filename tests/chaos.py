@@ -36,7 +36,7 @@ LAYOUTS = {  # name: (ranks, extra train arguments)
 KINDS = ["exit", "hang", "stop", "hang-start", "crash-save", "mpirun-kill", "term-resume", "term2-resume",
          "launcher-kill"]
 CRASH_POINTS = ["tmp", "renamed", "latest_tmp", "latest", "retire"]
-STEPS, EVERY = 12, 2
+STEPS, EVERY = 24, 3
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
 MPI_ARGS = ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "--mca", "btl", "self,vader"]
 
@@ -127,7 +127,17 @@ class Trial:
             cmd += ["--resume", job["ck"]]
         out = open(os.path.join(job["dir"], "out%d.txt" % job["starts"]), "w")
         job["starts"] += 1
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.current = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return self.current
+
+    def stop(self):
+        """ends the running job, if any (the trial was interrupted)"""
+        p = getattr(self, "current", None)
+        if p and p.poll() is None:
+            for c in tree(p.pid):
+                os.kill(c, signal.SIGKILL)
+            p.kill()
+            p.wait()
 
     def wait(self, p, until):
         while p.poll() is None:
@@ -254,6 +264,7 @@ def main():
     a = ap.parse_args()
     a.dtrain = os.path.abspath(a.dtrain)
     rng = random.Random(a.seed)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("chaos: terminated"))
     trial = Trial(a)
     layouts, kinds = a.layouts.split(","), a.kinds.split(",")
     rows, t0 = [], time.time()
@@ -269,6 +280,7 @@ def main():
             rows.append((i, layout, kind, what, outcome, time.time() - s))
             print("%3d  %-9s %-13s %-28s %5.1f s  %s" % (i, layout, kind, what, time.time() - s, outcome), flush=True)
     finally:
+        trial.stop()
         if not a.keep:
             shutil.rmtree(trial.tmp, ignore_errors=True)
     print("\nfault           jobs  ok  failed")
