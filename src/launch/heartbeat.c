@@ -24,7 +24,7 @@ static void beat(const char *kind, long long step, int rank) {
     }
     if (fd < 0) return;
     char line[64];
-    /* fixed width (41 bytes for both kinds): each beat overwrites the whole of the last one */
+    /* fixed width, the same for both kinds: each beat overwrites the whole of the last one */
     int n = snprintf(line, sizeof line, "%s %*lld pid %10d\n", kind, 25 - (int)strlen(kind), step, (int)getpid());
     if (n > 0) (void)!pwrite(fd, line, (size_t)n, 0); /* mtime = now */
 }
