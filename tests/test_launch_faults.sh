@@ -1,6 +1,7 @@
 # dtrain launch at the edges of recovery: no rank of a killed attempt outlives it (a rank
 # stopped when its mpirun is SIGKILLed is gone before the restart, which ends on the
-# straight run's weights with checkpoint.keep_last=1); a rank that hangs before its first
+# straight run's weights with checkpoint.keep_last=1); a first save killed before its
+# `latest` is resumed from; a rank that hangs before its first
 # step is found by the start-up timeout and restarted; after SIGTERM a second SIGTERM kills
 # a job whose save hangs, and so does --stop-timeout; SIGKILL of the launcher takes the job
 # with it and the next launcher removes its heartbeat directory; hostfiles that mpirun
@@ -88,6 +89,16 @@ if full; then
       fail "race $k: rc $rc: $(grep -E 'launch|error|digest' "$TMP/race$k.out") vs $(digest_of "$TMP/race.ref")"
   done
 fi
+
+# the first save killed after its step directory's rename, before `latest` (found by the
+# chaos trial): the restart resumes from that step, not from step 0 into a directory that
+# now holds checkpoints (which the job refuses, exit 2)
+DT_TEST_CRASH_AT=renamed:2 timeout -k 5 120 "${L[@]}" -n 2 -- train "${RUN[@]}" --save "$TMP/ckr" --save-every 2 \
+  >"$TMP/renamed.out" 2>&1; rc=$?
+[ $rc -eq 0 ] && grep -q "has no \`latest\` (a save was killed before committing it): resuming from its newest step, step_00000002" \
+  "$TMP/renamed.out" && grep -q "resumed at step 2" "$TMP/renamed.out" && [ "$(digest_of "$TMP/renamed.out")" = "$STRAIGHT" ] &&
+  pass "a first save killed before \`latest\`: resumed from step_00000002, the straight run's weights" ||
+  fail "killed before latest: rc $rc: $(grep -E 'launch|error|digest' "$TMP/renamed.out")"
 
 # 2. a rank that hangs before its first step: killed after the start-up timeout, restarted
 # (a start takes longer under the sanitizers: the allowance must cover the restart's)

@@ -21,6 +21,7 @@
 #include "launch/elastic.h"
 #include "launch/heartbeat.h"
 #include "launch/hostfile.h"
+#include "ckpt/ckpt_dir.h"
 
 static dt_status parse_num(const char *opt, const char *v, double lo, double hi, double *out) {
     char *end;
@@ -304,11 +305,35 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, int w
     }
 }
 
-static int has_checkpoint(const char *dir) {
+/* Where a restart resumes: dir itself once it has `latest`; else its newest step directory
+ * (a save killed between its step directory's rename and `latest`, the first save of a run
+ * above all, leaves a complete step that nothing points to: resuming from it, rather than
+ * from step 0 into a directory that now holds checkpoints, which the job refuses). 0: none. */
+static int resume_point(const char *dir, char *out, size_t cap) {
     if (!dir[0]) return 0;
     char p[DT_PATH_MAX + 16];
     snprintf(p, sizeof p, "%s/latest", dir);
-    return access(p, F_OK) == 0;
+    if (access(p, F_OK) == 0) {
+        snprintf(out, cap, "%s", dir);
+        return 1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    long long best = -1;
+    char name[256] = "";
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long st = dt_ckpt_step_of(e->d_name);
+        if (st > best || (st == best && strcmp(e->d_name, name) > 0)) { /* step_N.vK: the newer copy */
+            best = st;
+            snprintf(name, sizeof name, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    if (best < 0) return 0;
+    snprintf(out, cap, "%s/%s", dir, name);
+    say("%s has no `latest` (a save was killed before committing it): resuming from its newest step, %s", dir, name);
+    return 1;
 }
 
 /* Heartbeat directories of launchers that died (SIGKILL, the OOM killer) without removing
@@ -387,7 +412,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         dt_fail(DT_ERUNTIME, "out of memory");
         return failed(DT_ERUNTIME);
     }
-    char np[32], gbs[64];
+    char np[32], gbs[64], from[DT_PATH_MAX + 272];
     snprintf(gbs, sizeof gbs, "train.global_batch=%lld", gb);
     int grown = 0, grew_from = 0; /* restarts onto a larger world (--grow, not failures); the last one's old world */
     for (int attempt = 0;; attempt++) {
@@ -401,7 +426,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             code = 128 + g_stop_sig;
             break;
         }
-        int resume = has_checkpoint(c->checkpoint.dir) && attempt + grown > 0;
+        int resume = attempt + grown > 0 && resume_point(c->checkpoint.dir, from, sizeof from);
         int k = 0;
         snprintf(np, sizeof np, "%d", world);
         argv[k++] = (char *)o->mpirun;
@@ -425,7 +450,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         argv[k++] = "train.grad_accum=0";
         if (resume) {
             argv[k++] = "--resume";
-            argv[k++] = (char *)c->checkpoint.dir;
+            argv[k++] = from;
             argv[k++] = "--set";
             argv[k++] = "checkpoint.overwrite=false";
         }
@@ -433,7 +458,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         if (!attempt && !grown) say("starting %d ranks", world);
         else if (grew_from) say("growing to %d ranks (from %d), resuming from %s", world, grew_from, c->checkpoint.dir);
         else say("restart %d of at most %d: %d ranks, %s%s", attempt, o->max_restarts, world,
-                 resume ? "resuming from " : "from step 0 (no checkpoint yet)", resume ? c->checkpoint.dir : "");
+                 resume ? "resuming from " : "from step 0 (no checkpoint yet)", resume ? from : "");
         grew_from = 0;
         double started = wall_now(), t0 = dt_now();
         if (beat[0]) dt_heartbeat_clear(beat); /* the last attempt's: the watchdog arms at the first fresh beat */
