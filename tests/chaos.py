@@ -182,7 +182,7 @@ class Trial:
         p = self.launch(job, n, extra, env, opts)
         fired = True
         if kind in ("mpirun-kill", "term-resume", "term2-resume", "launcher-kill"):
-            at = rng.randrange(EVERY, STEPS - 1)
+            at = rng.randrange(EVERY, STEPS - 2 * EVERY)
             fired = self.wait_latest(job, p, at, until)
             what = "after step %d saved" % latest_step(job["ck"])
         if keep:
