@@ -283,11 +283,12 @@ def main():
         trial.stop()
         if not a.keep:
             shutil.rmtree(trial.tmp, ignore_errors=True)
-    print("\nfault           jobs  ok  failed")
+    print("\nfault           jobs  injected  ok  failed")
     for k in sorted({r[2] for r in rows}):
         mine = [r for r in rows if r[2] == k]
         ok = sum(r[4].startswith("ok") for r in mine)
-        print("%-15s %4d %3d %7d" % (k, len(mine), ok, len(mine) - ok))
+        print("%-15s %4d %9d %3d %7d" % (k, len(mine), sum("fault missed" not in r[4] for r in mine), ok,
+                                          len(mine) - ok))
     bad = [r for r in rows if not r[4].startswith("ok")]
     print("%d jobs, %d faults injected, %d passed, %d failed, %.0f s" %
           (len(rows), sum("fault missed" not in r[4] for r in rows), len(rows) - len(bad), len(bad), time.time() - t0))
