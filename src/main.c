@@ -495,8 +495,14 @@ static const char *LAUNCH_USAGE =
     "  --grow                  when the hostfile offers more slots (up to N) while the job runs,\n"
     "                          restart it on them from its next checkpoint (needs --hostfile,\n"
     "                          --save and --save-every)\n"
-    "  --heartbeat-timeout S   kill and restart a job whose rank 0 finished no step for S seconds\n"
-    "                          (0: off; counted from the first step's end)\n"
+    "  --heartbeat-timeout S   kill and restart a job one of whose ranks finished no step for S\n"
+    "                          seconds (0: off; counted from each rank's first step)\n"
+    "  --startup-timeout S     kill and restart a job one of whose ranks finished no first step\n"
+    "                          within S seconds of the start (default max(600, 10 x the heartbeat\n"
+    "                          timeout) when that is on, else 0: off)\n"
+    "  --stop-timeout S        on SIGINT/SIGTERM the job saves and stops; kill it if it has not\n"
+    "                          exited S seconds later (default max(300, the heartbeat timeout));\n"
+    "                          a second signal kills it at once\n"
     "  --mpirun CMD            the MPI launcher (default mpirun)\n"
     "  --mpi-arg ARG           pass ARG to mpirun (repeatable), e.g. --mpi-arg --oversubscribe\n"
     "  Exit code: the job's (0, 2 for bad input: never restarted), 128 + N when stopped by\n"
@@ -645,6 +651,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
         /* the commands that run on many ranks (under mpirun; one rank otherwise) */
         dt_comm *world = NULL;
+        dt_signals_die_with_parent(); /* no rank outlives its mpirun */
         s = dt_comm_init(&world, &argc, &argv);
         if (s == DT_OK) {
             s = !strcmp(cmd, "train") ? cmd_train(world, argc - 2, argv + 2) : cmd_bench(world, argc - 2, argv + 2);

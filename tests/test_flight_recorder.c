@@ -122,7 +122,7 @@ int main(void) {
     CHECK(dt_heartbeat_read(dir, beats, 8) == 0, "cleared");
     rmdir(dir);
 
-    dt_beat v[3] = {{0, 5, 0, 100.0}, {1, 4, 0, 99.0}, {2, 5, 0, 100.2}};
+    dt_beat v[3] = {{0, 5, 0, 100.0, 0}, {1, 4, 0, 99.0, 0}, {2, 5, 0, 100.2, 0}};
     char msg[512];
     CHECK(!dt_heartbeat_verdict(v, 3, 50.0, 101.5, 3.0, msg, sizeof msg), "every beat fresh: not hung");
     CHECK(!dt_heartbeat_verdict(v, 3, 200.0, 300.0, 3.0, msg, sizeof msg), "no beat since the start: not armed");
@@ -132,7 +132,7 @@ int main(void) {
           "verdict: %s", msg);
     CHECK(dt_heartbeat_verdict(v, 3, 50.0, 110.0, 3.0, msg, sizeof msg) && strstr(msg, "from rank 1 (last step 4)"),
           "all stale: still the one behind: %s", msg);
-    dt_beat same[2] = {{0, 5, 0, 100.0}, {1, 5, 0, 100.0}};
+    dt_beat same[2] = {{0, 5, 0, 100.0, 0}, {1, 5, 0, 100.0, 0}};
     CHECK(dt_heartbeat_verdict(same, 2, 50.0, 110.0, 3.0, msg, sizeof msg) &&
               !strcmp(msg, "no heartbeat for 10 s from ranks 0, 1 (last step 5)"),
           "all at one step: %s", msg);

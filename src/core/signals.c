@@ -2,7 +2,9 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t g_pending, g_quiet;
@@ -44,6 +46,16 @@ int dt_signal_pending(void) { return g_pending; }
 
 void dt_signal_record(int sig) {
     if (!g_pending) g_pending = sig;
+}
+
+void dt_signals_die_with_parent(void) {
+    if (!getenv("OMPI_COMM_WORLD_RANK") && !getenv("PMIX_RANK") && !getenv("PMI_RANK")) return;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* the parent may have died before prctl: then we are an orphan, adopted by init or by
+     * `dtrain launch` (a subreaper, DTRAIN_LAUNCHER_PID) */
+    const char *l = getenv("DTRAIN_LAUNCHER_PID");
+    pid_t pp = getppid();
+    if (pp == 1 || (l && atol(l) == (long)pp)) _exit(1);
 }
 
 const char *dt_signal_name(int sig) {

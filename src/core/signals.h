@@ -10,6 +10,11 @@ void dt_signals_install(int quiet);
 int dt_signal_pending(void);
 /* Records sig as received (a rank learning of another rank's signal). */
 void dt_signal_record(int sig);
+/* A rank started by mpirun (or Open MPI's orted, Slurm's step daemon) dies with it: the
+ * kernel sends it SIGKILL when its parent exits (PR_SET_PDEATHSIG; as PyTorch's
+ * multiprocessing does for its workers), so no rank of a killed job trains on, or saves
+ * over the checkpoints of the job that replaces it. No effect outside MPI. */
+void dt_signals_die_with_parent(void);
 /* "SIGINT", "SIGTERM", "SIGUSR1" or "signal N". */
 const char *dt_signal_name(int sig);
 

@@ -10,7 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void dt_heartbeat(long long step, int rank) {
+/* One rank's file, opened at its first beat: "KIND S pid P", KIND "step" or "start". */
+static void beat(const char *kind, long long step, int rank) {
     static int fd = -2;
     if (fd == -2) {
         fd = -1;
@@ -23,10 +24,14 @@ void dt_heartbeat(long long step, int rank) {
     }
     if (fd < 0) return;
     char line[64];
-    /* fixed width: each beat overwrites the whole of the last one */
-    int n = snprintf(line, sizeof line, "step %20lld pid %10d\n", step, (int)getpid());
+    /* fixed width, the same for both kinds: each beat overwrites the whole of the last one */
+    int n = snprintf(line, sizeof line, "%s %*lld pid %10d\n", kind, 25 - (int)strlen(kind), step, (int)getpid());
     if (n > 0) (void)!pwrite(fd, line, (size_t)n, 0); /* mtime = now */
 }
+
+void dt_heartbeat(long long step, int rank) { beat("step", step, rank); }
+
+void dt_heartbeat_start(int rank) { beat("start", 0, rank); }
 
 int dt_heartbeat_read(const char *dir, dt_beat *out, int max) {
     DIR *d = opendir(dir);
@@ -46,8 +51,11 @@ int dt_heartbeat_read(const char *dir, dt_beat *out, int max) {
         close(fd);
         if (k <= 0) continue;
         line[k] = 0;
-        dt_beat b = {rank, 0, 0, (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec};
-        if (sscanf(line, "step %lld pid %d", &b.step, &b.pid) != 2) continue;
+        dt_beat b = {rank, 0, 0, (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec, 0};
+        if (sscanf(line, "step %lld pid %d", &b.step, &b.pid) != 2) {
+            if (sscanf(line, "start %lld pid %d", &b.step, &b.pid) != 2) continue;
+            b.start = 1;
+        }
         int i = n++;
         while (i > 0 && out[i - 1].rank > rank) { /* rank order */
             out[i] = out[i - 1];
@@ -72,11 +80,14 @@ void dt_heartbeat_clear(const char *dir) {
     closedir(d);
 }
 
+/* armed: a step finished since the start, stale: none for more than timeout seconds */
+#define STALE(x) ((x).mtime > started && !(x).start && now - (x).mtime > timeout)
+
 int dt_heartbeat_verdict(const dt_beat *b, int n, double started, double now, double timeout, char *msg, size_t cap) {
     int stale = 0;
     long long low = 0;
     for (int i = 0; i < n; i++)
-        if (b[i].mtime > started && now - b[i].mtime > timeout) {
+        if (STALE(b[i])) {
             if (!stale || b[i].step < low) low = b[i].step;
             stale++;
         }
@@ -87,7 +98,7 @@ int dt_heartbeat_verdict(const dt_beat *b, int n, double started, double now, do
     int k = 0, named = 0;
     double oldest = 0.0;
     for (int i = 0; i < n; i++)
-        if (b[i].mtime > started && now - b[i].mtime > timeout && b[i].step == low) {
+        if (STALE(b[i]) && b[i].step == low) {
             named++;
             if (now - b[i].mtime > oldest) oldest = now - b[i].mtime;
         }
@@ -100,23 +111,62 @@ int dt_heartbeat_verdict(const dt_beat *b, int n, double started, double now, do
     } while (0)
     PUT("no heartbeat for %.0f s from rank%s", oldest, named > 1 ? "s" : "");
     for (int i = 0; i < n; i++)
-        if (b[i].mtime > started && now - b[i].mtime > timeout && b[i].step == low)
-            PUT("%s %d", k++ ? "," : "", b[i].rank);
+        if (STALE(b[i]) && b[i].step == low) PUT("%s %d", k++ ? "," : "", b[i].rank);
     PUT(" (last step %lld)", low);
     int others = n - named;
     if (others > 0) {
         PUT(", stopped first; the others:");
         k = 0;
         for (int i = 0; i < n && k < 8; i++) {
-            int first = b[i].mtime > started && now - b[i].mtime > timeout && b[i].step == low;
-            if (first) continue;
+            if (STALE(b[i]) && b[i].step == low) continue;
             PUT("%s rank %d at step %lld (%.0f s ago)", k++ ? "," : "", b[i].rank, b[i].step, now - b[i].mtime);
         }
         if (others > k) PUT(", ...");
     }
-#undef PUT
     return 1;
 }
+#undef STALE
+
+int dt_heartbeat_startup_verdict(const dt_beat *b, int n, int world, double started, double now, double startup,
+                                 char *msg, size_t cap) {
+    if (now - started <= startup) return 0;
+    /* per rank of the world: its beat this attempt (NULL: none yet) */
+    int waiting = 0, absent = 0, k;
+    const dt_beat *of[4096];
+    if (world > 4096) world = 4096;
+    for (int r = 0; r < world; r++) {
+        of[r] = NULL;
+        for (int i = 0; i < n; i++)
+            if (b[i].rank == r && b[i].mtime > started) of[r] = &b[i];
+        if (!of[r]) absent++;
+        else if (of[r]->start) waiting++;
+    }
+    if (!waiting && !absent) return 0;
+    size_t used = 0;
+    PUT("no step within %.0f s of the start (--startup-timeout):", startup);
+    if (waiting) {
+        k = 0;
+        for (int r = 0; r < world && k < 8; r++)
+            if (of[r] && of[r]->start) PUT("%s %d", k++ ? "," : (waiting > 1 ? " ranks" : " rank"), r);
+        PUT("%s started but finished no step", waiting > k ? ", ..." : "");
+    }
+    if (absent) {
+        k = 0;
+        for (int r = 0; r < world && k < 8; r++)
+            if (!of[r]) PUT("%s %d", k++ ? "," : absent > 1 ? (waiting ? "; ranks" : " ranks") : (waiting ? "; rank" : " rank"), r);
+        PUT("%s not started", absent > k ? ", ..." : "");
+    }
+    int others = world - waiting - absent;
+    if (others > 0) {
+        PUT("; the others:");
+        k = 0;
+        for (int r = 0; r < world && k < 8; r++)
+            if (of[r] && !of[r]->start) PUT("%s rank %d at step %lld", k++ ? "," : "", r, of[r]->step);
+        if (others > k) PUT(", ...");
+    }
+    return 1;
+}
+#undef PUT
 
 void dt_test_fault(long long step, int rank) {
     const char *spec = getenv("DT_TEST_FAULT");
@@ -124,7 +174,11 @@ void dt_test_fault(long long step, int rank) {
     char kind[8];
     long long at;
     int who;
-    if (sscanf(spec, "%7[a-z]:%lld:%d", kind, &at, &who) != 3 || at != step || who != rank) return;
+    if (sscanf(spec, "%7[a-z]:%lld:%d", kind, &at, &who) != 3) {
+        if (sscanf(spec, "%7[a-z]:start:%d", kind, &who) != 2) return;
+        at = -1; /* at the start */
+    }
+    if (at != step || who != rank) return;
     const char *once = getenv("DT_TEST_FAULT_ONCE");
     if (once && *once) {
         int fd = open(once, O_WRONLY | O_CREAT | O_EXCL, 0644);

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "launch/launch.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -19,6 +21,8 @@
 #include "core/timer.h"
 #include "launch/elastic.h"
 #include "launch/heartbeat.h"
+#include "launch/hostfile.h"
+#include "ckpt/ckpt_dir.h"
 
 static dt_status parse_num(const char *opt, const char *v, double lo, double hi, double *out) {
     char *end;
@@ -35,6 +39,8 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
     o->max_restarts = 3;
     o->restart_delay = 1.0;
     o->wait_timeout = 600.0; /* torchrun's rendezvous join timeout */
+    o->startup_timeout = -1.0;
+    o->stop_timeout = -1.0;
     o->mpirun = "mpirun";
     int i = 0;
     for (; i < argc && strcmp(argv[i], "--"); i++) {
@@ -60,6 +66,10 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
             DT_TRY(parse_num(a, v, 0, 1e7, &o->wait_timeout));
         } else if (!strcmp(a, "--heartbeat-timeout")) {
             DT_TRY(parse_num(a, v, 0, 1e7, &o->heartbeat_timeout));
+        } else if (!strcmp(a, "--startup-timeout")) {
+            DT_TRY(parse_num(a, v, 0, 1e7, &o->startup_timeout));
+        } else if (!strcmp(a, "--stop-timeout")) {
+            DT_TRY(parse_num(a, v, 0, 1e7, &o->stop_timeout));
         } else if (!strcmp(a, "--hostfile") || !strcmp(a, "--mpirun") || !strcmp(a, "--mpi-arg")) {
             if (!v) return dt_fail(DT_EINPUT, "launch: option %s needs a value", a);
             if (!strcmp(a, "--hostfile")) o->hostfile = v;
@@ -79,6 +89,10 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
         return dt_fail(DT_EINPUT, "launch: --min-ranks %d exceeds -n %d", o->min_ranks, o->nproc);
     if (o->grow && !o->hostfile)
         return dt_fail(DT_EINPUT, "launch: --grow needs --hostfile FILE (the slots that may grow)");
+    if (o->startup_timeout < 0) /* first steps load, compile and warm up: a generous allowance */
+        o->startup_timeout = o->heartbeat_timeout > 0 ? (o->heartbeat_timeout * 10 > 600 ? o->heartbeat_timeout * 10 : 600) : 0;
+    if (o->stop_timeout < 0) /* a save must fit in it, and saves fit in the heartbeat timeout */
+        o->stop_timeout = o->heartbeat_timeout > 300 ? o->heartbeat_timeout : 300;
     *consumed = i + 1;
     return DT_OK;
 }
@@ -86,31 +100,22 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
 int dt_launch_hostfile_slots(const char *path) {
     FILE *f;
     if (dt_input_fopen(path, "launch: --hostfile", &f) != DT_OK) return -1;
-    char line[1024];
-    long long slots = 0;
-    int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        char *hash = strchr(line, '#');
-        if (hash) *hash = 0;
-        char host[512];
-        if (sscanf(line, "%511s", host) != 1) continue; /* blank */
-        const char *s = strstr(line, "slots=");
-        long long k = 1;
-        if (s) {
-            char *end;
-            k = strtoll(s + 6, &end, 10);
-            if (end == s + 6 || k < 0 || k > (1 << 20)) {
-                fclose(f);
-                dt_fail(DT_EINPUT, "launch: hostfile '%s' line %d: bad slots= value", path, lineno);
-                return -1;
-            }
-        }
-        slots += k;
-        if (slots > (1 << 24)) slots = 1 << 24;
-    }
+    enum { CAP = 1 << 20 };
+    char *text = malloc(CAP + 1);
+    size_t n = text ? fread(text, 1, CAP + 1, f) : 0;
+    int err = ferror(f);
     fclose(f);
-    return (int)slots;
+    if (!text) return dt_fail(DT_ERUNTIME, "out of memory"), -1;
+    int slots = -1;
+    if (err) dt_fail(DT_EINPUT, "launch: hostfile '%s': read error", path);
+    else if (n > CAP) dt_fail(DT_EINPUT, "launch: hostfile '%s': larger than 1 MiB: not a hostfile", path);
+    else {
+        char self[256] = "";
+        if (gethostname(self, sizeof self - 1) == 0 && strchr(self, '.')) *strchr(self, '.') = 0;
+        slots = dt_hostfile_slots(text, n, path, self[0] ? self : NULL);
+    }
+    free(text);
+    return slots;
 }
 
 int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, int slots) {
@@ -127,9 +132,10 @@ int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, i
 
 /* ---- supervision ---- */
 
-static volatile sig_atomic_t g_stop_sig;
+static volatile sig_atomic_t g_stop_sig, g_again_sig; /* the first stop signal; a second one */
 static void on_signal(int sig) {
     if (!g_stop_sig) g_stop_sig = sig;
+    else if (!g_again_sig) g_again_sig = sig;
 }
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -160,34 +166,129 @@ static int code_of(int status) {
     return 1;
 }
 
+/* The launcher's children other than the job's mpirun: ranks (and their helpers) that
+ * outlived it, adopted by the launcher as their subreaper. Returns how many (at most max). */
+static int adopted(pid_t *out, int max) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int n = 0;
+    pid_t me = getpid();
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        char path[64], buf[512];
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        snprintf(path, sizeof path, "/proc/%.20s/stat", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        ssize_t k = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (k <= 0) continue;
+        buf[k] = 0;
+        const char *rp = strrchr(buf, ')'); /* "pid (comm) state ppid ...": comm may hold anything */
+        char state;
+        long ppid;
+        if (rp && sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == (long)me && state != 'Z')
+            out[n++] = (pid_t)atol(e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Once the job's mpirun has exited: waits until every process of the attempt on this host is
+ * gone (the ranks die with mpirun, dt_signals_die_with_parent; the launcher is their
+ * subreaper, so the last one gone is the last child reaped), at most `grace` seconds, then
+ * kills those left. A restart must not start while a rank of the last attempt still trains
+ * or saves into the checkpoint directory. */
+static void reap_attempt(double grace) {
+    double until = dt_now() + grace;
+    int said = 0, killed = 0;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(-1, &st, WNOHANG);
+        if (r > 0) continue;
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return; /* ECHILD: all gone */
+        pid_t left[64];
+        int n = adopted(left, 64);
+        if (n > 0 && !said) {
+            say("waiting for %d process%s of the last attempt to exit (pid %d%s)", n, n == 1 ? "" : "es", (int)left[0],
+                n > 1 ? ", ..." : "");
+            said = 1;
+        }
+        if (!killed && dt_now() > until) {
+            say("%d process%s of the last attempt still running after %g s: killing them (SIGKILL)", n,
+                n == 1 ? "" : "es", grace);
+            for (int i = 0; i < n; i++) kill(left[i], SIGKILL);
+            killed = 1;
+            until = dt_now() + 10.0;
+        } else if (killed && dt_now() > until) {
+            /* SIGKILL is pending: they run no more user code (stuck in the kernel) */
+            say("%d process%s of the last attempt killed but not yet gone (in the kernel): going on", n,
+                n == 1 ? "" : "es");
+            return;
+        }
+        nap(0.05);
+    }
+}
+
+/* Ends the job at once: mpirun (its ranks die with it) and any adopted process. */
+static void kill_job(pid_t pid) {
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    pid_t left[256];
+    int n = adopted(left, 256);
+    for (int i = 0; i < n; i++) kill(left[i], SIGKILL);
+}
+
 /* Waits for the job; sends it SIGUSR1 when the launcher is asked to stop or the job is to
- * grow (*grew), kills it when its heartbeat goes stale. *hung: ended by the watchdog. */
-static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, double started, int *hung, dt_grow *grow,
-                     int *grew) {
-    int status, forwarded = 0;
-    double kill_at = 0.0;
+ * grow (*grew), kills it when its heartbeat goes stale, when a rank has not finished its
+ * first step within the start-up timeout, when it has not stopped within --stop-timeout of
+ * being asked to, or at once on a second stop signal. *hung: ended by the watchdog. */
+static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, int world, double started, int *hung,
+                     dt_grow *grow, int *grew) {
+    int status, forwarded = 0, again = 0;
+    double kill_at = 0.0, stop_by = 0.0;
     *hung = 0;
     *grew = 0;
     for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
+        pid_t r = waitpid(-1, &status, WNOHANG); /* the job's mpirun, or an adopted orphan */
         if (r == pid) return code_of(status);
+        if (r > 0) continue;
         if (r < 0 && errno != EINTR) return 1;
+        if (g_again_sig && !again) { /* a second signal: no more waiting for the save */
+            again = 1;
+            say("%s again: killing the job at once", dt_signal_name(g_again_sig));
+            kill_job(pid);
+        }
         if (g_stop_sig && !forwarded) { /* the ranks save and exit (the trainer's SIGUSR1) */
             forwarded = 1;
-            say("%s: asking the job to save and stop (SIGUSR1 to %s)", dt_signal_name(g_stop_sig), o->mpirun);
+            stop_by = dt_now() + o->stop_timeout;
+            say("%s: asking the job to save and stop (SIGUSR1 to %s; up to %g s, --stop-timeout; signal again to "
+                "kill it at once)", dt_signal_name(g_stop_sig), o->mpirun, o->stop_timeout);
             kill(pid, SIGUSR1);
         }
         if (!forwarded && !*hung && dt_grow_due(grow)) { /* a restart on more ranks, from the save it makes */
             forwarded = *grew = 1;
+            stop_by = dt_now() + o->stop_timeout;
             say("a checkpoint committed: asking the job to save and stop (SIGUSR1 to %s) to grow to %d ranks",
                 o->mpirun, grow->target);
             kill(pid, SIGUSR1);
         }
-        if (beat && !*hung && !forwarded) { /* per-rank beats: name the ranks that stopped */
+        if (forwarded && !again && !kill_at && stop_by > 0.0 && dt_now() > stop_by) {
+            say("the job has not stopped %g s after SIGUSR1 (--stop-timeout): killing it", o->stop_timeout);
+            *hung = 1;
+            kill_job(pid);
+            stop_by = 0.0;
+        }
+        if (beat && !*hung && !again) { /* per-rank beats: name the ranks that stopped (saves count as steps) */
             dt_beat beats[256];
             char why[1024];
             int nb = dt_heartbeat_read(beat, beats, 256);
-            if (dt_heartbeat_verdict(beats, nb, started, wall_now(), o->heartbeat_timeout, why, sizeof why)) {
+            double now = wall_now();
+            if ((o->heartbeat_timeout > 0 &&
+                 dt_heartbeat_verdict(beats, nb, started, now, o->heartbeat_timeout, why, sizeof why)) ||
+                (o->startup_timeout > 0 &&
+                 dt_heartbeat_startup_verdict(beats, nb, world, started, now, o->startup_timeout, why, sizeof why))) {
                 say("%s: killing the job", why);
                 *hung = 1;
                 kill(pid, SIGTERM);
@@ -195,19 +296,61 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, doubl
             }
         }
         if (kill_at > 0.0 && dt_now() > kill_at) { /* mpirun did not end it */
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
+            kill_job(pid);
             kill_at = 0.0;
         }
         nap(0.1);
     }
 }
 
-static int has_checkpoint(const char *dir) {
+/* Where a restart resumes: dir itself once it has `latest`; else its newest step directory
+ * (a save killed between its step directory's rename and `latest`, the first save of a run
+ * above all, leaves a complete step that nothing points to: resuming from it, rather than
+ * from step 0 into a directory that now holds checkpoints, which the job refuses). 0: none. */
+static int resume_point(const char *dir, char *out, size_t cap) {
     if (!dir[0]) return 0;
     char p[DT_PATH_MAX + 16];
     snprintf(p, sizeof p, "%s/latest", dir);
-    return access(p, F_OK) == 0;
+    if (access(p, F_OK) == 0) {
+        snprintf(out, cap, "%s", dir);
+        return 1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    long long best = -1;
+    char name[256] = "";
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long st = dt_ckpt_step_of(e->d_name);
+        if (st > best || (st == best && strcmp(e->d_name, name) > 0)) { /* step_N.vK: the newer copy */
+            best = st;
+            snprintf(name, sizeof name, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    if (best < 0) return 0;
+    snprintf(out, cap, "%s/%s", dir, name);
+    say("%s has no `latest` (a save was killed before committing it): resuming from its newest step, %s", dir, name);
+    return 1;
+}
+
+/* Heartbeat directories of launchers that died (SIGKILL, the OOM killer) without removing
+ * them: /tmp/dtrain-beat.PID.XXXXXX whose PID is gone. */
+static void remove_stale_beats(void) {
+    DIR *d = opendir("/tmp");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid;
+        char rest[64];
+        if (sscanf(e->d_name, "dtrain-beat.%ld.%63s", &pid, rest) != 2 || pid <= 0) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its launcher lives (or is not ours) */
+        char path[DT_PATH_MAX];
+        snprintf(path, sizeof path, "/tmp/%s", e->d_name);
+        dt_heartbeat_clear(path);
+        if (rmdir(path) == 0) say("removed %s (its launcher, pid %ld, is gone)", path, pid);
+    }
+    closedir(d);
 }
 
 /* An error of the launcher itself (not the job's): printed as main prints errors. */
@@ -237,9 +380,16 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
     if (!c->checkpoint.dir[0])
         say("note: no checkpoint.dir (--save DIR): a restart starts the run again from step 0");
 
+    /* The launcher adopts what its job leaves behind (a rank whose mpirun died): it waits
+     * for the last of them before a restart (reap_attempt). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    char me[32];
+    snprintf(me, sizeof me, "%ld", (long)getpid());
+    setenv("DTRAIN_LAUNCHER_PID", me, 1); /* a rank whose parent died before its prctl knows it */
+    remove_stale_beats();
     char beat[64] = ""; /* a directory: each rank beats in its own file (heartbeat.h) */
-    if (o->heartbeat_timeout > 0) {
-        snprintf(beat, sizeof beat, "/tmp/dtrain-heartbeat.XXXXXX");
+    if (o->heartbeat_timeout > 0 || o->startup_timeout > 0) {
+        snprintf(beat, sizeof beat, "/tmp/dtrain-beat.%ld.XXXXXX", (long)getpid()); /* the pid: stale once it is gone */
         if (!mkdtemp(beat)) {
             dt_fail(DT_ERUNTIME, "launch: cannot create a heartbeat directory in /tmp: %s", strerror(errno));
             return failed(DT_ERUNTIME);
@@ -260,7 +410,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         dt_fail(DT_ERUNTIME, "out of memory");
         return failed(DT_ERUNTIME);
     }
-    char np[32], gbs[64];
+    char np[32], gbs[64], from[DT_PATH_MAX + 272];
     snprintf(gbs, sizeof gbs, "train.global_batch=%lld", gb);
     int grown = 0, grew_from = 0; /* restarts onto a larger world (--grow, not failures); the last one's old world */
     for (int attempt = 0;; attempt++) {
@@ -274,7 +424,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             code = 128 + g_stop_sig;
             break;
         }
-        int resume = has_checkpoint(c->checkpoint.dir) && attempt + grown > 0;
+        int resume = attempt + grown > 0 && resume_point(c->checkpoint.dir, from, sizeof from);
         int k = 0;
         snprintf(np, sizeof np, "%d", world);
         argv[k++] = (char *)o->mpirun;
@@ -298,7 +448,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         argv[k++] = "train.grad_accum=0";
         if (resume) {
             argv[k++] = "--resume";
-            argv[k++] = (char *)c->checkpoint.dir;
+            argv[k++] = from;
             argv[k++] = "--set";
             argv[k++] = "checkpoint.overwrite=false";
         }
@@ -306,7 +456,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         if (!attempt && !grown) say("starting %d ranks", world);
         else if (grew_from) say("growing to %d ranks (from %d), resuming from %s", world, grew_from, c->checkpoint.dir);
         else say("restart %d of at most %d: %d ranks, %s%s", attempt, o->max_restarts, world,
-                 resume ? "resuming from " : "from step 0 (no checkpoint yet)", resume ? c->checkpoint.dir : "");
+                 resume ? "resuming from " : "from step 0 (no checkpoint yet)", resume ? from : "");
         grew_from = 0;
         double started = wall_now(), t0 = dt_now();
         if (beat[0]) dt_heartbeat_clear(beat); /* the last attempt's: the watchdog arms at the first fresh beat */
@@ -317,6 +467,9 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             break;
         }
         if (pid == 0) {
+            /* mpirun dies with the launcher (its ranks with it): a job is never left unsupervised */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != (pid_t)atol(me)) _exit(127); /* the launcher died before prctl */
             setpgid(0, 0); /* a terminal's Ctrl-C reaches the launcher only; it asks the job to stop */
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
@@ -328,8 +481,14 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         int hung, grew;
         dt_grow grow;
         dt_grow_start(&grow, o, c, gb, world);
-        code = supervise(o, pid, beat[0] ? beat : NULL, started, &hung, &grow, &grew);
+        code = supervise(o, pid, beat[0] ? beat : NULL, world, started, &hung, &grow, &grew);
         double took = dt_now() - t0;
+        reap_attempt(5.0);
+        if (g_again_sig) {
+            say("stopped by %s, then %s: the job was killed", dt_signal_name(g_stop_sig), dt_signal_name(g_again_sig));
+            code = 128 + g_again_sig;
+            break;
+        }
         if (g_stop_sig) {
             say("stopped by %s (the job exited with %d)", dt_signal_name(g_stop_sig), code);
             code = 128 + g_stop_sig;

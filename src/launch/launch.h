@@ -16,6 +16,10 @@ typedef struct {
     int max_restarts;        /* --max-restarts (default 3) */
     double restart_delay;    /* --restart-delay seconds before a restart (default 1) */
     double heartbeat_timeout; /* --heartbeat-timeout seconds without a step (0: off) */
+    double startup_timeout;  /* --startup-timeout: seconds from a start to every rank's first step
+                              * (-1: max(600, 10 x heartbeat_timeout) when that is on, else off) */
+    double stop_timeout;     /* --stop-timeout: seconds the job has to save and exit once asked
+                              * (-1: max(300, heartbeat_timeout)) */
     const char *hostfile;    /* --hostfile: Open MPI hostfile, read again before every start */
     int grow;                /* --grow: restart on a larger world when the hostfile offers one */
     double wait_timeout;     /* --wait-timeout: seconds to wait for a world of min_ranks (default 600) */
@@ -32,8 +36,8 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
  * the config's micro-batch or micro-batch count), or 0 if none reaches o->min_ranks. */
 int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, int slots);
 
-/* Slots a hostfile offers ("host slots=K" lines; a host without slots= counts 1;
- * `#` comments), or -1 with the error recorded. */
+/* Slots a hostfile offers, read as Open MPI's mpirun reads it (hostfile.h), or -1 with
+ * the error recorded (DT_EINPUT naming the file and line). */
 int dt_launch_hostfile_slots(const char *path);
 
 /* Elastic growth (--grow): while the job runs the launcher reads the hostfile again (when

@@ -790,6 +790,8 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, int *report) {
     memset(&t, 0, sizeof t);
     t.world = world;
     t.rank0 = dt_comm_rank(world) == 0;
+    dt_heartbeat_start(dt_comm_rank(world)); /* the launcher's start-up watchdog: this rank is up */
+    dt_test_fault(-1, dt_comm_rank(world));
     dt_status s = agree(&t, dt_threads_choose(world, cfg->threads, &t.threads), report);
     if (s == DT_OK && dt_comm_local_rank(world) == 0) { /* once per node */
         char w[512];
