@@ -11,8 +11,9 @@ step; a rank hangs before its first step (hang-start); every rank dies inside a 
 random crash point (crash-save); mpirun is SIGKILLed (mpirun-kill); SIGTERM to the launcher,
 then the run resumed (term-resume); SIGTERM twice, the job killed mid-step, then resumed
 (term2-resume); the launcher SIGKILLed, then resumed (launcher-kill: no process of the job
-may survive it by more than 3 s); with --damage also a damaged newest checkpoint before a
-resume (damage: needs the fallback to the newest intact step).
+may survive it by more than 3 s); SIGTERM to the launcher, a flipped byte in the newest
+checkpoint's largest file, then the run resumed (damage: it falls back to the newest intact
+step).
 """
 import argparse
 import os
@@ -34,7 +35,7 @@ LAYOUTS = {  # name: (ranks, extra train arguments)
     "dp2xpp2": (4, ["--set", "parallel.pp=2"]),
 }
 KINDS = ["exit", "hang", "stop", "hang-start", "crash-save", "mpirun-kill", "term-resume", "term2-resume",
-         "launcher-kill"]
+         "launcher-kill", "damage"]
 CRASH_POINTS = ["tmp", "renamed", "latest_tmp", "latest", "retire"]
 STEPS, EVERY = 24, 3
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
@@ -177,12 +178,14 @@ class Trial:
             env["DT_TEST_CRASH_AT"] = "%s:%d" % (point, step)
             what = "%s at step %d" % (point, step)
         keep = 1 if kind == "crash-save" and "retire" in what else rng.choice([0, 1, 2])
+        if kind == "damage":  # an older step to fall back to
+            keep = rng.choice([0, 2])
         if keep:
             extra = extra + ["--set", "checkpoint.keep_last=%d" % keep]
         p = self.launch(job, n, extra, env, opts)
         fired = True
-        if kind in ("mpirun-kill", "term-resume", "term2-resume", "launcher-kill"):
-            at = rng.randrange(EVERY, STEPS - 2 * EVERY)
+        if kind in ("mpirun-kill", "term-resume", "term2-resume", "launcher-kill", "damage"):
+            at = rng.randrange(2 * EVERY if kind == "damage" else EVERY, STEPS - 2 * EVERY)
             fired = self.wait_latest(job, p, at, until)
             what = "after step %d saved" % latest_step(job["ck"])
         if keep:
@@ -190,7 +193,7 @@ class Trial:
             if fired and kind == "mpirun-kill":
                 for c in children(p.pid):
                     os.kill(c, signal.SIGKILL)
-            elif fired and kind == "term-resume":
+            elif fired and kind in ("term-resume", "damage"):
                 p.send_signal(signal.SIGTERM)
             elif fired and kind == "term2-resume":
                 p.send_signal(signal.SIGTERM)
@@ -211,13 +214,13 @@ class Trial:
         rc = self.wait(p, until)
         if rc is None:
             return what, "FAIL: timeout (%d s)" % self.a.timeout
-        if fired and rc == 0 and kind in ("term-resume", "term2-resume"):
+        if fired and rc == 0 and kind in ("term-resume", "term2-resume", "damage"):
             fired = False  # the job ended first
-        if fired and kind in ("term-resume", "term2-resume", "launcher-kill"):
+        if fired and kind in ("term-resume", "term2-resume", "launcher-kill", "damage"):
             if kind != "launcher-kill" and rc != 128 + signal.SIGTERM:
                 return what, "FAIL: exit %d after SIGTERM (want 143)" % rc
-            if self.a.damage and kind == "term-resume" and latest_step(job["ck"]) > EVERY:
-                kind = "damage"
+            if kind == "damage":
+                what = "step %d damaged%s" % (latest_step(job["ck"]), " (keep_last=%d)" % keep if keep else "")
                 self.damage(job)
             job["resume"] = latest_step(job["ck"]) >= 0
             env.pop("DT_TEST_FAULT", None)
@@ -255,11 +258,10 @@ def main():
     ap.add_argument("--dtrain", required=True)
     ap.add_argument("--src", required=True)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--count", type=int, default=18, help="jobs (one fault each; the default: each kind twice)")
+    ap.add_argument("--count", type=int, default=2 * len(KINDS), help="jobs (one fault each; the default: each kind twice)")
     ap.add_argument("--timeout", type=int, default=240, help="seconds a job may take")
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--damage", action="store_true", help="also damage the newest checkpoint before some resumes")
     ap.add_argument("--keep", action="store_true", help="keep the trial's directory")
     a = ap.parse_args()
     a.dtrain = os.path.abspath(a.dtrain)
