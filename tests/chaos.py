@@ -11,9 +11,12 @@ step; a rank hangs before its first step (hang-start); every rank dies inside a 
 random crash point (crash-save); mpirun is SIGKILLed (mpirun-kill); SIGTERM to the launcher,
 then the run resumed (term-resume); SIGTERM twice, the job killed mid-step, then resumed
 (term2-resume); the launcher SIGKILLed, then resumed (launcher-kill: no process of the job
-may survive it by more than 3 s); SIGTERM to the launcher, a flipped byte in the newest
-checkpoint's largest file, then the run resumed (damage: it falls back to the newest intact
-step).
+may survive it by more than 3 s); SIGTERM to the launcher, then before the resume: a
+flipped byte in the newest checkpoint's largest file (damage) or a trainer_state.json
+claiming another step (state-step), both falling back to the newest intact step; `latest`
+replaced by a FIFO (latest-fifo: nothing may block on it); the metrics file cut inside its
+last line (torn-metrics: the resumed run's lines stay whole and `dtrain report` reads the
+file, skipping the torn line).
 """
 import argparse
 import os
@@ -35,7 +38,8 @@ LAYOUTS = {  # name: (ranks, extra train arguments)
     "dp2xpp2": (4, ["--set", "parallel.pp=2"]),
 }
 KINDS = ["exit", "hang", "stop", "hang-start", "crash-save", "mpirun-kill", "term-resume", "term2-resume",
-         "launcher-kill", "damage"]
+         "launcher-kill", "damage", "state-step", "latest-fifo", "torn-metrics"]
+DAMAGE = ("damage", "state-step", "latest-fifo", "torn-metrics")  # SIGTERM, then this, then a resume
 CRASH_POINTS = ["tmp", "renamed", "latest_tmp", "latest", "retire"]
 STEPS, EVERY = 24, 3
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
@@ -83,8 +87,11 @@ def alive(pid):
 
 
 def latest_step(ck):
+    p = os.path.join(ck, "latest")
+    if not os.path.isfile(p):  # missing, or the FIFO a latest-fifo fault left (an open would block)
+        return -1
     try:
-        with open(os.path.join(ck, "latest")) as f:
+        with open(p) as f:
             return int(re.sub(r".*step_0*", "", f.read().strip()) or 0)
     except (OSError, ValueError):
         return -1
@@ -123,7 +130,8 @@ class Trial:
     def launch(self, job, n, extra, env, launch_opts=()):
         cmd = [self.a.dtrain, "launch", "-n", str(n), "--restart-delay", "0.2", "--max-restarts", "3",
                "--mpirun", self.once] + [x for m in MPI_ARGS for x in ("--mpi-arg", m)] + list(launch_opts) + \
-              ["--", "train"] + self.base + extra + ["--save", job["ck"], "--save-every", str(EVERY)]
+              ["--", "train"] + self.base + extra + ["--save", job["ck"], "--save-every", str(EVERY),
+                                                     "--metrics", job["metrics"]]
         if job.get("resume"):
             cmd += ["--resume", job["ck"]]
         out = open(os.path.join(job["dir"], "out%d.txt" % job["starts"]), "w")
@@ -160,7 +168,7 @@ class Trial:
         n, extra = LAYOUTS[layout]
         d = os.path.join(self.tmp, "job%03d" % i)
         os.makedirs(d)
-        job = {"dir": d, "ck": os.path.join(d, "ck"), "starts": 0}
+        job = {"dir": d, "ck": os.path.join(d, "ck"), "starts": 0, "metrics": os.path.join(d, "m.jsonl")}
         env = dict(ENV, CHAOS_MARK=os.path.join(d, "mark"), DT_TEST_FAULT_ONCE=os.path.join(d, "once"))
         until = time.time() + self.a.timeout
         step, rank = rng.randrange(1, STEPS), rng.randrange(n)
@@ -178,51 +186,52 @@ class Trial:
             env["DT_TEST_CRASH_AT"] = "%s:%d" % (point, step)
             what = "%s at step %d" % (point, step)
         keep = 1 if kind == "crash-save" and "retire" in what else rng.choice([0, 1, 2])
-        if kind == "damage":  # an older step to fall back to
+        if kind in DAMAGE:  # an older step to fall back to
             keep = rng.choice([0, 2])
         if keep:
             extra = extra + ["--set", "checkpoint.keep_last=%d" % keep]
         p = self.launch(job, n, extra, env, opts)
         fired = True
-        if kind in ("mpirun-kill", "term-resume", "term2-resume", "launcher-kill", "damage"):
-            at = rng.randrange(2 * EVERY if kind == "damage" else EVERY, STEPS - 2 * EVERY)
+        if kind in ("mpirun-kill", "term-resume", "term2-resume", "launcher-kill") + DAMAGE:
+            # a damage needs an older step to fall back to, and lands before the tiny job ends
+            at = 2 * EVERY + rng.randrange(EVERY) if kind in DAMAGE else rng.randrange(EVERY, STEPS - 2 * EVERY)
             fired = self.wait_latest(job, p, at, until)
             what = "after step %d saved" % latest_step(job["ck"])
         if keep:
             what += " (keep_last=%d)" % keep
-            if fired and kind == "mpirun-kill":
-                for c in children(p.pid):
-                    os.kill(c, signal.SIGKILL)
-            elif fired and kind in ("term-resume", "damage"):
-                p.send_signal(signal.SIGTERM)
-            elif fired and kind == "term2-resume":
-                p.send_signal(signal.SIGTERM)
+        if fired and kind == "mpirun-kill":
+            for c in children(p.pid):
+                os.kill(c, signal.SIGKILL)
+        elif fired and kind in ("term-resume",) + DAMAGE:
+            p.send_signal(signal.SIGTERM)
+        elif fired and kind == "term2-resume":
+            p.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
+            p.send_signal(signal.SIGTERM)
+        elif fired and kind == "launcher-kill":
+            procs = tree(p.pid)
+            p.kill()
+            p.wait()
+            t0 = time.time()
+            while any(alive(q) for q in procs) and time.time() - t0 < 3:
                 time.sleep(0.05)
-                p.send_signal(signal.SIGTERM)
-            elif fired and kind == "launcher-kill":
-                procs = tree(p.pid)
-                p.kill()
-                p.wait()
-                t0 = time.time()
-                while any(alive(q) for q in procs) and time.time() - t0 < 3:
-                    time.sleep(0.05)
-                left = [q for q in procs if alive(q)]
-                for q in left:
-                    os.kill(q, signal.SIGKILL)
-                if left:
-                    return what, "FAIL: processes %s outlived the killed launcher by 3 s" % left
+            left = [q for q in procs if alive(q)]
+            for q in left:
+                os.kill(q, signal.SIGKILL)
+            if left:
+                return what, "FAIL: processes %s outlived the killed launcher by 3 s" % left
         rc = self.wait(p, until)
         if rc is None:
             return what, "FAIL: timeout (%d s)" % self.a.timeout
-        if fired and rc == 0 and kind in ("term-resume", "term2-resume", "damage"):
+        if fired and rc == 0 and kind in ("term-resume", "term2-resume") + DAMAGE:
             fired = False  # the job ended first
-        if fired and kind in ("term-resume", "term2-resume", "launcher-kill", "damage"):
+        if fired and kind in ("term-resume", "term2-resume", "launcher-kill") + DAMAGE:
             if kind != "launcher-kill" and rc != 128 + signal.SIGTERM:
                 return what, "FAIL: exit %d after SIGTERM (want 143)" % rc
-            if kind == "damage":
-                what = "step %d damaged%s" % (latest_step(job["ck"]), " (keep_last=%d)" % keep if keep else "")
-                self.damage(job)
             job["resume"] = latest_step(job["ck"]) >= 0
+            if kind in DAMAGE:
+                what = "%s at step %d%s" % (kind, latest_step(job["ck"]), " (keep_last=%d)" % keep if keep else "")
+                self.damage(job, kind)
             env.pop("DT_TEST_FAULT", None)
             p = self.launch(job, n, extra, env, opts)
             rc = self.wait(p, until)
@@ -235,22 +244,42 @@ class Trial:
             fired = fired and restarts > 0
         if rc != 0:
             return what, "FAIL: exit %d: %s" % (rc, " | ".join(l for l in outs[-1].splitlines() if "error" in l)[-300:])
+        if fired and kind == "torn-metrics":
+            r = subprocess.run([self.a.dtrain, "report", job["metrics"], "--out", os.path.join(d, "r.html")],
+                               capture_output=True, text=True, env=ENV, timeout=60)
+            if r.returncode != 0 or "torn line" not in r.stderr:
+                return what, "FAIL: report of the torn metrics: exit %d: %s" % (r.returncode, r.stderr.strip()[-300:])
         if got != self.ref(layout):
             return what, "FAIL: digest %s, want %s" % (got, self.ref(layout))
         return what, "ok (%d restart%s%s)" % (restarts, "" if restarts == 1 else "s",
                                               ", resumed" if job.get("resume") else "" if fired else ", fault missed")
 
-    def damage(self, job):
-        """flips a byte in the middle of the newest step's largest file"""
-        with open(os.path.join(job["ck"], "latest")) as f:
+    def damage(self, job, kind):
+        """what a crash, a full disk or a bad disk leaves behind, before the resume"""
+        latest = os.path.join(job["ck"], "latest")
+        with open(latest) as f:
             step_dir = os.path.join(job["ck"], f.read().strip())
-        files = [os.path.join(step_dir, x) for x in os.listdir(step_dir)]
-        big = max(files, key=os.path.getsize)
-        with open(big, "r+b") as f:
-            f.seek(os.path.getsize(big) // 2)
-            b = f.read(1)
-            f.seek(-1, 1)
-            f.write(bytes([b[0] ^ 0xFF]))
+        if kind == "damage":  # a flipped byte in the middle of the newest step's largest file
+            files = [os.path.join(step_dir, x) for x in os.listdir(step_dir)]
+            big = max(files, key=os.path.getsize)
+            with open(big, "r+b") as f:
+                f.seek(os.path.getsize(big) // 2)
+                b = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([b[0] ^ 0xFF]))
+        elif kind == "state-step":  # the state of another step under this step's name
+            p = os.path.join(step_dir, "trainer_state.json")
+            with open(p) as f:
+                text = f.read()
+            with open(p, "w") as f:
+                f.write(re.sub(r'"step":\s*(\d+)', lambda m: '"step": %d' % (int(m.group(1)) - 1), text, count=1))
+        elif kind == "latest-fifo":
+            os.remove(latest)
+            os.mkfifo(latest)
+        elif kind == "torn-metrics":  # a full disk cut the last line short
+            with open(job["metrics"], "r+b") as f:
+                size = os.path.getsize(job["metrics"])
+                f.truncate(size - 7)
 
 
 def main():
