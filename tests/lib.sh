@@ -21,12 +21,12 @@ if ! full && [ -n "$DTRAIN" ]; then
   printf '#!/bin/sh\n[ "${OMPI_COMM_WORLD_RANK:-0}" = 0 ] || ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"\nexport ASAN_OPTIONS\nexec "%s" "$@"\n' \
     "$(realpath "$DTRAIN")" >"$TMP/dtrain" && chmod +x "$TMP/dtrain" && DTRAIN="$TMP/dtrain"
 fi
-# need_mpi: a multi-rank test skips (77) without mpirun; else MPI is its launcher command
-# (as root, oversubscribed on small machines, one thread per rank)
+# MPI: the multi-rank tests' launcher command (oversubscribed on small machines); need_mpi:
+# a multi-rank test skips (77) without mpirun, else runs it as root, one thread per rank
+MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
 need_mpi() {
   command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-  MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)
 }
 # Tiny corpus token files: $TMP/c_train.bin, $TMP/c_val.bin
 prepare_tiny() {

@@ -42,6 +42,13 @@ static void write_raw(const char *path, size_t file_bytes_if_short, int32_t magi
 }
 
 /* Expects DT_EINPUT whose message names the file and contains cause. */
+/* A file of exactly these bytes. */
+static void write_bytes(const char *path, const void *buf, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp && fwrite(buf, 1, n, fp) == n, "write %s", path);
+    if (fp) fclose(fp);
+}
+
 static void expect_bad(const char *path, int vocab, const char *cause) {
     dt_tokenfile f;
     dt_error_clear();
@@ -251,15 +258,11 @@ int main(int argc, char **argv) {
         put32(hdr + 8, 2);
         memcpy(hdr + 12, "BYTE", 4);
         put32(hdr + 20, 256);
-        fp = fopen(path, "wb");
-        CHECK(fp && fwrite(hdr, 1, sizeof hdr, fp) == sizeof hdr, "write raw");
-        if (fp) fclose(fp);
+        write_bytes(path, hdr, sizeof hdr);
         expect_bad(path, 256, "not a tokenizer record");
         memcpy(hdr + 12, "byte", 4);
         put32(hdr + 20, 0);
-        fp = fopen(path, "wb");
-        CHECK(fp && fwrite(hdr, 1, sizeof hdr, fp) == sizeof hdr, "write raw");
-        if (fp) fclose(fp);
+        write_bytes(path, hdr, sizeof hdr);
         expect_bad(path, 256, "not a tokenizer record");
         CHECK(dt_tokenfile_write(path, tok, 4, "much-too-long", 256) == DT_EINPUT, "a name over 8 bytes refused");
     }

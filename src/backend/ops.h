@@ -175,7 +175,6 @@ void dt_ops_profile_reset(void);
 const char *dt_cpu_blas_info(void);
 /* Sets OpenMP and BLAS thread counts (0: leave the library default). */
 void dt_cpu_set_threads(int n);
-int dt_cpu_threads(void);
 /* This process's SGEMM rate in FLOP/s with its current threads: the best of repeated
  * 512^3 products over about `seconds` (the CPU's MFU denominator; 0 if memory is short). */
 double dt_cpu_sgemm_peak(double seconds);

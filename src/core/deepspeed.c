@@ -118,38 +118,39 @@ static dt_status refuse(const ds_ctx *x, const char *path, const char *why) {
 
 /* ---- blocks with an "enabled" switch ---- */
 
-/* bf16 / bfloat16: precision. */
-static dt_status do_bf16(ds_ctx *x, const cJSON *blk, const char *name) {
+/* A block whose one key with meaning here is "enabled" (the others are listed as
+ * ignored): *on, and its path for messages. */
+static dt_status block_enabled(ds_ctx *x, const cJSON *blk, const char *name, int *on, char *path, size_t cap) {
     DT_TRY(get_object(x, blk, name));
-    char path[160];
+    *on = 0;
     for (const cJSON *it = blk->child; it; it = it->next) {
-        join(path, sizeof path, name, it->string);
+        join(path, cap, name, it->string);
         if (strcmp(it->string, "enabled")) {
             ignore(x, path, "");
             continue;
         }
-        int on = 0, found;
-        DT_TRY(get_bool(x, it, path, &on, &found));
-        if (found && on) DT_TRY(set(x, path, "precision=bf16"));
+        int v = 0, found;
+        DT_TRY(get_bool(x, it, path, &v, &found));
+        if (found) *on = v;
     }
+    join(path, cap, name, "enabled");
     return DT_OK;
+}
+
+/* bf16 / bfloat16: precision. */
+static dt_status do_bf16(ds_ctx *x, const cJSON *blk, const char *name) {
+    char path[160];
+    int on;
+    DT_TRY(block_enabled(x, blk, name, &on, path, sizeof path));
+    return on ? set(x, path, "precision=bf16") : DT_OK;
 }
 
 /* fp16 and amp: only disabled (dtrain has no loss scaling); their other keys then mean nothing. */
 static dt_status do_disabled_only(ds_ctx *x, const cJSON *blk, const char *name, const char *why) {
-    DT_TRY(get_object(x, blk, name));
     char path[160];
-    for (const cJSON *it = blk->child; it; it = it->next) {
-        join(path, sizeof path, name, it->string);
-        if (strcmp(it->string, "enabled")) {
-            ignore(x, path, "");
-            continue;
-        }
-        int on = 0, found;
-        DT_TRY(get_bool(x, it, path, &on, &found));
-        if (found && on) return refuse(x, path, why);
-    }
-    return DT_OK;
+    int on;
+    DT_TRY(block_enabled(x, blk, name, &on, path, sizeof path));
+    return on ? refuse(x, path, why) : DT_OK;
 }
 
 /* A feature block that changes the math when enabled (curriculum, layer drop, ...). */

@@ -1,7 +1,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "launch/elastic.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,21 +9,6 @@
 
 #include "core/input_file.h"
 #include "core/timer.h"
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("dtrain launch: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-static void nap(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL); /* a signal cuts it short */
-}
 
 int dt_elastic_wait_world(const dt_launch_opts *o, const dt_config *c, long long gb, volatile sig_atomic_t *stop,
                           dt_status *err) {
@@ -38,7 +22,7 @@ int dt_elastic_wait_world(const dt_launch_opts *o, const dt_config *c, long long
         }
         int world = dt_launch_world(o, c, gb, slots);
         if (world) {
-            if (said) say("%s now offers %d slot%s", o->hostfile, slots, slots == 1 ? "" : "s");
+            if (said) dt_launch_say("%s now offers %d slot%s", o->hostfile, slots, slots == 1 ? "" : "s");
             return world;
         }
         if (dt_now() >= until) {
@@ -50,10 +34,11 @@ int dt_elastic_wait_world(const dt_launch_opts *o, const dt_config *c, long long
             return -1;
         }
         if (!said)
-            say("%s offers %d slot%s, fewer than a world of at least --min-ranks %d needs: waiting up to %g s for more "
+            dt_launch_say(
+                "%s offers %d slot%s, fewer than a world of at least --min-ranks %d needs: waiting up to %g s for more "
                 "(--wait-timeout)", o->hostfile, slots, slots == 1 ? "" : "s", o->min_ranks, o->wait_timeout);
         said = 1;
-        nap(1.0);
+        dt_launch_nap(1.0);
         if (*stop) return 0;
     }
 }
@@ -102,10 +87,11 @@ int dt_grow_due(dt_grow *g) {
         if (w > g->world && w != g->target) {
             g->target = w;
             read_latest(g->c->checkpoint.dir, g->latest, sizeof g->latest);
-            say("%s offers %d slots: growing from %d to %d ranks at the next checkpoint", g->o->hostfile, slots,
+            dt_launch_say("%s offers %d slots: growing from %d to %d ranks at the next checkpoint",
+                g->o->hostfile, slots,
                 g->world, w);
         } else if (w <= g->world && g->target) {
-            say("%s offers %d slots again: not growing", g->o->hostfile, slots < 0 ? 0 : slots);
+            dt_launch_say("%s offers %d slots again: not growing", g->o->hostfile, slots < 0 ? 0 : slots);
             g->target = 0;
         }
     }

@@ -138,8 +138,7 @@ static void on_signal(int sig) {
     else if (!g_again_sig) g_again_sig = sig;
 }
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
+void dt_launch_say(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("dtrain launch: ", stderr);
@@ -148,9 +147,9 @@ static void say(const char *fmt, ...) {
     va_end(ap);
 }
 
-static void nap(double s) {
+void dt_launch_nap(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL); /* a signal cuts it short: the loop looks at it at once */
+    nanosleep(&ts, NULL);
 }
 
 static double wall_now(void) {
@@ -211,23 +210,24 @@ static void reap_attempt(double grace) {
         pid_t left[64];
         int n = adopted(left, 64);
         if (n > 0 && !said) {
-            say("waiting for %d process%s of the last attempt to exit (pid %d%s)", n, n == 1 ? "" : "es", (int)left[0],
+            dt_launch_say("waiting for %d process%s of the last attempt to exit (pid %d%s)",
+                n, n == 1 ? "" : "es", (int)left[0],
                 n > 1 ? ", ..." : "");
             said = 1;
         }
         if (!killed && dt_now() > until) {
-            say("%d process%s of the last attempt still running after %g s: killing them (SIGKILL)", n,
+            dt_launch_say("%d process%s of the last attempt still running after %g s: killing them (SIGKILL)", n,
                 n == 1 ? "" : "es", grace);
             for (int i = 0; i < n; i++) kill(left[i], SIGKILL);
             killed = 1;
             until = dt_now() + 10.0;
         } else if (killed && dt_now() > until) {
             /* SIGKILL is pending: they run no more user code (stuck in the kernel) */
-            say("%d process%s of the last attempt killed but not yet gone (in the kernel): going on", n,
+            dt_launch_say("%d process%s of the last attempt killed but not yet gone (in the kernel): going on", n,
                 n == 1 ? "" : "es");
             return;
         }
-        nap(0.05);
+        dt_launch_nap(0.05);
     }
 }
 
@@ -257,25 +257,26 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, int w
         if (r < 0 && errno != EINTR) return 1;
         if (g_again_sig && !again) { /* a second signal: no more waiting for the save */
             again = 1;
-            say("%s again: killing the job at once", dt_signal_name(g_again_sig));
+            dt_launch_say("%s again: killing the job at once", dt_signal_name(g_again_sig));
             kill_job(pid);
         }
         if (g_stop_sig && !forwarded) { /* the ranks save and exit (the trainer's SIGUSR1) */
             forwarded = 1;
             stop_by = dt_now() + o->stop_timeout;
-            say("%s: asking the job to save and stop (SIGUSR1 to %s; up to %g s, --stop-timeout; signal again to "
+            dt_launch_say(
+                "%s: asking the job to save and stop (SIGUSR1 to %s; up to %g s, --stop-timeout; signal again to "
                 "kill it at once)", dt_signal_name(g_stop_sig), o->mpirun, o->stop_timeout);
             kill(pid, SIGUSR1);
         }
         if (!forwarded && !*hung && dt_grow_due(grow)) { /* a restart on more ranks, from the save it makes */
             forwarded = *grew = 1;
             stop_by = dt_now() + o->stop_timeout;
-            say("a checkpoint committed: asking the job to save and stop (SIGUSR1 to %s) to grow to %d ranks",
+            dt_launch_say("a checkpoint committed: asking the job to save and stop (SIGUSR1 to %s) to grow to %d ranks",
                 o->mpirun, grow->target);
             kill(pid, SIGUSR1);
         }
         if (forwarded && !again && !kill_at && stop_by > 0.0 && dt_now() > stop_by) {
-            say("the job has not stopped %g s after SIGUSR1 (--stop-timeout): killing it", o->stop_timeout);
+            dt_launch_say("the job has not stopped %g s after SIGUSR1 (--stop-timeout): killing it", o->stop_timeout);
             *hung = 1;
             kill_job(pid);
             stop_by = 0.0;
@@ -289,7 +290,7 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, int w
                  dt_heartbeat_verdict(beats, nb, started, now, o->heartbeat_timeout, why, sizeof why)) ||
                 (o->startup_timeout > 0 &&
                  dt_heartbeat_startup_verdict(beats, nb, world, started, now, o->startup_timeout, why, sizeof why))) {
-                say("%s: killing the job", why);
+                dt_launch_say("%s: killing the job", why);
                 *hung = 1;
                 kill(pid, SIGTERM);
                 kill_at = dt_now() + 15.0;
@@ -299,7 +300,7 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, int w
             kill_job(pid);
             kill_at = 0.0;
         }
-        nap(0.1);
+        dt_launch_nap(0.1);
     }
 }
 
@@ -330,7 +331,8 @@ static int resume_point(const char *dir, char *out, size_t cap) {
     closedir(d);
     if (best < 0) return 0;
     snprintf(out, cap, "%s/%s", dir, name);
-    say("%s has no `latest` (a save was killed before committing it): resuming from its newest step, %s", dir, name);
+    dt_launch_say("%s has no `latest` (a save was killed before committing it): resuming from its newest step, %s",
+        dir, name);
     return 1;
 }
 
@@ -348,7 +350,7 @@ static void remove_stale_beats(void) {
         char path[DT_PATH_MAX];
         snprintf(path, sizeof path, "/tmp/%s", e->d_name);
         dt_heartbeat_clear(path);
-        if (rmdir(path) == 0) say("removed %s (its launcher, pid %ld, is gone)", path, pid);
+        if (rmdir(path) == 0) dt_launch_say("removed %s (its launcher, pid %ld, is gone)", path, pid);
     }
     closedir(d);
 }
@@ -378,7 +380,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         return failed(DT_EINPUT);
     }
     if (!c->checkpoint.dir[0])
-        say("note: no checkpoint.dir (--save DIR): a restart starts the run again from step 0");
+        dt_launch_say("note: no checkpoint.dir (--save DIR): a restart starts the run again from step 0");
 
     /* The launcher adopts what its job leaves behind (a rank whose mpirun died): it waits
      * for the last of them before a restart (reap_attempt). */
@@ -453,9 +455,10 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             argv[k++] = "checkpoint.overwrite=false";
         }
         argv[k] = NULL;
-        if (!attempt && !grown) say("starting %d ranks", world);
-        else if (grew_from) say("growing to %d ranks (from %d), resuming from %s", world, grew_from, c->checkpoint.dir);
-        else say("restart %d of at most %d: %d ranks, %s%s", attempt, o->max_restarts, world,
+        if (!attempt && !grown) dt_launch_say("starting %d ranks", world);
+        else if (grew_from) dt_launch_say("growing to %d ranks (from %d), resuming from %s",
+            world, grew_from, c->checkpoint.dir);
+        else dt_launch_say("restart %d of at most %d: %d ranks, %s%s", attempt, o->max_restarts, world,
                  resume ? "resuming from " : "from step 0 (no checkpoint yet)", resume ? from : "");
         grew_from = 0;
         double started = wall_now(), t0 = dt_now();
@@ -485,12 +488,13 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         double took = dt_now() - t0;
         reap_attempt(5.0);
         if (g_again_sig) {
-            say("stopped by %s, then %s: the job was killed", dt_signal_name(g_stop_sig), dt_signal_name(g_again_sig));
+            dt_launch_say("stopped by %s, then %s: the job was killed",
+                dt_signal_name(g_stop_sig), dt_signal_name(g_again_sig));
             code = 128 + g_again_sig;
             break;
         }
         if (g_stop_sig) {
-            say("stopped by %s (the job exited with %d)", dt_signal_name(g_stop_sig), code);
+            dt_launch_say("stopped by %s (the job exited with %d)", dt_signal_name(g_stop_sig), code);
             code = 128 + g_stop_sig;
             break;
         }
@@ -502,15 +506,15 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             continue;
         }
         if (code == DT_EINPUT) { /* bad config, data or checkpoint: a restart would fail alike */
-            say("the job refused its input (exit 2): not restarting");
+            dt_launch_say("the job refused its input (exit 2): not restarting");
             break;
         }
         if (!hung && (code == 128 + SIGINT || code == 128 + SIGTERM || code == 128 + SIGUSR1)) {
-            say("the job was stopped by a signal (exit %d) and saved: not restarting", code);
+            dt_launch_say("the job was stopped by a signal (exit %d) and saved: not restarting", code);
             break;
         }
         if (code == 127) {
-            say("could not start %s: not restarting", o->mpirun);
+            dt_launch_say("could not start %s: not restarting", o->mpirun);
             break;
         }
         if (attempt >= o->max_restarts) {
@@ -520,9 +524,9 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             failed(DT_ERUNTIME);
             break;
         }
-        say("the job failed after %.1f s (exit %d%s); restarting in %g s", took, code, hung ? ", hung" : "",
+        dt_launch_say("the job failed after %.1f s (exit %d%s); restarting in %g s", took, code, hung ? ", hung" : "",
             o->restart_delay);
-        nap(o->restart_delay);
+        dt_launch_nap(o->restart_delay);
         if (g_stop_sig) {
             code = 128 + g_stop_sig;
             break;

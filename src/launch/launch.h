@@ -49,6 +49,11 @@ int dt_launch_hostfile_slots(const char *path);
  * --min-ranks needs, before the first start or a restart, the launcher says so and reads
  * it again every second until it does or the timeout passes (then one error line). */
 
+/* The launcher's own lines on stderr, "dtrain launch: ..." (for its modules: elastic.c). */
+void dt_launch_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Sleeps s seconds; a signal cuts it short, so a polling loop looks at it at once. */
+void dt_launch_nap(double s);
+
 /* Runs `mpirun ... self train TRAIN_ARGS` under supervision until it succeeds, fails
  * with bad input (exit 2, never retried), is stopped by a signal (forwarded to the job
  * as SIGUSR1: the ranks save and exit), or has failed max_restarts + 1 times. c is the

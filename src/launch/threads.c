@@ -90,8 +90,9 @@ dt_status dt_threads_choose(dt_comm *world, int requested, dt_threads_plan *out)
     }
     int n = dt_comm_local_size(world);
     dt_rank_cpus *all = calloc((size_t)n, sizeof *all);
-    if (!all) return dt_fail(DT_ERUNTIME, "threads: out of memory");
-    dt_status s = dt_comm_node_allgather(world, &me, all, sizeof me);
+    /* agreed first: a rank that cannot take part must not leave the others in the exchange */
+    dt_status s = dt_comm_agree(world, all ? DT_OK : dt_fail(DT_ERUNTIME, "threads: out of memory"), NULL);
+    if (s == DT_OK) s = dt_comm_node_allgather(world, &me, all, sizeof me);
     if (s == DT_OK) dt_threads_plan_node(all, n, dt_comm_local_rank(world), cgroup_quota(), out);
     free(all);
     return s;

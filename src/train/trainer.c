@@ -583,11 +583,11 @@ static void print_header(trainer *t) {
            c->model.n_layer, c->model.n_head, c->model.n_embd, t->T, c->model.vocab_size, shape.padded_vocab,
            (double)gpt_shape_params(&shape) / 1e6);
     printf("dtrain: global batch %d x %d tokens (micro-batch %d x %d data-parallel x %d accumulation), %d "
-           "steps, %s, %s%s, %d threads/rank, %s\n",
+           "steps, %s, %s%s, %s\n",
            t->global_batch, t->T, t->micro, t->dp, t->accum, c->train.steps, c->precision,
-           !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "", t->threads.threads,
+           !strcmp(c->parallel.dp_mode, "ps") ? "ps" : "ddp", c->parallel.zero ? " + ZeRO" : "",
            !strcmp(c->backend, "cuda") ? dt_gpu_name() : dt_cpu_blas_info());
-    printf("dtrain: threads %s\n", thr);
+    printf("dtrain: threads %s\n", thr); /* the count, and where it came from */
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
            t->val_path[0] ? t->val_path : "none");
     if (c->parallel.zero) printf("dtrain: ZeRO stage %d\n", c->parallel.zero);

@@ -61,8 +61,6 @@ void dt_cpu_set_threads(int n) {
     openblas_set_num_threads(n);
 }
 
-int dt_cpu_threads(void) { return omp_get_max_threads(); }
-
 const char *dt_cpu_blas_info(void) {
     static char buf[256];
     snprintf(buf, sizeof buf, "%s, kernel %s", openblas_get_config(), openblas_get_corename());
