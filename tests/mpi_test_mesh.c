@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/mesh.h"
+#include "parallel/layout/mesh.h"
 
 static int g_pass, g_fail, g_rank, g_printed;
 #define CHECK(cond, ...)                                                                           \

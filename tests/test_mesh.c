@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "parallel/mesh.h"
+#include "parallel/layout/mesh.h"
 
 #define MAXW 12
 

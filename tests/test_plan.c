@@ -14,8 +14,8 @@
 #include "check.h"
 #include "core/config.h"
 #include "model/gpt.h"
-#include "parallel/estimate.h"
-#include "parallel/plan.h"
+#include "parallel/layout/estimate.h"
+#include "parallel/layout/plan.h"
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)) + 1e-12; }
 

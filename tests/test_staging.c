@@ -1,4 +1,4 @@
-/* Host staging (src/parallel/staging.c): bf16 storage widened to fp32 in place and
+/* Host staging (src/parallel/data_parallel/staging.c): bf16 storage widened to fp32 in place and
  * rounded back in place, across block boundaries, on the emulated device's memory (so
  * the helpers touch it only through download and upload) and on the CPU. */
 #include <math.h>
@@ -8,7 +8,7 @@
 #include "backend/ops.h"
 #include "check.h"
 #include "core/bf16.h"
-#include "parallel/staging.h"
+#include "parallel/data_parallel/data_parallel/staging.h"
 
 /* n values covering signs, magnitudes, ties and NaN */
 static float value(size_t i) {

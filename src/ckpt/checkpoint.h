@@ -53,7 +53,7 @@ dt_status dt_ckpt_save_stream(const char *dir, const gpt_model *m, const dt_ckpt
                               const dt_train_state *st, const char *config_json, double shard_mb);
 
 /* A save by several writers (one per pipeline stage, each holding its stage's whole
- * tensors; the collective part is the caller's, src/parallel/state.c), in steps:
+ * tensors; the collective part is the caller's, src/parallel/data_parallel/state.c), in steps:
  *   root:       dt_ckpt_begin (the temporary step directory, named by the root's pid)
  *   every one:  dt_ckpt_count_files, then dt_ckpt_write_files (file numbers first..)
  *   root:       dt_ckpt_write_index (when the files are more than one)

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/mem.h"
+#include "../../core/mem.h"
 
 static size_t block_start(size_t count, int N, int b) { return count * (size_t)b / (size_t)N; }
 

@@ -14,13 +14,13 @@
 #define DT_DATA_PARALLEL_H
 #include <stdint.h>
 
-#include "../ckpt/checkpoint.h"
-#include "../core/config.h"
-#include "../comm/comm.h"
-#include "../comm/device_comm.h"
-#include "../model/gpt.h"
-#include "../optim/optimizer.h"
-#include "../train/metrics.h"
+#include "../../ckpt/checkpoint.h"
+#include "../../core/config.h"
+#include "../../comm/comm.h"
+#include "../../comm/device_comm.h"
+#include "../../model/gpt.h"
+#include "../../optim/optimizer.h"
+#include "../../train/metrics.h"
 #include "state.h"
 
 typedef struct {

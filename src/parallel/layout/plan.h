@@ -9,9 +9,9 @@
 #define DT_PLAN_H
 #include <stdio.h>
 
-#include "../core/config.h"
-#include "../core/status.h"
-#include "../model/gpt.h"
+#include "../../core/config.h"
+#include "../../core/status.h"
+#include "../../model/gpt.h"
 
 typedef struct {
     double alpha; /* seconds per message */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/mem.h"
+#include "../../core/mem.h"
 #include "dp_internal.h"
 #include "state.h"
 

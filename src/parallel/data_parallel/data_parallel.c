@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/mem.h"
+#include "../../core/mem.h"
 #include "dp_internal.h"
 #include "staging.h"
-#include "tensor_parallel.h"
+#include "../model_parallel/model_parallel/tensor_parallel.h"
 
 static int is_zero(const dt_dp *d) { return !d->o.ps && d->o.zero > 0; }
 

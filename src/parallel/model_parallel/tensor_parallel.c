@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/timer.h"
+#include "../../core/timer.h"
 
 static double g_comm_s; /* wall time in the paired functions' all-reduces */
 

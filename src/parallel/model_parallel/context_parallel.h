@@ -7,10 +7,10 @@
 #define DT_CONTEXT_PARALLEL_H
 #include <stdint.h>
 
-#include "../comm/comm.h"
-#include "../core/config.h"
-#include "../core/status.h"
-#include "../model/gpt.h"
+#include "../../comm/comm.h"
+#include "../../core/config.h"
+#include "../../core/status.h"
+#include "../../model/gpt.h"
 
 /* Whether T positions split into 2·cp equal chunks; DT_EINPUT with one line if not (a
  * sequence the chunking would have to pad is refused, not padded). */

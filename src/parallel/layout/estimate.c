@@ -4,11 +4,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../model/gpt.h"
-#include "canonical.h"
-#include "context_parallel.h"
-#include "data_parallel.h"
-#include "pipeline.h"
+#include "../../model/gpt.h"
+#include "../data_parallel/data_parallel/canonical.h"
+#include "../model_parallel/model_parallel/context_parallel.h"
+#include "../data_parallel/data_parallel/data_parallel.h"
+#include "../model_parallel/model_parallel/pipeline.h"
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
     dt_state_bytes b = {4 * psi, 4 * psi, 8 * psi};

@@ -20,8 +20,8 @@
 #define DT_CANONICAL_H
 #include <stddef.h>
 
-#include "../comm/comm.h"
-#include "../core/status.h"
+#include "../../comm/comm.h"
+#include "../../core/status.h"
 
 #define DT_CANON_CHUNK 1024
 

@@ -6,9 +6,9 @@
  * collectives, and says which layouts run so far. */
 #ifndef DT_TENSOR_PARALLEL_H
 #define DT_TENSOR_PARALLEL_H
-#include "../comm/comm.h"
-#include "../core/config.h"
-#include "../model/gpt.h"
+#include "../../comm/comm.h"
+#include "../../core/config.h"
+#include "../../model/gpt.h"
 
 /* Connects the model's paired functions to the tensor-parallel communicator (a group
  * of one leaves them identities); the sequence-parallel pair when the model has sp. */

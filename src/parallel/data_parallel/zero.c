@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/mem.h"
+#include "../../core/mem.h"
 #include "dp_internal.h"
 #include "staging.h"
 

@@ -17,7 +17,7 @@
 #define DT_SCHEDULE_H
 #include <stddef.h>
 
-#include "../core/status.h"
+#include "../../core/status.h"
 
 typedef enum { DT_SCHED_GPIPE, DT_SCHED_1F1B, DT_SCHED_INTERLEAVED, DT_SCHED_ZBH1, DT_SCHED_N } dt_schedule;
 

@@ -14,8 +14,8 @@
 #define DT_MESH_H
 #include <stdio.h>
 
-#include "../comm/comm.h"
-#include "../core/status.h"
+#include "../../comm/comm.h"
+#include "../../core/status.h"
 
 typedef enum {
     DT_MESH_DP,

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../core/bf16.h"
+#include "../../core/bf16.h"
 
 /* bf16 values are copied as they are into the upper half of the fp32 buffer, then widened
  * upwards in place (element i lands at bytes [4i, 4i+4), where no element after it is

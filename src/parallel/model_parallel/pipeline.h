@@ -6,9 +6,9 @@
  * over the pipeline group. */
 #ifndef DT_PIPELINE_H
 #define DT_PIPELINE_H
-#include "../comm/comm.h"
-#include "../core/config.h"
-#include "../model/gpt.h"
+#include "../../comm/comm.h"
+#include "../../core/config.h"
+#include "../../model/gpt.h"
 #include "schedule.h"
 
 /* The blocks of stage `stage` of pp for n_layer blocks: balanced, the first n_layer % pp

@@ -6,7 +6,7 @@
 #define DT_STAGING_H
 #include <stddef.h>
 
-#include "../backend/ops.h"
+#include "../../backend/ops.h"
 
 /* Whether the state's collectives go through host staging: device memory, or bf16
  * storage (reduced in fp32). */

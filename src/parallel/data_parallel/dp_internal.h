@@ -3,8 +3,8 @@
 #define DT_DP_INTERNAL_H
 #include "data_parallel.h"
 
-#include "../ckpt/async_save.h"
-#include "../core/timer.h"
+#include "../../ckpt/async_save.h"
+#include "../../core/timer.h"
 #include "canonical.h"
 
 enum { MAX_INFLIGHT = 64 };

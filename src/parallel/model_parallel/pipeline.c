@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../comm/watchdog.h"
-#include "../core/timer.h"
+#include "../../comm/watchdog.h"
+#include "../../core/timer.h"
 
 dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count) {
     if (pp < 1 || n_layer < pp)

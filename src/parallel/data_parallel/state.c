@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../ckpt/ckpt_dir.h"
-#include "tensor_parallel.h"
+#include "../../ckpt/ckpt_dir.h"
+#include "../model_parallel/model_parallel/tensor_parallel.h"
 
 static int has(const dt_comm *c) { return c && dt_comm_size((dt_comm *)c) > 1; }
 

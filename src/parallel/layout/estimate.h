@@ -8,8 +8,8 @@
 #define DT_ESTIMATE_H
 #include <stdio.h>
 
-#include "../core/config.h"
-#include "../core/status.h"
+#include "../../core/config.h"
+#include "../../core/status.h"
 
 typedef struct {
     double params, grads, optim; /* bytes per rank */

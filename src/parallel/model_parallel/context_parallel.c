@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/mem.h"
+#include "../../core/mem.h"
 
 dt_status dt_cp_check(int T, int cp) {
     if (cp < 1 || T < 1 || T % (2 * cp) != 0)

@@ -7,9 +7,9 @@
  * context parallelism extend this file, not the strategies. */
 #ifndef DT_STATE_H
 #define DT_STATE_H
-#include "../ckpt/checkpoint.h"
-#include "../comm/comm.h"
-#include "../model/gpt.h"
+#include "../../ckpt/checkpoint.h"
+#include "../../comm/comm.h"
+#include "../../model/gpt.h"
 
 /* The model-parallel groups a rank's state spans (NULL: a group of one). */
 typedef struct {
