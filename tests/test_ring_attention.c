@@ -14,7 +14,7 @@
 #include "backend/cpu/cpu.h"
 #include "check.h"
 #include "core/rng.h"
-#include "parallel/model_parallel/model_parallel/context_parallel.h"
+#include "parallel/model_parallel/context_parallel.h"
 
 enum { B = 2, C = 16, NH = 2, C3 = 3 * C };
 

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "parallel/model_parallel/model_parallel/pipeline.h"
-#include "parallel/model_parallel/model_parallel/schedule.h"
+#include "parallel/model_parallel/pipeline.h"
+#include "parallel/model_parallel/schedule.h"
 
 int main(void) {
     dt_schedule s;

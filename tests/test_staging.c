@@ -8,7 +8,7 @@
 #include "backend/ops.h"
 #include "check.h"
 #include "core/bf16.h"
-#include "parallel/data_parallel/data_parallel/staging.h"
+#include "parallel/data_parallel/staging.h"
 
 /* n values covering signs, magnitudes, ties and NaN */
 static float value(size_t i) {

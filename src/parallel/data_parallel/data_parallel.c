@@ -7,7 +7,7 @@
 #include "../../core/mem.h"
 #include "dp_internal.h"
 #include "staging.h"
-#include "../model_parallel/model_parallel/tensor_parallel.h"
+#include "../model_parallel/tensor_parallel.h"
 
 static int is_zero(const dt_dp *d) { return !d->o.ps && d->o.zero > 0; }
 

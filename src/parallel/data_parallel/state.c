@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "../../ckpt/ckpt_dir.h"
-#include "../model_parallel/model_parallel/tensor_parallel.h"
+#include "../model_parallel/tensor_parallel.h"
 
 static int has(const dt_comm *c) { return c && dt_comm_size((dt_comm *)c) > 1; }
 

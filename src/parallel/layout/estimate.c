@@ -5,10 +5,10 @@
 #include <string.h>
 
 #include "../../model/gpt.h"
-#include "../data_parallel/data_parallel/canonical.h"
-#include "../model_parallel/model_parallel/context_parallel.h"
-#include "../data_parallel/data_parallel/data_parallel.h"
-#include "../model_parallel/model_parallel/pipeline.h"
+#include "../data_parallel/canonical.h"
+#include "../model_parallel/context_parallel.h"
+#include "../data_parallel/data_parallel.h"
+#include "../model_parallel/pipeline.h"
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
     dt_state_bytes b = {4 * psi, 4 * psi, 8 * psi};

@@ -7,11 +7,11 @@
 #include "../../core/timer.h"
 #include "../../model/gpt.h"
 #include "../../optim/optimizer.h"
-#include "../model_parallel/model_parallel/context_parallel.h"
-#include "../data_parallel/data_parallel/data_parallel.h"
+#include "../model_parallel/context_parallel.h"
+#include "../data_parallel/data_parallel.h"
 #include "estimate.h"
-#include "../model_parallel/model_parallel/pipeline.h"
-#include "../model_parallel/model_parallel/tensor_parallel.h"
+#include "../model_parallel/pipeline.h"
+#include "../model_parallel/tensor_parallel.h"
 
 int dt_plan_group_intra(int g, int dp, int pp, int cp, int tp, int ranks_per_node) {
     int world = dp * pp * cp * tp, span; /* consecutive ranks a group's members spread over */
