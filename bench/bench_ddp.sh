@@ -11,10 +11,14 @@
 # taken within a round. A CPU-share probe runs before each measurement (below ~1.6 the
 # second core is shared; the table gives the lowest probe of the row).
 # usage: bench/bench_ddp.sh [build/dtrain]     (prints a markdown table)
+# knobs (environment): ROUNDS=3, STEPS=8, SHAPES="tiny small", TORCH=1 (0: dtrain contenders
+#   only), RESULTS=FILE (copy the raw results there: rows "shape key round probe tokens/s comm-ms").
 set -euo pipefail
 source "$(dirname "$0")/common.sh" ddp "${1:-}"
 random_tokens "$tmp/rand.bin" 50257 400000
-STEPS=8
+STEPS=${STEPS:-8}
+SHAPES=${SHAPES:-"tiny small"}
+TORCH=${TORCH:-1}
 # dtrain tokens/s and exposed communication ms of the median step (as for PyTorch)
 dt_tps() { python3 -c "
 import json,sys
@@ -47,7 +51,7 @@ CONTENDERS=(
   "z1|dtrain ZeRO-1 dp=2 x 1 thread|dtrain 2 1 --set train.micro_batch=4 --set parallel.zero=1"
   "torch|PyTorch DDP gloo 2 x 1 thread|torch"
 )
-for shape in tiny small; do
+for shape in $SHAPES; do
   if [ $shape = tiny ]; then
     S=(--set model.n_layer=4 --set model.n_head=4 --set model.n_embd=256 --set model.seq_len=256 --set model.vocab_size=50257)
     T=(--n-layer 4 --n-embd 256 --n-head 4 --seq 256)
@@ -59,6 +63,7 @@ for shape in tiny small; do
     for c in "${CONTENDERS[@]}"; do
       IFS='|' read -r key label how <<<"$c"
       read -r -a h <<<"$how"
+      [ "${h[0]}" = torch ] && [ "$TORCH" = 0 ] && continue
       p=$(probe)
       if [ "${h[0]}" = torch ]; then out=$(torch_tps "${T[@]}")
       else out=$(run_dtrain ${shape}_$key "${h[1]}" "${h[2]}" "${S[@]}" --set train.global_batch=8 "${h[@]:3}"); fi
@@ -66,6 +71,7 @@ for shape in tiny small; do
     done
   done
 done
+[ -z "${RESULTS:-}" ] || cp "$tmp/results" "$RESULTS"
 python3 - "$tmp/results" <<'PY'
 import statistics as st, sys
 rows = [l.split() for l in open(sys.argv[1])]
@@ -78,9 +84,11 @@ for shape in ("tiny", "small"):
     R = {}
     for s, key, r, p, tps, ex in rows:
         if s == shape: R.setdefault(key, {})[int(r)] = (float(p), float(tps), ex)
+    if not R:
+        continue
     rounds = sorted(R["d11"])
     def ratio(a, b): return st.median(R[a][r][1] / R[b][r][1] for r in rounds)
-    for key in labels:
+    for key in (k for k in labels if k in R):
         v = [R[key][r][1] for r in rounds]
         ex = [float(R[key][r][2]) for r in rounds if R[key][r][2] != "-"]
         print("| %s | %s | %.2f | %.0f (%.0f-%.0f) | %s | %.2f | %s | %s |" % (

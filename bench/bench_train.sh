@@ -8,7 +8,10 @@
 # knobs (environment): WARMUP=2 (untimed steps), STEPS_TINY=8, STEPS_SMALL=5 (timed steps),
 #   THREADS_LIST="1 2", SHAPES="tiny small", RUN_TIMEOUT=300 (seconds per contender run),
 #   SGEMM_N=2048, KEEP=DIR (keep logs and metrics there),
-#   TORCH_OMP_WAIT_POLICY=PASSIVE (empty: libgomp's default, spinning).
+#   TORCH_OMP_WAIT_POLICY=PASSIVE (empty: libgomp's default, spinning),
+#   TORCH=1 and SGEMM=1 (0: skip the PyTorch runs / the sgemm rates, for dtrain-only timings
+#   such as bench/refactor_perf.sh's), RESULTS=FILE (copy the raw results there: TSV rows
+#   "kind shape threads probe-before probe-after value extra").
 # Needs gcc, /usr/bin/python3 with torch (Debian python3-torch), OpenBLAS (libopenblas0-openmp
 # and libopenblas-pthread-dev headers). Takes about 10 minutes on 2 idle cores.
 #
@@ -32,6 +35,8 @@ SHAPES=${SHAPES:-"tiny small"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 SGEMM_N=${SGEMM_N:-2048}
 TORCH_OMP_WAIT_POLICY=${TORCH_OMP_WAIT_POLICY-PASSIVE}
+TORCH=${TORCH:-1}
+SGEMM=${SGEMM:-1}
 BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC=/usr/include/x86_64-linux-gnu/openblas-pthread
 ENV=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
@@ -39,7 +44,7 @@ ENV=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 
 [ -x "$dtrain" ] || { echo "bench: dtrain binary '$dtrain' not found (build first)" >&2; exit 2; }
 [ -x "$py" ] || { echo "bench: $py not found" >&2; exit 2; }
-"$py" -c "import torch" 2>/dev/null || { echo "bench: $py cannot import torch (apt install python3-torch)" >&2; exit 2; }
+[ "$TORCH" = 0 ] || "$py" -c "import torch" 2>/dev/null || { echo "bench: $py cannot import torch (apt install python3-torch)" >&2; exit 2; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 results="$tmp/results.tsv" # kind shape threads probe value extra...
@@ -47,7 +52,7 @@ results="$tmp/results.tsv" # kind shape threads probe value extra...
 t_start=$(date +%s)
 
 gcc -O2 -o "$tmp/cpu_probe" "$here/cpu_probe.c" -lpthread
-gcc -O2 -fopenmp -I"$BLAS_INC" -o "$tmp/sgemm_bench" "$here/sgemm_bench.c" "$BLAS_DIR/libopenblas.so.0" \
+[ "$SGEMM" = 0 ] || gcc -O2 -fopenmp -I"$BLAS_INC" -o "$tmp/sgemm_bench" "$here/sgemm_bench.c" "$BLAS_DIR/libopenblas.so.0" \
     -Wl,-rpath,"$BLAS_DIR"
 
 probe() { # prints the ratio and logs the line
@@ -72,11 +77,12 @@ EOF
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "== dtrain: $dtrain ($(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?'))," \
-     "torch $("$py" -c 'import torch; print(torch.__version__)')" >&2
+     "torch $([ "$TORCH" = 0 ] && echo skipped || "$py" -c 'import torch; print(torch.__version__)')" >&2
 
 # ---- sgemm rate of dtrain's BLAS ----
 sgemm_row() { # threads reps: one sgemm measurement between two probes
     local p0 p1 line
+    [ "$SGEMM" = 0 ] && return 0
     p0=$(probe)
     line="$("${ENV[@]}" "$tmp/sgemm_bench" "$SGEMM_N" "$1" "$2")"
     echo "  $line" >&2
@@ -140,6 +146,7 @@ for l in open(sys.argv[1]):
             [ -f "$tmp/m.jsonl" ] && cp "$tmp/m.jsonl" "$KEEP/dtrain_${shape}_${th}t.jsonl"
         fi
         # ---- torch ----
+        [ "$TORCH" = 0 ] && continue
         echo "== torch $shape, $th thread(s), $WARMUP + $timed steps" >&2
         p0=$(probe)
         rc=0
@@ -167,6 +174,7 @@ print("\n".join(str(x) for x in r["ms"]))' "$tmp/torch.log" | rate $((B * T)))
 done
 
 elapsed=$(($(date +%s) - t_start))
+[ -z "${RESULTS:-}" ] || cp "$results" "$RESULTS"
 echo "== done in ${elapsed} s" >&2
 "$py" - "$results" "$SGEMM_N" "$elapsed" "$WARMUP" "$STEPS_TINY" "$STEPS_SMALL" "$TORCH_OMP_WAIT_POLICY" <<'EOF'
 import datetime, sys
@@ -228,7 +236,7 @@ for name, (L, C, H, T, B) in shapes.items():
         sg = peak.get(th)
         label = ("tiny" if name == "tiny" else "GPT-2 small") + " (L%d C%d H%d T%d B%d)" % (L, C, H, T, B)
         print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            label, th, "%.0f" % d[2] if d[2] else "failed", "%.0f" % t[2] if t[2] else "failed",
+            label, th, "%.0f" % d[2] if d[2] else "failed", "%.0f" % t[2] if t[2] else ("failed" if t[0] is not None else "-"),
             "%.2f" % (d[2] / t[2]) if d[2] and t[2] else "-", "%.1f" % gf if gf else "-",
             "%.0f%%" % (100 * gf / sg) if gf and sg else "-",
             probes(d[0], d[1]) if d[0] is not None else "-", probes(t[0], t[1]) if t[0] is not None else "-",

@@ -11,7 +11,7 @@
 #   bench/sweep_compare.sh compare DIR_A DIR_B
 #       case by case: the same case drawn (its description), the same outcome (ok / refused /
 #       REF-REFUSED / FAIL), the same refusal message, and 0 failures in either; prints the
-#       totals of each and every difference; exit 1 if any.
+#       totals of each, every difference and every failure both share; exit 1 if any.
 #   bench/sweep_compare.sh summary OUTDIR
 #       the totals of one result directory.
 # knobs (environment): SEEDS="1 2 3 4 5 6", CASES=50 (per seed; 6 x 50 = 300 cases),
@@ -89,14 +89,15 @@ def load(d):
                 desc, msg = rest.rsplit(" | ", 1)
             else:  # refused: "desc | dtrain: error ..."; REF-REFUSED: "desc | [last line]"
                 desc, _, msg = rest.partition(" | ")
-            # a resumed half's refusal is part of the outcome: keep it in msg, not only in desc
-            rm = re.search(r" \(resume refused: (.*)\)$", desc)
-            if rm:
-                msg = (msg + " " if msg else "") + "resume refused: " + rm.group(1)
+            # the case drawn is what precedes " | resumed after ..."; the resumed half (its
+            # layout, and its refusal if any) belongs to the outcome
+            desc, sep, resumed = desc.partition(" | resumed")
+            if sep:
+                msg = (msg + " " if msg else "") + "| resumed" + resumed
             cases[case] = (out, desc, msg)
     return res, done
 (a, da), (b, db) = load(sys.argv[1]), load(sys.argv[2])
-diffs = []
+diffs, both = [], []  # both: the same failure in both directories (still not "0 failures")
 for seed in sorted(set(a) | set(b), key=lambda s: (len(s), s)):
     if seed not in a or seed not in b:
         diffs.append("seed %s: only in %s" % (seed, sys.argv[1] if seed in a else sys.argv[2])); continue
@@ -113,13 +114,15 @@ for seed in sorted(set(a) | set(b), key=lambda s: (len(s), s)):
         elif oa != ob or ma != mb:
             diffs.append("seed %s %s: %s %s\n  vs %s %s" % (seed, case, oa, ma, ob, mb))
         elif oa == "FAIL":
-            diffs.append("seed %s %s: failed in both: %s" % (seed, case, ma))
+            both.append("seed %s %s: %s" % (seed, case, ma))
 n = sum(len(c) for c in a.values())
 for d in diffs:
     print("DIFFERENT " + d)
-print("%d cases over %d seeds compared: %s" % (n, len(a), "same outcomes and refusals, 0 failures" if not diffs
-                                                  else "%d difference(s)" % len(diffs)))
-sys.exit(1 if diffs else 0)
+for d in both:
+    print("FAILS IN BOTH " + d)
+print("%d cases over %d seeds compared: %d difference(s) in outcome or refusal, %d case(s) failing in both%s" % (
+    n, len(a), len(diffs), len(both), "" if diffs or both else ": same outcomes and refusals, 0 failures"))
+sys.exit(1 if diffs or both else 0)
 PY
 }
 
