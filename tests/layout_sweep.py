@@ -135,11 +135,19 @@ for i in range(args.cases):
     name = "case%03d" % i
     desc = " ".join("%s=%s" % (k.split(".")[-1], v) for k, v in list(model.items()) + list(lay.items()))
     bitwise = lay.get("parallel.determinism") == "bitwise"
-    key = json.dumps(model, sort_keys=True) + (" bitwise" if bitwise else "")
+    ref_model = dict(model)
+    m = lay.get("parallel.micro_batches", 0)
+    if bitwise and m:
+        # bitwise sums one leaf per micro-batch: the reference runs the layout's micro-batch
+        # (parallel.micro_batches sets it to global_batch / (dp x m))
+        dp = world // (lay["parallel.tp"] * lay["parallel.pp"] * lay["parallel.cp"])
+        if model["train.global_batch"] % (dp * m) == 0:
+            ref_model["train.micro_batch"] = model["train.global_batch"] // (dp * m)
+    key = json.dumps(ref_model, sort_keys=True) + (" bitwise" if bitwise else "")
     if key not in refs:
         extra = ["--set", "parallel.determinism=bitwise"] if bitwise else []
         rj = "%s/%s.ref.jsonl" % (tmp, name)
-        rc, out = run([args.dtrain, "train"] + base + sets(model) + extra + ["--metrics", rj, "--digest"],
+        rc, out = run([args.dtrain, "train"] + base + sets(ref_model) + extra + ["--metrics", rj, "--digest"],
                       "%s/%s.ref.log" % (tmp, name))
         rc0, out0 = run([args.dtrain, "train"] + base + sets(model) + ["--steps", "0", "--digest"],
                         "%s/%s.ref0.log" % (tmp, name))
