@@ -4,6 +4,13 @@
  * positions come in runs (context_parallel.h). */
 #include "gpt_internal.h"
 
+/* Context parallelism: the end of the run of consecutive positions starting at t0. */
+static int run_end(const int *cpos, int T, int t0) {
+    int t1 = t0 + 1;
+    while (t1 < T && cpos[t1] == cpos[t1 - 1] + 1) t1++;
+    return t1;
+}
+
 dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const uint16_t *tokens, int B, int T, int pos0) {
     const dt_ops *o = m->ops;
     int C = m->shape.n_embd, N = B * T;
@@ -18,7 +25,7 @@ dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const uint16_t *tokens, i
     } else { /* context parallelism: each run of consecutive positions of each sequence */
         for (int b = 0; b < B; b++)
             for (int t0 = 0, t1; t0 < T; t0 = t1) {
-                for (t1 = t0 + 1; t1 < T && cpos[t1] == cpos[t1 - 1] + 1; t1++) {}
+                t1 = run_end(cpos, T, t0);
                 size_t r = (size_t)b * T + t0;
                 o->embed_fwd(S(m, emb, r * C), a->tok + r, tp(m, 0), wpe ? S(m, wpe, (size_t)cpos[t0] * C) : NULL, 1,
                              t1 - t0, C, m->tp_rank * Vl, Vl);
@@ -45,7 +52,7 @@ dt_status gpt_embed_backward(gpt_model *m, gpt_slot *s) {
     }
     for (int b = 0; b < s->B; b++) /* context parallelism: as in the forward, run by run */
         for (int t0 = 0, t1; t0 < s->T; t0 = t1) {
-            for (t1 = t0 + 1; t1 < s->T && cpos[t1] == cpos[t1 - 1] + 1; t1++) {}
+            t1 = run_end(cpos, s->T, t0);
             size_t r = (size_t)b * s->T + t0;
             m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)cpos[t0] * C), S(m, dall, r * C), s->tok + r, 1, t1 - t0, C,
                               m->tp_rank * Vl, Vl);

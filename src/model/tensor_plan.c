@@ -122,6 +122,12 @@ static int layer_of(const gpt_model *m, int j) {
     return m->chunk_layer0[c] + j - m->chunk_block0[c];
 }
 
+/* Entry e's name in block `layer` (its global name) or, outside the blocks, its own. */
+static void entry_name(char *buf, size_t cap, const plan_entry *e, int layer) {
+    if (e->where == ON_BLOCK) snprintf(buf, cap, "h.%d.%s", layer, e->name);
+    else snprintf(buf, cap, "%s", e->name);
+}
+
 /* The tensors of one unit, as the plan lists them. A last stage's unit 0 keeps room for
  * what only the first stage holds (wpe: m->tied_gap), so unit 0 has the same size on both
  * ends of the tie and a sharding of the two lines up. */
@@ -131,8 +137,7 @@ static void add_unit(gpt_model *m, int kind, int layer, int unit, int *idx, size
         const plan_entry *e = &plan[i];
         if (kind_of(e->where) != kind) continue;
         if (held(m, e)) {
-            if (kind == ON_BLOCK) snprintf(name, sizeof name, "h.%d.%s", layer, e->name); /* global names */
-            else snprintf(name, sizeof name, "%s", e->name);
+            entry_name(name, sizeof name, e, layer);
             add_tensor(m, idx, off, name, e, layer, unit);
         } else if (kind == ON_FIRST && m->has_head) {
             dt_shard sp = full_spec(&m->shape, e); /* replicated: its whole size */
@@ -160,8 +165,7 @@ int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx
     char name[48];
     for (int i = 0; i < E_COUNT; i++)
         for (int l = 0; l < (plan[i].where == ON_BLOCK ? s->n_layer : 1); l++) {
-            if (plan[i].where == ON_BLOCK) snprintf(name, sizeof name, "h.%d.%s", l, plan[i].name);
-            else snprintf(name, sizeof name, "%s", plan[i].name);
+            entry_name(name, sizeof name, &plan[i], l);
             if (fn(name, ctx)) return 1;
         }
     return 0;
