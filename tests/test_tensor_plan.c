@@ -5,7 +5,7 @@
  * replicated), weight decay, block and unit; offsets packed in that order with a last
  * stage's gap where wpe would be; and the counts the estimator reads
  * (gpt_param_count_layout, gpt_unit_counts_layout, gpt_num_params, gpt_shape_params)
- * equal to what the built model holds. */
+ * equal to what the built model holds; gpt_sorted_order lists every tensor once, by name. */
 #include <stdio.h>
 #include <string.h>
 
@@ -124,6 +124,14 @@ static void check_layout(int tp, int r, int first, int n) {
         size_t want = (size_t)V * C + NPOS * C + (size_t)SHAPE.n_layer * (12 * C * C + 13 * C) + 2 * C;
         CHECK(gpt_num_params(&m) == want && gpt_shape_params(&SHAPE) == want, "params %zu / %zu, want %zu",
               gpt_num_params(&m), gpt_shape_params(&SHAPE), want);
+    }
+    /* the digest and safetensors order: every tensor once, by name */
+    int order[64], seen[64] = {0};
+    gpt_sorted_order(&m, order);
+    for (int k = 0; k < m.ntensors; k++) {
+        CHECK(order[k] >= 0 && order[k] < m.ntensors && !seen[order[k]]++, "%s: order[%d] = %d", what, k, order[k]);
+        CHECK(k == 0 || strcmp(m.tensors[order[k - 1]].name, m.tensors[order[k]].name) < 0, "%s: %s before %s", what,
+              k ? m.tensors[order[k - 1]].name : "", m.tensors[order[k]].name);
     }
     gpt_destroy(&m);
 }

@@ -200,13 +200,30 @@ const gpt_tensor *gpt_find(const gpt_model *m, const char *name) {
     return NULL;
 }
 
-/* Insertion sort by name: names are unique, so any sort gives the same order; this one
- * needs no comparator context (qsort's would be a process global). */
+static int name_before(const gpt_model *m, int a, int b) { return strcmp(m->tensors[a].name, m->tensors[b].name) < 0; }
+
+/* Moves order[i] down the max-heap order[0..n) until its children are not after it. */
+static void sift_down(const gpt_model *m, int *order, int i, int n) {
+    for (int c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && name_before(m, order[c], order[c + 1])) c++;
+        if (!name_before(m, order[i], order[c])) return;
+        int t = order[i];
+        order[i] = order[c];
+        order[c] = t;
+    }
+}
+
+/* Heap sort by name: names are unique, so any sort gives the same order; this one needs
+ * no comparator context (qsort's would be a process global) and no allocation. */
 void gpt_sorted_order(const gpt_model *m, int *order) {
-    for (int i = 0; i < m->ntensors; i++) {
-        int k = i;
-        for (; k > 0 && strcmp(m->tensors[order[k - 1]].name, m->tensors[i].name) > 0; k--) order[k] = order[k - 1];
-        order[k] = i;
+    int n = m->ntensors;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n / 2 - 1; i >= 0; i--) sift_down(m, order, i, n);
+    for (int end = n - 1; end > 0; end--) {
+        int t = order[0];
+        order[0] = order[end];
+        order[end] = t;
+        sift_down(m, order, 0, end);
     }
 }
 
