@@ -42,8 +42,9 @@ static dt_status run_coll(const tp_ctx *x, int op, dt_dtype t, const void *in, v
  * for the in-place all-reduce), n per rank as the collective counts it. bf16 activations
  * are reduced as DT_BF16 (each addition in fp32, rounded). A model in device memory goes
  * through the host buffer ([in | out], or one part in place): MPI works on host memory.
- * The wall time is charged to the paired functions' counter. */
-static dt_status tp_coll(tp_ctx *x, int op, dt_dtype t, const float *in, size_t n_in, float *out, size_t n_out, size_t n) {
+ * The wall time is charged to the context's counter. */
+static dt_status tp_coll(tp_ctx *x, int op, dt_dtype t, const float *in, size_t n_in, float *out, size_t n_out,
+                         size_t n) {
     double t0 = dt_now();
     size_t e = t == DT_BF16 ? 2 : 4;
     dt_status s;
