@@ -6,7 +6,9 @@
  * same layout), described by a table of named tensors with Hugging Face GPT-2 names.
  * Each block's tensors are contiguous, so a wrapper can treat a block as one range
  * (buckets, shards, prefetch). Forward and backward are explicit per layer; the model
- * knows shapes, never which parallel strategy drives it. */
+ * knows shapes, never which parallel strategy drives it. This header is the model's whole
+ * public surface; the code is one file per building block (gpt_internal.h lists them),
+ * the tensor-parallel split plan one table (tensor_plan.c). */
 #ifndef DT_GPT_H
 #define DT_GPT_H
 #include <stddef.h>
@@ -79,10 +81,11 @@ typedef struct gpt_acts gpt_acts;
  * split by tp), and the rest (head chunk, scratch, losses, tokens). */
 enum { GPT_ACT_SEQUENCE, GPT_ACT_TENSOR, GPT_ACT_OTHER, GPT_ACT_NREGIONS };
 
-/* Tensor parallelism inside the model (Megatron's paired functions): the strategy gives
- * an all-reduce over the tensor-parallel group; the model calls it where Megatron's g
- * (after a row-parallel layer, forward) and f (before a column-parallel layer, backward)
- * sit. With one rank (allreduce NULL) both are identities. */
+/* Tensor parallelism inside the model (Megatron's paired functions): dt_tp_attach
+ * (tensor_parallel.h) gives collectives over the tensor-parallel group, ctx being the
+ * group's context the model holds; the model calls them where Megatron's g (after a
+ * row-parallel layer, forward) and f (before a column-parallel layer, backward) sit.
+ * With one rank (allreduce NULL) both are identities. */
 typedef struct {
     /* in place, n elements: GPT_TP_SUM of activations in storage precision (fp32 or
      * bf16), GPT_TP_SUM_F32 / GPT_TP_MAX_F32 of fp32 statistics */
@@ -98,9 +101,10 @@ enum { GPT_TP_SUM, GPT_TP_SUM_F32, GPT_TP_MAX_F32 };
 
 /* Context parallelism inside the model: the micro-batch's T columns are this rank's
  * positions of a longer sequence (positions[t], ascending; e.g. two chunks), and
- * attention over the whole sequence is the strategy's (ring attention: the same
- * contract as ops.h's attention_fwd/bwd for the local rows, with the other ranks' keys
- * and values). attention_fwd NULL: one rank, local attention, positions pos0 + t. */
+ * attention over the whole sequence is dt_cp_attach's (context_parallel.h; ring
+ * attention: the same contract as ops.h's attention_fwd/bwd for the local rows, with the
+ * other ranks' keys and values; ctx is its ring). attention_fwd NULL: one rank, local
+ * attention, positions pos0 + t. */
 typedef struct {
     dt_status (*attention_fwd)(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
     dt_status (*attention_bwd)(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,

@@ -8,12 +8,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "../core/mem_report.h"
 #include "../core/status.h"
-
-typedef struct {
-    size_t params, grads, optim, activations, peak_rss;
-    size_t workspace; /* communication buckets, gathered ZeRO-3 units, gradient scratch */
-} dt_mem_report;
 
 typedef struct {
     FILE *fp;

@@ -309,7 +309,7 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
                          gpt_create_layout(&t->model, &shape, t->ops, t->micro, t->Tl, 0, &layout),
                          NULL));
     if (c->train.freeze[0]) gpt_freeze(&t->model, c->train.freeze, NULL);
-    dt_tp_attach(&t->model, t->mesh.tp_comm);
+    DT_TRY(dt_comm_agree(t->world, dt_tp_attach(&t->model, t->mesh.tp_comm), NULL));
     DT_TRY(dt_comm_agree(t->world, dt_cp_attach(&t->model, t->mesh.cp_comm, t->micro, t->T), NULL));
     t->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
@@ -359,6 +359,7 @@ static void teardown(trainer *t) {
     t->dcomm = NULL;
     dt_dp_destroy(t->dpe);
     dt_cp_detach(&t->model);
+    dt_tp_detach(&t->model);
     gpt_destroy(&t->model);
     dt_mesh_destroy(&t->mesh);
     dt_loader_free(&t->loader);
@@ -756,7 +757,7 @@ static dt_status run(trainer *t) {
             printf("gpu: %s, peak device memory %.2f GB (rank 0)\n", dt_gpu_name(), (double)dt_gpu_peak_bytes() / 1e9);
         if (t->mesh.tp > 1 && timed_steps > 0)
             printf("tensor-parallel communication: %.1f ms/step (%s inside forward and backward, validation "
-                   "included, rank 0)\n", 1e3 * dt_tp_comm_seconds() / (double)timed_steps,
+                   "included, rank 0)\n", 1e3 * dt_tp_comm_seconds(&t->model) / (double)timed_steps,
                    t->model.sp ? "all-gathers, reduce-scatters and all-reduces" : "all-reduces");
         if (t->pipe && timed_steps > 0) print_pipeline(t, timed_steps);
         if (t->dcomm && timed_steps > 0) /* the host only queues them: their waits are the GPU's */

@@ -1,8 +1,8 @@
-/* Context parallelism (seed 000; ring attention, Liu et al. 2023): the sequence of each
- * micro-batch split over parallel.cp ranks, attention computed with the keys and values
- * passed around the cp ring. Load balance for causal attention: the T positions are cut
- * into 2·cp chunks and rank i holds chunks i and 2·cp−1−i, so every rank's queries see
- * the same number of keys. */
+/* Context parallelism (ring attention, Liu et al. 2023; docs/parallelism.md, "Context
+ * parallelism"): the sequence of each micro-batch split over parallel.cp ranks, attention
+ * computed with the keys and values passed around the cp ring. Load balance for causal attention: the
+ * T positions are cut into 2·cp chunks and rank i holds chunks i and 2·cp−1−i, so every
+ * rank's queries see the same number of keys. */
 #ifndef DT_CONTEXT_PARALLEL_H
 #define DT_CONTEXT_PARALLEL_H
 #include <stdint.h>

@@ -5,36 +5,36 @@
 
 #include "../../core/timer.h"
 
-static double g_comm_s; /* wall time in the paired functions' all-reduces */
-
-/* The group, and for a model in device memory a host buffer the collectives run in
- * (MPI here works on host memory; grown to the largest message, then reused). */
-static struct {
+/* The model's tensor-parallel context (gpt_tp_comm.ctx): the group, and for a model in
+ * device memory a host buffer the collectives run in (MPI here works on host memory;
+ * grown to the largest message, then reused). */
+typedef struct {
     dt_comm *comm;
     const dt_ops *ops;
     void *host;
-    size_t cap; /* bytes */
-} g_tp;
+    size_t cap;    /* bytes */
+    double comm_s; /* wall time in the paired functions' collectives */
+} tp_ctx;
 
 /* Host staging for a device model: at least `bytes` (grown to the largest message on the
  * first step, then reused). */
-static dt_status host_buffer(size_t bytes) {
-    if (bytes <= g_tp.cap) return DT_OK;
-    void *h = realloc(g_tp.host, bytes);
+static dt_status host_buffer(tp_ctx *x, size_t bytes) {
+    if (bytes <= x->cap) return DT_OK;
+    void *h = realloc(x->host, bytes);
     if (!h) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel host staging)");
-    g_tp.host = h;
-    g_tp.cap = bytes;
+    x->host = h;
+    x->cap = bytes;
     return DT_OK;
 }
 
 enum { TP_SUM, TP_MAX, TP_ALLGATHER, TP_REDUCE_SCATTER };
 
-static dt_status run_coll(int op, dt_dtype t, const void *in, void *out, size_t n) {
+static dt_status run_coll(const tp_ctx *x, int op, dt_dtype t, const void *in, void *out, size_t n) {
     switch (op) {
     case TP_SUM:
-    case TP_MAX: return dt_allreduce(g_tp.comm, out, n, t, op == TP_MAX ? DT_MAX : DT_SUM); /* in == out */
-    case TP_ALLGATHER: return dt_allgather(g_tp.comm, in, out, n, t);
-    default: return dt_reduce_scatter(g_tp.comm, in, out, n, t, DT_SUM);
+    case TP_MAX: return dt_allreduce(x->comm, out, n, t, op == TP_MAX ? DT_MAX : DT_SUM); /* in == out */
+    case TP_ALLGATHER: return dt_allgather(x->comm, in, out, n, t);
+    default: return dt_reduce_scatter(x->comm, in, out, n, t, DT_SUM);
     }
 }
 
@@ -42,51 +42,66 @@ static dt_status run_coll(int op, dt_dtype t, const void *in, void *out, size_t 
  * for the in-place all-reduce), n per rank as the collective counts it. bf16 activations
  * are reduced as DT_BF16 (each addition in fp32, rounded). A model in device memory goes
  * through the host buffer ([in | out], or one part in place): MPI works on host memory.
- * The wall time is charged to the paired functions' counter. */
-static dt_status tp_coll(int op, dt_dtype t, const float *in, size_t n_in, float *out, size_t n_out, size_t n) {
+ * The wall time is charged to the context's counter. */
+static dt_status tp_coll(tp_ctx *x, int op, dt_dtype t, const float *in, size_t n_in, float *out, size_t n_out,
+                         size_t n) {
     double t0 = dt_now();
     size_t e = t == DT_BF16 ? 2 : 4;
     dt_status s;
-    if (!g_tp.ops->on_device) {
-        s = run_coll(op, t, in, out, n);
+    if (!x->ops->on_device) {
+        s = run_coll(x, op, t, in, out, n);
     } else {
         size_t at = in == out ? 0 : n_in * e; /* where the result lies in the host buffer (bytes) */
-        DT_TRY(host_buffer(at + n_out * e));
-        char *h = g_tp.host;
-        g_tp.ops->download(h, in, n_in * e);
-        s = run_coll(op, t, h, h + at, n);
-        if (s == DT_OK) g_tp.ops->upload(out, h + at, n_out * e);
+        DT_TRY(host_buffer(x, at + n_out * e));
+        char *h = x->host;
+        x->ops->download(h, in, n_in * e);
+        s = run_coll(x, op, t, h, h + at, n);
+        if (s == DT_OK) x->ops->upload(out, h + at, n_out * e);
     }
-    g_comm_s += dt_now() - t0;
+    x->comm_s += dt_now() - t0;
     return s;
 }
 
-static dt_dtype storage(void) { return g_tp.ops->bf16 ? DT_BF16 : DT_F32; }
+static dt_dtype storage(const tp_ctx *x) { return x->ops->bf16 ? DT_BF16 : DT_F32; }
 
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int op) {
-    (void)ctx;
-    if (op == GPT_TP_MAX_F32) return tp_coll(TP_MAX, DT_F32, x, n, x, n, n);
-    return tp_coll(TP_SUM, op == GPT_TP_SUM_F32 ? DT_F32 : storage(), x, n, x, n, n);
+    tp_ctx *c = ctx;
+    if (op == GPT_TP_MAX_F32) return tp_coll(c, TP_MAX, DT_F32, x, n, x, n, n);
+    return tp_coll(c, TP_SUM, op == GPT_TP_SUM_F32 ? DT_F32 : storage(c), x, n, x, n, n);
 }
 
 /* Sequence parallelism's pair (n: this rank's elements; the group holds tp·n). */
 static dt_status tp_allgather(void *ctx, float *full, const float *local, size_t n) {
-    (void)ctx;
-    return tp_coll(TP_ALLGATHER, storage(), local, n, full, n * (size_t)dt_comm_size(g_tp.comm), n);
+    tp_ctx *c = ctx;
+    return tp_coll(c, TP_ALLGATHER, storage(c), local, n, full, n * (size_t)dt_comm_size(c->comm), n);
 }
 
 static dt_status tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
-    (void)ctx;
-    return tp_coll(TP_REDUCE_SCATTER, storage(), full, n * (size_t)dt_comm_size(g_tp.comm), local, n, n);
+    tp_ctx *c = ctx;
+    return tp_coll(c, TP_REDUCE_SCATTER, storage(c), full, n * (size_t)dt_comm_size(c->comm), local, n, n);
 }
 
-double dt_tp_comm_seconds(void) { return g_comm_s; }
+double dt_tp_comm_seconds(const gpt_model *m) {
+    const tp_ctx *x = m->tp_comm.ctx;
+    return x ? x->comm_s : 0.0;
+}
 
-void dt_tp_attach(gpt_model *m, dt_comm *tp_comm) {
-    if (dt_comm_size(tp_comm) <= 1) return;
-    g_tp.comm = tp_comm;
-    g_tp.ops = m->ops;
-    m->tp_comm = (gpt_tp_comm){tp_allreduce, m->sp ? tp_allgather : NULL, m->sp ? tp_reduce_scatter : NULL, tp_comm};
+dt_status dt_tp_attach(gpt_model *m, dt_comm *tp_comm) {
+    if (dt_comm_size(tp_comm) <= 1) return DT_OK;
+    tp_ctx *x = calloc(1, sizeof *x);
+    if (!x) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel context)");
+    x->comm = tp_comm;
+    x->ops = m->ops;
+    m->tp_comm = (gpt_tp_comm){tp_allreduce, m->sp ? tp_allgather : NULL, m->sp ? tp_reduce_scatter : NULL, x};
+    return DT_OK;
+}
+
+void dt_tp_detach(gpt_model *m) {
+    tp_ctx *x = m->tp_comm.ctx;
+    if (!x) return;
+    free(x->host);
+    free(x);
+    memset(&m->tp_comm, 0, sizeof m->tp_comm);
 }
 
 dt_status dt_tp_check(const dt_config *c) {

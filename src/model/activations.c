@@ -1,0 +1,113 @@
+/* The activation arena: one allocation per model, laid out for its layout (slots of
+ * per-block activations, the recompute block, scratch shared by all), and the views of
+ * one slot's block. Its size by region is what the estimator reports. */
+#include <string.h>
+
+#include "gpt_internal.h"
+
+size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, const gpt_layout *lay, gpt_acts *a,
+                      size_t *regions) {
+    gpt_stage_info st = gpt_stage_of(s, lay);
+    size_t LL = (size_t)st.maxc, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
+    size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1, head = (size_t)st.head, first = (size_t)st.embed;
+    size_t split = lay->split_backward != 0;
+    size_t rc = lay->recompute != 0, LI = rc ? 0 : LL; /* blocks of inner activations per slot */
+    size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
+    size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
+    /* The head is computed in row chunks so the logits need not exist for all rows at once;
+     * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
+     * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
+    size_t head_rows = (128u << 20) / Vp;
+    if (head_rows < 64) head_rows = 64;
+    if (head_rows > BT) head_rows = BT;
+    gpt_acts dummy;
+    gpt_slot dummy_slot;
+    if (!a) {
+        memset(&dummy, 0, sizeof dummy);
+        a = &dummy;
+    }
+    a->head_rows = (int)head_rows;
+    enum { F32 = 4, U16 = 2 };
+    enum { SEQ = GPT_ACT_SEQUENCE, TPR = GPT_ACT_TENSOR, OTH = GPT_ACT_OTHER };
+    const size_t E = esz;
+    typedef struct { float **p; size_t n, bytes; int region; } part;
+    size_t total = 0; /* bytes, each part 64-byte aligned */
+    char *p = a->arena;
+    if (regions) memset(regions, 0, GPT_ACT_NREGIONS * sizeof *regions);
+#define LAY(list)                                                             \
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {               \
+        if (p) *list[i].p = (float *)(p + total);                            \
+        size_t bytes_ = (list[i].n * list[i].bytes + 63) / 64 * 64;          \
+        total += bytes_;                                                      \
+        if (regions) regions[list[i].region] += bytes_;                       \
+    }
+    for (int k = 0; k < st.slots; k++) {
+        gpt_slot *b = p ? &a->slot[k] : &dummy_slot;
+        part per_slot[] = {
+            {&b->encoded, R * C, E, SEQ},            {&b->ln1, LI * R * C, E, SEQ},         {&b->ln1_mean, LI * R, F32, SEQ},
+            {&b->ln1_rstd, LI * R, F32, SEQ},         {&b->qkv, LI * BT * 3 * Cl, E, TPR},   {&b->atty, LI * BT * Cl, E, TPR},
+            {&b->lse, LI * BT * NH, F32, TPR},        {&b->res2, LI * R * C, E, SEQ},        {&b->ln2, LI * R * C, E, SEQ},
+            {&b->ln2_mean, LI * R, F32, SEQ},         {&b->ln2_rstd, LI * R, F32, SEQ},      {&b->fch, LI * BT * 4 * Cl, E, TPR},
+            {&b->fch_gelu, LI * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
+            {&b->lnf_mean, head * R, F32, SEQ},      {&b->lnf_rstd, head * R, F32, SEQ},    {&b->dres, R * C, E, SEQ},
+            {(float **)&b->tok, first * BT, U16, OTH},
+            {&b->wd_mp, split * LL * BT * C, E, OTH},    {&b->wd_fc, split * LL * BT * 4 * Cl, E, TPR},
+            {&b->wd_ap, split * LL * BT * C, E, OTH},    {&b->wd_qkv, split * LL * BT * 3 * Cl, E, TPR},
+            {&b->wd_ln2, split * LL * R * C, E, SEQ},    {&b->wd_ln1, split * LL * R * C, E, SEQ},
+        };
+        LAY(per_slot)
+    }
+    gpt_slot *q = p ? &a->rc : &dummy_slot; /* recompute: one block's inner activations for all */
+    part inner[] = {
+        {&q->ln1, rc * R * C, E, SEQ},         {&q->ln1_mean, rc * R, F32, SEQ},      {&q->ln1_rstd, rc * R, F32, SEQ},
+        {&q->qkv, rc * BT * 3 * Cl, E, TPR},   {&q->atty, rc * BT * Cl, E, TPR},      {&q->lse, rc * BT * NH, F32, TPR},
+        {&q->res2, rc * R * C, E, SEQ},        {&q->ln2, rc * R * C, E, SEQ},         {&q->ln2_mean, rc * R, F32, SEQ},
+        {&q->ln2_rstd, rc * R, F32, SEQ},      {&q->fch, rc * BT * 4 * Cl, E, TPR},   {&q->fch_gelu, rc * BT * 4 * Cl, E, TPR},
+    };
+    LAY(inner)
+    part shared[] = {
+        {&a->logits, head * head_rows * Vp, E, OTH}, {&a->losses, head * BT, F32, OTH},  {&a->proj, BT * C, E, OTH},
+        {&a->dsmall, BT * C, E, OTH},                {&a->dbig, BT * 4 * Cl, E, TPR},     {(float **)&a->tgt, head * BT, U16, OTH},
+        {&a->xstat, head * 3 * head_rows, F32, OTH}, {&a->full, sp * BT * C, E, OTH},      {&a->rows, sp * R * C, E, SEQ},
+        {&a->lngrad, sp * 4 * C, E, OTH},
+    };
+    LAY(shared)
+#undef LAY
+    return total;
+}
+
+size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes) {
+    return gpt_act_layout(s, B, T, elem_bytes, &gpt_one_rank, NULL, NULL);
+}
+
+size_t gpt_activation_bytes_layout(const gpt_shape *s, int B, int T, size_t elem_bytes, const gpt_layout *layout,
+                                   size_t *regions) {
+    return gpt_act_layout(s, B, T, elem_bytes, layout ? layout : &gpt_one_rank, NULL, regions);
+}
+
+block_acts gpt_block_acts(const gpt_model *m, const gpt_slot *a, int j) {
+    size_t BT = (size_t)m->max_B * m->max_T, BTCl = BT * (size_t)m->shape.n_embd / (size_t)m->tp;
+    size_t R = max_local_rows(m), RC = R * (size_t)m->shape.n_embd;
+    int i = j - m->chunk_block0[a->chunk]; /* the block's index in its chunk */
+    size_t L = (size_t)i; /* storage-precision buffers step through S(); statistics are fp32 */
+    /* inner activations: the slot's own per block, or with recompute the one shared block's */
+    const gpt_slot *n = m->recompute ? &m->acts->rc : a;
+    size_t I = m->recompute ? 0 : L;
+    return (block_acts){layer_in(m, a, i),            S(m, n->ln1, I * RC),       n->ln1_mean + I * R,
+                        n->ln1_rstd + I * R,          S(m, n->qkv, I * 3 * BTCl), S(m, n->atty, I * BTCl),
+                        n->lse + I * BT * (size_t)(m->shape.n_head / m->tp),      S(m, n->res2, I * RC),
+                        S(m, n->ln2, I * RC),         n->ln2_mean + I * R,        n->ln2_rstd + I * R,
+                        S(m, n->fch, I * 4 * BTCl),   S(m, n->fch_gelu, I * 4 * BTCl), S(m, a->res3, L * RC)};
+}
+
+block_douts gpt_block_douts(const gpt_model *m, const gpt_slot *s, int j) {
+    size_t BTC = (size_t)m->max_B * m->max_T * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp;
+    size_t RC = max_local_rows(m) * (size_t)m->shape.n_embd, L = (size_t)(j - m->chunk_block0[s->chunk]);
+    return (block_douts){S(m, s->wd_mp, L * BTC), S(m, s->wd_fc, L * 4 * BTCl), S(m, s->wd_ap, L * BTC),
+                         S(m, s->wd_qkv, L * 3 * BTCl), S(m, s->wd_ln2, L * RC), S(m, s->wd_ln1, L * RC)};
+}
+
+int gpt_slot_count(const gpt_model *m) { return m->acts->nslots; }
+float *gpt_slot_input(gpt_model *m, int slot) { return slot_at(m, slot)->encoded; }
+float *gpt_slot_output(gpt_model *m, int slot) { return slot_out(m, slot_at(m, slot)); }
+float *gpt_slot_grad(gpt_model *m, int slot) { return slot_at(m, slot)->dres; }

@@ -1,0 +1,74 @@
+/* A transformer block (GPT-2: pre-LayerNorm): x + attention(ln_1(x)), then the same with
+ * the MLP and ln_2. With tensor parallelism (tp ranks) this rank holds NH/tp heads (Cl =
+ * C/tp of the attention width) and 4C/tp MLP columns (attention.c, mlp.c); with sp the
+ * LayerNorms and residual adds run on this rank's Nl rows, and the replicated LayerNorms'
+ * gradients are summed over the group (tp_regions.c). */
+#include "gpt_internal.h"
+
+dt_status gpt_block_forward(gpt_model *m, const gpt_slot *a, int j) {
+    const dt_ops *o = m->ops;
+    float *p;
+    int C = m->shape.n_embd, Nl = local_rows(m, a->B * a->T);
+    block_acts b = gpt_block_acts(m, a, j);
+    o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, j, T_LN1W), P(m, j, T_LN1B), Nl, C);
+    DT_TRY(gpt_attention_forward(m, a, &b, j, &p));
+    o->add(b.res2, b.x, p, (size_t)Nl * C);
+    o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, j, T_LN2W), P(m, j, T_LN2B), Nl, C);
+    DT_TRY(gpt_mlp_forward(m, a, &b, j, &p));
+    o->add(b.res3, b.res2, p, (size_t)Nl * C);
+    return DT_OK;
+}
+
+/* The input gradient of block j; its weight gradients too unless split, else the output
+ * gradients of its linears and LayerNorms kept for gpt_block_weight (so every weight
+ * gradient of a block is written by one call: a sharding wrapper reduces a unit once per
+ * micro-batch, and the bitwise mode folds it per micro-batch). */
+dt_status gpt_block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, Nl = local_rows(m, s->B * s->T);
+    block_acts b = gpt_block_acts(m, s, j);
+    block_douts k = split ? gpt_block_douts(m, s, j) : (block_douts){NULL, a->dbig, NULL, a->dbig, NULL, NULL};
+    size_t RCb = (size_t)Nl * C * m->esz;
+    float *dln;
+    /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
+    DT_TRY(gpt_mlp_backward(m, s, &b, &k, j, split, &dln));
+    ln_grads ln2 = gpt_ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
+    ln_grads ln1 = gpt_ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
+    if (split) {
+        ln2 = ln1 = (ln_grads){NULL, NULL};
+        o->copy(k.ln2, dln, RCb);
+    }
+    if (m->sp && !split) o->zero(a->lngrad, 4 * (size_t)C * m->esz);
+    o->layernorm_bwd(s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
+    /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
+    DT_TRY(gpt_attention_backward(m, s, &b, &k, j, split, &dln));
+    if (split) o->copy(k.ln1, dln, RCb);
+    o->layernorm_bwd(s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
+    if (split) return DT_OK;
+    float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
+    return gpt_ln_grad_finish(m, ln_dw, 2);
+}
+
+/* Block j's LayerNorm weight gradients from their kept output gradients (split W). */
+static dt_status block_ln_weight(gpt_model *m, gpt_slot *s, int j) {
+    const dt_ops *o = m->ops;
+    int C = m->shape.n_embd, Nl = local_rows(m, s->B * s->T);
+    block_acts b = gpt_block_acts(m, s, j);
+    block_douts k = gpt_block_douts(m, s, j);
+    ln_grads ln2 = gpt_ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
+    ln_grads ln1 = gpt_ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
+    if (m->sp) o->zero(m->acts->lngrad, 4 * (size_t)C * m->esz);
+    o->layernorm_bwd(NULL, ln2.w, ln2.b, k.ln2, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
+    o->layernorm_bwd(NULL, ln1.w, ln1.b, k.ln1, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
+    float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
+    return gpt_ln_grad_finish(m, ln_dw, 2);
+}
+
+dt_status gpt_block_weight(gpt_model *m, gpt_slot *s, int j) {
+    block_acts b = gpt_block_acts(m, s, j);
+    block_douts k = gpt_block_douts(m, s, j);
+    DT_TRY(gpt_mlp_weight(m, s, &b, &k, j));
+    DT_TRY(gpt_attention_weight(m, s, &b, &k, j));
+    return block_ln_weight(m, s, j);
+}

@@ -1,0 +1,112 @@
+/* The LM head (last stage): ln_f's output times the tied wte, softmax cross-entropy and
+ * its backward, computed in row chunks so the logits never exist for all rows at once.
+ * With tensor parallelism the vocabulary is split: each rank holds its rows of wte and
+ * its columns of the logits, and the cross-entropy completes its row statistics over the
+ * group (no rank holds a whole row of logits). */
+#include <stdlib.h>
+
+#include "../core/bf16.h"
+#include "gpt_internal.h"
+
+/* Vocabulary-parallel cross-entropy over R rows of local logits (columns [v0, v0 + Vl)):
+ * the row max and then the sum of exponentials and the target's logit are completed over
+ * the tensor-parallel group, so no rank ever holds a whole row of logits. */
+static dt_status xent_tp(gpt_model *m, int R, int r0, const uint16_t *targets, float grad_scale) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int Vl = m->shape.padded_vocab / m->tp, v0 = m->tp_rank * Vl;
+    int real = m->shape.vocab_size - v0 < 0 ? 0 : m->shape.vocab_size - v0 > Vl ? Vl : m->shape.vocab_size - v0;
+    float *mx = a->xstat, *st = a->xstat + a->head_rows;
+    o->xent_rowmax(a->logits, mx, R, Vl, real);
+    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, mx, (size_t)R, GPT_TP_MAX_F32));
+    o->xent_rowsum(a->logits, mx, targets + r0, st, R, Vl, real, v0);
+    DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, st, 2 * (size_t)R, GPT_TP_SUM_F32));
+    o->xent_finish(a->logits, a->losses + r0, mx, st, targets + r0, R, Vl, real, v0, grad_scale);
+    return DT_OK;
+}
+
+/* LM head over row chunks of all N rows of slot b: logits = lnf·wteᵀ, softmax
+ * cross-entropy, and when grad_scale != 0 its backward (dwte +=) while the chunk is hot;
+ * *dlnf receives this rank's rows of the gradient of lnf. */
+static dt_status head(gpt_model *m, gpt_slot *b, const uint16_t *targets, float grad_scale, double *loss,
+                      float **dlnf) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int N = b->B * b->T, C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
+    const float *wte = tp(m, 0); /* this rank's vocabulary rows */
+    int vocab_parallel = m->tp_comm.allreduce != NULL;
+    float *lnf, *dwte = m->head_grad ? m->head_grad : tg(m, 0);
+    DT_TRY(gpt_seq_gather(m, b->lnf, N, &lnf));
+    o->upload(a->tgt, targets, (size_t)N * sizeof(uint16_t));
+    targets = a->tgt;
+    for (int r0 = 0; r0 < N; r0 += a->head_rows) {
+        int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
+        const float *x = S(m, lnf, (size_t)r0 * C);
+        o->gemm(0, 1, R, Vl, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vl);
+        if (vocab_parallel) DT_TRY(xent_tp(m, R, r0, targets, grad_scale));
+        else o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vl, grad_scale);
+        if (grad_scale != 0.0f) { /* dlnf: a partial sum over the vocabulary pieces (completed below) */
+            o->gemm(0, 0, R, C, Vl, 1.0f, a->logits, Vl, wte, C, 0.0f, S(m, a->dsmall, (size_t)r0 * C), C);
+            o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, dwte, C);
+        }
+    }
+    if (grad_scale != 0.0f) DT_TRY(gpt_tp_complete(m, a->dsmall, a->rows, N, dlnf));
+    *loss = o->sum(a->losses, (size_t)N);
+    return DT_OK;
+}
+
+dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss_out) {
+    DT_TRY(gpt_check_slot(m, slot));
+    const dt_ops *o = m->ops;
+    gpt_slot *b = slot_at(m, slot);
+    if (!heads(m, b->chunk)) return dt_fail(DT_EINPUT, "model: the loss is computed on the last stage only");
+    int C = m->shape.n_embd, Nl = local_rows(m, b->B * b->T), lnf_unit = m->nblocks + 1;
+    if (grad_scale == 0.0f) return head(m, b, targets, 0.0f, loss_out, NULL);
+    HOOK(before_backward, 0);
+    if (m->head_grad) HOOK(before_backward, GPT_HEAD_PART);
+    double loss;
+    float *dlnf;
+    DT_TRY(head(m, b, targets, grad_scale, &loss, &dlnf));
+    gpt_zero_frozen(m, 0, m->head_grad); /* the tied wte's head gradient */
+    if (m->head_grad) HOOK(after_backward, GPT_HEAD_PART);
+    int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
+    o->zero(b->dres, (size_t)Nl * C * m->esz);
+    HOOK(before_backward, lnf_unit);
+    ln_grads lnf = gpt_ln_grad_target(m, tg(m, lnw), tg(m, lnb), 0);
+    if (m->sp) o->zero(m->acts->lngrad, 2 * (size_t)C * m->esz);
+    o->layernorm_bwd(b->dres, lnf.w, lnf.b, dlnf, slot_out(m, b), tp(m, lnw), b->lnf_mean, b->lnf_rstd,
+                     Nl, C);
+    float *const lnf_grads[1] = {tg(m, lnw)};
+    DT_TRY(gpt_ln_grad_finish(m, lnf_grads, 1));
+    gpt_zero_frozen(m, lnw, NULL);
+    gpt_zero_frozen(m, lnb, NULL);
+    HOOK(after_backward, lnf_unit);
+    if (!m->has_embed) HOOK(after_backward, 0); /* a last stage's wte: the head alone adds to it */
+    *loss_out = loss;
+    return DT_OK;
+}
+
+dt_status gpt_last_logits(gpt_model *m, int slot, float *logits) {
+    if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
+    DT_TRY(gpt_check_slot(m, slot));
+    gpt_slot *a = slot_at(m, slot);
+    if (!heads(m, a->chunk)) return dt_fail(DT_EINPUT, "model: the logits are computed on the last stage only");
+    int T = a->T, C = m->shape.n_embd, Vp = m->shape.padded_vocab, Vl = Vp / m->tp;
+    float *row = m->acts->logits; /* vocabulary-parallel: each rank its columns, the rest zero, summed over tp */
+    if (m->tp > 1) m->ops->zero(row, (size_t)Vp * m->esz);
+    m->ops->gemm(0, 1, 1, Vl, C, 1.0f, S(m, a->lnf, (size_t)(a->B * T - 1) * C), C, tp(m, 0), C, 0.0f,
+                 S(m, row, (size_t)m->tp_rank * Vl), Vl);
+    DT_TRY(gpt_tp_sum(m, row, (size_t)Vp));
+    HOOK(after_forward, 0);
+    size_t V = (size_t)m->shape.vocab_size;
+    if (!m->ops->bf16) {
+        m->ops->download(logits, m->acts->logits, V * sizeof(float));
+    } else { /* bf16 logits, widened on the host (sampling, not training: a small allocation is fine) */
+        uint16_t *h = malloc(V * sizeof(uint16_t));
+        if (!h) return dt_fail(DT_ERUNTIME, "out of memory (logits)");
+        m->ops->download(h, m->acts->logits, V * sizeof(uint16_t));
+        for (size_t i = 0; i < V; i++) logits[i] = dt_bf16_to_f32(h[i]);
+        free(h);
+    }
+    return DT_OK;
+}

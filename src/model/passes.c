@@ -1,0 +1,129 @@
+/* The passes over a stage's chunks that the schedules run: forward (embeddings, blocks,
+ * ln_f), backward (whole, or split into its input and weight halves), and the whole-model
+ * drivers built on them; the hooks around each unit are called here (gpt.h gives their
+ * order). */
+#include "gpt_internal.h"
+
+dt_status gpt_check_slot(const gpt_model *m, int slot) {
+    if (slot < 0 || slot >= m->acts->nslots)
+        return dt_fail(DT_EINPUT, "model: activation slot %d of %d", slot, m->acts->nslots);
+    return DT_OK;
+}
+
+dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0) {
+    return gpt_forward_chunk(m, slot, 0, tokens, B, T, pos0);
+}
+
+dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const uint16_t *tokens, int B, int T, int pos0) {
+    DT_TRY(gpt_check_slot(m, slot));
+    if (chunk < 0 || chunk >= m->nchunks)
+        return dt_fail(DT_EINPUT, "model: chunk %d of %d", chunk, m->nchunks);
+    const dt_ops *o = m->ops;
+    gpt_slot *a = slot_at(m, slot);
+    int C = m->shape.n_embd, N = B * T, Nl = local_rows(m, N);
+    const int *cpos = m->cp_comm.positions;
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T || pos0 < 0 ||
+        (cpos ? pos0 != 0 || cpos[T - 1] >= m->shape.seq_len : pos0 + T > m->shape.seq_len))
+        return dt_fail(DT_EINPUT, "model: a %d x %d micro-batch at position %d does not fit %d x %d (positions %d)", B,
+                       T, pos0, m->max_B, m->max_T, m->shape.seq_len);
+    if (m->sp && N % m->tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.sp: %d x %d tokens do not split into parallel.tp %d pieces", B, T, m->tp);
+    a->B = B;
+    a->T = T;
+    a->pos0 = pos0;
+    a->chunk = chunk;
+    if (embeds(m, chunk)) DT_TRY(gpt_embed_forward(m, a, tokens, B, T, pos0));
+    for (int j = m->chunk_block0[chunk]; j < m->chunk_block0[chunk + 1]; j++) {
+        HOOK(before_forward, 1 + j);
+        DT_TRY(gpt_block_forward(m, a, j));
+        HOOK(after_forward, 1 + j);
+    }
+    if (heads(m, chunk)) {
+        int lnf_unit = m->nblocks + 1;
+        HOOK(before_forward, lnf_unit);
+        o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, slot_out(m, a), tp(m, m->ntensors - 2),
+                         tp(m, m->ntensors - 1), Nl, C);
+        HOOK(after_forward, lnf_unit);
+    }
+    return DT_OK;
+}
+
+/* A whole model in one stage (gpt_forward_backward and friends): refuses stage models. */
+static dt_status check_whole(const gpt_model *m) {
+    if (!m->has_embed || !m->has_head || m->nblocks != m->shape.n_layer)
+        return dt_fail(DT_EINPUT, "model: blocks [%d, %d) are a pipeline stage; this pass needs the whole model",
+                       m->first_layer, m->first_layer + m->nblocks);
+    return DT_OK;
+}
+
+dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss) {
+    DT_TRY(check_whole(m));
+    DT_TRY(gpt_forward(m, 0, tokens, B, T, 0));
+    DT_TRY(gpt_loss(m, 0, targets, 0.0f, loss));
+    HOOK(after_forward, 0);
+    return DT_OK;
+}
+
+dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
+    if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
+    DT_TRY(check_whole(m));
+    DT_TRY(gpt_forward(m, 0, tokens, 1, T, 0));
+    return gpt_last_logits(m, 0, logits);
+}
+
+static dt_status check_split(const gpt_model *m, int slot, int want) {
+    DT_TRY(gpt_check_slot(m, slot));
+    if (m->split != want)
+        return dt_fail(DT_EINPUT, "model: a split backward needs a layout with split_backward (and gpt_backward "
+                       "one without)");
+    return DT_OK;
+}
+
+dt_status gpt_backward(gpt_model *m, int slot) {
+    DT_TRY(gpt_check_slot(m, slot));
+    if (m->split) { /* both halves, one after the other */
+        DT_TRY(gpt_backward_input(m, slot));
+        return gpt_backward_weight(m, slot);
+    }
+    gpt_slot *s = slot_at(m, slot);
+    for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
+        HOOK(before_backward, 1 + j);
+        /* recompute: the block's inner activations again, from its kept input (the same
+         * kernels on the same inputs: the same bits; with tp or cp the same collectives) */
+        if (m->recompute) DT_TRY(gpt_block_forward(m, s, j));
+        DT_TRY(gpt_block_backward(m, s, j, 0));
+        gpt_zero_frozen_block(m, j);
+        HOOK(after_backward, 1 + j);
+    }
+    return embeds(m, s->chunk) ? gpt_embed_backward(m, s) : DT_OK;
+}
+
+dt_status gpt_backward_input(gpt_model *m, int slot) {
+    DT_TRY(check_split(m, slot, 1));
+    gpt_slot *s = slot_at(m, slot);
+    for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
+        HOOK(before_backward, 1 + j);
+        DT_TRY(gpt_block_backward(m, s, j, 1));
+    }
+    return DT_OK;
+}
+
+dt_status gpt_backward_weight(gpt_model *m, int slot) {
+    DT_TRY(check_split(m, slot, 1));
+    gpt_slot *s = slot_at(m, slot);
+    for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
+        HOOK(before_backward, 1 + j); /* again: its gradients are written now */
+        DT_TRY(gpt_block_weight(m, s, j));
+        gpt_zero_frozen_block(m, j);
+        HOOK(after_backward, 1 + j);
+    }
+    return embeds(m, s->chunk) ? gpt_embed_backward(m, s) : DT_OK;
+}
+
+dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
+                               float grad_scale, double *loss) {
+    DT_TRY(check_whole(m));
+    DT_TRY(gpt_forward(m, 0, tokens, B, T, 0));
+    DT_TRY(gpt_loss(m, 0, targets, grad_scale, loss));
+    return gpt_backward(m, 0);
+}

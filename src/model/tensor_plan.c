@@ -1,0 +1,221 @@
+/* The model's tensors and how tensor parallelism cuts them (Megatron's layout;
+ * docs/parallelism.md, "Tensor parallelism"), as one named table: every tensor's Hugging
+ * Face name, its shape as a function of the model's shape, where it lives (the embeddings'
+ * unit, each block's, ln_f's) and its split. gpt_create builds this rank's tensor table
+ * (names, shard specs, offsets, units) from it by one loop; the name list (freeze
+ * patterns) and the parameter counts (the estimator's) read it too. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpt_internal.h"
+
+/* Extents, as functions of the shape (X_NONE: a tensor's cols when it is a vector). */
+enum { X_NONE, X_C, X_3C, X_4C, X_VOCAB, X_PADDED_VOCAB, X_SEQ };
+static int64_t extent(const gpt_shape *s, int x) {
+    switch (x) {
+    case X_C: return s->n_embd;
+    case X_3C: return 3 * (int64_t)s->n_embd;
+    case X_4C: return 4 * (int64_t)s->n_embd;
+    case X_VOCAB: return s->vocab_size;
+    case X_PADDED_VOCAB: return s->padded_vocab;
+    case X_SEQ: return s->seq_len;
+    default: return 0;
+    }
+}
+
+/* The tensor-parallel cut, as dt_shard's dim: replicated, by rows (row-parallel, and the
+ * vocabulary-parallel embedding), by columns (column-parallel; a vector along its
+ * elements). */
+enum { SPLIT_NONE = -1, SPLIT_ROWS = 0, SPLIT_COLS = 1 };
+/* Where a tensor lives: unit 0 on the first stage (FIRST) or on both ends of the tied
+ * embedding (TIED), each block's unit (BLOCK), the last unit on the last stage (LAST). */
+enum { ON_FIRST, ON_TIED, ON_BLOCK, ON_LAST };
+
+typedef struct {
+    const char *name; /* Hugging Face name (a block's follows "h.<layer>.") */
+    int rows, cols;   /* extents; cols X_NONE: a vector of `rows` elements (a [1, n] shard) */
+    int real_rows;    /* extent of the rows that belong to the model (X_NONE: all of them) */
+    int split;        /* SPLIT_* */
+    int parts;        /* fused parts split separately along the split dimension (c_attn: q | k | v) */
+    int where;        /* ON_* */
+} plan_entry;
+
+enum { E_WTE, E_WPE, E_BLOCK, E_LNF_W = E_BLOCK + T_PER_LAYER, E_LNF_B, E_COUNT };
+static const plan_entry plan[E_COUNT] = {
+    /* vocabulary-parallel: split by rows (the last pieces may hold the padding rows) */
+    [E_WTE] = {"wte.weight", X_PADDED_VOCAB, X_C, X_VOCAB, SPLIT_ROWS, 1, ON_TIED},
+    [E_WPE] = {"wpe.weight", X_SEQ, X_C, X_NONE, SPLIT_NONE, 1, ON_FIRST},
+    /* Megatron: c_attn, c_fc column-parallel (q, k, v split each); c_proj row-parallel,
+     * its bias replicated (added by piece 0); LayerNorms replicated */
+    [E_BLOCK + T_LN1W] = {"ln_1.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
+    [E_BLOCK + T_LN1B] = {"ln_1.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
+    [E_BLOCK + T_QKVW] = {"attn.c_attn.weight", X_C, X_3C, X_NONE, SPLIT_COLS, 3, ON_BLOCK},
+    [E_BLOCK + T_QKVB] = {"attn.c_attn.bias", X_3C, X_NONE, X_NONE, SPLIT_COLS, 3, ON_BLOCK},
+    [E_BLOCK + T_APW] = {"attn.c_proj.weight", X_C, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK},
+    [E_BLOCK + T_APB] = {"attn.c_proj.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
+    [E_BLOCK + T_LN2W] = {"ln_2.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
+    [E_BLOCK + T_LN2B] = {"ln_2.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
+    [E_BLOCK + T_FCW] = {"mlp.c_fc.weight", X_C, X_4C, X_NONE, SPLIT_COLS, 1, ON_BLOCK},
+    [E_BLOCK + T_FCB] = {"mlp.c_fc.bias", X_4C, X_NONE, X_NONE, SPLIT_COLS, 1, ON_BLOCK},
+    [E_BLOCK + T_MPW] = {"mlp.c_proj.weight", X_4C, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK},
+    [E_BLOCK + T_MPB] = {"mlp.c_proj.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
+    [E_LNF_W] = {"ln_f.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_LAST},
+    [E_LNF_B] = {"ln_f.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_LAST},
+};
+
+/* The unsharded spec of entry e (a vector as [1, n]). */
+static dt_shard full_spec(const gpt_shape *s, const plan_entry *e) {
+    int64_t rows = extent(s, e->rows), cols = extent(s, e->cols);
+    if (e->cols == X_NONE) return dt_shard_full(1, rows, 1);
+    return dt_shard_full(rows, cols, e->real_rows == X_NONE ? rows : extent(s, e->real_rows));
+}
+
+/* Appends entry e, named name, as this rank holds it: the tensor-parallel piece of its
+ * spec at offset *off of the flat layout. */
+static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, const plan_entry *e, int layer,
+                       int unit) {
+    gpt_tensor *t = &m->tensors[(*idx)++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    int vector = e->cols == X_NONE, split = e->split;
+    t->ndim = vector ? 1 : 2;
+    t->shard = full_spec(&m->shape, e);
+    if (split >= 0 && m->tp > 1) /* divisibility is checked with n_head % tp */
+        (void)dt_shard_split(&t->shard, split, m->tp, m->tp_rank, e->parts, name);
+    int64_t lr, lc;
+    dt_shard_local_shape(&t->shard, &lr, &lc);
+    if (!vector) { /* the local shape is what lives in memory */
+        int64_t saved_rows = t->shard.real_rows;
+        t->shape[0] = (int)lr;
+        t->shape[1] = (int)lc;
+        /* the real rows of this piece (split rows: those below real_rows of the whole) */
+        int64_t first = split == 0 && m->tp > 1 ? (int64_t)m->tp_rank * lr : 0, real = saved_rows - first;
+        t->saved_rows = split == 0 ? (int)(real < 0 ? 0 : real > lr ? lr : real) : (int)saved_rows;
+    } else {
+        t->shape[0] = (int)lc;
+        t->shape[1] = 1;
+        t->saved_rows = (int)lc;
+    }
+    t->numel = (size_t)lr * (size_t)lc;
+    t->offset = *off;
+    t->decay = !vector; /* weight decay on 2-D weights */
+    t->layer = layer;
+    t->unit = unit;
+    *off += t->numel;
+}
+
+/* Whether this stage holds entry e (blocks: every block it has). */
+static int held(const gpt_model *m, const plan_entry *e) {
+    switch (e->where) {
+    case ON_FIRST: return m->has_embed;
+    case ON_TIED: return m->has_embed || m->has_head;
+    case ON_LAST: return m->has_head;
+    default: return 1;
+    }
+}
+/* The entries of one unit kind: unit 0's (FIRST, TIED), a block's, the last unit's. */
+static int kind_of(int where) { return where == ON_TIED ? ON_FIRST : where; }
+
+/* The model's block index of local block j. */
+static int layer_of(const gpt_model *m, int j) {
+    int c = 0;
+    while (c + 1 < m->nchunks && j >= m->chunk_block0[c + 1]) c++;
+    return m->chunk_layer0[c] + j - m->chunk_block0[c];
+}
+
+/* Entry e's name in block `layer` (its global name) or, outside the blocks, its own. */
+static void entry_name(char *buf, size_t cap, const plan_entry *e, int layer) {
+    if (e->where == ON_BLOCK) snprintf(buf, cap, "h.%d.%s", layer, e->name);
+    else snprintf(buf, cap, "%s", e->name);
+}
+
+/* The tensors of one unit, as the plan lists them. A last stage's unit 0 keeps room for
+ * what only the first stage holds (wpe: m->tied_gap), so unit 0 has the same size on both
+ * ends of the tie and a sharding of the two lines up. */
+static void add_unit(gpt_model *m, int kind, int layer, int unit, int *idx, size_t *off) {
+    char name[48];
+    for (int i = 0; i < E_COUNT; i++) {
+        const plan_entry *e = &plan[i];
+        if (kind_of(e->where) != kind) continue;
+        if (held(m, e)) {
+            entry_name(name, sizeof name, e, layer);
+            add_tensor(m, idx, off, name, e, layer, unit);
+        } else if (kind == ON_FIRST && m->has_head) {
+            dt_shard sp = full_spec(&m->shape, e); /* replicated: its whole size */
+            m->tied_gap += (size_t)dt_shard_local_numel(&sp);
+            *off += (size_t)dt_shard_local_numel(&sp);
+        }
+    }
+}
+
+dt_status gpt_build_table(gpt_model *m) {
+    m->tensors = calloc((size_t)(E_COUNT - T_PER_LAYER + T_PER_LAYER * m->nblocks), sizeof(gpt_tensor));
+    if (!m->tensors) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
+    int idx = 0;
+    size_t off = 0;
+    add_unit(m, ON_FIRST, -1, 0, &idx, &off);
+    m->block0 = idx;
+    for (int j = 0; j < m->nblocks; j++) add_unit(m, ON_BLOCK, layer_of(m, j), 1 + j, &idx, &off);
+    add_unit(m, ON_LAST, -1, m->nblocks + 1, &idx, &off);
+    m->ntensors = idx;
+    m->nparams = off;
+    return DT_OK;
+}
+
+int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx) {
+    char name[48];
+    for (int i = 0; i < E_COUNT; i++)
+        for (int l = 0; l < (plan[i].where == ON_BLOCK ? s->n_layer : 1); l++) {
+            entry_name(name, sizeof name, &plan[i], l);
+            if (fn(name, ctx)) return 1;
+        }
+    return 0;
+}
+
+/* Elements of one unit kind's tensors on one rank of t: the split tensors' global sizes
+ * summed and divided by t (their pieces are equal), the replicated ones whole; real: the
+ * model's rows only (no vocabulary padding). */
+static size_t kind_count(const gpt_shape *s, int kind, size_t t, int real) {
+    size_t split = 0, whole = 0;
+    for (int i = 0; i < E_COUNT; i++) {
+        if (kind_of(plan[i].where) != kind) continue;
+        dt_shard sp = full_spec(s, &plan[i]);
+        size_t n = (size_t)(real ? sp.real_rows : sp.rows) * (size_t)sp.cols;
+        if (plan[i].split == SPLIT_NONE) whole += n;
+        else split += n;
+    }
+    return split / t + whole;
+}
+
+void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t *first, size_t *block, size_t *last,
+                            int *nblocks) {
+    gpt_stage_info st = gpt_stage_of(s, layout ? layout : &gpt_one_rank);
+    size_t t = (size_t)(layout && layout->tp > 0 ? layout->tp : 1);
+    *block = kind_count(s, ON_BLOCK, t, 0);
+    *first = st.embed || st.head ? kind_count(s, ON_FIRST, t, 0) : 0; /* a last stage's wte and its gap */
+    *last = st.head ? kind_count(s, ON_LAST, t, 0) : 0;               /* ln_f */
+    *nblocks = st.n;
+}
+
+size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout) {
+    size_t first, block, last;
+    int n;
+    gpt_unit_counts_layout(s, layout, &first, &block, &last, &n);
+    return first + (size_t)n * block + last;
+}
+
+size_t gpt_param_count_tp(const gpt_shape *s, int tp) {
+    gpt_layout lay = {.tp = tp};
+    return gpt_param_count_layout(s, &lay);
+}
+
+size_t gpt_param_count(const gpt_shape *s) {
+    return kind_count(s, ON_FIRST, 1, 0) + (size_t)s->n_layer * kind_count(s, ON_BLOCK, 1, 0) +
+           kind_count(s, ON_LAST, 1, 0);
+}
+
+size_t gpt_shape_params(const gpt_shape *s) {
+    /* wte (its real rows), wpe, per block ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj
+     * (12C² + 13C), ln_f */
+    return kind_count(s, ON_FIRST, 1, 1) + (size_t)s->n_layer * kind_count(s, ON_BLOCK, 1, 1) +
+           kind_count(s, ON_LAST, 1, 1);
+}
