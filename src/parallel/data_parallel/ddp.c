@@ -33,14 +33,22 @@ static dt_status launch_bucket(dt_dp *d) {
 /* Gradient norm of the all-reduced (identical) gradients, each rank summing squares over
  * its 1/N of them; the partials are gathered and added in rank order on every rank, so
  * every replica gets the same bits and applies the same clipping. */
-static dt_status ddp_norm(dt_dp *d, double *norm) {
+static dt_status gather_in_rank_order(void *ctx, double *part, int nparts, double *norm) {
+    dt_dp *d = ctx;
     dt_flat *f = dt_flat_of(d);
-    size_t n = d->m->nparams, lo = n * (size_t)d->rank / (size_t)d->N, hi = n * (size_t)(d->rank + 1) / (size_t)d->N;
-    double mine = d->ops->sumsq(dt_dp_at(d, f->grads, lo), hi - lo), sum = 0.0;
-    DT_TRY(dt_allgather(d->comm, &mine, f->norm_parts, 1, DT_F64));
+    double sum = 0.0;
+    (void)nparts; /* one */
+    DT_TRY(dt_allgather(d->comm, part, f->norm_parts, 1, DT_F64));
     for (int q = 0; q < d->N; q++) sum += f->norm_parts[q];
     *norm = sqrt(sum);
     return DT_OK;
+}
+
+static dt_status ddp_norm(dt_dp *d, double *norm) {
+    dt_flat *f = dt_flat_of(d);
+    size_t n = d->m->nparams, lo = n * (size_t)d->rank / (size_t)d->N, hi = n * (size_t)(d->rank + 1) / (size_t)d->N;
+    dt_grad_piece mine = {dt_dp_at(d, f->grads, lo), hi - lo, 0};
+    return dt_grad_norm_of(d->ops, &mine, 1, 1, (dt_norm_reduce){gather_in_rank_order, d}, norm);
 }
 
 /* Unit u's gradients are final for this micro-step. Units arrive in descending

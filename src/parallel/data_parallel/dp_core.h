@@ -39,6 +39,21 @@ struct dt_dp {
 dt_status dt_dp_inflight_slot(dt_dp *d, dt_request ***slot);
 /* Finishes every request in d->inflight, charging the wait to d->comm_s; first error wins. */
 dt_status dt_dp_inflight_wait(dt_dp *d);
+/* The model's parameter views pointed at another copy of the full parameters (an fp32
+ * host copy for init, load, save and the digest; ZeRO's gathered ones), the previous
+ * views kept to be restored: unit u at base + off[u] elements of elem bytes (off NULL: the
+ * model's own flat offsets). pop restores them (nothing pushed: nothing to do). */
+typedef struct {
+    float **saved;
+} dt_dp_views;
+dt_status dt_dp_views_push(dt_dp *d, dt_dp_views *v, float *base, const size_t *off, size_t elem);
+void dt_dp_views_pop(dt_dp *d, dt_dp_views *v);
+/* Reductions for the gradient norm (optimizer.h's dt_grad_norm_of) of pieces complete
+ * over the data-parallel group: over the model-parallel groups (state.h's classes); and of
+ * pieces this rank holds of a data-parallel shard: summed over the data-parallel group
+ * first (one class, or state.h's with model parallelism). */
+dt_norm_reduce dt_dp_norm_over_model(dt_dp *d);
+dt_norm_reduce dt_dp_norm_over_dp(dt_dp *d);
 /* base + n storage-precision elements. */
 static inline float *dt_dp_at(const dt_dp *d, const float *base, size_t n) {
     return (float *)((char *)base + n * dt_elem_bytes(d->ops));

@@ -40,7 +40,6 @@ dt_status dt_flat_setup(dt_dp *d, int moments) {
             DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients (fp32 for the reduction)",
                                         (void **)&f->grads_host));
     }
-    if (d->ops->bf16) DT_TRY(d->ops->alloc((void **)&f->master, n * sizeof(float), "fp32 master weights"));
     m->params = f->params;
     m->grads = f->grads;
     for (int u = 0; u < m->nunits; u++) {
@@ -48,12 +47,12 @@ dt_status dt_flat_setup(dt_dp *d, int moments) {
         m->unit_grads[u] = dt_dp_at(d, f->grads, m->units[u].offset);
     }
     f->norm_parts = calloc((size_t)d->N, sizeof(double));
-    if (!f->norm_parts) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
+    f->pieces = calloc((size_t)m->ntensors, sizeof *f->pieces);
+    if (!f->norm_parts || !f->pieces) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
+    DT_TRY(dt_optimizer_create(&f->opt, d->ops, &d->hp, n, moments, ""));
     if (moments) {
-        DT_TRY(d->ops->alloc((void **)&f->exp_avg, n * sizeof(float), "AdamW first moments"));
-        DT_TRY(d->ops->alloc((void **)&f->exp_avg_sq, n * sizeof(float), "AdamW second moments"));
-        DT_TRY(gpt_unit_views(m, f->exp_avg, &f->m_view));
-        DT_TRY(gpt_unit_views(m, f->exp_avg_sq, &f->v_view));
+        DT_TRY(gpt_unit_views(m, f->opt.m, &f->m_view));
+        DT_TRY(gpt_unit_views(m, f->opt.v, &f->v_view));
     }
     return DT_OK;
 }
@@ -71,12 +70,11 @@ void dt_flat_free(dt_dp *d) {
         dt_comm_free_shared(d->comm, f->grads);
         if (f->grads_host) dt_comm_free_shared(d->comm, f->grads_host);
     }
-    d->ops->free(f->exp_avg);
-    d->ops->free(f->exp_avg_sq);
-    d->ops->free(f->master);
+    dt_optimizer_free(&f->opt);
     d->ops->free(f->bucket32);
     free(f->m_view);
     free(f->norm_parts);
+    free(f->pieces);
     free(f->v_view);
     free(f);
     d->priv = NULL;
@@ -97,13 +95,12 @@ dt_status dt_flat_layout_norm(dt_dp *d, double *norm) {
     dt_flat *f = dt_flat_of(d);
     const gpt_model *m = d->m;
     DT_TRY(dt_state_tie_grads(&d->o.groups, m, f->grads, f->tie_host));
-    double part[DT_NORM_NCLASSES] = {0.0, 0.0};
-    for (int i = 0; i < m->ntensors; i++) {
+    dt_grad_piece *p = f->pieces;
+    for (int i = 0; i < m->ntensors; i++) { /* each tensor in its class (state.h) */
         const gpt_tensor *t = &m->tensors[i];
-        int c = dt_state_norm_class(m, t);
-        if (c >= 0) part[c] += d->ops->sumsq(dt_dp_at(d, f->grads, t->offset), t->numel);
+        p[i] = (dt_grad_piece){dt_dp_at(d, f->grads, t->offset), t->numel, dt_state_norm_class(m, t)};
     }
-    return dt_state_norm(&d->o.groups, part, norm);
+    return dt_grad_norm_of(d->ops, p, m->ntensors, DT_NORM_NCLASSES, dt_dp_norm_over_model(d), norm);
 }
 
 dt_status dt_flat_local_norm(dt_dp *d, double *norm) {
@@ -113,9 +110,7 @@ dt_status dt_flat_local_norm(dt_dp *d, double *norm) {
 }
 
 dt_status dt_flat_update(dt_dp *d, double lr, double norm) {
-    dt_flat *f = dt_flat_of(d);
-    dt_adamw o = {.hp = d->hp, .m = f->exp_avg, .v = f->exp_avg_sq, .master = f->master, .step = d->step};
-    dt_adamw_step(&o, d->ops, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
+    dt_optimizer_step_model(&dt_flat_of(d)->opt, d->step + 1, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
     return DT_OK;
 }
 
@@ -131,11 +126,10 @@ static dt_status host_open(dt_dp *d, int moments, int fetch, dt_flat_host *h) {
     gpt_model *m = d->m;
     size_t n = m->nparams, bytes = n * sizeof(float);
     int nm = moments && f->m_view ? 2 : 0;
-    float *dev_mom[2] = {f->exp_avg, f->exp_avg_sq};
+    float *dev_mom[2] = {f->opt.m, f->opt.v};
     float ***views[2] = {&f->m_view, &f->v_view};
     h->p = malloc(bytes);
-    h->params_view = malloc((size_t)m->nunits * sizeof(float *));
-    if (!h->p || !h->params_view) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the parameters)");
+    if (!h->p) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the parameters)");
     for (int k = 0; k < nm; k++) {
         h->mom[k] = malloc(bytes);
         if (!h->mom[k]) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the optimizer state)");
@@ -145,12 +139,8 @@ static dt_status host_open(dt_dp *d, int moments, int fetch, dt_flat_host *h) {
         *views[k] = h->mom_view[k];
         h->mom_view[k] = dev_view;
     }
-    if (fetch) d->ops->download(h->p, f->master ? f->master : f->params, bytes); /* fp32 weights */
-    for (int u = 0; u < m->nunits; u++) {
-        h->params_view[u] = m->unit_params[u];
-        m->unit_params[u] = h->p + m->units[u].offset;
-    }
-    h->swapped = 1;
+    if (fetch) d->ops->download(h->p, f->opt.master ? f->opt.master : f->params, bytes); /* fp32 weights */
+    DT_TRY(dt_dp_views_push(d, &h->views, h->p, NULL, sizeof(float)));
     return d->ops->sync();
 }
 
@@ -160,16 +150,16 @@ static dt_status host_close(dt_dp *d, int push, dt_flat_host *h) {
     dt_flat *f = dt_flat_of(d);
     gpt_model *m = d->m;
     size_t bytes = m->nparams * sizeof(float);
-    float *dev_mom[2] = {f->exp_avg, f->exp_avg_sq};
+    float *dev_mom[2] = {f->opt.m, f->opt.v};
     float ***views[2] = {&f->m_view, &f->v_view};
-    if (h->swapped) {
-        if (push && f->master) {
-            d->ops->upload(f->master, h->p, bytes);
-            d->ops->to_bf16(f->params, f->master, m->nparams); /* the model's compute copy */
+    if (h->views.saved) {
+        if (push && f->opt.master) {
+            d->ops->upload(f->opt.master, h->p, bytes);
+            d->ops->to_bf16(f->params, f->opt.master, m->nparams); /* the model's compute copy */
         } else if (push) {
             d->ops->upload(f->params, h->p, bytes);
         }
-        for (int u = 0; u < m->nunits; u++) m->unit_params[u] = h->params_view[u];
+        dt_dp_views_pop(d, &h->views);
     }
     for (int k = 0; k < 2; k++) {
         if (!h->mom[k]) continue;
@@ -181,7 +171,6 @@ static dt_status host_close(dt_dp *d, int push, dt_flat_host *h) {
     }
     dt_status s = d->ops->sync(); /* the uploads have read the host copy */
     free(h->p);
-    free(h->params_view);
     free(h->mom[0]);
     free(h->mom[1]);
     memset(h, 0, sizeof *h);
@@ -228,9 +217,9 @@ dt_status dt_flat_load(dt_dp *d, const char *step_dir) {
 void dt_flat_memory(const dt_dp *d, dt_mem_report *r) {
     dt_flat *f = dt_flat_of(d);
     size_t n = d->m->nparams * sizeof(float), e = d->m->nparams * dt_elem_bytes(d->ops);
-    r->params = e + (f->master ? n : 0); /* bf16: the compute copy and the fp32 master */
+    r->params = e + (f->opt.master ? n : 0); /* bf16: the compute copy and the fp32 master */
     r->grads = e;
-    r->optim = f->exp_avg ? 2 * n : 0;
+    r->optim = f->opt.m ? 2 * n : 0;
     r->workspace = d->workspace_bytes + f->bucket32_bytes; /* bitwise mode's folds; bf16's fp32 bucket */
     if (f->grads_host && !d->ops->on_device) r->workspace += n; /* bf16's fp32 gradients for the reduction */
 }

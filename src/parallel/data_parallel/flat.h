@@ -9,18 +9,19 @@
  * moment views) pointed at an fp32 host copy, made at save/load time only. */
 typedef struct {
     float *p, *mom[2];
-    float **params_view, **mom_view[2]; /* the device views, restored at close */
-    int swapped;                        /* unit_params point at p */
+    dt_dp_views views;     /* unit_params at p: the device views, restored at close */
+    float **mom_view[2];   /* the device's moment views, restored at close */
 } dt_flat_host;
 
 typedef struct {
     float *params, *grads;          /* storage precision, the backend's memory */
-    float *master;                  /* bf16: fp32 master weights (params is their bf16 copy) */
-    float *exp_avg, *exp_avg_sq;    /* AdamW moments (NULL on the central rank's peers) */
+    dt_optimizer opt;               /* over the flat layout (moments NULL on the central rank's peers;
+                                       bf16: master weights, params their bf16 copy) */
     float **m_view, **v_view;       /* the moments as unit views */
     float *grads_host; /* device state with several ranks, or bf16: the fp32 host copy the MPI collectives reduce */
     float *tie_host;   /* device state on a pipeline's end stages: the tied wte gradient's host copy */
     double *norm_parts;             /* DDP: every rank's partial sum of squares (N) */
+    dt_grad_piece *pieces;          /* the norm's pieces with model parallelism (one per tensor) */
     /* DDP buckets: a contiguous range [lo, hi) of the flat gradient buffer grows downwards
      * as units finish (units finish in descending offset order). */
     size_t bucket_lo, bucket_hi;

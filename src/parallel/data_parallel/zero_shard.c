@@ -61,8 +61,8 @@ static float *slice_param(const dt_dp *d, int u, size_t x) {
 /* The fp32 weights AdamW updates there: bf16's master weights, else the parameters. */
 static float *slice_weights(const dt_dp *d, int u, size_t x) {
     const dt_zero *z = dt_zero_of(d);
-    if (!z->master_shard) return slice_param(d, u, x);
-    return z->master_shard + z->soff[u] + (x - (size_t)d->rank * z->S[u]);
+    if (!z->opt.master) return slice_param(d, u, x);
+    return z->opt.master + z->soff[u] + (x - (size_t)d->rank * z->S[u]);
 }
 
 int dt_zero_gscratch_of(const dt_dp *d, int u) {
@@ -89,7 +89,8 @@ static dt_status zero_setup_local(dt_dp *d) {
     z->S = calloc((size_t)U, sizeof(size_t));
     z->poff = calloc((size_t)U, sizeof(size_t));
     z->soff = calloc((size_t)U, sizeof(size_t));
-    if (!z->P || !z->S || !z->poff || !z->soff) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    z->pieces = calloc((size_t)(m->ntensors > U ? m->ntensors : U), sizeof *z->pieces);
+    if (!z->P || !z->S || !z->poff || !z->soff || !z->pieces) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
     size_t A = (size_t)N * d->align, maxS = 0;
     for (int u = 0; u < U; u++) {
         z->P[u] = (m->units[u].count + A - 1) / A * A;
@@ -110,9 +111,7 @@ static dt_status zero_setup_local(dt_dp *d) {
             d->workspace_bytes += maxS * e;
         }
     }
-    DT_TRY(d->ops->alloc((void **)&z->m_shard, z->shard_total * f, "AdamW first moments (shard)"));
-    DT_TRY(d->ops->alloc((void **)&z->v_shard, z->shard_total * f, "AdamW second moments (shard)"));
-    if (d->ops->bf16) DT_TRY(d->ops->alloc((void **)&z->master_shard, z->shard_total * f, "fp32 master weights (shard)"));
+    DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)"));
     if (z->stage <= 2) {
         z->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!z->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
@@ -231,9 +230,7 @@ void dt_zero_free(dt_dp *d) {
     free_unit_buffer(d, z->grads_pad);
     d->ops->free(z->param_shard);
     d->ops->free(z->grad_shard);
-    d->ops->free(z->m_shard);
-    d->ops->free(z->v_shard);
-    d->ops->free(z->master_shard);
+    dt_optimizer_free(&z->opt);
     d->ops->free(z->rs_tmp); /* the trainer drained or aborted the device communicator first */
     d->ops->free(z->rs_alt);
     for (int b = 0; b < 4; b++) free_unit_buffer(d, z->gscratch[b]);
@@ -248,6 +245,7 @@ void dt_zero_free(dt_dp *d) {
     free(z->S);
     free(z->poff);
     free(z->soff);
+    free(z->pieces);
     free(z);
     d->priv = NULL;
 }
@@ -319,8 +317,8 @@ static dt_status gather_units_f32(dt_dp *d, float *(*slice)(const dt_dp *, int),
 }
 
 static float *weights_of(const dt_dp *d, int u) { return slice_weights(d, u, (size_t)d->rank * dt_zero_of(d)->S[u]); }
-static float *m_of(const dt_dp *d, int u) { return dt_zero_of(d)->m_shard + dt_zero_of(d)->soff[u]; }
-static float *v_of(const dt_dp *d, int u) { return dt_zero_of(d)->v_shard + dt_zero_of(d)->soff[u]; }
+static float *m_of(const dt_dp *d, int u) { return dt_zero_of(d)->opt.m + dt_zero_of(d)->soff[u]; }
+static float *v_of(const dt_dp *d, int u) { return dt_zero_of(d)->opt.v + dt_zero_of(d)->soff[u]; }
 
 /* This rank's slices of an fp32 host buffer in the padded layout into slice(u) (fp32, the
  * backend's memory). */
@@ -352,25 +350,20 @@ dt_status dt_zero_norm(dt_dp *d, double *norm) {
     dt_zero *z = dt_zero_of(d);
     gpt_model *m = d->m;
     DT_TRY(tie_unit0(d));
-    if (dt_state_model_parallel(&d->o.groups)) { /* each tensor's shard in its class (state.h), then over the
-                                                    model's groups */
-        double ss[DT_NORM_NCLASSES] = {0.0, 0.0};
+    int np = 0, mp = dt_state_model_parallel(&d->o.groups);
+    dt_grad_piece *p = z->pieces;
+    if (mp) { /* each tensor's part of the shard in its class (state.h) */
         size_t x0, n, k;
-        for (int i = 0; i < m->ntensors; i++) {
-            const gpt_tensor *t = &m->tensors[i];
-            int c = dt_state_norm_class(m, t);
-            if (c >= 0 && shard_segment(d, t, &x0, &n, &k)) ss[c] += d->ops->sumsq(slice_grad(d, t->unit, x0), n);
-        }
-        DT_TRY(dt_allreduce(d->comm, ss, DT_NORM_NCLASSES, DT_F64, DT_SUM));
-        return dt_state_norm(&d->o.groups, ss, norm);
+        for (int i = 0; i < m->ntensors; i++)
+            if (shard_segment(d, &m->tensors[i], &x0, &n, &k))
+                p[np++] = (dt_grad_piece){slice_grad(d, m->tensors[i].unit, x0), n,
+                                          dt_state_norm_class(m, &m->tensors[i])};
+    } else if (z->grad_shard) {
+        p[np++] = (dt_grad_piece){z->grad_shard, z->shard_total, 0};
+    } else { /* zero 1: its slices lie apart, one per unit of the full buffer */
+        for (int u = 0; u < m->nunits; u++) p[np++] = (dt_grad_piece){dt_zero_grad_slice(d, u), z->S[u], 0};
     }
-    double ss = 0.0;
-    if (z->grad_shard) ss = d->ops->sumsq(z->grad_shard, z->shard_total);
-    else /* zero 1: its slices lie apart, one per unit of the full buffer */
-        for (int u = 0; u < m->nunits; u++) ss += d->ops->sumsq(dt_zero_grad_slice(d, u), z->S[u]);
-    DT_TRY(dt_allreduce(d->comm, &ss, 1, DT_F64, DT_SUM));
-    *norm = sqrt(ss);
-    return DT_OK;
+    return dt_grad_norm_of(d->ops, p, np, mp ? DT_NORM_NCLASSES : 1, dt_dp_norm_over_dp(d), norm);
 }
 
 void dt_zero_adamw(dt_dp *d, double lr, double norm) {
@@ -381,9 +374,8 @@ void dt_zero_adamw(dt_dp *d, double lr, double norm) {
         const gpt_tensor *t = &m->tensors[i];
         size_t x0, n, k;
         if (t->frozen || !shard_segment(d, t, &x0, &n, &k)) continue;
-        float *store = z->master_shard ? slice_param(d, t->unit, x0) : NULL; /* bf16: the model's copy */
-        dt_adamw_range(&d->hp, d->ops, d->step + 1, t->decay, lr, gscale, slice_weights(d, t->unit, x0), store,
-                       slice_grad(d, t->unit, x0), z->m_shard + k, z->v_shard + k, n);
+        dt_optimizer_step_range(&z->opt, d->step + 1, t->decay, lr, gscale, k, slice_param(d, t->unit, x0),
+                                slice_grad(d, t->unit, x0), n);
     }
 }
 
@@ -410,25 +402,15 @@ dt_status dt_zero_allgather_params(dt_dp *d) {
  * model's memory and precision. */
 static dt_status push_full_view(dt_dp *d, int host) {
     dt_zero *z = dt_zero_of(d);
-    gpt_model *m = d->m;
     z->full_host = host;
     if (host) DT_TRY(dt_alloc((void **)&z->full_tmp, z->padded_total * sizeof(float), "full parameters"));
     else DT_TRY(d->ops->alloc((void **)&z->full_tmp, z->padded_total * esz(d), "full parameters"));
-    z->saved_view = malloc((size_t)m->nunits * sizeof(float *));
-    if (!z->saved_view) return dt_fail(DT_ERUNTIME, "out of memory (views)");
-    for (int u = 0; u < m->nunits; u++) {
-        z->saved_view[u] = m->unit_params[u];
-        m->unit_params[u] = host ? z->full_tmp + z->poff[u] : at(d, z->full_tmp, z->poff[u]);
-    }
-    return DT_OK;
+    return dt_dp_views_push(d, &z->full_view, z->full_tmp, z->poff, host ? sizeof(float) : esz(d));
 }
 
 void dt_zero_release_full(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
-    if (z->saved_view)
-        for (int u = 0; u < d->m->nunits; u++) d->m->unit_params[u] = z->saved_view[u];
-    free(z->saved_view);
-    z->saved_view = NULL;
+    dt_dp_views_pop(d, &z->full_view);
     if (z->full_host) dt_free(z->full_tmp);
     else d->ops->free(z->full_tmp);
     z->full_tmp = NULL;
@@ -444,7 +426,7 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     else if (s == DT_OK) gpt_init(d->m, seed);
     if (s == DT_OK && view) {
         put_slices(d, z->full_tmp, weights_of); /* fp32: bf16's master weights, else the parameters */
-        if (z->stage >= 3 && z->master_shard) d->ops->to_bf16(z->param_shard, z->master_shard, z->shard_total);
+        if (z->stage >= 3 && z->opt.master) d->ops->to_bf16(z->param_shard, z->opt.master, z->shard_total);
         if (z->stage <= 2) dt_stage_narrow(d->ops, z->params_pad, z->full_tmp, z->padded_total); /* all of them */
         s = d->ops->sync(); /* the uploads have read the host view */
     }
@@ -593,7 +575,7 @@ void dt_zero_source_close(dt_dp *d, dt_ckpt_source *src) {
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
     dt_zero *z = dt_zero_of(d);
     size_t f = sizeof(float), e = esz(d);
-    r->params = (z->stage <= 2 ? z->padded_total : z->shard_total) * e + (z->master_shard ? z->shard_total * f : 0);
+    r->params = (z->stage <= 2 ? z->padded_total : z->shard_total) * e + (z->opt.master ? z->shard_total * f : 0);
     r->grads = (z->stage == 1 ? z->padded_total : z->shard_total) * e; /* zero 1: reduced in place */
     r->optim = 2 * z->shard_total * f;
     r->workspace = d->workspace_bytes;

@@ -25,8 +25,7 @@ typedef struct {
     float *grads_pad;          /* zero 1: full gradients in the padded layout, reduced in place */
     float *param_shard;        /* zero 3 */
     float *grad_shard;         /* zero 2/3 (zero 1's slice is in grads_pad: dt_zero_grad_slice) */
-    float *m_shard, *v_shard;
-    float *master_shard;       /* bf16: fp32 master weights of this rank's slices */
+    dt_optimizer opt;          /* over the shard (bf16: with the fp32 master weights of this rank's slices) */
     /* staged (a device's or bf16 storage, staging.h): the collectives run on host copies */
     float *zhost;              /* fp32, the largest unit (node-shared: reduce-scatter input, all-gather output) */
     float *zslice;             /* fp32, the largest slice: the reduce-scatter's output */
@@ -42,7 +41,8 @@ typedef struct {
     dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
     int full_host;             /* full_tmp is fp32 host memory (else the model's) */
     float *full_tmp;           /* gather_full: temporary full padded parameters */
-    float **saved_view;
+    dt_dp_views full_view;     /* the model's units at full_tmp */
+    dt_grad_piece *pieces;     /* the norm's pieces (max(tensors, units)): allocated once, so no rank fails alone */
     dt_zero3_gathers g3;
 } dt_zero;
 
