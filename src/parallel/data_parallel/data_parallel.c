@@ -14,22 +14,16 @@
 
 /* ---- the model's hooks ---- */
 
-static dt_status h_before_forward(void *ctx, int u) {
-    dt_dp *d = ctx;
-    return d->st.before_forward ? d->st.before_forward(d, u) : DT_OK;
-}
-static dt_status h_after_forward(void *ctx, int u) {
-    dt_dp *d = ctx;
-    return d->st.after_forward ? d->st.after_forward(d, u) : DT_OK;
-}
-static dt_status h_before_backward(void *ctx, int u) {
-    dt_dp *d = ctx;
-    return d->st.before_backward ? d->st.before_backward(d, u) : DT_OK;
-}
-static dt_status h_after_backward(void *ctx, int u) {
-    dt_dp *d = ctx;
-    return d->st.after_backward ? d->st.after_backward(d, u) : DT_OK;
-}
+/* h_NAME calls the table's NAME, if any */
+#define HOOK(name)                                              \
+    static dt_status h_##name(void *ctx, int u) {               \
+        dt_dp *d = ctx;                                         \
+        return d->st.name ? d->st.name(d, u) : DT_OK;           \
+    }
+HOOK(before_forward)
+HOOK(after_forward)
+HOOK(before_backward)
+HOOK(after_backward)
 
 dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_hparams *hp, const dt_dp_opts *o) {
     dt_dp *d = calloc(1, sizeof *d);

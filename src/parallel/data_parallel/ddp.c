@@ -115,17 +115,11 @@ static dt_status ddp_reduce(dt_dp *d, double *norm) {
 static dt_status ddp_setup(dt_dp *d) { return dt_flat_setup(d, 1); }
 
 const dt_dp_strategy dt_dp_ddp = {
+    DT_FLAT_SHARED_OPS,
     .name = "ddp",
     .grads = DT_GRADS_FLAT,
     .setup = ddp_setup,
-    .free = dt_flat_free,
-    .begin_step = dt_flat_begin_step,
     .after_backward = ddp_after_backward,
     .reduce = ddp_reduce,
     .update = dt_flat_update,
-    .open_full = dt_flat_open_full,
-    .close_full = dt_flat_close_full,
-    .init_weights = dt_flat_init_weights,
-    .load = dt_flat_load,
-    .memory = dt_flat_memory,
 };

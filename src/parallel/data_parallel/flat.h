@@ -32,6 +32,12 @@ typedef struct {
 
 static inline dt_flat *dt_flat_of(const dt_dp *d) { return d->priv; }
 
+/* The entries ps's and DDP's tables share. */
+#define DT_FLAT_SHARED_OPS                                                                                 \
+    .free = dt_flat_free, .begin_step = dt_flat_begin_step, .open_full = dt_flat_open_full,                 \
+    .close_full = dt_flat_close_full, .init_weights = dt_flat_init_weights, .load = dt_flat_load,          \
+    .memory = dt_flat_memory
+
 /* moments: this rank keeps optimizer state (ps: the central rank only). */
 dt_status dt_flat_setup(dt_dp *d, int moments);
 void dt_flat_free(dt_dp *d);

@@ -40,16 +40,10 @@ static dt_status ps_update(dt_dp *d, double lr, double norm) {
 }
 
 const dt_dp_strategy dt_dp_ps = {
+    DT_FLAT_SHARED_OPS,
     .name = "ps",
     .grads = DT_GRADS_FLAT,
     .setup = ps_setup,
-    .free = dt_flat_free,
-    .begin_step = dt_flat_begin_step,
     .reduce = ps_reduce,
     .update = ps_update,
-    .open_full = dt_flat_open_full,
-    .close_full = dt_flat_close_full,
-    .init_weights = dt_flat_init_weights,
-    .load = dt_flat_load,
-    .memory = dt_flat_memory,
 };

@@ -12,9 +12,6 @@ static void zero1_begin_step(dt_dp *d) {
     d->ops->zero(z->grads_pad, z->padded_total * dt_elem_bytes(d->ops));
 }
 
-/* the update's all-gather of this unit */
-static dt_status zero1_before_forward(dt_dp *d, int u) { return dt_zero_settle_unit(d, u); }
-
 /* Unit u's gradients, reduce-scattered in place: this rank's slice of the unit becomes
  * the sum over ranks, the other slices are left undefined (begin_step zeroes them).
  * Backward never touches a unit again after its after_backward hook. */
@@ -62,29 +59,16 @@ static dt_status zero1_reduce(dt_dp *d, double *norm) {
     return dt_zero_norm(d, norm);
 }
 
-static dt_status zero1_update(dt_dp *d, double lr, double norm) {
-    dt_zero_adamw(d, lr, norm);
-    return dt_zero_allgather_params(d);
-}
-
 const dt_dp_strategy dt_dp_zero1 = {
+    DT_ZERO_SHARED_OPS,
     .name = "zero1",
     .grads = DT_GRADS_PADDED,
     .setup = zero1_setup,
-    .free = dt_zero_free,
     .begin_step = zero1_begin_step,
-    .before_forward = zero1_before_forward,
+    .before_forward = dt_zero_settle_unit, /* the update's all-gather of this unit */
     .after_backward = zero1_after_backward,
     .drain = dt_zero_settle_all,
     .reduce = zero1_reduce,
-    .update = zero1_update,
-    .gather_full = dt_zero_gather_full,
-    .release_full = dt_zero_release_full,
-    .open_full = dt_zero_open_full,
-    .close_full = dt_zero_close_full,
-    .source_open = dt_zero_source_open,
-    .source_close = dt_zero_source_close,
+    .update = dt_zero_update_gather,
     .init_weights = dt_zero_init_weights,
-    .load = dt_zero_load,
-    .memory = dt_zero_memory,
 };

@@ -12,8 +12,6 @@ void dt_zero2_begin_step(dt_dp *d) {
     d->ops->zero(z->grad_shard, z->shard_total * dt_elem_bytes(d->ops));
 }
 
-static dt_status zero2_before_forward(dt_dp *d, int u) { return dt_zero_settle_unit(d, u); }
-
 dt_status dt_zero2_finish_pending(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     if (z->rs_pending < 0) return DT_OK;
@@ -68,30 +66,17 @@ static dt_status zero2_drain(dt_dp *d) {
     return dt_zero_settle_all(d);
 }
 
-static dt_status zero2_update(dt_dp *d, double lr, double norm) {
-    dt_zero_adamw(d, lr, norm);
-    return dt_zero_allgather_params(d);
-}
-
 const dt_dp_strategy dt_dp_zero2 = {
+    DT_ZERO_SHARED_OPS,
     .name = "zero2",
     .grads = DT_GRADS_SHARD,
     .setup = zero2_setup,
-    .free = dt_zero_free,
     .begin_step = dt_zero2_begin_step,
-    .before_forward = zero2_before_forward,
+    .before_forward = dt_zero_settle_unit, /* the update's all-gather of this unit */
     .before_backward = dt_zero2_before_backward,
     .after_backward = dt_zero2_after_backward,
     .drain = zero2_drain,
     .reduce = dt_zero2_reduce,
-    .update = zero2_update,
-    .gather_full = dt_zero_gather_full,
-    .release_full = dt_zero_release_full,
-    .open_full = dt_zero_open_full,
-    .close_full = dt_zero_close_full,
-    .source_open = dt_zero_source_open,
-    .source_close = dt_zero_source_close,
+    .update = dt_zero_update_gather,
     .init_weights = dt_zero_init_weights,
-    .load = dt_zero_load,
-    .memory = dt_zero_memory,
 };

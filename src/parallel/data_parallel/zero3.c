@@ -11,7 +11,8 @@ int dt_zero3_gbuf(const dt_dp *d, int u) { return u == 0 ? 0 : u == dt_zero_lnf(
 
 static dt_status zero3_setup(dt_dp *d) { return dt_zero_setup(d, 3); }
 
-dt_status dt_zero3_finish_prefetch(dt_dp *d) {
+/* the pending gather finished (none: nothing to do) */
+static dt_status finish_prefetch(dt_dp *d) {
     dt_zero3_gathers *g = &dt_zero_of(d)->g3;
     if (!g->prefetch && !g->dprefetch) return DT_OK;
     dt_status s;
@@ -29,9 +30,9 @@ static dt_status gather_unit(dt_dp *d, int u) {
     dt_zero3_gathers *g = &z->g3;
     if (d->o.gather_once) return DT_OK; /* the whole stage is in place */
     int b = dt_zero3_gbuf(d, u);
-    if ((g->prefetch || g->dprefetch) && g->prefetch_unit == u) return dt_zero3_finish_prefetch(d);
+    if ((g->prefetch || g->dprefetch) && g->prefetch_unit == u) return finish_prefetch(d);
     if (g->held[b] == u) return DT_OK;
-    DT_TRY(dt_zero3_finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
+    DT_TRY(finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
     g->held[b] = -1;
     dt_status s;
     DP_COMM(d, s = dt_zero_gather_one(d, u, dt_dp_at(d, z->param_shard, z->soff[u]), g->pgather[b]));
@@ -78,10 +79,11 @@ static dt_status zero3_before_backward(dt_dp *d, int u) {
 
 static dt_status zero3_drain(dt_dp *d) {
     DT_TRY(dt_zero2_finish_pending(d));
-    return dt_zero3_finish_prefetch(d);
+    return finish_prefetch(d);
 }
 
-dt_status dt_zero3_refresh(dt_dp *d) {
+/* the parameters changed: gathered again (gather_once) or when next used */
+static dt_status refresh(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     if (!d->o.gather_once) {
         for (int b = 0; b < 4; b++) z->g3.held[b] = -1; /* gathered again when next used */
@@ -94,19 +96,19 @@ dt_status dt_zero3_refresh(dt_dp *d) {
 
 static dt_status zero3_update(dt_dp *d, double lr, double norm) {
     dt_zero_adamw(d, lr, norm);
-    return dt_zero3_refresh(d);
+    return refresh(d);
 }
 
 static dt_status zero3_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     DT_TRY(dt_zero_init_weights(d, seed, init_from));
-    return dt_zero3_refresh(d); /* gathered before the weights changed */
+    return refresh(d); /* gathered before the weights changed */
 }
 
 const dt_dp_strategy dt_dp_zero3 = {
+    DT_ZERO_SHARED_OPS,
     .name = "zero3",
     .grads = DT_GRADS_SHARD,
     .setup = zero3_setup,
-    .free = dt_zero_free,
     .begin_step = dt_zero2_begin_step,
     .before_forward = zero3_before_forward,
     .before_backward = zero3_before_backward,
@@ -114,13 +116,5 @@ const dt_dp_strategy dt_dp_zero3 = {
     .drain = zero3_drain,
     .reduce = dt_zero2_reduce,
     .update = zero3_update,
-    .gather_full = dt_zero_gather_full,
-    .release_full = dt_zero_release_full,
-    .open_full = dt_zero_open_full,
-    .close_full = dt_zero_close_full,
-    .source_open = dt_zero_source_open,
-    .source_close = dt_zero_source_close,
     .init_weights = zero3_init_weights,
-    .load = dt_zero_load,
-    .memory = dt_zero_memory,
 };

@@ -69,7 +69,9 @@ int dt_zero_gscratch_of(const dt_dp *d, int u) {
     return u == 0 ? 0 : u == dt_zero_lnf(d) ? 1 : dt_zero_rs_overlap(d) ? 2 + (u - 1) % 2 : 2;
 }
 
-dt_status dt_zero_alloc_unit(dt_dp *d, size_t bytes, const char *what, float **p) {
+/* A buffer the collectives read in place: node-shared on the CPU (collective), else in
+ * the backend's memory (rank-local). */
+static dt_status alloc_unit(dt_dp *d, size_t bytes, const char *what, float **p) {
     if (dt_zero_devmem(d)) return d->ops->alloc((void **)p, bytes, what);
     return dt_comm_alloc_shared(d->comm, bytes, what, (void **)p);
 }
@@ -146,16 +148,16 @@ static dt_status alloc_model_buffers(dt_dp *d) {
     size_t e = esz(d);
     if (z->stage <= 2) {
         /* node-shared where peers read it: the all-gather into it reads peers' copies in place */
-        DT_TRY(dt_zero_alloc_unit(d, z->padded_total * e, "parameters", &z->params_pad));
+        DT_TRY(alloc_unit(d, z->padded_total * e, "parameters", &z->params_pad));
         for (int u = 0; u < U; u++) m->unit_params[u] = at(d, z->params_pad, z->poff[u]);
     } else if (d->o.gather_once) {
-        DT_TRY(dt_zero_alloc_unit(d, z->padded_total * e, "gathered parameters", &g->stage_full));
+        DT_TRY(alloc_unit(d, z->padded_total * e, "gathered parameters", &g->stage_full));
         d->workspace_bytes += z->padded_total * e;
         for (int u = 0; u < U; u++) m->unit_params[u] = at(d, g->stage_full, z->poff[u]);
     } else {
         size_t sizes[4] = {z->P[0], z->P[dt_zero_lnf(d)], z->P[1], z->P[1]};
         for (int b = 0; b < 4; b++) {
-            DT_TRY(dt_zero_alloc_unit(d, sizes[b] * e, "gathered parameters", &g->pgather[b]));
+            DT_TRY(alloc_unit(d, sizes[b] * e, "gathered parameters", &g->pgather[b]));
             d->workspace_bytes += sizes[b] * e;
             g->held[b] = -1;
         }
@@ -163,12 +165,12 @@ static dt_status alloc_model_buffers(dt_dp *d) {
         g->prefetch_unit = -1;
     }
     if (z->stage == 1) {
-        DT_TRY(dt_zero_alloc_unit(d, z->padded_total * e, "gradients", &z->grads_pad));
+        DT_TRY(alloc_unit(d, z->padded_total * e, "gradients", &z->grads_pad));
         for (int u = 0; u < U; u++) m->unit_grads[u] = at(d, z->grads_pad, z->poff[u]);
     } else {
         size_t sizes[4] = {z->P[0], z->P[dt_zero_lnf(d)], z->P[1], z->P[1]};
         for (int b = 0; b < (dt_zero_rs_overlap(d) ? 4 : 3); b++) {
-            DT_TRY(dt_zero_alloc_unit(d, sizes[b] * e, "gradient scratch", &z->gscratch[b]));
+            DT_TRY(alloc_unit(d, sizes[b] * e, "gradient scratch", &z->gscratch[b]));
             d->workspace_bytes += sizes[b] * e;
         }
         for (int u = 0; u < U; u++) m->unit_grads[u] = z->gscratch[dt_zero_gscratch_of(d, u)];
@@ -379,7 +381,9 @@ void dt_zero_adamw(dt_dp *d, double lr, double norm) {
     }
 }
 
-dt_status dt_zero_allgather_params(dt_dp *d) {
+/* zero 1/2: the updated slices to every rank (with overlap they travel while the next
+ * forward computes, each unit waited for just before its forward). */
+static dt_status allgather_params(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     double t0 = dt_now();
     for (int u = 0; u < d->m->nunits; u++) {
@@ -395,6 +399,12 @@ dt_status dt_zero_allgather_params(dt_dp *d) {
     d->comm_s += dt_now() - t0;
     return DT_OK;
 }
+
+dt_status dt_zero_update_gather(dt_dp *d, double lr, double norm) {
+    dt_zero_adamw(d, lr, norm);
+    return allgather_params(d);
+}
+
 
 /* ---- full views for init, load, save, digest and the sample ---- */
 
@@ -473,7 +483,12 @@ dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
     return s;
 }
 
-dt_status dt_zero_gather_host(dt_dp *d, int host) {
+/* The full parameters as the model's unit views until dt_zero_release_full: in the
+ * model's memory and precision (host = 0: for running it), or as fp32 host memory
+ * (host = 1: for checkpoints and the digest; with bf16, the master weights; host = 2: the
+ * same, and in private memory even where the parameters are whole already, which on the
+ * CPU are node-shared: an asynchronous save's fork snapshots private pages only). */
+static dt_status gather_host(dt_dp *d, int host) {
     dt_zero *z = dt_zero_of(d);
     int snapshot = host == 2;
     if (!dt_zero_devmem(d)) host = snapshot; /* the model's memory is fp32 host memory */
@@ -489,7 +504,7 @@ dt_status dt_zero_gather_host(dt_dp *d, int host) {
     return dt_zero_gather_units(d, z->param_shard, z->full_tmp);
 }
 
-dt_status dt_zero_gather_full(dt_dp *d) { return dt_zero_gather_host(d, 0); }
+dt_status dt_zero_gather_full(dt_dp *d) { return gather_host(d, 0); }
 
 /* Full optimizer moments as unit views (temporary buffers, freed by free_views). */
 static dt_status full_moments(dt_dp *d, float ***m_view, float ***v_view) {
@@ -505,7 +520,7 @@ static dt_status full_moments(dt_dp *d, float ***m_view, float ***v_view) {
 dt_status dt_zero_open_full(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv) {
     (void)reader; /* every rank takes part in the gathers and gets the whole state */
     *mv = *vv = NULL;
-    DT_TRY(dt_zero_gather_host(d, snapshot ? 2 : 1));
+    DT_TRY(gather_host(d, snapshot ? 2 : 1));
     return moments ? full_moments(d, mv, vv) : DT_OK;
 }
 

@@ -65,9 +65,6 @@ void dt_zero_free(dt_dp *d);
 /* This rank's S[u] reduced gradients of unit u after the step's reduction: its slice of
  * the padded full gradients (zero 1, reduced there in place) or of the shard (zero 2/3). */
 float *dt_zero_grad_slice(const dt_dp *d, int u);
-/* Buffers the collectives read in place: node-shared on the CPU (collective), else in
- * the backend's memory (rank-local). */
-dt_status dt_zero_alloc_unit(dt_dp *d, size_t bytes, const char *what, float **p);
 /* Unit u's gradients (P[u]) summed over the ranks in fp32, this rank's slice into out
  * (S[u], may be the slice inside unit): through host copies (staged) or on the device
  * communicator (joined if join; else the caller joins before compute touches out). */
@@ -85,17 +82,10 @@ dt_status dt_zero_settle_all(dt_dp *d);
 dt_status dt_zero_norm(dt_dp *d, double *norm);
 /* AdamW over this rank's slices. */
 void dt_zero_adamw(dt_dp *d, double lr, double norm);
-/* zero 1/2: the updated slices to every rank (with overlap they travel while the next
- * forward computes, each unit waited for just before its forward). */
-dt_status dt_zero_allgather_params(dt_dp *d);
 dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 dt_status dt_zero_load(dt_dp *d, const char *step_dir);
-/* The full parameters as the model's unit views until dt_zero_release_full: in the
- * model's memory and precision (host = 0: for running it), or as fp32 host memory
- * (host = 1: for checkpoints and the digest; with bf16, the master weights; host = 2: the
- * same, and in private memory even where the parameters are whole already, which on the
- * CPU are node-shared: an asynchronous save's fork snapshots private pages only). */
-dt_status dt_zero_gather_host(dt_dp *d, int host);
+/* The full parameters as the model's unit views, in its memory and precision, until
+ * dt_zero_release_full. */
 dt_status dt_zero_gather_full(dt_dp *d);
 void dt_zero_release_full(dt_dp *d);
 dt_status dt_zero_open_full(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv);
@@ -108,6 +98,14 @@ dt_status dt_zero_source_open(dt_dp *d, int moments, dt_ckpt_source *src);
 void dt_zero_source_close(dt_dp *d, dt_ckpt_source *src);
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r);
 
+/* The entries every stage's table shares. */
+#define DT_ZERO_SHARED_OPS                                                                                 \
+    .free = dt_zero_free, .gather_full = dt_zero_gather_full, .release_full = dt_zero_release_full,         \
+    .open_full = dt_zero_open_full, .close_full = dt_zero_close_full, .source_open = dt_zero_source_open, \
+    .source_close = dt_zero_source_close, .load = dt_zero_load, .memory = dt_zero_memory
+/* zero 1/2: AdamW over the slices, then the parameters all-gathered. */
+dt_status dt_zero_update_gather(dt_dp *d, double lr, double norm);
+
 /* zero2.c: the gradient shard, shared by ZeRO-3 */
 void dt_zero2_begin_step(dt_dp *d);
 dt_status dt_zero2_before_backward(dt_dp *d, int u);
@@ -119,9 +117,5 @@ dt_status dt_zero2_reduce(dt_dp *d, double *norm);
 /* zero3.c */
 /* which gather buffer holds unit u */
 int dt_zero3_gbuf(const dt_dp *d, int u);
-/* the pending gather finished (none: nothing to do) */
-dt_status dt_zero3_finish_prefetch(dt_dp *d);
-/* the parameters changed: gathered again (gather_once) or when next used */
-dt_status dt_zero3_refresh(dt_dp *d);
 
 #endif
