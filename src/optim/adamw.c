@@ -1,4 +1,6 @@
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "optimizer.h"
 
@@ -9,16 +11,47 @@ void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long ste
                decay ? (float)hp->weight_decay : 0.0f, bc1, bc2, gscale);
 }
 
-void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr, float gscale) {
-    o->step++;
+dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw_hparams *hp, size_t n, int moments,
+                              const char *what) {
+    memset(o, 0, sizeof *o);
+    o->hp = *hp;
+    o->ops = ops;
+    o->n = n;
+    char name[96];
+    if (moments) {
+        snprintf(name, sizeof name, "AdamW first moments%s", what);
+        DT_TRY(ops->alloc((void **)&o->m, n * sizeof(float), name));
+        snprintf(name, sizeof name, "AdamW second moments%s", what);
+        DT_TRY(ops->alloc((void **)&o->v, n * sizeof(float), name));
+    }
+    if (ops->bf16) {
+        snprintf(name, sizeof name, "fp32 master weights%s", what);
+        DT_TRY(ops->alloc((void **)&o->master, n * sizeof(float), name));
+    }
+    return DT_OK;
+}
+
+void dt_optimizer_free(dt_optimizer *o) {
+    if (!o->ops) return;
+    o->ops->free(o->m);
+    o->ops->free(o->v);
+    o->ops->free(o->master);
+    o->m = o->v = o->master = NULL;
+}
+
+void dt_optimizer_step_range(const dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
+                             float *param, const float *g, size_t n) {
+    float *p = o->master ? o->master + k : param, *store = o->master ? param : NULL;
+    dt_adamw_range(&o->hp, o->ops, step, decay, lr, gscale, p, store, g, o->m + k, o->v + k, n);
+}
+
+void dt_optimizer_step_model(const dt_optimizer *o, long long step, const gpt_model *m, double lr, float gscale) {
+    size_t e = dt_elem_bytes(o->ops);
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         if (t->frozen) continue;
         size_t k = t->offset;
-        size_t e = dt_elem_bytes(ops);
-        float *store = o->master ? (float *)((char *)m->params + k * e) : NULL;
-        float *p = o->master ? o->master + k : m->params + k;
-        dt_adamw_range(&o->hp, ops, o->step, t->decay, lr, gscale, p, store, (const float *)((const char *)m->grads + k * e),
-                       o->m + k, o->v + k, t->numel);
+        dt_optimizer_step_range(o, step, t->decay, lr, gscale, k, (float *)((char *)m->params + k * e),
+                                (const float *)((const char *)m->grads + k * e), t->numel);
     }
 }

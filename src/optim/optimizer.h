@@ -1,7 +1,9 @@
 /* AdamW with decoupled weight decay on 2-D weights only, global-norm gradient
  * clipping and the learning-rate schedule (linear warmup, cosine decay to min_lr).
- * The optimizer works on a flat range of the parameter buffer, so a ZeRO wrapper can
- * hand it just the shard a rank owns. */
+ * The optimizer is an object over the elements a data-parallel strategy owns (the whole
+ * flat model, or a ZeRO shard): the strategy drives it piece by piece, and computes the
+ * global norm with dt_grad_norm_of over the pieces it holds and a reduction over the
+ * groups that hold the others. */
 #ifndef DT_OPTIMIZER_H
 #define DT_OPTIMIZER_H
 #include <stddef.h>
@@ -15,17 +17,52 @@ typedef struct {
     int warmup_steps, total_steps;
 } dt_adamw_hparams;
 
-/* Moments over the model's flat layout; their storage belongs to the caller (the
- * data-parallel engine, which also shards them for ZeRO). */
+/* AdamW state over n owned elements, in the backend's memory (fp32). */
 typedef struct {
     dt_adamw_hparams hp;
-    float *m, *v;    /* first and second moments */
-    float *master;   /* fp32 master weights when the model's are bf16 (NULL: the model's own) */
-    long long step;  /* optimizer steps taken */
-} dt_adamw;
+    const dt_ops *ops;
+    size_t n;
+    float *m, *v;   /* first and second moments (NULL: no optimizer state on this rank: ps's peers) */
+    float *master;  /* fp32 master weights when the model's are bf16 (NULL: the parameters are the weights) */
+} dt_optimizer;
+
+/* moments: this rank updates (else only the master weights, which bf16 keeps on every
+ * rank); what: appended to the buffers' names (" (shard)"). Zero-filled; on failure
+ * dt_optimizer_free releases what was allocated. */
+dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw_hparams *hp, size_t n, int moments,
+                              const char *what);
+void dt_optimizer_free(dt_optimizer *o);
+/* One AdamW step at 1-based step `step` on owned elements [k, k + n) (decay: a 2-D
+ * weight), gradient g·gscale (storage precision): the weights are the master weights'
+ * [k, k + n) with param their bf16 copy, or param itself (fp32). */
+void dt_optimizer_step_range(const dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
+                             float *param, const float *g, size_t n);
+/* The step over every tensor of a model whose flat layout the state spans (k = the
+ * tensor's offset; m->params and m->grads). */
+void dt_optimizer_step_model(const dt_optimizer *o, long long step, const gpt_model *m, double lr, float gscale);
+
 /* Learning rate for 0-based step s. */
 double dt_lr_at(const dt_adamw_hparams *hp, long long s);
-/* Global L2 norm of the gradient. */
+
+/* One piece of the gradient a rank holds: n storage-precision elements at x, its squares
+ * added to partial sum cls (< 0: not counted, a tied copy counted elsewhere). */
+typedef struct {
+    const float *x;
+    size_t n;
+    int cls;
+} dt_grad_piece;
+/* Combines this rank's partial sums of squares over the groups that hold the other
+ * pieces into the global norm (fn NULL: this rank holds all of it). */
+typedef struct {
+    dt_status (*fn)(void *ctx, double *part, int nparts, double *norm);
+    void *ctx;
+} dt_norm_reduce;
+enum { DT_NORM_MAX_PARTS = 4 };
+/* The global gradient norm: each piece's sum of squares added, in order, to its partial
+ * (nparts of them, from 0.0), then reduced (or the square root of part[0]). */
+dt_status dt_grad_norm_of(const dt_ops *ops, const dt_grad_piece *pieces, int npieces, int nparts, dt_norm_reduce r,
+                          double *norm);
+/* Global L2 norm of n gradients this rank holds whole. */
 double dt_grad_norm(const dt_ops *ops, const float *grads, size_t n);
 /* The factor that brings the gradient norm to at most clip (torch's clip_grad_norm_ rule:
  * clip / (norm + 1e-6) when that is below 1; 1 otherwise or when clip <= 0). The update
@@ -36,7 +73,5 @@ float dt_clip_coef(double norm, double clip);
  * p_store: where the bf16 copy of p goes (NULL in fp32). */
 void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long step, int decay, double lr, float gscale,
                     float *p, float *p_store, const float *g, float *m, float *v, size_t n);
-/* One AdamW step over every tensor of the model at learning rate lr, gradients times gscale. */
-void dt_adamw_step(dt_adamw *o, const dt_ops *ops, const gpt_model *m, double lr, float gscale);
 
 #endif

@@ -1,162 +1,209 @@
-/* Bitwise mode of the data-parallel engine (parallel.determinism = bitwise; the canonical
- * sum is canonical.h's): each unit's gradient of each micro-batch is its own leaf, folded
- * per unit (a pipeline stage finishes units of different micro-batches out of step), and
- * the tied wte gradient is the sum of two folds, the head's share and the embedding's, on
- * one rank as on a pipeline's last and first stage. The norm sums fixed 1024-element
- * chunks of the whole model in its unit order, whichever ranks hold them. */
+/* Bitwise mode (parallel.determinism = bitwise; the canonical sum is canonical.h's), a
+ * wrapper around any strategy: each unit's gradient of each micro-batch is its own leaf,
+ * summed over the data-parallel ranks by the canonical tree and folded per unit (a
+ * pipeline stage finishes units of different micro-batches out of step); the fold's root
+ * replaces the mode's reduction, and the mode's own update follows. The tied wte gradient
+ * is the sum of two folds, the head's share and the embedding's, on one rank as on a
+ * pipeline's last and first stage. The norm sums fixed 1024-element chunks of the whole
+ * model in its unit order, whichever ranks hold them. The leaves lie in the mode's
+ * gradient layout (strategy.h: flat, padded or shard). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../core/mem.h"
-#include "dp_internal.h"
+#include "canonical.h"
+#include "flat.h"
 #include "state.h"
+#include "zero_shard.h"
 
-static int is_zero(const dt_dp *d) { return !d->o.ps && d->o.zero > 0; }
-static int sharded(const dt_dp *d) { return is_zero(d) && d->o.zero >= 2; }
+typedef struct {
+    dt_fold fold;       /* over the mode's gradient layout, one part per unit, and the head's share of
+                           wte on a model with both ends */
+    unsigned char *open; /* per part: its leaf of this micro-batch is being written */
+    int *key;           /* per unit: its place in the whole model's order (-1: not counted here) */
+    float *head;        /* shard layout: the head's share of wte in full, reduced when final */
+    float *tree_tmp;    /* dt_tree_allreduce exchange buffer */
+    double *part;       /* partial sums of squares for the canonical norm */
+    double *global;     /* with a pipeline: the whole model's partials */
+    size_t global_n;
+    double *cnt;        /* with a pipeline: partials per key of the whole model */
+    size_t *first, *num; /* per unit: where its partials start in part, how many */
+} dt_bw;
+
+static dt_bw *bw_of(const dt_dp *d) { return d->wrap; }
+static int flat(const dt_dp *d) { return d->mode->grads == DT_GRADS_FLAT; }
+static int sharded(const dt_dp *d) { return d->mode->grads == DT_GRADS_SHARD; }
 static int has_pp(const dt_dp *d) { return d->o.groups.pp && dt_comm_size(d->o.groups.pp) > 1; }
 /* The head's share of wte is kept apart on a model holding both ends. */
 static int head_apart(const dt_dp *d) { return d->m->has_embed && d->m->has_head; }
 static size_t wte_numel(const dt_dp *d) { return d->m->tensors[0].numel; }
 /* The head part's index among the fold's parts (after the units). */
 static int head_part(const dt_dp *d) { return d->m->nunits; }
+/* Unit u's whole length in the mode's layout (ZeRO's padded). */
+static size_t unit_len(const dt_dp *d, int u) { return flat(d) ? d->m->units[u].count : dt_zero_of(d)->P[u]; }
 
-dt_status dt_bw_setup(dt_dp *d) {
-    if (!d->o.bitwise) return DT_OK;
+static dt_status bw_setup_fold(dt_dp *d) {
+    dt_bw *b = calloc(1, sizeof *b);
+    if (!b) return dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
+    d->wrap = b;
     gpt_model *m = d->m;
+    const dt_zero *z = flat(d) ? NULL : dt_zero_of(d);
     int nu = m->nunits, parts = nu + head_apart(d), keys = m->shape.n_layer + 2;
     size_t *off = calloc((size_t)parts, sizeof(size_t)), *len = calloc((size_t)parts, sizeof(size_t)), n = 0;
-    d->bw_open = calloc((size_t)parts, 1);
-    d->bw_key = calloc((size_t)nu, sizeof(int));
-    d->bw_cnt = calloc((size_t)keys, sizeof(double));
-    d->bw_first = calloc((size_t)nu, sizeof(size_t));
-    d->bw_num = calloc((size_t)nu, sizeof(size_t));
+    b->open = calloc((size_t)parts, 1);
+    b->key = calloc((size_t)nu, sizeof(int));
+    b->cnt = calloc((size_t)keys, sizeof(double));
+    b->first = calloc((size_t)nu, sizeof(size_t));
+    b->num = calloc((size_t)nu, sizeof(size_t));
     dt_status s = DT_OK;
-    if (!off || !len || !d->bw_open || !d->bw_key || !d->bw_cnt || !d->bw_first || !d->bw_num)
+    if (!off || !len || !b->open || !b->key || !b->cnt || !b->first || !b->num)
         s = dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
     for (int u = 0; s == DT_OK && u < nu; u++) { /* the leaf layout: flat, padded (zero 1) or shard (zero 2/3) */
-        off[u] = !is_zero(d) ? m->units[u].offset : d->o.zero == 1 ? d->poff[u] : d->soff[u];
-        len[u] = !is_zero(d) ? m->units[u].count : d->o.zero == 1 ? d->P[u] : d->S[u];
+        off[u] = flat(d) ? m->units[u].offset : sharded(d) ? z->soff[u] : z->poff[u];
+        len[u] = flat(d) ? m->units[u].count : sharded(d) ? z->S[u] : z->P[u];
         n = off[u] + len[u] > n ? off[u] + len[u] : n;
     }
     size_t maxunit = 0;
-    for (int u = 0; s == DT_OK && u < nu; u++) {
-        size_t c = is_zero(d) ? d->P[u] : m->units[u].count;
-        if (c > maxunit) maxunit = c;
-    }
+    for (int u = 0; s == DT_OK && u < nu; u++)
+        if (unit_len(d, u) > maxunit) maxunit = unit_len(d, u);
     if (s == DT_OK && head_apart(d)) { /* the head part: wte in full, or this rank's slice of unit 0 (zero 2/3) */
         off[nu] = n;
-        len[nu] = sharded(d) ? d->S[0] : wte_numel(d);
+        len[nu] = sharded(d) ? z->S[0] : wte_numel(d);
         n += len[nu];
         if (sharded(d)) {
-            s = dt_alloc((void **)&d->bw_head, wte_numel(d) * sizeof(float), "bitwise head gradient");
+            s = dt_alloc((void **)&b->head, wte_numel(d) * sizeof(float), "bitwise head gradient");
             d->workspace_bytes += wte_numel(d) * sizeof(float);
         }
         if (wte_numel(d) > maxunit) maxunit = wte_numel(d);
     }
-    if (s == DT_OK) s = dt_fold_create(&d->fold, n, d->o.leaves, parts, off, len);
+    if (s == DT_OK) s = dt_fold_create(&b->fold, n, d->o.leaves, parts, off, len);
     free(off);
     free(len);
     DT_TRY(s);
     /* a unit's key in the whole model's order (-1: not counted here: the last stage's copy of wte) */
     for (int u = 0; u < nu; u++) {
-        d->bw_key[u] = -1;
+        b->key[u] = -1;
         if (m->units[u].count == 0) continue;
-        if (u == 0) d->bw_key[u] = m->has_embed ? 0 : -1;
-        else if (u == nu - 1) d->bw_key[u] = m->shape.n_layer + 1;
+        if (u == 0) b->key[u] = m->has_embed ? 0 : -1;
+        else if (u == nu - 1) b->key[u] = m->shape.n_layer + 1;
         else
             for (int i = 0; i < m->ntensors; i++)
                 if (m->tensors[i].unit == u) {
-                    d->bw_key[u] = 1 + m->tensors[i].layer;
+                    b->key[u] = 1 + m->tensors[i].layer;
                     break;
                 }
     }
     size_t tmp = maxunit / 2 + 1;
-    DT_TRY(dt_alloc((void **)&d->tree_tmp, tmp * sizeof(float), "bitwise exchange buffer"));
+    DT_TRY(dt_alloc((void **)&b->tree_tmp, tmp * sizeof(float), "bitwise exchange buffer"));
     size_t parts_n = 0;
-    for (int u = 0; u < nu; u++) parts_n += ((is_zero(d) ? d->P[u] : m->units[u].count) + DT_CANON_CHUNK - 1) /
-                                            DT_CANON_CHUNK;
-    DT_TRY(dt_alloc((void **)&d->canon_part, (parts_n + 1) * sizeof(double), "gradient norm partials"));
-    d->workspace_bytes += dt_fold_bytes(&d->fold) + tmp * sizeof(float);
+    for (int u = 0; u < nu; u++) parts_n += (unit_len(d, u) + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
+    DT_TRY(dt_alloc((void **)&b->part, (parts_n + 1) * sizeof(double), "gradient norm partials"));
+    d->workspace_bytes += dt_fold_bytes(&b->fold) + tmp * sizeof(float);
     /* re-pointed per micro-batch; until then at the head part's own range */
-    if (head_apart(d) && !sharded(d)) m->head_grad = d->fold.buf[0] + d->fold.off[head_part(d)];
-    if (head_apart(d) && sharded(d)) m->head_grad = d->bw_head;
+    if (head_apart(d) && !sharded(d)) m->head_grad = b->fold.buf[0] + b->fold.off[head_part(d)];
+    if (head_apart(d) && sharded(d)) m->head_grad = b->head;
     return DT_OK;
 }
 
-void dt_bw_free(dt_dp *d) {
-    dt_fold_destroy(&d->fold);
-    dt_free(d->tree_tmp);
-    dt_free(d->canon_part);
-    dt_free(d->bw_head);
-    free(d->canon_global);
-    free(d->bw_open);
-    free(d->bw_key);
-    free(d->bw_cnt);
-    free(d->bw_first);
-    free(d->bw_num);
-    d->m->head_grad = NULL;
+static dt_status bw_setup(dt_dp *d) {
+    if (d->N & (d->N - 1))
+        return dt_fail(DT_EINPUT, "parallel.determinism=bitwise needs a power-of-two data-parallel size (got %d)",
+                       d->N);
+    if (d->o.leaves < 1 || (d->o.leaves & (d->o.leaves - 1)))
+        return dt_fail(DT_EINPUT,
+                       "parallel.determinism=bitwise needs a power-of-two number of accumulation steps (got %d)",
+                       d->o.leaves);
+    d->align = DT_CANON_CHUNK; /* shard boundaries never split a chunk of the norm */
+    DT_TRY(d->mode->setup(d));
+    return bw_setup_fold(d);
 }
 
-void dt_bw_begin_step(dt_dp *d) {
-    dt_fold_reset(&d->fold);
-    memset(d->bw_open, 0, (size_t)(d->m->nunits + head_apart(d)));
+static void bw_free(dt_dp *d) {
+    dt_bw *b = bw_of(d);
+    if (b) {
+        dt_fold_destroy(&b->fold);
+        dt_free(b->tree_tmp);
+        dt_free(b->part);
+        dt_free(b->head);
+        free(b->global);
+        free(b->open);
+        free(b->key);
+        free(b->cnt);
+        free(b->first);
+        free(b->num);
+        free(b);
+        d->wrap = NULL;
+        d->m->head_grad = NULL;
+    }
+    d->mode->free(d);
+}
+
+static void bw_begin_step(dt_dp *d) {
+    dt_bw *b = bw_of(d);
+    d->mode->begin_step(d);
+    dt_fold_reset(&b->fold);
+    memset(b->open, 0, (size_t)(d->m->nunits + head_apart(d)));
 }
 
 /* Unit u's (or the head part's) gradient of a micro-batch is about to be written: flat
- * and zero-1 layouts write it into the part's next leaf directly; zero 2/3 into their
- * scratch (zeroed by zero.c, the head's here), reduced when final. */
-dt_status dt_bw_before_backward(dt_dp *d, int u) {
+ * and padded layouts write it into the part's next leaf directly; the shard layout into
+ * the mode's scratch (zeroed there, the head's here), reduced when final. */
+static dt_status bw_before_backward(dt_dp *d, int u) {
+    dt_bw *b = bw_of(d);
     gpt_model *m = d->m;
+    if (u != GPT_HEAD_PART && d->mode->before_backward) DT_TRY(d->mode->before_backward(d, u));
     int part = u == GPT_HEAD_PART ? head_part(d) : u;
     if (u == GPT_HEAD_PART && sharded(d)) {
-        memset(d->bw_head, 0, wte_numel(d) * sizeof(float));
+        memset(b->head, 0, wte_numel(d) * sizeof(float));
         return DT_OK;
     }
-    if (sharded(d) || d->bw_open[part] || d->fold.len[part] == 0) return DT_OK;
-    float *at = dt_fold_next(&d->fold, part) + d->fold.off[part];
+    if (sharded(d) || b->open[part] || b->fold.len[part] == 0) return DT_OK;
+    float *at = dt_fold_next(&b->fold, part) + b->fold.off[part];
     if (u == GPT_HEAD_PART) m->head_grad = at;
     else m->unit_grads[u] = at;
-    d->bw_open[part] = 1; /* a split backward asks again before its W: the same leaf */
+    b->open[part] = 1; /* a split backward asks again before its W: the same leaf */
     return DT_OK;
 }
 
 /* The part's leaf is final: summed over the data-parallel ranks by the canonical tree
- * (zero 2/3: then this rank's slice kept), folded. */
-dt_status dt_bw_after_backward(dt_dp *d, int u) {
+ * (shard layout: then this rank's slice kept), folded. Replaces the mode's reduction. */
+static dt_status bw_after_backward(dt_dp *d, int u) {
+    dt_bw *b = bw_of(d);
     int part = u == GPT_HEAD_PART ? head_part(d) : u;
-    if (d->fold.len[part] == 0) return DT_OK;
+    if (b->fold.len[part] == 0) return DT_OK;
     dt_status s = DT_OK;
     if (sharded(d)) {
-        float *full = u == GPT_HEAD_PART ? d->bw_head : d->m->unit_grads[u];
-        size_t count = u == GPT_HEAD_PART ? wte_numel(d) : d->P[u], S = d->S[u == GPT_HEAD_PART ? 0 : u];
-        DP_COMM(d, s = dt_tree_allreduce(d->comm, full, count, d->tree_tmp));
+        size_t S = dt_zero_of(d)->S[u == GPT_HEAD_PART ? 0 : u];
+        float *full = u == GPT_HEAD_PART ? b->head : d->m->unit_grads[u];
+        size_t count = u == GPT_HEAD_PART ? wte_numel(d) : dt_zero_of(d)->P[u];
+        DP_COMM(d, s = dt_tree_allreduce(d->comm, full, count, b->tree_tmp));
         DT_TRY(s);
-        float *leaf = dt_fold_next(&d->fold, part) + d->fold.off[part];
+        float *leaf = dt_fold_next(&b->fold, part) + b->fold.off[part];
         size_t lo = (size_t)d->rank * S, n = lo >= count ? 0 : count - lo < S ? count - lo : S;
         memcpy(leaf, full + lo, n * sizeof(float));
     } else {
-        if (!d->bw_open[part]) return DT_OK;
-        float *leaf = d->fold.buf[d->fold.perm[(size_t)part * (d->fold.cap + 1) + d->fold.cap]] + d->fold.off[part];
-        DP_COMM(d, s = dt_tree_allreduce(d->comm, leaf, d->fold.len[part], d->tree_tmp));
+        if (!b->open[part]) return DT_OK;
+        float *leaf = b->fold.buf[b->fold.perm[(size_t)part * (b->fold.cap + 1) + b->fold.cap]] + b->fold.off[part];
+        DP_COMM(d, s = dt_tree_allreduce(d->comm, leaf, b->fold.len[part], b->tree_tmp));
         DT_TRY(s);
-        d->bw_open[part] = 0;
+        b->open[part] = 0;
     }
-    dt_fold_push(&d->fold, part);
+    dt_fold_push(&b->fold, part);
     return DT_OK;
 }
 
 /* Sums of squares of unit u's final gradient in 1024-element chunks, in order, over the
  * data-parallel ranks (a ZeRO slice holds whole chunks: every rank's partials gathered). */
 static dt_status unit_partials(dt_dp *d, int u, double *out, size_t *count) {
-    if (!is_zero(d)) {
-        dt_chunk_sumsq(d->grads + d->m->units[u].offset, d->m->units[u].count, out);
+    if (flat(d)) {
+        dt_chunk_sumsq(dt_flat_of(d)->grads + d->m->units[u].offset, d->m->units[u].count, out);
         *count = (d->m->units[u].count + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
         return DT_OK;
     }
-    size_t per = d->S[u] / DT_CANON_CHUNK;
+    size_t S = dt_zero_of(d)->S[u], per = S / DT_CANON_CHUNK;
     double *mine = out + (size_t)d->rank * per;
-    dt_chunk_sumsq(dt_zero_grad_slice(d, u), d->S[u], mine);
+    dt_chunk_sumsq(dt_zero_grad_slice(d, u), S, mine);
     *count = per * (size_t)d->N;
     return dt_allgather(d->comm, mine, out, per, DT_F64);
 }
@@ -167,84 +214,98 @@ static dt_status unit_partials(dt_dp *d, int u, double *out, size_t *count) {
  * stages (each entry has one non-zero contributor, so the sum is exact), then added up
  * alike on every rank. Zero partials (ZeRO's padding) leave the sum unchanged. */
 static dt_status bw_norm(dt_dp *d, double *norm) {
+    dt_bw *b = bw_of(d);
     gpt_model *m = d->m;
     int nu = m->nunits, keys = m->shape.n_layer + 2;
     size_t k = 0;
     if (!has_pp(d)) {
         for (int u = 0; u < nu; u++) {
             size_t c;
-            DT_TRY(unit_partials(d, u, d->canon_part + k, &c));
+            DT_TRY(unit_partials(d, u, b->part + k, &c));
             k += c;
         }
         double sum = 0.0;
-        for (size_t i = 0; i < k; i++) sum += d->canon_part[i];
+        for (size_t i = 0; i < k; i++) sum += b->part[i];
         *norm = sqrt(sum);
         return DT_OK;
     }
-    double *cnt = d->bw_cnt;
-    size_t *first = d->bw_first, *num = d->bw_num;
+    double *cnt = b->cnt;
+    size_t *first = b->first, *num = b->num;
     memset(cnt, 0, (size_t)keys * sizeof(double));
     dt_status s = DT_OK;
     for (int u = 0; s == DT_OK && u < nu; u++) {
         first[u] = k;
-        s = unit_partials(d, u, d->canon_part + k, &num[u]);
+        s = unit_partials(d, u, b->part + k, &num[u]);
         k += num[u];
-        if (d->bw_key[u] >= 0) cnt[d->bw_key[u]] = (double)num[u];
+        if (b->key[u] >= 0) cnt[b->key[u]] = (double)num[u];
     }
     if (s == DT_OK) s = dt_allreduce(d->o.groups.pp, cnt, (size_t)keys, DT_F64, DT_SUM);
     size_t total = 0;
     for (int q = 0; q < keys; q++) total += (size_t)cnt[q];
-    if (s == DT_OK && total > d->canon_global_n) {
-        free(d->canon_global); /* sized once: the whole model's partials do not change */
-        d->canon_global = malloc(total * sizeof(double));
-        d->canon_global_n = d->canon_global ? total : 0;
-        if (!d->canon_global) s = dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
+    if (s == DT_OK && total > b->global_n) {
+        free(b->global); /* sized once: the whole model's partials do not change */
+        b->global = malloc(total * sizeof(double));
+        b->global_n = b->global ? total : 0;
+        if (!b->global) s = dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
     }
     if (s == DT_OK) {
-        memset(d->canon_global, 0, total * sizeof(double));
+        memset(b->global, 0, total * sizeof(double));
         for (int u = 0; u < nu; u++) {
-            if (d->bw_key[u] < 0) continue;
+            if (b->key[u] < 0) continue;
             size_t pos = 0;
-            for (int q = 0; q < d->bw_key[u]; q++) pos += (size_t)cnt[q];
-            memcpy(d->canon_global + pos, d->canon_part + first[u], num[u] * sizeof(double));
+            for (int q = 0; q < b->key[u]; q++) pos += (size_t)cnt[q];
+            memcpy(b->global + pos, b->part + first[u], num[u] * sizeof(double));
         }
-        s = dt_allreduce(d->o.groups.pp, d->canon_global, total, DT_F64, DT_SUM);
+        s = dt_allreduce(d->o.groups.pp, b->global, total, DT_F64, DT_SUM);
     }
     double sum = 0.0;
-    for (size_t i = 0; s == DT_OK && i < total; i++) sum += d->canon_global[i];
+    for (size_t i = 0; s == DT_OK && i < total; i++) sum += b->global[i];
     *norm = sqrt(sum);
     return s;
 }
 
 /* wte's elements in this rank's gradient: the flat wte, or its part of unit 0's slice. */
 static float *wte_grads(dt_dp *d, size_t *n) {
-    if (!is_zero(d)) {
+    if (flat(d)) {
         *n = wte_numel(d);
-        return d->grads + d->m->tensors[0].offset;
+        return dt_flat_of(d)->grads + d->m->tensors[0].offset;
     }
-    size_t lo = (size_t)d->rank * d->S[0], w = wte_numel(d);
-    *n = lo >= w ? 0 : w - lo < d->S[0] ? w - lo : d->S[0];
+    size_t S = dt_zero_of(d)->S[0], lo = (size_t)d->rank * S, w = wte_numel(d);
+    *n = lo >= w ? 0 : w - lo < S ? w - lo : S;
     return dt_zero_grad_slice(d, 0);
 }
 
-dt_status dt_bw_finish(dt_dp *d, double *norm) {
+/* After the step's micro-batches: this rank's reduced gradients (flat, padded slices or
+ * shard) from the folds, the tied wte's shares added, and the canonical norm. */
+static dt_status bw_reduce(dt_dp *d, double *norm) {
+    dt_bw *b = bw_of(d);
     gpt_model *m = d->m;
-    const float *root = dt_fold_root(&d->fold);
+    const float *root = dt_fold_root(&b->fold);
     if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: a unit's micro-batch gradients are missing");
-    if (!is_zero(d)) memcpy(d->grads, root, m->nparams * sizeof(float));
-    else if (d->o.zero == 1) /* the root is the full reduced gradient: this rank's slices */
+    const dt_zero *z = flat(d) ? NULL : dt_zero_of(d);
+    if (flat(d)) memcpy(dt_flat_of(d)->grads, root, m->nparams * sizeof(float));
+    else if (sharded(d)) memcpy(z->grad_shard, root, z->shard_total * sizeof(float));
+    else /* padded: the root is the full reduced gradient: this rank's slices */
         for (int u = 0; u < m->nunits; u++)
-            memcpy(dt_zero_grad_slice(d, u), root + d->poff[u] + (size_t)d->rank * d->S[u], d->S[u] * sizeof(float));
-    else
-        memcpy(d->grad_shard, root, d->shard_total * sizeof(float));
+            memcpy(dt_zero_grad_slice(d, u), root + z->poff[u] + (size_t)d->rank * z->S[u], z->S[u] * sizeof(float));
     size_t n;
     float *wte = wte_grads(d, &n);
     if (head_apart(d)) { /* wte = the embedding's share + the head's */
-        const float *h = root + d->fold.off[head_part(d)] + (d->o.zero == 1 ? (size_t)d->rank * d->S[0] : 0);
+        size_t at = d->mode->grads == DT_GRADS_PADDED ? (size_t)d->rank * z->S[0] : 0;
+        const float *h = root + b->fold.off[head_part(d)] + at;
         for (size_t i = 0; i < n; i++) wte[i] += h[i];
     }
     /* a pipeline: the first stage holds the embedding's share, the last the head's; one
      * addition, the same on both (wte only: where the first stage has wpe, the last a gap) */
     if (has_pp(d) && d->o.groups.emb && n > 0) DT_TRY(dt_allreduce(d->o.groups.emb, wte, n, DT_F32, DT_SUM));
     return bw_norm(d, norm);
+}
+
+void dt_bitwise_wrap(dt_dp_strategy *s) {
+    s->setup = bw_setup;
+    s->free = bw_free;
+    s->begin_step = bw_begin_step;
+    s->before_backward = bw_before_backward;
+    s->after_backward = bw_after_backward;
+    s->reduce = bw_reduce;
 }

@@ -1,15 +1,12 @@
 /* Data parallelism: every rank runs the whole model on its share of each global batch
- * and the ranks combine gradients. One engine, five modes (config parallel.dp_mode,
- * parallel.zero):
- *   ps    central rank (seeds 001/002/004): gradients reduced to rank 0, which updates
- *         and broadcasts the parameters. The baseline DDP beats.
- *   ddp   (zero 0) gradients all-reduced in buckets, started during backward of the
- *         last micro-step as soon as a bucket's gradients are final (overlap); no
- *         communication on earlier accumulation micro-steps.
- *   zero 1/2/3 (zero.c) optimizer state, then gradients, then parameters partitioned.
- * With one rank every mode is plain single-process training. The engine owns the
- * optimizer state, so it also saves, loads and digests the full model; what a rank's
- * tensors mean in the whole model (tensor-parallel pieces) comes from state.h. */
+ * and the ranks combine gradients. One engine (data_parallel.c) runs the mode's strategy
+ * through one table of operations (strategy.h), chosen when it is created from
+ * dt_dp_opts: the central rank (ps.c), DDP's bucketed all-reduce (ddp.c), ZeRO stages 1-3
+ * (zero1.c, zero2.c, zero3.c over zero_shard.c), optionally wrapped for bitwise
+ * reproducibility (bitwise.c). With one rank every mode is plain single-process
+ * training. The strategies own the optimizer state, so the engine also saves, loads and
+ * digests the full model through them; what a rank's tensors mean in the whole model
+ * (tensor-parallel pieces) comes from state.h. */
 #ifndef DT_DATA_PARALLEL_H
 #define DT_DATA_PARALLEL_H
 #include <stdint.h>
@@ -37,8 +34,8 @@ typedef struct {
                                host communicator, a device's state staged through host memory) */
 } dt_dp_opts;
 
-/* ZeRO pads each unit to a multiple of shards x this many elements (DT_CANON_CHUNK in
- * bitwise mode, so shard boundaries never split a chunk of the canonical gradient norm). */
+/* ZeRO pads each unit to a multiple of shards x this many elements (a wrapper may ask for
+ * more: DT_CANON_CHUNK, so shard boundaries never split a chunk of the canonical norm). */
 #define DT_SHARD_ALIGN 64
 
 typedef struct dt_dp dt_dp;

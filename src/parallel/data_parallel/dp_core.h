@@ -1,0 +1,70 @@
+/* The engine's core state, shared by every strategy (strategy.h): the data-parallel
+ * group, the model, the chosen tables, the in-flight request queue and the step's
+ * communication time. Each strategy keeps its own state behind priv (flat.h for ps and
+ * DDP, zero_shard.h for ZeRO), a wrapper behind wrap. */
+#ifndef DT_DP_CORE_H
+#define DT_DP_CORE_H
+#include "data_parallel.h"
+
+#include "../../ckpt/async_save.h"
+#include "../../core/timer.h"
+#include "strategy.h"
+
+enum { MAX_INFLIGHT = 64 };
+
+struct dt_dp {
+    dt_comm *comm;
+    int N, rank;
+    gpt_model *m;
+    const dt_ops *ops;
+    dt_adamw_hparams hp;
+    dt_dp_opts o;
+    long long step;
+    int last_micro;          /* the step's last accumulation micro-step is running */
+    size_t align;            /* ZeRO's unit padding: DT_SHARD_ALIGN, or a wrapper's (bitwise: its chunk) */
+    int async_save;          /* checkpoint.async: rank 0 writes saves in a child (ckpt/async_save.h) */
+    dt_ckpt_async save_job;  /* the save in flight */
+    dt_dp_strategy st;           /* the operations the engine runs: the mode's, maybe wrapped */
+    const dt_dp_strategy *mode;  /* the mode's own (a wrapper calls them) */
+    void *priv;                  /* the mode's state */
+    void *wrap;                  /* the wrapper's state */
+    /* gradient collectives started during backward (DDP buckets, ZeRO-1 units), oldest first */
+    dt_request *inflight[MAX_INFLIGHT];
+    int ninflight;
+    size_t workspace_bytes; /* scratch the strategies hold (the memory report's workspace) */
+    double comm_s;          /* wall time the steps waited on gradient/parameter communication */
+};
+
+/* A free slot in d->inflight for a new request (the oldest is finished first when full). */
+dt_status dt_dp_inflight_slot(dt_dp *d, dt_request ***slot);
+/* Finishes every request in d->inflight, charging the wait to d->comm_s; first error wins. */
+dt_status dt_dp_inflight_wait(dt_dp *d);
+/* The model's parameter views pointed at another copy of the full parameters (an fp32
+ * host copy for init, load, save and the digest; ZeRO's gathered ones), the previous
+ * views kept to be restored: unit u at base + off[u] elements of elem bytes (off NULL: the
+ * model's own flat offsets). pop restores them (nothing pushed: nothing to do). */
+typedef struct {
+    float **saved;
+} dt_dp_views;
+dt_status dt_dp_views_push(dt_dp *d, dt_dp_views *v, float *base, const size_t *off, size_t elem);
+void dt_dp_views_pop(dt_dp *d, dt_dp_views *v);
+/* Reductions for the gradient norm (optimizer.h's dt_grad_norm_of) of pieces complete
+ * over the data-parallel group: over the model-parallel groups (state.h's classes); and of
+ * pieces this rank holds of a data-parallel shard: summed over the data-parallel group
+ * first (one class, or state.h's with model parallelism). */
+dt_norm_reduce dt_dp_norm_over_model(dt_dp *d);
+dt_norm_reduce dt_dp_norm_over_dp(dt_dp *d);
+/* base + n storage-precision elements. */
+static inline float *dt_dp_at(const dt_dp *d, const float *base, size_t n) {
+    return (float *)((char *)base + n * dt_elem_bytes(d->ops));
+}
+
+/* Runs a communication statement and charges its wall time to d->comm_s. */
+#define DP_COMM(d, stmt)                  \
+    do {                                  \
+        double dp_t0_ = dt_now();         \
+        stmt;                             \
+        (d)->comm_s += dt_now() - dp_t0_; \
+    } while (0)
+
+#endif

@@ -1,0 +1,225 @@
+#include "flat.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/mem.h"
+#include "staging.h"
+
+dt_status dt_flat_setup(dt_dp *d, int moments) {
+    dt_flat *f = calloc(1, sizeof *f);
+    if (!f) return dt_fail(DT_ERUNTIME, "out of memory (data parallel)");
+    d->priv = f;
+    gpt_model *m = d->m;
+    size_t n = m->nparams, e = dt_elem_bytes(d->ops);
+    if (d->ops->on_device) {
+        dt_status s = d->ops->alloc((void **)&f->params, n * e, "parameters");
+        if (s == DT_OK) s = d->ops->alloc((void **)&f->grads, n * e, "gradients");
+        /* several ranks (DDP: the trainer checks): MPI reduces a node-shared fp32 host
+         * copy, allocated collectively, so every rank must get there */
+        /* bf16 gradients on the device communicator: reduced in fp32, a bucket at a time */
+        if (s == DT_OK && d->N > 1 && d->o.dcomm && d->ops->bf16) {
+            size_t b = d->o.bucket_bytes / sizeof(float) + 1;
+            f->bucket32_bytes = (b < n ? b : n) * sizeof(float);
+            s = d->ops->alloc((void **)&f->bucket32, f->bucket32_bytes, "fp32 gradient bucket");
+        }
+        DT_TRY(dt_comm_agree(d->comm, s, NULL));
+        if (d->N > 1 && !d->o.dcomm)
+            DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients (host staging)", (void **)&f->grads_host));
+        size_t tie = dt_state_tie_bytes(&d->o.groups, m);
+        if (tie && !(f->tie_host = malloc(tie)))
+            return dt_fail(DT_ERUNTIME, "out of memory (tied embedding host staging)");
+    } else {
+        /* the node-shared buffer below is collective: every rank must get there */
+        DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&f->params, n * e, "parameters"), NULL));
+        /* node-shared: DDP's bucket all-reduces read peers' gradients where they lie */
+        DT_TRY(dt_comm_alloc_shared(d->comm, n * e, "gradients", (void **)&f->grads));
+        /* bf16 gradients are reduced in fp32: widened into this, reduced, rounded back */
+        if (d->ops->bf16 && d->N > 1)
+            DT_TRY(dt_comm_alloc_shared(d->comm, n * sizeof(float), "gradients (fp32 for the reduction)",
+                                        (void **)&f->grads_host));
+    }
+    m->params = f->params;
+    m->grads = f->grads;
+    for (int u = 0; u < m->nunits; u++) {
+        m->unit_params[u] = dt_dp_at(d, f->params, m->units[u].offset);
+        m->unit_grads[u] = dt_dp_at(d, f->grads, m->units[u].offset);
+    }
+    f->norm_parts = calloc((size_t)d->N, sizeof(double));
+    f->pieces = calloc((size_t)m->ntensors, sizeof *f->pieces);
+    if (!f->norm_parts || !f->pieces) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
+    DT_TRY(dt_optimizer_create(&f->opt, d->ops, &d->hp, n, moments, ""));
+    if (moments) {
+        DT_TRY(gpt_unit_views(m, f->opt.m, &f->m_view));
+        DT_TRY(gpt_unit_views(m, f->opt.v, &f->v_view));
+    }
+    return DT_OK;
+}
+
+void dt_flat_free(dt_dp *d) {
+    dt_flat *f = dt_flat_of(d);
+    if (!f) return;
+    if (d->ops->on_device) {
+        d->ops->free(f->params);
+        d->ops->free(f->grads);
+        if (f->grads_host) dt_comm_free_shared(d->comm, f->grads_host);
+        free(f->tie_host);
+    } else {
+        dt_free(f->params);
+        dt_comm_free_shared(d->comm, f->grads);
+        if (f->grads_host) dt_comm_free_shared(d->comm, f->grads_host);
+    }
+    dt_optimizer_free(&f->opt);
+    d->ops->free(f->bucket32);
+    free(f->m_view);
+    free(f->norm_parts);
+    free(f->pieces);
+    free(f->v_view);
+    free(f);
+    d->priv = NULL;
+}
+
+void dt_flat_begin_step(dt_dp *d) { d->ops->zero(dt_flat_of(d)->grads, d->m->nparams * dt_elem_bytes(d->ops)); }
+
+void dt_flat_grads_to_host(dt_dp *d) {
+    dt_flat *f = dt_flat_of(d);
+    dt_stage_widen(d->ops, f->grads_host, f->grads, d->m->nparams);
+}
+void dt_flat_grads_from_host(dt_dp *d) {
+    dt_flat *f = dt_flat_of(d);
+    dt_stage_narrow(d->ops, f->grads, f->grads_host, d->m->nparams);
+}
+
+dt_status dt_flat_layout_norm(dt_dp *d, double *norm) {
+    dt_flat *f = dt_flat_of(d);
+    const gpt_model *m = d->m;
+    DT_TRY(dt_state_tie_grads(&d->o.groups, m, f->grads, f->tie_host));
+    dt_grad_piece *p = f->pieces;
+    for (int i = 0; i < m->ntensors; i++) { /* each tensor in its class (state.h) */
+        const gpt_tensor *t = &m->tensors[i];
+        p[i] = (dt_grad_piece){dt_dp_at(d, f->grads, t->offset), t->numel, dt_state_norm_class(m, t)};
+    }
+    return dt_grad_norm_of(d->ops, p, m->ntensors, DT_NORM_NCLASSES, dt_dp_norm_over_model(d), norm);
+}
+
+dt_status dt_flat_local_norm(dt_dp *d, double *norm) {
+    if (dt_state_model_parallel(&d->o.groups)) return dt_flat_layout_norm(d, norm);
+    *norm = dt_grad_norm(d->ops, dt_flat_of(d)->grads, d->m->nparams);
+    return DT_OK;
+}
+
+dt_status dt_flat_update(dt_dp *d, double lr, double norm) {
+    dt_optimizer_step_model(&dt_flat_of(d)->opt, d->step + 1, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
+    return DT_OK;
+}
+
+/* ---- device state seen from the host ----
+ * Checkpoint and digest code read and write host memory. With the state on a device
+ * they work on a host copy, made at save/load time only (never per step): the model's
+ * unit views (and the moment views) point at it in between. */
+
+static dt_status host_open(dt_dp *d, int moments, int fetch, dt_flat_host *h) {
+    memset(h, 0, sizeof *h);
+    if (!dt_stage_needed(d->ops)) return DT_OK;
+    dt_flat *f = dt_flat_of(d);
+    gpt_model *m = d->m;
+    size_t n = m->nparams, bytes = n * sizeof(float);
+    int nm = moments && f->m_view ? 2 : 0;
+    float *dev_mom[2] = {f->opt.m, f->opt.v};
+    float ***views[2] = {&f->m_view, &f->v_view};
+    h->p = malloc(bytes);
+    if (!h->p) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the parameters)");
+    for (int k = 0; k < nm; k++) {
+        h->mom[k] = malloc(bytes);
+        if (!h->mom[k]) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the optimizer state)");
+        DT_TRY(gpt_unit_views(m, h->mom[k], &h->mom_view[k]));
+        if (fetch) d->ops->download(h->mom[k], dev_mom[k], bytes);
+        float **dev_view = *views[k];
+        *views[k] = h->mom_view[k];
+        h->mom_view[k] = dev_view;
+    }
+    if (fetch) d->ops->download(h->p, f->opt.master ? f->opt.master : f->params, bytes); /* fp32 weights */
+    DT_TRY(dt_dp_views_push(d, &h->views, h->p, NULL, sizeof(float)));
+    return d->ops->sync();
+}
+
+/* Points the views back at the device; push: copies the host copy there first. */
+static dt_status host_close(dt_dp *d, int push, dt_flat_host *h) {
+    if (!dt_stage_needed(d->ops)) return DT_OK;
+    dt_flat *f = dt_flat_of(d);
+    gpt_model *m = d->m;
+    size_t bytes = m->nparams * sizeof(float);
+    float *dev_mom[2] = {f->opt.m, f->opt.v};
+    float ***views[2] = {&f->m_view, &f->v_view};
+    if (h->views.saved) {
+        if (push && f->opt.master) {
+            d->ops->upload(f->opt.master, h->p, bytes);
+            d->ops->to_bf16(f->params, f->opt.master, m->nparams); /* the model's compute copy */
+        } else if (push) {
+            d->ops->upload(f->params, h->p, bytes);
+        }
+        dt_dp_views_pop(d, &h->views);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!h->mom[k]) continue;
+        if (push) d->ops->upload(dev_mom[k], h->mom[k], bytes);
+        if (h->mom_view[k]) {
+            free(*views[k]); /* the host view made by host_open */
+            *views[k] = h->mom_view[k];
+        }
+    }
+    dt_status s = d->ops->sync(); /* the uploads have read the host copy */
+    free(h->p);
+    free(h->mom[0]);
+    free(h->mom[1]);
+    memset(h, 0, sizeof *h);
+    return s;
+}
+
+/* Nothing to gather: the reader's host copy (a device's state) or the state itself. */
+dt_status dt_flat_open_full(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv) {
+    (void)snapshot; /* the state is private memory already */
+    dt_flat *f = dt_flat_of(d);
+    *mv = *vv = NULL;
+    if (!reader) return DT_OK;
+    DT_TRY(host_open(d, moments, 1, &f->host));
+    *mv = f->m_view;
+    *vv = f->v_view;
+    return DT_OK;
+}
+
+dt_status dt_flat_close_full(dt_dp *d, float **mv, float **vv) {
+    (void)mv;
+    (void)vv;
+    return host_close(d, 0, &dt_flat_of(d)->host);
+}
+
+dt_status dt_flat_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
+    dt_flat_host h;
+    dt_status s = host_open(d, 0, 0, &h);
+    if (s == DT_OK && (!init_from || !*init_from)) gpt_init(d->m, seed);
+    else if (s == DT_OK) s = dt_ckpt_load_weights(init_from, d->m);
+    dt_status c = host_close(d, s == DT_OK, &h);
+    return s != DT_OK ? s : c;
+}
+
+dt_status dt_flat_load(dt_dp *d, const char *step_dir) {
+    dt_flat *f = dt_flat_of(d);
+    dt_flat_host h;
+    dt_status s = host_open(d, 1, 0, &h);
+    if (s == DT_OK) s = dt_ckpt_load_weights(step_dir, d->m); /* model.safetensors or its index */
+    if (s == DT_OK && f->m_view) s = dt_ckpt_load_optimizer(step_dir, d->m, f->m_view, f->v_view);
+    dt_status c = host_close(d, s == DT_OK, &h);
+    return s != DT_OK ? s : c;
+}
+
+void dt_flat_memory(const dt_dp *d, dt_mem_report *r) {
+    dt_flat *f = dt_flat_of(d);
+    size_t n = d->m->nparams * sizeof(float), e = d->m->nparams * dt_elem_bytes(d->ops);
+    r->params = e + (f->opt.master ? n : 0); /* bf16: the compute copy and the fp32 master */
+    r->grads = e;
+    r->optim = f->opt.m ? 2 * n : 0;
+    r->workspace = d->workspace_bytes + f->bucket32_bytes; /* bitwise mode's folds; bf16's fp32 bucket */
+    if (f->grads_host && !d->ops->on_device) r->workspace += n; /* bf16's fp32 gradients for the reduction */
+}

@@ -1,0 +1,72 @@
+/* A data-parallel strategy: one table of operations per mode (ps.c, ddp.c, zero1.c,
+ * zero2.c, zero3.c), chosen once when the engine is created (strategy.c); the engine
+ * (data_parallel.c) only dispatches through it. A wrapper (bitwise.c) takes a mode's
+ * table and replaces some of its entries, calling the mode's own (dt_dp.mode) around its
+ * additions. Adding a mode: docs/adding-a-strategy.md. */
+#ifndef DT_DP_STRATEGY_H
+#define DT_DP_STRATEGY_H
+#include <stdint.h>
+
+#include "data_parallel.h"
+
+/* Where a strategy keeps the reduced gradients it updates from (a wrapper that replaces
+ * the reduction, bitwise.c, fills them): the flat model layout (every rank all of them),
+ * the padded layout with this rank's slice of each unit in place (ZeRO-1), or this rank's
+ * shard (ZeRO-2/3). */
+enum { DT_GRADS_FLAT, DT_GRADS_PADDED, DT_GRADS_SHARD };
+
+typedef struct dt_dp_strategy {
+    const char *name;
+    int grads; /* DT_GRADS_* */
+    /* The state for this rank's model (its private state in dt_dp.priv) and the model's
+     * parameter/gradient views; collective (node-shared buffers). free: every rank, in the
+     * same order; must accept a setup that failed part-way. */
+    dt_status (*setup)(dt_dp *d);
+    void (*free)(dt_dp *d);
+    /* Before the first micro-step of an optimizer step (gradients to zero). */
+    void (*begin_step)(dt_dp *d);
+    /* The model's hooks (gpt.h; NULL: nothing to do). u may be GPT_HEAD_PART only where a
+     * wrapper set the model's head_grad. */
+    dt_status (*before_forward)(dt_dp *d, int u);
+    dt_status (*after_forward)(dt_dp *d, int u);
+    dt_status (*before_backward)(dt_dp *d, int u);
+    dt_status (*after_backward)(dt_dp *d, int u);
+    /* End of step, in three parts so a wrapper can replace the middle one: finish the
+     * collectives the hooks or the last update left in flight (NULL: none); combine the
+     * gradients and compute the global norm (the same on every rank); clip, update and
+     * re-distribute the parameters. */
+    dt_status (*drain)(dt_dp *d);
+    dt_status (*reduce)(dt_dp *d, double *norm);
+    dt_status (*update)(dt_dp *d, double lr, double norm);
+    /* The full parameters readable through the model, in its memory and precision, until
+     * release_full (NULL: they always are). Collective. */
+    dt_status (*gather_full)(dt_dp *d);
+    void (*release_full)(dt_dp *d);
+    /* The full fp32 weights (bf16: the master weights) as the model's unit views in host
+     * memory, and with moments the optimizer moments as unit views (*mv, *vv), on the
+     * ranks where reader is set; the others only take part in the gathers. snapshot: in
+     * the rank's private memory (an asynchronous save's fork sees no later change).
+     * close_full undoes it; collective over the data-parallel group where the state is
+     * sharded. */
+    dt_status (*open_full)(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv);
+    dt_status (*close_full)(dt_dp *d, float **mv, float **vv);
+    /* A streamed save's or digest's source (checkpoint.h), one piece whole at a time
+     * (NULL: saves and digests read open_full's views). Collective. */
+    dt_status (*source_open)(dt_dp *d, int moments, dt_ckpt_source *src);
+    void (*source_close)(dt_dp *d, dt_ckpt_source *src);
+    /* GPT-2 initialisation or weights from a file; weights and moments of a checkpoint. */
+    dt_status (*init_weights)(dt_dp *d, uint64_t seed, const char *init_from);
+    dt_status (*load)(dt_dp *d, const char *step_dir);
+    void (*memory)(const dt_dp *d, dt_mem_report *r);
+} dt_dp_strategy;
+
+extern const dt_dp_strategy dt_dp_ps, dt_dp_ddp, dt_dp_zero1, dt_dp_zero2, dt_dp_zero3;
+
+/* The mode opts asks for (*mode) and the table the engine runs: the mode's, wrapped as
+ * opts asks (bitwise mode). */
+dt_status dt_dp_strategy_for(const dt_dp_opts *o, const dt_dp_strategy **mode, dt_dp_strategy *run);
+/* bitwise.c: replaces the entries bitwise mode changes (the leaves, folds and the
+ * canonical norm around the mode's own operations). */
+void dt_bitwise_wrap(dt_dp_strategy *s);
+
+#endif

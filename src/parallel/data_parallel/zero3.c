@@ -1,0 +1,120 @@
+/* ZeRO-3: parameters partitioned too (FSDP). Each block is all-gathered just before its
+ * forward and again before its backward (the next block's gather is started while the
+ * current one computes), into two alternating buffers; unit 0 and ln_f have their own.
+ * A pipeline stage that runs its blocks for many micro-batches in turn gathers its
+ * parameters once per step instead (gather_once). Gradients as in ZeRO-2 (zero2.c). */
+#include "zero_shard.h"
+
+static int nblocks(const dt_dp *d) { return d->m->nblocks; }
+
+int dt_zero3_gbuf(const dt_dp *d, int u) { return u == 0 ? 0 : u == dt_zero_lnf(d) ? 1 : 2 + (u - 1) % 2; }
+
+static dt_status zero3_setup(dt_dp *d) { return dt_zero_setup(d, 3); }
+
+/* the pending gather finished (none: nothing to do) */
+static dt_status finish_prefetch(dt_dp *d) {
+    dt_zero3_gathers *g = &dt_zero_of(d)->g3;
+    if (!g->prefetch && !g->dprefetch) return DT_OK;
+    dt_status s;
+    if (g->dprefetch) DP_COMM(d, s = dt_dcomm_join_mark(d->o.dcomm)); /* not the reduce-scatters queued since */
+    else DP_COMM(d, s = dt_wait(g->prefetch));
+    g->prefetch = NULL;
+    g->dprefetch = 0;
+    g->held[dt_zero3_gbuf(d, g->prefetch_unit)] = s == DT_OK ? g->prefetch_unit : -1;
+    g->prefetch_unit = -1;
+    return s;
+}
+
+static dt_status gather_unit(dt_dp *d, int u) {
+    dt_zero *z = dt_zero_of(d);
+    dt_zero3_gathers *g = &z->g3;
+    if (d->o.gather_once) return DT_OK; /* the whole stage is in place */
+    int b = dt_zero3_gbuf(d, u);
+    if ((g->prefetch || g->dprefetch) && g->prefetch_unit == u) return finish_prefetch(d);
+    if (g->held[b] == u) return DT_OK;
+    DT_TRY(finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
+    g->held[b] = -1;
+    dt_status s;
+    DP_COMM(d, s = dt_zero_gather_one(d, u, dt_dp_at(d, z->param_shard, z->soff[u]), g->pgather[b]));
+    if (s == DT_OK && d->o.dcomm) s = dt_dcomm_join(d->o.dcomm);
+    DT_TRY(s);
+    g->held[b] = u;
+    return DT_OK;
+}
+
+static void prefetch_unit(dt_dp *d, int u) {
+    dt_zero *z = dt_zero_of(d);
+    dt_zero3_gathers *g = &z->g3;
+    /* staged gathers are not prefetched (their upload follows the collective) */
+    if (u < 1 || u > nblocks(d) || g->prefetch || g->dprefetch || d->o.gather_once || dt_zero_staged(d)) return;
+    int b = dt_zero3_gbuf(d, u);
+    if (g->held[b] == u) return;
+    g->held[b] = -1;
+    if (d->o.dcomm) { /* queued behind the compute so far (the buffer's last reader); joined when needed */
+        if (dt_zero_gather_one(d, u, dt_dp_at(d, z->param_shard, z->soff[u]), g->pgather[b]) != DT_OK ||
+            dt_dcomm_mark(d->o.dcomm) != DT_OK)
+            return; /* gathered again, blocking, when needed */
+        g->dprefetch = 1;
+        g->prefetch_unit = u;
+        return;
+    }
+    if (dt_iallgather(d->comm, z->param_shard + z->soff[u], g->pgather[b], z->S[u], DT_F32, &g->prefetch) == DT_OK)
+        g->prefetch_unit = u;
+    else
+        g->prefetch = NULL; /* fall back to a blocking gather when the unit is needed */
+}
+
+static dt_status zero3_before_forward(dt_dp *d, int u) {
+    DT_TRY(gather_unit(d, u));
+    if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u + 1);
+    return DT_OK;
+}
+
+static dt_status zero3_before_backward(dt_dp *d, int u) {
+    if (u == GPT_HEAD_PART) return DT_OK;
+    DT_TRY(gather_unit(d, u));
+    if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u - 1);
+    return dt_zero2_before_backward(d, u);
+}
+
+static dt_status zero3_drain(dt_dp *d) {
+    DT_TRY(dt_zero2_finish_pending(d));
+    return finish_prefetch(d);
+}
+
+/* the parameters changed: gathered again (gather_once) or when next used */
+static dt_status refresh(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    if (!d->o.gather_once) {
+        for (int b = 0; b < 4; b++) z->g3.held[b] = -1; /* gathered again when next used */
+        return DT_OK;
+    }
+    dt_status s; /* the stage's parameters whole, from every rank's updated slices */
+    DP_COMM(d, s = dt_zero_gather_units(d, z->param_shard, z->g3.stage_full));
+    return s;
+}
+
+static dt_status zero3_update(dt_dp *d, double lr, double norm) {
+    dt_zero_adamw(d, lr, norm);
+    return refresh(d);
+}
+
+static dt_status zero3_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
+    DT_TRY(dt_zero_init_weights(d, seed, init_from));
+    return refresh(d); /* gathered before the weights changed */
+}
+
+const dt_dp_strategy dt_dp_zero3 = {
+    DT_ZERO_SHARED_OPS,
+    .name = "zero3",
+    .grads = DT_GRADS_SHARD,
+    .setup = zero3_setup,
+    .begin_step = dt_zero2_begin_step,
+    .before_forward = zero3_before_forward,
+    .before_backward = zero3_before_backward,
+    .after_backward = dt_zero2_after_backward,
+    .drain = zero3_drain,
+    .reduce = dt_zero2_reduce,
+    .update = zero3_update,
+    .init_weights = zero3_init_weights,
+};

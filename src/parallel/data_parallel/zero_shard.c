@@ -1,0 +1,597 @@
+/* ZeRO stages 1-3 (seed 003: 16Ψ -> 4Ψ+12Ψ/N -> 2Ψ+14Ψ/N -> 16Ψ/N with bf16; here the
+ * fp32 analogues, see docs/parallelism.md): what the three stages share. Sharding is per
+ * model unit, like FSDP's flat parameters, so every unit's reduce-scatter and all-gather
+ * are equal-count collectives (zero_shard.h). With bf16 storage the parameters and
+ * gradients are bf16 and each rank keeps fp32 master weights of its slices. A device's
+ * state (or bf16's) is staged (staging.h): each collective copies the unit to fp32 host
+ * memory and back, gradients reduced in fp32, without overlap for now; or, with a device
+ * communicator (comm.backend nccl), the collectives run on device memory, bf16 gradients
+ * widened to an fp32 device copy first. */
+#include "zero_shard.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/mem.h"
+#include "staging.h"
+
+int dt_zero_devmem(const dt_dp *d) { return dt_stage_needed(d->ops); }
+int dt_zero_staged(const dt_dp *d) { return dt_zero_devmem(d) && !d->o.dcomm; }
+int dt_zero_rs_overlap(const dt_dp *d) {
+    return d->o.dcomm && !d->ops->bf16 && d->o.overlap && dt_zero_of(d)->stage >= 2;
+}
+static size_t esz(const dt_dp *d) { return dt_elem_bytes(d->ops); }
+static float *at(const dt_dp *d, float *base, size_t n) { return dt_dp_at(d, base, n); }
+static dt_dtype storage_dtype(const dt_dp *d) { return d->ops->bf16 ? DT_BF16 : DT_F32; }
+
+/* The part of tensor t inside this rank's slice of its unit: *x0 its offset in the unit,
+ * *n its length, *k its offset in the shard buffers; 0 when they do not meet. */
+static int shard_segment(const dt_dp *d, const gpt_tensor *t, size_t *x0, size_t *n, size_t *k) {
+    const dt_zero *z = dt_zero_of(d);
+    int u = t->unit;
+    size_t a = t->offset - d->m->units[u].offset, b = a + t->numel;
+    size_t lo = (size_t)d->rank * z->S[u], hi = lo + z->S[u];
+    size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+    if (s >= e) return 0;
+    *x0 = s;
+    *n = e - s;
+    *k = z->soff[u] + (s - lo);
+    return 1;
+}
+
+float *dt_zero_grad_slice(const dt_dp *d, int u) {
+    const dt_zero *z = dt_zero_of(d);
+    if (z->stage == 1) return at(d, z->grads_pad, z->poff[u] + (size_t)d->rank * z->S[u]);
+    return at(d, z->grad_shard, z->soff[u]);
+}
+
+/* Reduced gradient at unit-relative element x of this rank's slice of unit u. */
+static float *slice_grad(const dt_dp *d, int u, size_t x) {
+    return at(d, dt_zero_grad_slice(d, u), x - (size_t)d->rank * dt_zero_of(d)->S[u]);
+}
+
+/* Parameters (storage precision) of this rank's slice of unit u, at unit-relative element x. */
+static float *slice_param(const dt_dp *d, int u, size_t x) {
+    const dt_zero *z = dt_zero_of(d);
+    if (z->stage <= 2) return at(d, z->params_pad, z->poff[u] + x);
+    return at(d, z->param_shard, z->soff[u] + (x - (size_t)d->rank * z->S[u]));
+}
+
+/* The fp32 weights AdamW updates there: bf16's master weights, else the parameters. */
+static float *slice_weights(const dt_dp *d, int u, size_t x) {
+    const dt_zero *z = dt_zero_of(d);
+    if (!z->opt.master) return slice_param(d, u, x);
+    return z->opt.master + z->soff[u] + (x - (size_t)d->rank * z->S[u]);
+}
+
+int dt_zero_gscratch_of(const dt_dp *d, int u) {
+    return u == 0 ? 0 : u == dt_zero_lnf(d) ? 1 : dt_zero_rs_overlap(d) ? 2 + (u - 1) % 2 : 2;
+}
+
+/* A buffer the collectives read in place: node-shared on the CPU (collective), else in
+ * the backend's memory (rank-local). */
+static dt_status alloc_unit(dt_dp *d, size_t bytes, const char *what, float **p) {
+    if (dt_zero_devmem(d)) return d->ops->alloc((void **)p, bytes, what);
+    return dt_comm_alloc_shared(d->comm, bytes, what, (void **)p);
+}
+static void free_unit_buffer(dt_dp *d, float *p) {
+    if (dt_zero_devmem(d)) d->ops->free(p);
+    else dt_comm_free_shared(d->comm, p);
+}
+
+/* The rank-local part of the setup: layout and private buffers (no communication). */
+static dt_status zero_setup_local(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    gpt_model *m = d->m;
+    int U = m->nunits, N = d->N;
+    size_t e = esz(d), f = sizeof(float);
+    z->rs_pending = -1;
+    z->P = calloc((size_t)U, sizeof(size_t));
+    z->S = calloc((size_t)U, sizeof(size_t));
+    z->poff = calloc((size_t)U, sizeof(size_t));
+    z->soff = calloc((size_t)U, sizeof(size_t));
+    z->pieces = calloc((size_t)(m->ntensors > U ? m->ntensors : U), sizeof *z->pieces);
+    if (!z->P || !z->S || !z->poff || !z->soff || !z->pieces) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    size_t A = (size_t)N * d->align, maxS = 0;
+    for (int u = 0; u < U; u++) {
+        z->P[u] = (m->units[u].count + A - 1) / A * A;
+        z->S[u] = z->P[u] / (size_t)N;
+        z->poff[u] = z->padded_total;
+        z->soff[u] = z->shard_total;
+        z->padded_total += z->P[u];
+        z->shard_total += z->S[u];
+        if (z->S[u] > maxS) maxS = z->S[u];
+    }
+    /* zero 1 reduce-scatters in place into its full gradients: no shard, no staging */
+    if (z->stage >= 2) {
+        DT_TRY(d->ops->alloc((void **)&z->grad_shard, z->shard_total * e, "gradient shard"));
+        DT_TRY(d->ops->alloc((void **)&z->rs_tmp, maxS * e, "reduce-scatter buffer"));
+        d->workspace_bytes = maxS * e;
+        if (dt_zero_rs_overlap(d)) {
+            DT_TRY(d->ops->alloc((void **)&z->rs_alt, maxS * e, "reduce-scatter buffer"));
+            d->workspace_bytes += maxS * e;
+        }
+    }
+    DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)"));
+    if (z->stage <= 2) {
+        z->ag_pending = calloc((size_t)U, sizeof(dt_request *));
+        if (!z->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    } else {
+        DT_TRY(d->ops->alloc((void **)&z->param_shard, z->shard_total * e, "parameter shard"));
+    }
+    if (z->stage == 1) {
+        z->rs_started = calloc((size_t)U, 1);
+        if (!z->rs_started) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    }
+    if (dt_zero_staged(d)) {
+        DT_TRY(dt_alloc((void **)&z->zslice, maxS * f, "ZeRO host staging (slice)"));
+        if (!d->ops->on_device) d->workspace_bytes += maxS * f; /* host memory is the state's memory here */
+    }
+    if (d->o.dcomm && d->ops->bf16) { /* fp32 reductions of bf16 gradients, on the device */
+        size_t maxP = 0;
+        for (int u = 0; u < U; u++) maxP = z->P[u] > maxP ? z->P[u] : maxP;
+        DT_TRY(d->ops->alloc((void **)&z->unit32, maxP * f, "fp32 gradients for the reduction"));
+        DT_TRY(d->ops->alloc((void **)&z->slice32, maxS * f, "fp32 reduce-scatter output"));
+        d->workspace_bytes += (maxP + maxS) * f;
+    }
+    return DT_OK;
+}
+
+/* The buffers the model's views point at: full parameters (zero 1/2) or gathered ones
+ * (zero 3), full gradients (zero 1) or gradient scratch (zero 2/3). */
+static dt_status alloc_model_buffers(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    dt_zero3_gathers *g = &z->g3;
+    gpt_model *m = d->m;
+    int U = m->nunits;
+    size_t e = esz(d);
+    if (z->stage <= 2) {
+        /* node-shared where peers read it: the all-gather into it reads peers' copies in place */
+        DT_TRY(alloc_unit(d, z->padded_total * e, "parameters", &z->params_pad));
+        for (int u = 0; u < U; u++) m->unit_params[u] = at(d, z->params_pad, z->poff[u]);
+    } else if (d->o.gather_once) {
+        DT_TRY(alloc_unit(d, z->padded_total * e, "gathered parameters", &g->stage_full));
+        d->workspace_bytes += z->padded_total * e;
+        for (int u = 0; u < U; u++) m->unit_params[u] = at(d, g->stage_full, z->poff[u]);
+    } else {
+        size_t sizes[4] = {z->P[0], z->P[dt_zero_lnf(d)], z->P[1], z->P[1]};
+        for (int b = 0; b < 4; b++) {
+            DT_TRY(alloc_unit(d, sizes[b] * e, "gathered parameters", &g->pgather[b]));
+            d->workspace_bytes += sizes[b] * e;
+            g->held[b] = -1;
+        }
+        for (int u = 0; u < U; u++) m->unit_params[u] = g->pgather[dt_zero3_gbuf(d, u)];
+        g->prefetch_unit = -1;
+    }
+    if (z->stage == 1) {
+        DT_TRY(alloc_unit(d, z->padded_total * e, "gradients", &z->grads_pad));
+        for (int u = 0; u < U; u++) m->unit_grads[u] = at(d, z->grads_pad, z->poff[u]);
+    } else {
+        size_t sizes[4] = {z->P[0], z->P[dt_zero_lnf(d)], z->P[1], z->P[1]};
+        for (int b = 0; b < (dt_zero_rs_overlap(d) ? 4 : 3); b++) {
+            DT_TRY(alloc_unit(d, sizes[b] * e, "gradient scratch", &z->gscratch[b]));
+            d->workspace_bytes += sizes[b] * e;
+        }
+        for (int u = 0; u < U; u++) m->unit_grads[u] = z->gscratch[dt_zero_gscratch_of(d, u)];
+    }
+    return DT_OK;
+}
+
+dt_status dt_zero_setup(dt_dp *d, int stage) {
+    gpt_model *m = d->m;
+    dt_zero *z = calloc(1, sizeof *z);
+    if (!z) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    d->priv = z;
+    z->stage = stage;
+    /* staged, the model's buffers are rank-local; else node-shared, allocated collectively
+     * below, so every rank must get there */
+    dt_status s = zero_setup_local(d);
+    if (s == DT_OK && dt_zero_devmem(d)) s = alloc_model_buffers(d);
+    DT_TRY(dt_comm_agree(d->comm, s, NULL));
+    if (!dt_zero_devmem(d)) {
+        DT_TRY(alloc_model_buffers(d));
+    } else if (dt_zero_staged(d)) {
+        size_t maxP = 0;
+        for (int u = 0; u < m->nunits; u++) maxP = z->P[u] > maxP ? z->P[u] : maxP;
+        DT_TRY(dt_comm_alloc_shared(d->comm, maxP * sizeof(float), "ZeRO host staging", (void **)&z->zhost));
+        if (!d->ops->on_device) d->workspace_bytes += maxP * sizeof(float);
+    }
+    m->params = m->grads = NULL; /* no flat layout in ZeRO modes */
+    return DT_OK;
+}
+
+dt_status dt_zero_settle_unit(dt_dp *d, int u) {
+    dt_zero *z = dt_zero_of(d);
+    if (!z->ag_pending || !z->ag_pending[u]) return DT_OK;
+    dt_status s;
+    DP_COMM(d, s = dt_wait(z->ag_pending[u]));
+    z->ag_pending[u] = NULL;
+    return s;
+}
+
+dt_status dt_zero_settle_all(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    dt_status s = DT_OK;
+    for (int u = 0; z->ag_pending && u < d->m->nunits; u++) {
+        dt_status w = dt_zero_settle_unit(d, u);
+        if (s == DT_OK) s = w;
+    }
+    return s;
+}
+
+void dt_zero_free(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    if (!z) return;
+    if (z->g3.prefetch) dt_wait(z->g3.prefetch);
+    dt_zero_settle_all(d);
+    dt_zero_release_full(d);
+    free(z->ag_pending);
+    /* collective for node-shared buffers: every rank frees in this order */
+    free_unit_buffer(d, z->params_pad);
+    free_unit_buffer(d, z->grads_pad);
+    d->ops->free(z->param_shard);
+    d->ops->free(z->grad_shard);
+    dt_optimizer_free(&z->opt);
+    d->ops->free(z->rs_tmp); /* the trainer drained or aborted the device communicator first */
+    d->ops->free(z->rs_alt);
+    for (int b = 0; b < 4; b++) free_unit_buffer(d, z->gscratch[b]);
+    for (int b = 0; b < 4; b++) free_unit_buffer(d, z->g3.pgather[b]);
+    free_unit_buffer(d, z->g3.stage_full);
+    dt_comm_free_shared(d->comm, z->zhost);
+    dt_free(z->zslice);
+    d->ops->free(z->unit32);
+    d->ops->free(z->slice32);
+    free(z->rs_started);
+    free(z->P);
+    free(z->S);
+    free(z->poff);
+    free(z->soff);
+    free(z->pieces);
+    free(z);
+    d->priv = NULL;
+}
+
+/* ---- staged collectives (staging.h): through host memory, one unit at a time ---- */
+
+/* Unit u all-gathered from every rank's slice own (S[u] elements) into unit (P[u]), both
+ * in storage precision in the backend's memory; own may lie inside unit. */
+static dt_status staged_gather(dt_dp *d, int u, const float *own, float *unit) {
+    dt_zero *z = dt_zero_of(d);
+    size_t e = esz(d), S = z->S[u];
+    char *h = (char *)z->zhost, *mine = h + (size_t)d->rank * S * e;
+    d->ops->download(mine, own, S * e);
+    DT_TRY(dt_allgather(d->comm, mine, h, S, storage_dtype(d)));
+    d->ops->upload(unit, h, z->P[u] * e);
+    return DT_OK;
+}
+
+dt_status dt_zero_staged_reduce_scatter(dt_dp *d, int u, const float *unit, float *out) {
+    dt_zero *z = dt_zero_of(d);
+    dt_stage_widen(d->ops, z->zhost, unit, z->P[u]);
+    DT_TRY(dt_reduce_scatter(d->comm, z->zhost, z->zslice, z->S[u], DT_F32, DT_SUM));
+    dt_stage_narrow(d->ops, out, z->zslice, z->S[u]);
+    return DT_OK;
+}
+
+/* ---- device collectives (comm.backend nccl): on device memory ---- */
+
+/* fp32 runs in place on the communicator's stream; bf16 goes through the fp32 device
+ * copies, joined before rounding. */
+dt_status dt_zero_direct_reduce_scatter(dt_dp *d, int u, const float *unit, float *out, int join) {
+    dt_zero *z = dt_zero_of(d);
+    dt_dcomm *dc = d->o.dcomm;
+    if (!d->ops->bf16) {
+        DT_TRY(dt_dcomm_reduce_scatter(dc, unit, out, z->S[u], DT_F32, DT_SUM));
+        return join ? dt_dcomm_join(dc) : DT_OK;
+    }
+    d->ops->from_bf16(z->unit32, unit, z->P[u]);
+    DT_TRY(dt_dcomm_reduce_scatter(dc, z->unit32, z->slice32, z->S[u], DT_F32, DT_SUM));
+    DT_TRY(dt_dcomm_join(dc));
+    d->ops->to_bf16(out, z->slice32, z->S[u]);
+    return DT_OK;
+}
+
+dt_status dt_zero_gather_one(dt_dp *d, int u, const float *own, float *unit) {
+    dt_zero *z = dt_zero_of(d);
+    if (d->o.dcomm) return dt_dcomm_allgather(d->o.dcomm, own, unit, z->S[u], storage_dtype(d));
+    if (dt_zero_staged(d)) return staged_gather(d, u, own, unit);
+    return dt_allgather(d->comm, own, unit, z->S[u], DT_F32);
+}
+
+dt_status dt_zero_gather_units(dt_dp *d, float *shard, float *full) {
+    dt_zero *z = dt_zero_of(d);
+    for (int u = 0; u < d->m->nunits; u++)
+        DT_TRY(dt_zero_gather_one(d, u, at(d, shard, z->soff[u]), at(d, full, z->poff[u])));
+    return d->o.dcomm ? dt_dcomm_join(d->o.dcomm) : DT_OK;
+}
+
+/* fp32 slices in the backend's memory (slice(u): unit u's) gathered whole into fp32 host
+ * memory full (padded layout): each rank's slice copied to its place, then gathered in place. */
+static dt_status gather_units_f32(dt_dp *d, float *(*slice)(const dt_dp *, int), float *full) {
+    dt_zero *z = dt_zero_of(d);
+    for (int u = 0; u < d->m->nunits; u++) {
+        float *mine = full + z->poff[u] + (size_t)d->rank * z->S[u];
+        d->ops->download(mine, slice(d, u), z->S[u] * sizeof(float));
+        DT_TRY(dt_allgather(d->comm, mine, full + z->poff[u], z->S[u], DT_F32));
+    }
+    return DT_OK;
+}
+
+static float *weights_of(const dt_dp *d, int u) { return slice_weights(d, u, (size_t)d->rank * dt_zero_of(d)->S[u]); }
+static float *m_of(const dt_dp *d, int u) { return dt_zero_of(d)->opt.m + dt_zero_of(d)->soff[u]; }
+static float *v_of(const dt_dp *d, int u) { return dt_zero_of(d)->opt.v + dt_zero_of(d)->soff[u]; }
+
+/* This rank's slices of an fp32 host buffer in the padded layout into slice(u) (fp32, the
+ * backend's memory). */
+static void put_slices(dt_dp *d, const float *full, float *(*slice)(const dt_dp *, int)) {
+    dt_zero *z = dt_zero_of(d);
+    for (int u = 0; u < d->m->nunits; u++)
+        d->ops->upload(slice(d, u), full + z->poff[u] + (size_t)d->rank * z->S[u], z->S[u] * sizeof(float));
+}
+
+/* ---- step ---- */
+
+/* Pipeline: the first and the last stage both hold wte in unit 0, laid out alike on both
+ * (gpt.h's tied_gap), so this rank's slice of it is the same elements on both: their sum
+ * is the tied gradient (the first stage's wpe meets zeros). */
+static dt_status tie_unit0(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    const dt_model_groups *g = &d->o.groups;
+    if (!g->emb || !g->pp || dt_comm_size(g->pp) < 2) return DT_OK;
+    float *slice = dt_zero_grad_slice(d, 0);
+    if (!dt_zero_devmem(d)) return dt_allreduce(g->emb, slice, z->S[0], DT_F32, DT_SUM);
+    if (d->o.dcomm) return dt_fail(DT_EINPUT, "comm.backend nccl: pipelines are not carried yet");
+    dt_stage_widen(d->ops, z->zslice, slice, z->S[0]);
+    DT_TRY(dt_allreduce(g->emb, z->zslice, z->S[0], DT_F32, DT_SUM));
+    dt_stage_narrow(d->ops, slice, z->zslice, z->S[0]);
+    return DT_OK;
+}
+
+dt_status dt_zero_norm(dt_dp *d, double *norm) {
+    dt_zero *z = dt_zero_of(d);
+    gpt_model *m = d->m;
+    DT_TRY(tie_unit0(d));
+    int np = 0, mp = dt_state_model_parallel(&d->o.groups);
+    dt_grad_piece *p = z->pieces;
+    if (mp) { /* each tensor's part of the shard in its class (state.h) */
+        size_t x0, n, k;
+        for (int i = 0; i < m->ntensors; i++)
+            if (shard_segment(d, &m->tensors[i], &x0, &n, &k))
+                p[np++] = (dt_grad_piece){slice_grad(d, m->tensors[i].unit, x0), n,
+                                          dt_state_norm_class(m, &m->tensors[i])};
+    } else if (z->grad_shard) {
+        p[np++] = (dt_grad_piece){z->grad_shard, z->shard_total, 0};
+    } else { /* zero 1: its slices lie apart, one per unit of the full buffer */
+        for (int u = 0; u < m->nunits; u++) p[np++] = (dt_grad_piece){dt_zero_grad_slice(d, u), z->S[u], 0};
+    }
+    return dt_grad_norm_of(d->ops, p, np, mp ? DT_NORM_NCLASSES : 1, dt_dp_norm_over_dp(d), norm);
+}
+
+void dt_zero_adamw(dt_dp *d, double lr, double norm) {
+    dt_zero *z = dt_zero_of(d);
+    gpt_model *m = d->m;
+    float gscale = dt_clip_coef(norm, d->hp.grad_clip);
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[i];
+        size_t x0, n, k;
+        if (t->frozen || !shard_segment(d, t, &x0, &n, &k)) continue;
+        dt_optimizer_step_range(&z->opt, d->step + 1, t->decay, lr, gscale, k, slice_param(d, t->unit, x0),
+                                slice_grad(d, t->unit, x0), n);
+    }
+}
+
+/* zero 1/2: the updated slices to every rank (with overlap they travel while the next
+ * forward computes, each unit waited for just before its forward). */
+static dt_status allgather_params(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    double t0 = dt_now();
+    for (int u = 0; u < d->m->nunits; u++) {
+        float *unit = at(d, z->params_pad, z->poff[u]);
+        float *own = at(d, unit, (size_t)d->rank * z->S[u]);
+        if (!dt_zero_devmem(d) && d->o.overlap && d->N > 1)
+            DT_TRY(dt_iallgather(d->comm, own, unit, z->S[u], DT_F32, &z->ag_pending[u]));
+        else
+            DT_TRY(dt_zero_gather_one(d, u, own, unit));
+    }
+    /* the next forward reads them after this (on a GPU it overlaps nothing yet) */
+    if (d->o.dcomm) DT_TRY(dt_dcomm_join(d->o.dcomm));
+    d->comm_s += dt_now() - t0;
+    return DT_OK;
+}
+
+dt_status dt_zero_update_gather(dt_dp *d, double lr, double norm) {
+    dt_zero_adamw(d, lr, norm);
+    return allgather_params(d);
+}
+
+
+/* ---- full views for init, load, save, digest and the sample ---- */
+
+/* Points the model at a full padded parameter buffer: fp32 host memory (host), or the
+ * model's memory and precision. */
+static dt_status push_full_view(dt_dp *d, int host) {
+    dt_zero *z = dt_zero_of(d);
+    z->full_host = host;
+    if (host) DT_TRY(dt_alloc((void **)&z->full_tmp, z->padded_total * sizeof(float), "full parameters"));
+    else DT_TRY(d->ops->alloc((void **)&z->full_tmp, z->padded_total * esz(d), "full parameters"));
+    return dt_dp_views_push(d, &z->full_view, z->full_tmp, z->poff, host ? sizeof(float) : esz(d));
+}
+
+void dt_zero_release_full(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    dt_dp_views_pop(d, &z->full_view);
+    if (z->full_host) dt_free(z->full_tmp);
+    else d->ops->free(z->full_tmp);
+    z->full_tmp = NULL;
+}
+
+dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
+    dt_zero *z = dt_zero_of(d);
+    /* written whole into a full view, then each rank keeps its slices: on a device or
+     * with bf16 the view is fp32 host memory; else zero 1/2's parameters are full already */
+    int view = dt_zero_devmem(d) || z->stage >= 3;
+    dt_status s = view ? push_full_view(d, 1) : DT_OK;
+    if (s == DT_OK && init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
+    else if (s == DT_OK) gpt_init(d->m, seed);
+    if (s == DT_OK && view) {
+        put_slices(d, z->full_tmp, weights_of); /* fp32: bf16's master weights, else the parameters */
+        if (z->stage >= 3 && z->opt.master) d->ops->to_bf16(z->param_shard, z->opt.master, z->shard_total);
+        if (z->stage <= 2) dt_stage_narrow(d->ops, z->params_pad, z->full_tmp, z->padded_total); /* all of them */
+        s = d->ops->sync(); /* the uploads have read the host view */
+    }
+    if (view) dt_zero_release_full(d);
+    return s;
+}
+
+static dt_status alloc_views(dt_dp *d, float **base, float ***view) {
+    dt_zero *z = dt_zero_of(d);
+    DT_TRY(dt_alloc((void **)base, z->padded_total * sizeof(float), "full optimizer state"));
+    *view = malloc((size_t)d->m->nunits * sizeof(float *));
+    if (!*view) {
+        dt_free(*base);
+        *base = NULL;
+        return dt_fail(DT_ERUNTIME, "out of memory (views)");
+    }
+    for (int u = 0; u < d->m->nunits; u++) (*view)[u] = *base + z->poff[u];
+    return DT_OK;
+}
+
+static void free_views(float **m_view, float **v_view) {
+    if (m_view) dt_free(m_view[0]); /* poff[0] == 0: the first unit starts the buffer */
+    if (v_view) dt_free(v_view[0]);
+    free(m_view);
+    free(v_view);
+}
+
+dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
+    DT_TRY(d->mode->init_weights(d, 0, step_dir)); /* model.safetensors or its index */
+    float *mb = NULL, *vb = NULL, **mv = NULL, **vv = NULL;
+    dt_status s = alloc_views(d, &mb, &mv);
+    if (s == DT_OK) s = alloc_views(d, &vb, &vv);
+    if (s == DT_OK) s = dt_ckpt_load_optimizer(step_dir, d->m, mv, vv);
+    if (s == DT_OK) {
+        put_slices(d, mb, m_of);
+        put_slices(d, vb, v_of);
+        s = d->ops->sync();
+    }
+    if (mv) free_views(mv, vv);
+    else {
+        dt_free(mb);
+        dt_free(vb);
+    }
+    return s;
+}
+
+/* The full parameters as the model's unit views until dt_zero_release_full: in the
+ * model's memory and precision (host = 0: for running it), or as fp32 host memory
+ * (host = 1: for checkpoints and the digest; with bf16, the master weights; host = 2: the
+ * same, and in private memory even where the parameters are whole already, which on the
+ * CPU are node-shared: an asynchronous save's fork snapshots private pages only). */
+static dt_status gather_host(dt_dp *d, int host) {
+    dt_zero *z = dt_zero_of(d);
+    int snapshot = host == 2;
+    if (!dt_zero_devmem(d)) host = snapshot; /* the model's memory is fp32 host memory */
+    DT_TRY(d->mode->drain(d)); /* the last update's parameters in place */
+    if (!host && (z->stage <= 2 || d->o.gather_once)) return DT_OK; /* full already */
+    /* allocated here, so every rank must know before the gathers whether all could */
+    DT_TRY(dt_comm_agree(d->comm, push_full_view(d, host), NULL));
+    if (snapshot && !dt_zero_devmem(d) && z->stage <= 2) { /* node-shared: a fork's child would see later steps */
+        memcpy(z->full_tmp, z->params_pad, z->padded_total * sizeof(float));
+        return DT_OK;
+    }
+    if (host) return gather_units_f32(d, weights_of, z->full_tmp);
+    return dt_zero_gather_units(d, z->param_shard, z->full_tmp);
+}
+
+dt_status dt_zero_gather_full(dt_dp *d) { return gather_host(d, 0); }
+
+/* Full optimizer moments as unit views (temporary buffers, freed by free_views). */
+static dt_status full_moments(dt_dp *d, float ***m_view, float ***v_view) {
+    float *mb = NULL, *vb = NULL;
+    *m_view = *v_view = NULL;
+    dt_status s = alloc_views(d, &mb, m_view);
+    if (s == DT_OK) s = alloc_views(d, &vb, v_view);
+    DT_TRY(dt_comm_agree(d->comm, s, NULL)); /* before the gathers, as above */
+    DT_TRY(gather_units_f32(d, m_of, mb));
+    return gather_units_f32(d, v_of, vb);
+}
+
+dt_status dt_zero_open_full(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv) {
+    (void)reader; /* every rank takes part in the gathers and gets the whole state */
+    *mv = *vv = NULL;
+    DT_TRY(gather_host(d, snapshot ? 2 : 1));
+    return moments ? full_moments(d, mv, vv) : DT_OK;
+}
+
+dt_status dt_zero_close_full(dt_dp *d, float **mv, float **vv) {
+    free_views(mv, vv);
+    dt_zero_release_full(d);
+    return DT_OK;
+}
+
+/* ---- streamed saves and digests: one unit whole at a time ---- */
+
+typedef struct {
+    dt_dp *d;
+    float *buf;
+    int set, unit; /* what buf holds (-1: nothing) */
+} zero_stream;
+
+static dt_status stream_get(void *ctx, int set, int i, const float **data) {
+    zero_stream *zs = ctx;
+    dt_dp *d = zs->d;
+    dt_zero *z = dt_zero_of(d);
+    const gpt_tensor *t = &d->m->tensors[i];
+    int u = t->unit;
+    size_t at_u = t->offset - d->m->units[u].offset;
+    if (set == 0 && z->stage <= 2 && !dt_zero_devmem(d)) { /* full parameters in fp32 host memory already */
+        *data = z->params_pad + z->poff[u] + at_u;
+        return DT_OK;
+    }
+    if (zs->set != set || zs->unit != u) { /* every rank's slice of the unit: this rank's copied to its place */
+        static float *(*const slice[3])(const dt_dp *, int) = {weights_of, m_of, v_of};
+        float *mine = zs->buf + (size_t)d->rank * z->S[u];
+        zs->set = zs->unit = -1;
+        d->ops->download(mine, slice[set](d, u), z->S[u] * sizeof(float));
+        DT_TRY(dt_allgather(d->comm, mine, zs->buf, z->S[u], DT_F32));
+        zs->set = set;
+        zs->unit = u;
+    }
+    *data = zs->buf + at_u;
+    return DT_OK;
+}
+
+dt_status dt_zero_source_open(dt_dp *d, int moments, dt_ckpt_source *src) {
+    dt_zero *z = dt_zero_of(d);
+    zero_stream *zs = calloc(1, sizeof *zs);
+    *src = (dt_ckpt_source){.get = stream_get, .ctx = zs, .moments = moments};
+    if (!zs) return dt_fail(DT_ERUNTIME, "out of memory (save buffer)");
+    zs->d = d;
+    zs->set = zs->unit = -1;
+    DT_TRY(d->mode->drain(d)); /* zero 1/2: the last update's parameters are in place */
+    size_t most = 0;
+    for (int u = 0; u < d->m->nunits; u++)
+        if (z->P[u] > most) most = z->P[u];
+    /* allocated here, so every rank must know before the gathers whether all could */
+    return dt_comm_agree(d->comm, dt_alloc((void **)&zs->buf, most * sizeof(float) + 1, "save buffer (one unit)"),
+                         NULL);
+}
+
+void dt_zero_source_close(dt_dp *d, dt_ckpt_source *src) {
+    (void)d;
+    zero_stream *zs = src->ctx;
+    if (!zs) return;
+    dt_free(zs->buf);
+    free(zs);
+    src->ctx = NULL;
+}
+
+void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
+    dt_zero *z = dt_zero_of(d);
+    size_t f = sizeof(float), e = esz(d);
+    r->params = (z->stage <= 2 ? z->padded_total : z->shard_total) * e + (z->opt.master ? z->shard_total * f : 0);
+    r->grads = (z->stage == 1 ? z->padded_total : z->shard_total) * e; /* zero 1: reduced in place */
+    r->optim = 2 * z->shard_total * f;
+    r->workspace = d->workspace_bytes;
+}
