@@ -59,7 +59,9 @@ echo "new:  $NEW_REV = $new"
 # The 20 layouts: NAME|RANKS|--set/flags (added to the common run). Each data-parallel mode,
 # every pipeline schedule in schedule.c, tp (with and without sp), cp, recompute, bf16,
 # ZeRO-3 with pp and with tp, bitwise mode with dp and with pp, gradient accumulation, and an
-# asynchronous save resumed half-way (the row's digest is the resumed run's).
+# asynchronous save resumed half-way (the row's digest is the resumed run's); then 36 more:
+# bf16 in every mode, the emulated device and its NCCL path in every mode, bitwise ps/ddp/ZeRO,
+# and saves resumed half-way in several layouts.
 LAYOUTS=(
   "single|1|"
   "ps|2|--set parallel.dp_mode=ps"
@@ -81,6 +83,42 @@ LAYOUTS=(
   "zero3-tp2|4|--set parallel.zero=3 --set parallel.tp=2"
   "bitwise-zero2|2|--set parallel.determinism=bitwise --set parallel.zero=2"
   "bitwise-pp2-dp2|4|--set parallel.determinism=bitwise --set parallel.pp=2 --set parallel.zero=1"
+  "ps-dp4|4|--set parallel.dp_mode=ps"
+  "zero3-dp4|4|--set parallel.zero=3"
+  "zero1-no-overlap|2|--set parallel.zero=1 --set parallel.overlap=false"
+  "bf16-ddp|2|--set precision=bf16"
+  "bf16-ps|2|--set precision=bf16 --set parallel.dp_mode=ps"
+  "bf16-zero2|2|--set precision=bf16 --set parallel.zero=2"
+  "bf16-zero3|2|--set precision=bf16 --set parallel.zero=3"
+  "bf16-single|1|--set precision=bf16"
+  "bf16-pp2|2|--set precision=bf16 --set parallel.pp=2"
+  "bf16-tp2-dp2|4|--set precision=bf16 --set parallel.tp=2"
+  "emu-ddp|2|--set backend=emulated"
+  "emu-ps|2|--set backend=emulated --set parallel.dp_mode=ps"
+  "emu-zero1|2|--set backend=emulated --set parallel.zero=1"
+  "emu-zero2|2|--set backend=emulated --set parallel.zero=2"
+  "emu-zero3|2|--set backend=emulated --set parallel.zero=3"
+  "emu-pp2-dp2|4|--set backend=emulated --set parallel.pp=2"
+  "emu-tp2-zero3|4|--set backend=emulated --set parallel.tp=2 --set parallel.zero=3"
+  "emu-bf16-zero3-async|2|--set backend=emulated --set precision=bf16 --set parallel.zero=3 --set checkpoint.async=true"
+  "nccl-ddp|2|--set backend=emulated --set comm.backend=nccl"
+  "nccl-zero1|2|--set backend=emulated --set comm.backend=nccl --set parallel.zero=1"
+  "nccl-zero2|2|--set backend=emulated --set comm.backend=nccl --set parallel.zero=2"
+  "nccl-zero3|2|--set backend=emulated --set comm.backend=nccl --set parallel.zero=3"
+  "nccl-bf16-zero2|2|--set backend=emulated --set comm.backend=nccl --set precision=bf16 --set parallel.zero=2"
+  "nccl-bf16-ddp|2|--set backend=emulated --set comm.backend=nccl --set precision=bf16"
+  "bitwise-ps-dp2|2|--set parallel.determinism=bitwise --set parallel.dp_mode=ps"
+  "bitwise-ddp-dp4|4|--set parallel.determinism=bitwise"
+  "bitwise-zero3-dp4|4|--set parallel.determinism=bitwise --set parallel.zero=3"
+  "bitwise-zero1-save-resume|2|--set parallel.determinism=bitwise --set parallel.zero=1"
+  "ddp-save-resume|2|"
+  "zero2-save-resume|2|--set parallel.zero=2"
+  "pp2-zero1-save-resume|4|--set parallel.pp=2 --set parallel.zero=1"
+  "tp2-save-resume|2|--set parallel.tp=2"
+  "emu-ddp-save-resume|2|--set backend=emulated"
+  "emu-zero2-save-resume|2|--set backend=emulated --set parallel.zero=2"
+  "bitwise-pp2-zero3|4|--set parallel.determinism=bitwise --set parallel.pp=2 --set parallel.zero=3"
+  "bitwise-pp2-ddp|4|--set parallel.determinism=bitwise --set parallel.pp=2"
 )
 
 # prepare BIN DIR: the tiny corpus's token files, by that binary's tokenizer
