@@ -1,6 +1,6 @@
 /* The tokenizer object: the byte tokenizer, GPT-2's merge table, BPE encoding over the
  * pre-tokens (pretokenize.h) and decoding. Loading GPT-2's files: gpt2_files.c. */
-#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,7 +56,7 @@ int dt_tokenizer_eot(const dt_tokenizer *t) { return t->eot; }
 const char *dt_tokenizer_name(const dt_tokenizer *t) { return t->bpe ? "gpt2" : "byte"; }
 
 
-/* ---- encoding ----------------------------------------------------------------------------- */
+/* ---- encoding ---- */
 
 typedef struct {
     uint32_t rank;
