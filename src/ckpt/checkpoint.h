@@ -11,7 +11,10 @@
  * a name no directory has; `latest` is replaced atomically afterwards and only then is
  * an older copy of the same step removed, so a crash at any point leaves `latest`
  * naming a complete checkpoint (protocol and crash points: ckpt_commit.c). The save
- * directory's lifecycle (refusing a second run, cleanup, pruning): ckpt_dir.h. */
+ * directory's lifecycle (refusing a second run, cleanup, pruning): ckpt_dir.h.
+ * Implemented by: ckpt_write.c (the file plan, the tensor files, one-writer saves),
+ * ckpt_index.c (the sharded index), ckpt_commit.c, ckpt_state.c (trainer_state.json),
+ * ckpt_read.c (loading and checking tensors), ckpt_digest.c. */
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
 #include <stdint.h>

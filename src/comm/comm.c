@@ -1,7 +1,5 @@
 /* World setup and communicators (init, split, free), names and sizes, and the choice of
- * algorithm per collective. The rest of comm.h: collectives.c (dispatch and the blocking
- * collectives), nonblocking.c, point_to_point.c, node_shared.c, error_agree.c; the
- * reductions: reduction.c; a lane's helpers: lane.c. */
+ * algorithm per collective (the files of the rest of comm.h: its top comment). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
