@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "data/prepare.h"
+#include "data/pretokenize.h"
 #include "data/tokenfile.h"
 #include "data/tokenizer.h"
 
@@ -89,6 +90,26 @@ static void test_byte(void) {
     free(back);
     free(buf);
     dt_tokenizer_free(t);
+}
+
+/* GPT-2's pre-tokeniser alone (no vocabulary files needed): the regex's pieces, and UTF-8
+ * decoding with invalid bytes kept one by one. */
+static void test_pretokenize(void) {
+    const char *text = "Hello world's  123 !!\n";
+    const char *want[] = {"Hello", " world", "'s", " ", " 123", " !!", "\n"};
+    size_t n = strlen(text), i = 0, k = 0;
+    for (; i < n && k < sizeof want / sizeof want[0]; k++) {
+        size_t end = dt_pretoken_end((const unsigned char *)text, n, i);
+        CHECK(end - i == strlen(want[k]) && !memcmp(text + i, want[k], end - i), "piece %zu is '%.*s', want '%s'", k,
+              (int)(end - i), text + i, want[k]);
+        i = end;
+    }
+    CHECK(i == n && k == sizeof want / sizeof want[0], "pieces: %zu, end %zu of %zu", k, i, n);
+    const unsigned char utf8[] = {0xC3, 0xA9, 0xFF, 'a'};
+    size_t w = 0;
+    CHECK(dt_utf8_at(utf8, 4, 0, &w) == 0xE9 && w == 2, "U+00E9: width %zu", w);
+    CHECK(dt_utf8_at(utf8, 4, 2, &w) == DT_CP_INVALID && w == 1, "0xFF: width %zu", w);
+    CHECK(dt_utf8_at(utf8, 1, 0, &w) == DT_CP_INVALID && w == 1, "truncated sequence: width %zu", w);
 }
 
 static void test_prepare_byte(void) {
@@ -351,6 +372,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     test_byte();
+    test_pretokenize();
     test_prepare_byte();
 
     char enc[1024], bpe[1024];

@@ -10,8 +10,11 @@
  * A step is written into a temporary directory, fsynced, and renamed into place under
  * a name no directory has; `latest` is replaced atomically afterwards and only then is
  * an older copy of the same step removed, so a crash at any point leaves `latest`
- * naming a complete checkpoint (protocol and crash points: checkpoint.c). The save
- * directory's lifecycle (refusing a second run, cleanup, pruning): ckpt_dir.h. */
+ * naming a complete checkpoint (protocol and crash points: ckpt_commit.c). The save
+ * directory's lifecycle (refusing a second run, cleanup, pruning): ckpt_dir.h.
+ * Implemented by: ckpt_write.c (the file plan, the tensor files, one-writer saves),
+ * ckpt_index.c (the sharded index), ckpt_commit.c, ckpt_state.c (trainer_state.json),
+ * ckpt_read.c (loading and checking tensors), ckpt_digest.c. */
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
 #include <stdint.h>
@@ -73,7 +76,7 @@ dt_status dt_ckpt_write_files(const char *tmp, const gpt_model *m, float *const 
 /* stages[s]: writer s's tensor table (its first file: first[s]); moments: an optimizer index too. */
 dt_status dt_ckpt_write_index(const char *tmp, const gpt_model *const *stages, const int *first, int nstages,
                               int total, double shard_mb, int moments);
-/* trainer_state.json, then the commit protocol (checkpoint.c); removes tmp on failure
+/* trainer_state.json, then the commit protocol (ckpt_commit.c); removes tmp on failure
  * before its rename. */
 dt_status dt_ckpt_commit(const char *dir, const char *tmp, const dt_train_state *st, const char *config_json);
 void dt_ckpt_abort(const char *tmp);

@@ -21,7 +21,12 @@
  * DT_BF16 (bfloat16: the top 16 bits of an IEEE fp32, in a uint16_t) reduces by converting
  * both operands to fp32, adding (or comparing) and scaling there, and rounding each partial
  * result back to bf16, to nearest-even; so a bf16 sum over N ranks is rounded N-1 times, in
- * the algorithm's order (MPI's implementations get these as our user-defined MPI_Ops). */
+ * the algorithm's order (MPI's implementations get these as our user-defined MPI_Ops).
+ *
+ * Files: comm.c (world, communicators, algorithm choice), collectives.c (dispatch and the
+ * blocking collectives), nonblocking.c, point_to_point.c, node_shared.c (node all-gather,
+ * node-shared buffers), error_agree.c, reduction.c (the element-wise reductions); below
+ * them the algorithms (ring.c, rhd.c, tree.c, shm.c) over a lane (lane.c, comm_internal.h). */
 #ifndef DT_COMM_H
 #define DT_COMM_H
 #include <stddef.h>

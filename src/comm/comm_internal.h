@@ -5,7 +5,7 @@
  * lane has its own duplicated MPI communicators, scratch and shared-memory window, so
  * the two threads never share a communicator, a window or a buffer. Algorithm code
  * records errors in its lane (dtc_fail) instead of the process-wide dt_fail message,
- * which is not thread-safe; comm.c moves the message into dt_fail on the caller's thread. */
+ * which is not thread-safe; the dispatch (collectives.c) moves the message into dt_fail on the caller's thread. */
 #ifndef DT_COMM_INTERNAL_H
 #define DT_COMM_INTERNAL_H
 #include <mpi.h>
@@ -19,6 +19,8 @@
  * two scratch buffers, so the reduction of one segment overlaps the transfer of the next
  * and scratch stays small (and warm in cache). */
 #define DTC_SEG_BYTES (256u << 10)
+/* MPI counts are int: larger messages go in pieces of this many elements. */
+#define DTC_PIECE ((size_t)1 << 30)
 
 /* Shared-memory window of one lane (shm.c). Rank q's segment is a 4 KiB header (its sync
  * counter) followed by two buffers of `cap` bytes used alternately by successive chunks. */
@@ -52,6 +54,10 @@ typedef struct {
     char err[512]; /* first failure of the current operation ("" when none) */
 } dtc_ctx;
 
+/* A lane over a private duplicate of `from` (MPI_COMM_NULL: a lane of one, no MPI), and
+ * its release (lane.c). */
+dt_status dtc_ctx_init(dtc_ctx *x, MPI_Comm from, int rank, int size);
+void dtc_ctx_free(dtc_ctx *x);
 /* Records a failure in the lane (first one wins) and returns code. */
 dt_status dtc_fail(dtc_ctx *x, dt_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* DT_OK when rc is MPI_SUCCESS, else DT_ERUNTIME with "<what>: <MPI's error string>". */
@@ -120,7 +126,7 @@ dt_status dtc_shm_allgather_reg(dtc_ctx *x, const void *send, const dtc_region *
 /* Frees the lane's window (collective over x->node). */
 void dtc_shm_free(dtc_ctx *x);
 
-/* The watchdog's side for comm.c (watchdog.c). dtc_watch_open: collective over the
+/* The watchdog's side for the communicator files (watchdog.c). dtc_watch_open: collective over the
  * world (MPI_COMM_NULL: a world of one): every rank's flight-recorder book in node-shared
  * memory (a private one where that cannot be had). dtc_watch_close: before MPI_Finalize. */
 void dtc_watch_open(MPI_Comm world, int rank, int size);

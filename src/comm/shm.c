@@ -243,41 +243,36 @@ dt_status dtc_shm_reduce_scatter(dtc_ctx *x, const void *send, void *recv, size_
     return DT_OK;
 }
 
-dt_status dtc_shm_allgather(dtc_ctx *x, const void *send, void *recv, size_t cnt, dt_dtype t) {
-    int n = x->size, me = x->rank;
-    size_t es = dt_dtype_size(t);
-    char *out = recv, *own = out + (size_t)me * cnt * es;
+/* Publishes and reads cnt elements chunk by chunk: rank `from` (every rank when from < 0)
+ * copies its chunk of `mine` into its buffer; sync; every other rank copies each
+ * publisher q's chunk to out + (q·stride + e) elements. All-gather and broadcast. */
+static dt_status publish_read(dtc_ctx *x, int from, const char *mine, char *out, size_t stride, size_t cnt,
+                              size_t es) {
+    int me = x->rank, q0 = from < 0 ? 0 : from, q1 = from < 0 ? x->size : from + 1;
     if (cnt == 0) return DT_OK;
-    if (send != own) memmove(own, send, cnt * es);
     DT_TRY(shm_reserve(x, cnt * es));
     dtc_shm *s = &x->shm;
     size_t cmax = s->cap / es;
     for (size_t e = 0; e < cnt; e += cmax) {
         size_t c = cnt - e < cmax ? cnt - e : cmax;
         int b = (int)(s->chunks++ & 1);
-        memcpy(slot(s, me, b), own + e * es, c * es);
+        if (from < 0 || me == from) memcpy(slot(s, me, b), mine + e * es, c * es);
         shm_sync(x);
-        for (int q = 0; q < n; q++)
-            if (q != me) memcpy(out + ((size_t)q * cnt + e) * es, slot(s, q, b), c * es);
+        for (int q = q0; q < q1; q++)
+            if (q != me) memcpy(out + ((size_t)q * stride + e) * es, slot(s, q, b), c * es);
     }
     return DT_OK;
 }
 
-dt_status dtc_shm_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root) {
+dt_status dtc_shm_allgather(dtc_ctx *x, const void *send, void *recv, size_t cnt, dt_dtype t) {
     size_t es = dt_dtype_size(t);
-    if (count == 0) return DT_OK;
-    DT_TRY(shm_reserve(x, count * es));
-    dtc_shm *s = &x->shm;
-    size_t cmax = s->cap / es;
-    for (size_t e = 0; e < count; e += cmax) {
-        size_t c = count - e < cmax ? count - e : cmax;
-        int b = (int)(s->chunks++ & 1);
-        char *u = (char *)buf + e * es;
-        if (x->rank == root) memcpy(slot(s, root, b), u, c * es);
-        shm_sync(x);
-        if (x->rank != root) memcpy(u, slot(s, root, b), c * es);
-    }
-    return DT_OK;
+    char *out = recv, *own = out + (size_t)x->rank * cnt * es;
+    if (send != own) memmove(own, send, cnt * es);
+    return publish_read(x, -1, own, out, cnt, cnt, es);
+}
+
+dt_status dtc_shm_bcast(dtc_ctx *x, void *buf, size_t count, dt_dtype t, int root) {
+    return publish_read(x, root, buf, buf, 0, count, dt_dtype_size(t));
 }
 
 /* ---- registered buffers ---- */

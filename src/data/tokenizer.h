@@ -8,7 +8,9 @@
  * gpt-3-encoder; Python's `regex` differs only on U+0085 and U+FEFF). Bytes that are not
  * valid UTF-8 are kept as-is and classed like punctuation, so encode/decode round-trips
  * any byte string. Merges apply exactly as the reference bpe(): repeatedly the lowest-ranked
- * adjacent pair, all its occurrences left to right. */
+ * adjacent pair, all its occurrences left to right.
+ * Files: pretokenize.h (the regex and UTF-8), gpt2_files.c (loading encoder.json and
+ * vocab.bpe), tokenizer.c (the rest). */
 #ifndef DT_TOKENIZER_H
 #define DT_TOKENIZER_H
 #include <stddef.h>

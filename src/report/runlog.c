@@ -12,15 +12,11 @@
 /* Largest metrics file read: about 10M steps. */
 #define MAX_METRICS_BYTES ((size_t)2 << 30)
 
+/* A step row, or a validation row (its val_loss in loss, the rest unused). */
 typedef struct {
     double step, loss, lr, grad_norm, tokens_per_s, ms, tokens, mfu;
     size_t seq; /* line order: among rows of one step the last one wins */
 } step_row;
-
-typedef struct {
-    double step, value;
-    size_t seq;
-} val_row;
 
 /* Room for one more element: the array itself (possibly moved) or NULL when out of
  * memory (the old one is then still valid); *cap grows on success. */
@@ -49,17 +45,26 @@ static double num(const cJSON *obj, const char *key) {
     return cJSON_IsNumber(it) && isfinite(it->valuedouble) ? it->valuedouble : NAN;
 }
 
-static int order(double sa, double sb, size_t qa, size_t qb) {
-    if (sa != sb) return sa < sb ? -1 : 1;
-    return qa < qb ? -1 : qa > qb;
-}
 static int cmp_step_row(const void *a, const void *b) {
     const step_row *x = a, *y = b;
-    return order(x->step, y->step, x->seq, y->seq);
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
-static int cmp_val_row(const void *a, const void *b) {
-    const val_row *x = a, *y = b;
-    return order(x->step, y->step, x->seq, y->seq);
+
+/* Sorts rows by step and keeps the last written row of each step; returns how many. */
+static size_t last_per_step(step_row *rows, size_t nrows) {
+    if (nrows > 1) qsort(rows, nrows, sizeof *rows, cmp_step_row);
+    size_t n = 0;
+    for (size_t i = 0; i < nrows; i++)
+        if (i + 1 == nrows || rows[i + 1].step != rows[i].step) rows[n++] = rows[i];
+    return n;
+}
+
+/* Each column an array of n doubles (room for one when n is 0). */
+static dt_status alloc_cols(double **const *cols, size_t ncols, size_t n) {
+    for (size_t c = 0; c < ncols; c++)
+        if (!(*cols[c] = malloc((n ? n : 1) * sizeof(double)))) return dt_fail(DT_ERUNTIME, "out of memory");
+    return DT_OK;
 }
 
 void dt_run_free(dt_run *r) {
@@ -118,13 +123,9 @@ static dt_status read_summary(dt_run *r, const cJSON *j) {
 
 /* Sorted, one row per step (the last written), with cumulative tokens. */
 static dt_status build_steps(dt_run *r, step_row *rows, size_t nrows) {
-    if (nrows > 1) qsort(rows, nrows, sizeof *rows, cmp_step_row);
-    size_t n = 0;
-    for (size_t i = 0; i < nrows; i++)
-        if (i + 1 == nrows || rows[i + 1].step != rows[i].step) rows[n++] = rows[i];
+    size_t n = last_per_step(rows, nrows);
     double **cols[] = {&r->step, &r->loss, &r->lr, &r->grad_norm, &r->tokens_per_s, &r->tokens, &r->mfu};
-    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
-        if (!(*cols[c] = malloc((n ? n : 1) * sizeof(double)))) return dt_fail(DT_ERUNTIME, "out of memory");
+    DT_TRY(alloc_cols(cols, sizeof cols / sizeof cols[0], n));
     r->n = n;
     /* Without a "tokens" field, a step's tokens are tokens_per_s * ms (the batch; an
      * integer, so rounded), carried over steps that lack them and over step gaps. */
@@ -143,18 +144,13 @@ static dt_status build_steps(dt_run *r, step_row *rows, size_t nrows) {
     return DT_OK;
 }
 
-static dt_status build_vals(dt_run *r, val_row *rows, size_t nrows) {
-    if (nrows > 1) qsort(rows, nrows, sizeof *rows, cmp_val_row);
-    size_t n = 0;
-    for (size_t i = 0; i < nrows; i++)
-        if (i + 1 == nrows || rows[i + 1].step != rows[i].step) rows[n++] = rows[i];
-    r->val_step = malloc((n ? n : 1) * sizeof(double));
-    r->val_loss = malloc((n ? n : 1) * sizeof(double));
-    r->val_tokens = malloc((n ? n : 1) * sizeof(double));
-    if (!r->val_step || !r->val_loss || !r->val_tokens) return dt_fail(DT_ERUNTIME, "out of memory");
+static dt_status build_vals(dt_run *r, step_row *rows, size_t nrows) {
+    size_t n = last_per_step(rows, nrows);
+    double **cols[] = {&r->val_step, &r->val_loss, &r->val_tokens};
+    DT_TRY(alloc_cols(cols, sizeof cols / sizeof cols[0], n));
     for (size_t i = 0; i < n; i++) {
         r->val_step[i] = rows[i].step;
-        r->val_loss[i] = rows[i].value;
+        r->val_loss[i] = rows[i].loss;
         r->val_tokens[i] = dt_run_tokens_at(r, rows[i].step);
     }
     r->n_val = n;
@@ -196,7 +192,7 @@ dt_status dt_run_parse(dt_run *r, const char *name, const char *origin, const ch
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", name);
     step_row *rows = NULL;
-    val_row *vals = NULL;
+    step_row *vals = NULL;
     size_t nrows = 0, caprows = 0, nvals = 0, capvals = 0, capres = 0, lineno = 0;
     dt_status s = DT_OK;
     const char *p = text, *end = text + len;
@@ -237,7 +233,7 @@ dt_status dt_run_parse(dt_run *r, const char *name, const char *origin, const ch
             if (isnan(w.step)) s = dt_fail(DT_EINPUT, "%s:%zu: a step row without a numeric \"step\"", origin, lineno);
             else PUSH(rows, nrows, caprows, w, ok);
         } else if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "val")) {
-            val_row v = {num(j, "step"), num(j, "val_loss"), lineno};
+            step_row v = {.step = num(j, "step"), .loss = num(j, "val_loss"), .seq = lineno};
             if (!isnan(v.step)) PUSH(vals, nvals, capvals, v, ok);
         } else if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "resume")) {
             double st = num(j, "step");

@@ -27,6 +27,25 @@ static float *scratch_for(int T, int nthreads) {
     return g_scratch;
 }
 
+/* What a call sets up once: the head size, the qkv row stride, the softmax scale, and the
+ * per-thread scratch of 2·QB rows of `width` floats. */
+typedef struct {
+    int hs, C3;
+    float scale;
+    float *scratch;
+    size_t per_thread;
+} attn_call;
+
+static attn_call attn_begin(int C, int NH, int width) {
+    attn_call a = {.hs = C / NH, .C3 = 3 * C, .per_thread = (size_t)2 * QB * (size_t)width};
+    a.scale = 1.0f / sqrtf((float)a.hs);
+    a.scratch = scratch_for(width, omp_get_max_threads());
+    return a;
+}
+
+/* The calling thread's part of the scratch (inside the parallel loop over heads). */
+static float *thread_scratch(const attn_call *a) { return a->scratch + (size_t)omp_get_thread_num() * a->per_thread; }
+
 /* s[0..nk) = the softmax of the row's first len scores (unscaled; the rest the keys it may
  * not see: 0); returns its log-sum-exp (-inf when len = 0: the row sees no key). */
 static float softmax_row(float *s, int len, int nk, float scale) {
@@ -68,14 +87,13 @@ static void softmax_rows(float *S, float *lse, int t0, int nq, int nk, float sca
 }
 
 void cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    int nthreads = omp_get_max_threads();
-    float *scratch = scratch_for(T, nthreads);
+    attn_call a = attn_begin(C, NH, T);
+    int hs = a.hs, C3 = a.C3;
+    float scale = a.scale;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
-        float *S = scratch + (size_t)omp_get_thread_num() * 2 * QB * T;
+        float *S = thread_scratch(&a);
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *o = out + (size_t)b * T * C + h * hs;
         float *l = lse + (size_t)bh * T;
@@ -90,14 +108,13 @@ void cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, i
 
 void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
                        int T, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    int nthreads = omp_get_max_threads();
-    float *scratch = scratch_for(T, nthreads);
+    attn_call a = attn_begin(C, NH, T);
+    int hs = a.hs, C3 = a.C3;
+    float scale = a.scale;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
-        float *P = scratch + (size_t)omp_get_thread_num() * 2 * QB * T;
+        float *P = thread_scratch(&a);
         float *dP = P + (size_t)QB * T;
         size_t base = (size_t)b * T * C3 + h * hs;
         const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
@@ -135,25 +152,30 @@ static int visible(const int *kpos, int Tk, int p) {
     return lo;
 }
 
+/* Keys a block of nq query rows (positions qpos[0..nq)) needs: the most any row sees. */
+static int block_keys(const int *kpos, int Tk, const int *qpos, int nq) {
+    int nk = 0;
+    for (int i = 0; i < nq; i++) {
+        int n = visible(kpos, Tk, qpos[i]);
+        nk = n > nk ? n : nk;
+    }
+    return nk;
+}
+
 void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const float *kv, const int *qpos, const int *kpos,
                             int B, int Tq, int Tk, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    int nthreads = omp_get_max_threads();
-    float *scratch = scratch_for(Tk + hs, nthreads); /* per thread: S (QB x Tk), the block's output (QB x hs) */
+    attn_call a = attn_begin(C, NH, Tk + C / NH); /* per thread: S (QB x Tk), the block's output (QB x hs) */
+    int hs = a.hs, C3 = a.C3;
+    float scale = a.scale;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
-        float *S = scratch + (size_t)omp_get_thread_num() * 2 * QB * (Tk + hs), *Ob = S + (size_t)QB * Tk;
+        float *S = thread_scratch(&a), *Ob = S + (size_t)QB * Tk;
         const float *q = qkv + (size_t)b * Tq * C3 + h * hs;
         const float *k = kv + (size_t)b * Tk * C3 + C + h * hs, *v = k + C;
         float *o = out + (size_t)b * Tq * C + h * hs, *l = lse + (size_t)bh * Tq;
         for (int t0 = 0; t0 < Tq; t0 += QB) {
-            int nq = Tq - t0 < QB ? Tq - t0 : QB, nk = 0;
-            for (int i = 0; i < nq; i++) {
-                int n = visible(kpos, Tk, qpos[t0 + i]);
-                nk = n > nk ? n : nk;
-            }
+            int nq = Tq - t0 < QB ? Tq - t0 : QB, nk = block_keys(kpos, Tk, qpos + t0, nq);
             if (nk == 0) continue;
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
             float lb[QB]; /* the block's softmax over the keys each row sees */
@@ -176,25 +198,20 @@ void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const floa
 void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const float *qkv, const float *kv,
                             const float *out, const float *lse, const int *qpos, const int *kpos, int B, int Tq, int Tk,
                             int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    int nthreads = omp_get_max_threads();
-    float *scratch = scratch_for(Tk, nthreads); /* per thread: P and dP (QB x Tk each) */
+    attn_call a = attn_begin(C, NH, Tk); /* per thread: P and dP (QB x Tk each) */
+    int hs = a.hs, C3 = a.C3;
+    float scale = a.scale;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
-        float *P = scratch + (size_t)omp_get_thread_num() * 2 * QB * Tk, *dP = P + (size_t)QB * Tk;
+        float *P = thread_scratch(&a), *dP = P + (size_t)QB * Tk;
         size_t qb = (size_t)b * Tq * C3 + h * hs, kb = (size_t)b * Tk * C3 + C + h * hs;
         const float *q = qkv + qb, *k = kv + kb, *v = k + C;
         float *dq = dqkv + qb, *dk = dkv + kb, *dv = dk + C;
         const float *o = out + (size_t)b * Tq * C + h * hs, *dO = dout + (size_t)b * Tq * C + h * hs;
         const float *l = lse + (size_t)bh * Tq;
         for (int t0 = 0; t0 < Tq; t0 += QB) {
-            int nq = Tq - t0 < QB ? Tq - t0 : QB, nk = 0;
-            for (int i = 0; i < nq; i++) {
-                int n = visible(kpos, Tk, qpos[t0 + i]);
-                nk = n > nk ? n : nk;
-            }
+            int nq = Tq - t0 < QB ? Tq - t0 : QB, nk = block_keys(kpos, Tk, qpos + t0, nq);
             if (nk == 0) continue;
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, P, nk);
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v, C3, 0.0f, dP, nk);

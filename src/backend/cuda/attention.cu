@@ -15,6 +15,20 @@ enum { TILE = 64 }; /* query rows (threads) per block */
 /* key (or query, in dK/dV) rows per shared-memory tile: two tiles fit the 48 KB of static shared memory */
 template <int HS> struct kt { enum { N = HS <= 64 ? 64 : 32 }; };
 
+/* The block's threads load keys k0 .. k0 + KT - 1 of the head at base (zeros past T) into
+ * the shared K and V tiles (KT x HS), then wait for each other (forward and the dQ kernel). */
+template <int HS, typename E>
+static __device__ __forceinline__ void load_kv_tile(float (*Ks)[HS], float (*Vs)[HS], const E *base, int k0, int T,
+                                                    int C, int C3) {
+    enum { KT = kt<HS>::N };
+    for (int e = threadIdx.x; e < KT * HS; e += TILE) {
+        int r = e / HS, d = e % HS, key = k0 + r;
+        Ks[r][d] = key < T ? ld(base[(size_t)key * C3 + C + d]) : 0.0f;
+        Vs[r][d] = key < T ? ld(base[(size_t)key * C3 + 2 * C + d]) : 0.0f;
+    }
+    __syncthreads();
+}
+
 template <int HS, typename E>
 __global__ void __launch_bounds__(TILE) attn_fwd_k(E *out, float *lse, const E *qkv, int T, int C, int NH,
                                                    float scale) {
@@ -33,12 +47,7 @@ __global__ void __launch_bounds__(TILE) attn_fwd_k(E *out, float *lse, const E *
     float m = -INFINITY, l = 0.0f;
     int last = min(T, (int)(blockIdx.x + 1) * TILE) - 1;
     for (int k0 = 0; k0 <= last; k0 += KT) {
-        for (int e = threadIdx.x; e < KT * HS; e += TILE) {
-            int r = e / HS, d = e % HS, key = k0 + r;
-            Ks[r][d] = key < T ? ld(base[(size_t)key * C3 + C + d]) : 0.0f;
-            Vs[r][d] = key < T ? ld(base[(size_t)key * C3 + 2 * C + d]) : 0.0f;
-        }
-        __syncthreads();
+        load_kv_tile<HS>(Ks, Vs, base, k0, T, C, C3);
         int kend = valid ? min((int)KT, t - k0 + 1) : 0; /* keys k0 .. t */
         if (kend > 0) {
             /* Two passes over the tile's keys, the score recomputed in the second (the same
@@ -171,12 +180,7 @@ __global__ void __launch_bounds__(TILE) attn_bwd_q_k(E *dqkv, const E *dout, con
     float li = valid ? lse[(size_t)bh * T + i] : 0.0f, Di = valid ? D[(size_t)bh * T + i] : 0.0f;
     int last = min(T, (int)(blockIdx.x + 1) * TILE) - 1;
     for (int k0 = 0; k0 <= last; k0 += KT) {
-        for (int e = threadIdx.x; e < KT * HS; e += TILE) {
-            int r = e / HS, d = e % HS, key = k0 + r;
-            Ks[r][d] = key < T ? ld(base[(size_t)key * C3 + C + d]) : 0.0f;
-            Vs[r][d] = key < T ? ld(base[(size_t)key * C3 + 2 * C + d]) : 0.0f;
-        }
-        __syncthreads();
+        load_kv_tile<HS>(Ks, Vs, base, k0, T, C, C3);
         int kend = valid ? min((int)KT, i - k0 + 1) : 0;
         for (int r = 0; r < kend; r++) {
             float s = 0.0f, dp = 0.0f;

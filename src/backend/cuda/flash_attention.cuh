@@ -66,28 +66,38 @@ static __device__ __forceinline__ const bf16 *kv_wait(bf16 *KV, const bf16 *kbas
     return KV + (tile & 1) * 2 * BC * shape<HS>::LH;
 }
 
+/* out[mt] += A[mt]·B for MT 16-row tiles of A given as fragments (a[mt][k]: k-step k), over
+ * K k-steps and N pairs of 8-column n-tiles (out[mt][2n], out[mt][2n + 1]); B in shared
+ * memory with row stride LH, read as Bᵀ when BT (stored [n][k]: S = Q·Kᵀ), else as stored
+ * ([k][n]: P·V). Each B fragment loaded serves all MT tiles. */
+template <int LH, int MT, int K, int N, bool BT, int AK, int ON>
+static __device__ __forceinline__ void mma_tiles(float (*out)[ON][4], const uint32_t (*a)[AK][4], const bf16 *B,
+                                                 int lane) {
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            uint32_t b[4];
+            if (BT) dt_frag_b_nk<LH>(b, B + n * 16 * LH + k * 16, lane);
+            else dt_frag_b_kn<LH>(b, B + k * 16 * LH + n * 16, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                dt_mma_bf16(out[mt][2 * n], a[mt][k], b[0], b[1]);
+                dt_mma_bf16(out[mt][2 * n + 1], a[mt][k], b[2], b[3]);
+            }
+        }
+}
+
 /* s[mt][16][64] = A[mt]·Bᵀ (mt < MT; s and a point at MT tiles) for MT 16-row tiles of A (fragments over the head), B 64 rows
- * of [.][LH]: each B fragment loaded serves all MT tiles */
+ * of [.][LH] */
 template <int HS, int MT>
 static __device__ __forceinline__ void scores_mt(float (*s)[NT][4], const uint32_t (*a)[HS / 16][4], const bf16 *B,
                                                  int lane) {
-    enum { LH = shape<HS>::LH };
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int j = 0; j < NT; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < HS / 16; k++)
-#pragma unroll
-        for (int n2 = 0; n2 < NT / 2; n2++) {
-            uint32_t b[4];
-            dt_frag_b_nk<LH>(b, B + n2 * 16 * LH + k * 16, lane);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                dt_mma_bf16(s[mt][2 * n2], a[mt][k], b[0], b[1]);
-                dt_mma_bf16(s[mt][2 * n2 + 1], a[mt][k], b[2], b[3]);
-            }
-        }
+    mma_tiles<shape<HS>::LH, MT, HS / 16, NT / 2, true>(s, a, B, lane);
 }
 template <int HS>
 static __device__ __forceinline__ void scores(float (&s)[NT][4], const uint32_t (&a)[HS / 16][4], const bf16 *B,
@@ -100,19 +110,7 @@ static __device__ __forceinline__ void scores(float (&s)[NT][4], const uint32_t 
 template <int HS, int MT>
 static __device__ __forceinline__ void acc_pb_mt(float (*acc)[HS / 8][4], const uint32_t (*pa)[BC / 16][4],
                                                  const bf16 *B, int lane) {
-    enum { LH = shape<HS>::LH };
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)
-#pragma unroll
-        for (int d2 = 0; d2 < HS / 16; d2++) {
-            uint32_t b[4];
-            dt_frag_b_kn<LH>(b, B + kk * 16 * LH + d2 * 16, lane);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                dt_mma_bf16(acc[mt][2 * d2], pa[mt][kk], b[0], b[1]);
-                dt_mma_bf16(acc[mt][2 * d2 + 1], pa[mt][kk], b[2], b[3]);
-            }
-        }
+    mma_tiles<shape<HS>::LH, MT, BC / 16, HS / 16, false>(acc, pa, B, lane);
 }
 template <int HS>
 static __device__ __forceinline__ void acc_pb(float (&acc)[HS / 8][4], const uint32_t (&pa)[BC / 16][4], const bf16 *B,

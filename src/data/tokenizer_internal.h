@@ -1,0 +1,38 @@
+/* Private to tokenizer.c and gpt2_files.c: the tokenizer object and the hashing both use. */
+#ifndef DT_TOKENIZER_INTERNAL_H
+#define DT_TOKENIZER_INTERNAL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
+
+struct dt_tokenizer {
+    int bpe; /* 0: one token per byte */
+    int vocab, eot;
+    uint32_t *off;        /* token i is bytes[off[i] .. off[i+1]) */
+    unsigned char *bytes;
+    uint16_t byte_id[256]; /* token of each single byte */
+    /* merges (a, b) -> (rank, merged id): open addressing, key ((a << 16) | b) + 1, 0 = empty */
+    uint64_t *mkey;
+    uint32_t *mrank;
+    uint16_t *mout;
+    size_t mmask;
+};
+
+/* A 64-bit key's hash for the open-addressing tables (merges; strings while loading). */
+static inline size_t dtk_hash64(uint64_t k) {
+    k *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(k ^ (k >> 31));
+}
+
+/* Table and buffer capacities: the power of two >= n (at least 16). */
+static inline size_t dtk_pow2_at_least(size_t n) {
+    size_t c = 16;
+    while (c < n) c *= 2;
+    return c;
+}
+
+/* Adds merge (a, b) -> out with its rank to t's table (tokenizer.c). */
+void dtk_merge_put(dt_tokenizer *t, unsigned a, unsigned b, uint32_t rank, uint16_t out);
+
+#endif
