@@ -9,6 +9,7 @@
 #include "../model_parallel/context_parallel.h"
 #include "../data_parallel/data_parallel.h"
 #include "../model_parallel/pipeline.h"
+#include "layout.h"
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
     dt_state_bytes b = {4 * psi, 4 * psi, 8 * psi};
@@ -190,6 +191,15 @@ double dt_estimate_rank_bytes(const dt_config *c, int dp) {
     return worst;
 }
 
+dt_status dt_estimate_check_node(const dt_config *c, int dp, int ranks, double avail) {
+    double need = dt_estimate_rank_bytes(c, dp) * ranks;
+    if (avail <= 0 || need <= avail) return DT_OK;
+    return dt_fail(DT_EINPUT, "memory: the model needs an estimated %.1f GB on this node (%d rank%s x %.1f GB; "
+                   "`dtrain estimate`), but only %.1f GB is available; use a smaller model or batch, more ranks with "
+                   "ZeRO, or --set train.check_memory=false to try anyway",
+                   need / 1e9, ranks, ranks > 1 ? "s" : "", need / 1e9 / ranks, avail / 1e9);
+}
+
 /* First number after key in a /proc-style file, times scale; -1 if absent. */
 static double read_number(const char *path, const char *key, double scale) {
     FILE *f = fopen(path, "r");
@@ -215,37 +225,13 @@ double dt_memory_available(void) {
     return avail > 0 ? avail : 0;
 }
 
-dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
-    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    DT_TRY(gpt_shape_check(&s));
-    int tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
-    if (s.n_head % tp != 0 || s.padded_vocab % tp != 0)
-        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d and the padded vocabulary %d", tp,
-                       s.n_head, s.padded_vocab);
-    if (c->parallel.sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
-    int pp = c->parallel.pp > 1 ? c->parallel.pp : 1;
-    if (pp > 1) DT_TRY(dt_pp_check_layout(c, micro_batches(c, n)));
-    if (pp > 1 && !strcmp(c->train.recompute, "full")) { /* as gpt_create_layout refuses it */
-        dt_schedule sch;
-        DT_TRY(dt_schedule_parse(c->parallel.schedule, &sch));
-        if (dt_schedule_splits_backward(sch))
-            return dt_fail(DT_EINPUT, "train.recompute full: not with a split backward (parallel.schedule %s)",
-                           c->parallel.schedule);
-    }
-    if (cp_of(c) > 1) DT_TRY(dt_cp_check(c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, cp_of(c)));
+dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
+    DT_TRY(dt_layout_check(L, DT_CHECK_ESTIMATE));
+    const dt_config *c = &L->cfg;
+    const gpt_shape s = L->shape;
+    int n = L->dp, tp = L->tp, pp = L->pp, T = L->Tl; /* T: this rank's positions */
     double psi = stage_psi(c, &s, 0, n);
-    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp_of(c); /* this rank's positions */
-    int shards = n * cp_of(c); /* ZeRO shards over the data- and context-parallel ranks */
-    if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)
-        return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
-                       "sequence pieces", c->train.micro_batch, T, tp);
-    /* byte counts are size_t: a shape whose activations (about 40 values per token, width
-     * and layer) pass 2^62 bytes would wrap; no machine holds it anyway */
-    if ((double)c->train.micro_batch * T * s.n_embd * s.n_layer * 64.0 + (double)c->train.micro_batch * T *
-        s.padded_vocab * 16.0 > 4.6e18)
-        return dt_fail(DT_EINPUT, "estimate: the activations of a micro-batch of %d x %d tokens (%d wide, %d layers, "
-                       "vocabulary %d) exceed 4 EB per rank", c->train.micro_batch, T, s.n_embd, s.n_layer,
-                       s.padded_vocab);
+    int shards = n * L->cp; /* ZeRO shards over the data- and context-parallel ranks */
     size_t reg[GPT_ACT_NREGIONS];
     double act = act_bytes_regions(c, &s, 0, n, reg);
     if (json) {

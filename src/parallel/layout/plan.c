@@ -10,6 +10,7 @@
 #include "../model_parallel/context_parallel.h"
 #include "../data_parallel/data_parallel.h"
 #include "estimate.h"
+#include "layout.h"
 #include "../model_parallel/pipeline.h"
 #include "../model_parallel/tensor_parallel.h"
 
@@ -91,9 +92,9 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     lc.parallel.pp_split[0] = 0;
     strcpy(lc.parallel.schedule, "1f1b");
     lc.log.sample_tokens = 0; /* what the trainer refuses for the layout itself, not for a sample */
-    if (!mc->any_feature && (dt_cp_check_config(&lc) != DT_OK || dt_tp_check(&lc) != DT_OK ||
-                             dt_dp_check_config(&lc) != DT_OK ||
-                             (pp > 1 && dt_pp_check_layout(&lc, m) != DT_OK)))
+    dt_layout run; /* what the trainer would run: its one check */
+    DT_TRY(dt_layout_build(&run, &lc, mc->world));
+    if (!mc->any_feature && dt_layout_check(&run, DT_CHECK_FEATURES) != DT_OK)
         return dt_fail(DT_EINPUT, "plan: dp %d pp %d cp %d tp %d does not run (dtrain train says why)", dp, pp, cp, tp);
     *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m};
     out->memory = dt_estimate_rank_bytes(&lc, dp);

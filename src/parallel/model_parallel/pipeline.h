@@ -7,7 +7,6 @@
 #ifndef DT_PIPELINE_H
 #define DT_PIPELINE_H
 #include "../../comm/comm.h"
-#include "../../core/config.h"
 #include "../../model/gpt.h"
 #include "schedule.h"
 
@@ -20,12 +19,6 @@ dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count);
  * blocks of each piece in model order, e.g. "3,2,2,1"; a list that does not give p·v
  * pieces of at least one block adding up to n_layer fails (DT_EINPUT, one line). */
 dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_layout *lay);
-
-/* Layouts pipeline parallelism does not run (yet) fail here, before any work, with one
- * line (DT_EINPUT); m is the step's micro-batch count (gradient accumulation). */
-dt_status dt_pp_check(const dt_config *c, int m);
-/* The same without the backend (what `dtrain estimate` accepts). */
-dt_status dt_pp_check_layout(const dt_config *c, int m);
 
 /* What the trainer gives the runner: micro-batch mb's tokens (needed on the first stage)
  * and targets (on the last), and the data-parallel engine's per-micro-step call (last: the
