@@ -56,6 +56,8 @@ static void derivations(void) {
     CHECK(build(&L, 0, "train.seq_len=16", NULL) == DT_OK && L.world == 0 && L.dp == 1 && L.T == 16 && L.m == 1,
           "no world: dp 1, train.seq_len");
     CHECK(build(&L, 3, "parallel.tp=2", NULL) == DT_OK && L.dp == 1, "world not divisible: dp 1 until checked");
+    CHECK(build(&L, 0, "parallel.micro_batches=2", "train.global_batch=8", NULL) == DT_OK && L.micro == 2,
+          "no world: the batch keys wait for one (`dtrain plan`, `config` without -n)");
     CHECK(build(&L, 4, "parallel.zero=2", "parallel.cp=1", NULL) == DT_OK && L.zero == 2, "zero");
 }
 

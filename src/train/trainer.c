@@ -174,7 +174,7 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, L->T, L->global_batch, c->data.shuffle,
                           (uint64_t)c->train.seed));
     if (c->train.check_memory && !t->ops->on_device) /* on a GPU an allocation failure names the buffer */
-        DT_TRY(dt_estimate_check_node(c, L->dp, dt_comm_local_size(t->world), dt_memory_available()));
+        DT_TRY(dt_estimate_check_node(L, dt_comm_local_size(t->world), dt_memory_available()));
     dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
     if (c->checkpoint.resume[0]) {
         DT_TRY(dt_ckpt_resolve(c->checkpoint.resume, t->resume_dir, sizeof t->resume_dir));

@@ -21,11 +21,13 @@ dt_state_bytes dt_estimate_fp32(double psi, int n, int zero);
 /* Bytes one rank of this config needs with dp data-parallel ranks: fp32 state for its
  * ZeRO stage (the ps root's 16psi in ps mode), activations, and the largest workspace. */
 double dt_estimate_rank_bytes(const dt_config *c, int dp);
+/* The same for a layout (its dp). */
+double dt_estimate_layout_bytes(const dt_layout *L);
 /* Refuses (DT_EINPUT, one line with both figures) a layout whose estimated memory (this
  * rank's state, activations and largest workspace, times the ranks on this node) exceeds
  * avail bytes (0: unknown, never refused): better one line now than the OOM killer
  * halfway through allocation. */
-dt_status dt_estimate_check_node(const dt_config *c, int dp, int ranks, double avail);
+dt_status dt_estimate_check_node(const dt_layout *L, int ranks, double avail);
 /* Memory this process may still use: MemAvailable, or the cgroup's remaining limit
  * when lower; 0 when unknown. */
 double dt_memory_available(void);

@@ -18,9 +18,15 @@ static int pick(const char *value, const char *const *names, int n) {
 #define PICK(v, ...) pick(v, (const char *const[]){__VA_ARGS__}, sizeof((const char *const[]){__VA_ARGS__}) / sizeof(char *))
 
 dt_status dt_layout_build(dt_layout *L, const dt_config *c, int world) {
+    dt_config r = *c;
+    if (world > 0) DT_TRY(dt_config_resolve_micro_batch(&r, world));
+    dt_layout_derive(L, &r, world);
+    return DT_OK;
+}
+
+void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     memset(L, 0, sizeof *L);
     L->cfg = *c;
-    DT_TRY(dt_config_resolve_micro_batch(&L->cfg, world));
     const dt_config *k = &L->cfg;
     L->world = world;
     L->tp = k->parallel.tp > 0 ? k->parallel.tp : 1;
@@ -51,7 +57,6 @@ dt_status dt_layout_build(dt_layout *L, const dt_config *c, int world) {
         dt_error_clear();
         L->schedule = DT_SCHED_1F1B;
     }
-    return DT_OK;
 }
 
 /* Pipeline parallelism: the stages (and chunks) each get a block, the schedule suits

@@ -57,6 +57,8 @@ enum { DT_CHECK_CONFIG = 1, DT_CHECK_WORLD = 2, DT_CHECK_FEATURES = 4, DT_CHECK_
  * (dt_config_resolve_micro_batch): DT_EINPUT when they contradict; nothing else fails
  * here (what does not fit is dt_layout_check's to say). */
 dt_status dt_layout_build(dt_layout *L, const dt_config *c, int world);
+/* The same for a config whose batch keys are resolved already (cannot fail). */
+void dt_layout_derive(dt_layout *L, const dt_config *c, int world);
 /* The one validation: DT_EINPUT with one line naming the key(s) and the cause for the
  * first rule of `what` (DT_CHECK_* flags) the layout breaks. */
 dt_status dt_layout_check(const dt_layout *L, int what);
