@@ -21,6 +21,7 @@
 #include "launch/launch.h"
 #include "model/gpt.h"
 #include "parallel/layout/estimate.h"
+#include "parallel/layout/layout.h"
 #include "parallel/layout/mesh.h"
 #include "parallel/layout/plan.h"
 #include "report/report.h"
@@ -402,7 +403,9 @@ static dt_status cmd_plan(int argc, char **argv) {
 }
 
 static dt_status load_tokenizer(const dt_config *c, dt_tokenizer **tok) {
-    if (!strcmp(c->data.tokenizer, "gpt2")) return dt_tokenizer_gpt2(tok, c->data.encoder_json, c->data.vocab_bpe);
+    dt_layout L;
+    dt_layout_derive(&L, c, 1);
+    if (L.tokenizer == DT_TOKENIZER_GPT2) return dt_tokenizer_gpt2(tok, c->data.encoder_json, c->data.vocab_bpe);
     return dt_tokenizer_byte(tok);
 }
 
@@ -456,7 +459,9 @@ static dt_status cmd_sample(int argc, char **argv) {
     }
     DT_TRY(dt_config_check_resume(&c, &saved, ckpt));
     dt_cpu_set_threads(c.threads);
-    gpt_shape shape = {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.seq_len, c.model.vocab_size, 0};
+    dt_layout L; /* one process: the checkpoint's model whole */
+    dt_layout_derive(&L, &c, 1);
+    gpt_shape shape = L.shape;
     gpt_model m;
     dt_tokenizer *tok = NULL;
     dt_status s = load_tokenizer(&c, &tok); /* before the model: a missing BPE file fails fast */

@@ -35,7 +35,7 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->sp = k->parallel.sp;
     L->v = k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
     L->zero = k->parallel.zero;
-    long long mp = (long long)L->tp * L->pp * L->cp;
+    long long mp = dt_layout_model_ranks(L);
     L->dp = world > 0 && world % mp == 0 ? (int)(world / mp) : 1;
     L->micro = k->train.micro_batch;
     int per_step = L->micro * L->dp;
@@ -118,7 +118,7 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
     }
     /* the order is the trainer's of old: the same config gives the same first refusal */
     if (what & DT_CHECK_FEATURES) DT_TRY(dt_dp_check_config(c));
-    long long mp = (long long)L->tp * L->pp * L->cp;
+    long long mp = dt_layout_model_ranks(L);
     if ((what & DT_CHECK_WORLD) && L->world > 0 && L->world % mp != 0)
         return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %lld", L->world, mp);
     if (what & DT_CHECK_FEATURES) {

@@ -63,6 +63,8 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world);
  * first rule of `what` (DT_CHECK_* flags) the layout breaks. */
 dt_status dt_layout_check(const dt_layout *L, int what);
 
+/* Ranks one model replica spans: tp x pp x cp (a world is a multiple of it). */
+static inline long long dt_layout_model_ranks(const dt_layout *L) { return (long long)L->tp * L->pp * L->cp; }
 static inline int dt_layout_tp_enabled(const dt_layout *L) { return L->tp > 1; }
 static inline int dt_layout_pp_enabled(const dt_layout *L) { return L->pp > 1; }
 static inline int dt_layout_cp_enabled(const dt_layout *L) { return L->cp > 1; }

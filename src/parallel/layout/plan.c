@@ -67,7 +67,9 @@ int dt_plan_shard_ok(const dt_config *c, const gpt_shape *s, int tp, int cp) {
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
                          dt_plan_entry *out) {
     memset(out, 0, sizeof *out);
-    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    dt_layout base; /* the config's model */
+    dt_layout_derive(&base, c, 0);
+    gpt_shape s = base.shape;
     DT_TRY(gpt_shape_check(&s));
     if (dp * pp * cp * tp != mc->world)
         return dt_fail(DT_EINPUT, "plan: %d x %d x %d x %d is not the world %d", dp, pp, cp, tp, mc->world);

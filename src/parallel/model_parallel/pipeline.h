@@ -20,6 +20,9 @@ dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count);
  * pieces of at least one block adding up to n_layer fails (DT_EINPUT, one line). */
 dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_layout *lay);
 
+/* Which (pp, virtual stages, schedule, m, pp_split) run is the layout's one check to say
+ * (layout.h: dt_layout_check). */
+
 /* What the trainer gives the runner: micro-batch mb's tokens (needed on the first stage)
  * and targets (on the last), and the data-parallel engine's per-micro-step call (last: the
  * operation after which this rank's gradients of some unit become final). */
