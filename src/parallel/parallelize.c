@@ -74,11 +74,12 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
     h->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     int pp = dt_layout_pp_enabled(L);
-    dt_dp_opts o = {dt_layout_ps(L), L->zero, (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0), dt_layout_bitwise(L),
-                    c->parallel.overlap, L->m,
-                    {dt_layout_tp_enabled(L) ? h->mesh.tp_comm : NULL, pp ? h->mesh.pp_comm : NULL,
-                     pp && h->mesh.in_emb ? h->mesh.emb_comm : NULL},
-                    pp, NULL};
+    dt_dp_opts o = {.ps = dt_layout_ps(L), .zero = L->zero,
+                    .bucket_bytes = (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0),
+                    .bitwise = dt_layout_bitwise(L), .overlap = c->parallel.overlap, .leaves = L->m,
+                    .groups = {dt_layout_tp_enabled(L) ? h->mesh.tp_comm : NULL, pp ? h->mesh.pp_comm : NULL,
+                               pp && h->mesh.in_emb ? h->mesh.emb_comm : NULL},
+                    .gather_once = pp};
     if (dt_layout_nccl(L)) { /* the layout's check: a device, pure data parallelism */
         if (L->backend == DT_BACKEND_CUDA) DT_TRY(dt_dcomm_nccl(h->data_comm, &h->dcomm));
         else DT_TRY(dt_dcomm_emulated(h->data_comm, dt_emulated_host, &h->dcomm));
