@@ -21,6 +21,7 @@
 #include "launch/launch.h"
 #include "model/gpt.h"
 #include "parallel/layout/estimate.h"
+#include "parallel/layout/layout.h"
 #include "parallel/layout/mesh.h"
 #include "parallel/layout/plan.h"
 #include "report/report.h"
@@ -244,16 +245,15 @@ static dt_status cmd_config(int argc, char **argv) {
         dt_config_write_doc(stdout);
         return DT_OK;
     }
-    DT_TRY(dt_config_validate(&c));
-    long long mp = (long long)c.parallel.tp * c.parallel.pp * c.parallel.cp;
-    if (world > 0 && world % mp != 0)
-        return dt_fail(DT_EINPUT, "parallel: world size %lld is not divisible by tp x pp x cp = %lld", world, mp);
-    if (world > 0) DT_TRY(dt_config_resolve_micro_batch(&c, (int)world));
+    dt_layout L;
+    DT_TRY(dt_layout_build(&L, &c, (int)world));
+    DT_TRY(dt_layout_check(&L, DT_CHECK_CONFIG | DT_CHECK_WORLD));
+    if (world > 0) c = L.cfg; /* the batch keys as this world resolves them */
     char *js = dt_config_to_json(&c);
     if (!js) return dt_fail(DT_ERUNTIME, "out of memory");
     printf("%s\n", js);
     free(js);
-    if (world > 0) dt_mesh_print(stdout, (int)(world / mp), c.parallel.pp, c.parallel.cp, c.parallel.tp);
+    if (world > 0) dt_mesh_print(stdout, L.dp, L.pp, L.cp, L.tp);
     return DT_OK;
 }
 
@@ -286,8 +286,9 @@ static dt_status cmd_estimate(int argc, char **argv) {
     /* -n is the data-parallel size here, not the world */
     long long world = n * c.parallel.tp * c.parallel.pp * c.parallel.cp;
     if (world > 1 << 30) return dt_fail(DT_EINPUT, "estimate: -n %lld x tp x pp x cp is too large", n);
-    DT_TRY(dt_config_resolve_micro_batch(&c, (int)world));
-    return dt_estimate_print(&c, (int)n, json, stdout);
+    dt_layout L;
+    DT_TRY(dt_layout_build(&L, &c, (int)world));
+    return dt_estimate_print(&L, json, stdout);
 }
 
 static const char *PLAN_USAGE =
@@ -355,7 +356,9 @@ static dt_status cmd_plan(int argc, char **argv) {
     free(rest);
     DT_TRY(s);
     note_ds_ignored();
-    DT_TRY(dt_config_validate(&c));
+    dt_layout L;
+    DT_TRY(dt_layout_build(&L, &c, 0));
+    DT_TRY(dt_layout_check(&L, DT_CHECK_CONFIG));
     if (world < 1) return dt_fail(DT_EINPUT, "plan: -n WORLD is required");
     mc.world = (int)world;
     mc.ranks_per_node = rpn > 0 ? (int)rpn : (int)world;
@@ -363,7 +366,7 @@ static dt_status cmd_plan(int argc, char **argv) {
     dt_cpu_set_threads(c.threads);
     mc.cores = (int)cores;
     if (flops <= 0) { /* every shard shape a layout of this world gives a rank */
-        gpt_shape shape = {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.seq_len, c.model.vocab_size, 0};
+        gpt_shape shape = L.shape;
         DT_TRY(gpt_shape_check(&shape));
         DT_TRY(dt_plan_calibrate(&c, 1, 1, &flops, &mc.optim_s));
         for (int tp = 1; tp <= mc.world; tp++)
@@ -400,7 +403,9 @@ static dt_status cmd_plan(int argc, char **argv) {
 }
 
 static dt_status load_tokenizer(const dt_config *c, dt_tokenizer **tok) {
-    if (!strcmp(c->data.tokenizer, "gpt2")) return dt_tokenizer_gpt2(tok, c->data.encoder_json, c->data.vocab_bpe);
+    dt_layout L;
+    dt_layout_derive(&L, c, 1);
+    if (L.tokenizer == DT_TOKENIZER_GPT2) return dt_tokenizer_gpt2(tok, c->data.encoder_json, c->data.vocab_bpe);
     return dt_tokenizer_byte(tok);
 }
 
@@ -454,7 +459,9 @@ static dt_status cmd_sample(int argc, char **argv) {
     }
     DT_TRY(dt_config_check_resume(&c, &saved, ckpt));
     dt_cpu_set_threads(c.threads);
-    gpt_shape shape = {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.seq_len, c.model.vocab_size, 0};
+    dt_layout L; /* one process: the checkpoint's model whole */
+    dt_layout_derive(&L, &c, 1);
+    gpt_shape shape = L.shape;
     gpt_model m;
     dt_tokenizer *tok = NULL;
     dt_status s = load_tokenizer(&c, &tok); /* before the model: a missing BPE file fails fast */
@@ -524,8 +531,10 @@ static int cmd_launch(int argc, char **argv) {
     char **targv = argv + used + 1;
     /* the job's config, checked here so bad input fails once, before any rank starts */
     if (s == DT_OK) s = parse_config_args(&c, targc, targv);
-    if (s == DT_OK) s = dt_config_resolve_micro_batch(&c, o.nproc);
-    if (s == DT_OK) s = dt_config_validate(&c);
+    dt_layout L;
+    if (s == DT_OK) s = dt_layout_build(&L, &c, o.nproc);
+    /* the ranks check the world they get (an elastic restart may take fewer) */
+    if (s == DT_OK) s = dt_layout_check(&L, DT_CHECK_CONFIG | DT_CHECK_FEATURES);
     char self[DT_PATH_MAX];
     ssize_t n = s == DT_OK ? readlink("/proc/self/exe", self, sizeof self - 1) : 0;
     if (s == DT_OK && n <= 0) s = dt_fail(DT_ERUNTIME, "launch: cannot find this program (/proc/self/exe)");
@@ -534,7 +543,7 @@ static int cmd_launch(int argc, char **argv) {
         return (int)s;
     }
     self[n] = 0;
-    return dt_launch_run(&o, &c, self, targc, targv);
+    return dt_launch_run(&o, &L.cfg, self, targc, targv);
 }
 
 static dt_status cmd_export(int argc, char **argv) {

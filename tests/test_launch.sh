@@ -27,6 +27,11 @@ done
 out=$("${L[@]}" -n 2 -- train "${RUN[@]}" --set model.n_head=3 2>&1); rc=$?
 [ $rc -eq 2 ] && [ "$(echo "$out" | grep -c '^dtrain launch: starting')" -eq 0 ] && pass "bad config: exit 2 before starting" ||
   fail "bad config: rc $rc: $out"
+# a layout the trainer refuses (the layout's one check) fails there too, once, before any rank starts
+out=$("${L[@]}" -n 2 -- train "${RUN[@]}" --set parallel.cp=2 --set precision=bf16 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$(echo "$out" | grep -c '^dtrain launch: starting')" -eq 0 ] &&
+  [ "$(echo "$out" | grep -c '^dtrain: error: parallel.cp 2: a precision other than fp32')" -eq 1 ] &&
+  pass "refused layout: exit 2 before starting" || fail "refused layout: rc $rc: $out"
 "${L[@]}" -n 2 -- train "${RUN[@]}" --set data.train=$TMP/missing.bin >"$TMP/bad.out" 2>&1; rc=$?
 [ $rc -eq 2 ] && [ "$(starts "$TMP/bad.out")" -eq 1 ] && grep -q "not restarting" "$TMP/bad.out" &&
   pass "the job's bad input (exit 2) is not restarted" || fail "bad data: rc $rc: $(tail -3 "$TMP/bad.out")"

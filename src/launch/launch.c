@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/input_file.h"
+#include "parallel/layout/layout.h"
 #include "core/signals.h"
 #include "core/timer.h"
 #include "launch/elastic.h"
@@ -119,11 +120,12 @@ int dt_launch_hostfile_slots(const char *path) {
 }
 
 int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, int slots) {
-    long long mp = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
     int top = slots < o->nproc ? slots : o->nproc;
     for (int w = top; w >= o->min_ranks && w >= 1; w--) {
-        if (w % mp) continue;
-        long long dp = w / mp;
+        dt_layout L; /* the layout of w ranks (its batch keys as the ranks will resolve them) */
+        dt_layout_derive(&L, c, w);
+        if (w % dt_layout_model_ranks(&L)) continue;
+        long long dp = L.dp;
         long long per = c->parallel.micro_batches > 0 ? dp * c->parallel.micro_batches : dp * c->train.micro_batch;
         if (gb % per == 0) return w;
     }
@@ -362,13 +364,13 @@ static int failed(dt_status code) {
 }
 
 int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self, int train_argc, char **train_argv) {
-    long long mp = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
-    if (o->nproc % mp) {
-        dt_fail(DT_EINPUT, "launch: -n %d is not a multiple of tp x pp x cp = %lld", o->nproc, mp);
+    dt_layout L;
+    dt_layout_derive(&L, c, o->nproc);
+    if (o->nproc % dt_layout_model_ranks(&L)) {
+        dt_fail(DT_EINPUT, "launch: -n %d is not a multiple of tp x pp x cp = %lld", o->nproc, dt_layout_model_ranks(&L));
         return failed(DT_EINPUT);
     }
-    /* the global batch stays what it is on -n ranks, whatever world a restart gets */
-    long long gb = c->train.global_batch > 0 ? c->train.global_batch : (long long)c->train.micro_batch * (o->nproc / mp);
+    long long gb = L.global_batch; /* what it is on -n ranks, whatever world a restart gets */
     if (!dt_launch_world(o, c, gb, o->nproc)) {
         dt_fail(DT_EINPUT, "launch: no world from --min-ranks %d to -n %d divides the global batch %lld", o->min_ranks,
                 o->nproc, gb);

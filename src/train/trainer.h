@@ -1,7 +1,7 @@
-/* The training loop: data, model, data-parallel engine (which owns the optimizer),
- * metrics, validation, checkpoints. One optimizer step = every data-parallel rank runs
- * its accumulation micro-batches of the global batch, then the engine combines
- * gradients, clips and updates. Rank 0 alone prints and writes metrics. */
+/* The training loop: data, metrics, validation, checkpoints, around the layout value
+ * (parallel/layout/layout.h) and the parallelized model (parallel/parallelize.h), whose
+ * step runs every micro-batch of this rank, combines gradients, clips and updates: the
+ * loop is the same for every layout. Rank 0 alone prints and writes metrics. */
 #ifndef DT_TRAINER_H
 #define DT_TRAINER_H
 #include "../comm/comm.h"

@@ -17,7 +17,7 @@
 #include "../../comm/device_comm.h"
 #include "../../model/gpt.h"
 #include "../../optim/optimizer.h"
-#include "../../train/metrics.h"
+#include "../../core/mem_report.h"
 #include "state.h"
 
 typedef struct {

@@ -9,6 +9,7 @@
 #include "../model_parallel/context_parallel.h"
 #include "../data_parallel/data_parallel.h"
 #include "../model_parallel/pipeline.h"
+#include "layout.h"
 
 dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
     dt_state_bytes b = {4 * psi, 4 * psi, 8 * psi};
@@ -23,37 +24,25 @@ static double mixed(double psi, int n, int zero) {
     return full[zero] * psi + shard[zero] * psi / n;
 }
 
-/* Micro-batches per step (gradient accumulation; a pipeline's m) with dp data-parallel ranks. */
-static int micro_batches(const dt_config *c, int dp) {
-    int per_step = c->train.micro_batch * (dp > 0 ? dp : 1);
-    int gb = c->train.global_batch > 0 ? c->train.global_batch : per_step;
-    return gb / per_step > 0 ? gb / per_step : 1;
-}
-
 /* The layout of pipeline stage `stage` (the whole model when pp = 1): its blocks, its
  * tensor-parallel pieces, the activation slots its schedule keeps. */
-static gpt_layout layout_of(const dt_config *c, int stage, int dp) {
-    gpt_layout lay = {.tp = c->parallel.tp > 0 ? c->parallel.tp : 1, .sp = c->parallel.sp,
-                      .recompute = !strcmp(c->train.recompute, "full")};
-    int pp = c->parallel.pp > 0 ? c->parallel.pp : 1;
-    int v = c->parallel.virtual_stages > 1 ? c->parallel.virtual_stages : 1;
-    if (pp > 1 && dt_pp_layout(c->model.n_layer, pp, v, stage, c->parallel.pp_split, &lay) == DT_OK) {
-        dt_schedule s;
-        if (dt_schedule_parse(c->parallel.schedule, &s) != DT_OK) s = DT_SCHED_1F1B;
-        lay.slots = dt_pp_slots(s, pp, v, stage, micro_batches(c, dp));
-        lay.split_backward = dt_schedule_splits_backward(s);
+static gpt_layout layout_of(const dt_layout *L, int stage) {
+    gpt_layout lay = {.tp = L->tp, .sp = L->sp, .recompute = dt_layout_recompute(L)};
+    if (L->pp > 1 && dt_pp_layout(L->shape.n_layer, L->pp, L->v, stage, L->cfg.parallel.pp_split, &lay) == DT_OK) {
+        lay.slots = dt_pp_slots(L->schedule, L->pp, L->v, stage, L->m);
+        lay.split_backward = dt_schedule_splits_backward(L->schedule);
     }
     return lay;
 }
 
 /* A stage's blocks: "[a, b)" per chunk; total blocks returned. */
-static int blocks_text(const dt_config *c, const gpt_layout *lay, char *buf, size_t cap, int json) {
+static int blocks_text(const dt_layout *L, const gpt_layout *lay, char *buf, size_t cap, int json) {
     int v = lay->chunks > 1 ? lay->chunks : 1, total = 0;
     size_t used = 0;
     buf[0] = 0;
     for (int k = 0; k < v; k++) {
         int first = v > 1 ? lay->chunk_first[k] : lay->first_layer;
-        int n = v > 1 ? lay->chunk_layers[k] : lay->n_layers ? lay->n_layers : c->model.n_layer - first;
+        int n = v > 1 ? lay->chunk_layers[k] : lay->n_layers ? lay->n_layers : L->shape.n_layer - first;
         total += n;
         int w = json ? snprintf(buf + used, cap - used, "%s[%d, %d]", k ? ", " : "", first, n)
                      : snprintf(buf + used, cap - used, "%s[%d, %d)", k ? " " : "", first, first + n);
@@ -65,19 +54,15 @@ static int blocks_text(const dt_config *c, const gpt_layout *lay, char *buf, siz
 
 /* Parameters one rank of the stage holds: its pieces (the formulas above then apply to
  * them, over the data-parallel ranks). */
-static double stage_psi(const dt_config *c, const gpt_shape *s, int stage, int dp) {
-    gpt_layout lay = layout_of(c, stage, dp);
-    return (double)gpt_param_count_layout(s, &lay);
+static double stage_psi(const dt_layout *L, int stage) {
+    gpt_layout lay = layout_of(L, stage);
+    return (double)gpt_param_count_layout(&L->shape, &lay);
 }
 
-static int cp_of(const dt_config *c) { return c->parallel.cp > 1 ? c->parallel.cp : 1; }
-
 /* Activation bytes of one rank of the stage, and by region. */
-static double act_bytes_regions(const dt_config *c, const gpt_shape *s, int stage, int dp, size_t *regions) {
-    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp_of(c); /* this rank's positions */
-    gpt_layout lay = layout_of(c, stage, dp);
-    return (double)gpt_activation_bytes_layout(s, c->train.micro_batch, T, !strcmp(c->precision, "bf16") ? 2 : 4,
-                                               &lay, regions);
+static double act_bytes_regions(const dt_layout *L, int stage, size_t *regions) {
+    gpt_layout lay = layout_of(L, stage); /* L->Tl: this rank's positions */
+    return (double)gpt_activation_bytes_layout(&L->shape, L->micro, L->Tl, dt_layout_bf16(L) ? 2 : 4, &lay, regions);
 }
 
 /* A stage's units (embedding, each block, ln_f; gpt_unit_counts_layout) and the padded
@@ -89,11 +74,11 @@ typedef struct {
     int nb;                     /* blocks (every stage holds one: dt_pp_split) */
 } unit_sizes;
 
-static unit_sizes units_of(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards) {
+static unit_sizes units_of(const dt_layout *L, const gpt_layout *lay, int shards) {
     unit_sizes u;
     size_t cnt[3];
-    gpt_unit_counts_layout(s, lay, &cnt[0], &cnt[1], &cnt[2], &u.nb);
-    double A = (double)shards * (!strcmp(c->parallel.determinism, "bitwise") ? DT_CANON_CHUNK : DT_SHARD_ALIGN);
+    gpt_unit_counts_layout(&L->shape, lay, &cnt[0], &cnt[1], &cnt[2], &u.nb);
+    double A = (double)shards * (dt_layout_bitwise(L) ? DT_CANON_CHUNK : DT_SHARD_ALIGN);
     for (int k = 0; k < 3; k++) {
         u.cnt[k] = (double)cnt[k];
         u.P[k] = ceil(u.cnt[k] / A) * A;
@@ -112,20 +97,20 @@ static unit_sizes units_of(const dt_config *c, const gpt_shape *s, const gpt_lay
  * on the CPU the fp32 host staging of the reductions (the largest unit and slice; on a
  * device that is host memory, left out as the memory report does), or with device
  * collectives fp32 device copies of the same sizes. */
-static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards) {
-    unit_sizes u = units_of(c, s, lay, shards);
-    int z = c->parallel.zero, bf16 = !strcmp(c->precision, "bf16");
+static double zero_stage_bytes(const dt_layout *L, const gpt_layout *lay, int shards) {
+    unit_sizes u = units_of(L, lay, shards);
+    int z = L->zero, bf16 = dt_layout_bf16(L);
     double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
     double f = sizeof(float), e = bf16 ? 2 : f;
     double b = ((z <= 2 ? u.padded : u.shard) + (z == 1 ? u.padded : u.shard)) * e + 2 * u.shard * f;
     if (bf16) b += u.shard * f;
     if (z >= 2) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
-    if (z >= 3) b += (c->parallel.pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
-    if (bf16 && !strcmp(c->backend, "cpu")) b += (maxP + maxS) * f;
-    if (bf16 && !strcmp(c->comm.backend, "nccl")) b += (maxP + maxS) * f; /* the fp32 device copies */
+    if (z >= 3) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
+    if (bf16 && L->backend == DT_BACKEND_CPU) b += (maxP + maxS) * f;
+    if (bf16 && dt_layout_nccl(L)) b += (maxP + maxS) * f; /* the fp32 device copies */
     /* fp32 on the device communicator: a second block scratch and reduce-scatter buffer,
      * so each unit's reduce-scatter overlaps the next unit's backward */
-    if (!bf16 && z >= 2 && c->parallel.overlap && !strcmp(c->comm.backend, "nccl")) b += (maxS + u.P[1]) * f;
+    if (!bf16 && z >= 2 && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
     return b;
 }
 
@@ -134,14 +119,15 @@ static double zero_stage_bytes(const dt_config *c, const gpt_shape *s, const gpt
  * padded ones; ZeRO-2/3's shard), plus the head's share of wte where one rank holds both
  * ends; the exchange buffer (half the largest unit); with ZeRO-2/3 and both ends, the
  * head's wte gradient. */
-static double bitwise_bytes(const dt_config *c, const gpt_shape *s, const gpt_layout *lay, int shards, int leaves) {
-    unit_sizes u = units_of(c, s, lay, shards);
-    int z = !strcmp(c->parallel.dp_mode, "ps") ? 0 : c->parallel.zero;
+static double bitwise_bytes(const dt_layout *L, const gpt_layout *lay, int shards, int leaves) {
+    const gpt_shape *s = &L->shape;
+    unit_sizes u = units_of(L, lay, shards);
+    int z = dt_layout_ps(L) ? 0 : L->zero;
     const double *unit = z ? u.P : u.cnt;
     double maxunit = fmax(unit[0], fmax(unit[1], unit[2]));
     double n = z == 0 ? u.flat : z == 1 ? u.padded : u.shard;
     double wte = (double)s->padded_vocab * s->n_embd, head = 0;
-    if (c->parallel.pp <= 1) { /* one rank holds both ends: the head's share of wte apart */
+    if (L->pp <= 1) { /* one rank holds both ends: the head's share of wte apart */
         n += z >= 2 ? u.S[0] : wte;
         maxunit = fmax(maxunit, wte);
         if (z >= 2) head = wte;
@@ -151,43 +137,56 @@ static double bitwise_bytes(const dt_config *c, const gpt_shape *s, const gpt_la
     return ((h + 2) * n + floor(maxunit / 2) + 1 + head) * sizeof(float);
 }
 
-static double stage_bytes(const dt_config *c, const gpt_shape *s, int stage, int dp) {
-    double psi = stage_psi(c, s, stage, dp);
-    int shards = dp * cp_of(c); /* ZeRO shards over the data- and context-parallel ranks together */
-    dt_state_bytes b = dt_estimate_fp32(psi, shards, c->parallel.zero);
-    double state = !strcmp(c->parallel.dp_mode, "ps") && shards > 1 ? 16 * psi : b.params + b.grads + b.optim;
-    if (c->parallel.zero > 0 && strcmp(c->parallel.dp_mode, "ps")) { /* ZeRO's engine runs on one shard too */
-        gpt_layout lay = layout_of(c, stage, dp);
-        state = zero_stage_bytes(c, s, &lay, shards);
-    } else if (!strcmp(c->precision, "bf16")) {
+static double stage_bytes(const dt_layout *L, int stage) {
+    double psi = stage_psi(L, stage);
+    int shards = L->dp * L->cp; /* ZeRO shards over the data- and context-parallel ranks together */
+    dt_state_bytes b = dt_estimate_fp32(psi, shards, L->zero);
+    double state = dt_layout_ps(L) && shards > 1 ? 16 * psi : b.params + b.grads + b.optim;
+    if (L->zero > 0 && !dt_layout_ps(L)) { /* ZeRO's engine runs on one shard too */
+        gpt_layout lay = layout_of(L, stage);
+        state = zero_stage_bytes(L, &lay, shards);
+    } else if (dt_layout_bf16(L)) {
         state = mixed(psi, shards, 0);
     }
     /* workspace (DDP all-reduces the gradients in place: no bucket copy): the ring's blocks */
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
-    double work = (double)dt_cp_ring_bytes(c->train.micro_batch, T, cp_of(c), s->n_embd, tp);
+    double work = (double)dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
     /* DDP reduces bf16 gradients in fp32, in a copy (on a device backend in host memory,
      * which the estimate of device memory leaves out, as the memory report does) */
-    if (!strcmp(c->precision, "bf16") && shards > 1 && c->parallel.zero == 0 && !strcmp(c->backend, "cpu"))
-        work += 4 * psi;
+    if (dt_layout_bf16(L) && shards > 1 && L->zero == 0 && L->backend == DT_BACKEND_CPU) work += 4 * psi;
     /* with device collectives bf16 DDP widens one bucket at a time into an fp32 device copy */
-    if (!strcmp(c->precision, "bf16") && shards > 1 && c->parallel.zero == 0 && !strcmp(c->comm.backend, "nccl"))
-        work += 4 * fmin(floor(c->parallel.bucket_mb * 1024.0 * 1024.0 / 4) + 1, psi);
-    if (!strcmp(c->parallel.determinism, "bitwise")) {
-        gpt_layout lay = layout_of(c, stage, dp);
-        work += bitwise_bytes(c, s, &lay, shards, micro_batches(c, dp));
+    if (dt_layout_bf16(L) && shards > 1 && L->zero == 0 && dt_layout_nccl(L))
+        work += 4 * fmin(floor(L->cfg.parallel.bucket_mb * 1024.0 * 1024.0 / 4) + 1, psi);
+    if (dt_layout_bitwise(L)) {
+        gpt_layout lay = layout_of(L, stage);
+        work += bitwise_bytes(L, &lay, shards, L->m);
     }
-    return state + act_bytes_regions(c, s, stage, dp, NULL) + work;
+    return state + act_bytes_regions(L, stage, NULL) + work;
 }
 
-double dt_estimate_rank_bytes(const dt_config *c, int dp) {
-    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    if (gpt_shape_check(&s) != DT_OK) return 0;
+double dt_estimate_layout_bytes(const dt_layout *L) {
+    if (!L->shape_ok) return 0;
     double worst = 0;
-    for (int r = 0; r < (c->parallel.pp > 1 ? c->parallel.pp : 1); r++) { /* the fullest stage */
-        double b = stage_bytes(c, &s, r, dp);
+    for (int r = 0; r < L->pp; r++) { /* the fullest stage */
+        double b = stage_bytes(L, r);
         if (b > worst) worst = b;
     }
     return worst;
+}
+
+double dt_estimate_rank_bytes(const dt_config *c, int dp) {
+    dt_layout L;
+    dt_layout_derive(&L, c, dp * (c->parallel.tp > 0 ? c->parallel.tp : 1) * (c->parallel.pp > 0 ? c->parallel.pp : 1) *
+                                (c->parallel.cp > 0 ? c->parallel.cp : 1));
+    return dt_estimate_layout_bytes(&L);
+}
+
+dt_status dt_estimate_check_node(const dt_layout *L, int ranks, double avail) {
+    double need = dt_estimate_layout_bytes(L) * ranks;
+    if (avail <= 0 || need <= avail) return DT_OK;
+    return dt_fail(DT_EINPUT, "memory: the model needs an estimated %.1f GB on this node (%d rank%s x %.1f GB; "
+                   "`dtrain estimate`), but only %.1f GB is available; use a smaller model or batch, more ranks with "
+                   "ZeRO, or --set train.check_memory=false to try anyway",
+                   need / 1e9, ranks, ranks > 1 ? "s" : "", need / 1e9 / ranks, avail / 1e9);
 }
 
 /* First number after key in a /proc-style file, times scale; -1 if absent. */
@@ -215,39 +214,15 @@ double dt_memory_available(void) {
     return avail > 0 ? avail : 0;
 }
 
-dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
-    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
-    DT_TRY(gpt_shape_check(&s));
-    int tp = c->parallel.tp > 0 ? c->parallel.tp : 1;
-    if (s.n_head % tp != 0 || s.padded_vocab % tp != 0)
-        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d and the padded vocabulary %d", tp,
-                       s.n_head, s.padded_vocab);
-    if (c->parallel.sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
-    int pp = c->parallel.pp > 1 ? c->parallel.pp : 1;
-    if (pp > 1) DT_TRY(dt_pp_check_layout(c, micro_batches(c, n)));
-    if (pp > 1 && !strcmp(c->train.recompute, "full")) { /* as gpt_create_layout refuses it */
-        dt_schedule sch;
-        DT_TRY(dt_schedule_parse(c->parallel.schedule, &sch));
-        if (dt_schedule_splits_backward(sch))
-            return dt_fail(DT_EINPUT, "train.recompute full: not with a split backward (parallel.schedule %s)",
-                           c->parallel.schedule);
-    }
-    if (cp_of(c) > 1) DT_TRY(dt_cp_check(c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, cp_of(c)));
-    double psi = stage_psi(c, &s, 0, n);
-    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp_of(c); /* this rank's positions */
-    int shards = n * cp_of(c); /* ZeRO shards over the data- and context-parallel ranks */
-    if (c->parallel.sp && ((long long)c->train.micro_batch * T) % tp != 0)
-        return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
-                       "sequence pieces", c->train.micro_batch, T, tp);
-    /* byte counts are size_t: a shape whose activations (about 40 values per token, width
-     * and layer) pass 2^62 bytes would wrap; no machine holds it anyway */
-    if ((double)c->train.micro_batch * T * s.n_embd * s.n_layer * 64.0 + (double)c->train.micro_batch * T *
-        s.padded_vocab * 16.0 > 4.6e18)
-        return dt_fail(DT_EINPUT, "estimate: the activations of a micro-batch of %d x %d tokens (%d wide, %d layers, "
-                       "vocabulary %d) exceed 4 EB per rank", c->train.micro_batch, T, s.n_embd, s.n_layer,
-                       s.padded_vocab);
+dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
+    DT_TRY(dt_layout_check(L, DT_CHECK_ESTIMATE));
+    const dt_config *c = &L->cfg;
+    const gpt_shape s = L->shape;
+    int n = L->dp, tp = L->tp, pp = L->pp, T = L->Tl; /* T: this rank's positions */
+    double psi = stage_psi(L, 0);
+    int shards = n * L->cp; /* ZeRO shards over the data- and context-parallel ranks */
     size_t reg[GPT_ACT_NREGIONS];
-    double act = act_bytes_regions(c, &s, 0, n, reg);
+    double act = act_bytes_regions(L, 0, reg);
     if (json) {
         fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"tp\": %d, \"sp\": %s, \"activations\": %.0f, \"activation_regions\": "
                 "{\"sequence\": %zu, \"tensor\": %zu, \"other\": %zu}, \"fp32\": [", psi, n, tp,
@@ -260,20 +235,20 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
         fprintf(out, "], \"mixed\": [%.0f, %.0f, %.0f, %.0f], \"stages\": [", mixed(psi, shards, 0),
                 mixed(psi, shards, 1), mixed(psi, shards, 2), mixed(psi, shards, 3));
         for (int r = 0; r < pp; r++) {
-            gpt_layout lay = layout_of(c, r, n);
+            gpt_layout lay = layout_of(L, r);
             char chunks[512];
-            int blocks = blocks_text(c, &lay, chunks, sizeof chunks, 1);
+            int blocks = blocks_text(L, &lay, chunks, sizeof chunks, 1);
             fprintf(out, "%s{\"stage\": %d, \"first_layer\": %d, \"blocks\": %d, \"chunks\": [%s], \"slots\": %d, "
                     "\"psi\": %.0f, \"activations\": %.0f, \"rank_bytes\": %.0f}", r ? ", " : "", r,
                     lay.chunks > 1 ? lay.chunk_first[0] : lay.first_layer, blocks, chunks, lay.slots ? lay.slots : 1,
-                    stage_psi(c, &s, r, n), act_bytes_regions(c, &s, r, n, NULL), stage_bytes(c, &s, r, n));
+                    stage_psi(L, r), act_bytes_regions(L, r, NULL), stage_bytes(L, r));
         }
         fprintf(out, "]}\n");
         return DT_OK;
     }
     fprintf(out, "model: %d layers, %d wide, vocab %d (padded %d): psi = %.0f parameters%s; N = %d data-parallel ranks%s\n",
             s.n_layer, s.n_embd, s.vocab_size, s.padded_vocab, psi, tp > 1 ? " per tensor-parallel rank" : "", shards,
-            cp_of(c) > 1 ? " (dp x cp: ZeRO shards over the context-parallel ranks too)" : "");
+            L->cp > 1 ? " (dp x cp: ZeRO shards over the context-parallel ranks too)" : "");
     if (tp > 1)
         fprintf(out, "tensor parallel %d: each rank holds 1/%d of wte, c_attn, c_fc and the c_proj weights (%.0f of "
                 "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));
@@ -290,27 +265,27 @@ dt_status dt_estimate_print(const dt_config *c, int n, int json, FILE *out) {
     fprintf(out, "ps: rank 0 holds 16psi = %.1f MB, the other ranks 8psi = %.1f MB\n", 16 * psi / 1e6, 8 * psi / 1e6);
     if (pp > 1) {
         fprintf(out, "pipeline %d stages (%s, %d micro-batches; psi and activations above: stage 0):\n", pp,
-                c->parallel.schedule, micro_batches(c, n));
+                c->parallel.schedule, L->m);
         for (int r = 0; r < pp; r++) {
-            gpt_layout lay = layout_of(c, r, n);
+            gpt_layout lay = layout_of(L, r);
             char blocks[512];
-            blocks_text(c, &lay, blocks, sizeof blocks, 0);
+            blocks_text(L, &lay, blocks, sizeof blocks, 0);
             fprintf(out, "  stage %d: blocks %s, psi = %.0f, %d activation slot%s = %.1f MB, per rank %.1f MB "
-                    "(ZeRO %d)\n", r, blocks, stage_psi(c, &s, r, n),
-                    lay.slots, lay.slots == 1 ? "" : "s", act_bytes_regions(c, &s, r, n, NULL) / 1e6,
-                    stage_bytes(c, &s, r, n) / 1e6, c->parallel.zero);
+                    "(ZeRO %d)\n", r, blocks, stage_psi(L, r),
+                    lay.slots, lay.slots == 1 ? "" : "s", act_bytes_regions(L, r, NULL) / 1e6,
+                    stage_bytes(L, r) / 1e6, L->zero);
         }
     }
     fprintf(out, "activations (micro-batch %d x %d tokens, %s%s%s): %.1f MB per rank, in every mode\n",
             c->train.micro_batch, T, c->precision, c->parallel.sp ? ", sequence parallel" : "",
-            strcmp(c->train.recompute, "full") ? "" : ", recompute full: block inputs kept", act / 1e6);
+            !dt_layout_recompute(L) ? "" : ", recompute full: block inputs kept", act / 1e6);
     fprintf(out, "  LayerNorm and residual rows %.1f MB, attention and MLP inner %.1f MB, head and scratch %.1f MB\n",
             reg[GPT_ACT_SEQUENCE] / 1e6, reg[GPT_ACT_TENSOR] / 1e6, reg[GPT_ACT_OTHER] / 1e6);
     if (tp > 1) { /* what the other choice of parallel.sp would give */
-        dt_config other = *c;
-        other.parallel.sp = !c->parallel.sp;
+        dt_layout other = *L;
+        other.sp = other.cfg.parallel.sp = !L->sp;
         fprintf(out, "  with parallel.sp=%s: %.1f MB (sequence parallelism splits the LayerNorm and residual rows)\n",
-                other.parallel.sp ? "true" : "false", act_bytes_regions(&other, &s, 0, n, NULL) / 1e6);
+                other.sp ? "true" : "false", act_bytes_regions(&other, 0, NULL) / 1e6);
     }
     return DT_OK;
 }

@@ -10,6 +10,7 @@
 #include "../model_parallel/context_parallel.h"
 #include "../data_parallel/data_parallel.h"
 #include "estimate.h"
+#include "layout.h"
 #include "../model_parallel/pipeline.h"
 #include "../model_parallel/tensor_parallel.h"
 
@@ -66,7 +67,9 @@ int dt_plan_shard_ok(const dt_config *c, const gpt_shape *s, int tp, int cp) {
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
                          dt_plan_entry *out) {
     memset(out, 0, sizeof *out);
-    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    dt_layout base; /* the config's model */
+    dt_layout_derive(&base, c, 0);
+    gpt_shape s = base.shape;
     DT_TRY(gpt_shape_check(&s));
     if (dp * pp * cp * tp != mc->world)
         return dt_fail(DT_EINPUT, "plan: %d x %d x %d x %d is not the world %d", dp, pp, cp, tp, mc->world);
@@ -91,23 +94,23 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     lc.parallel.pp_split[0] = 0;
     strcpy(lc.parallel.schedule, "1f1b");
     lc.log.sample_tokens = 0; /* what the trainer refuses for the layout itself, not for a sample */
-    if (!mc->any_feature && (dt_cp_check_config(&lc) != DT_OK || dt_tp_check(&lc) != DT_OK ||
-                             dt_dp_check_config(&lc) != DT_OK ||
-                             (pp > 1 && dt_pp_check_layout(&lc, m) != DT_OK)))
+    dt_layout run; /* what the trainer would run: its one check */
+    DT_TRY(dt_layout_build(&run, &lc, mc->world));
+    if (!mc->any_feature && dt_layout_check(&run, DT_CHECK_FEATURES) != DT_OK)
         return dt_fail(DT_EINPUT, "plan: dp %d pp %d cp %d tp %d does not run (dtrain train says why)", dp, pp, cp, tp);
     *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m};
-    out->memory = dt_estimate_rank_bytes(&lc, dp);
+    out->memory = dt_estimate_layout_bytes(&run);
 
     /* compute: the step's FLOPs spread evenly, at the rate of this rank's shard shape; a
      * pipeline waits (p-1) micro-batch slots; ranks sharing a node's cores each run slower */
     double tokens = (double)gb * T;
     out->compute_s = tokens * gpt_flops_per_token(&s, T) / mc->world / rate_of(mc, tp, cp);
-    if (!strcmp(c->train.recompute, "full")) out->compute_s *= 4.0 / 3.0; /* each block's forward twice */
+    if (dt_layout_recompute(&run)) out->compute_s *= 4.0 / 3.0; /* each block's forward twice */
     out->bubble = pp > 1 ? (pp - 1.0) / (m + pp - 1.0) : 0.0;
     int node = mc->world < mc->ranks_per_node ? mc->world : mc->ranks_per_node;
     out->share = mc->cores > 0 && node > mc->cores ? (double)node / mc->cores : 1.0;
     double L = (double)s.n_layer / pp, C = s.n_embd, rows = (double)micro * T / cp;
-    double f = strcmp(c->precision, "bf16") ? 4.0 : 2.0; /* bytes of an activation, a gradient, a gathered weight */
+    double f = dt_layout_bf16(&run) ? 2.0 : 4.0; /* bytes of an activation, a gradient, a gathered weight */
     for (int g = 0; g < DT_PLAN_NGROUPS; g++) out->intra[g] = dt_plan_group_intra(g, dp, pp, cp, tp, mc->ranks_per_node);
     /* a group across nodes shares its node's link with the node's other groups of its kind:
      * each group's ring crosses it once, so the link's bandwidth is divided among them */
@@ -134,7 +137,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
         out->comm_s[DT_PLAN_PP] = link_time(lk[DT_PLAN_PP], n, bytes);
     }
     int N = dp * cp;
-    gpt_layout lay = {.tp = tp, .sp = lc.parallel.sp, .recompute = !strcmp(lc.train.recompute, "full")};
+    gpt_layout lay = {.tp = tp, .sp = run.sp, .recompute = dt_layout_recompute(&run)};
     /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
     double psi = (double)gpt_param_count_layout(&s, &lay) / pp;
     out->optim_s = psi / (zero > 0 ? N : 1) * mc->optim_s;
@@ -227,7 +230,9 @@ void dt_plan_advise(const dt_config *c, const dt_machine *mc, dt_plan_advice *a)
         }
     }
     dt_config lc = *c;
-    if (strcmp(c->train.recompute, "full")) {
+    dt_layout base; /* the config's own choices */
+    dt_layout_derive(&base, c, 0);
+    if (!dt_layout_recompute(&base)) {
         strcpy(lc.train.recompute, "full");
         if (scan(&lc, mc, &f.best, NULL, &runs) > 0) {
             f.kind = DT_FIX_RECOMPUTE;
@@ -250,7 +255,7 @@ void dt_plan_advise(const dt_config *c, const dt_machine *mc, dt_plan_advice *a)
             break;
         }
     }
-    if (strcmp(c->precision, "bf16")) {
+    if (!dt_layout_bf16(&base)) {
         lc = *c;
         strcpy(lc.precision, "bf16");
         if (scan(&lc, mc, &f.best, NULL, &runs) > 0) {

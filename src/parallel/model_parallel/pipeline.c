@@ -15,28 +15,6 @@ dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count) {
     return DT_OK;
 }
 
-dt_status dt_pp_check_layout(const dt_config *c, int m) {
-    int pp = c->parallel.pp, v = c->parallel.virtual_stages;
-    if (pp <= 1) {
-        if (v > 1) return dt_fail(DT_EINPUT, "parallel.virtual_stages %d needs parallel.pp > 1", v);
-        if (c->parallel.pp_split[0])
-            return dt_fail(DT_EINPUT, "parallel.pp_split '%s' needs parallel.pp > 1", c->parallel.pp_split);
-        return DT_OK;
-    }
-    dt_schedule s;
-    DT_TRY(dt_schedule_parse(c->parallel.schedule, &s));
-    if (c->model.n_layer < pp * v)
-        return dt_fail(DT_EINPUT, "parallel.pp %d x virtual_stages %d: the model's %d blocks cannot give every stage "
-                       "one", pp, v, c->model.n_layer);
-    DT_TRY(dt_schedule_check(s, pp, v, m));
-    gpt_layout lay = {0};
-    return dt_pp_layout(c->model.n_layer, pp, v, 0, c->parallel.pp_split, &lay);
-}
-
-dt_status dt_pp_check(const dt_config *c, int m) {
-    return dt_pp_check_layout(c, m); /* on a device, messages go through host staging (dt_pipeline) */
-}
-
 /* Piece `piece` of parallel.pp_split's list of `pieces` block counts (checked whole). */
 static dt_status split_piece(const char *split, int n_layer, int pieces, int piece, int *first, int *count) {
     int k = 0, sum = 0;

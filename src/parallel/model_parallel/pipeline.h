@@ -7,7 +7,6 @@
 #ifndef DT_PIPELINE_H
 #define DT_PIPELINE_H
 #include "../../comm/comm.h"
-#include "../../core/config.h"
 #include "../../model/gpt.h"
 #include "schedule.h"
 
@@ -21,11 +20,8 @@ dt_status dt_pp_split(int n_layer, int pp, int stage, int *first, int *count);
  * pieces of at least one block adding up to n_layer fails (DT_EINPUT, one line). */
 dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_layout *lay);
 
-/* Layouts pipeline parallelism does not run (yet) fail here, before any work, with one
- * line (DT_EINPUT); m is the step's micro-batch count (gradient accumulation). */
-dt_status dt_pp_check(const dt_config *c, int m);
-/* The same without the backend (what `dtrain estimate` accepts). */
-dt_status dt_pp_check_layout(const dt_config *c, int m);
+/* Which (pp, virtual stages, schedule, m, pp_split) run is the layout's one check to say
+ * (layout.h: dt_layout_check). */
 
 /* What the trainer gives the runner: micro-batch mb's tokens (needed on the first stage)
  * and targets (on the last), and the data-parallel engine's per-micro-step call (last: the

@@ -1,0 +1,176 @@
+#include "layout.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "../data_parallel/data_parallel.h"
+#include "../model_parallel/context_parallel.h"
+#include "../model_parallel/pipeline.h"
+#include "../model_parallel/tensor_parallel.h"
+
+/* The config table admits only the listed choices, so the first name is the fallback
+ * for nothing but an unset (zeroed) config. */
+static int pick(const char *value, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(value, names[i])) return i;
+    return 0;
+}
+#define PICK(v, ...) pick(v, (const char *const[]){__VA_ARGS__}, sizeof((const char *const[]){__VA_ARGS__}) / sizeof(char *))
+
+dt_status dt_layout_build(dt_layout *L, const dt_config *c, int world) {
+    dt_config r = *c;
+    if (world > 0) DT_TRY(dt_config_resolve_micro_batch(&r, world));
+    dt_layout_derive(L, &r, world);
+    return DT_OK;
+}
+
+void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
+    memset(L, 0, sizeof *L);
+    L->cfg = *c;
+    const dt_config *k = &L->cfg;
+    L->world = world;
+    L->tp = k->parallel.tp > 0 ? k->parallel.tp : 1;
+    L->pp = k->parallel.pp > 0 ? k->parallel.pp : 1;
+    L->cp = k->parallel.cp > 0 ? k->parallel.cp : 1;
+    L->sp = k->parallel.sp;
+    L->v = k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
+    L->zero = k->parallel.zero;
+    long long mp = dt_layout_model_ranks(L);
+    L->dp = world > 0 && world % mp == 0 ? (int)(world / mp) : 1;
+    L->micro = k->train.micro_batch;
+    int per_step = L->micro * L->dp;
+    L->global_batch = k->train.global_batch > 0 ? k->train.global_batch : per_step;
+    L->m = per_step > 0 && L->global_batch / per_step > 0 ? L->global_batch / per_step : 1;
+    L->T = k->train.seq_len > 0 ? k->train.seq_len : k->model.seq_len;
+    L->Tl = L->T / L->cp;
+    L->shape = (gpt_shape){k->model.n_layer, k->model.n_head, k->model.n_embd, k->model.seq_len, k->model.vocab_size, 0};
+    L->shape_ok = gpt_shape_check(&L->shape) == DT_OK;
+    if (!L->shape_ok) dt_error_clear(); /* dt_layout_check says it */
+    L->backend = (dt_backend_kind)PICK(k->backend, "cpu", "cuda", "emulated");
+    L->precision = (dt_precision)PICK(k->precision, "fp32", "bf16");
+    L->dp_mode = (dt_dp_mode)PICK(k->parallel.dp_mode, "ddp", "ps");
+    L->determinism = (dt_determinism)PICK(k->parallel.determinism, "fast", "bitwise");
+    L->recompute = (dt_recompute)PICK(k->train.recompute, "none", "full");
+    L->comm_backend = (dt_comm_backend)PICK(k->comm.backend, "mpi", "nccl");
+    L->tokenizer = (dt_tokenizer_kind)PICK(k->data.tokenizer, "byte", "gpt2");
+    if (dt_schedule_parse(k->parallel.schedule, &L->schedule) != DT_OK) {
+        dt_error_clear();
+        L->schedule = DT_SCHED_1F1B;
+    }
+}
+
+/* Pipeline parallelism: the stages (and chunks) each get a block, the schedule suits
+ * (p, v, m), parallel.pp_split lists the pieces; without a pipeline, no pipeline keys. */
+static dt_status check_pipeline(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    int pp = c->parallel.pp, v = c->parallel.virtual_stages;
+    if (pp <= 1) {
+        if (v > 1) return dt_fail(DT_EINPUT, "parallel.virtual_stages %d needs parallel.pp > 1", v);
+        if (c->parallel.pp_split[0])
+            return dt_fail(DT_EINPUT, "parallel.pp_split '%s' needs parallel.pp > 1", c->parallel.pp_split);
+        return DT_OK;
+    }
+    if (c->model.n_layer < pp * v)
+        return dt_fail(DT_EINPUT, "parallel.pp %d x virtual_stages %d: the model's %d blocks cannot give every stage "
+                       "one", pp, v, c->model.n_layer);
+    DT_TRY(dt_schedule_check(L->schedule, pp, v, L->m));
+    gpt_layout lay = {0};
+    return dt_pp_layout(c->model.n_layer, pp, v, 0, c->parallel.pp_split, &lay);
+}
+
+/* What `dtrain estimate` needs of a layout on paper (its own words: it names the padded
+ * vocabulary and the pieces a shape allows, not what this build runs). */
+static dt_status check_estimate(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    gpt_shape s = L->shape;
+    DT_TRY(gpt_shape_check(&s));
+    int tp = L->tp;
+    if (s.n_head % tp != 0 || s.padded_vocab % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d and the padded vocabulary %d", tp,
+                       s.n_head, s.padded_vocab);
+    if (L->sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
+    if (L->pp > 1) DT_TRY(check_pipeline(L));
+    if (L->pp > 1 && dt_layout_recompute(L) && dt_schedule_splits_backward(L->schedule))
+        return dt_fail(DT_EINPUT, "train.recompute full: not with a split backward (parallel.schedule %s)",
+                       c->parallel.schedule); /* as gpt_create_layout refuses it */
+    if (L->cp > 1) DT_TRY(dt_cp_check(L->T, L->cp));
+    if (L->sp && ((long long)L->micro * L->Tl) % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
+                       "sequence pieces", L->micro, L->Tl, tp);
+    /* byte counts are size_t: a shape whose activations (about 40 values per token, width
+     * and layer) pass 2^62 bytes would wrap; no machine holds it anyway */
+    if ((double)L->micro * L->Tl * s.n_embd * s.n_layer * 64.0 + (double)L->micro * L->Tl * s.padded_vocab * 16.0 >
+        4.6e18)
+        return dt_fail(DT_EINPUT, "estimate: the activations of a micro-batch of %d x %d tokens (%d wide, %d layers, "
+                       "vocabulary %d) exceed 4 EB per rank", L->micro, L->Tl, s.n_embd, s.n_layer, s.padded_vocab);
+    return DT_OK;
+}
+
+dt_status dt_layout_check(const dt_layout *L, int what) {
+    const dt_config *c = &L->cfg;
+    if (what & DT_CHECK_CONFIG) {
+        DT_TRY(dt_config_validate(c));
+        if (c->train.freeze[0]) {
+            gpt_shape fs = L->shape;
+            DT_TRY(gpt_shape_check(&fs));
+            DT_TRY(gpt_freeze_check(&fs, c->train.freeze));
+        }
+    }
+    /* the order is the trainer's of old: the same config gives the same first refusal */
+    if (what & DT_CHECK_FEATURES) DT_TRY(dt_dp_check_config(c));
+    long long mp = dt_layout_model_ranks(L);
+    if ((what & DT_CHECK_WORLD) && L->world > 0 && L->world % mp != 0)
+        return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %lld", L->world, mp);
+    if (what & DT_CHECK_FEATURES) {
+        DT_TRY(dt_cp_check_config(c));
+        DT_TRY(dt_tp_check(c));
+    }
+    if ((what & DT_CHECK_WORLD) && L->world > 0 && L->global_batch % (L->micro * L->dp) != 0)
+        return dt_fail(DT_EINPUT,
+                       "config: train.micro_batch x data-parallel size = %d x %d does not divide train.global_batch %d",
+                       L->micro, L->dp, L->global_batch);
+    if (what & DT_CHECK_FEATURES) DT_TRY(check_pipeline(L));
+    if (what & DT_CHECK_ESTIMATE) DT_TRY(check_estimate(L));
+    return DT_OK;
+}
+
+void dt_layout_print_batch(const dt_layout *L, const char *device, FILE *out) {
+    fprintf(out, "dtrain: global batch %d x %d tokens (micro-batch %d x %d data-parallel x %d accumulation), %d "
+            "steps, %s, %s%s, %s\n", L->global_batch, L->T, L->micro, L->dp, L->m, L->cfg.train.steps,
+            L->cfg.precision, dt_layout_ps(L) ? "ps" : "ddp", L->zero ? " + ZeRO" : "", device);
+}
+
+void dt_layout_print(const dt_layout *L, FILE *out) {
+    const dt_config *c = &L->cfg;
+    if (L->zero) fprintf(out, "dtrain: ZeRO stage %d\n", L->zero);
+    if (dt_layout_recompute(L))
+        fprintf(out, "dtrain: activation checkpointing: every block recomputed in its backward\n");
+    if (L->tp > 1)
+        fprintf(out, "dtrain: tensor parallel %d (heads and MLP columns split%s; %d-way data parallel over the rest)\n",
+                L->tp, L->sp ? ", sequence parallel: LayerNorm and residual rows split" : "", L->dp);
+    if (L->cp > 1) { /* the causal work of each rank's two chunks */
+        int64_t lo = INT64_MAX, hi = 0;
+        for (int r = 0; r < L->cp; r++) {
+            int64_t w = dt_cp_attention_pairs(L->T, L->cp, r);
+            lo = w < lo ? w : lo;
+            hi = w > hi ? w : hi;
+        }
+        fprintf(out, "dtrain: context parallel %d (ring attention; each rank holds 2 of %d sequence chunks, %d "
+                "positions; attention pairs per rank %lld, imbalance %.1f%%)\n", L->cp, 2 * L->cp, L->Tl,
+                (long long)hi, 100.0 * (double)(hi - lo) / (double)hi);
+    }
+    if (L->pp > 1) {
+        int v = c->parallel.virtual_stages;
+        fprintf(out, "dtrain: pipeline parallel %d (%s, %d micro-batches per step), blocks per stage:", L->pp,
+                dt_schedule_name(L->schedule), L->m);
+        for (int r = 0; r < L->pp; r++) {
+            gpt_layout lay = {0};
+            if (dt_pp_layout(c->model.n_layer, L->pp, v, r, c->parallel.pp_split, &lay) != DT_OK) continue;
+            if (v <= 1) fprintf(out, " [%d, %d)", lay.first_layer, lay.first_layer + lay.n_layers);
+            for (int k = 0; v > 1 && k < v; k++)
+                fprintf(out, "%s[%d, %d)%s", k ? " " : " {", lay.chunk_first[k],
+                        lay.chunk_first[k] + lay.chunk_layers[k], k == v - 1 ? "}" : "");
+        }
+        fprintf(out, "\n");
+    }
+}

@@ -1,0 +1,87 @@
+/* The parallel layout of a run, as one value (torchtitan's ParallelDims): built once from
+ * the config and the world size, it holds every derived size (dp = world / (tp·pp·cp),
+ * the sequence each rank computes, micro-batches per step), every string-valued key as an
+ * enum, and the model's shape. Every command checks it with the one function below, so a
+ * layout is refused with the same line by `train`, `launch`, `config`, `plan` and
+ * `estimate`; the trainer, the planner, the estimator and parallelize read it instead of
+ * re-deriving it.
+ *
+ * The config keeps its strings (they are the file contract: JSON, docs, a checkpoint's
+ * saved config); the config table already restricts them to their choices, so parsing
+ * them here cannot fail. */
+#ifndef DT_LAYOUT_H
+#define DT_LAYOUT_H
+#include <stdio.h>
+
+#include "../../core/config.h"
+#include "../../core/status.h"
+#include "../../model/gpt.h"
+#include "../model_parallel/schedule.h"
+
+typedef enum { DT_BACKEND_CPU, DT_BACKEND_CUDA, DT_BACKEND_EMULATED } dt_backend_kind;
+typedef enum { DT_PREC_FP32, DT_PREC_BF16 } dt_precision;
+typedef enum { DT_DPMODE_DDP, DT_DPMODE_PS } dt_dp_mode;
+typedef enum { DT_DET_FAST, DT_DET_BITWISE } dt_determinism;
+typedef enum { DT_RECOMPUTE_NONE, DT_RECOMPUTE_FULL } dt_recompute;
+typedef enum { DT_COMM_MPI, DT_COMM_NCCL } dt_comm_backend;
+typedef enum { DT_TOKENIZER_BYTE, DT_TOKENIZER_GPT2 } dt_tokenizer_kind;
+
+typedef struct {
+    dt_config cfg; /* the config it was built from, micro-batch and batch keys resolved for the world */
+    int world;     /* 0: not known (`dtrain config` without -n); the sizes below then assume dp = 1 */
+    int dp, tp, pp, cp, sp, v; /* v: virtual stages (interleaved chunks per pipeline rank) */
+    int zero;                  /* ZeRO stage 0..3 */
+    int micro;                 /* sequences per rank per micro-step */
+    int m;                     /* micro-steps per optimizer step on each data-parallel rank (accumulation) */
+    int global_batch;          /* sequences per optimizer step */
+    int T, Tl;                 /* training sequence length; the positions one rank computes (T / cp) */
+    gpt_shape shape;           /* the model (padded_vocab filled when shape_ok) */
+    int shape_ok;
+    dt_backend_kind backend;
+    dt_precision precision;
+    dt_dp_mode dp_mode;
+    dt_determinism determinism;
+    dt_schedule schedule;
+    dt_recompute recompute;
+    dt_comm_backend comm_backend;
+    dt_tokenizer_kind tokenizer;
+} dt_layout;
+
+/* What a command checks (flags): the config's own keys; the world (tp·pp·cp divides it,
+ * the batch splits over dp); the features this build runs together (the trainer's
+ * refusals); the shape-only rules of `dtrain estimate` (a layout on paper). */
+enum { DT_CHECK_CONFIG = 1, DT_CHECK_WORLD = 2, DT_CHECK_FEATURES = 4, DT_CHECK_ESTIMATE = 8 };
+#define DT_CHECK_RUN (DT_CHECK_CONFIG | DT_CHECK_WORLD | DT_CHECK_FEATURES)
+
+/* Builds the layout of c over world ranks (0: unknown). Resolves the batch keys
+ * (dt_config_resolve_micro_batch): DT_EINPUT when they contradict; nothing else fails
+ * here (what does not fit is dt_layout_check's to say). */
+dt_status dt_layout_build(dt_layout *L, const dt_config *c, int world);
+/* The same for a config whose batch keys are resolved already (cannot fail). */
+void dt_layout_derive(dt_layout *L, const dt_config *c, int world);
+/* The one validation: DT_EINPUT with one line naming the key(s) and the cause for the
+ * first rule of `what` (DT_CHECK_* flags) the layout breaks. */
+dt_status dt_layout_check(const dt_layout *L, int what);
+
+/* Ranks one model replica spans: tp x pp x cp (a world is a multiple of it). */
+static inline long long dt_layout_model_ranks(const dt_layout *L) { return (long long)L->tp * L->pp * L->cp; }
+static inline int dt_layout_tp_enabled(const dt_layout *L) { return L->tp > 1; }
+static inline int dt_layout_pp_enabled(const dt_layout *L) { return L->pp > 1; }
+static inline int dt_layout_cp_enabled(const dt_layout *L) { return L->cp > 1; }
+static inline int dt_layout_dp_enabled(const dt_layout *L) { return L->dp > 1; }
+/* Gradients are reduced over the data- and context-parallel ranks together. */
+static inline int dt_layout_dp_cp_enabled(const dt_layout *L) { return L->dp * L->cp > 1; }
+static inline int dt_layout_zero_enabled(const dt_layout *L) { return L->zero > 0; }
+static inline int dt_layout_ps(const dt_layout *L) { return L->dp_mode == DT_DPMODE_PS; }
+static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism == DT_DET_BITWISE; }
+static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT_PREC_BF16; }
+static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
+static inline int dt_layout_nccl(const dt_layout *L) { return L->comm_backend == DT_COMM_NCCL; }
+
+/* The header line of the batch ("global batch ... (micro-batch ... x ... data-parallel x
+ * ... accumulation), N steps, precision, mode, device") and the layout's lines (ZeRO,
+ * recompute, tensor, context and pipeline parallelism), as the trainer prints them. */
+void dt_layout_print_batch(const dt_layout *L, const char *device, FILE *out);
+void dt_layout_print(const dt_layout *L, FILE *out);
+
+#endif

@@ -1,0 +1,314 @@
+#include "parallelize.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../comm/device_comm.h"
+#include "../comm/watchdog.h"
+#include "../optim/optimizer.h"
+#include "data_parallel/data_parallel.h"
+#include "layout/mesh.h"
+#include "model_parallel/context_parallel.h"
+#include "model_parallel/pipeline.h"
+#include "model_parallel/tensor_parallel.h"
+
+struct dt_par {
+    const dt_layout *L;
+    dt_comm *world;
+    dt_mesh mesh;
+    dt_comm *data_comm; /* where gradients, losses and validation sums are reduced: dp, or dp x cp */
+    gpt_model model;
+    dt_dp *dpe;
+    dt_dcomm *dcomm;   /* comm.backend nccl: the data group's device collectives */
+    dt_pipeline *pipe; /* NULL: one stage, the micro-steps run here */
+    dt_adamw_hparams hp;
+    uint16_t *inp, *tgt; /* one micro-batch of whole sequences (micro x T) */
+    int async_save;
+    double *pipe_all; /* the final pipeline report: 3 numbers per world rank */
+    gpt_hooks hooks;  /* the engine's hooks while the full weights are in place */
+    dt_par_fill fill; /* the current step's data, for the pipeline's callbacks */
+    void *fill_ctx;
+};
+
+/* Every data-parallel collective algorithm key, on both groups that carry them. */
+static dt_status set_algorithms(dt_par *h, const dt_config *c) {
+    static const struct { int coll; size_t off; } algo_keys[] = {
+        {DT_COLL_ALLREDUCE, offsetof(dt_config, comm.allreduce)},
+        {DT_COLL_REDUCE_SCATTER, offsetof(dt_config, comm.reduce_scatter)},
+        {DT_COLL_ALLGATHER, offsetof(dt_config, comm.allgather)},
+        {DT_COLL_BCAST, offsetof(dt_config, comm.bcast)},
+    };
+    for (size_t i = 0; i < sizeof algo_keys / sizeof algo_keys[0]; i++) {
+        dt_algo a;
+        DT_TRY(dt_algo_parse((const char *)c + algo_keys[i].off, &a));
+        DT_TRY(dt_comm_set_algo(h->mesh.dp_comm, (dt_coll)algo_keys[i].coll, a));
+        DT_TRY(dt_comm_set_algo(h->mesh.dp_cp_comm, (dt_coll)algo_keys[i].coll, a));
+    }
+    return DT_OK;
+}
+
+/* The model's piece on this rank: tensor-parallel shards, its pipeline stage (its blocks
+ * or chunks, and the activation slots its schedule needs), its context-parallel ring. */
+static dt_status create_model(dt_par *h, const dt_layout *L, const dt_ops *ops) {
+    const dt_config *c = &L->cfg;
+    gpt_layout layout = {.tp = h->mesh.tp, .tp_rank = h->mesh.tp_rank, .sp = L->sp,
+                         .recompute = dt_layout_recompute(L)};
+    if (dt_layout_pp_enabled(L)) {
+        DT_TRY(dt_pp_layout(c->model.n_layer, L->pp, L->v, h->mesh.pp_rank, c->parallel.pp_split, &layout));
+        layout.slots = dt_pp_slots(L->schedule, L->pp, L->v, h->mesh.pp_rank, L->m);
+        layout.split_backward = dt_schedule_splits_backward(L->schedule);
+    }
+    gpt_shape shape = L->shape;
+    /* activations are rank-local; the data-parallel setup after it is collective */
+    DT_TRY(dt_comm_agree(h->world, gpt_create_layout(&h->model, &shape, ops, L->micro, L->Tl, 0, &layout), NULL));
+    if (c->train.freeze[0]) gpt_freeze(&h->model, c->train.freeze, NULL);
+    DT_TRY(dt_comm_agree(h->world, dt_tp_attach(&h->model, h->mesh.tp_comm), NULL));
+    return dt_comm_agree(h->world, dt_cp_attach(&h->model, h->mesh.cp_comm, L->micro, L->T), NULL);
+}
+
+/* The data-parallel engine over the data group, with the model-parallel groups its
+ * state spans (state.h). */
+static dt_status create_engine(dt_par *h, const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    h->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
+                               c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
+    int pp = dt_layout_pp_enabled(L);
+    dt_dp_opts o = {.ps = dt_layout_ps(L), .zero = L->zero,
+                    .bucket_bytes = (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0),
+                    .bitwise = dt_layout_bitwise(L), .overlap = c->parallel.overlap, .leaves = L->m,
+                    .groups = {dt_layout_tp_enabled(L) ? h->mesh.tp_comm : NULL, pp ? h->mesh.pp_comm : NULL,
+                               pp && h->mesh.in_emb ? h->mesh.emb_comm : NULL},
+                    .gather_once = pp};
+    if (dt_layout_nccl(L)) { /* the layout's check: a device, pure data parallelism */
+        if (L->backend == DT_BACKEND_CUDA) DT_TRY(dt_dcomm_nccl(h->data_comm, &h->dcomm));
+        else DT_TRY(dt_dcomm_emulated(h->data_comm, dt_emulated_host, &h->dcomm));
+        o.dcomm = h->dcomm;
+    }
+    DT_TRY(dt_dp_create(&h->dpe, h->data_comm, &h->model, &h->hp, &o));
+    h->async_save = dt_dp_set_async_save(h->dpe, c->checkpoint.async);
+    if (c->checkpoint.async && !h->async_save && dt_comm_rank(h->world) == 0)
+        printf("dtrain: note: checkpoint.async applies where rank 0 writes alone (no tp, pp or cp); saving "
+               "synchronously\n");
+    return DT_OK;
+}
+
+dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const dt_ops *ops) {
+    dt_par *h = calloc(1, sizeof *h);
+    *out = h;
+    if (!h) return dt_fail(DT_ERUNTIME, "out of memory (parallelize)");
+    h->L = L;
+    h->world = world;
+    size_t ntok = (size_t)L->micro * L->T;
+    h->inp = malloc(ntok * sizeof(uint16_t));
+    h->tgt = malloc(ntok * sizeof(uint16_t));
+    h->pipe_all = calloc((size_t)dt_comm_size(world) * 3, sizeof(double));
+    /* every rank's answer is the same (or the agreement below fails them all) */
+    DT_TRY(dt_comm_agree(world, h->inp && h->tgt && h->pipe_all ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (batch)"),
+                         NULL));
+    DT_TRY(dt_mesh_create(&h->mesh, world, L->tp, L->pp, L->cp));
+    h->data_comm = dt_layout_cp_enabled(L) ? h->mesh.dp_cp_comm : h->mesh.dp_comm;
+    DT_TRY(set_algorithms(h, &L->cfg));
+    DT_TRY(create_model(h, L, ops));
+    DT_TRY(create_engine(h, L));
+    if (dt_layout_pp_enabled(L))
+        DT_TRY(dt_pipeline_create(&h->pipe, &h->model, h->mesh.pp_comm, L->schedule, L->v, L->m, L->micro, L->Tl));
+    return DT_OK;
+}
+
+void dt_par_destroy(dt_par *h, int failed) {
+    if (!h) return;
+    dt_pipeline_destroy(h->pipe);
+    /* collectives still queued (a failed step's) end before the buffers they use are
+     * freed: drained, or aborted after a failure (a peer may never issue its side) */
+    dt_dcomm_free(h->dcomm, failed);
+    dt_dp_destroy(h->dpe);
+    dt_cp_detach(&h->model);
+    dt_tp_detach(&h->model);
+    gpt_destroy(&h->model);
+    dt_mesh_destroy(&h->mesh);
+    free(h->pipe_all);
+    free(h->inp);
+    free(h->tgt);
+    free(h);
+}
+
+dt_status dt_par_init_weights(dt_par *h, uint64_t seed, const char *init_from) {
+    return dt_dp_init_weights(h->dpe, seed, init_from);
+}
+
+dt_status dt_par_load(dt_par *h, const char *step_dir, long long step) { return dt_dp_load(h->dpe, step_dir, step); }
+
+/* Context parallelism: of the micro-batch's whole sequences in inp/tgt (micro x T),
+ * keep this rank's positions (micro x Tl, in place: every kept entry moves left). */
+static void cp_select(dt_par *h) {
+    const int *pos = h->model.cp_comm.positions;
+    if (!pos) return;
+    int micro = h->L->micro, T = h->L->T, Tl = h->L->Tl;
+    for (int b = 0; b < micro; b++)
+        for (int i = 0; i < Tl; i++) {
+            h->inp[(size_t)b * Tl + i] = h->inp[(size_t)b * T + pos[i]];
+            h->tgt[(size_t)b * Tl + i] = h->tgt[(size_t)b * T + pos[i]];
+        }
+}
+
+/* Micro-step k's sequences of this data-parallel rank: [(k·dp + r)·micro, +micro) of
+ * the global batch, so the batch's content never depends on the layout. */
+static void load_micro(dt_par *h, int k) {
+    h->fill(h->fill_ctx, (k * h->L->dp + h->mesh.dp_rank) * h->L->micro, h->inp, h->tgt);
+    cp_select(h);
+}
+
+/* The pipeline runner's view of the data: validation's micro-batch already loaded, or
+ * training's micro-step mb. */
+static void copy_out(dt_par *h, uint16_t *tokens, uint16_t *targets) {
+    size_t n = (size_t)h->L->micro * h->L->Tl * sizeof(uint16_t);
+    memcpy(tokens, h->inp, n);
+    memcpy(targets, h->tgt, n);
+}
+static void fill_current(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
+    (void)mb;
+    copy_out(ctx, tokens, targets);
+}
+static void fill_step(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
+    load_micro(ctx, mb);
+    copy_out(ctx, tokens, targets);
+}
+static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((dt_par *)ctx)->dpe, last); }
+
+dt_status dt_par_step(dt_par *h, long long step, dt_par_fill fill, void *ctx, double *loss, double *grad_norm,
+                      double *lr) {
+    const dt_layout *L = h->L;
+    h->fill = fill;
+    h->fill_ctx = ctx;
+    dt_dp_begin_step(h->dpe);
+    float grad_scale = 1.0f / ((float)L->global_batch * (float)L->T);
+    double sum = 0.0;
+    if (h->pipe) { /* the schedule runs every micro-step of the step */
+        dt_pp_io io = {fill_step, micro_step, h};
+        DT_TRY(dt_pipeline_step(h->pipe, &io, grad_scale, &sum));
+    }
+    for (int k = 0; !h->pipe && k < L->m; k++) {
+        load_micro(h, k);
+        dt_watchdog_micro(k);
+        dt_dp_begin_micro(h->dpe, k == L->m - 1);
+        double l;
+        DT_TRY(gpt_forward_backward(&h->model, h->inp, h->tgt, L->micro, L->Tl, grad_scale, &l));
+        sum += l;
+    }
+    *lr = dt_lr_at(&h->hp, step);
+    DT_TRY(dt_dp_end_step(h->dpe, *lr, grad_norm));
+    DT_TRY(h->model.ops->sync()); /* a device failure during the step surfaces here */
+    if (dt_layout_dp_cp_enabled(L)) /* context-parallel ranks hold the other positions */
+        DT_TRY(dt_allreduce(h->data_comm, &sum, 1, DT_F64, DT_SUM));
+    *loss = sum / ((double)L->global_batch * L->T);
+    return DT_OK;
+}
+
+dt_status dt_par_eval(dt_par *h, dt_par_fill fill, void *ctx, double *loss_sum, double *tokens) {
+    fill(ctx, 0, h->inp, h->tgt);
+    cp_select(h);
+    if (h->pipe) {
+        dt_pp_io io = {fill_current, NULL, h};
+        DT_TRY(dt_pipeline_eval(h->pipe, &io, 1, loss_sum));
+    } else {
+        DT_TRY(gpt_eval_loss(&h->model, h->inp, h->tgt, h->L->micro, h->L->Tl, loss_sum));
+    }
+    *tokens = (double)h->L->micro * h->L->Tl;
+    return DT_OK;
+}
+
+dt_status dt_par_allreduce_data(dt_par *h, double *v, int n) {
+    return dt_allreduce(h->data_comm, v, (size_t)n, DT_F64, DT_SUM);
+}
+
+int dt_par_dp_rank(const dt_par *h) { return h->mesh.dp_rank; }
+
+dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb) {
+    return dt_dp_save(h->dpe, dir, st, config_json, shard_mb);
+}
+
+dt_status dt_par_save_wait(dt_par *h) { return dt_dp_save_wait(h->dpe); }
+
+int dt_par_async_save(const dt_par *h) { return h->async_save; }
+
+dt_status dt_par_digest(dt_par *h, char hex[65]) { return dt_dp_digest(h->dpe, hex); }
+
+dt_status dt_par_gather_full(dt_par *h) {
+    DT_TRY(dt_dp_gather_full(h->dpe));
+    h->hooks = h->model.hooks; /* the full weights are in place: no per-unit gathers */
+    memset(&h->model.hooks, 0, sizeof h->hooks);
+    return DT_OK;
+}
+
+void dt_par_release_full(dt_par *h) {
+    h->model.hooks = h->hooks;
+    dt_dp_release_full(h->dpe);
+}
+
+/* A pipeline passes the sequence through its stages and broadcasts the last stage's
+ * logits; tensor-parallel ranks compute vocabulary-parallel logits together. */
+dt_status dt_par_next_logits(void *ctx, const uint16_t *tokens, int T, float *logits) {
+    dt_par *h = ctx;
+    return h->pipe ? dt_pipeline_next_logits(h->pipe, tokens, T, logits)
+                   : gpt_next_logits(&h->model, tokens, T, logits);
+}
+
+const gpt_model *dt_par_model(const dt_par *h) { return &h->model; }
+
+double dt_par_comm_seconds(const dt_par *h) {
+    return dt_layout_dp_cp_enabled(h->L) && !h->dcomm ? dt_dp_comm_seconds(h->dpe) : -1.0;
+}
+
+void dt_par_memory(const dt_par *h, dt_mem_report *r) {
+    dt_dp_memory(h->dpe, r);
+    r->activations = h->model.act_bytes;
+    if (dt_layout_cp_enabled(h->L)) /* the ring's K/V buffers, as the estimator counts them */
+        r->workspace += dt_cp_ring_bytes(h->L->micro, h->L->T, h->mesh.cp, h->model.shape.n_embd, h->mesh.tp);
+}
+
+dt_status dt_par_gather_report(dt_par *h) {
+    if (!h->pipe) return DT_OK;
+    double pt[3]; /* every stage's busy, waiting and pipeline time, for rank 0's report */
+    dt_pipeline_times(h->pipe, &pt[0], &pt[1], &pt[2]);
+    return dt_allgather(h->world, pt, h->pipe_all, 3, DT_F64);
+}
+
+/* Per stage (the first data-parallel and tensor-parallel rank of each): compute and
+ * waiting time per step, the measured bubble (1 - compute / time in the schedule) next to
+ * the schedule's formula, and the activation bytes the stage holds. */
+static void print_pipeline(const dt_par *h, long long steps, const double *mem_all, FILE *out) {
+    const dt_mesh *g = &h->mesh;
+    const dt_layout *L = h->L;
+    double busy = 0, span = 0;
+    fprintf(out, "pipeline: %s, %d stages, %d micro-batches per step; per stage (ms/step compute, waiting; "
+            "activations):", dt_schedule_name(L->schedule), g->pp, L->m);
+    for (int r = 0; r < g->pp; r++) {
+        int at = dt_mesh_rank_of(0, r, 0, 0, g->pp, g->cp, g->tp);
+        const double *x = h->pipe_all + 3 * at;
+        fprintf(out, " %s%.1f, %.1f; %.1f MB", r ? "| " : "", 1e3 * x[0] / steps, 1e3 * x[1] / steps,
+                mem_all[7 * at + 3] / 1e6);
+        busy += x[0];
+        span += x[2];
+    }
+    int zb = dt_schedule_splits_backward(L->schedule), v = L->cfg.parallel.virtual_stages;
+    fprintf(out, "\npipeline bubble: measured %.3f, formula %s = %.3f\n", 1.0 - busy / span,
+            zb ? "(p-1)(F+B-W)/(m(F+B+W)+(p-1)(F+B-W)) with F:B:W = 1:1:1"
+               : v > 1 ? "(p-1)/(v·m+p-1)" : "(p-1)/(m+p-1)",
+            dt_schedule_bubble_formula(L->schedule, g->pp, v, L->m, 1.0, zb ? 1.0 : 2.0, 1.0));
+}
+
+void dt_par_print_report(const dt_par *h, long long steps, const double *mem_all, FILE *out) {
+    if (steps <= 0) return;
+    if (dt_layout_tp_enabled(h->L))
+        fprintf(out, "tensor-parallel communication: %.1f ms/step (%s inside forward and backward, validation "
+                "included, rank 0)\n", 1e3 * dt_tp_comm_seconds(&h->model) / (double)steps,
+                h->model.sp ? "all-gathers, reduce-scatters and all-reduces" : "all-reduces");
+    if (h->pipe) print_pipeline(h, steps, mem_all, out);
+    if (h->dcomm) /* the host only queues them: their waits are the GPU's */
+        fprintf(out, "communication: data-parallel collectives on the device communicator's stream (%s); exposed "
+                "time not measured\n", dt_dcomm_name(h->dcomm));
+    else if (dt_layout_dp_cp_enabled(h->L))
+        fprintf(out, "communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
+                1e3 * dt_dp_comm_seconds(h->dpe) / (double)steps);
+}

@@ -1,0 +1,79 @@
+/* One parallelize step (torchtitan's parallelize_module): from the layout, this rank's
+ * process groups (mesh.h), its piece of the model (tensor-parallel shards, its pipeline
+ * stage, its context-parallel positions), the data-parallel engine that owns the
+ * optimizer (data_parallel.h) and the pipeline runner, wired together once. The handle's
+ * step, eval, save and load work alike for every layout: a run without pipeline stages
+ * is the one-stage case, hidden here, so the training loop has no layout branch.
+ *
+ * Data reaches the handle through a fill callback: it writes `micro` whole sequences (T
+ * tokens and their targets each) starting at sequence seq0 of the step's global batch
+ * (or of the validation batch); the handle keeps the positions this rank computes. */
+#ifndef DT_PARALLELIZE_H
+#define DT_PARALLELIZE_H
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../ckpt/checkpoint.h"
+#include "../comm/comm.h"
+#include "../core/mem_report.h"
+#include "../core/status.h"
+#include "../model/gpt.h"
+#include "layout/layout.h"
+
+typedef struct dt_par dt_par;
+
+typedef void (*dt_par_fill)(void *ctx, int seq0, uint16_t *tokens, uint16_t *targets);
+
+/* Collective over world: builds everything for layout L (kept by pointer: it must
+ * outlive the handle) on ops. The weights are not set yet: dt_par_init_weights or
+ * dt_par_load. Rank 0 prints a note when checkpoint.async cannot apply. */
+dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const dt_ops *ops);
+/* failed: the run ends with an error (queued device collectives are aborted, not drained). */
+void dt_par_destroy(dt_par *h, int failed);
+
+/* GPT-2 initialisation, or weights from a safetensors file (train.init_from). */
+dt_status dt_par_init_weights(dt_par *h, uint64_t seed, const char *init_from);
+/* Weights, optimizer state and step count from a checkpoint step directory. */
+dt_status dt_par_load(dt_par *h, const char *step_dir, long long step);
+
+/* One optimizer step `step` (0-based: the learning rate's schedule position) over the
+ * layout's m micro-batches of this rank; *loss = the mean loss over the global batch
+ * (every rank), *grad_norm before clipping, *lr the rate applied. */
+dt_status dt_par_step(dt_par *h, long long step, dt_par_fill fill, void *ctx, double *loss, double *grad_norm,
+                      double *lr);
+/* Forward only over one micro-batch (fill's seq0 is 0): *loss_sum over this rank's
+ * *tokens positions. */
+dt_status dt_par_eval(dt_par *h, dt_par_fill fill, void *ctx, double *loss_sum, double *tokens);
+/* Sums n doubles over the ranks that hold different data (data- and context-parallel). */
+dt_status dt_par_allreduce_data(dt_par *h, double *v, int n);
+/* This rank's index among the data-parallel replicas (which micro-batches it takes). */
+int dt_par_dp_rank(const dt_par *h);
+
+/* Collective: the checkpoint of whole tensors (see dt_dp_save); with asynchronous saves
+ * it returns once the state is gathered and dt_par_save_wait ends it. */
+dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb);
+dt_status dt_par_save_wait(dt_par *h);
+int dt_par_async_save(const dt_par *h);
+/* Collective: sha256 of the full weights. */
+dt_status dt_par_digest(dt_par *h, char hex[65]);
+/* Collective: the full weights readable through the model (for sampling), until
+ * dt_par_release_full. Then, on the first replica only (dt_par_dp_rank 0), every model
+ * rank calls dt_par_next_logits together (a dt_next_logits_fn: ctx is the handle). */
+dt_status dt_par_gather_full(dt_par *h);
+void dt_par_release_full(dt_par *h);
+dt_status dt_par_next_logits(void *h, const uint16_t *tokens, int T, float *logits);
+/* The model this rank holds (its tensors, its longest sequence max_T). */
+const gpt_model *dt_par_model(const dt_par *h);
+
+/* Seconds the steps so far waited on data-parallel communication; -1 when not measured
+ * (a single replica, or collectives queued on a device stream). */
+double dt_par_comm_seconds(const dt_par *h);
+/* This rank's memory: state, workspace and activations (peak_rss is the caller's). */
+void dt_par_memory(const dt_par *h, dt_mem_report *r);
+/* Collective: gathers what the final report needs from every rank (pipeline timings). */
+dt_status dt_par_gather_report(dt_par *h);
+/* Rank 0, after the summary: the layout's communication and pipeline lines over
+ * `steps` timed steps; mem_all: 7 numbers per world rank (the summary's memory). */
+void dt_par_print_report(const dt_par *h, long long steps, const double *mem_all, FILE *out);
+
+#endif
