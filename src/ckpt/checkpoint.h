@@ -14,7 +14,9 @@
  * directory's lifecycle (refusing a second run, cleanup, pruning): ckpt_dir.h.
  * Implemented by: ckpt_write.c (the file plan, the tensor files, one-writer saves),
  * ckpt_index.c (the sharded index), ckpt_commit.c, ckpt_state.c (trainer_state.json),
- * ckpt_read.c (loading and checking tensors), ckpt_digest.c. */
+ * ckpt_read.c (loading and checking tensors), ckpt_digest.c. Checkpoints of a
+ * distributed state (who writes what, the assembly of whole tensors, the stage writers'
+ * commit, asynchronous saves): distributed.h. */
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
 #include <stdint.h>
@@ -56,7 +58,7 @@ dt_status dt_ckpt_save_stream(const char *dir, const gpt_model *m, const dt_ckpt
                               const dt_train_state *st, const char *config_json, double shard_mb);
 
 /* A save by several writers (one per pipeline stage, each holding its stage's whole
- * tensors; the collective part is the caller's, src/parallel/data_parallel/state.c), in steps:
+ * tensors; the collective part is stage_save.c's, dt_ckpt_save_stages), in steps:
  *   root:       dt_ckpt_begin (the temporary step directory, named by the root's pid)
  *   every one:  dt_ckpt_count_files, then dt_ckpt_write_files (file numbers first..)
  *   root:       dt_ckpt_write_index (when the files are more than one)

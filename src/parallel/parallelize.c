@@ -24,7 +24,7 @@ struct dt_par {
     dt_pipeline *pipe; /* NULL: one stage, the micro-steps run here */
     dt_adamw_hparams hp;
     uint16_t *inp, *tgt; /* one micro-batch of whole sequences (micro x T) */
-    int async_save;
+    dt_ckpt_dist ckpt; /* saves and the digest of the engine's state (ckpt/distributed.h) */
     double *pipe_all; /* the final pipeline report: 3 numbers per world rank */
     gpt_hooks hooks;  /* the engine's hooks while the full weights are in place */
     dt_par_fill fill; /* the current step's data, for the pipeline's callbacks */
@@ -68,26 +68,28 @@ static dt_status create_model(dt_par *h, const dt_layout *L, const dt_ops *ops) 
 }
 
 /* The data-parallel engine over the data group, with the model-parallel groups its
- * state spans (state.h). */
+ * state spans (state.h), and the checkpoints of its state (ckpt/distributed.h). */
 static dt_status create_engine(dt_par *h, const dt_layout *L) {
     const dt_config *c = &L->cfg;
     h->hp = (dt_adamw_hparams){c->train.lr, c->train.min_lr, c->train.beta1, c->train.beta2, c->train.eps,
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     int pp = dt_layout_pp_enabled(L);
+    dt_model_groups groups = {dt_layout_tp_enabled(L) ? h->mesh.tp_comm : NULL, pp ? h->mesh.pp_comm : NULL,
+                              pp && h->mesh.in_emb ? h->mesh.emb_comm : NULL};
     dt_dp_opts o = {.ps = dt_layout_ps(L), .zero = L->zero,
                     .bucket_bytes = (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0),
                     .bitwise = dt_layout_bitwise(L), .overlap = c->parallel.overlap, .leaves = L->m,
-                    .groups = {dt_layout_tp_enabled(L) ? h->mesh.tp_comm : NULL, pp ? h->mesh.pp_comm : NULL,
-                               pp && h->mesh.in_emb ? h->mesh.emb_comm : NULL},
-                    .gather_once = pp};
+                    .groups = groups, .gather_once = pp};
     if (dt_layout_nccl(L)) { /* the layout's check: a device, pure data parallelism */
         if (L->backend == DT_BACKEND_CUDA) DT_TRY(dt_dcomm_nccl(h->data_comm, &h->dcomm));
         else DT_TRY(dt_dcomm_emulated(h->data_comm, dt_emulated_host, &h->dcomm));
         o.dcomm = h->dcomm;
     }
     DT_TRY(dt_dp_create(&h->dpe, h->data_comm, &h->model, &h->hp, &o));
-    h->async_save = dt_dp_set_async_save(h->dpe, c->checkpoint.async);
-    if (c->checkpoint.async && !h->async_save && dt_comm_rank(h->world) == 0)
+    dt_ckpt_groups cg = {h->data_comm, {groups.tp, groups.pp}}; /* the ranks the engine's state spans */
+    dt_ckpt_pieces pieces = dt_dp_ckpt_pieces(h->dpe);
+    dt_ckpt_dist_init(&h->ckpt, &cg, &h->model, &pieces);
+    if (c->checkpoint.async && !dt_ckpt_dist_set_async(&h->ckpt, 1) && dt_comm_rank(h->world) == 0)
         printf("dtrain: note: checkpoint.async applies where rank 0 writes alone (no tp, pp or cp); saving "
                "synchronously\n");
     return DT_OK;
@@ -122,6 +124,7 @@ void dt_par_destroy(dt_par *h, int failed) {
     /* collectives still queued (a failed step's) end before the buffers they use are
      * freed: drained, or aborted after a failure (a peer may never issue its side) */
     dt_dcomm_free(h->dcomm, failed);
+    dt_ckpt_dist_finish(&h->ckpt); /* a failed run still lets a started save finish */
     dt_dp_destroy(h->dpe);
     dt_cp_detach(&h->model);
     dt_tp_detach(&h->model);
@@ -225,14 +228,14 @@ dt_status dt_par_allreduce_data(dt_par *h, double *v, int n) {
 int dt_par_dp_rank(const dt_par *h) { return h->mesh.dp_rank; }
 
 dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb) {
-    return dt_dp_save(h->dpe, dir, st, config_json, shard_mb);
+    return dt_ckpt_save_distributed(&h->ckpt, dir, st, config_json, shard_mb);
 }
 
-dt_status dt_par_save_wait(dt_par *h) { return dt_dp_save_wait(h->dpe); }
+dt_status dt_par_save_wait(dt_par *h) { return dt_ckpt_save_wait(&h->ckpt); }
 
-int dt_par_async_save(const dt_par *h) { return h->async_save; }
+int dt_par_async_save(const dt_par *h) { return h->ckpt.async; }
 
-dt_status dt_par_digest(dt_par *h, char hex[65]) { return dt_dp_digest(h->dpe, hex); }
+dt_status dt_par_digest(dt_par *h, char hex[65]) { return dt_ckpt_digest_distributed(&h->ckpt, hex); }
 
 dt_status dt_par_gather_full(dt_par *h) {
     DT_TRY(dt_dp_gather_full(h->dpe));

@@ -49,7 +49,7 @@ dt_status dt_par_allreduce_data(dt_par *h, double *v, int n);
 /* This rank's index among the data-parallel replicas (which micro-batches it takes). */
 int dt_par_dp_rank(const dt_par *h);
 
-/* Collective: the checkpoint of whole tensors (see dt_dp_save); with asynchronous saves
+/* Collective: the checkpoint of whole tensors (ckpt/distributed.h); with asynchronous saves
  * it returns once the state is gathered and dt_par_save_wait ends it. */
 dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb);
 dt_status dt_par_save_wait(dt_par *h);

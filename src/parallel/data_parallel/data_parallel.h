@@ -4,14 +4,16 @@
  * dt_dp_opts: the central rank (ps.c), DDP's bucketed all-reduce (ddp.c), ZeRO stages 1-3
  * (zero1.c, zero2.c, zero3.c over zero_shard.c), optionally wrapped for bitwise
  * reproducibility (bitwise.c). With one rank every mode is plain single-process
- * training. The strategies own the optimizer state, so the engine also saves, loads and
- * digests the full model through them; what a rank's tensors mean in the whole model
- * (tensor-parallel pieces) comes from state.h. */
+ * training. The strategies own the optimizer state, so the engine also loads it and
+ * hands its pieces to checkpoints and the digest (ckpt/distributed.h, which decides who
+ * writes what); how a rank's tensors add up in training (the norm over tensor-parallel
+ * pieces, tied embeddings) comes from state.h. */
 #ifndef DT_DATA_PARALLEL_H
 #define DT_DATA_PARALLEL_H
 #include <stdint.h>
 
 #include "../../ckpt/checkpoint.h"
+#include "../../ckpt/distributed.h"
 #include "../../core/config.h"
 #include "../../comm/comm.h"
 #include "../../comm/device_comm.h"
@@ -48,12 +50,6 @@ dt_status dt_dp_check_config(const dt_config *c);
  * (the model must come from gpt_create_ex(..., alloc_state = 0)). */
 dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_hparams *hp, const dt_dp_opts *o);
 void dt_dp_destroy(dt_dp *d);
-/* checkpoint.async: later dt_dp_save calls return once the state is gathered; rank 0's
- * write runs in a child (ckpt/async_save.h). Only where rank 0 writes alone (no tp, pp or
- * cp: those layouts' stage writers commit together and save synchronously). */
-int dt_dp_set_async_save(dt_dp *d, int on); /* returns whether saves are asynchronous */
-/* The save in flight finished (collective): its status on every rank; DT_OK when none. */
-dt_status dt_dp_save_wait(dt_dp *d);
 /* GPT-2 initialisation (identical on every rank), or weights from a safetensors file. */
 dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 /* Weights, optimizer moments and step count from a checkpoint step directory. */
@@ -64,16 +60,10 @@ void dt_dp_begin_step(dt_dp *d);
 void dt_dp_begin_micro(dt_dp *d, int last);
 /* Combines gradients, clips to the global norm, updates, re-distributes parameters. */
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm);
-/* Collective: the checkpoint of whole (unsharded) tensors, written by rank 0, or with
- * pipeline stages by each stage's first rank in parallel (shard files + index; shard_mb:
- * checkpoint.shard_mb, checkpoint.h). ZeRO's sharded state is streamed to rank 0's writer
- * one unit at a time (a save's extra memory: the largest unit's fp32 values), except
- * where the whole state is needed at once: an asynchronous save (its child writes from a
- * snapshot of the gathered state) and model-parallel layouts (a stage root assembles its
- * stage's tensors whole). */
-dt_status dt_dp_save(dt_dp *d, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb);
-/* Collective: digest of the full weights (every rank gets it; ZeRO's streamed as a save is). */
-dt_status dt_dp_digest(dt_dp *d, char hex[65]);
+/* The strategy's state as a checkpoint's pieces (ckpt/distributed.h: the full state as
+ * unit views, or streamed where the strategy streams), d their context: the checkpoint
+ * module decides who writes what, assembles and commits. */
+dt_ckpt_pieces dt_dp_ckpt_pieces(dt_dp *d);
 /* Collective: makes the full weights readable through the model (ZeRO-3 gathers them;
  * call dt_dp_release_full after use). */
 dt_status dt_dp_gather_full(dt_dp *d);

@@ -6,7 +6,6 @@
 #define DT_DP_CORE_H
 #include "data_parallel.h"
 
-#include "../../ckpt/async_save.h"
 #include "../../core/timer.h"
 #include "strategy.h"
 
@@ -22,8 +21,6 @@ struct dt_dp {
     long long step;
     int last_micro;          /* the step's last accumulation micro-step is running */
     size_t align;            /* ZeRO's unit padding: DT_SHARD_ALIGN, or a wrapper's (bitwise: its chunk) */
-    int async_save;          /* checkpoint.async: rank 0 writes saves in a child (ckpt/async_save.h) */
-    dt_ckpt_async save_job;  /* the save in flight */
     dt_dp_strategy st;           /* the operations the engine runs: the mode's, maybe wrapped */
     const dt_dp_strategy *mode;  /* the mode's own (a wrapper calls them) */
     void *priv;                  /* the mode's state */

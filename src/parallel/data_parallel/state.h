@@ -1,13 +1,12 @@
 /* The training state across the model-parallel layout. The data-parallel strategies
- * (data_parallel.c: ps, DDP; zero.c: ZeRO 1-3) store, reduce, shard and update whatever
- * tensors this rank's model holds, over the data-parallel group only; this module says how
- * those tensors add up to the whole model, reading their shard specs: which partial sums
- * make the global gradient norm, and how whole tensors are assembled for checkpoints and
- * the digest. Tensor parallelism is here now; pipeline stages (tied embeddings) and
- * context parallelism extend this file, not the strategies. */
+ * (strategy.h: ps, DDP, ZeRO 1-3) store, reduce, shard and update whatever tensors this
+ * rank's model holds, over the data-parallel group only; this module says how those
+ * tensors add up in training, reading their shard specs: which partial sums make the
+ * global gradient norm, and the tied embedding's gradient shared by the end stages. How
+ * whole tensors are assembled for checkpoints and the digest is the checkpoint's
+ * (src/ckpt/distributed.h). Implemented by state.c. */
 #ifndef DT_STATE_H
 #define DT_STATE_H
-#include "../../ckpt/checkpoint.h"
 #include "../../comm/comm.h"
 #include "../../model/gpt.h"
 
@@ -35,37 +34,5 @@ int dt_state_model_parallel(const dt_model_groups *g);
 /* The global norm from this rank's partial sums of squares (already complete over the
  * data-parallel group). Collective over the model-parallel groups. */
 dt_status dt_state_norm(const dt_model_groups *g, const double part[DT_NORM_NCLASSES], double *norm);
-
-/* Whether this rank is where whole tensors are assembled (first of its model-parallel
- * groups: tensor-parallel rank 0 of the first stage). */
-int dt_state_is_root(const dt_model_groups *g);
-/* The whole model (fp32 host memory; moments too when mv, vv are given) assembled at the
- * root from every rank's pieces (unit views: parameters the model's, moments mv and vv).
- * Collective over the model-parallel groups; w is only filled at the root. */
-typedef struct {
-    gpt_model full;
-    float *mom[2];
-    float **view[2]; /* unit views of mom */
-} dt_whole_model;
-dt_status dt_state_gather_whole(const dt_model_groups *g, const gpt_model *m, float *const *mv, float *const *vv,
-                                dt_whole_model *w);
-void dt_whole_free(dt_whole_model *w);
-/* Whether this rank writes its pipeline stage's checkpoint files (its stage's first
- * tensor-parallel rank). */
-int dt_state_is_stage_root(const dt_model_groups *g);
-/* The whole tensors of this rank's stage (tp = 1; the tensor-parallel pieces assembled,
- * moments too when mv, vv are given) at each stage root; collective over the
- * tensor-parallel group. w is only filled at the stage roots. */
-dt_status dt_state_gather_stage(const dt_model_groups *g, const gpt_model *m, float *const *mv, float *const *vv,
-                                dt_whole_model *w);
-/* A checkpoint save by the stage roots, in parallel: each writes its stage's files (w,
- * from dt_state_gather_stage), the first stage's root the indexes and commits once every
- * stage's files are complete (checkpoint.h: dt_ckpt_begin ... dt_ckpt_commit). Collective
- * over the pipeline group of the stage roots; s: this rank's status so far (any failure
- * anywhere: nothing is committed and the step's temporary directory is removed). */
-dt_status dt_state_save_stages(const dt_model_groups *g, const dt_whole_model *w, dt_status s, const char *dir,
-                               const dt_train_state *st, const char *config_json, double shard_mb);
-/* Every rank of the model-parallel groups learns whether any failed (first error wins). */
-dt_status dt_state_agree(const dt_model_groups *g, dt_status s);
 
 #endif

@@ -125,34 +125,3 @@ dt_status dt_tp_check(const dt_config *c) {
                        c->parallel.tp, what);
     return DT_OK;
 }
-
-/* local <-> global runs of one piece (dt_shard_runs), at most cap of them */
-static dt_status piece_runs(const dt_shard *s, dt_shard_run **runs, int64_t *n) {
-    int64_t cap = dt_shard_max_runs(s);
-    *runs = malloc((size_t)(cap > 0 ? cap : 1) * sizeof **runs);
-    if (!*runs) return dt_fail(DT_ERUNTIME, "out of memory (shard runs)");
-    *n = dt_shard_runs(s, *runs, cap);
-    return DT_OK;
-}
-
-dt_status dt_tp_gather_tensor(dt_comm *tp, const gpt_tensor *t, const float *local, float *full, float *scratch) {
-    int root = dt_comm_rank(tp) == 0;
-    if (t->shard.pieces <= 1) { /* replicated: every rank has it whole */
-        if (root) memcpy(full, local, t->numel * sizeof(float));
-        return DT_OK;
-    }
-    DT_TRY(dt_gather(tp, local, scratch, t->numel, DT_F32, 0));
-    if (!root) return DT_OK;
-    for (int p = 0; p < t->shard.pieces; p++) {
-        dt_shard s = t->shard;
-        s.index = p;
-        dt_shard_run *runs = NULL;
-        int64_t n = 0;
-        DT_TRY(piece_runs(&s, &runs, &n));
-        for (int64_t k = 0; k < n; k++)
-            memcpy(full + runs[k].global, scratch + (size_t)p * t->numel + runs[k].local,
-                   (size_t)runs[k].len * sizeof(float));
-        free(runs);
-    }
-    return DT_OK;
-}

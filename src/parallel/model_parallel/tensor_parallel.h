@@ -24,10 +24,4 @@ double dt_tp_comm_seconds(const gpt_model *m);
  * one line (DT_EINPUT). */
 dt_status dt_tp_check(const dt_config *c);
 
-/* Tensor t's pieces (local: this rank's, t->numel floats, host memory) assembled into
- * the unsharded tensor at the group's index 0: full receives [rows, cols] in the global
- * layout (padding rows untouched); scratch holds tp·numel floats there. Collective over
- * tp; full and scratch are only used at index 0. */
-dt_status dt_tp_gather_tensor(dt_comm *tp, const gpt_tensor *t, const float *local, float *full, float *scratch);
-
 #endif
