@@ -46,4 +46,5 @@ const dt_dp_strategy dt_dp_ps = {
     .setup = ps_setup,
     .reduce = ps_reduce,
     .update = ps_update,
+    .formula = {NULL, NULL, 0, 0, {0, 0, 0}, 16, 8}, /* the root: 16psi, the others 8psi */
 };
