@@ -1,5 +1,5 @@
-/* ZeRO stages 1-3 (seed 003: 16Ψ -> 4Ψ+12Ψ/N -> 2Ψ+14Ψ/N -> 16Ψ/N with bf16; here the
- * fp32 analogues, see docs/parallelism.md): what the three stages share. Sharding is per
+/* ZeRO stages 1-3 (16Ψ -> 4Ψ+12Ψ/N -> 2Ψ+14Ψ/N -> 16Ψ/N with bf16, and the fp32
+ * analogues: docs/parallelism.md, "Memory"): what the three stages share. Sharding is per
  * model unit, like FSDP's flat parameters, so every unit's reduce-scatter and all-gather
  * are equal-count collectives (zero_shard.h). With bf16 storage the parameters and
  * gradients are bf16 and each rank keeps fp32 master weights of its slices. A device's
