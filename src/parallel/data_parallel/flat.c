@@ -235,8 +235,3 @@ void dt_flat_estimate(const dt_dp_stage *s, double *state, double *work) {
     /* with device collectives bf16 DDP widens one bucket at a time into an fp32 device copy */
     if (copy && dt_layout_nccl(L)) *work += 4 * fmin(floor(L->cfg.parallel.bucket_mb * 1024.0 * 1024.0 / 4) + 1, s->psi);
 }
-
-double dt_flat_ring_passes(int m, int gather_once) {
-    (void)m, (void)gather_once;
-    return 2.0;
-}

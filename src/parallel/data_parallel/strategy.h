@@ -43,6 +43,7 @@ typedef struct dt_dp_strategy {
     const char *name;
     int grads;   /* DT_GRADS_* */
     int sharded; /* the optimizer state is split over the data-parallel ranks (needs several) */
+    int params_shard; /* the parameters too: a rank keeps its shard, gathered for use (ZeRO-3) */
     dt_dp_formula formula;
     /* The state for this rank's model (its private state in dt_dp.priv) and the model's
      * parameter/gradient views; collective (node-shared buffers). free: every rank, in the
@@ -89,10 +90,11 @@ typedef struct dt_dp_strategy {
      * added to *work its buffers (buckets, scratch, staging copies); the estimator and
      * the planner read memory only from here. A wrapper adds its own after the mode's. */
     void (*estimate)(const dt_dp_stage *s, double *state, double *work);
-    /* The planner's gradient traffic per optimizer step, in ring passes of the gradients'
-     * volume, for m micro-batches per step (gather_once: parameters gathered once per
-     * step, as under a pipeline). */
-    double (*ring_passes)(int m, int gather_once);
+    /* The planner's gradient and parameter traffic per optimizer step, in ring passes of
+     * the gradients' volume: ring[gather_once][0] + ring[gather_once][1] x m for m
+     * micro-batches per step (gather_once: parameters gathered once per step, as under a
+     * pipeline). */
+    double ring[2][2];
 } dt_dp_strategy;
 
 extern const dt_dp_strategy dt_dp_ps, dt_dp_ddp, dt_dp_zero1, dt_dp_zero2, dt_dp_zero3;

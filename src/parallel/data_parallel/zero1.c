@@ -59,18 +59,6 @@ static dt_status zero1_reduce(dt_dp *d, double *norm) {
     return dt_zero_norm(d, norm);
 }
 
-/* padded parameters and gradients (reduce-scattered in place), the moments of the slices */
-static void zero1_estimate(const dt_dp_stage *s, double *state, double *work) {
-    (void)work;
-    *state = dt_zero_estimate(s, (dt_zero_keeps){0, 0, 0});
-}
-
-/* the gradients' reduce-scatter and the parameters' all-gather */
-static double zero1_ring_passes(int m, int gather_once) {
-    (void)m, (void)gather_once;
-    return 2.0;
-}
-
 const dt_dp_strategy dt_dp_zero1 = {
     DT_ZERO_SHARED_OPS,
     .name = "zero1",
@@ -83,7 +71,6 @@ const dt_dp_strategy dt_dp_zero1 = {
     .reduce = zero1_reduce,
     .update = dt_zero_update_gather,
     .init_weights = dt_zero_init_weights,
-    .estimate = zero1_estimate,
-    .ring_passes = zero1_ring_passes,
+    .ring = {{2, 0}, {2, 0}}, /* the gradients' reduce-scatter, the parameters' all-gather */
     .formula = {"4psi+12psi/N", "8psi+8psi/N", 4, 12, {0, 0, 1}, 0, 0},
 };

@@ -66,18 +66,6 @@ static dt_status zero2_drain(dt_dp *d) {
     return dt_zero_settle_all(d);
 }
 
-/* padded parameters, the gradient shard with its scratch */
-static void zero2_estimate(const dt_dp_stage *s, double *state, double *work) {
-    (void)work;
-    *state = dt_zero_estimate(s, (dt_zero_keeps){0, 1, 0});
-}
-
-/* a reduce-scatter per micro-batch, the update's all-gather */
-static double zero2_ring_passes(int m, int gather_once) {
-    (void)gather_once;
-    return m + 1.0;
-}
-
 const dt_dp_strategy dt_dp_zero2 = {
     DT_ZERO_SHARED_OPS,
     .name = "zero2",
@@ -91,7 +79,6 @@ const dt_dp_strategy dt_dp_zero2 = {
     .reduce = dt_zero2_reduce,
     .update = dt_zero_update_gather,
     .init_weights = dt_zero_init_weights,
-    .estimate = zero2_estimate,
-    .ring_passes = zero2_ring_passes,
+    .ring = {{1, 1}, {1, 1}}, /* a reduce-scatter per micro-batch, the update's all-gather */
     .formula = {"2psi+14psi/N", "4psi+12psi/N", 2, 14, {0, 1, 1}, 0, 0},
 };

@@ -104,16 +104,6 @@ static dt_status zero3_init_weights(dt_dp *d, uint64_t seed, const char *init_fr
     return refresh(d); /* gathered before the weights changed */
 }
 
-/* every piece a shard, the gradient scratch and the gathered parameters */
-static void zero3_estimate(const dt_dp_stage *s, double *state, double *work) {
-    (void)work;
-    *state = dt_zero_estimate(s, (dt_zero_keeps){1, 1, 1});
-}
-
-/* the reduce-scatters and the parameter gathers: once per step under a pipeline, else in
- * the forward and the backward of every micro-batch */
-static double zero3_ring_passes(int m, int gather_once) { return m + (gather_once ? 1.0 : 2.0 * m); }
-
 const dt_dp_strategy dt_dp_zero3 = {
     DT_ZERO_SHARED_OPS,
     .name = "zero3",
@@ -127,7 +117,9 @@ const dt_dp_strategy dt_dp_zero3 = {
     .reduce = dt_zero2_reduce,
     .update = zero3_update,
     .init_weights = zero3_init_weights,
-    .estimate = zero3_estimate,
-    .ring_passes = zero3_ring_passes,
+    /* the reduce-scatters; the parameters gathered once per step under a pipeline, else in
+     * the forward and the backward of every micro-batch */
+    .ring = {{0, 3}, {1, 1}},
+    .params_shard = 1,
     .formula = {"16psi/N", "16psi/N", 0, 16, {1, 1, 1}, 0, 0},
 };

@@ -614,25 +614,27 @@ dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
 
 /* Parameters and gradients (padded, or the shard), the moments of the shard; with a
  * gradient shard its scratch (embedding, ln_f, one block) and reduce-scatter buffer; with
- * gathers the gathered parameters (embedding, ln_f and two blocks, or under a pipeline the
+ * a parameter shard the gathered parameters (embedding, ln_f and two blocks, or under a pipeline the
  * whole stage). bf16: parameters and gradients in bf16, fp32 master weights of the slices,
  * and on the CPU the fp32 host staging of the reductions (the largest unit and slice; on
  * a device that is host memory, left out as the memory report does), or with device
  * collectives fp32 device copies of the same sizes. */
-double dt_zero_estimate(const dt_dp_stage *s, dt_zero_keeps k) {
+void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
+    (void)work;
     const dt_layout *L = s->L;
+    int params_shard = s->mode->params_shard, grads_shard = s->mode->grads == DT_GRADS_SHARD;
     dt_zero_units u = dt_zero_units_of(s);
     int bf16 = dt_layout_bf16(L);
     double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
     double f = sizeof(float), e = bf16 ? 2 : f;
-    double b = ((k.params_shard ? u.shard : u.padded) + (k.grads_shard ? u.shard : u.padded)) * e + 2 * u.shard * f;
+    double b = ((params_shard ? u.shard : u.padded) + (grads_shard ? u.shard : u.padded)) * e + 2 * u.shard * f;
     if (bf16) b += u.shard * f;
-    if (k.grads_shard) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
-    if (k.gathers) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
+    if (grads_shard) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
+    if (params_shard) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
     if (bf16 && L->backend == DT_BACKEND_CPU) b += (maxP + maxS) * f;
     if (bf16 && dt_layout_nccl(L)) b += (maxP + maxS) * f; /* the fp32 device copies */
     /* fp32 on the device communicator: a second block scratch and reduce-scatter buffer,
      * so each unit's reduce-scatter overlaps the next unit's backward */
-    if (!bf16 && k.grads_shard && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
-    return b;
+    if (!bf16 && grads_shard && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
+    *state = b;
 }

@@ -144,7 +144,8 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     if (N > 1) { /* gradients over dp x cp, in ring passes of part each ((N-1) messages per unit),
                     as many as the mode makes (strategy.h); a pipeline gathers ZeRO-3's parameters once */
         double part = (N - 1.0) / N * psi * f;
-        double passes = mode->ring_passes(m, pp > 1);
+        const double *ring = mode->ring[pp > 1];
+        double passes = ring[0] + ring[1] * m;
         double vol = passes * part, msgs = passes * (N - 1) * (s.n_layer / pp + 2);
         out->comm_bytes[DT_PLAN_DP] = vol;
         out->comm_s[DT_PLAN_DP] = link_time(lk[DT_PLAN_DP], msgs, vol);
