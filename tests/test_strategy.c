@@ -27,11 +27,49 @@ static void check_choice(const dt_dp_opts *o, const char *want, int wrapped) {
 static void check_table(const dt_dp_strategy *s) {
     /* what the engine calls without asking */
     CHECK(s->setup && s->free && s->begin_step && s->reduce && s->update && s->open_full && s->close_full &&
-              s->init_weights && s->load && s->memory,
+              s->init_weights && s->load && s->memory && s->estimate,
           "%s: a required operation is missing", s->name);
     CHECK(!s->source_open == !s->source_close, "%s: source_open and source_close come together", s->name);
     CHECK(!s->gather_full == !s->release_full, "%s: gather_full and release_full come together", s->name);
     CHECK(s->grads >= DT_GRADS_FLAT && s->grads <= DT_GRADS_SHARD, "%s: gradient layout %d", s->name, s->grads);
+}
+
+/* The estimator's questions (strategy.h: estimate, formula, ring), answered by each mode's
+ * table without an engine: the state shrinks stage by stage as the formulas say, a
+ * mode's bytes do not depend on the wrapper's, and bitwise mode adds its fold's workspace
+ * after the mode's. The numbers themselves are `dtrain estimate`'s, compared with the
+ * measured memory by tests/test_data_parallel.sh and test_bf16.sh. */
+static void check_estimates(void) {
+    dt_config c;
+    dt_config_defaults(&c);
+    dt_layout L;
+    dt_layout_derive(&L, &c, 8); /* the default model over 8 data-parallel ranks */
+    gpt_layout lay = {.tp = 1};
+    double psi = (double)gpt_param_count_layout(&L.shape, &lay), prev = INFINITY;
+    int rows = 0;
+    for (int i = 0; dt_dp_modes[i]; i++) {
+        const dt_dp_strategy *m = dt_dp_modes[i];
+        dt_dp_stage st = {&L, &lay, psi, L.dp, DT_SHARD_ALIGN, m};
+        double state = -1, work = 0;
+        m->estimate(&st, &state, &work);
+        CHECK(state > 0 && work >= 0, "%s: state %g, work %g", m->name, state, work);
+        if (m->formula.fp32_text) { /* the ZeRO stages' rows, in order: each holds less */
+            CHECK(state < prev, "%s: %g bytes, not below the previous stage's %g", m->name, state, prev);
+            prev = state;
+            rows++;
+        }
+        CHECK(m->ring[1][0] + m->ring[1][1] > 0, "%s: some gradient traffic", m->name);
+        dt_dp_strategy run = *m;
+        dt_bitwise_wrap(&run);
+        double bstate = -1, bwork = 0;
+        run.estimate(&st, &bstate, &bwork);
+        CHECK(bwork > work && bstate >= state, "%s bitwise: workspace %g over %g, state %g over %g", m->name, bwork,
+              work, bstate, state);
+    }
+    CHECK(rows == 4, "%d rows in the formula table, want ZeRO 0-3", rows);
+    CHECK(dt_dp_zero3.formula.sharded[0] && !dt_dp_zero2.formula.sharded[0] && dt_dp_zero1.formula.sharded[2],
+          "the formulas' sharded pieces");
+    CHECK(dt_dp_zero1.sharded && !dt_dp_ddp.sharded && !dt_dp_ps.sharded, "ZeRO shards the optimizer state");
 }
 
 /* a reduction that records what it was given and returns their sum + 1 */
@@ -116,6 +154,7 @@ int main(void) {
     CHECK(dt_dp_strategy_for(&o, &mode, &run) == DT_EINPUT, "zero 4: no such mode");
     const dt_dp_strategy *all[] = {&dt_dp_ps, &dt_dp_ddp, &dt_dp_zero1, &dt_dp_zero2, &dt_dp_zero3};
     for (int i = 0; i < 5; i++) check_table(all[i]);
+    check_estimates();
     check_norm(dt_ops_cpu());
     check_optimizer(dt_ops_cpu());
     return check_finish();

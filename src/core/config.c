@@ -380,11 +380,16 @@ dt_status dt_config_validate(const dt_config *c) {
     return DT_OK;
 }
 
+int dt_config_dp_size(int world, int tp, int pp, int cp) {
+    if (world < 1 || tp < 1 || pp < 1 || cp < 1) return 0;
+    long long model = (long long)tp * pp * cp;
+    return world % model == 0 ? (int)(world / model) : 0;
+}
+
 dt_status dt_config_resolve_micro_batch(dt_config *c, int world) {
     int m = c->parallel.micro_batches, a = c->train.grad_accum;
-    long long model_par = (long long)c->parallel.tp * c->parallel.pp * c->parallel.cp;
-    if ((m <= 0 && a <= 0) || model_par <= 0 || world % model_par != 0) return DT_OK;
-    long long dp = world / model_par, gb = c->train.global_batch;
+    long long dp = dt_config_dp_size(world, c->parallel.tp, c->parallel.pp, c->parallel.cp), gb = c->train.global_batch;
+    if ((m <= 0 && a <= 0) || dp <= 0) return DT_OK;
     if (a > 0 && m > 0 && a != m)
         return dt_fail(DT_EINPUT, "config: train.grad_accum %d and parallel.micro_batches %d disagree (both count the "
                        "micro-batches of a step: set one)", a, m);

@@ -68,6 +68,10 @@ dt_status dt_config_load_json(dt_config *c, const char *json, const char *origin
 dt_status dt_config_set(dt_config *c, const char *assignment);
 /* Cross-key checks (n_embd % n_head, batch divisibility, ...). */
 dt_status dt_config_validate(const dt_config *c);
+/* The data-parallel size of a world, world / (tp * pp * cp): the one place it is derived
+ * (the layout value, the mesh and the batch keys ask here); 0 when a size is below 1, the
+ * world unknown (0) or not a multiple of tp * pp * cp. */
+int dt_config_dp_size(int world, int tp, int pp, int cp);
 /* The batch keys that need the data-parallel size dp = world / (tp * pp * cp):
  * with train.grad_accum a > 0, a global_batch of 0 becomes micro_batch * dp * a, and a set
  * one must equal it (DeepSpeed's train_batch_size = micro x accumulation x dp check);

@@ -83,7 +83,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
             (double)max_B * max_T * m->shape.padded_vocab * 16.0 > 4.6e18)
         return dt_fail(DT_EINPUT, "model: a micro-batch of %d x %d tokens at %d wide, %d layers needs more than 4 EB "
                        "of activations", max_B, max_T, m->shape.n_embd, m->shape.n_layer);
-    if (tp < 1 || tp_rank < 0 || tp_rank >= tp || m->shape.n_head % tp != 0)
+    if (!gpt_tp_splits_heads(&m->shape, tp) || tp_rank < 0 || tp_rank >= tp)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
                        "tensor-parallel ranks)", tp, m->shape.n_head);
     if (m->shape.padded_vocab % tp != 0)

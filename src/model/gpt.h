@@ -184,6 +184,9 @@ void gpt_freeze(gpt_model *m, const char *patterns, size_t *n);
 
 /* Checks the shape (n_embd % n_head, sizes > 0) and fills padded_vocab. */
 dt_status gpt_shape_check(gpt_shape *s);
+/* Whether tp tensor-parallel ranks split the attention heads evenly (the one place of the
+ * rule; the padded vocabulary's is checked with the shape's padded_vocab). */
+static inline int gpt_tp_splits_heads(const gpt_shape *s, int tp) { return tp >= 1 && s->n_head % tp == 0; }
 /* Builds the tensor table and allocates activations for B x T, and the flat params and
  * grads buffers when alloc_state (a sharding wrapper may provide its own). */
 dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T);

@@ -8,6 +8,7 @@
 #include "../comm/watchdog.h"
 #include "../optim/optimizer.h"
 #include "data_parallel/data_parallel.h"
+#include "data_parallel/strategy.h"
 #include "layout/mesh.h"
 #include "model_parallel/context_parallel.h"
 #include "model_parallel/pipeline.h"
@@ -76,10 +77,9 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
     int pp = dt_layout_pp_enabled(L);
     dt_model_groups groups = {dt_layout_tp_enabled(L) ? h->mesh.tp_comm : NULL, pp ? h->mesh.pp_comm : NULL,
                               pp && h->mesh.in_emb ? h->mesh.emb_comm : NULL};
-    dt_dp_opts o = {.ps = dt_layout_ps(L), .zero = L->zero,
-                    .bucket_bytes = (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0),
-                    .bitwise = dt_layout_bitwise(L), .overlap = c->parallel.overlap, .leaves = L->m,
-                    .groups = groups, .gather_once = pp};
+    dt_dp_opts o = {.bucket_bytes = (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0),
+                    .overlap = c->parallel.overlap, .leaves = L->m, .groups = groups, .gather_once = pp};
+    dt_dp_opts_of_layout(&o, L); /* the mode */
     if (dt_layout_nccl(L)) { /* the layout's check: a device, pure data parallelism */
         if (L->backend == DT_BACKEND_CUDA) DT_TRY(dt_dcomm_nccl(h->data_comm, &h->dcomm));
         else DT_TRY(dt_dcomm_emulated(h->data_comm, dt_emulated_host, &h->dcomm));

@@ -301,7 +301,34 @@ static dt_status bw_reduce(dt_dp *d, double *norm) {
     return bw_norm(d, norm);
 }
 
+/* The mode's bytes with units padded to the canonical chunk (bw_setup's alignment), plus
+ * the reduction's workspace: the fold's ceil(log2 m) + 2 buffers over the leaf layout (the
+ * flat units; ZeRO-1's padded ones; ZeRO-2/3's shard), plus the head's share of wte where
+ * one rank holds both ends; the exchange buffer (half the largest unit); with a gradient
+ * shard and both ends, the head's wte gradient. */
+static void bw_estimate(const dt_dp_stage *s, double *state, double *work) {
+    dt_dp_stage c = *s;
+    c.align = DT_CANON_CHUNK;
+    s->mode->estimate(&c, state, work);
+    const gpt_shape *sh = &s->L->shape;
+    dt_zero_units u = dt_zero_units_of(&c);
+    int lay = s->mode->grads;
+    const double *unit = lay != DT_GRADS_FLAT ? u.P : u.cnt;
+    double maxunit = fmax(unit[0], fmax(unit[1], unit[2]));
+    double n = lay == DT_GRADS_FLAT ? u.flat : lay == DT_GRADS_PADDED ? u.padded : u.shard;
+    double wte = (double)sh->padded_vocab * sh->n_embd, head = 0;
+    if (s->L->pp <= 1) { /* one rank holds both ends: the head's share of wte apart */
+        n += lay == DT_GRADS_SHARD ? u.S[0] : wte;
+        maxunit = fmax(maxunit, wte);
+        if (lay == DT_GRADS_SHARD) head = wte;
+    }
+    int h = 0;
+    while ((1 << h) < s->L->m) h++; /* the leaves: one per micro-step */
+    *work += ((h + 2) * n + floor(maxunit / 2) + 1 + head) * sizeof(float);
+}
+
 void dt_bitwise_wrap(dt_dp_strategy *s) {
+    s->estimate = bw_estimate;
     s->setup = bw_setup;
     s->free = bw_free;
     s->begin_step = bw_begin_step;

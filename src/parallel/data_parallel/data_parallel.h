@@ -42,10 +42,6 @@ typedef struct {
 
 typedef struct dt_dp dt_dp;
 
-/* Refuses (one line, DT_EINPUT) what the engines do not run for this precision and
- * backend: bf16 or a device with ZeRO or bitwise mode. */
-dt_status dt_dp_check_config(const dt_config *c);
-
 /* Creates the engine and the model's parameter/gradient storage for this mode
  * (the model must come from gpt_create_ex(..., alloc_state = 0)). */
 dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_hparams *hp, const dt_dp_opts *o);

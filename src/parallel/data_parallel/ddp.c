@@ -122,4 +122,5 @@ const dt_dp_strategy dt_dp_ddp = {
     .after_backward = ddp_after_backward,
     .reduce = ddp_reduce,
     .update = dt_flat_update,
+    .formula = {"16psi", "16psi", 16, 0, {0, 0, 0}, 0, 0},
 };

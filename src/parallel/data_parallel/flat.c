@@ -223,3 +223,15 @@ void dt_flat_memory(const dt_dp *d, dt_mem_report *r) {
     r->workspace = d->workspace_bytes + f->bucket32_bytes; /* bitwise mode's folds; bf16's fp32 bucket */
     if (f->grads_host && !d->ops->on_device) r->workspace += n; /* bf16's fp32 gradients for the reduction */
 }
+
+void dt_flat_estimate(const dt_dp_stage *s, double *state, double *work) {
+    const dt_layout *L = s->L;
+    *state = 16 * s->psi;
+    /* the reduction's fp32 copy; the device's is host memory, which the estimate of device
+     * memory leaves out, as the memory report does. (ps with parallel.zero set: not
+     * counted, as the estimator always had it.) */
+    int copy = dt_layout_bf16(L) && s->shards > 1 && L->zero == 0;
+    if (copy && L->backend == DT_BACKEND_CPU) *work += 4 * s->psi;
+    /* with device collectives bf16 DDP widens one bucket at a time into an fp32 device copy */
+    if (copy && dt_layout_nccl(L)) *work += 4 * fmin(floor(L->cfg.parallel.bucket_mb * 1024.0 * 1024.0 / 4) + 1, s->psi);
+}

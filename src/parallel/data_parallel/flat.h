@@ -36,7 +36,7 @@ static inline dt_flat *dt_flat_of(const dt_dp *d) { return d->priv; }
 #define DT_FLAT_SHARED_OPS                                                                                 \
     .free = dt_flat_free, .begin_step = dt_flat_begin_step, .open_full = dt_flat_open_full,                 \
     .close_full = dt_flat_close_full, .init_weights = dt_flat_init_weights, .load = dt_flat_load,          \
-    .memory = dt_flat_memory
+    .memory = dt_flat_memory, .estimate = dt_flat_estimate, .ring = {{2, 0}, {2, 0}}
 
 /* moments: this rank keeps optimizer state (ps: the central rank only). */
 dt_status dt_flat_setup(dt_dp *d, int moments);
@@ -59,5 +59,9 @@ dt_status dt_flat_close_full(dt_dp *d, float **mv, float **vv);
 dt_status dt_flat_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 dt_status dt_flat_load(dt_dp *d, const char *step_dir);
 void dt_flat_memory(const dt_dp *d, dt_mem_report *r);
+/* The flat layout on paper: 16 bytes per parameter (fp32: 4 + 4 + 8; bf16: 2 + 2 + the
+ * fp32 master and Adam), and bf16's fp32 reduction copy (the CPU: the whole gradient; a
+ * device communicator: one bucket). Per step, one all-reduce: two ring passes (ring). */
+void dt_flat_estimate(const dt_dp_stage *s, double *state, double *work);
 
 #endif

@@ -1,4 +1,4 @@
-/* The central rank (dp_mode ps, seeds 001/002/004): gradients reduced to rank 0, which
+/* The central rank (dp_mode ps; docs/parallelism.md, "Data-parallel modes"): gradients reduced to rank 0, which
  * updates and broadcasts the parameters; only it keeps optimizer state. The baseline
  * DDP beats. A device's or bf16's state goes through the fp32 host copy, in and out
  * (bf16: the root's fp32 master weights stay there, the others get the model's bf16 copy). */
@@ -46,4 +46,5 @@ const dt_dp_strategy dt_dp_ps = {
     .setup = ps_setup,
     .reduce = ps_reduce,
     .update = ps_update,
+    .formula = {NULL, NULL, 0, 0, {0, 0, 0}, 16, 8}, /* the root: 16psi, the others 8psi */
 };

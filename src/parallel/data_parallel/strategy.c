@@ -5,24 +5,28 @@
 
 #include "strategy.h"
 
-dt_status dt_dp_check_config(const dt_config *c) {
+dt_status dt_dp_check_config(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
     /* bf16 and a device's state reduce through fp32 host copies (staging.h) in DDP, the
      * central rank and ZeRO; bitwise mode's folds still assume fp32 host gradients (cp
      * refuses bf16 and devices itself) */
-    if (!strcmp(c->parallel.determinism, "bitwise") && (!strcmp(c->precision, "bf16") || strcmp(c->backend, "cpu")))
+    if (dt_layout_bitwise(L) && (dt_layout_bf16(L) || L->backend != DT_BACKEND_CPU))
         return dt_fail(DT_EINPUT, "parallel.determinism=bitwise runs on the CPU backend in fp32 only (backend %s, "
                        "precision %s)", c->backend, c->precision);
-    if (strcmp(c->comm.backend, "nccl")) return DT_OK;
+    if (!dt_layout_nccl(L)) return DT_OK;
     /* device collectives carry the data-parallel group of DDP and ZeRO so far */
-    if (!strcmp(c->backend, "cpu"))
+    if (L->backend == DT_BACKEND_CPU)
         return dt_fail(DT_EINPUT, "comm.backend nccl needs a device backend (cuda, or emulated to test it)");
     if (c->parallel.tp > 1 || c->parallel.pp > 1 || c->parallel.cp > 1)
         return dt_fail(DT_EINPUT, "comm.backend nccl carries data parallelism only so far (tp %d, pp %d, cp %d): "
                        "use comm.backend mpi", c->parallel.tp, c->parallel.pp, c->parallel.cp);
-    if (!strcmp(c->parallel.dp_mode, "ps") || !strcmp(c->parallel.determinism, "bitwise"))
+    if (dt_layout_ps(L) || dt_layout_bitwise(L))
         return dt_fail(DT_EINPUT, "comm.backend nccl runs DDP and ZeRO (not dp_mode ps or bitwise mode)");
     return DT_OK;
 }
+
+/* In the order `dtrain estimate` prints them: the ZeRO stages' rows, then the central rank. */
+const dt_dp_strategy *const dt_dp_modes[] = {&dt_dp_ddp, &dt_dp_zero1, &dt_dp_zero2, &dt_dp_zero3, &dt_dp_ps, NULL};
 
 /* The mode's name from the options: dp_mode ps, else the ZeRO stage (0: DDP). */
 static const char *mode_name(const dt_dp_opts *o) {
@@ -30,8 +34,6 @@ static const char *mode_name(const dt_dp_opts *o) {
     if (o->ps) return "ps";
     return o->zero >= 0 && o->zero <= 3 ? zero[o->zero] : "";
 }
-
-static const dt_dp_strategy *const modes[] = {&dt_dp_ps, &dt_dp_ddp, &dt_dp_zero1, &dt_dp_zero2, &dt_dp_zero3};
 
 /* Wrappers, applied in this order to the mode's table when their option is set. */
 static const struct {
@@ -44,11 +46,34 @@ static const struct {
 dt_status dt_dp_strategy_for(const dt_dp_opts *o, const dt_dp_strategy **mode, dt_dp_strategy *run) {
     const char *name = mode_name(o);
     *mode = NULL;
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
-        if (!strcmp(modes[i]->name, name)) *mode = modes[i];
+    for (int i = 0; dt_dp_modes[i]; i++)
+        if (!strcmp(dt_dp_modes[i]->name, name)) *mode = dt_dp_modes[i];
     if (!*mode) return dt_fail(DT_EINPUT, "parallel.zero: no data-parallel mode for stage %d", o->zero);
     *run = **mode;
     for (size_t i = 0; i < sizeof wrappers / sizeof wrappers[0]; i++)
         if (*(const int *)((const char *)o + wrappers[i].opt)) wrappers[i].wrap(run);
     return DT_OK;
+}
+
+void dt_dp_opts_of_layout(dt_dp_opts *o, const dt_layout *L) {
+    o->ps = dt_layout_ps(L);
+    o->zero = L->zero;
+    o->bitwise = dt_layout_bitwise(L);
+}
+
+dt_status dt_dp_strategy_of_layout(const dt_layout *L, const dt_dp_strategy **mode, dt_dp_strategy *run) {
+    dt_dp_opts o = {0};
+    dt_dp_opts_of_layout(&o, L);
+    return dt_dp_strategy_for(&o, mode, run);
+}
+
+const dt_dp_strategy *dt_dp_candidate(dt_config *c, int zero) {
+    strcpy(c->parallel.dp_mode, "ddp");
+    c->parallel.zero = zero;
+    dt_dp_opts o = {.zero = zero};
+    const dt_dp_strategy *mode;
+    dt_dp_strategy run;
+    if (dt_dp_strategy_for(&o, &mode, &run) == DT_OK) return mode;
+    dt_error_clear();
+    return NULL;
 }

@@ -7,6 +7,7 @@
 #define DT_DP_STRATEGY_H
 #include <stdint.h>
 
+#include "../layout/layout.h"
 #include "data_parallel.h"
 
 /* Where a strategy keeps the reduced gradients it updates from (a wrapper that replaces
@@ -15,9 +16,35 @@
  * shard (ZeRO-2/3). */
 enum { DT_GRADS_FLAT, DT_GRADS_PADDED, DT_GRADS_SHARD };
 
+/* What the estimator asks a strategy about (layout/estimate.c): one rank of one pipeline
+ * stage of a layout, on paper. */
+typedef struct dt_dp_stage {
+    const dt_layout *L;
+    const gpt_layout *lay;               /* the stage's blocks and tensor-parallel pieces */
+    double psi;                          /* parameters one rank of the stage holds */
+    int shards;                          /* ranks the state is sharded over: dp x cp */
+    size_t align;                        /* ZeRO's unit padding (DT_SHARD_ALIGN, or a wrapper's) */
+    const struct dt_dp_strategy *mode;   /* the mode's own table (a wrapper calls it) */
+} dt_dp_stage;
+
+/* The textbook per-rank bytes of a mode's model state (ZeRO paper; Psi parameters, N
+ * ranks), as `dtrain estimate` tabulates them. fp32: params, grads, optimizer state at 4, 4
+ * and 8 bytes per parameter, each whole or 1/N. Mixed precision (bf16 parameters and
+ * gradients, fp32 master weights and Adam): whole x Psi + shard x Psi/N. A central rank
+ * (root > 0): it holds root x Psi, the others others x Psi. */
+typedef struct {
+    const char *mixed_text, *fp32_text; /* the formulas as printed; NULL: no row in the table */
+    double mixed_whole, mixed_shard;
+    int sharded[3];                     /* fp32 params, grads, optimizer state: 1/N per rank */
+    double root, others;
+} dt_dp_formula;
+
 typedef struct dt_dp_strategy {
     const char *name;
-    int grads; /* DT_GRADS_* */
+    int grads;   /* DT_GRADS_* */
+    int sharded; /* the optimizer state is split over the data-parallel ranks (needs several) */
+    int params_shard; /* the parameters too: a rank keeps its shard, gathered for use (ZeRO-3) */
+    dt_dp_formula formula;
     /* The state for this rank's model (its private state in dt_dp.priv) and the model's
      * parameter/gradient views; collective (node-shared buffers). free: every rank, in the
      * same order; must accept a setup that failed part-way. */
@@ -58,9 +85,34 @@ typedef struct dt_dp_strategy {
     dt_status (*init_weights)(dt_dp *d, uint64_t seed, const char *init_from);
     dt_status (*load)(dt_dp *d, const char *step_dir);
     void (*memory)(const dt_dp *d, dt_mem_report *r);
+    /* Pure, no engine: the per-rank bytes of stage s as this mode lays them out (what
+     * memory reports once it runs): *state its parameters, gradients and optimizer state,
+     * added to *work its buffers (buckets, scratch, staging copies); the estimator and
+     * the planner read memory only from here. A wrapper adds its own after the mode's. */
+    void (*estimate)(const dt_dp_stage *s, double *state, double *work);
+    /* The planner's gradient and parameter traffic per optimizer step, in ring passes of
+     * the gradients' volume: ring[gather_once][0] + ring[gather_once][1] x m for m
+     * micro-batches per step (gather_once: parameters gathered once per step, as under a
+     * pipeline). */
+    double ring[2][2];
 } dt_dp_strategy;
 
 extern const dt_dp_strategy dt_dp_ps, dt_dp_ddp, dt_dp_zero1, dt_dp_zero2, dt_dp_zero3;
+/* Refuses (one line, DT_EINPUT) what the modes do not run for this precision, backend and
+ * communicator: bitwise mode off the CPU or in bf16; device collectives (comm.backend nccl)
+ * with the CPU backend, model parallelism, the central rank or bitwise mode. */
+dt_status dt_dp_check_config(const dt_layout *L);
+/* Every mode, in the order `dtrain estimate` lists them (NULL-terminated). */
+extern const dt_dp_strategy *const dt_dp_modes[];
+
+/* The mode keys of the options (ps, zero, bitwise) from the layout; the caller fills the
+ * rest (parallelize.c). */
+void dt_dp_opts_of_layout(dt_dp_opts *o, const dt_layout *L);
+/* The layout's mode (*mode) and the table that runs it (wrapped as the layout asks). */
+dt_status dt_dp_strategy_of_layout(const dt_layout *L, const dt_dp_strategy **mode, dt_dp_strategy *run);
+/* A planner's candidate: the config c set to the data-parallel mode of ZeRO stage zero
+ * (DDP at 0); its table, NULL when no mode runs that stage. */
+const dt_dp_strategy *dt_dp_candidate(dt_config *c, int zero);
 
 /* The mode opts asks for (*mode) and the table the engine runs: the mode's, wrapped as
  * opts asks (bitwise mode). */

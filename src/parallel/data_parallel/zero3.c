@@ -117,4 +117,9 @@ const dt_dp_strategy dt_dp_zero3 = {
     .reduce = dt_zero2_reduce,
     .update = zero3_update,
     .init_weights = zero3_init_weights,
+    /* the reduce-scatters; the parameters gathered once per step under a pipeline, else in
+     * the forward and the backward of every micro-batch */
+    .ring = {{0, 3}, {1, 1}},
+    .params_shard = 1,
+    .formula = {"16psi/N", "16psi/N", 0, 16, {1, 1, 1}, 0, 0},
 };

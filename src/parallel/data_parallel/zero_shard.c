@@ -1,5 +1,5 @@
-/* ZeRO stages 1-3 (seed 003: 16Ψ -> 4Ψ+12Ψ/N -> 2Ψ+14Ψ/N -> 16Ψ/N with bf16; here the
- * fp32 analogues, see docs/parallelism.md): what the three stages share. Sharding is per
+/* ZeRO stages 1-3 (16Ψ -> 4Ψ+12Ψ/N -> 2Ψ+14Ψ/N -> 16Ψ/N with bf16, and the fp32
+ * analogues: docs/parallelism.md, "Memory"): what the three stages share. Sharding is per
  * model unit, like FSDP's flat parameters, so every unit's reduce-scatter and all-gather
  * are equal-count collectives (zero_shard.h). With bf16 storage the parameters and
  * gradients are bf16 and each rank keeps fp32 master weights of its slices. A device's
@@ -594,4 +594,47 @@ void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
     r->grads = (z->stage == 1 ? z->padded_total : z->shard_total) * e; /* zero 1: reduced in place */
     r->optim = 2 * z->shard_total * f;
     r->workspace = d->workspace_bytes;
+}
+
+dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
+    dt_zero_units u;
+    size_t cnt[3];
+    gpt_unit_counts_layout(&s->L->shape, s->lay, &cnt[0], &cnt[1], &cnt[2], &u.nb);
+    double A = (double)s->shards * (double)s->align;
+    for (int k = 0; k < 3; k++) {
+        u.cnt[k] = (double)cnt[k];
+        u.P[k] = ceil(u.cnt[k] / A) * A;
+        u.S[k] = u.P[k] / s->shards;
+    }
+    u.flat = u.cnt[0] + u.nb * u.cnt[1] + u.cnt[2];
+    u.padded = u.P[0] + u.nb * u.P[1] + u.P[2];
+    u.shard = u.S[0] + u.nb * u.S[1] + u.S[2];
+    return u;
+}
+
+/* Parameters and gradients (padded, or the shard), the moments of the shard; with a
+ * gradient shard its scratch (embedding, ln_f, one block) and reduce-scatter buffer; with
+ * a parameter shard the gathered parameters (embedding, ln_f and two blocks, or under a pipeline the
+ * whole stage). bf16: parameters and gradients in bf16, fp32 master weights of the slices,
+ * and on the CPU the fp32 host staging of the reductions (the largest unit and slice; on
+ * a device that is host memory, left out as the memory report does), or with device
+ * collectives fp32 device copies of the same sizes. */
+void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
+    (void)work;
+    const dt_layout *L = s->L;
+    int params_shard = s->mode->params_shard, grads_shard = s->mode->grads == DT_GRADS_SHARD;
+    dt_zero_units u = dt_zero_units_of(s);
+    int bf16 = dt_layout_bf16(L);
+    double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
+    double f = sizeof(float), e = bf16 ? 2 : f;
+    double b = ((params_shard ? u.shard : u.padded) + (grads_shard ? u.shard : u.padded)) * e + 2 * u.shard * f;
+    if (bf16) b += u.shard * f;
+    if (grads_shard) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
+    if (params_shard) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
+    if (bf16 && L->backend == DT_BACKEND_CPU) b += (maxP + maxS) * f;
+    if (bf16 && dt_layout_nccl(L)) b += (maxP + maxS) * f; /* the fp32 device copies */
+    /* fp32 on the device communicator: a second block scratch and reduce-scatter buffer,
+     * so each unit's reduce-scatter overlaps the next unit's backward */
+    if (!bf16 && grads_shard && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
+    *state = b;
 }

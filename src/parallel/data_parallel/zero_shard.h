@@ -102,9 +102,23 @@ void dt_zero_memory(const dt_dp *d, dt_mem_report *r);
 #define DT_ZERO_SHARED_OPS                                                                                 \
     .free = dt_zero_free, .gather_full = dt_zero_gather_full, .release_full = dt_zero_release_full,         \
     .open_full = dt_zero_open_full, .close_full = dt_zero_close_full, .source_open = dt_zero_source_open, \
-    .source_close = dt_zero_source_close, .load = dt_zero_load, .memory = dt_zero_memory
+    .source_close = dt_zero_source_close, .load = dt_zero_load, .memory = dt_zero_memory, .sharded = 1, \
+    .estimate = dt_zero_estimate
 /* zero 1/2: AdamW over the slices, then the parameters all-gathered. */
 dt_status dt_zero_update_gather(dt_dp *d, double lr, double norm);
+
+/* A stage's units on paper (embedding, one block, ln_f: gpt_unit_counts_layout), each
+ * padded to a multiple of shards x align (P), one rank's slice of it (S). */
+typedef struct {
+    double cnt[3], P[3], S[3];
+    double flat, padded, shard; /* the stage's elements: as they are, padded, one rank's slices */
+    int nb;                     /* blocks (every stage holds one: dt_pp_split) */
+} dt_zero_units;
+dt_zero_units dt_zero_units_of(const dt_dp_stage *s);
+/* The estimate of a ZeRO stage (strategy.h), from what its table says it keeps whole (in
+ * the padded layout) or as this rank's shard: the gradients (grads), the parameters
+ * (params_shard: then gathered for use). All of it state: the buffers count there. */
+void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work);
 
 /* zero2.c: the gradient shard, shared by ZeRO-3 */
 void dt_zero2_begin_step(dt_dp *d);

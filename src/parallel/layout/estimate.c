@@ -5,24 +5,25 @@
 #include <string.h>
 
 #include "../../model/gpt.h"
-#include "../data_parallel/canonical.h"
+#include "../data_parallel/strategy.h"
 #include "../model_parallel/context_parallel.h"
-#include "../data_parallel/data_parallel.h"
 #include "../model_parallel/pipeline.h"
 #include "layout.h"
 
-dt_state_bytes dt_estimate_fp32(double psi, int n, int zero) {
-    dt_state_bytes b = {4 * psi, 4 * psi, 8 * psi};
-    if (zero >= 1) b.optim = 8 * psi / n; /* zero 1's gradients stay 4psi: reduce-scattered in place */
-    if (zero >= 2) b.grads = 4 * psi / n;
-    if (zero >= 3) b.params = 4 * psi / n;
+/* A mode's textbook fp32 state (strategy.h's formula) for psi parameters over n ranks. */
+typedef struct {
+    double params, grads, optim; /* bytes per rank */
+} state_bytes;
+
+static state_bytes fp32_state(const dt_dp_formula *f, double psi, int n) {
+    state_bytes b = {4 * psi, 4 * psi, 8 * psi};
+    if (f->sharded[2]) b.optim = 8 * psi / n;
+    if (f->sharded[1]) b.grads = 4 * psi / n;
+    if (f->sharded[0]) b.params = 4 * psi / n;
     return b;
 }
 
-static double mixed(double psi, int n, int zero) {
-    static const double full[4] = {16, 4, 2, 0}, shard[4] = {0, 12, 14, 16};
-    return full[zero] * psi + shard[zero] * psi / n;
-}
+static double mixed_state(const dt_dp_formula *f, double psi, int n) { return f->mixed_whole * psi + f->mixed_shard * psi / n; }
 
 /* The layout of pipeline stage `stage` (the whole model when pp = 1): its blocks, its
  * tensor-parallel pieces, the activation slots its schedule keeps. */
@@ -65,101 +66,21 @@ static double act_bytes_regions(const dt_layout *L, int stage, size_t *regions) 
     return (double)gpt_activation_bytes_layout(&L->shape, L->micro, L->Tl, dt_layout_bf16(L) ? 2 : 4, &lay, regions);
 }
 
-/* A stage's units (embedding, each block, ln_f; gpt_unit_counts_layout) and the padded
- * layout ZeRO and bitwise mode give them: each unit padded to a multiple of shards x the
- * alignment (the canonical chunk in bitwise mode), a slice of it per rank. */
-typedef struct {
-    double cnt[3], P[3], S[3];
-    double flat, padded, shard; /* the stage's elements: as they are, padded, one rank's slices */
-    int nb;                     /* blocks (every stage holds one: dt_pp_split) */
-} unit_sizes;
-
-static unit_sizes units_of(const dt_layout *L, const gpt_layout *lay, int shards) {
-    unit_sizes u;
-    size_t cnt[3];
-    gpt_unit_counts_layout(&L->shape, lay, &cnt[0], &cnt[1], &cnt[2], &u.nb);
-    double A = (double)shards * (dt_layout_bitwise(L) ? DT_CANON_CHUNK : DT_SHARD_ALIGN);
-    for (int k = 0; k < 3; k++) {
-        u.cnt[k] = (double)cnt[k];
-        u.P[k] = ceil(u.cnt[k] / A) * A;
-        u.S[k] = u.P[k] / shards;
-    }
-    u.flat = u.cnt[0] + u.nb * u.cnt[1] + u.cnt[2];
-    u.padded = u.P[0] + u.nb * u.P[1] + u.P[2];
-    u.shard = u.S[0] + u.nb * u.S[1] + u.S[2];
-    return u;
-}
-
-/* ZeRO's bytes of one rank of the stage, as zero.c lays them out; workspace: ZeRO-2/3's
- * gradient scratch (embedding, ln_f, one block) and reduce-scatter buffer, ZeRO-3's
- * gathered parameters (embedding, ln_f and two blocks, or under a pipeline the whole
- * stage). bf16: parameters and gradients in bf16, fp32 master weights of the slices, and
- * on the CPU the fp32 host staging of the reductions (the largest unit and slice; on a
- * device that is host memory, left out as the memory report does), or with device
- * collectives fp32 device copies of the same sizes. */
-static double zero_stage_bytes(const dt_layout *L, const gpt_layout *lay, int shards) {
-    unit_sizes u = units_of(L, lay, shards);
-    int z = L->zero, bf16 = dt_layout_bf16(L);
-    double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
-    double f = sizeof(float), e = bf16 ? 2 : f;
-    double b = ((z <= 2 ? u.padded : u.shard) + (z == 1 ? u.padded : u.shard)) * e + 2 * u.shard * f;
-    if (bf16) b += u.shard * f;
-    if (z >= 2) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
-    if (z >= 3) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
-    if (bf16 && L->backend == DT_BACKEND_CPU) b += (maxP + maxS) * f;
-    if (bf16 && dt_layout_nccl(L)) b += (maxP + maxS) * f; /* the fp32 device copies */
-    /* fp32 on the device communicator: a second block scratch and reduce-scatter buffer,
-     * so each unit's reduce-scatter overlaps the next unit's backward */
-    if (!bf16 && z >= 2 && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
-    return b;
-}
-
-/* Bitwise mode's reduction workspace on one rank of the stage, as bitwise.c allocates it:
- * the fold's ceil(log2 m) + 2 buffers over the leaf layout (the flat units; ZeRO-1's
- * padded ones; ZeRO-2/3's shard), plus the head's share of wte where one rank holds both
- * ends; the exchange buffer (half the largest unit); with ZeRO-2/3 and both ends, the
- * head's wte gradient. */
-static double bitwise_bytes(const dt_layout *L, const gpt_layout *lay, int shards, int leaves) {
-    const gpt_shape *s = &L->shape;
-    unit_sizes u = units_of(L, lay, shards);
-    int z = dt_layout_ps(L) ? 0 : L->zero;
-    const double *unit = z ? u.P : u.cnt;
-    double maxunit = fmax(unit[0], fmax(unit[1], unit[2]));
-    double n = z == 0 ? u.flat : z == 1 ? u.padded : u.shard;
-    double wte = (double)s->padded_vocab * s->n_embd, head = 0;
-    if (L->pp <= 1) { /* one rank holds both ends: the head's share of wte apart */
-        n += z >= 2 ? u.S[0] : wte;
-        maxunit = fmax(maxunit, wte);
-        if (z >= 2) head = wte;
-    }
-    int h = 0;
-    while ((1 << h) < leaves) h++;
-    return ((h + 2) * n + floor(maxunit / 2) + 1 + head) * sizeof(float);
-}
-
+/* One rank of the stage: its mode's state and workspace (strategy.h: the table answers,
+ * a wrapper's workspace added to the mode's), its activations, context parallelism's
+ * ring blocks. */
 static double stage_bytes(const dt_layout *L, int stage) {
-    double psi = stage_psi(L, stage);
-    int shards = L->dp * L->cp; /* ZeRO shards over the data- and context-parallel ranks together */
-    dt_state_bytes b = dt_estimate_fp32(psi, shards, L->zero);
-    double state = dt_layout_ps(L) && shards > 1 ? 16 * psi : b.params + b.grads + b.optim;
-    if (L->zero > 0 && !dt_layout_ps(L)) { /* ZeRO's engine runs on one shard too */
-        gpt_layout lay = layout_of(L, stage);
-        state = zero_stage_bytes(L, &lay, shards);
-    } else if (dt_layout_bf16(L)) {
-        state = mixed(psi, shards, 0);
+    const dt_dp_strategy *mode;
+    dt_dp_strategy run;
+    if (dt_dp_strategy_of_layout(L, &mode, &run) != DT_OK) { /* parallel.zero outside 0..3: the check says it */
+        dt_error_clear();
+        return 0;
     }
-    /* workspace (DDP all-reduces the gradients in place: no bucket copy): the ring's blocks */
-    double work = (double)dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
-    /* DDP reduces bf16 gradients in fp32, in a copy (on a device backend in host memory,
-     * which the estimate of device memory leaves out, as the memory report does) */
-    if (dt_layout_bf16(L) && shards > 1 && L->zero == 0 && L->backend == DT_BACKEND_CPU) work += 4 * psi;
-    /* with device collectives bf16 DDP widens one bucket at a time into an fp32 device copy */
-    if (dt_layout_bf16(L) && shards > 1 && L->zero == 0 && dt_layout_nccl(L))
-        work += 4 * fmin(floor(L->cfg.parallel.bucket_mb * 1024.0 * 1024.0 / 4) + 1, psi);
-    if (dt_layout_bitwise(L)) {
-        gpt_layout lay = layout_of(L, stage);
-        work += bitwise_bytes(L, &lay, shards, L->m);
-    }
+    gpt_layout lay = layout_of(L, stage);
+    /* ZeRO shards over the data- and context-parallel ranks together */
+    dt_dp_stage st = {L, &lay, stage_psi(L, stage), L->dp * L->cp, DT_SHARD_ALIGN, mode};
+    double state = 0, work = (double)dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
+    run.estimate(&st, &state, &work);
     return state + act_bytes_regions(L, stage, NULL) + work;
 }
 
@@ -223,17 +144,24 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
     int shards = n * L->cp; /* ZeRO shards over the data- and context-parallel ranks */
     size_t reg[GPT_ACT_NREGIONS];
     double act = act_bytes_regions(L, 0, reg);
+    /* the table's rows: the modes with a textbook formula, one per ZeRO stage in order */
+    const dt_dp_strategy *rows[8];
+    int nrows = 0;
+    for (int i = 0; dt_dp_modes[i] && nrows < 7; i++)
+        if (dt_dp_modes[i]->formula.fp32_text) rows[nrows++] = dt_dp_modes[i];
+    rows[nrows] = NULL;
     if (json) {
         fprintf(out, "{\"psi\": %.0f, \"n\": %d, \"tp\": %d, \"sp\": %s, \"activations\": %.0f, \"activation_regions\": "
                 "{\"sequence\": %zu, \"tensor\": %zu, \"other\": %zu}, \"fp32\": [", psi, n, tp,
                 c->parallel.sp ? "true" : "false", act, reg[GPT_ACT_SEQUENCE], reg[GPT_ACT_TENSOR], reg[GPT_ACT_OTHER]);
-        for (int z = 0; z <= 3; z++) {
-            dt_state_bytes b = dt_estimate_fp32(psi, shards, z);
+        for (int z = 0; rows[z]; z++) {
+            state_bytes b = fp32_state(&rows[z]->formula, psi, shards);
             fprintf(out, "%s{\"zero\": %d, \"params\": %.0f, \"grads\": %.0f, \"optim\": %.0f, \"total\": %.0f}",
                     z ? ", " : "", z, b.params, b.grads, b.optim, b.params + b.grads + b.optim);
         }
-        fprintf(out, "], \"mixed\": [%.0f, %.0f, %.0f, %.0f], \"stages\": [", mixed(psi, shards, 0),
-                mixed(psi, shards, 1), mixed(psi, shards, 2), mixed(psi, shards, 3));
+        fprintf(out, "], \"mixed\": [");
+        for (int z = 0; rows[z]; z++) fprintf(out, "%s%.0f", z ? ", " : "", mixed_state(&rows[z]->formula, psi, shards));
+        fprintf(out, "], \"stages\": [");
         for (int r = 0; r < pp; r++) {
             gpt_layout lay = layout_of(L, r);
             char chunks[512];
@@ -254,15 +182,19 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
                 "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));
     fprintf(out, "%-8s %-14s %12s   %-14s %12s %12s %12s %12s\n", "stage", "bf16+fp32", "per rank", "fp32 (cpu)",
             "params", "grads", "optimizer", "per rank");
-    static const char *mf[4] = {"16psi", "4psi+12psi/N", "2psi+14psi/N", "16psi/N"};
-    static const char *ff[4] = {"16psi", "8psi+8psi/N", "4psi+12psi/N", "16psi/N"};
-    for (int z = 0; z <= 3; z++) {
-        dt_state_bytes b = dt_estimate_fp32(psi, shards, z);
-        fprintf(out, "zero %-3d %-14s %9.1f MB   %-14s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", z, mf[z],
-                mixed(psi, shards, z) / 1e6, ff[z], b.params / 1e6, b.grads / 1e6, b.optim / 1e6,
+    for (int z = 0; rows[z]; z++) {
+        const dt_dp_formula *f = &rows[z]->formula;
+        state_bytes b = fp32_state(f, psi, shards);
+        fprintf(out, "zero %-3d %-14s %9.1f MB   %-14s %9.1f MB %9.1f MB %9.1f MB %9.1f MB\n", z, f->mixed_text,
+                mixed_state(f, psi, shards) / 1e6, f->fp32_text, b.params / 1e6, b.grads / 1e6, b.optim / 1e6,
                 (b.params + b.grads + b.optim) / 1e6);
     }
-    fprintf(out, "ps: rank 0 holds 16psi = %.1f MB, the other ranks 8psi = %.1f MB\n", 16 * psi / 1e6, 8 * psi / 1e6);
+    for (int i = 0; dt_dp_modes[i]; i++) { /* a central rank's modes */
+        const dt_dp_formula *f = &dt_dp_modes[i]->formula;
+        if (f->root > 0)
+            fprintf(out, "%s: rank 0 holds %.0fpsi = %.1f MB, the other ranks %.0fpsi = %.1f MB\n", dt_dp_modes[i]->name,
+                    f->root, f->root * psi / 1e6, f->others, f->others * psi / 1e6);
+    }
     if (pp > 1) {
         fprintf(out, "pipeline %d stages (%s, %d micro-batches; psi and activations above: stage 0):\n", pp,
                 c->parallel.schedule, L->m);

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../data_parallel/data_parallel.h"
+#include "../data_parallel/strategy.h"
 #include "../model_parallel/context_parallel.h"
 #include "../model_parallel/pipeline.h"
 #include "../model_parallel/tensor_parallel.h"
@@ -35,8 +35,8 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->sp = k->parallel.sp;
     L->v = k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
     L->zero = k->parallel.zero;
-    long long mp = dt_layout_model_ranks(L);
-    L->dp = world > 0 && world % mp == 0 ? (int)(world / mp) : 1;
+    int dp = dt_config_dp_size(world, L->tp, L->pp, L->cp);
+    L->dp = dp > 0 ? dp : 1;
     L->micro = k->train.micro_batch;
     int per_step = L->micro * L->dp;
     L->global_batch = k->train.global_batch > 0 ? k->train.global_batch : per_step;
@@ -85,7 +85,7 @@ static dt_status check_estimate(const dt_layout *L) {
     gpt_shape s = L->shape;
     DT_TRY(gpt_shape_check(&s));
     int tp = L->tp;
-    if (s.n_head % tp != 0 || s.padded_vocab % tp != 0)
+    if (!gpt_tp_splits_heads(&s, tp) || s.padded_vocab % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d and the padded vocabulary %d", tp,
                        s.n_head, s.padded_vocab);
     if (L->sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
@@ -117,13 +117,13 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
         }
     }
     /* the order is the trainer's of old: the same config gives the same first refusal */
-    if (what & DT_CHECK_FEATURES) DT_TRY(dt_dp_check_config(c));
+    if (what & DT_CHECK_FEATURES) DT_TRY(dt_dp_check_config(L));
     long long mp = dt_layout_model_ranks(L);
     if ((what & DT_CHECK_WORLD) && L->world > 0 && L->world % mp != 0)
         return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %lld", L->world, mp);
     if (what & DT_CHECK_FEATURES) {
-        DT_TRY(dt_cp_check_config(c));
-        DT_TRY(dt_tp_check(c));
+        DT_TRY(dt_cp_check_config(L));
+        DT_TRY(dt_tp_check(L));
     }
     if ((what & DT_CHECK_WORLD) && L->world > 0 && L->global_batch % (L->micro * L->dp) != 0)
         return dt_fail(DT_EINPUT,

@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "../../core/config.h"
+
 void dt_mesh_coords(int rank, int pp, int cp, int tp, int *dp_r, int *pp_r, int *cp_r, int *tp_r) {
     *tp_r = rank % tp;
     *cp_r = rank / tp % cp;
@@ -64,14 +66,14 @@ dt_status dt_mesh_create(dt_mesh *m, dt_comm *world, int tp, int pp, int cp) {
     m->world_comm = world;
     m->world = dt_comm_size(world);
     m->rank = dt_comm_rank(world);
-    long long model = (long long)tp * pp * cp;
-    if (tp < 1 || pp < 1 || cp < 1 || m->world % model != 0)
+    int dp = dt_config_dp_size(m->world, tp, pp, cp);
+    if (!dp)
         return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %d x %d x %d", m->world,
                        tp, pp, cp);
     m->tp = tp;
     m->pp = pp;
     m->cp = cp;
-    m->dp = m->world / (int)model;
+    m->dp = dp;
     dt_mesh_coords(m->rank, pp, cp, tp, &m->dp_rank, &m->pp_rank, &m->cp_rank, &m->tp_rank);
     m->pp_first = m->pp_rank == 0;
     m->pp_last = m->pp_rank == pp - 1;

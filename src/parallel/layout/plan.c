@@ -8,7 +8,7 @@
 #include "../../model/gpt.h"
 #include "../../optim/optimizer.h"
 #include "../model_parallel/context_parallel.h"
-#include "../data_parallel/data_parallel.h"
+#include "../data_parallel/strategy.h"
 #include "estimate.h"
 #include "layout.h"
 #include "../model_parallel/pipeline.h"
@@ -61,7 +61,7 @@ static double link_time(const dt_link *l, double messages, double bytes) {
 
 int dt_plan_shard_ok(const dt_config *c, const gpt_shape *s, int tp, int cp) {
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
-    return tp >= 1 && cp >= 1 && s->n_head % tp == 0 && s->padded_vocab % tp == 0 && (cp == 1 || T % (2 * cp) == 0);
+    return gpt_tp_splits_heads(s, tp) && cp >= 1 && s->padded_vocab % tp == 0 && (cp == 1 || T % (2 * cp) == 0);
 }
 
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
@@ -85,10 +85,10 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
                        "split the sequence", tp, cp);
     if (s.n_layer < pp) return dt_fail(DT_EINPUT, "plan: pp %d exceeds the %d blocks", pp, s.n_layer);
     if (gb % ((long long)micro * dp)) return dt_fail(DT_EINPUT, "plan: dp %d does not divide the global batch", dp);
-    if (zero > 0 && dp * cp == 1) return dt_fail(DT_EINPUT, "plan: ZeRO needs several data-parallel ranks");
+    const dt_dp_strategy *mode = dt_dp_candidate(&lc, zero);
+    if (!mode) return dt_fail(DT_EINPUT, "plan: no data-parallel mode for ZeRO stage %d", zero);
+    if (mode->sharded && dp * cp == 1) return dt_fail(DT_EINPUT, "plan: ZeRO needs several data-parallel ranks");
     int m = (int)(gb / ((long long)micro * dp));
-    strcpy(lc.parallel.dp_mode, "ddp");
-    lc.parallel.zero = zero;
     lc.parallel.sp = c->parallel.sp && tp > 1;
     lc.parallel.virtual_stages = 1;
     lc.parallel.pp_split[0] = 0;
@@ -140,15 +140,12 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     gpt_layout lay = {.tp = tp, .sp = run.sp, .recompute = dt_layout_recompute(&run)};
     /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
     double psi = (double)gpt_param_count_layout(&s, &lay) / pp;
-    out->optim_s = psi / (zero > 0 ? N : 1) * mc->optim_s;
-    if (N > 1) { /* gradients over dp x cp: one all-reduce's volume (DDP; ZeRO-1 reduce-scatter + all-gather);
-                    ZeRO-2/3 reduce-scatter every micro-batch; ZeRO-3 gathers the parameters too */
+    out->optim_s = psi / (mode->sharded ? N : 1) * mc->optim_s;
+    if (N > 1) { /* gradients over dp x cp, in ring passes of part each ((N-1) messages per unit),
+                    as many as the mode makes (strategy.h); a pipeline gathers ZeRO-3's parameters once */
         double part = (N - 1.0) / N * psi * f;
-        /* in ring passes of part each ((N-1) messages per unit): DDP's all-reduce and ZeRO-1's
-         * reduce-scatter + all-gather 2; ZeRO-2 a reduce-scatter per micro-batch and the
-         * update's all-gather; ZeRO-3 the reduce-scatters and its parameter gathers (once per
-         * step under a pipeline, forward and backward of every micro-batch without) */
-        double passes = zero <= 1 ? 2.0 : zero == 2 ? m + 1.0 : m + (pp > 1 ? 1.0 : 2.0 * m);
+        const double *ring = mode->ring[pp > 1];
+        double passes = ring[0] + ring[1] * m;
         double vol = passes * part, msgs = passes * (N - 1) * (s.n_layer / pp + 2);
         out->comm_bytes[DT_PLAN_DP] = vol;
         out->comm_s[DT_PLAN_DP] = link_time(lk[DT_PLAN_DP], msgs, vol);

@@ -27,16 +27,15 @@ int64_t dt_cp_attention_pairs(int T, int cp, int rank) {
     return n;
 }
 
-dt_status dt_cp_check_config(const dt_config *c) {
-    int cp = c->parallel.cp;
+dt_status dt_cp_check_config(const dt_layout *L) {
+    int cp = L->cp;
     if (cp <= 1) return DT_OK;
-    int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len;
-    DT_TRY(dt_cp_check(T, cp));
+    DT_TRY(dt_cp_check(L->T, cp));
     const char *what = NULL;
-    if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise (attention sums change order)";
-    else if (strcmp(c->backend, "cpu")) what = "a backend other than cpu";
-    else if (strcmp(c->precision, "fp32")) what = "a precision other than fp32";
-    else if (c->log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
+    if (dt_layout_bitwise(L)) what = "parallel.determinism bitwise (attention sums change order)";
+    else if (L->backend != DT_BACKEND_CPU) what = "a backend other than cpu";
+    else if (L->precision != DT_PREC_FP32) what = "a precision other than fp32";
+    else if (L->cfg.log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what) return dt_fail(DT_EINPUT, "parallel.cp %d: %s is not implemented with context parallelism yet", cp, what);
     return DT_OK;
 }

@@ -11,6 +11,7 @@
 #include "../../core/config.h"
 #include "../../core/status.h"
 #include "../../model/gpt.h"
+#include "../layout/layout.h"
 
 /* Whether T positions split into 2·cp equal chunks; DT_EINPUT with one line if not (a
  * sequence the chunking would have to pad is refused, not padded). */
@@ -20,7 +21,7 @@ void dt_cp_positions(int T, int cp, int rank, int *pos);
 /* Causal attention work of the rank's queries: the (query, key) pairs they score. */
 int64_t dt_cp_attention_pairs(int T, int cp, int rank);
 /* Layouts context parallelism does not run (yet) fail here, before any work, one line. */
-dt_status dt_cp_check_config(const dt_config *c);
+dt_status dt_cp_check_config(const dt_layout *L);
 
 /* Ring attention on model (its rank in the cp group cp; micro-batches of at most max_B
  * sequences of T positions, T/cp of them here): the model's columns become this rank's

@@ -1,4 +1,4 @@
-/* Pipeline parallelism (seeds 000, 003): the layer stack cut into parallel.pp stages, one
+/* Pipeline parallelism (docs/parallelism.md, "Pipeline parallelism"): the layer stack cut into parallel.pp stages, one
  * per pipeline rank; micro-batches flow forward through the stages and their gradients
  * back, in the order a schedule (schedule.h) lists for each rank. This module cuts the
  * model (which blocks a stage holds) and runs a rank's list on its stage of the model

@@ -1,6 +1,6 @@
-/* Pipeline schedules as data (seeds 000, 003; Qi et al. 2023 for zero bubble). A schedule
- * is, for each pipeline rank, the ordered list of what it does in one optimizer step:
- * forward (F), backward (B: the input gradient, the weight gradient too unless split),
+/* Pipeline schedules as data (docs/parallelism.md, "Pipeline parallelism"; Qi et al.
+ * 2023 for zero bubble). A schedule is, for each pipeline rank, the ordered list of what
+ * it does in one optimizer step: forward (F), backward (B: the input gradient, the weight gradient too unless split),
  * weight gradient (W, zero-bubble only), and the sends and receives of activations and
  * gradients between stages. One runner executes any list; the simulator below runs every
  * rank's list symbolically (no model, no MPI), so a schedule is checked before it trains.

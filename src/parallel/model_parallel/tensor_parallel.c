@@ -104,24 +104,22 @@ void dt_tp_detach(gpt_model *m) {
     memset(&m->tp_comm, 0, sizeof m->tp_comm);
 }
 
-dt_status dt_tp_check(const dt_config *c) {
-    if (c->parallel.sp && c->parallel.tp <= 1)
+dt_status dt_tp_check(const dt_layout *L) {
+    int tp = L->tp;
+    if (L->sp && tp <= 1)
         return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1 (sequence parallelism splits the tensor-parallel "
                        "group's LayerNorm and residual rows)");
-    if (c->parallel.tp <= 1) return DT_OK;
-    if (c->model.n_head % c->parallel.tp != 0)
+    if (tp <= 1) return DT_OK;
+    if (!gpt_tp_splits_heads(&L->shape, tp))
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
-                       "tensor-parallel ranks)", c->parallel.tp, c->model.n_head);
-    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / (c->parallel.cp > 1 ? c->parallel.cp : 1);
-    if (c->parallel.sp && ((long long)c->train.micro_batch * T) % c->parallel.tp != 0) /* a rank's rows (cp: T/cp) */
+                       "tensor-parallel ranks)", tp, L->shape.n_head);
+    if (L->sp && ((long long)L->micro * L->Tl) % tp != 0) /* a rank's rows (cp: T/cp) */
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
-                       "sequence pieces", c->train.micro_batch, T, c->parallel.tp);
+                       "sequence pieces", L->micro, L->Tl, tp);
     const char *what = NULL;
-    if (!strcmp(c->parallel.determinism, "bitwise")) what = "parallel.determinism bitwise";
-    else if (c->log.sample_tokens > 0 && c->parallel.sp)
+    if (dt_layout_bitwise(L)) what = "parallel.determinism bitwise";
+    else if (L->cfg.log.sample_tokens > 0 && L->sp)
         what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";
-    if (what)
-        return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet",
-                       c->parallel.tp, what);
+    if (what) return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet", tp, what);
     return DT_OK;
 }

@@ -10,6 +10,7 @@
 #include "../../comm/comm.h"
 #include "../../core/config.h"
 #include "../../model/gpt.h"
+#include "../layout/layout.h"
 
 /* Connects the model's paired functions to the tensor-parallel communicator (a group
  * of one leaves them identities); the sequence-parallel pair when the model has sp.
@@ -22,6 +23,6 @@ void dt_tp_detach(gpt_model *m);
 double dt_tp_comm_seconds(const gpt_model *m);
 /* Layouts that tensor parallelism does not run yet fail here, before any work, with
  * one line (DT_EINPUT). */
-dt_status dt_tp_check(const dt_config *c);
+dt_status dt_tp_check(const dt_layout *L);
 
 #endif
