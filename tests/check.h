@@ -11,6 +11,11 @@
 #include "core/status.h"
 
 static int g_pass, g_fail;
+static int g_rank = -1; /* MPI tests set their rank: failures then name it */
+
+static inline void check_rank_prefix(void) {
+    if (g_rank >= 0) fprintf(stderr, "rank %d: ", g_rank);
+}
 
 #define CHECK(cond, ...)                                                        \
     do {                                                                        \
@@ -18,6 +23,7 @@ static int g_pass, g_fail;
             g_pass++;                                                           \
         } else {                                                                \
             g_fail++;                                                           \
+            check_rank_prefix();                                                \
             fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
             fprintf(stderr, __VA_ARGS__);                                       \
             fprintf(stderr, " [last error: %s]\n", dt_error_message());        \

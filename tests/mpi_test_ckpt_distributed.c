@@ -19,17 +19,7 @@
 #include "backend/ops.h"
 #include "ckpt/distributed.h"
 
-static int g_pass, g_fail, g_rank;
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        if (cond) g_pass++;                                                                   \
-        else {                                                                                \
-            g_fail++;                                                                         \
-            fprintf(stderr, "rank %d: FAIL %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fprintf(stderr, " [%s]\n", dt_error_message());                                  \
-        }                                                                                     \
-    } while (0)
+#include "check.h"
 
 /* weights and both moments of one layout, from seeds 1, 2, 3 */
 typedef struct {
