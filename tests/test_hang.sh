@@ -1,7 +1,8 @@
 # A stuck rank under plain mpirun: rank 1 gets SIGSTOP mid-run (kill -STOP of its pid, read
 # from its per-rank heartbeat file) in dp2, pp2 and tp2, and at a step's end (the
 # stop:STEP:RANK fault); within comm.timeout + 10% (+0.5 s for this script's polling) rank
-# 0 prints one line naming the operation, its group, the step and rank 1, dumps the flight
+# 0 prints one line naming the operation, its group (in pp2 the stage's send/receive or the
+# tied embedding's all-reduce, whichever rank 1 was in), the step and rank 1, dumps the flight
 # recorders (its own and rank 1's, read from node-shared memory) and the job exits 1 (a
 # runtime failure, not 2), without hanging. comm.timeout=0 turns it off: a rank stopped
 # for longer than the timeout is waited for, and once continued (SIGCONT) the run ends
@@ -48,7 +49,7 @@ stopped() {
   local took; took=$(calc "$t1 - $t0")
   local waited; waited=$(echo "$line" | grep -o "waited [0-9.]* s" | grep -o "[0-9.]*")
   if [ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 2 ] && [ $rc -ne 124 ] && [ "$(echo "$line" | wc -l)" -eq 1 ] &&
-     echo "$line" | grep -Eq "$DIAG" && echo "$line" | grep -Eq " on (dp|pp|tp|world) group .*(at|after) step [0-9]+" &&
+     echo "$line" | grep -Eq "$DIAG" && echo "$line" | grep -Eq " on (dp|pp|cp|tp|dp_cp|embedding|world) group .*(at|after) step [0-9]+" &&
      within "$took" "$(calc "$T * 1.1 + 0.5")" && within "$waited" "$(calc "$T * 1.1")" &&
      grep -q "^# flight recorder of rank 0" "$d/flight/dtrain-flight-rank0.tsv" &&
      grep -q "^# flight recorder of rank 1" "$d/flight/dtrain-flight-rank0.tsv" && ! kill -0 "$pid" 2>/dev/null; then
