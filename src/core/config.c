@@ -130,6 +130,22 @@ static const key_desc KEYS[] = {
          "data-parallel collectives of a device's state: mpi (host memory, staged) or nccl (device memory; "
          "DDP and ZeRO without tp/pp/cp)"),
     ENUM("parallel.determinism", parallel.determinism, "fast|bitwise", "fast", "reduction order guarantee"),
+    ENUM("offload.optimizer", offload.optimizer, "none|cpu|nvme", "none",
+         "where the fp32 master weights and AdamW moments live (ZeRO-Offload / ZeRO-Infinity; DeepSpeed's "
+         "zero_optimization.offload_optimizer.device): none = with the parameters, cpu = host memory, nvme = files "
+         "under offload.nvme_path, streamed through the update"),
+    ENUM("offload.param", offload.param, "none|cpu|nvme", "none",
+         "where ZeRO-3's parameter shard lives between uses (DeepSpeed's offload_param.device): fetched one unit "
+         "ahead of its forward and backward"),
+    STR("offload.nvme_path", offload.nvme_path, "",
+        "directory for the offload files (nvme; DeepSpeed's nvme_path): a filesystem that takes O_DIRECT, one "
+        "file per rank, created at start and removed at the end"),
+    FLT("offload.block_mb", offload.block_mb, 0.0625, 4096, "8",
+        "NVMe transfer size in MiB per state field (DeepSpeed's aio block_size); the update streams blocks"),
+    INT("offload.buffer_count", offload.buffer_count, 3, 64, "4",
+        "NVMe blocks in flight: read ahead, being updated, written back (DeepSpeed's buffer_count)"),
+    BOOL("offload.pin_memory", offload.pin_memory, "true",
+         "page-locked host memory for a GPU's offloaded state and transfers (DeepSpeed's pin_memory)"),
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 

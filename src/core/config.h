@@ -53,6 +53,13 @@ typedef struct {
         char backend[8]; /* mpi | nccl: who carries the data-parallel collectives of a device's state */
         double timeout;  /* seconds before the hang diagnosis (src/comm/watchdog.h); 0: off */
     } comm;
+    struct { /* ZeRO-Infinity (src/offload/, docs/offload.md) */
+        char optimizer[8], param[8]; /* none | cpu | nvme: where the optimizer state / the parameters live */
+        char nvme_path[DT_PATH_MAX]; /* directory of the offload files (nvme) */
+        double block_mb;             /* NVMe transfer size per state field */
+        int buffer_count;            /* blocks in flight */
+        int pin_memory;              /* page-locked host buffers (a GPU's transfers) */
+    } offload;
 } dt_config;
 
 /* Fills every key with its default. */

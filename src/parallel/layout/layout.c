@@ -53,6 +53,8 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->recompute = (dt_recompute)PICK(k->train.recompute, "none", "full");
     L->comm_backend = (dt_comm_backend)PICK(k->comm.backend, "mpi", "nccl");
     L->tokenizer = (dt_tokenizer_kind)PICK(k->data.tokenizer, "byte", "gpt2");
+    L->offload_optimizer = (dt_offload_kind)PICK(k->offload.optimizer, "none", "cpu", "nvme");
+    L->offload_param = (dt_offload_kind)PICK(k->offload.param, "none", "cpu", "nvme");
     if (dt_schedule_parse(k->parallel.schedule, &L->schedule) != DT_OK) {
         dt_error_clear();
         L->schedule = DT_SCHED_1F1B;

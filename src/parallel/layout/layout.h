@@ -25,6 +25,7 @@ typedef enum { DT_DET_FAST, DT_DET_BITWISE } dt_determinism;
 typedef enum { DT_RECOMPUTE_NONE, DT_RECOMPUTE_FULL } dt_recompute;
 typedef enum { DT_COMM_MPI, DT_COMM_NCCL } dt_comm_backend;
 typedef enum { DT_TOKENIZER_BYTE, DT_TOKENIZER_GPT2 } dt_tokenizer_kind;
+typedef enum { DT_OFFLOAD_NONE, DT_OFFLOAD_CPU, DT_OFFLOAD_NVME } dt_offload_kind;
 
 typedef struct {
     dt_config cfg; /* the config it was built from, micro-batch and batch keys resolved for the world */
@@ -45,6 +46,7 @@ typedef struct {
     dt_recompute recompute;
     dt_comm_backend comm_backend;
     dt_tokenizer_kind tokenizer;
+    dt_offload_kind offload_optimizer, offload_param;
 } dt_layout;
 
 /* What a command checks (flags): the config's own keys; the world (tp·pp·cp divides it,
@@ -77,6 +79,10 @@ static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism 
 static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT_PREC_BF16; }
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
 static inline int dt_layout_nccl(const dt_layout *L) { return L->comm_backend == DT_COMM_NCCL; }
+/* Some state lives off the model's memory (ZeRO-Offload / ZeRO-Infinity). */
+static inline int dt_layout_offload(const dt_layout *L) {
+    return L->offload_optimizer != DT_OFFLOAD_NONE || L->offload_param != DT_OFFLOAD_NONE;
+}
 
 /* The header line of the batch ("global batch ... (micro-batch ... x ... data-parallel x
  * ... accumulation), N steps, precision, mode, device") and the layout's lines (ZeRO,
