@@ -8,6 +8,7 @@
 typedef struct {
     size_t params, grads, optim, activations, peak_rss;
     size_t workspace; /* communication buckets, gathered ZeRO-3 units, gradient scratch */
+    size_t offload_host, offload_file; /* offloaded state: in host memory (or NVMe's buffers), in the offload file */
 } dt_mem_report;
 
 #endif

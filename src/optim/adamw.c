@@ -1,6 +1,9 @@
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "../core/bf16.h"
 
 #include "optimizer.h"
 
@@ -11,13 +14,45 @@ void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long ste
                decay ? (float)hp->weight_decay : 0.0f, bc1, bc2, gscale);
 }
 
+/* The host's AdamW for offloaded state: the CPU backend's fp32 kernel, the one the CPU,
+ * the emulated device and (after widening) bf16 run, so the bits are the same. */
+static const dt_ops *host_ops(void) { return dt_ops_cpu(); }
+
+/* Where the parameters are not fp32 host memory the host needs chunks of gradients in
+ * fp32 and of parameters in storage precision to move them. */
+static int needs_staging(const dt_ops *ops) { return ops->on_device || ops->bf16; }
+
 dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw_hparams *hp, size_t n, int moments,
-                              const char *what) {
+                              const char *what, const dt_store_opts *off) {
     memset(o, 0, sizeof *o);
     o->hp = *hp;
     o->ops = ops;
     o->n = n;
+    o->moments = moments;
+    o->f_master = o->f_m = o->f_v = -1;
     char name[96];
+    if (off && off->kind) {
+        /* the host holds fp32 weights whenever the parameters are not fp32 host memory */
+        o->has_master = needs_staging(ops);
+        int nf = 0;
+        if (o->has_master) o->f_master = nf++;
+        if (moments) {
+            o->f_m = nf++;
+            o->f_v = nf++;
+        }
+        if (!nf) return DT_OK;
+        snprintf(name, sizeof name, "optimizer state%s", what);
+        DT_TRY(dt_store_open(&o->store, n, nf, sizeof(float), off, name));
+        size_t blk = off->kind == DT_STORE_NVME ? off->block_bytes / sizeof(float) : (size_t)1 << 18;
+        o->chunk = blk < n ? blk : n;
+        if (o->chunk == 0) o->chunk = 1;
+        if (needs_staging(ops)) {
+            o->gbuf = malloc(o->chunk * sizeof(float));
+            o->pbuf = malloc(o->chunk * sizeof(float));
+            if (!o->gbuf || !o->pbuf) return dt_fail(DT_ERUNTIME, "out of memory (offload staging%s)", what);
+        }
+        return DT_OK;
+    }
     if (moments) {
         snprintf(name, sizeof name, "AdamW first moments%s", what);
         DT_TRY(ops->alloc((void **)&o->m, n * sizeof(float), name));
@@ -25,6 +60,7 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
         DT_TRY(ops->alloc((void **)&o->v, n * sizeof(float), name));
     }
     if (ops->bf16) {
+        o->has_master = 1;
         snprintf(name, sizeof name, "fp32 master weights%s", what);
         DT_TRY(ops->alloc((void **)&o->master, n * sizeof(float), name));
     }
@@ -36,22 +72,145 @@ void dt_optimizer_free(dt_optimizer *o) {
     o->ops->free(o->m);
     o->ops->free(o->v);
     o->ops->free(o->master);
-    o->m = o->v = o->master = NULL;
+    dt_store_close(o->store);
+    free(o->gbuf);
+    free(o->pbuf);
+    o->m = o->v = o->master = o->gbuf = NULL;
+    o->pbuf = NULL;
+    o->store = NULL;
 }
 
-void dt_optimizer_step_range(const dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
-                             float *param, const float *g, size_t n) {
+dt_status dt_optimizer_begin(dt_optimizer *o) {
+    if (!o->store || o->in_pass) return DT_OK;
+    o->in_pass = 1;
+    return dt_store_pass_begin(o->store);
+}
+
+dt_status dt_optimizer_end(dt_optimizer *o) {
+    if (!o->store || !o->in_pass) return DT_OK;
+    o->in_pass = 0;
+    return dt_store_pass_end(o->store);
+}
+
+/* n storage-precision elements at src (the backend's memory) as fp32 in host memory dst;
+ * the chunk buffer pbuf carries a device's bf16 on the way. */
+static void to_host_f32(const dt_optimizer *o, float *dst, const void *src, size_t n) {
+    const dt_ops *ops = o->ops;
+    if (!ops->bf16) {
+        ops->download(dst, src, n * sizeof(float));
+        return;
+    }
+    const uint16_t *h = src;
+    if (ops->on_device) {
+        ops->download(o->pbuf, src, n * sizeof(uint16_t));
+        h = o->pbuf;
+    }
+    for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_f32(h[i]);
+}
+
+/* n fp32 host values as the parameters' copy in storage precision at dst (the backend's memory). */
+static dt_status from_host_f32(const dt_optimizer *o, void *dst, const float *src, size_t n) {
+    const dt_ops *ops = o->ops;
+    if (!ops->bf16) {
+        ops->upload(dst, src, n * sizeof(float));
+    } else {
+        uint16_t *h = ops->on_device ? o->pbuf : dst;
+        for (size_t i = 0; i < n; i++) h[i] = dt_f32_to_bf16(src[i]);
+        if (ops->on_device) ops->upload(dst, h, n * sizeof(uint16_t));
+    }
+    /* the next chunk reuses pbuf: a device's asynchronous upload must have read it */
+    return ops->on_device ? ops->sync() : DT_OK;
+}
+
+static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
+                                float *param, const float *g, size_t n) {
+    size_t e = dt_elem_bytes(o->ops);
+    int staged = needs_staging(o->ops);
+    for (size_t i = 0; i < n;) {
+        void *f[3];
+        size_t got;
+        DT_TRY(dt_store_pass_range(o->store, k + i, n - i, f, &got));
+        if (got > o->chunk) got = o->chunk;
+        const float *gi = (const float *)((const char *)g + i * e);
+        if (staged) {
+            to_host_f32(o, o->gbuf, gi, got);
+            gi = o->gbuf;
+        }
+        float *w = o->has_master ? f[o->f_master] : (float *)((char *)param + i * e);
+        dt_adamw_range(&o->hp, host_ops(), step, decay, lr, gscale, w, NULL, gi, f[o->f_m], f[o->f_v], got);
+        if (o->has_master) DT_TRY(from_host_f32(o, (char *)param + i * e, w, got));
+        i += got;
+    }
+    return DT_OK;
+}
+
+dt_status dt_optimizer_step_range(dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
+                                  float *param, const float *g, size_t n) {
+    if (o->store) return step_offloaded(o, step, decay, lr, gscale, k, param, g, n);
     float *p = o->master ? o->master + k : param, *store = o->master ? param : NULL;
     dt_adamw_range(&o->hp, o->ops, step, decay, lr, gscale, p, store, g, o->m + k, o->v + k, n);
+    return DT_OK;
 }
 
-void dt_optimizer_step_model(const dt_optimizer *o, long long step, const gpt_model *m, double lr, float gscale) {
+dt_status dt_optimizer_step_model(dt_optimizer *o, long long step, const gpt_model *m, double lr, float gscale) {
     size_t e = dt_elem_bytes(o->ops);
+    DT_TRY(dt_optimizer_begin(o));
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
         if (t->frozen) continue;
         size_t k = t->offset;
-        dt_optimizer_step_range(o, step, t->decay, lr, gscale, k, (float *)((char *)m->params + k * e),
-                                (const float *)((const char *)m->grads + k * e), t->numel);
+        DT_TRY(dt_optimizer_step_range(o, step, t->decay, lr, gscale, k, (float *)((char *)m->params + k * e),
+                                       (const float *)((const char *)m->grads + k * e), t->numel));
     }
+    return dt_optimizer_end(o);
+}
+
+/* ---- random access ---- */
+
+dt_status dt_optimizer_get_weights(dt_optimizer *o, size_t k, size_t n, const float *param, float *dst) {
+    if (o->store && o->has_master) return dt_store_read(o->store, o->f_master, k, n, dst);
+    if (o->master) o->ops->download(dst, o->master + k, n * sizeof(float));
+    else o->ops->download(dst, param, n * sizeof(float)); /* the parameters are the fp32 weights */
+    return DT_OK;
+}
+
+dt_status dt_optimizer_set_weights(dt_optimizer *o, size_t k, size_t n, const float *src, float *param) {
+    const dt_ops *ops = o->ops;
+    if (o->store && o->has_master) {
+        DT_TRY(dt_store_write(o->store, o->f_master, k, n, src));
+        if (!param) return DT_OK;
+        for (size_t i = 0; i < n; i += o->chunk) {
+            size_t c = n - i < o->chunk ? n - i : o->chunk;
+            DT_TRY(from_host_f32(o, (char *)param + i * dt_elem_bytes(ops), src + i, c));
+        }
+        return DT_OK;
+    }
+    if (o->master) {
+        ops->upload(o->master + k, src, n * sizeof(float));
+        if (param) ops->to_bf16(param, o->master + k, n); /* the model's compute copy */
+    } else if (param) {
+        ops->upload(param, src, n * sizeof(float));
+    }
+    return ops->sync(); /* the uploads have read src */
+}
+
+static float *moment_in_memory(const dt_optimizer *o, int which) { return which ? o->v : o->m; }
+
+dt_status dt_optimizer_get_moments(dt_optimizer *o, int which, size_t k, size_t n, float *dst) {
+    if (o->store) return dt_store_read(o->store, which ? o->f_v : o->f_m, k, n, dst);
+    o->ops->download(dst, moment_in_memory(o, which) + k, n * sizeof(float));
+    return DT_OK;
+}
+
+dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t n, const float *src) {
+    if (o->store) return dt_store_write(o->store, which ? o->f_v : o->f_m, k, n, src);
+    o->ops->upload(moment_in_memory(o, which) + k, src, n * sizeof(float));
+    return o->ops->sync();
+}
+
+void dt_optimizer_bytes(const dt_optimizer *o, size_t *backend, size_t *host, size_t *file) {
+    size_t f = o->n * sizeof(float);
+    *backend = (o->m ? 2 * f : 0) + (o->master ? f : 0);
+    *host = o->store ? dt_store_host_bytes(o->store) + (o->gbuf ? 2 * o->chunk * sizeof(float) : 0) : 0;
+    *file = o->store ? dt_store_file_bytes(o->store) : 0;
 }

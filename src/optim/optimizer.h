@@ -11,35 +11,70 @@
 #include "../backend/ops.h"
 #include "../core/status.h"
 #include "../model/gpt.h"
+#include "../offload/store.h"
 
 typedef struct {
     double lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
     int warmup_steps, total_steps;
 } dt_adamw_hparams;
 
-/* AdamW state over n owned elements, in the backend's memory (fp32). */
+/* AdamW state over n owned elements: the moments (and fp32 master weights where the
+ * parameters are not fp32 host memory) in the backend's memory, or offloaded (ZeRO-Offload,
+ * ZeRO-Infinity: docs/offload.md) to a store in host memory or on NVMe (offload/store.h),
+ * where the update runs on the host, streamed block by block, with the same arithmetic
+ * (the CPU's AdamW kernel), so a run with offload has the same bits as one without (fp32
+ * on the CPU and the emulated device; bf16 widened and rounded as the bf16 kernels do). */
 typedef struct {
     dt_adamw_hparams hp;
     const dt_ops *ops;
     size_t n;
-    float *m, *v;   /* first and second moments (NULL: no optimizer state on this rank: ps's peers) */
-    float *master;  /* fp32 master weights when the model's are bf16 (NULL: the parameters are the weights) */
+    int moments;    /* this rank updates (ps's peers keep no moments) */
+    int has_master; /* fp32 master weights apart from the parameters */
+    float *m, *v;   /* first and second moments in the backend's memory (NULL: offloaded or none) */
+    float *master;  /* fp32 master weights in the backend's memory (NULL: offloaded, or the parameters are the weights) */
+    /* offloaded (store != NULL): fields of the store, -1 where absent */
+    dt_store *store;
+    int f_master, f_m, f_v;
+    size_t chunk;   /* elements the host handles at a time (a block, at most) */
+    float *gbuf;    /* host fp32: a chunk's gradients (a device's, or widened from bf16) */
+    void *pbuf;     /* host: a chunk's updated parameters in storage precision, for the upload */
+    int in_pass;
 } dt_optimizer;
 
 /* moments: this rank updates (else only the master weights, which bf16 keeps on every
- * rank); what: appended to the buffers' names (" (shard)"). Zero-filled; on failure
- * dt_optimizer_free releases what was allocated. */
+ * rank); what: appended to the buffers' names (" (shard)"); off: where the state lives
+ * (NULL or kind 0: the backend's memory). Zero-filled; on failure dt_optimizer_free
+ * releases what was allocated. */
 dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw_hparams *hp, size_t n, int moments,
-                              const char *what);
+                              const char *what, const dt_store_opts *off);
 void dt_optimizer_free(dt_optimizer *o);
+/* An update is a pass over owned elements in ascending order: begin, step_range or
+ * step_model calls, end (offloaded: the blocks are read ahead and written back; nothing
+ * in memory). */
+dt_status dt_optimizer_begin(dt_optimizer *o);
+dt_status dt_optimizer_end(dt_optimizer *o);
 /* One AdamW step at 1-based step `step` on owned elements [k, k + n) (decay: a 2-D
- * weight), gradient g·gscale (storage precision): the weights are the master weights'
- * [k, k + n) with param their bf16 copy, or param itself (fp32). */
-void dt_optimizer_step_range(const dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
-                             float *param, const float *g, size_t n);
+ * weight), gradient g·gscale (storage precision, the backend's memory): the weights are
+ * the master weights' [k, k + n) with param their copy in storage precision, or param
+ * itself (fp32). */
+dt_status dt_optimizer_step_range(dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
+                                  float *param, const float *g, size_t n);
 /* The step over every tensor of a model whose flat layout the state spans (k = the
- * tensor's offset; m->params and m->grads). */
-void dt_optimizer_step_model(const dt_optimizer *o, long long step, const gpt_model *m, double lr, float gscale);
+ * tensor's offset; m->params and m->grads), begin and end included. */
+dt_status dt_optimizer_step_model(dt_optimizer *o, long long step, const gpt_model *m, double lr, float gscale);
+
+/* Random access outside an update (init, load, saves, the digest), host fp32 on the
+ * caller's side: the weights of owned elements [k, k + n) (the master weights, or the
+ * parameters at param, fp32 in the backend's memory); set writes the master weights (if
+ * any) and, param not NULL, the parameters' copy in storage precision there. */
+dt_status dt_optimizer_get_weights(dt_optimizer *o, size_t k, size_t n, const float *param, float *dst);
+dt_status dt_optimizer_set_weights(dt_optimizer *o, size_t k, size_t n, const float *src, float *param);
+/* Moment which (0: first, 1: second) of owned elements [k, k + n), to or from host fp32. */
+dt_status dt_optimizer_get_moments(dt_optimizer *o, int which, size_t k, size_t n, float *dst);
+dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t n, const float *src);
+/* Bytes of the state in the backend's memory, in host memory for the offload (the state,
+ * or NVMe's buffers), and in the offload file. */
+void dt_optimizer_bytes(const dt_optimizer *o, size_t *backend, size_t *host, size_t *file);
 
 /* Learning rate for 0-based step s. */
 double dt_lr_at(const dt_adamw_hparams *hp, long long s);

@@ -96,9 +96,9 @@ void dt_metrics_summary(dt_metrics *m, long long steps, long long ran, double fi
     for (int r = 0; r < nranks; r++)
         fprintf(m->fp,
                 "%s{\"rank\": %d, \"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"activations\": %zu, "
-                "\"workspace\": %zu, \"peak_rss\": %zu}",
+                "\"workspace\": %zu, \"peak_rss\": %zu, \"offload_host\": %zu, \"offload_file\": %zu}",
                 r ? ", " : "", r, mem[r].params, mem[r].grads, mem[r].optim, mem[r].activations, mem[r].workspace,
-                mem[r].peak_rss);
+                mem[r].peak_rss, mem[r].offload_host, mem[r].offload_file);
     fputc(']', m->fp);
     if (mfu >= 0 && ran > 0) fprintf(m->fp, ", \"mfu\": %s", num(a, sizeof a, "%.5f", mfu));
     end_line(m, steps);

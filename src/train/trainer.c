@@ -28,6 +28,9 @@
 #include "progress.h"
 #include "sample.h"
 
+/* the final memory report's numbers per rank (dt_mem_report's, rank 0's metrics status) */
+enum { MEM_NUMBERS = 9 };
+
 typedef struct {
     const dt_config *cfg; /* &L.cfg: the caller's config with the batch keys resolved for this world */
     dt_layout L;
@@ -52,7 +55,7 @@ typedef struct {
     dt_metrics metrics;
     dt_progress progress;
     char *config_json;
-    double *mem_all; /* the final memory report: 7 numbers per rank, allocated up front */
+    double *mem_all; /* the final memory report: MEM_NUMBERS per rank, allocated up front */
     double peak_flops; /* the whole job's peak FLOP/s, MFU's denominator (0: unknown) */
     const char *peak_source;
 } trainer;
@@ -191,7 +194,7 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     if (c->checkpoint.dir[0] && t->rank0) /* may refuse a directory in use: before any training */
         DT_TRY(dt_ckpt_prepare_dir(c->checkpoint.dir, c->checkpoint.resume[0] ? t->resume_dir : NULL,
                                    c->checkpoint.overwrite, &t->drop_old_run));
-    t->mem_all = calloc((size_t)dt_comm_size(t->world) * 7, sizeof(double));
+    t->mem_all = calloc((size_t)dt_comm_size(t->world) * MEM_NUMBERS, sizeof(double));
     if (!t->mem_all) return dt_fail(DT_ERUNTIME, "out of memory (batch)");
     if (t->rank0) {
         DT_TRY(dt_metrics_open(&t->metrics, c->log.metrics, c->checkpoint.resume[0] != 0));
@@ -478,15 +481,17 @@ static dt_status run(trainer *t) {
     if (c->checkpoint.dir[0] && (t->st.step > first || !c->checkpoint.resume[0])) DT_TRY(save(t));
     DT_TRY(finish_save(t)); /* the run ends with its last checkpoint committed */
     double tps = timed_steps > 0 ? tokens_per_step * (double)timed_steps / train_time : 0.0;
-    /* per-rank memory, gathered to every rank as 6 numbers each, plus rank 0's metrics status */
+    /* per-rank memory, gathered to every rank as 8 numbers each, plus rank 0's metrics status */
     int n = dt_comm_size(t->world);
     dt_mem_report mine;
     dt_par_memory(t->par, &mine);
     mine.peak_rss = dt_peak_rss();
-    double me[7] = {(double)mine.params, (double)mine.grads, (double)mine.optim, (double)mine.activations,
-                    (double)mine.workspace, (double)mine.peak_rss, t->rank0 && t->metrics.fail_step >= 0};
+    double me[MEM_NUMBERS] = {(double)mine.params, (double)mine.grads, (double)mine.optim,
+                              (double)mine.activations, (double)mine.workspace, (double)mine.peak_rss,
+                              t->rank0 && t->metrics.fail_step >= 0, (double)mine.offload_host,
+                              (double)mine.offload_file};
     double *all = t->mem_all;
-    DT_TRY(dt_allgather(t->world, me, all, 7, DT_F64));
+    DT_TRY(dt_allgather(t->world, me, all, MEM_NUMBERS, DT_F64));
     DT_TRY(dt_par_gather_report(t->par));
     if (all[6] != 0.0) /* rank 0's metrics could not be written: an error on every rank, reported by rank 0 */
         return t->rank0 ? dt_metrics_close(&t->metrics)
@@ -494,8 +499,10 @@ static dt_status run(trainer *t) {
     if (t->rank0) {
         dt_mem_report mem[n];
         for (int r = 0; r < n; r++)
-            mem[r] = (dt_mem_report){(size_t)all[7 * r], (size_t)all[7 * r + 1], (size_t)all[7 * r + 2],
-                                     (size_t)all[7 * r + 3], (size_t)all[7 * r + 5], (size_t)all[7 * r + 4]};
+            mem[r] = (dt_mem_report){(size_t)all[MEM_NUMBERS * r], (size_t)all[MEM_NUMBERS * r + 1],
+                                     (size_t)all[MEM_NUMBERS * r + 2], (size_t)all[MEM_NUMBERS * r + 3],
+                                     (size_t)all[MEM_NUMBERS * r + 5], (size_t)all[MEM_NUMBERS * r + 4],
+                                     (size_t)all[MEM_NUMBERS * r + 7], (size_t)all[MEM_NUMBERS * r + 8]};
         double mfu = t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0;
         dt_metrics_summary(&t->metrics, t->st.step, t->st.step - first, loss, tps, mfu, mem, n);
         DT_TRY(dt_metrics_close(&t->metrics));

@@ -49,8 +49,8 @@ dt_status dt_flat_setup(dt_dp *d, int moments) {
     f->norm_parts = calloc((size_t)d->N, sizeof(double));
     f->pieces = calloc((size_t)m->ntensors, sizeof *f->pieces);
     if (!f->norm_parts || !f->pieces) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
-    DT_TRY(dt_optimizer_create(&f->opt, d->ops, &d->hp, n, moments, ""));
-    if (moments) {
+    DT_TRY(dt_optimizer_create(&f->opt, d->ops, &d->hp, n, moments, "", &d->o.offload));
+    if (f->opt.m) { /* in memory: the views for saves are the state itself (offloaded: host copies, host_open) */
         DT_TRY(gpt_unit_views(m, f->opt.m, &f->m_view));
         DT_TRY(gpt_unit_views(m, f->opt.v, &f->v_view));
     }
@@ -110,23 +110,23 @@ dt_status dt_flat_local_norm(dt_dp *d, double *norm) {
 }
 
 dt_status dt_flat_update(dt_dp *d, double lr, double norm) {
-    dt_optimizer_step_model(&dt_flat_of(d)->opt, d->step + 1, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
-    return DT_OK;
+    return dt_optimizer_step_model(&dt_flat_of(d)->opt, d->step + 1, d->m, lr, dt_clip_coef(norm, d->hp.grad_clip));
 }
 
-/* ---- device state seen from the host ----
- * Checkpoint and digest code read and write host memory. With the state on a device
- * they work on a host copy, made at save/load time only (never per step): the model's
- * unit views (and the moment views) point at it in between. */
+/* ---- state seen from the host ----
+ * Checkpoint and digest code read and write fp32 host memory. With the state on a device,
+ * in bf16 or offloaded they work on a host copy, made at save/load time only (never per
+ * step): the model's unit views (and the moment views) point at it in between. */
+
+static int host_copy_needed(const dt_dp *d) { return dt_stage_needed(d->ops) || dt_flat_of(d)->opt.store; }
 
 static dt_status host_open(dt_dp *d, int moments, int fetch, dt_flat_host *h) {
     memset(h, 0, sizeof *h);
-    if (!dt_stage_needed(d->ops)) return DT_OK;
+    if (!host_copy_needed(d)) return DT_OK;
     dt_flat *f = dt_flat_of(d);
     gpt_model *m = d->m;
     size_t n = m->nparams, bytes = n * sizeof(float);
-    int nm = moments && f->m_view ? 2 : 0;
-    float *dev_mom[2] = {f->opt.m, f->opt.v};
+    int nm = moments && f->opt.moments ? 2 : 0;
     float ***views[2] = {&f->m_view, &f->v_view};
     h->p = malloc(bytes);
     if (!h->p) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the parameters)");
@@ -134,47 +134,45 @@ static dt_status host_open(dt_dp *d, int moments, int fetch, dt_flat_host *h) {
         h->mom[k] = malloc(bytes);
         if (!h->mom[k]) return dt_fail(DT_ERUNTIME, "out of memory (host copy of the optimizer state)");
         DT_TRY(gpt_unit_views(m, h->mom[k], &h->mom_view[k]));
-        if (fetch) d->ops->download(h->mom[k], dev_mom[k], bytes);
-        float **dev_view = *views[k];
+        if (fetch) DT_TRY(dt_optimizer_get_moments(&f->opt, k, 0, n, h->mom[k]));
+        float **state_view = *views[k]; /* the state's own views (NULL: offloaded) */
         *views[k] = h->mom_view[k];
-        h->mom_view[k] = dev_view;
+        h->mom_view[k] = state_view;
+        h->swapped[k] = 1;
     }
-    if (fetch) d->ops->download(h->p, f->opt.master ? f->opt.master : f->params, bytes); /* fp32 weights */
+    if (fetch) DT_TRY(dt_optimizer_get_weights(&f->opt, 0, n, f->params, h->p)); /* fp32 weights */
     DT_TRY(dt_dp_views_push(d, &h->views, h->p, NULL, sizeof(float)));
     return d->ops->sync();
 }
 
-/* Points the views back at the device; push: copies the host copy there first. */
+/* Points the views back at the state; push: copies the host copy there first. */
 static dt_status host_close(dt_dp *d, int push, dt_flat_host *h) {
-    if (!dt_stage_needed(d->ops)) return DT_OK;
+    if (!host_copy_needed(d)) return DT_OK;
     dt_flat *f = dt_flat_of(d);
     gpt_model *m = d->m;
-    size_t bytes = m->nparams * sizeof(float);
-    float *dev_mom[2] = {f->opt.m, f->opt.v};
+    size_t n = m->nparams;
     float ***views[2] = {&f->m_view, &f->v_view};
+    dt_status s = DT_OK;
     if (h->views.saved) {
-        if (push && f->opt.master) {
-            d->ops->upload(f->opt.master, h->p, bytes);
-            d->ops->to_bf16(f->params, f->opt.master, m->nparams); /* the model's compute copy */
-        } else if (push) {
-            d->ops->upload(f->params, h->p, bytes);
-        }
+        if (push) s = dt_optimizer_set_weights(&f->opt, 0, n, h->p, f->params); /* and the model's compute copy */
         dt_dp_views_pop(d, &h->views);
     }
     for (int k = 0; k < 2; k++) {
         if (!h->mom[k]) continue;
-        if (push) d->ops->upload(dev_mom[k], h->mom[k], bytes);
-        if (h->mom_view[k]) {
+        if (push && s == DT_OK) s = dt_optimizer_set_moments(&f->opt, k, 0, n, h->mom[k]);
+        if (h->swapped[k]) {
             free(*views[k]); /* the host view made by host_open */
             *views[k] = h->mom_view[k];
+        } else {
+            free(h->mom_view[k]);
         }
     }
-    dt_status s = d->ops->sync(); /* the uploads have read the host copy */
+    dt_status y = d->ops->sync(); /* the uploads have read the host copy */
     free(h->p);
     free(h->mom[0]);
     free(h->mom[1]);
     memset(h, 0, sizeof *h);
-    return s;
+    return s != DT_OK ? s : y;
 }
 
 /* Nothing to gather: the reader's host copy (a device's state) or the state itself. */
@@ -209,7 +207,7 @@ dt_status dt_flat_load(dt_dp *d, const char *step_dir) {
     dt_flat_host h;
     dt_status s = host_open(d, 1, 0, &h);
     if (s == DT_OK) s = dt_ckpt_load_weights(step_dir, d->m); /* model.safetensors or its index */
-    if (s == DT_OK && f->m_view) s = dt_ckpt_load_optimizer(step_dir, d->m, f->m_view, f->v_view);
+    if (s == DT_OK && f->opt.moments) s = dt_ckpt_load_optimizer(step_dir, d->m, f->m_view, f->v_view);
     dt_status c = host_close(d, s == DT_OK, &h);
     return s != DT_OK ? s : c;
 }
@@ -221,6 +219,8 @@ void dt_flat_memory(const dt_dp *d, dt_mem_report *r) {
     r->grads = e;
     r->optim = f->opt.m ? 2 * n : 0;
     r->workspace = d->workspace_bytes + f->bucket32_bytes; /* bitwise mode's folds; bf16's fp32 bucket */
+    size_t backend;
+    dt_optimizer_bytes(&f->opt, &backend, &r->offload_host, &r->offload_file);
     if (f->grads_host && !d->ops->on_device) r->workspace += n; /* bf16's fp32 gradients for the reduction */
 }
 

@@ -5,12 +5,13 @@
 #define DT_DP_FLAT_H
 #include "dp_core.h"
 
-/* A device's (or bf16's) state seen from the host: the model's unit views (and the
- * moment views) pointed at an fp32 host copy, made at save/load time only. */
+/* A device's (bf16's, an offloaded optimizer's) state seen from the host: the model's unit
+ * views (and the moment views) pointed at an fp32 host copy, made at save/load time only. */
 typedef struct {
     float *p, *mom[2];
     dt_dp_views views;     /* unit_params at p: the device views, restored at close */
-    float **mom_view[2];   /* the device's moment views, restored at close */
+    float **mom_view[2];   /* the state's moment views (NULL: offloaded), restored at close */
+    int swapped[2];        /* mom_view[k] holds the state's views, the host's are in place */
 } dt_flat_host;
 
 typedef struct {

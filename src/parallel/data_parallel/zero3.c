@@ -95,7 +95,7 @@ static dt_status refresh(dt_dp *d) {
 }
 
 static dt_status zero3_update(dt_dp *d, double lr, double norm) {
-    dt_zero_adamw(d, lr, norm);
+    DT_TRY(dt_zero_adamw(d, lr, norm));
     return refresh(d);
 }
 

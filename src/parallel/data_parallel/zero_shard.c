@@ -58,11 +58,23 @@ static float *slice_param(const dt_dp *d, int u, size_t x) {
     return at(d, z->param_shard, z->soff[u] + (x - (size_t)d->rank * z->S[u]));
 }
 
-/* The fp32 weights AdamW updates there: bf16's master weights, else the parameters. */
-static float *slice_weights(const dt_dp *d, int u, size_t x) {
-    const dt_zero *z = dt_zero_of(d);
-    if (!z->opt.master) return slice_param(d, u, x);
-    return z->opt.master + z->soff[u] + (x - (size_t)d->rank * z->S[u]);
+/* This rank's slice of unit u as fp32 host values, set 0: the weights AdamW updates (the
+ * master weights, or the parameters), 1 and 2: the moments; wherever the optimizer keeps
+ * them (the backend's memory or an offload store). */
+static dt_status get_slice(dt_dp *d, int set, int u, float *dst) {
+    dt_zero *z = dt_zero_of(d);
+    size_t k = z->soff[u], n = z->S[u];
+    if (set == 0) return dt_optimizer_get_weights(&z->opt, k, n, slice_param(d, u, (size_t)d->rank * n), dst);
+    return dt_optimizer_get_moments(&z->opt, set - 1, k, n, dst);
+}
+
+/* The reverse; with_params: the parameters' copy (storage precision) written too. */
+static dt_status put_slice(dt_dp *d, int set, int u, const float *src, int with_params) {
+    dt_zero *z = dt_zero_of(d);
+    size_t k = z->soff[u], n = z->S[u];
+    if (set == 0)
+        return dt_optimizer_set_weights(&z->opt, k, n, src, with_params ? slice_param(d, u, (size_t)d->rank * n) : NULL);
+    return dt_optimizer_set_moments(&z->opt, set - 1, k, n, src);
 }
 
 int dt_zero_gscratch_of(const dt_dp *d, int u) {
@@ -113,7 +125,7 @@ static dt_status zero_setup_local(dt_dp *d) {
             d->workspace_bytes += maxS * e;
         }
     }
-    DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)"));
+    DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &d->o.offload));
     if (z->stage <= 2) {
         z->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!z->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
@@ -306,28 +318,24 @@ dt_status dt_zero_gather_units(dt_dp *d, float *shard, float *full) {
     return d->o.dcomm ? dt_dcomm_join(d->o.dcomm) : DT_OK;
 }
 
-/* fp32 slices in the backend's memory (slice(u): unit u's) gathered whole into fp32 host
- * memory full (padded layout): each rank's slice copied to its place, then gathered in place. */
-static dt_status gather_units_f32(dt_dp *d, float *(*slice)(const dt_dp *, int), float *full) {
+/* Every rank's slices of set (get_slice) gathered whole into fp32 host memory full
+ * (padded layout): each rank's slice copied to its place, then gathered in place. */
+static dt_status gather_units_f32(dt_dp *d, int set, float *full) {
     dt_zero *z = dt_zero_of(d);
     for (int u = 0; u < d->m->nunits; u++) {
         float *mine = full + z->poff[u] + (size_t)d->rank * z->S[u];
-        d->ops->download(mine, slice(d, u), z->S[u] * sizeof(float));
+        DT_TRY(get_slice(d, set, u, mine));
         DT_TRY(dt_allgather(d->comm, mine, full + z->poff[u], z->S[u], DT_F32));
     }
     return DT_OK;
 }
 
-static float *weights_of(const dt_dp *d, int u) { return slice_weights(d, u, (size_t)d->rank * dt_zero_of(d)->S[u]); }
-static float *m_of(const dt_dp *d, int u) { return dt_zero_of(d)->opt.m + dt_zero_of(d)->soff[u]; }
-static float *v_of(const dt_dp *d, int u) { return dt_zero_of(d)->opt.v + dt_zero_of(d)->soff[u]; }
-
-/* This rank's slices of an fp32 host buffer in the padded layout into slice(u) (fp32, the
- * backend's memory). */
-static void put_slices(dt_dp *d, const float *full, float *(*slice)(const dt_dp *, int)) {
+/* This rank's slices of an fp32 host buffer in the padded layout into set (put_slice). */
+static dt_status put_slices(dt_dp *d, int set, const float *full, int with_params) {
     dt_zero *z = dt_zero_of(d);
     for (int u = 0; u < d->m->nunits; u++)
-        d->ops->upload(slice(d, u), full + z->poff[u] + (size_t)d->rank * z->S[u], z->S[u] * sizeof(float));
+        DT_TRY(put_slice(d, set, u, full + z->poff[u] + (size_t)d->rank * z->S[u], with_params));
+    return DT_OK;
 }
 
 /* ---- step ---- */
@@ -368,17 +376,19 @@ dt_status dt_zero_norm(dt_dp *d, double *norm) {
     return dt_grad_norm_of(d->ops, p, np, mp ? DT_NORM_NCLASSES : 1, dt_dp_norm_over_dp(d), norm);
 }
 
-void dt_zero_adamw(dt_dp *d, double lr, double norm) {
+dt_status dt_zero_adamw(dt_dp *d, double lr, double norm) {
     dt_zero *z = dt_zero_of(d);
     gpt_model *m = d->m;
     float gscale = dt_clip_coef(norm, d->hp.grad_clip);
-    for (int i = 0; i < m->ntensors; i++) {
+    DT_TRY(dt_optimizer_begin(&z->opt));
+    for (int i = 0; i < m->ntensors; i++) { /* the shard's order: a pass in ascending k */
         const gpt_tensor *t = &m->tensors[i];
         size_t x0, n, k;
         if (t->frozen || !shard_segment(d, t, &x0, &n, &k)) continue;
-        dt_optimizer_step_range(&z->opt, d->step + 1, t->decay, lr, gscale, k, slice_param(d, t->unit, x0),
-                                slice_grad(d, t->unit, x0), n);
+        DT_TRY(dt_optimizer_step_range(&z->opt, d->step + 1, t->decay, lr, gscale, k, slice_param(d, t->unit, x0),
+                                       slice_grad(d, t->unit, x0), n));
     }
+    return dt_optimizer_end(&z->opt);
 }
 
 /* zero 1/2: the updated slices to every rank (with overlap they travel while the next
@@ -401,7 +411,7 @@ static dt_status allgather_params(dt_dp *d) {
 }
 
 dt_status dt_zero_update_gather(dt_dp *d, double lr, double norm) {
-    dt_zero_adamw(d, lr, norm);
+    DT_TRY(dt_zero_adamw(d, lr, norm));
     return allgather_params(d);
 }
 
@@ -435,9 +445,9 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     if (s == DT_OK && init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
     else if (s == DT_OK) gpt_init(d->m, seed);
     if (s == DT_OK && view) {
-        put_slices(d, z->full_tmp, weights_of); /* fp32: bf16's master weights, else the parameters */
-        if (z->stage >= 3 && z->opt.master) d->ops->to_bf16(z->param_shard, z->opt.master, z->shard_total);
-        if (z->stage <= 2) dt_stage_narrow(d->ops, z->params_pad, z->full_tmp, z->padded_total); /* all of them */
+        /* the weights (bf16: the master weights; zero 3 with the shard's compute copy) */
+        s = put_slices(d, 0, z->full_tmp, z->stage >= 3);
+        if (s == DT_OK && z->stage <= 2) dt_stage_narrow(d->ops, z->params_pad, z->full_tmp, z->padded_total); /* all of them */
         s = d->ops->sync(); /* the uploads have read the host view */
     }
     if (view) dt_zero_release_full(d);
@@ -471,9 +481,9 @@ dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
     if (s == DT_OK) s = alloc_views(d, &vb, &vv);
     if (s == DT_OK) s = dt_ckpt_load_optimizer(step_dir, d->m, mv, vv);
     if (s == DT_OK) {
-        put_slices(d, mb, m_of);
-        put_slices(d, vb, v_of);
-        s = d->ops->sync();
+        s = put_slices(d, 1, mb, 0);
+        if (s == DT_OK) s = put_slices(d, 2, vb, 0);
+        if (s == DT_OK) s = d->ops->sync();
     }
     if (mv) free_views(mv, vv);
     else {
@@ -500,7 +510,7 @@ static dt_status gather_host(dt_dp *d, int host) {
         memcpy(z->full_tmp, z->params_pad, z->padded_total * sizeof(float));
         return DT_OK;
     }
-    if (host) return gather_units_f32(d, weights_of, z->full_tmp);
+    if (host) return gather_units_f32(d, 0, z->full_tmp);
     return dt_zero_gather_units(d, z->param_shard, z->full_tmp);
 }
 
@@ -513,8 +523,8 @@ static dt_status full_moments(dt_dp *d, float ***m_view, float ***v_view) {
     dt_status s = alloc_views(d, &mb, m_view);
     if (s == DT_OK) s = alloc_views(d, &vb, v_view);
     DT_TRY(dt_comm_agree(d->comm, s, NULL)); /* before the gathers, as above */
-    DT_TRY(gather_units_f32(d, m_of, mb));
-    return gather_units_f32(d, v_of, vb);
+    DT_TRY(gather_units_f32(d, 1, mb));
+    return gather_units_f32(d, 2, vb);
 }
 
 dt_status dt_zero_open_full(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv) {
@@ -550,10 +560,9 @@ static dt_status stream_get(void *ctx, int set, int i, const float **data) {
         return DT_OK;
     }
     if (zs->set != set || zs->unit != u) { /* every rank's slice of the unit: this rank's copied to its place */
-        static float *(*const slice[3])(const dt_dp *, int) = {weights_of, m_of, v_of};
         float *mine = zs->buf + (size_t)d->rank * z->S[u];
         zs->set = zs->unit = -1;
-        d->ops->download(mine, slice[set](d, u), z->S[u] * sizeof(float));
+        DT_TRY(get_slice(d, set, u, mine));
         DT_TRY(dt_allgather(d->comm, mine, zs->buf, z->S[u], DT_F32));
         zs->set = set;
         zs->unit = u;
@@ -592,8 +601,10 @@ void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
     size_t f = sizeof(float), e = esz(d);
     r->params = (z->stage <= 2 ? z->padded_total : z->shard_total) * e + (z->opt.master ? z->shard_total * f : 0);
     r->grads = (z->stage == 1 ? z->padded_total : z->shard_total) * e; /* zero 1: reduced in place */
-    r->optim = 2 * z->shard_total * f;
+    r->optim = z->opt.m ? 2 * z->shard_total * f : 0; /* offloaded: off the model's memory */
     r->workspace = d->workspace_bytes;
+    size_t backend;
+    dt_optimizer_bytes(&z->opt, &backend, &r->offload_host, &r->offload_file);
 }
 
 dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {

@@ -81,7 +81,7 @@ dt_status dt_zero_settle_all(dt_dp *d);
  * first); collective. */
 dt_status dt_zero_norm(dt_dp *d, double *norm);
 /* AdamW over this rank's slices. */
-void dt_zero_adamw(dt_dp *d, double lr, double norm);
+dt_status dt_zero_adamw(dt_dp *d, double lr, double norm);
 dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 dt_status dt_zero_load(dt_dp *d, const char *step_dir);
 /* The full parameters as the model's unit views, in its memory and precision, until
