@@ -23,7 +23,7 @@ static const dt_ops *host_ops(void) { return dt_ops_cpu(); }
 static int needs_staging(const dt_ops *ops) { return ops->on_device || ops->bf16; }
 
 dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw_hparams *hp, size_t n, int moments,
-                              const char *what, const dt_store_opts *off) {
+                              const char *what, const dt_optimizer_offload *off) {
     memset(o, 0, sizeof *o);
     o->hp = *hp;
     o->ops = ops;
@@ -31,9 +31,11 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
     o->moments = moments;
     o->f_master = o->f_m = o->f_v = -1;
     char name[96];
-    if (off && off->kind) {
-        /* the host holds fp32 weights whenever the parameters are not fp32 host memory */
-        o->has_master = needs_staging(ops);
+    if (off && off->store.kind) {
+        /* the host holds fp32 weights whenever the parameters are not fp32 host memory
+         * (or are offloaded themselves, in storage precision) */
+        o->params_host = off->params_host;
+        o->has_master = needs_staging(ops) || off->params_host;
         int nf = 0;
         if (o->has_master) o->f_master = nf++;
         if (moments) {
@@ -42,8 +44,8 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
         }
         if (!nf) return DT_OK;
         snprintf(name, sizeof name, "optimizer state%s", what);
-        DT_TRY(dt_store_open(&o->store, n, nf, sizeof(float), off, name));
-        size_t blk = off->kind == DT_STORE_NVME ? off->block_bytes / sizeof(float) : (size_t)1 << 18;
+        DT_TRY(dt_store_open(&o->store, n, nf, sizeof(float), &off->store, name));
+        size_t blk = off->store.kind == DT_STORE_NVME ? off->store.block_bytes / sizeof(float) : (size_t)1 << 18;
         o->chunk = blk < n ? blk : n;
         if (o->chunk == 0) o->chunk = 1;
         if (needs_staging(ops)) {
@@ -108,9 +110,13 @@ static void to_host_f32(const dt_optimizer *o, float *dst, const void *src, size
     for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_f32(h[i]);
 }
 
-/* n fp32 host values as the parameters' copy in storage precision at dst (the backend's memory). */
-static dt_status from_host_f32(const dt_optimizer *o, void *dst, const float *src, size_t n) {
+dt_status dt_optimizer_put_params(const dt_optimizer *o, void *dst, const float *src, size_t n) {
     const dt_ops *ops = o->ops;
+    if (o->params_host) { /* an offloaded shard's host copy */
+        if (!ops->bf16) memcpy(dst, src, n * sizeof(float));
+        else for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = dt_f32_to_bf16(src[i]);
+        return DT_OK;
+    }
     if (!ops->bf16) {
         ops->upload(dst, src, n * sizeof(float));
     } else {
@@ -138,7 +144,7 @@ static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, doub
         }
         float *w = o->has_master ? f[o->f_master] : (float *)((char *)param + i * e);
         dt_adamw_range(&o->hp, host_ops(), step, decay, lr, gscale, w, NULL, gi, f[o->f_m], f[o->f_v], got);
-        if (o->has_master) DT_TRY(from_host_f32(o, (char *)param + i * e, w, got));
+        if (o->has_master) DT_TRY(dt_optimizer_put_params(o, (char *)param + i * e, w, got));
         i += got;
     }
     return DT_OK;
@@ -181,7 +187,7 @@ dt_status dt_optimizer_set_weights(dt_optimizer *o, size_t k, size_t n, const fl
         if (!param) return DT_OK;
         for (size_t i = 0; i < n; i += o->chunk) {
             size_t c = n - i < o->chunk ? n - i : o->chunk;
-            DT_TRY(from_host_f32(o, (char *)param + i * dt_elem_bytes(ops), src + i, c));
+            DT_TRY(dt_optimizer_put_params(o, (char *)param + i * dt_elem_bytes(ops), src + i, c));
         }
         return DT_OK;
     }

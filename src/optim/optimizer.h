@@ -38,15 +38,24 @@ typedef struct {
     size_t chunk;   /* elements the host handles at a time (a block, at most) */
     float *gbuf;    /* host fp32: a chunk's gradients (a device's, or widened from bf16) */
     void *pbuf;     /* host: a chunk's updated parameters in storage precision, for the upload */
+    int params_host; /* the parameters the update writes are host memory (an offloaded ZeRO-3 shard) */
     int in_pass;
 } dt_optimizer;
 
+/* Where an optimizer keeps its state: store.kind 0 = the backend's memory; params_host:
+ * the parameters are offloaded too (they live in host memory or NVMe: the strategy hands
+ * the update host pointers), so fp32 master weights are kept whatever the precision. */
+typedef struct {
+    dt_store_opts store;
+    int params_host;
+} dt_optimizer_offload;
+
 /* moments: this rank updates (else only the master weights, which bf16 keeps on every
  * rank); what: appended to the buffers' names (" (shard)"); off: where the state lives
- * (NULL or kind 0: the backend's memory). Zero-filled; on failure dt_optimizer_free
- * releases what was allocated. */
+ * (NULL or store kind 0: the backend's memory). Zero-filled; on failure
+ * dt_optimizer_free releases what was allocated. */
 dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw_hparams *hp, size_t n, int moments,
-                              const char *what, const dt_store_opts *off);
+                              const char *what, const dt_optimizer_offload *off);
 void dt_optimizer_free(dt_optimizer *o);
 /* An update is a pass over owned elements in ascending order: begin, step_range or
  * step_model calls, end (offloaded: the blocks are read ahead and written back; nothing
@@ -69,6 +78,9 @@ dt_status dt_optimizer_step_model(dt_optimizer *o, long long step, const gpt_mod
  * any) and, param not NULL, the parameters' copy in storage precision there. */
 dt_status dt_optimizer_get_weights(dt_optimizer *o, size_t k, size_t n, const float *param, float *dst);
 dt_status dt_optimizer_set_weights(dt_optimizer *o, size_t k, size_t n, const float *src, float *param);
+/* n fp32 host values as the parameters' copy in storage precision at param (the backend's
+ * memory, or host memory with params_host). */
+dt_status dt_optimizer_put_params(const dt_optimizer *o, void *param, const float *src, size_t n);
 /* Moment which (0: first, 1: second) of owned elements [k, k + n), to or from host fp32. */
 dt_status dt_optimizer_get_moments(dt_optimizer *o, int which, size_t k, size_t n, float *dst);
 dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t n, const float *src);

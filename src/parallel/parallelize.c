@@ -81,13 +81,19 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
     dt_dp_opts o = {.bucket_bytes = (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0),
                     .overlap = c->parallel.overlap, .leaves = L->m, .groups = groups, .gather_once = pp};
     dt_dp_opts_of_layout(&o, L); /* the mode */
-    if (L->offload_optimizer != DT_OFFLOAD_NONE) { /* one file per rank of the world */
-        o.offload = (dt_store_opts){.kind = L->offload_optimizer == DT_OFFLOAD_NVME ? DT_STORE_NVME : DT_STORE_CPU,
-                                    .dir = c->offload.nvme_path,
-                                    .block_bytes = (size_t)(c->offload.block_mb * 1024.0 * 1024.0),
-                                    .buffers = c->offload.buffer_count};
-        snprintf(o.offload_tag, sizeof o.offload_tag, "optimizer-rank%d", dt_comm_rank(h->world));
-    }
+    /* offload (the layout's check: param offload with ZeRO-3 and optimizer offload): one
+     * file per rank of the world for each */
+    dt_store_opts st = {.dir = c->offload.nvme_path, .block_bytes = (size_t)(c->offload.block_mb * 1024.0 * 1024.0),
+                        .buffers = c->offload.buffer_count};
+    static const dt_store_kind kinds[] = {[DT_OFFLOAD_NONE] = 0, [DT_OFFLOAD_CPU] = DT_STORE_CPU,
+                                          [DT_OFFLOAD_NVME] = DT_STORE_NVME};
+    o.offload.store = st;
+    o.offload.store.kind = kinds[L->offload_optimizer];
+    o.offload.params_host = L->offload_param != DT_OFFLOAD_NONE;
+    o.offload_param = st;
+    o.offload_param.kind = kinds[L->offload_param];
+    snprintf(o.offload_tag, sizeof o.offload_tag, "optimizer-rank%d", dt_comm_rank(h->world));
+    snprintf(o.param_tag, sizeof o.param_tag, "param-rank%d", dt_comm_rank(h->world));
     if (dt_layout_nccl(L)) { /* the layout's check: a device, pure data parallelism */
         if (L->backend == DT_BACKEND_CUDA) DT_TRY(dt_dcomm_nccl(h->data_comm, &h->dcomm));
         else DT_TRY(dt_dcomm_emulated(h->data_comm, dt_emulated_host, &h->dcomm));

@@ -35,7 +35,8 @@ dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_
     d->ops = m->ops;
     d->hp = *hp;
     d->o = *o;
-    d->o.offload.tag = d->o.offload_tag; /* the copy's own name, not the caller's */
+    d->o.offload.store.tag = d->o.offload_tag; /* the copy's own names, not the caller's */
+    d->o.offload_param.tag = d->o.param_tag;
     d->align = DT_SHARD_ALIGN;
     m->hooks = (gpt_hooks){h_before_forward, h_after_forward, h_before_backward, h_after_backward, d};
     dt_status s = dt_dp_strategy_for(o, &d->mode, &d->st);

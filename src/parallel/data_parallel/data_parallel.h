@@ -34,8 +34,9 @@ typedef struct {
                                a pipeline stage runs its blocks for many micro-batches in turn */
     dt_dcomm *dcomm;        /* device collectives over the data-parallel group (comm.backend nccl; NULL: the
                                host communicator, a device's state staged through host memory) */
-    dt_store_opts offload;  /* where the optimizer state lives (kind 0: with the parameters; offload/store.h) */
-    char offload_tag[48];   /* names this rank's offload file (offload.tag points here) */
+    dt_optimizer_offload offload; /* where the optimizer state lives (store kind 0: with the parameters) */
+    dt_store_opts offload_param;  /* ZeRO-3: where the parameter shard lives between uses (kind 0: the model's memory) */
+    char offload_tag[48], param_tag[48]; /* name this rank's offload files (the stores' tags point here) */
 } dt_dp_opts;
 
 /* ZeRO pads each unit to a multiple of shards x this many elements (a wrapper may ask for

@@ -35,7 +35,7 @@ static dt_status gather_unit(dt_dp *d, int u) {
     DT_TRY(finish_prefetch(d)); /* one collective in flight at a time keeps ranks in step */
     g->held[b] = -1;
     dt_status s;
-    DP_COMM(d, s = dt_zero_gather_one(d, u, dt_dp_at(d, z->param_shard, z->soff[u]), g->pgather[b]));
+    DP_COMM(d, s = dt_zero3_gather_own(d, u, g->pgather[b]));
     if (s == DT_OK && d->o.dcomm) s = dt_dcomm_join(d->o.dcomm);
     DT_TRY(s);
     g->held[b] = u;
@@ -58,7 +58,10 @@ static void prefetch_unit(dt_dp *d, int u) {
         g->prefetch_unit = u;
         return;
     }
-    if (dt_iallgather(d->comm, z->param_shard + z->soff[u], g->pgather[b], z->S[u], DT_F32, &g->prefetch) == DT_OK)
+    /* an offloaded slice is read to its place first (blocking), then gathered in place */
+    const float *own = z->param_shard ? z->param_shard + z->soff[u] : g->pgather[b] + (size_t)d->rank * z->S[u];
+    if ((z->param_shard || dt_zero3_fetch_own(d, u, g->pgather[b]) == DT_OK) &&
+        dt_iallgather(d->comm, own, g->pgather[b], z->S[u], DT_F32, &g->prefetch) == DT_OK)
         g->prefetch_unit = u;
     else
         g->prefetch = NULL; /* fall back to a blocking gather when the unit is needed */
@@ -90,7 +93,7 @@ static dt_status refresh(dt_dp *d) {
         return DT_OK;
     }
     dt_status s; /* the stage's parameters whole, from every rank's updated slices */
-    DP_COMM(d, s = dt_zero_gather_units(d, z->param_shard, z->g3.stage_full));
+    DP_COMM(d, s = dt_zero_gather_units(d, z->g3.stage_full));
     return s;
 }
 

@@ -68,13 +68,17 @@ static dt_status get_slice(dt_dp *d, int set, int u, float *dst) {
     return dt_optimizer_get_moments(&z->opt, set - 1, k, n, dst);
 }
 
-/* The reverse; with_params: the parameters' copy (storage precision) written too. */
+/* The reverse; with_params: the parameters' copy (storage precision) written too, in the
+ * model's memory or the offloaded shard. */
 static dt_status put_slice(dt_dp *d, int set, int u, const float *src, int with_params) {
     dt_zero *z = dt_zero_of(d);
     size_t k = z->soff[u], n = z->S[u];
-    if (set == 0)
+    if (set != 0) return dt_optimizer_set_moments(&z->opt, set - 1, k, n, src);
+    if (!z->pstore || !with_params)
         return dt_optimizer_set_weights(&z->opt, k, n, src, with_params ? slice_param(d, u, (size_t)d->rank * n) : NULL);
-    return dt_optimizer_set_moments(&z->opt, set - 1, k, n, src);
+    DT_TRY(dt_optimizer_set_weights(&z->opt, k, n, src, NULL));
+    DT_TRY(dt_optimizer_put_params(&z->opt, z->ptmp, src, n)); /* params_host: the host copy */
+    return dt_store_write(z->pstore, 0, k, n, z->ptmp);
 }
 
 int dt_zero_gscratch_of(const dt_dp *d, int u) {
@@ -125,10 +129,15 @@ static dt_status zero_setup_local(dt_dp *d) {
             d->workspace_bytes += maxS * e;
         }
     }
-    DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &d->o.offload));
+    dt_optimizer_offload off = d->o.offload;
+    off.params_host = z->stage >= 3 && d->o.offload_param.kind;
+    DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &off));
     if (z->stage <= 2) {
         z->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!z->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    } else if (d->o.offload_param.kind) { /* ZeRO-Infinity: fetched a unit at a time (zero3.c) */
+        DT_TRY(dt_store_open(&z->pstore, z->shard_total, 1, e, &d->o.offload_param, "parameter shard"));
+        if (!(z->ptmp = malloc(maxS * e + 1))) return dt_fail(DT_ERUNTIME, "out of memory (parameter offload)");
     } else {
         DT_TRY(d->ops->alloc((void **)&z->param_shard, z->shard_total * e, "parameter shard"));
     }
@@ -243,6 +252,8 @@ void dt_zero_free(dt_dp *d) {
     free_unit_buffer(d, z->params_pad);
     free_unit_buffer(d, z->grads_pad);
     d->ops->free(z->param_shard);
+    dt_store_close(z->pstore);
+    free(z->ptmp);
     d->ops->free(z->grad_shard);
     dt_optimizer_free(&z->opt);
     d->ops->free(z->rs_tmp); /* the trainer drained or aborted the device communicator first */
@@ -311,10 +322,30 @@ dt_status dt_zero_gather_one(dt_dp *d, int u, const float *own, float *unit) {
     return dt_allgather(d->comm, own, unit, z->S[u], DT_F32);
 }
 
-dt_status dt_zero_gather_units(dt_dp *d, float *shard, float *full) {
+dt_status dt_zero3_fetch_own(dt_dp *d, int u, float *unit) {
     dt_zero *z = dt_zero_of(d);
-    for (int u = 0; u < d->m->nunits; u++)
-        DT_TRY(dt_zero_gather_one(d, u, at(d, shard, z->soff[u]), at(d, full, z->poff[u])));
+    return dt_store_read(z->pstore, 0, z->soff[u], z->S[u], at(d, unit, (size_t)d->rank * z->S[u]));
+}
+
+dt_status dt_zero3_gather_own(dt_dp *d, int u, float *unit) {
+    dt_zero *z = dt_zero_of(d);
+    if (!z->pstore) return dt_zero_gather_one(d, u, at(d, z->param_shard, z->soff[u]), unit);
+    if (!dt_zero_staged(d)) { /* host memory: read to its place, gathered in place */
+        DT_TRY(dt_zero3_fetch_own(d, u, unit));
+        return dt_zero_gather_one(d, u, at(d, unit, (size_t)d->rank * z->S[u]), unit);
+    }
+    /* a device's or bf16's: read to its place in the host staging, gathered there, uploaded */
+    size_t e = esz(d), S = z->S[u];
+    char *h = (char *)z->zhost;
+    DT_TRY(dt_store_read(z->pstore, 0, z->soff[u], S, h + (size_t)d->rank * S * e));
+    DT_TRY(dt_allgather(d->comm, h + (size_t)d->rank * S * e, h, S, storage_dtype(d)));
+    d->ops->upload(unit, h, z->P[u] * e);
+    return DT_OK;
+}
+
+dt_status dt_zero_gather_units(dt_dp *d, float *full) {
+    dt_zero *z = dt_zero_of(d);
+    for (int u = 0; u < d->m->nunits; u++) DT_TRY(dt_zero3_gather_own(d, u, at(d, full, z->poff[u])));
     return d->o.dcomm ? dt_dcomm_join(d->o.dcomm) : DT_OK;
 }
 
@@ -381,13 +412,20 @@ dt_status dt_zero_adamw(dt_dp *d, double lr, double norm) {
     gpt_model *m = d->m;
     float gscale = dt_clip_coef(norm, d->hp.grad_clip);
     DT_TRY(dt_optimizer_begin(&z->opt));
+    if (z->pstore) DT_TRY(dt_store_pass_begin(z->pstore)); /* the offloaded shard: a pass alongside */
     for (int i = 0; i < m->ntensors; i++) { /* the shard's order: a pass in ascending k */
         const gpt_tensor *t = &m->tensors[i];
         size_t x0, n, k;
         if (t->frozen || !shard_segment(d, t, &x0, &n, &k)) continue;
-        DT_TRY(dt_optimizer_step_range(&z->opt, d->step + 1, t->decay, lr, gscale, k, slice_param(d, t->unit, x0),
-                                       slice_grad(d, t->unit, x0), n));
+        for (size_t j = 0, got = n; j < n; j += got) {
+            void *param;
+            if (z->pstore) DT_TRY(dt_store_pass_range(z->pstore, k + j, n - j, &param, &got));
+            else param = slice_param(d, t->unit, x0);
+            DT_TRY(dt_optimizer_step_range(&z->opt, d->step + 1, t->decay, lr, gscale, k + j, param,
+                                           slice_grad(d, t->unit, x0 + j), got));
+        }
     }
+    if (z->pstore) DT_TRY(dt_store_pass_end(z->pstore));
     return dt_optimizer_end(&z->opt);
 }
 
@@ -511,7 +549,7 @@ static dt_status gather_host(dt_dp *d, int host) {
         return DT_OK;
     }
     if (host) return gather_units_f32(d, 0, z->full_tmp);
-    return dt_zero_gather_units(d, z->param_shard, z->full_tmp);
+    return dt_zero_gather_units(d, z->full_tmp);
 }
 
 dt_status dt_zero_gather_full(dt_dp *d) { return gather_host(d, 0); }
@@ -599,12 +637,17 @@ void dt_zero_source_close(dt_dp *d, dt_ckpt_source *src) {
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
     dt_zero *z = dt_zero_of(d);
     size_t f = sizeof(float), e = esz(d);
-    r->params = (z->stage <= 2 ? z->padded_total : z->shard_total) * e + (z->opt.master ? z->shard_total * f : 0);
+    r->params = (z->stage <= 2 ? z->padded_total : z->param_shard ? z->shard_total : 0) * e +
+                (z->opt.master ? z->shard_total * f : 0);
     r->grads = (z->stage == 1 ? z->padded_total : z->shard_total) * e; /* zero 1: reduced in place */
     r->optim = z->opt.m ? 2 * z->shard_total * f : 0; /* offloaded: off the model's memory */
     r->workspace = d->workspace_bytes;
     size_t backend;
     dt_optimizer_bytes(&z->opt, &backend, &r->offload_host, &r->offload_file);
+    if (z->pstore) {
+        r->offload_host += dt_store_host_bytes(z->pstore);
+        r->offload_file += dt_store_file_bytes(z->pstore);
+    }
 }
 
 dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {

@@ -23,7 +23,9 @@ typedef struct {
     size_t shard_total, padded_total;
     float *params_pad;         /* zero 1/2: full parameters in the padded layout */
     float *grads_pad;          /* zero 1: full gradients in the padded layout, reduced in place */
-    float *param_shard;        /* zero 3 */
+    float *param_shard;        /* zero 3 (NULL: offloaded, in pstore) */
+    dt_store *pstore;          /* zero 3 with offload.param: the parameter shard (storage precision) off the model's memory */
+    void *ptmp;                /* pstore: host room for the largest slice in storage precision */
     float *grad_shard;         /* zero 2/3 (zero 1's slice is in grads_pad: dt_zero_grad_slice) */
     dt_optimizer opt;          /* over the shard (bf16: with the fp32 master weights of this rank's slices) */
     /* staged (a device's or bf16 storage, staging.h): the collectives run on host copies */
@@ -72,8 +74,14 @@ dt_status dt_zero_staged_reduce_scatter(dt_dp *d, int u, const float *unit, floa
 dt_status dt_zero_direct_reduce_scatter(dt_dp *d, int u, const float *unit, float *out, int join);
 /* Unit u all-gathered from each rank's slice own into unit (the caller joins). */
 dt_status dt_zero_gather_one(dt_dp *d, int u, const float *own, float *unit);
-/* Every unit's parameters from each rank's slices in shard into the padded full buffer. */
-dt_status dt_zero_gather_units(dt_dp *d, float *shard, float *full);
+/* zero 3: unit u's parameters from each rank's slice of the parameter shard (in the
+ * model's memory, or read from the offload store first) into unit (the caller joins). */
+dt_status dt_zero3_gather_own(dt_dp *d, int u, float *unit);
+/* zero 3: this rank's slice of unit u read from the offload store into the place it takes
+ * in unit (host memory, before an in-place all-gather). */
+dt_status dt_zero3_fetch_own(dt_dp *d, int u, float *unit);
+/* Every unit's parameters from each rank's slices (dt_zero3_gather_own) into the padded full buffer. */
+dt_status dt_zero_gather_units(dt_dp *d, float *full);
 /* zero 1/2: waits for unit u's (every unit's) parameter all-gather in flight. */
 dt_status dt_zero_settle_unit(dt_dp *d, int u);
 dt_status dt_zero_settle_all(dt_dp *d);
