@@ -510,13 +510,17 @@ static dt_status run(trainer *t) {
         if (mfu >= 0)
             snprintf(mfu_text, sizeof mfu_text, " (MFU %.1f%% of %.1f GFLOP/s, %s peak)", 100.0 * mfu,
                      t->peak_flops / 1e9, t->peak_source);
+        char off_text[120] = ""; /* offloaded state: host memory (NVMe: its buffers), the file */
+        if (mem[0].offload_host || mem[0].offload_file)
+            snprintf(off_text, sizeof off_text, ", offloaded %.1f MB in host memory and %.1f MB on disk",
+                     mem[0].offload_host / 1e6, mem[0].offload_file / 1e6);
         if (timed_steps > 0)
             printf("summary: %lld steps (from %lld), final loss %.4f, %.0f tokens/s, %.1f GFLOP/s%s, %.1f s; "
                    "memory (rank 0): params %.1f MB, grads %.1f MB, optimizer %.1f MB, activations %.1f MB, "
-                   "workspace %.1f MB, peak RSS %.1f MB\n",
+                   "workspace %.1f MB, peak RSS %.1f MB%s\n",
                    t->st.step - first, first, loss, tps, tps * flops_tok / 1e9, mfu_text, train_time, mem[0].params / 1e6,
                    mem[0].grads / 1e6, mem[0].optim / 1e6, mem[0].activations / 1e6, mem[0].workspace / 1e6,
-                   mem[0].peak_rss / 1e6);
+                   mem[0].peak_rss / 1e6, off_text);
         else
             printf("summary: nothing to train (at step %lld of %lld)\n", t->st.step, steps);
         if (t->L.backend == DT_BACKEND_CUDA && timed_steps > 0)

@@ -1,0 +1,115 @@
+# ZeRO-Offload / ZeRO-Infinity (docs/offload.md): the optimizer state (offload.optimizer)
+# and ZeRO-3's parameter shard (offload.param) in host memory or in files on disk give the
+# run without offload bit for bit (fp32 and bf16 on the CPU and the emulated device: the
+# host's update is the same AdamW kernel), in every layout: single process, DDP, ZeRO-1/2/3
+# on 2 ranks, dp2 x pp2, tp2. The state really leaves the model's memory (the summary's
+# per-rank bytes), the files exist while the run lasts and are gone after it; checkpoints
+# saved under offload resume without it and the reverse (bitwise mode: the straight run's
+# weights); a second job given the same files is refused while the first runs.
+source "$(dirname "$0")/lib.sh"
+need_mpi
+prepare_tiny
+NV="$BUILD/offload-test.$$" # the build directory's disk (O_DIRECT; /tmp may be tmpfs)
+mkdir -p "$NV"
+trap 'rm -rf "$TMP" "$NV"' EXIT
+CPU=(--set offload.optimizer=cpu)
+NVME=(--set offload.optimizer=nvme --set offload.nvme_path="$NV" --set offload.block_mb=0.0625)
+CPU3=(--set offload.optimizer=cpu --set offload.param=cpu)
+NVME3=("${NVME[@]}" --set offload.param=nvme)
+BW=(--set parallel.determinism=bitwise)
+
+# run NAME NP ARGS...: a DP_RUN with its digest and metrics ($TMP/NAME.out, .jsonl)
+run() {
+  local name=$1 np=$2; shift 2
+  local cmd=("$DTRAIN" train "${DP_RUN[@]}" --digest --metrics "$TMP/$name.jsonl" "$@")
+  [ "$np" -gt 1 ] && cmd=("${MPI[@]}" -np "$np" "${cmd[@]}")
+  "${cmd[@]}" >"$TMP/$name.out" 2>&1 || echo "(run $name failed: $(grep -m1 error "$TMP/$name.out"))" >&2
+  digest_of "$TMP/$name.out"
+}
+# summary NAME FIELD: the field of every rank's memory summary, space-separated
+summary() {
+  python3 -c "
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if '\"summary\"' in l][-1]
+print(' '.join(str(r[sys.argv[2]]) for r in s['mem']))" "$TMP/$1.jsonl" "$2"
+}
+
+# parity LABEL NP ARGS...: none, cpu and nvme offload of the optimizer (and, with ZeRO-3, of
+# the parameters) give the same digest; the state is off the model's memory
+parity() {
+  local label=$1 np=$2; shift 2
+  local zero3=0; [[ " $* " == *" parallel.zero=3 "* ]] && zero3=1
+  local ref; ref=$(run "$label-none" "$np" "$@")
+  local kinds="cpu nvme"; full || kinds="nvme"
+  for k in $kinds; do
+    local extra=("${CPU[@]}"); [ $k = nvme ] && extra=("${NVME[@]}")
+    if [ $zero3 = 1 ]; then extra=("${CPU3[@]}"); [ $k = nvme ] && extra=("${NVME3[@]}"); fi
+    local got; got=$(run "$label-$k" "$np" "$@" "${extra[@]}")
+    local optim file host; optim=$(summary "$label-$k" optim); file=$(summary "$label-$k" offload_file)
+    host=$(summary "$label-$k" offload_host)
+    local where=$([ $k = nvme ] && echo "$file" || echo "$host")
+    if [ -n "$ref" ] && [ "$got" = "$ref" ] && [[ "$optim" =~ ^(0 ?)+$ ]] && ! [[ "$where" =~ (^| )0( |$) ]]; then
+      pass "$label, offload $k$([ $zero3 = 1 ] && echo ' (optimizer and parameters)'): the digest without offload; per rank optim $optim B in the model's memory, offloaded $where B"
+    else
+      fail "$label offload $k: digest '$got' vs '$ref', optim '$optim', offloaded '$where': $(grep -m2 error "$TMP/$label-$k.out")"
+    fi
+  done
+}
+
+parity single 1
+parity single-zero3 1 --set parallel.zero=3
+parity ddp2 2
+parity zero1-dp2 2 --set parallel.zero=1
+parity zero2-dp2 2 --set parallel.zero=2
+parity zero3-dp2 2 --set parallel.zero=3
+parity dp2xpp2 4 --set parallel.pp=2
+parity zero3-dp2xpp2 4 --set parallel.pp=2 --set parallel.zero=3
+parity tp2 2 --set parallel.tp=2
+parity bf16-single 1 --set precision=bf16
+parity bf16-zero3-dp2 2 --set precision=bf16 --set parallel.zero=3
+if full; then
+  parity emulated-single 1 --set backend=emulated
+  parity emulated-zero2-dp2 2 --set backend=emulated --set parallel.zero=2
+  parity emulated-bf16-zero3-dp2 2 --set backend=emulated --set precision=bf16 --set parallel.zero=3
+  parity emulated-bf16-ddp2 2 --set backend=emulated --set precision=bf16
+fi
+
+# the files: one per rank and kind while the run lasts, none after it
+left=$(find "$NV" -name 'dtrain-offload-*' | wc -l)
+[ "$left" -eq 0 ] && pass "no offload file left after the runs" || fail "$left offload files left in $NV"
+
+# checkpoints: saved under NVMe offload at step 10, resumed without it (and the reverse),
+# in bitwise mode: the straight run's weights
+straight=$(run straight 1 "${BW[@]}")
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${BW[@]}" --set parallel.zero=3 "${NVME3[@]}" --set train.stop_after=10 \
+  --save "$TMP/ck1" >"$TMP/ck1.out" 2>&1 || fail "save under ZeRO-3 with NVMe offload: $(tail -2 "$TMP/ck1.out")"
+got=$(run resume-plain 2 "${BW[@]}" --set offload.optimizer=none --set offload.param=none --set parallel.zero=0 \
+  --resume "$TMP/ck1")
+[ -n "$straight" ] && [ "$got" = "$straight" ] &&
+  pass "saved at step 10 under ZeRO-3 + NVMe offload (optimizer and parameters), resumed as DDP without offload: the straight run's weights" ||
+  fail "nvme save -> plain resume: '$got' vs '$straight': $(tail -2 "$TMP/resume-plain.out")"
+"$DTRAIN" train "${DP_RUN[@]}" "${BW[@]}" --set train.stop_after=10 --save "$TMP/ck2" >"$TMP/ck2.out" 2>&1 ||
+  fail "plain save: $(tail -2 "$TMP/ck2.out")"
+got=$(run resume-nvme 2 "${BW[@]}" --set parallel.zero=2 "${NVME[@]}" --resume "$TMP/ck2")
+[ "$got" = "$straight" ] && pass "saved at step 10 by one process without offload, resumed as ZeRO-2 with NVMe offload: the straight run's weights" ||
+  fail "plain save -> nvme resume: '$got' vs '$straight': $(tail -2 "$TMP/resume-nvme.out")"
+got=$(run resume-cpu 1 "${BW[@]}" "${CPU[@]}" --resume "$TMP/ck1")
+[ "$got" = "$straight" ] && pass "the ZeRO-3 + NVMe checkpoint resumed by one process with CPU offload: the straight run's weights" ||
+  fail "nvme save -> cpu resume: '$got' vs '$straight'"
+
+# a second job on the same files is refused (one line, exit 2) while the first runs, and
+# the first goes on unharmed
+if full; then
+  mkdir -p "$TMP/beat"
+  DTRAIN_HEARTBEAT="$TMP/beat" timeout 120 "$DTRAIN" train "${DP_RUN[@]}" "${NVME[@]}" --steps 1000000 \
+    --set train.val_every=0 >"$TMP/first.out" 2>&1 &
+  first=$!
+  for i in $(seq 200); do [ -s "$TMP/beat/rank.0" ] && break; sleep 0.05; done
+  timeout 60 "$DTRAIN" train "${DP_RUN[@]}" "${NVME[@]}" >"$TMP/second.out" 2>&1; rc=$?
+  alive=$(kill -0 $first 2>/dev/null && echo yes)
+  kill $first 2>/dev/null; wait $first 2>/dev/null
+  [ $rc -eq 2 ] && [ "$(grep -c '^dtrain: error' "$TMP/second.out")" -eq 1 ] && grep -q "in use" "$TMP/second.out" &&
+    [ "$alive" = yes ] && pass "a second job on the same offload files: $(grep '^dtrain: error' "$TMP/second.out")" ||
+    fail "second job: rc $rc, first alive '$alive': $(tail -3 "$TMP/second.out")"
+fi
+finish
