@@ -328,8 +328,10 @@ static void io_uring_forbidden(void) {
     CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
               (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77),
           "io_uring forbidden: child status %d", status);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) printf("note: no seccomp here: the io_uring refusal is not checked\n");
-    else g_pass += 2; /* the child's two checks */
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+        printf("note: no seccomp here: the io_uring refusal is not checked\n");
+    else
+        g_pass += 2; /* the child's two checks */
 }
 
 /* A tmpfs (or ramfs) mounted on a fresh directory under g_dir; 0 when mounting is not possible. */

@@ -12,19 +12,18 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-static int is_pow2(size_t x) { return x && !(x & (x - 1)); }
-
-/* O_DIRECT's alignment: statx reports it where the kernel knows (6.1+); else the logical
- * block size of the device under the file; else 4096, which every device divides. */
+/* O_DIRECT's alignment: statx reports it where the kernel knows (6.1+: the larger of the
+ * offset and the memory alignment, so one number serves file offsets, lengths and
+ * addresses inside a buffer); else the logical block size of the device under the file;
+ * else 4096, which every device divides. */
 static void read_alignment(dt_offload_file *f) {
-    long page = sysconf(_SC_PAGESIZE);
-    size_t align = 0, mem = page > 0 ? (size_t)page : 4096;
+    size_t align = 0;
 #ifdef STATX_DIOALIGN
     struct statx sx;
     if (statx(f->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
         sx.stx_dio_offset_align) {
         align = sx.stx_dio_offset_align;
-        if (is_pow2(sx.stx_dio_mem_align) && sx.stx_dio_mem_align > mem) mem = sx.stx_dio_mem_align;
+        if (sx.stx_dio_mem_align > align) align = sx.stx_dio_mem_align;
     }
 #endif
     struct stat st;
@@ -36,10 +35,8 @@ static void read_alignment(dt_offload_file *f) {
         if (bfd >= 0 && ioctl(bfd, BLKSSZGET, &sz) == 0 && sz > 0) align = (size_t)sz;
         if (bfd >= 0) close(bfd);
     }
-    if (!align) align = 4096;
-    if (is_pow2(align) && align > mem) mem = align;
+    if (!align || (align & (align - 1))) align = 4096; /* not a power of two: not a value to trust */
     f->align = align;
-    f->mem_align = mem;
 }
 
 /* Creates the file, or opens one already there (never truncating: another process may
@@ -104,7 +101,8 @@ dt_status dt_offload_file_open(dt_offload_file *f, const char *dir, const char *
     memset(f, 0, sizeof *f);
     f->fd = f->lock_fd = -1;
     if (!dir || !*dir) return dt_fail(DT_EINPUT, "offload.nvme_path is not set: name a directory on a local disk");
-    if (!tag || !*tag || strchr(tag, '/')) return dt_fail(DT_EINPUT, "offload file tag '%s' is empty or has a '/'", tag ? tag : "");
+    if (!tag || !*tag || strchr(tag, '/'))
+        return dt_fail(DT_EINPUT, "offload file tag '%s' is empty or has a '/'", tag ? tag : "");
     struct stat st;
     if (stat(dir, &st) != 0) {
         int e = errno;

@@ -13,8 +13,7 @@ typedef struct {
     int fd;           /* O_DIRECT, read and write: the store's I/O */
     int lock_fd;      /* holds the flock; sizes the file (buffered: posix_fallocate's fallback writes bytes) */
     int created;      /* this open created the file (a failure removes it) */
-    size_t align;     /* O_DIRECT: file offsets and lengths are multiples of it */
-    size_t mem_align; /* O_DIRECT: buffer addresses are multiples of it (a power of two, >= the page size) */
+    size_t align;     /* O_DIRECT: file offsets, lengths and buffer addresses are multiples of it */
     char path[PATH_MAX];
 } dt_offload_file;
 

@@ -18,12 +18,12 @@ static dt_status host_alloc(const dt_store_opts *o, void **p, size_t bytes, size
         if ((uintptr_t)*p % align) {
             o->host_free(*p);
             *p = NULL;
-            return dt_fail(DT_ERUNTIME, "%s: the host allocator's buffer is not %zu-byte aligned (O_DIRECT needs it)",
-                           what, align);
+            return dt_fail(DT_ERUNTIME, "the host allocator's buffer for %s is not %zu-byte aligned (O_DIRECT)", what,
+                           align);
         }
     } else if (posix_memalign(p, align, bytes) != 0) {
         *p = NULL;
-        return dt_fail(DT_ERUNTIME, "%s: out of host memory (%zu bytes)", what, bytes);
+        return dt_fail(DT_ERUNTIME, "out of host memory (%zu bytes)", bytes);
     }
     memset(*p, 0, bytes);
     return DT_OK;
@@ -44,9 +44,9 @@ static size_t page_size(void) {
 
 static dt_status open_cpu(dt_store *s, const dt_store_opts *o) {
     size_t bytes;
-    if (__builtin_mul_overflow(s->n, s->elem, &bytes)) return dt_fail(DT_EINPUT, "%s: too large", s->what);
+    if (__builtin_mul_overflow(s->n, s->elem, &bytes)) return dt_fail(DT_EINPUT, "%zu elements: too large", s->n);
     if (!(s->field = calloc((size_t)s->nfields, sizeof *s->field)))
-        return dt_fail(DT_ERUNTIME, "%s: out of host memory", s->what);
+        return dt_fail(DT_ERUNTIME, "out of host memory");
     for (int f = 0; f < s->nfields; f++) DT_TRY(host_alloc(o, (void **)&s->field[f], bytes, page_size(), s->what));
     return DT_OK;
 }
@@ -55,27 +55,27 @@ static dt_status open_cpu(dt_store *s, const dt_store_opts *o) {
  * more than the blocks there are. */
 static dt_status open_nvme(dt_store *s, const dt_store_opts *o) {
     if (o->block_bytes == 0 || o->buffers < 3)
-        return dt_fail(DT_EINPUT, "%s: offload block of %zu bytes and %d buffers (at least 3)", s->what,
-                       o->block_bytes, o->buffers);
+        return dt_fail(DT_EINPUT, "offload block of %zu bytes and %d buffers (at least 3)", o->block_bytes,
+                       o->buffers);
     DT_TRY(dt_offload_file_open(&s->file, o->dir, o->tag));
     size_t a = s->file.align, file_bytes, slot_bytes;
     s->block_bytes = (o->block_bytes + a - 1) / a * a;
     if (s->block_bytes < s->elem) s->block_bytes = (s->elem + a - 1) / a * a;
     s->epb = s->block_bytes / s->elem;
     s->nblocks = (s->n + s->epb - 1) / s->epb;
-    if (__builtin_mul_overflow(s->nblocks * (size_t)s->nfields, s->block_bytes, &file_bytes) ||
-        __builtin_mul_overflow((size_t)s->nfields, s->block_bytes, &slot_bytes) || file_bytes > (size_t)INT64_MAX)
-        return dt_fail(DT_EINPUT, "%s: too large for one file", s->what);
+    if (__builtin_mul_overflow((size_t)s->nfields, s->block_bytes, &slot_bytes) ||
+        __builtin_mul_overflow(s->nblocks, slot_bytes, &file_bytes) || file_bytes > (size_t)INT64_MAX)
+        return dt_fail(DT_EINPUT, "%zu elements: too large for one file", s->n);
     DT_TRY(dt_offload_file_allocate(&s->file, file_bytes));
     s->nslots = o->buffers;
     if ((size_t)s->nslots > s->nblocks) s->nslots = s->nblocks ? (int)s->nblocks : 1;
     /* one slot being written back, one in use, the rest read ahead (fewer slots: all ahead) */
     s->ahead = s->nslots >= 3 ? s->nslots - 2 : s->nslots - 1;
-    if (!(s->slot = calloc((size_t)s->nslots, sizeof *s->slot)))
-        return dt_fail(DT_ERUNTIME, "%s: out of host memory", s->what);
+    size_t buf_align = a > page_size() ? a : page_size();
+    if (!(s->slot = calloc((size_t)s->nslots, sizeof *s->slot))) return dt_fail(DT_ERUNTIME, "out of host memory");
     for (int i = 0; i < s->nslots; i++) {
         s->slot[i].block = -1;
-        DT_TRY(host_alloc(o, (void **)&s->slot[i].buf, slot_bytes, s->file.mem_align, s->what));
+        DT_TRY(host_alloc(o, (void **)&s->slot[i].buf, slot_bytes, buf_align, s->what));
     }
     return dt_aio_open(&s->aio, s->file.fd, s->nslots, s->file.path);
 }
