@@ -229,6 +229,33 @@ static void store_case(dt_store_kind kind, size_t n, int nfields, size_t elem, i
     free(tmp);
 }
 
+/* Calls out of order are refused (DT_ERUNTIME) and leave the store usable. */
+static void misuse(dt_store_kind kind) {
+    dt_store_opts o = opts(kind, g_dir, "misuse", 3);
+    dt_store *s = NULL;
+    void *f[1];
+    size_t got;
+    float v = 0;
+    if (dt_store_open(&s, 5000, 1, 4, &o, "misuse") != DT_OK) {
+        CHECK(0, "misuse: open");
+        return;
+    }
+    CHECK(dt_store_pass_range(s, 0, 1, f, &got) == DT_ERUNTIME, "range outside a pass");
+    CHECK(dt_store_pass_end(s) == DT_ERUNTIME, "pass_end outside a pass");
+    CHECK(dt_store_read(s, 1, 0, 1, &v) == DT_ERUNTIME && dt_store_read(s, 0, 4999, 2, &v) == DT_ERUNTIME,
+          "read of a missing field or past the end");
+    CHECK(dt_store_pass_begin(s) == DT_OK && dt_store_pass_begin(s) == DT_ERUNTIME, "nested pass");
+    CHECK(dt_store_pass_range(s, 2000, 10, f, &got) == DT_OK &&
+              dt_store_pass_range(s, 2005, 1, f, &got) == DT_ERUNTIME &&
+              dt_store_pass_range(s, 4999, 2, f, &got) == DT_ERUNTIME,
+          "range before the previous end, past the end");
+    CHECK(dt_store_write(s, 0, 0, 1, &v) == DT_ERUNTIME, "write during a pass");
+    CHECK(dt_store_pass_range(s, 2010, 1, f, &got) == DT_OK && got == 1 && dt_store_pass_end(s) == DT_OK,
+          "the pass goes on after refusals");
+    dt_store_close(s);
+    dt_error_clear();
+}
+
 /* open must fail with DT_EINPUT, a message holding want and want2, nothing left */
 static void refused(const char *dir, const char *tag, size_t n, const char *want, const char *want2, const char *what) {
     dt_store_opts o = opts(DT_STORE_NVME, dir, tag, 3);
@@ -405,6 +432,8 @@ int main(void) {
         store_case(kind, 100, 2, 4, 8, 0);            /* one partial block, slots capped */
         store_case(kind, 0, 1, 4, 3, 0);              /* empty */
     }
+    misuse(DT_STORE_CPU);
+    misuse(DT_STORE_NVME);
     bad_paths();
     io_uring_forbidden();
     bad_filesystems();
