@@ -3,7 +3,7 @@
 # apt-get update runs only when a package is missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin
-      libcjson-dev libssl-dev zlib1g-dev fortunes python3 chromium)
+      libcjson-dev liburing-dev libssl-dev zlib1g-dev fortunes python3 chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,7 +23,8 @@ typedef struct {
     const char *dir;     /* nvme: the directory the file goes in (must exist, be writable, take O_DIRECT) */
     const char *tag;     /* names the file: DIR/dtrain-offload-TAG.bin, e.g. "optimizer-rank3" */
     size_t block_bytes;  /* nvme: bytes per field per block, rounded up to the file's O_DIRECT alignment */
-    int buffers;         /* nvme: blocks resident at once (>= 3: read ahead, in use, written back) */
+    int buffers;         /* nvme: blocks resident at once (>= 3: read ahead, in use, written back;
+                          * no more are allocated than the store has blocks) */
     /* host memory for the buffers (cpu: the whole state): NULL = page-aligned malloc;
      * a GPU's page-locked allocator otherwise (offload.pin_memory) */
     dt_status (*host_alloc)(void **p, size_t bytes, const char *what);
@@ -46,15 +47,19 @@ void dt_store_close(dt_store *s);
  * after the end of the previous one (gaps are fine: blocks never asked for are neither
  * waited for nor written). pass_range gives field f's elements [k, k + *got) at fields[f],
  * host memory the caller may read and write until the pass leaves that block (*got <= n:
- * to the end of the block; ask again for the rest). pass_end writes back every block
- * touched, waits for the writes, then starts reading the first blocks of the next pass
- * (they travel while the caller does other work). */
+ * nvme stops at the end of the block, ask again for the rest; cpu gives all n). A block
+ * a range touched is written back when the pass leaves it, read or changed. pass_end
+ * writes back every block touched, waits for the writes, then starts reading the first
+ * blocks of the next pass (they travel while the caller does other work). Out-of-order
+ * ranges, a range past n, nested passes: DT_ERUNTIME. */
 dt_status dt_store_pass_begin(dt_store *s);
 dt_status dt_store_pass_range(dt_store *s, size_t k, size_t n, void **fields, size_t *got);
 dt_status dt_store_pass_end(dt_store *s);
 
 /* Random access outside a pass (checkpoints, init, load): field f's elements [k, k + n)
- * copied to / from host memory (nvme: whole blocks read, changed, written back). */
+ * copied to / from host memory (nvme: transfers in flight are finished first; the field's
+ * block is read, changed, written back, and a block resident for the next pass is changed
+ * with it, so the pass sees every write). Inside a pass: DT_ERUNTIME. */
 dt_status dt_store_read(dt_store *s, int f, size_t k, size_t n, void *dst);
 dt_status dt_store_write(dt_store *s, int f, size_t k, size_t n, const void *src);
 
