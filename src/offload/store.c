@@ -8,6 +8,11 @@
 
 #include "store_internal.h"
 
+/* The process's stores: the per-step I/O metrics sum them (a rank's optimizer and
+ * parameter stores). One thread opens and closes them. */
+static dt_store *open_stores;
+static dt_store_stats closed;
+
 /* Zeroed host memory, aligned to align (a power of two): the caller's allocator (page-locked
  * for a GPU) or posix_memalign. */
 static dt_status host_alloc(const dt_store_opts *o, void **p, size_t bytes, size_t align, const char *what) {
@@ -107,11 +112,23 @@ dt_status dt_store_open(dt_store **out, size_t n, int nfields, size_t elem, cons
         return st;
     }
     *out = s;
+    s->next_open = open_stores;
+    open_stores = s;
     return DT_OK;
 }
 
 void dt_store_close(dt_store *s) {
     if (!s) return;
+    for (dt_store **p = &open_stores; *p; p = &(*p)->next_open)
+        if (*p == s) { /* its counts stay in the process's totals */
+            dt_store_stats st;
+            dt_store_stats_of(s, &st);
+            closed.read_bytes += st.read_bytes;
+            closed.write_bytes += st.write_bytes;
+            closed.wait_s += st.wait_s;
+            *p = s->next_open;
+            break;
+        }
     dt_aio_close(s->aio); /* waits: the kernel may still be using the buffers */
     if (s->kind == DT_STORE_NVME) dt_offload_file_close(&s->file, 1);
     if (s->field)
@@ -193,4 +210,15 @@ void dt_store_stats_of(const dt_store *s, dt_store_stats *st) {
     st->read_bytes = s->aio ? dt_aio_read_bytes(s->aio) : 0;
     st->write_bytes = s->aio ? dt_aio_write_bytes(s->aio) : 0;
     st->wait_s = s->wait_s;
+}
+
+void dt_store_totals(dt_store_stats *st) {
+    *st = closed;
+    for (const dt_store *s = open_stores; s; s = s->next_open) {
+        dt_store_stats one;
+        dt_store_stats_of(s, &one);
+        st->read_bytes += one.read_bytes;
+        st->write_bytes += one.write_bytes;
+        st->wait_s += one.wait_s;
+    }
 }

@@ -40,6 +40,13 @@ typedef struct dt_store dt_store;
  * state in messages ("optimizer state"). On failure *out is NULL and nothing is left. */
 dt_status dt_store_open(dt_store **out, size_t n, int nfields, size_t elem, const dt_store_opts *o,
                         const char *what);
+/* o's block size for a state of n elements of elem bytes: at most the state's own size
+ * (rounded up to 4 KiB), so a small state is not padded to a whole block in the file and
+ * in every pass's writes. */
+static inline size_t dt_store_block_for(const dt_store_opts *o, size_t n, size_t elem) {
+    size_t whole = n <= (size_t)-1 / elem - 4096 ? (n * elem + 4095) / 4096 * 4096 : o->block_bytes;
+    return whole < o->block_bytes ? whole : o->block_bytes;
+}
 /* Waits for what is in flight, removes the file, frees the buffers (NULL: nothing). */
 void dt_store_close(dt_store *s);
 
@@ -72,5 +79,7 @@ typedef struct {
     double read_bytes, write_bytes, wait_s;
 } dt_store_stats;
 void dt_store_stats_of(const dt_store *s, dt_store_stats *st);
+/* The same summed over every store this process has opened (the per-step metrics). */
+void dt_store_totals(dt_store_stats *st);
 
 #endif

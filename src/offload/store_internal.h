@@ -44,6 +44,7 @@ struct dt_store {
     int cur_slot;
     int ahead_full; /* every block of the read-ahead window is in a slot */
     double wait_s;
+    struct dt_store *next_open; /* the process's open stores (dt_store_totals) */
 };
 
 /* Elements of field data in block b (the last block may be short). */

@@ -44,7 +44,9 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
         }
         if (!nf) return DT_OK;
         snprintf(name, sizeof name, "optimizer state%s", what);
-        DT_TRY(dt_store_open(&o->store, n, nf, sizeof(float), &off->store, name));
+        dt_store_opts so = off->store;
+        so.block_bytes = dt_store_block_for(&so, n, sizeof(float));
+        DT_TRY(dt_store_open(&o->store, n, nf, sizeof(float), &so, name));
         size_t blk = off->store.kind == DT_STORE_NVME ? off->store.block_bytes / sizeof(float) : (size_t)1 << 18;
         o->chunk = blk < n ? blk : n;
         if (o->chunk == 0) o->chunk = 1;

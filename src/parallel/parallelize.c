@@ -277,6 +277,16 @@ double dt_par_comm_seconds(const dt_par *h) {
     return dt_layout_dp_cp_enabled(h->L) && !h->dcomm ? dt_dp_comm_seconds(h->dpe) : -1.0;
 }
 
+int dt_par_offload_io(const dt_par *h, double *read_bytes, double *write_bytes, double *wait_s) {
+    if (h->L->offload_optimizer != DT_OFFLOAD_NVME && h->L->offload_param != DT_OFFLOAD_NVME) return 0;
+    dt_store_stats st;
+    dt_store_totals(&st);
+    *read_bytes = st.read_bytes;
+    *write_bytes = st.write_bytes;
+    *wait_s = st.wait_s;
+    return 1;
+}
+
 void dt_par_memory(const dt_par *h, dt_mem_report *r) {
     dt_dp_memory(h->dpe, r);
     r->activations = h->model.act_bytes;

@@ -445,12 +445,15 @@ static dt_status run(trainer *t) {
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
     int sig = 0;
     while (t->st.step < stop) {
-        double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr;
+        double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[3], io1[3];
+        dt_metrics_io io = {.on = dt_par_offload_io(t->par, &io0[0], &io0[1], &io0[2])};
         DT_TRY(train_step(t, &loss, &norm, &lr));
         dt_test_fault(t->st.step, dt_comm_rank(t->world));
         dt_heartbeat(t->st.step, dt_comm_rank(t->world));
         if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();
         double dt = dt_now() - t0;
+        if (io.on && dt_par_offload_io(t->par, &io1[0], &io1[1], &io1[2]))
+            io = (dt_metrics_io){1, (io1[0] - io0[0]) / 1e6, (io1[1] - io0[1]) / 1e6, (io1[2] - io0[2]) * 1e3};
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
         train_time += dt;
@@ -460,7 +463,7 @@ static dt_status run(trainer *t) {
         if (t->rank0) {
             dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step, tps,
                             dt * 1e3, c0 >= 0 ? 1e3 * (dt_par_comm_seconds(t->par) - c0) : -1.0,
-                            t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0);
+                            t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0, &io);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
         int last = t->st.step == stop;

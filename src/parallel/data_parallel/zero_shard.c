@@ -136,7 +136,9 @@ static dt_status zero_setup_local(dt_dp *d) {
         z->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!z->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
     } else if (d->o.offload_param.kind) { /* ZeRO-Infinity: fetched a unit at a time (zero3.c) */
-        DT_TRY(dt_store_open(&z->pstore, z->shard_total, 1, e, &d->o.offload_param, "parameter shard"));
+        dt_store_opts so = d->o.offload_param;
+        so.block_bytes = dt_store_block_for(&so, z->shard_total, e);
+        DT_TRY(dt_store_open(&z->pstore, z->shard_total, 1, e, &so, "parameter shard"));
         if (!(z->ptmp = malloc(maxS * e + 1))) return dt_fail(DT_ERUNTIME, "out of memory (parameter offload)");
     } else {
         DT_TRY(d->ops->alloc((void **)&z->param_shard, z->shard_total * e, "parameter shard"));
