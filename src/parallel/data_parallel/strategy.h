@@ -99,8 +99,10 @@ typedef struct dt_dp_strategy {
 
 extern const dt_dp_strategy dt_dp_ps, dt_dp_ddp, dt_dp_zero1, dt_dp_zero2, dt_dp_zero3;
 /* Refuses (one line, DT_EINPUT) what the modes do not run for this precision, backend and
- * communicator: bitwise mode off the CPU or in bf16; device collectives (comm.backend nccl)
- * with the CPU backend, model parallelism, the central rank or bitwise mode. */
+ * communicator: bitwise mode off the CPU or in bf16; offload (offload.*) with the central
+ * rank, parameter offload below ZeRO-3, nvme without offload.nvme_path, offload with device
+ * collectives; device collectives (comm.backend nccl) with the CPU backend, model
+ * parallelism, the central rank or bitwise mode. */
 dt_status dt_dp_check_config(const dt_layout *L);
 /* Every mode, in the order `dtrain estimate` lists them (NULL-terminated). */
 extern const dt_dp_strategy *const dt_dp_modes[];
