@@ -149,7 +149,7 @@ dt_status dt_estimate_check_node(const dt_layout *L, int ranks, double avail) {
     if (avail <= 0 || need <= avail) return DT_OK;
     return dt_fail(DT_EINPUT, "memory: the model needs an estimated %.1f GB on this node (%d rank%s x %.1f GB; "
                    "`dtrain estimate`), but only %.1f GB is available; use a smaller model or batch, more ranks with "
-                   "ZeRO, or --set train.check_memory=false to try anyway",
+                   "ZeRO, offload.optimizer=nvme (`dtrain plan`), or --set train.check_memory=false to try anyway",
                    need / 1e9, ranks, ranks > 1 ? "s" : "", need / 1e9 / ranks, avail / 1e9);
 }
 
