@@ -148,6 +148,8 @@ int main(void) {
               c.offload.block_mb == 1 &&
               !strcmp(g_ign, "zero_optimization.offload_optimizer.nvme_path (device is not nvme)"),
           "param on nvme, optimizer on cpu: the param block's directory and buffers, the cpu block's path listed: %s", g_ign);
+    CHECK(ds(&c, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\", \"buffer_count\": \"auto\"}}}") ==
+              DT_OK && c.offload.buffer_count == 4 && !g_ign[0], "nvme with buffer_count auto: dtrain's, not listed: %s", g_ign);
     CHECK(ds(&c, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"buffer_count\": 2}}, "
                  "\"aio\": {\"block_size\": 4096}}") == DT_OK && c.offload.buffer_count == 4 && c.offload.block_mb == 8 &&
               !strcmp(g_ign, "zero_optimization.offload_optimizer.buffer_count (device is not nvme), aio.block_size (no "

@@ -215,7 +215,7 @@ static dt_status do_offload(ds_ctx *x, const cJSON *blk, const char *path, int p
             continue; /* a second block's disagreeing value is listed by apply_offload */
         } else if (!strcmp(k, "buffer_count")) {
             DT_TRY(get_int(x, it, sub, 1, 1e6, &v, &found));
-            if ((used = found && nvme)) o->buffer_count = it;
+            if ((used = nvme) && found) o->buffer_count = it; /* "auto": as if absent */
             note = " (device is not nvme)";
         } else if (!param && !strcmp(k, "ratio")) {
             DT_TRY(get_num(x, it, sub, 1, &d, &found));
