@@ -260,7 +260,8 @@ static dt_status cmd_config(int argc, char **argv) {
 static const char *ESTIMATE_USAGE =
     "usage: dtrain estimate [--deepspeed DS.json] [--config FILE] [--set K=V]... -n N [--json]\n"
     "  per-rank memory of parameters, gradients and optimizer state for each ZeRO stage\n"
-    "  over N data-parallel ranks (seed-003 formulas, bf16 and fp32), plus activations\n";
+    "  over N data-parallel ranks (seed-003 formulas, bf16 and fp32), plus activations;\n"
+    "  with offload.*: device, host and NVMe bytes per rank and the I/O per step\n";
 
 static dt_status cmd_estimate(int argc, char **argv) {
     if (wants_help(argc, argv)) {

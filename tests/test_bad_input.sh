@@ -107,6 +107,17 @@ expect_bad "prepare unknown last option" "unknown option '--bogus'" prepare --in
   --out "$TMP/x" --bogus
 expect_bad "unsupported backend" "backend" train "${T[@]}" --set backend=cuda
 expect_bad "tp without ranks" "tp" train "${T[@]}" --set parallel.tp=2
+# --- offload (docs/offload.md): the combinations it cannot mean, refused before anything runs
+expect_bad "param offload without ZeRO-3" "offload.param cpu needs parallel.zero=3 .*parallel.zero is 0" \
+  train "${T[@]}" --set offload.param=cpu
+expect_bad "offload with the central rank" "offload.optimizer cpu, offload.param none: not with parallel.dp_mode ps" \
+  train "${T[@]}" --set offload.optimizer=cpu --set parallel.dp_mode=ps
+expect_bad "nvme offload without a directory" "offload.nvme_path is empty: set the directory for the offload files" \
+  train "${T[@]}" --set offload.optimizer=nvme
+expect_bad "nvme parameter offload without a directory" "offload.nvme_path is empty.*offload.param is nvme" \
+  train "${T[@]}" --set offload.param=nvme --set parallel.zero=3
+expect_bad "offload with device collectives" "comm.backend nccl with offload .*not yet" \
+  train "${T[@]}" --set offload.optimizer=cpu --set backend=emulated --set comm.backend=nccl
 # --- issue 7 item 6: non-finite values in a checkpoint, named --------------------------
 "$DTRAIN" train "${TINY[@]}" --steps 2 --save "$TMP/fin" >/dev/null 2>&1 || fail "making a checkpoint"
 FIN="$TMP/fin/step_00000002"

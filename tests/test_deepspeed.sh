@@ -1,7 +1,7 @@
 # DeepSpeed configs (--deepspeed FILE): the design notes' ZeRO-2, ZeRO-3 and ZeRO-3 +
 # CPU offload files (configs/deepspeed/) translate to the dtrain config they mean (dtrain
 # config shows it), train to the same weights as that config written by hand on 2 ranks
-# (parity of --digest), the offload one stops with one line; "auto" keeps dtrain's value,
+# (parity of --digest), the offload one translates onto offload.*; "auto" keeps dtrain's value,
 # the batch triple is checked against the world size, wrong types and math-changing keys
 # are exit 2 naming the key, no-op keys are listed once. train.grad_accum, the dtrain key,
 # gives the weights of the derived accumulation and refuses a contradicting global batch.
@@ -66,14 +66,33 @@ for z in 2 3; do
     || fail "zero$z: ignored-keys lines: $(grep -c 'ignored keys' "$TMP/ds$z.out")"
 done
 
-# --- the offload file: one line, exit 2, on every rank of a 2-rank run -------------------
-timeout 120 "${MPI[@]}" -np 2 "$DTRAIN" train --deepspeed "$DS/zero3_offload.json" "${RUN[@]}" >"$TMP/off.out" 2>&1; rc=$?
-[ $rc -eq 2 ] && [ "$(grep -c '^dtrain: error' "$TMP/off.out")" -eq 1 ] && ! grep -q '^step' "$TMP/off.out" \
-  && grep -q "zero_optimization.offload_optimizer.device = 'cpu': offload is not available in dtrain yet" "$TMP/off.out" \
-  && pass "zero3_offload.json: $(grep '^dtrain: error' "$TMP/off.out" | cut -c1-160)" || fail "offload: rc $rc: $(cat "$TMP/off.out")"
+# --- the offload file: translated onto offload.* (docs/offload.md) -------------------------
+"$DTRAIN" config --deepspeed "$DS/zero3_offload.json" "${MODEL[@]}" -n 2 >"$TMP/off.json" 2>"$TMP/off.err" \
+  || fail "config zero3_offload: $(cat "$TMP/off.err")"
+got=$(key "$TMP/off.json" parallel.zero offload.optimizer offload.param offload.pin_memory precision train.grad_accum)
+[ "$got" = "3 cpu cpu True bf16 8" ] && ! grep -q offload "$TMP/off.err" \
+  && pass "zero3_offload.json -> zero 3, offload.optimizer cpu, offload.param cpu, pin_memory, bf16, accumulation 8" \
+  || fail "zero3_offload effective config: $got: $(cat "$TMP/off.err")"
 ds offnone '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "none", "pin_memory": true}}}'
-"$DTRAIN" config --deepspeed "$TMP/offnone.json" >/dev/null 2>&1 && pass "offload device none is accepted" || fail "device none"
-exit2 "legacy cpu_offload" "cpu_offload: offload is not available" config --deepspeed "$(dsf '{"zero_optimization": {"stage": 2, "cpu_offload": true}}')"
+"$DTRAIN" config --deepspeed "$TMP/offnone.json" >"$TMP/o.json" 2>&1 && [ "$(key "$TMP/o.json" offload.optimizer)" = none ] \
+  && pass "offload device none is accepted" || fail "device none"
+"$DTRAIN" config --deepspeed "$(dsf '{"zero_optimization": {"stage": 2, "cpu_offload": true}}')" >"$TMP/o.json" 2>/dev/null
+[ "$(key "$TMP/o.json" offload.optimizer parallel.zero)" = "cpu 2" ] && pass "legacy cpu_offload: true -> offload.optimizer cpu" \
+  || fail "legacy cpu_offload: $(key "$TMP/o.json" offload.optimizer parallel.zero)"
+ds nvme '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 4},
+ "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_size": 1e8}}, "aio": {"block_size": 1048576, "queue_depth": 8}}'
+"$DTRAIN" config --deepspeed "$TMP/nvme.json" >"$TMP/o.json" 2>"$TMP/e"
+[ "$(key "$TMP/o.json" offload.optimizer offload.param offload.nvme_path offload.block_mb offload.buffer_count)" = "nvme nvme /local_nvme 1 4" ] \
+  && grep -q "ignored keys: zero_optimization.offload_param.buffer_size (dtrain sizes its buffers from offload.block_mb), aio.queue_depth" "$TMP/e" \
+  && pass "ZeRO-Infinity nvme file -> offload.* = nvme, one directory, block_size 1 MiB; $(cat "$TMP/e")" \
+  || fail "nvme translation: $(key "$TMP/o.json" offload.optimizer offload.param offload.nvme_path offload.block_mb offload.buffer_count): $(cat "$TMP/e")"
+exit2 "two offload directories" "offload_optimizer.nvme_path '/a' and zero_optimization.offload_param.nvme_path '/b' differ" \
+  config --deepspeed "$(dsf '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/a"}, "offload_param": {"device": "nvme", "nvme_path": "/b"}}}')"
+exit2 "partial offload" "offload_optimizer.ratio: partial offload is not supported" \
+  config --deepspeed "$(dsf '{"zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0.3}}}')"
+# the translated keys meet the trainer's rules: parameter offload is ZeRO-3's, as in DeepSpeed
+exit2 "offload_param below ZeRO-3" "offload.param cpu needs parallel.zero=3" \
+  train --deepspeed "$(dsf '{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}')" "${RUN[@]}"
 
 # --- auto and the batch triple -----------------------------------------------------------
 ds auto '{"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"}}'

@@ -93,7 +93,16 @@ int main(void) {
         {"{\"zero_optimization\": {\"stage\": 4}}", "zero_optimization.stage = 4"},
         {"{\"zero_optimization\": 3}", "zero_optimization must be an object, not a number"},
         {"{\"zero_optimization\": {\"overlap_comm\": \"yes\"}}", "zero_optimization.overlap_comm must be true"},
-        {"{\"zero_optimization\": {\"offload_param\": {\"device\": \"nvme\"}}}", "offload is not available"},
+        {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}}}",
+         "offload_optimizer.ratio: partial offload is not supported"},
+        {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/a\"}, "
+         "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/b\"}}}", "'/a' and zero_optimization.offload_param.nvme_path '/b' differ"},
+        {"{\"zero_optimization\": {\"offload_param\": {\"device\": \"cpu\", \"buffer\": 5}}}",
+         "unknown key zero_optimization.offload_param.buffer"},
+        {"{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\", \"buffer_count\": 2}}}",
+         "offload.buffer_count = 2 is out of range"},
+        {"{\"zero_optimization\": {\"aio\": {}}}", "aio is a top-level block"},
+        {"{\"zero_optimization\": {\"cpu_offload\": 1}}", "cpu_offload must be true, false"},
         {"{\"zero_optimization\": {\"offload_param\": {\"device\": \"gpu\"}}}", "is not one of none, cpu, nvme"},
         {"{\"zero_optimization\": {\"contiguous_gradients\": {}}}", "must be a number, boolean or string"},
         {"{\"fp16\": {\"enabled\": true}}", "fp16.enabled: fp16 with loss scaling"},
@@ -114,6 +123,49 @@ int main(void) {
         if (!bad[i].want) CHECK(s == DT_OK, "%s accepted", bad[i].json);
         else CHECK(s == DT_EINPUT && strstr(dt_error_message(), bad[i].want), "%s -> '%s'", bad[i].json, bad[i].want);
     }
+
+    /* offload: the blocks onto offload.* (docs/offload.md's table) */
+    CHECK(ds(&c, "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+                 "\"/nv\", \"pin_memory\": false, \"buffer_count\": 6, \"fast_init\": false, \"ratio\": 1}, "
+                 "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/nv\", \"pin_memory\": true, \"buffer_count\": 5, "
+                 "\"buffer_size\": 1e8, \"max_in_cpu\": 1e9}}, \"aio\": {\"block_size\": 262144, \"queue_depth\": 32, "
+                 "\"thread_count\": 1, \"single_submit\": false, \"overlap_events\": true}}") == DT_OK,
+          "ZeRO-Infinity's nvme file: %s", dt_error_message());
+    CHECK(!strcmp(c.offload.optimizer, "nvme") && !strcmp(c.offload.param, "nvme") && !strcmp(c.offload.nvme_path, "/nv") &&
+              c.offload.block_mb == 0.25 && c.offload.buffer_count == 6 && !c.offload.pin_memory && c.parallel.zero == 3,
+          "nvme: devices, one directory, block_size 256 KiB = 0.25 MiB, the optimizer block's buffer_count and pin_memory");
+    CHECK(!strcmp(g_ign, "zero_optimization.offload_optimizer.fast_init, zero_optimization.offload_param.buffer_size "
+                         "(dtrain sizes its buffers from offload.block_mb), zero_optimization.offload_param.max_in_cpu, "
+                         "zero_optimization.offload_param.pin_memory (one offload.pin_memory: the optimizer block's), "
+                         "zero_optimization.offload_param.buffer_count (one offload.buffer_count: the optimizer block's), "
+                         "aio.queue_depth (dtrain keeps offload.buffer_count blocks in flight), aio.thread_count, "
+                         "aio.single_submit, aio.overlap_events"),
+          "nvme ignored: %s", g_ign);
+    CHECK(ds(&c, "{\"zero_optimization\": {\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/p\", "
+                 "\"buffer_count\": 8}, \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": \"/o\"}}, "
+                 "\"aio\": {\"block_size\": 1048576}}") == DT_OK &&
+              !strcmp(c.offload.optimizer, "cpu") && !strcmp(c.offload.nvme_path, "/p") && c.offload.buffer_count == 8 &&
+              c.offload.block_mb == 1 &&
+              !strcmp(g_ign, "zero_optimization.offload_optimizer.nvme_path (device is not nvme)"),
+          "param on nvme, optimizer on cpu: the param block's directory and buffers, the cpu block's path listed: %s", g_ign);
+    CHECK(ds(&c, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\", \"buffer_count\": \"auto\"}}}") ==
+              DT_OK && c.offload.buffer_count == 4 && !g_ign[0], "nvme with buffer_count auto: dtrain's, not listed: %s", g_ign);
+    CHECK(ds(&c, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"buffer_count\": 2}}, "
+                 "\"aio\": {\"block_size\": 4096}}") == DT_OK && c.offload.buffer_count == 4 && c.offload.block_mb == 8 &&
+              !strcmp(g_ign, "zero_optimization.offload_optimizer.buffer_count (device is not nvme), aio.block_size (no "
+                             "nvme offload)"),
+          "cpu: the nvme knobs listed, not applied: %s", g_ign);
+    CHECK(ds(&c, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"none\", \"ratio\": 0.5, \"pin_memory\": "
+                 "false}}}") == DT_OK && !strcmp(c.offload.optimizer, "none") && c.offload.pin_memory && !g_ign[0],
+          "device none: the block's other keys have no effect");
+    CHECK(ds(&c, "{\"zero_optimization\": {\"stage\": 3, \"cpu_offload\": true, \"cpu_offload_params\": true, "
+                 "\"cpu_offload_use_pin_memory\": false}}") == DT_OK && !strcmp(c.offload.optimizer, "cpu") &&
+              !strcmp(c.offload.param, "cpu") && !c.offload.pin_memory && !g_ign[0],
+          "legacy cpu_offload, cpu_offload_params, cpu_offload_use_pin_memory: %s", g_ign);
+    CHECK(ds(&c, "{\"zero_optimization\": {\"cpu_offload\": true, \"offload_optimizer\": {\"device\": \"nvme\", "
+                 "\"nvme_path\": \"/n\"}}}") == DT_OK && !strcmp(c.offload.optimizer, "nvme") &&
+              !strcmp(g_ign, "zero_optimization.cpu_offload (offload_optimizer given)"),
+          "the block wins over the legacy switch: %s", g_ign);
 
     /* schedules: the same math as dtrain's */
     CHECK(ds(&c, "{\"optimizer\": {\"type\": \"adam\", \"params\": {\"lr\": 0.01, \"betas\": [0.5, 0.75]}}, "

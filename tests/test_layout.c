@@ -130,6 +130,11 @@ static void feature_refusals(void) {
         {2, {"comm.backend=nccl"}, "comm.backend nccl needs a device backend"},
         {4, {"comm.backend=nccl", "backend=emulated", "parallel.tp=2"}, "comm.backend nccl carries data parallelism only"},
         {2, {"comm.backend=nccl", "backend=emulated", "parallel.dp_mode=ps"}, "comm.backend nccl runs DDP and ZeRO"},
+        /* offload (docs/offload.md) */
+        {2, {"offload.param=cpu", "parallel.zero=2"}, "offload.param cpu needs parallel.zero=3"},
+        {2, {"offload.optimizer=cpu", "parallel.dp_mode=ps"}, "not with parallel.dp_mode ps"},
+        {2, {"offload.optimizer=nvme"}, "offload.nvme_path is empty: set the directory for the offload files"},
+        {2, {"offload.optimizer=cpu", "backend=emulated", "comm.backend=nccl"}, "comm.backend nccl with offload"},
         /* context parallelism */
         {2, {"parallel.cp=2", "train.seq_len=30"}, "parallel.cp 2: the sequence length 30 must split into 2 x cp = 4"},
         {2, {"parallel.cp=2", "parallel.determinism=bitwise"}, "parallel.cp 2: parallel.determinism bitwise"},
@@ -162,6 +167,11 @@ static void feature_refusals(void) {
     }
     build(&L, 4, "parallel.pp=2", "parallel.pp_split=3,1", "parallel.schedule=zb-h1", NULL);
     CHECK(dt_layout_check(&L, DT_CHECK_RUN) == DT_OK, "an uneven split, zero bubble");
+    build(&L, 2, "parallel.zero=3", "offload.optimizer=nvme", "offload.param=nvme", "offload.nvme_path=/x", NULL);
+    CHECK(dt_layout_check(&L, DT_CHECK_RUN) == DT_OK && dt_layout_offload(&L) && L.offload_param == DT_OFFLOAD_NVME,
+          "ZeRO-3 with optimizer and parameters on NVMe");
+    build(&L, 2, "parallel.zero=3", "offload.param=cpu", NULL);
+    CHECK(dt_layout_check(&L, DT_CHECK_RUN) == DT_OK, "parameter offload without optimizer offload (as DeepSpeed)");
     /* the trainer's order: the first rule broken is the one named */
     build(&L, 6, "parallel.tp=4", "parallel.sp=true", NULL);
     CHECK(refused(&L, DT_CHECK_RUN, "world size 6"), "world before tp's rules");

@@ -6,7 +6,7 @@
  * stretched by the bubble or by ranks sharing cores, plus the optimizer and communication;
  * a rate per shard shape; groups across nodes sharing the node's link; layouts that cannot
  * run are refused (unless planned on paper), and the full list fits in memory and is
- * sorted by step time. */
+ * sorted by step time; offload's suggestions where only offload fits. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -156,6 +156,11 @@ int main(void) {
         if (x->kind == DT_FIX_RECOMPUTE || x->kind == DT_FIX_ALL) strcpy(fc.train.recompute, "full");
         if (x->kind == DT_FIX_MICRO || x->kind == DT_FIX_ALL) fc.train.micro_batch = x->value;
         if (x->kind == DT_FIX_BF16 || x->kind == DT_FIX_ALL) strcpy(fc.precision, "bf16");
+        if (x->kind == DT_FIX_OFFLOAD_CPU) strcpy(fc.offload.optimizer, "cpu");
+        if (x->kind == DT_FIX_OFFLOAD_NVME) {
+            strcpy(fc.offload.optimizer, "nvme");
+            strcpy(fc.offload.param, "nvme");
+        }
         int got = dt_plan_all(&fc, &fm, all, 256);
         CHECK(got > 0 && x->best.memory <= mc.memory && x->best.step_s == all[0].step_s,
               "fix %d (value %d): %d layouts fit, the best is the suggestion's", x->kind, x->value, got);
@@ -178,6 +183,48 @@ int main(void) {
     dt_plan_print_advice(stdout, &a, &mc, 0);
     mc.memory = 1; /* a byte: nothing fits, whatever the change */
     dt_plan_advise(&c, &mc, &a);
-    CHECK(a.runs && a.nfixes == 0, "a budget of a byte: the nearest layout, no fix (%d)", a.nfixes);
+    CHECK(a.runs && a.nfixes == 0 && !a.only_offload, "a budget of a byte: the nearest layout, no fix (%d)", a.nfixes);
+
+    /* offload (docs/offload.md): a model whose state outweighs its activations (a wide
+     * vocabulary, short sequences, one sequence per micro-batch) on one device rank */
+    dt_config o = c;
+    o.model.vocab_size = 16384;
+    o.model.seq_len = o.train.seq_len = 16;
+    o.train.micro_batch = 1;
+    o.train.global_batch = 1;
+    strcpy(o.backend, "emulated");
+    dt_machine m1 = {.world = 1, .ranks_per_node = 1, .flops = 1e10, .intra = {1e-6, 1e10}, .inter = {1e-5, 1e9}};
+    CHECK(dt_plan_layout(&o, &m1, 1, 1, 1, 1, 0, &e) == DT_OK, "the offload model on one rank");
+    double all_on = e.memory;
+    strcpy(o.offload.optimizer, "cpu");
+    CHECK(dt_plan_layout(&o, &m1, 1, 1, 1, 1, 0, &e) == DT_OK, "with offload.optimizer cpu");
+    gpt_shape os = {4, 4, 64, 16, 16384, 0};
+    CHECK(gpt_shape_check(&os) == DT_OK, "the offload model's shape");
+    double off = e.memory, opsi = (double)gpt_param_count(&os);
+    CHECK(near(all_on - off, 8 * opsi), "cpu offload, fp32, a device backend: 8 bytes per parameter off the budget "
+          "(%.0f of %.0f)", all_on - off, all_on);
+    strcpy(o.offload.optimizer, "none");
+    m1.memory = (all_on + off) / 2;
+    dt_plan_advise(&o, &m1, &a);
+    int found = 0;
+    for (int i = 0; i < a.nfixes; i++) found |= a.fixes[i].kind == DT_FIX_OFFLOAD_CPU && a.fixes[i].best.memory == off;
+    CHECK(found && a.only_offload, "between the two: only offload.optimizer=cpu fits on one rank (%d fixes)", a.nfixes);
+    dt_plan_print_advice(stdout, &a, &m1, 0);
+    strcpy(o.backend, "cpu"); /* the CPU's device memory is the host's: moving the state there saves nothing */
+    dt_plan_advise(&o, &m1, &a);
+    found = 0;
+    for (int i = 0; i < a.nfixes; i++) found |= a.fixes[i].kind == DT_FIX_OFFLOAD_CPU;
+    CHECK(!found, "the CPU backend: no host-memory offload suggested");
+    /* parameter offload is ZeRO-3's, on paper too; an nvme plan needs no directory yet */
+    strcpy(o.offload.param, "cpu");
+    o.train.global_batch = 8;
+    mc.any_feature = 1;
+    CHECK(dt_plan_layout(&o, &mc, 8, 1, 1, 1, 2, &e) == DT_EINPUT && strstr(dt_error_message(), "offload.param"),
+          "offload.param with ZeRO-2: refused even with --any-feature");
+    mc.any_feature = 0;
+    dt_error_clear();
+    strcpy(o.offload.param, "nvme");
+    strcpy(o.offload.optimizer, "nvme");
+    CHECK(dt_plan_layout(&o, &mc, 8, 1, 1, 1, 3, &e) == DT_OK, "nvme offload with ZeRO-3 planned without nvme_path");
     return check_finish();
 }

@@ -4,6 +4,7 @@
  * the operations the engine calls; the one norm function sums pieces into classes in
  * order and hands them to the reduction; the optimizer's steps are AdamW's on the right
  * elements, with and without bf16 master weights. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -11,6 +12,8 @@
 #include "check.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel/strategy.h"
+#include "parallel/data_parallel/zero_shard.h"
+#include "parallel/layout/estimate.h"
 
 static void check_choice(const dt_dp_opts *o, const char *want, int wrapped) {
     const dt_dp_strategy *mode = NULL;
@@ -49,7 +52,7 @@ static void check_estimates(void) {
     int rows = 0;
     for (int i = 0; dt_dp_modes[i]; i++) {
         const dt_dp_strategy *m = dt_dp_modes[i];
-        dt_dp_stage st = {&L, &lay, psi, L.dp, DT_SHARD_ALIGN, m};
+        dt_dp_stage st = {&L, &lay, psi, L.dp, DT_SHARD_ALIGN, m, NULL};
         double state = -1, work = 0;
         m->estimate(&st, &state, &work);
         CHECK(state > 0 && work >= 0, "%s: state %g, work %g", m->name, state, work);
@@ -70,6 +73,97 @@ static void check_estimates(void) {
     CHECK(dt_dp_zero3.formula.sharded[0] && !dt_dp_zero2.formula.sharded[0] && dt_dp_zero1.formula.sharded[2],
           "the formulas' sharded pieces");
     CHECK(dt_dp_zero1.sharded && !dt_dp_ddp.sharded && !dt_dp_ps.sharded, "ZeRO shards the optimizer state");
+}
+
+/* `dtrain estimate --json` of the default model over dp ranks with the settings sets
+ * (K=V, NULL-terminated): its "offload" object and stage 0's rank bytes, or NULL. */
+static cJSON *estimate_json(int dp, const char *const *sets, double *rank_bytes, dt_layout *L) {
+    dt_config c;
+    dt_config_defaults(&c);
+    for (int i = 0; sets[i]; i++) CHECK(dt_config_set(&c, sets[i]) == DT_OK, "%s", sets[i]);
+    CHECK(dt_layout_build(L, &c, dp * c.parallel.pp) == DT_OK, "layout");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f && dt_estimate_print(L, 1, f) == DT_OK, "estimate --json");
+    if (f) fclose(f);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK(root != NULL, "estimate's JSON parses");
+    cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "stages"), 0);
+    *rank_bytes = cJSON_GetNumberValue(cJSON_GetObjectItem(st, "rank_bytes"));
+    cJSON *off = cJSON_DetachItemFromObject(root, "offload");
+    cJSON_Delete(root);
+    return off;
+}
+
+static double num(const cJSON *o, const char *k) { return cJSON_GetNumberValue(cJSON_GetObjectItem(o, k)); }
+
+/* Offload on paper (docs/offload.md): what leaves the device is the mode's shard of fp32
+ * master weights and moments (8 bytes per element in fp32, where the parameters are the
+ * master weights and stay; 12 in bf16) and ZeRO-3's parameter shard; NVMe holds it in
+ * whole blocks of 3 fields, host memory buffer_count blocks of each; the I/O of a step
+ * is the optimizer file read and written once, the parameter file read per use (2 per
+ * micro-step, 1 under a pipeline) and written once. */
+static void check_offload_estimates(void) {
+    const double MiB = 1 << 20;
+    double rb, rb0;
+    dt_layout L;
+    /* ZeRO-2 over 2 ranks, optimizer state on NVMe in 1 MiB blocks, 4 in flight */
+    const char *z2[] = {"parallel.zero=2", "offload.optimizer=nvme", "offload.nvme_path=/x", "offload.block_mb=1", NULL};
+    cJSON *o = estimate_json(2, z2, &rb, &L);
+    const char *z2none[] = {"parallel.zero=2", NULL};
+    cJSON *none = estimate_json(2, z2none, &rb0, &L);
+    CHECK(!none, "no offload: no offload object (the output stays what it was)");
+    gpt_layout lay = {.tp = 1};
+    dt_dp_stage st = {&L, &lay, (double)gpt_param_count_layout(&L.shape, &lay), 2, DT_SHARD_ALIGN, &dt_dp_zero2, NULL};
+    double S = dt_zero_units_of(&st).shard, file = ceil(4 * S / MiB) * MiB * 3;
+    CHECK(o && num(o, "optimizer_elements") == S && num(o, "device") == rb && rb == rb0 - 8 * S &&
+              num(o, "without_offload") == rb0,
+          "zero2 fp32 nvme: the device loses the shard's moments, 8 x %.0f: %.0f vs %.0f", S, rb, rb0);
+    CHECK(o && num(o, "host") == 4 * 3 * MiB && num(o, "nvme") == file && num(o, "io_per_step") == 2 * file,
+          "zero2 nvme: host = 4 x 3 x 1 MiB, file = 3 x ceil(4S / 1 MiB) MiB = %.0f, I/O 2 x file: %.0f %.0f %.0f", file,
+          num(o, "host"), num(o, "nvme"), num(o, "io_per_step"));
+    cJSON_Delete(o);
+    /* bf16: the fp32 master weights leave too (12 bytes per element of the shard) */
+    const char *z2b[] = {"parallel.zero=2", "precision=bf16", "offload.optimizer=nvme", "offload.nvme_path=/x", NULL};
+    const char *z2b0[] = {"parallel.zero=2", "precision=bf16", NULL};
+    o = estimate_json(2, z2b, &rb, &L);
+    cJSON_Delete(estimate_json(2, z2b0, &rb0, &L));
+    CHECK(o && rb == rb0 - 12 * S && num(o, "nvme") == ceil(4 * S / (8 * MiB)) * 8 * MiB * 3 &&
+              num(o, "host") == 4 * 3 * 8 * MiB,
+          "zero2 bf16 nvme: device %.0f = %.0f - 12 x %.0f, default 8 MiB blocks", rb, rb0, S);
+    cJSON_Delete(o);
+    /* ZeRO-3, bf16, optimizer in host memory, parameters on NVMe, 3 micro-batches a step */
+    const char *z3[] = {"parallel.zero=3", "precision=bf16", "offload.optimizer=cpu", "offload.param=nvme",
+                        "offload.nvme_path=/x", "offload.buffer_count=5", "train.micro_batch=4", "train.global_batch=24",
+                        NULL};
+    const char *z30[] = {"parallel.zero=3", "precision=bf16", "train.micro_batch=4", "train.global_batch=24", NULL};
+    o = estimate_json(2, z3, &rb, &L);
+    cJSON_Delete(estimate_json(2, z30, &rb0, &L));
+    st.mode = &dt_dp_zero3;
+    S = dt_zero_units_of(&st).shard;
+    double pfile = ceil(2 * S / (8 * MiB)) * 8 * MiB;
+    CHECK(o && num(o, "param_elements") == S && num(o, "param_reads") == 6 && rb == rb0 - 12 * S - 2 * S &&
+              num(o, "host") == 12 * S + 5 * 8 * MiB && num(o, "nvme") == pfile && num(o, "io_per_step") == 7 * pfile,
+          "zero3 bf16 cpu + param nvme: device %.0f (%.0f - 14 x %.0f), host %.0f, file %.0f, 6 reads + 1 write", rb,
+          rb0, S, num(o, "host"), num(o, "nvme"));
+    cJSON_Delete(o);
+    /* under a pipeline ZeRO-3 gathers a stage once a step: one read */
+    const char *pp[] = {"parallel.zero=3", "parallel.pp=2", "offload.param=cpu", "train.global_batch=64", NULL};
+    o = estimate_json(2, pp, &rb, &L);
+    CHECK(o && num(o, "param_reads") == 1 && num(o, "nvme") == 0 && num(o, "io_per_step") == 0, "pp2: 1 read a step");
+    cJSON_Delete(o);
+    /* DDP: the whole model's state; on the CPU backend host memory is the device's, so the
+     * budget (what the planner and the trainer's memory check compare) counts it */
+    const char *ddp[] = {"offload.optimizer=cpu", NULL}, *ddp0[] = {NULL};
+    o = estimate_json(2, ddp, &rb, &L);
+    double psi = (double)gpt_param_count_layout(&L.shape, &lay), budget = dt_estimate_layout_bytes(&L);
+    cJSON_Delete(estimate_json(2, ddp0, &rb0, &L));
+    CHECK(o && num(o, "optimizer_elements") == psi && rb == rb0 - 8 * psi && num(o, "host") == 12 * psi &&
+              budget == rb + 12 * psi,
+          "ddp cpu: device -8psi, host 12psi, the CPU budget both: %.0f %.0f", rb, budget);
+    cJSON_Delete(o);
 }
 
 /* a reduction that records what it was given and returns their sum + 1 */
@@ -155,6 +249,7 @@ int main(void) {
     const dt_dp_strategy *all[] = {&dt_dp_ps, &dt_dp_ddp, &dt_dp_zero1, &dt_dp_zero2, &dt_dp_zero3};
     for (int i = 0; i < 5; i++) check_table(all[i]);
     check_estimates();
+    check_offload_estimates();
     check_norm(dt_ops_cpu());
     check_optimizer(dt_ops_cpu());
     return check_finish();

@@ -8,11 +8,22 @@
 #include <string.h>
 #include <strings.h>
 
+/* An offload block (zero_optimization.offload_optimizer / offload_param) as read: dtrain
+ * has one directory, one pin_memory and one buffer_count for both, so the two blocks are
+ * applied together once zero_optimization is read (apply_offload). */
+typedef struct {
+    int present;
+    const char *device; /* "cpu" or "nvme"; NULL: none (or "auto") */
+    const cJSON *nvme_path, *pin_memory, *buffer_count;
+} ds_offload;
+
 typedef struct {
     dt_config *c;
     const char *origin;
     char *ignored;
     size_t cap, len;
+    ds_offload off[2];      /* [0] offload_optimizer, [1] offload_param */
+    const cJSON *legacy[3]; /* cpu_offload, cpu_offload_params (or _param), cpu_offload_use_pin_memory */
 } ds_ctx;
 
 /* Keys that only a DeepSpeed config has at its top level (none is a dtrain key). */
@@ -102,7 +113,7 @@ static dt_status get_object(const ds_ctx *x, const cJSON *it, const char *path) 
 
 /* Sets dtrain's key; a value out of its range names both keys. */
 static dt_status set(const ds_ctx *x, const char *ds_path, const char *fmt, ...) {
-    char buf[256];
+    char buf[DT_PATH_MAX + 64]; /* a path value too long for its key still fails there, not cut here */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
@@ -168,26 +179,156 @@ static dt_status do_feature(ds_ctx *x, const cJSON *blk, const char *name) {
 
 /* ---- zero_optimization ---- */
 
-static dt_status do_offload(ds_ctx *x, const cJSON *blk, const char *path) {
+/* One offload block: its device, and the keys dtrain has (applied by apply_offload); the
+ * tuning keys with no counterpart are listed; partial offload (ratio) is refused. With
+ * device none the block's other keys have no effect (as in DeepSpeed). */
+static dt_status do_offload(ds_ctx *x, const cJSON *blk, const char *path, int param) {
     DT_TRY(get_object(x, blk, path));
+    ds_offload *o = &x->off[param];
+    o->present = 1;
     char sub[200];
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(blk, "device");
+    join(sub, sizeof sub, path, "device");
+    if (dev && !cJSON_IsString(dev)) return bad_type(x, sub, "\"none\", \"cpu\" or \"nvme\"", dev);
+    if (dev && strcmp(dev->valuestring, "none") && strcmp(dev->valuestring, "auto")) {
+        if (strcmp(dev->valuestring, "cpu") && strcmp(dev->valuestring, "nvme"))
+            return dt_fail(DT_EINPUT, "%s: %s = '%s' is not one of none, cpu, nvme", x->origin, sub, dev->valuestring);
+        o->device = dev->valuestring;
+    }
+    int nvme = o->device && !strcmp(o->device, "nvme");
     for (const cJSON *it = blk->child; it; it = it->next) {
-        join(sub, sizeof sub, path, it->string);
-        if (strcmp(it->string, "device")) continue; /* pin_memory, buffer_count, nvme_path, ...: the device's */
-        if (!cJSON_IsString(it)) return bad_type(x, sub, "\"none\", \"cpu\" or \"nvme\"", it);
-        if (!strcmp(it->valuestring, "none") || !strcmp(it->valuestring, "auto")) continue;
-        if (strcmp(it->valuestring, "cpu") && strcmp(it->valuestring, "nvme"))
-            return dt_fail(DT_EINPUT, "%s: %s = '%s' is not one of none, cpu, nvme", x->origin, sub, it->valuestring);
-        return dt_fail(DT_EINPUT, "%s: %s = '%s': offload is not available in dtrain yet (set device \"none\" or "
-                       "drop the block; `dtrain plan` shows the layouts that fit without it)", x->origin, sub,
-                       it->valuestring);
+        const char *k = it->string;
+        join(sub, sizeof sub, path, k);
+        int found = 0, on = 0, used = 0;
+        long long v = 0;
+        double d = 0;
+        const char *note = ""; /* why a key is listed as ignored */
+        if (!strcmp(k, "device")) continue;
+        if (!strcmp(k, "nvme_path")) {
+            if (cJSON_IsNull(it)) continue; /* DeepSpeed's default: none */
+            if (!cJSON_IsString(it)) return bad_type(x, sub, "a string", it);
+            if ((used = nvme)) o->nvme_path = it;
+            note = " (device is not nvme)";
+        } else if (!strcmp(k, "pin_memory")) {
+            DT_TRY(get_bool(x, it, sub, &on, &found));
+            if (found) o->pin_memory = it;
+            continue; /* a second block's disagreeing value is listed by apply_offload */
+        } else if (!strcmp(k, "buffer_count")) {
+            DT_TRY(get_int(x, it, sub, 1, 1e6, &v, &found));
+            if ((used = nvme) && found) o->buffer_count = it; /* "auto": as if absent */
+            note = " (device is not nvme)";
+        } else if (!param && !strcmp(k, "ratio")) {
+            DT_TRY(get_num(x, it, sub, 1, &d, &found));
+            if (found && d != 1 && o->device)
+                return refuse(x, sub, "partial offload is not supported in dtrain (ratio 1: all of the optimizer "
+                                      "state, or device \"none\")");
+            continue;
+        } else if (!param && !strcmp(k, "fast_init")) {
+            DT_TRY(get_bool(x, it, sub, &on, &found));
+        } else if (param && !strcmp(k, "buffer_size")) {
+            DT_TRY(get_num(x, it, sub, 1, &d, &found));
+            note = " (dtrain sizes its buffers from offload.block_mb)";
+        } else if (param && !strcmp(k, "max_in_cpu")) {
+            DT_TRY(get_num(x, it, sub, 1, &d, &found));
+        } else {
+            return dt_fail(DT_EINPUT, "%s: unknown key %s (DeepSpeed refuses it too)", x->origin, sub);
+        }
+        if (o->device && !used) ignore(x, sub, note);
     }
     return DT_OK;
 }
 
-typedef enum { Z_IGNORE, Z_SAME, Z_REFUSE_TRUE } z_kind;
+/* The blocks (and the legacy keys) onto offload.*: one directory (two different ones are
+ * refused rather than one dropped), one pin_memory and buffer_count (the optimizer
+ * block's where both give one). */
+static dt_status apply_offload(ds_ctx *x) {
+    static const char *const blk[2] = {"zero_optimization.offload_optimizer", "zero_optimization.offload_param"};
+    static const char *const key[2] = {"offload.optimizer", "offload.param"};
+    char p[200], legacy[3][160];
+    for (int l = 0; l < 3; l++)
+        if (x->legacy[l]) join(legacy[l], sizeof legacy[l], "zero_optimization", x->legacy[l]->string);
+    for (int w = 0; w < 2; w++) {
+        if (x->legacy[w] && cJSON_IsTrue(x->legacy[w])) { /* the block, where both are given */
+            if (x->off[w].present) ignore(x, legacy[w], w ? " (offload_param given)" : " (offload_optimizer given)");
+            else DT_TRY(set(x, legacy[w], "%s=cpu", key[w]));
+        }
+        if (x->off[w].device) {
+            join(p, sizeof p, blk[w], "device");
+            DT_TRY(set(x, p, "%s=%s", key[w], x->off[w].device));
+        }
+    }
+    const cJSON *a = x->off[0].nvme_path, *b = x->off[1].nvme_path;
+    if (a && b && strcmp(a->valuestring, b->valuestring))
+        return dt_fail(DT_EINPUT, "%s: %s.nvme_path '%s' and %s.nvme_path '%s' differ: dtrain keeps the offload files "
+                       "in one directory (offload.nvme_path)", x->origin, blk[0], a->valuestring, blk[1], b->valuestring);
+    if (a || b) {
+        join(p, sizeof p, blk[a ? 0 : 1], "nvme_path");
+        DT_TRY(set(x, p, "offload.nvme_path=%s", (a ? a : b)->valuestring));
+    }
+    static const char *const one[2] = {"pin_memory", "buffer_count"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *v[2];
+        for (int w = 0; w < 2; w++) v[w] = !x->off[w].device ? NULL : k ? x->off[w].buffer_count : x->off[w].pin_memory;
+        const cJSON *use = v[0] ? v[0] : v[1];
+        if (!use && !k && x->legacy[2] && cJSON_IsBool(x->legacy[2])) { /* the legacy pin_memory */
+            DT_TRY(set(x, legacy[2], "offload.pin_memory=%s", cJSON_IsTrue(x->legacy[2]) ? "true" : "false"));
+            continue;
+        }
+        if (x->legacy[2] && !k && use) ignore(x, legacy[2], "");
+        if (!use) continue;
+        join(p, sizeof p, blk[use == v[1]], one[k]);
+        if (k) DT_TRY(set(x, p, "offload.buffer_count=%.0f", use->valuedouble));
+        else DT_TRY(set(x, p, "offload.pin_memory=%s", cJSON_IsTrue(use) ? "true" : "false"));
+        if (v[0] && v[1] && (k ? v[0]->valuedouble != v[1]->valuedouble : cJSON_IsTrue(v[0]) != cJSON_IsTrue(v[1]))) {
+            join(p, sizeof p, blk[1], one[k]);
+            ignore(x, p, k ? " (one offload.buffer_count: the optimizer block's)"
+                           : " (one offload.pin_memory: the optimizer block's)");
+        }
+    }
+    return DT_OK;
+}
+
+/* Whether the file offloads anything to NVMe (the aio block then sets the transfer size). */
+static int offloads_nvme(const ds_ctx *x) {
+    for (int w = 0; w < 2; w++)
+        if (x->off[w].device && !strcmp(x->off[w].device, "nvme")) return 1;
+    return 0;
+}
+
+/* The top-level aio block: its block_size is dtrain's NVMe transfer size; the rest tunes
+ * DeepSpeed's I/O threads and queue, which dtrain's store sizes itself. */
+static dt_status do_aio(ds_ctx *x, const cJSON *blk) {
+    DT_TRY(get_object(x, blk, "aio"));
+    char path[160];
+    for (const cJSON *it = blk->child; it; it = it->next) {
+        const char *k = it->string;
+        join(path, sizeof path, "aio", k);
+        long long v = 0;
+        int found = 0, on = 0;
+        if (!strcmp(k, "block_size")) {
+            DT_TRY(get_int(x, it, path, 1, 1e12, &v, &found));
+            if (found && offloads_nvme(x)) DT_TRY(set(x, path, "offload.block_mb=%.17g", (double)v / (1 << 20)));
+            else if (found) ignore(x, path, " (no nvme offload)");
+        } else if (!strcmp(k, "queue_depth")) {
+            DT_TRY(get_int(x, it, path, 1, 1e9, &v, &found));
+            ignore(x, path, " (dtrain keeps offload.buffer_count blocks in flight)");
+        } else if (!strcmp(k, "thread_count") || !strcmp(k, "intra_op_parallelism")) {
+            DT_TRY(get_int(x, it, path, 1, 1e9, &v, &found));
+            ignore(x, path, "");
+        } else if (!strcmp(k, "single_submit") || !strcmp(k, "overlap_events") || !strcmp(k, "use_gds")) {
+            DT_TRY(get_bool(x, it, path, &on, &found));
+            ignore(x, path, "");
+        } else {
+            ignore(x, path, " (not a DeepSpeed key)");
+        }
+    }
+    return DT_OK;
+}
+
+typedef enum { Z_IGNORE, Z_SAME, Z_REFUSE_TRUE, Z_LEGACY } z_kind;
 /* The ZeRO keys with no dtrain counterpart: tuning knobs (ignored, listed), behaviour
- * dtrain always has (same, not listed), or features that change the math (refused when on). */
+ * dtrain always has (same, not listed), features that change the math (refused when on);
+ * and the legacy offload switches (read with the offload blocks: apply_offload). */
 static const struct {
     const char *key;
     z_kind kind;
@@ -201,7 +342,6 @@ static const struct {
     {"stage3_max_live_parameters", Z_IGNORE},
     {"stage3_max_reuse_distance", Z_IGNORE},
     {"sub_group_size", Z_IGNORE},
-    {"cpu_offload_use_pin_memory", Z_IGNORE},
     {"load_from_fp32_weights", Z_IGNORE},
     {"elastic_checkpoint", Z_IGNORE},
     {"round_robin_gradients", Z_IGNORE},
@@ -221,9 +361,10 @@ static const struct {
     {"stage3_gather_16bit_weights_on_model_save", Z_SAME}, /* dtrain's saves always hold whole tensors */
     {"stage3_gather_fp16_weights_on_model_save", Z_SAME},
     {"gather_16bit_weights_on_model_save", Z_SAME},
-    {"cpu_offload", Z_REFUSE_TRUE},
-    {"cpu_offload_params", Z_REFUSE_TRUE},
-    {"cpu_offload_param", Z_REFUSE_TRUE},
+    {"cpu_offload", Z_LEGACY},
+    {"cpu_offload_params", Z_LEGACY},
+    {"cpu_offload_param", Z_LEGACY},
+    {"cpu_offload_use_pin_memory", Z_LEGACY},
     {"zero_quantized_weights", Z_REFUSE_TRUE},
     {"zero_quantized_nontrainable_weights", Z_REFUSE_TRUE},
     {"zero_quantized_gradients", Z_REFUSE_TRUE},
@@ -255,20 +396,23 @@ static dt_status do_zero(ds_ctx *x, const cJSON *blk, double *bucket_elems, int 
                 *bucket_found = 1;
             } else if (found) ignore(x, path, "");
         } else if (!strcmp(k, "offload_optimizer") || !strcmp(k, "offload_param")) {
-            DT_TRY(do_offload(x, it, path));
+            DT_TRY(do_offload(x, it, path, !strcmp(k, "offload_param")));
         } else {
             size_t i = 0, n = sizeof ZKEYS / sizeof *ZKEYS;
             while (i < n && strcmp(ZKEYS[i].key, k)) i++;
             if (i == n) /* as DeepSpeed's own ZeRO config: a typo must not silently mean the default */
-                return dt_fail(DT_EINPUT, "%s: unknown key %s (DeepSpeed refuses it too)", x->origin, path);
+                return dt_fail(DT_EINPUT, "%s: unknown key %s (DeepSpeed refuses it too%s)", x->origin, path,
+                               !strcmp(k, "aio") ? "; aio is a top-level block" : "");
             if (cJSON_IsObject(it) || cJSON_IsArray(it) || cJSON_IsNull(it))
                 return bad_type(x, path, "a number, boolean or string", it);
             if (ZKEYS[i].kind == Z_REFUSE_TRUE) {
                 DT_TRY(get_bool(x, it, path, &on, &found));
                 if (found && on)
-                    return refuse(x, path, strstr(k, "offload") ? "offload is not available in dtrain yet"
-                                                                : "quantized ZeRO communication is not implemented "
-                                                                  "in dtrain (it changes the math)");
+                    return refuse(x, path, "quantized ZeRO communication is not implemented in dtrain (it changes "
+                                           "the math)");
+            } else if (ZKEYS[i].kind == Z_LEGACY) {
+                DT_TRY(get_bool(x, it, path, &on, &found));
+                if (found) x->legacy[!strcmp(k, "cpu_offload") ? 0 : strstr(k, "pin") ? 2 : 1] = it;
             } else if (ZKEYS[i].kind == Z_SAME) {
                 DT_TRY(get_bool(x, it, path, &on, &found));
             } else {
@@ -276,7 +420,7 @@ static dt_status do_zero(ds_ctx *x, const cJSON *blk, double *bucket_elems, int 
             }
         }
     }
-    return DT_OK;
+    return apply_offload(x);
 }
 
 /* ---- optimizer ---- */
@@ -439,8 +583,8 @@ static const struct {
     {"tensorboard", T_IGNORE},                   {"wandb", T_IGNORE},
     {"csv_monitor", T_IGNORE},                   {"comet", T_IGNORE},
     {"comms_logger", T_IGNORE},                  {"activation_checkpointing", T_IGNORE},
-    {"aio", T_IGNORE},                           {"checkpoint", T_IGNORE},
-    {"autotuning", T_IGNORE},                    {"dataloader_drop_last", T_IGNORE},
+    {"checkpoint", T_IGNORE},                    {"autotuning", T_IGNORE},
+    {"dataloader_drop_last", T_IGNORE},
     {"disable_allgather", T_IGNORE},             {"timers", T_IGNORE},
     {"pipeline", T_IGNORE},                      {"data_types", T_IGNORE},
     {"hybrid_engine", T_IGNORE},                 {"compile", T_IGNORE},
@@ -475,6 +619,7 @@ static dt_status translate(ds_ctx *x, const cJSON *root) {
         else if (!strcmp(k, "zero_optimization")) DT_TRY(do_zero(x, it, &bucket, &has_bucket));
         else if (!strcmp(k, "optimizer")) DT_TRY(do_optimizer(x, it));
         else if (!strcmp(k, "scheduler")) continue; /* after the optimizer: its lr is the cosine's peak */
+        else if (!strcmp(k, "aio")) continue; /* after zero_optimization: whether it offloads to NVMe */
         else if (!strcmp(k, "steps_per_print")) {
             DT_TRY(get_int(x, it, k, 1, 1e9, &v, &found));
             if (found) DT_TRY(set(x, k, "log.every=%lld", v));
@@ -490,6 +635,8 @@ static dt_status translate(ds_ctx *x, const cJSON *root) {
     }
     const cJSON *sched = cJSON_GetObjectItemCaseSensitive(root, "scheduler");
     if (sched) DT_TRY(do_scheduler(x, sched));
+    const cJSON *aio = cJSON_GetObjectItemCaseSensitive(root, "aio");
+    if (aio) DT_TRY(do_aio(x, aio));
     /* The batch triple as DeepSpeed resolves it; the equation with the data-parallel size
      * is checked when the world is known (dt_config_resolve_micro_batch). */
     if (has_tbs && has_mbs && has_gas && tbs % (mbs * gas) != 0)
@@ -520,7 +667,7 @@ dt_status dt_deepspeed_load_json(dt_config *c, const char *json, const char *ori
     if (*end) s = dt_fail(DT_EINPUT, "%s: unexpected text after the JSON object at byte %zu", origin, (size_t)(end - json));
     else if (!cJSON_IsObject(root)) s = dt_fail(DT_EINPUT, "%s: a DeepSpeed config must be a JSON object", origin);
     else {
-        ds_ctx x = {c, origin, ignored, cap, 0};
+        ds_ctx x = {.c = c, .origin = origin, .ignored = ignored, .cap = cap};
         s = translate(&x, root);
     }
     cJSON_Delete(root);

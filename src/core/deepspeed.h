@@ -1,9 +1,10 @@
 /* DeepSpeed JSON configs (`--deepspeed FILE`), translated onto dtrain's keys: a key with
  * the same meaning here sets that key ("auto", Hugging Face's convention, keeps dtrain's
  * value); a key that would change the math in a way dtrain cannot reproduce (fp16 loss
- * scaling, offload, a log-rate warmup, another optimizer) is DT_EINPUT naming it; a tuning
- * knob with no counterpart (bucket prefetch, persistence thresholds, logging backends)
- * is collected in the ignored list. As in DeepSpeed, unknown top-level keys are tolerated
+ * scaling, partial offload, a log-rate warmup, another optimizer) is DT_EINPUT naming it;
+ * a tuning knob with no counterpart (bucket prefetch, persistence thresholds, aio queue
+ * depth, logging backends) is collected in the ignored list. The offload blocks and aio
+ * map onto offload.* (docs/offload.md). As in DeepSpeed, unknown top-level keys are tolerated
  * (listed as ignored) and unknown keys inside zero_optimization and the optimizer's
  * params are errors. docs/coming-from.md has the key-by-key table. */
 #ifndef DT_DEEPSPEED_H

@@ -227,6 +227,12 @@ void dt_flat_memory(const dt_dp *d, dt_mem_report *r) {
 void dt_flat_estimate(const dt_dp_stage *s, double *state, double *work) {
     const dt_layout *L = s->L;
     *state = 16 * s->psi;
+    /* optimizer offload: the moments and bf16's fp32 master copy leave the device (fp32's
+     * parameters are the model's weights and stay; the store keeps its own master copy) */
+    if (L->offload_optimizer != DT_OFFLOAD_NONE) {
+        *state -= (dt_layout_bf16(L) ? 12 : 8) * s->psi;
+        if (s->off) s->off->optim_n = s->psi;
+    }
     /* the reduction's fp32 copy; the device's is host memory, which the estimate of device
      * memory leaves out, as the memory report does. (ps with parallel.zero set: not
      * counted, as the estimator always had it.) */

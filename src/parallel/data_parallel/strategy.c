@@ -5,6 +5,28 @@
 
 #include "strategy.h"
 
+/* Offload is where the optimizer object keeps its state (docs/offload.md), so it combines
+ * with every mode that has one optimizer per rank; what it cannot mean is refused here. */
+static dt_status check_offload(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    if (!dt_layout_offload(L)) return DT_OK;
+    if (dt_layout_ps(L)) /* one rank holds and updates everything: nothing per rank to offload */
+        return dt_fail(DT_EINPUT, "offload.optimizer %s, offload.param %s: not with parallel.dp_mode ps (the central "
+                       "rank keeps the whole state on one rank); use dp_mode ddp with parallel.zero",
+                       c->offload.optimizer, c->offload.param);
+    /* as DeepSpeed's offload_param: only ZeRO-3 keeps a parameter shard between uses */
+    if (L->offload_param != DT_OFFLOAD_NONE && L->zero != 3)
+        return dt_fail(DT_EINPUT, "offload.param %s needs parallel.zero=3 (it offloads ZeRO-3's parameter shard; "
+                       "parallel.zero is %d)", c->offload.param, L->zero);
+    if ((L->offload_optimizer == DT_OFFLOAD_NVME || L->offload_param == DT_OFFLOAD_NVME) && !c->offload.nvme_path[0])
+        return dt_fail(DT_EINPUT, "offload.nvme_path is empty: set the directory for the offload files (offload.%s "
+                       "is nvme)", L->offload_optimizer == DT_OFFLOAD_NVME ? "optimizer" : "param");
+    if (dt_layout_nccl(L))
+        return dt_fail(DT_EINPUT, "comm.backend nccl with offload (offload.optimizer %s, offload.param %s): not yet; "
+                       "use comm.backend mpi", c->offload.optimizer, c->offload.param);
+    return DT_OK;
+}
+
 dt_status dt_dp_check_config(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     /* bf16 and a device's state reduce through fp32 host copies (staging.h) in DDP, the
@@ -13,6 +35,7 @@ dt_status dt_dp_check_config(const dt_layout *L) {
     if (dt_layout_bitwise(L) && (dt_layout_bf16(L) || L->backend != DT_BACKEND_CPU))
         return dt_fail(DT_EINPUT, "parallel.determinism=bitwise runs on the CPU backend in fp32 only (backend %s, "
                        "precision %s)", c->backend, c->precision);
+    DT_TRY(check_offload(L));
     if (!dt_layout_nccl(L)) return DT_OK;
     /* device collectives carry the data-parallel group of DDP and ZeRO so far */
     if (L->backend == DT_BACKEND_CPU)

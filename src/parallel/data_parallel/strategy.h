@@ -16,6 +16,17 @@
  * shard (ZeRO-2/3). */
 enum { DT_GRADS_FLAT, DT_GRADS_PADDED, DT_GRADS_SHARD };
 
+/* What a mode keeps off the device under the layout's offload.* (docs/offload.md), as its
+ * estimate reports it: the estimator sizes host memory, the files and their I/O from it
+ * the way the store (src/offload/store.h) lays a state out. */
+typedef struct {
+    double optim_n;    /* elements of each of the optimizer store's 3 fp32 fields (master
+                        * weights, AdamW moments) of what this rank updates; 0: not offloaded */
+    double param_n;    /* elements of the parameter store (ZeRO-3's shard); 0: not offloaded */
+    double param_elem; /* bytes per element there (the model's precision) */
+    double param_reads; /* reads of the parameter store per optimizer step */
+} dt_dp_offload;
+
 /* What the estimator asks a strategy about (layout/estimate.c): one rank of one pipeline
  * stage of a layout, on paper. */
 typedef struct dt_dp_stage {
@@ -25,6 +36,7 @@ typedef struct dt_dp_stage {
     int shards;                          /* ranks the state is sharded over: dp x cp */
     size_t align;                        /* ZeRO's unit padding (DT_SHARD_ALIGN, or a wrapper's) */
     const struct dt_dp_strategy *mode;   /* the mode's own table (a wrapper calls it) */
+    dt_dp_offload *off;                  /* filled by estimate with what leaves the device (NULL: not asked) */
 } dt_dp_stage;
 
 /* The textbook per-rank bytes of a mode's model state (ZeRO paper; Psi parameters, N
@@ -86,9 +98,11 @@ typedef struct dt_dp_strategy {
     dt_status (*load)(dt_dp *d, const char *step_dir);
     void (*memory)(const dt_dp *d, dt_mem_report *r);
     /* Pure, no engine: the per-rank bytes of stage s as this mode lays them out (what
-     * memory reports once it runs): *state its parameters, gradients and optimizer state,
-     * added to *work its buffers (buckets, scratch, staging copies); the estimator and
-     * the planner read memory only from here. A wrapper adds its own after the mode's. */
+     * memory reports once it runs): *state its parameters, gradients and optimizer state
+     * in device memory, added to *work its buffers (buckets, scratch, staging copies); the
+     * estimator and the planner read memory only from here. Under offload (the layout's
+     * offload.*) *state leaves out what moves off the device, and s->off (when set) says
+     * how much that is. A wrapper adds its own after the mode's. */
     void (*estimate)(const dt_dp_stage *s, double *state, double *work);
     /* The planner's gradient and parameter traffic per optimizer step, in ring passes of
      * the gradients' volume: ring[gather_once][0] + ring[gather_once][1] x m for m
@@ -99,8 +113,10 @@ typedef struct dt_dp_strategy {
 
 extern const dt_dp_strategy dt_dp_ps, dt_dp_ddp, dt_dp_zero1, dt_dp_zero2, dt_dp_zero3;
 /* Refuses (one line, DT_EINPUT) what the modes do not run for this precision, backend and
- * communicator: bitwise mode off the CPU or in bf16; device collectives (comm.backend nccl)
- * with the CPU backend, model parallelism, the central rank or bitwise mode. */
+ * communicator: bitwise mode off the CPU or in bf16; offload (offload.*) with the central
+ * rank, parameter offload below ZeRO-3, nvme without offload.nvme_path, offload with device
+ * collectives; device collectives (comm.backend nccl) with the CPU backend, model
+ * parallelism, the central rank or bitwise mode. */
 dt_status dt_dp_check_config(const dt_layout *L);
 /* Every mode, in the order `dtrain estimate` lists them (NULL-terminated). */
 extern const dt_dp_strategy *const dt_dp_modes[];

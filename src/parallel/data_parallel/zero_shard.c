@@ -674,7 +674,10 @@ dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
  * whole stage). bf16: parameters and gradients in bf16, fp32 master weights of the slices,
  * and on the CPU the fp32 host staging of the reductions (the largest unit and slice; on
  * a device that is host memory, left out as the memory report does), or with device
- * collectives fp32 device copies of the same sizes. */
+ * collectives fp32 device copies of the same sizes. Offload moves the shard's moments (and
+ * bf16's master weights) off the device, and with a parameter shard (ZeRO-3) that shard,
+ * fetched for forward and backward of each micro-step (once a step under a pipeline,
+ * which gathers the stage once). */
 void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
     (void)work;
     const dt_layout *L = s->L;
@@ -692,5 +695,13 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
     /* fp32 on the device communicator: a second block scratch and reduce-scatter buffer,
      * so each unit's reduce-scatter overlaps the next unit's backward */
     if (!bf16 && grads_shard && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
+    if (L->offload_optimizer != DT_OFFLOAD_NONE) {
+        b -= (bf16 ? 3 : 2) * u.shard * f;
+        if (s->off) s->off->optim_n = u.shard;
+    }
+    if (L->offload_param != DT_OFFLOAD_NONE && params_shard) {
+        b -= u.shard * e;
+        if (s->off) *s->off = (dt_dp_offload){s->off->optim_n, u.shard, e, L->pp > 1 ? 1 : 2.0 * L->m};
+    }
     *state = b;
 }

@@ -66,10 +66,36 @@ static double act_bytes_regions(const dt_layout *L, int stage, size_t *regions) 
     return (double)gpt_activation_bytes_layout(&L->shape, L->micro, L->Tl, dt_layout_bf16(L) ? 2 : 4, &lay, regions);
 }
 
-/* One rank of the stage: its mode's state and workspace (strategy.h: the table answers,
- * a wrapper's workspace added to the mode's), its activations, context parallelism's
- * ring blocks. */
-static double stage_bytes(const dt_layout *L, int stage) {
+/* What offload puts in host memory and in files, per rank, and the file I/O per step. */
+typedef struct {
+    double host, nvme, io;
+    dt_dp_offload what; /* the mode's answer: what left the device */
+} offload_bytes;
+
+/* One store of n elements x fields of elem bytes (store.h's layout): cpu, the state in host
+ * memory; nvme, a file of whole blocks (each field's block_mb, rounded up to 4 KiB, the
+ * usual O_DIRECT alignment) and buffer_count blocks of every field in host memory; passes
+ * reads and writes of the whole file per step. */
+static void add_store(offload_bytes *o, const dt_layout *L, dt_offload_kind kind, double n, int fields, double elem,
+                      double reads, double writes) {
+    if (kind == DT_OFFLOAD_NONE || n <= 0) return;
+    if (kind == DT_OFFLOAD_CPU) {
+        o->host += n * fields * elem;
+        return;
+    }
+    double block = ceil(L->cfg.offload.block_mb * 1048576.0 / 4096) * 4096;
+    double file = ceil(n * elem / block) * block * fields;
+    o->host += (double)L->cfg.offload.buffer_count * fields * block;
+    o->nvme += file;
+    o->io += (reads + writes) * file;
+}
+
+/* One rank of the stage: its mode's state and workspace in device memory (strategy.h: the
+ * table answers, a wrapper's workspace added to the mode's), its activations, context
+ * parallelism's ring blocks; with off, what offload keeps elsewhere (the optimizer state
+ * read and written once per step, the parameter shard read per use, written once). */
+static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
+    if (off) *off = (offload_bytes){0, 0, 0, {0, 0, 0, 0}};
     const dt_dp_strategy *mode;
     dt_dp_strategy run;
     if (dt_dp_strategy_of_layout(L, &mode, &run) != DT_OK) { /* parallel.zero outside 0..3: the check says it */
@@ -77,18 +103,35 @@ static double stage_bytes(const dt_layout *L, int stage) {
         return 0;
     }
     gpt_layout lay = layout_of(L, stage);
+    dt_dp_offload o = {0, 0, 0, 0};
     /* ZeRO shards over the data- and context-parallel ranks together */
-    dt_dp_stage st = {L, &lay, stage_psi(L, stage), L->dp * L->cp, DT_SHARD_ALIGN, mode};
+    dt_dp_stage st = {L, &lay, stage_psi(L, stage), L->dp * L->cp, DT_SHARD_ALIGN, mode, &o};
     double state = 0, work = (double)dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
     run.estimate(&st, &state, &work);
+    if (off) {
+        off->what = o;
+        add_store(off, L, L->offload_optimizer, o.optim_n, 3, sizeof(float), 1, 1);
+        add_store(off, L, L->offload_param, o.param_n, 1, o.param_elem, o.param_reads, 1);
+    }
     return state + act_bytes_regions(L, stage, NULL) + work;
+}
+
+static double stage_bytes(const dt_layout *L, int stage) { return stage_device(L, stage, NULL); }
+
+/* The same layout with its state on the device (what offload saves). */
+static dt_layout without_offload(const dt_layout *L) {
+    dt_layout w = *L;
+    w.offload_optimizer = w.offload_param = DT_OFFLOAD_NONE;
+    return w;
 }
 
 double dt_estimate_layout_bytes(const dt_layout *L) {
     if (!L->shape_ok) return 0;
     double worst = 0;
     for (int r = 0; r < L->pp; r++) { /* the fullest stage */
-        double b = stage_bytes(L, r);
+        offload_bytes o;
+        double b = stage_device(L, r, &o);
+        if (L->backend == DT_BACKEND_CPU) b += o.host; /* the CPU's device memory is the host's */
         if (b > worst) worst = b;
     }
     return worst;
@@ -106,7 +149,7 @@ dt_status dt_estimate_check_node(const dt_layout *L, int ranks, double avail) {
     if (avail <= 0 || need <= avail) return DT_OK;
     return dt_fail(DT_EINPUT, "memory: the model needs an estimated %.1f GB on this node (%d rank%s x %.1f GB; "
                    "`dtrain estimate`), but only %.1f GB is available; use a smaller model or batch, more ranks with "
-                   "ZeRO, or --set train.check_memory=false to try anyway",
+                   "ZeRO, offload.optimizer=nvme (`dtrain plan`), or --set train.check_memory=false to try anyway",
                    need / 1e9, ranks, ranks > 1 ? "s" : "", need / 1e9 / ranks, avail / 1e9);
 }
 
@@ -135,6 +178,47 @@ double dt_memory_available(void) {
     return avail > 0 ? avail : 0;
 }
 
+/* The offload lines of `dtrain estimate` (only with offload.*: the output without it is
+ * unchanged): stage 0's device bytes against the same layout without offload, host, NVMe
+ * and I/O per step, then what each store holds. */
+static void print_offload(const dt_layout *L, int json, FILE *out) {
+    const dt_config *c = &L->cfg;
+    offload_bytes o;
+    dt_layout w = without_offload(L);
+    double dev = stage_device(L, 0, &o), before = stage_bytes(&w, 0);
+    const dt_dp_offload *q = &o.what;
+    if (json) {
+        fprintf(out, "\"offload\": {\"optimizer\": \"%s\", \"param\": \"%s\", \"device\": %.0f, \"without_offload\": "
+                "%.0f, \"host\": %.0f, \"nvme\": %.0f, \"io_per_step\": %.0f, \"optimizer_elements\": %.0f, "
+                "\"param_elements\": %.0f, \"param_reads\": %.0f}, ", c->offload.optimizer, c->offload.param, dev, before,
+                o.host, o.nvme, o.io, q->optim_n, q->param_n, q->param_reads);
+        return;
+    }
+    fprintf(out, "offload (optimizer %s, param %s; docs/offload.md), per rank%s: device %.1f MB (%.1f MB without "
+            "offload), host %.1f MB, NVMe %.1f MB, I/O %.1f MB per step\n", c->offload.optimizer, c->offload.param,
+            L->pp > 1 ? " of stage 0" : "", dev / 1e6, before / 1e6, o.host / 1e6, o.nvme / 1e6, o.io / 1e6);
+    if (q->optim_n > 0)
+        fprintf(out, "  optimizer state: fp32 master weights and AdamW moments of %.0f parameters, %.1f MB%s\n", q->optim_n,
+                12 * q->optim_n / 1e6, L->offload_optimizer == DT_OFFLOAD_CPU ? ", in host memory"
+                : ", in a file of whole blocks (3 fields x offload.block_mb), streamed through offload.buffer_count "
+                  "blocks in host memory: read and written once per step");
+    if (q->param_n > 0)
+        fprintf(out, "  parameter shard: %.0f parameters, %.1f MB, %s %.0f time%s per step (%s), written once\n",
+                q->param_n, q->param_n * q->param_elem / 1e6, L->offload_param == DT_OFFLOAD_CPU ? "in host memory, fetched"
+                : "in a file of whole blocks, read", q->param_reads, q->param_reads == 1 ? "" : "s",
+                L->pp > 1 ? "the pipeline gathers a stage once" : "forward and backward of each micro-batch");
+    if (L->offload_param != DT_OFFLOAD_NONE && q->param_n <= 0)
+        fprintf(out, "  offload.param %s: this mode keeps no parameter shard (ZeRO-3 does; dtrain train refuses it)\n",
+                c->offload.param);
+    if ((L->offload_optimizer == DT_OFFLOAD_NVME || L->offload_param == DT_OFFLOAD_NVME))
+        fprintf(out, "  NVMe blocks of %g MiB, %d in flight per field (offload.block_mb, offload.buffer_count)\n",
+                c->offload.block_mb,
+                c->offload.buffer_count);
+    if (L->backend == DT_BACKEND_CPU)
+        fprintf(out, "  backend cpu: its device memory is host memory, so a rank needs device + host = %.1f MB\n",
+                (dev + o.host) / 1e6);
+}
+
 dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
     DT_TRY(dt_layout_check(L, DT_CHECK_ESTIMATE));
     const dt_config *c = &L->cfg;
@@ -161,15 +245,21 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
         }
         fprintf(out, "], \"mixed\": [");
         for (int z = 0; rows[z]; z++) fprintf(out, "%s%.0f", z ? ", " : "", mixed_state(&rows[z]->formula, psi, shards));
-        fprintf(out, "], \"stages\": [");
+        fprintf(out, "], ");
+        if (dt_layout_offload(L)) print_offload(L, 1, out);
+        fprintf(out, "\"stages\": [");
         for (int r = 0; r < pp; r++) {
             gpt_layout lay = layout_of(L, r);
             char chunks[512];
             int blocks = blocks_text(L, &lay, chunks, sizeof chunks, 1);
+            offload_bytes o;
             fprintf(out, "%s{\"stage\": %d, \"first_layer\": %d, \"blocks\": %d, \"chunks\": [%s], \"slots\": %d, "
-                    "\"psi\": %.0f, \"activations\": %.0f, \"rank_bytes\": %.0f}", r ? ", " : "", r,
+                    "\"psi\": %.0f, \"activations\": %.0f, \"rank_bytes\": %.0f", r ? ", " : "", r,
                     lay.chunks > 1 ? lay.chunk_first[0] : lay.first_layer, blocks, chunks, lay.slots ? lay.slots : 1,
-                    stage_psi(L, r), act_bytes_regions(L, r, NULL), stage_bytes(L, r));
+                    stage_psi(L, r), act_bytes_regions(L, r, NULL), stage_device(L, r, &o));
+            if (dt_layout_offload(L))
+                fprintf(out, ", \"host_bytes\": %.0f, \"nvme_bytes\": %.0f, \"io_per_step\": %.0f", o.host, o.nvme, o.io);
+            fprintf(out, "}");
         }
         fprintf(out, "]}\n");
         return DT_OK;
@@ -195,6 +285,7 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
             fprintf(out, "%s: rank 0 holds %.0fpsi = %.1f MB, the other ranks %.0fpsi = %.1f MB\n", dt_dp_modes[i]->name,
                     f->root, f->root * psi / 1e6, f->others, f->others * psi / 1e6);
     }
+    if (dt_layout_offload(L)) print_offload(L, 0, out);
     if (pp > 1) {
         fprintf(out, "pipeline %d stages (%s, %d micro-batches; psi and activations above: stage 0):\n", pp,
                 c->parallel.schedule, L->m);
@@ -202,10 +293,13 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
             gpt_layout lay = layout_of(L, r);
             char blocks[512];
             blocks_text(L, &lay, blocks, sizeof blocks, 0);
+            offload_bytes o;
             fprintf(out, "  stage %d: blocks %s, psi = %.0f, %d activation slot%s = %.1f MB, per rank %.1f MB "
-                    "(ZeRO %d)\n", r, blocks, stage_psi(L, r),
+                    "(ZeRO %d", r, blocks, stage_psi(L, r),
                     lay.slots, lay.slots == 1 ? "" : "s", act_bytes_regions(L, r, NULL) / 1e6,
-                    stage_bytes(L, r) / 1e6, L->zero);
+                    stage_device(L, r, &o) / 1e6, L->zero);
+            if (dt_layout_offload(L)) fprintf(out, "; host %.1f MB, NVMe %.1f MB", o.host / 1e6, o.nvme / 1e6);
+            fprintf(out, ")\n");
         }
     }
     fprintf(out, "activations (micro-batch %d x %d tokens, %s%s%s): %.1f MB per rank, in every mode\n",

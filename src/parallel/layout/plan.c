@@ -74,6 +74,8 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     if (dp * pp * cp * tp != mc->world)
         return dt_fail(DT_EINPUT, "plan: %d x %d x %d x %d is not the world %d", dp, pp, cp, tp, mc->world);
     dt_config lc = *c; /* the layout as a config: the estimator's memory */
+    /* a plan is on paper: the offload directory is train's to check (a fix suggests nvme) */
+    if (!lc.offload.nvme_path[0]) strcpy(lc.offload.nvme_path, "plan");
     lc.parallel.tp = tp;
     lc.parallel.pp = pp;
     lc.parallel.cp = cp;
@@ -88,6 +90,8 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     const dt_dp_strategy *mode = dt_dp_candidate(&lc, zero);
     if (!mode) return dt_fail(DT_EINPUT, "plan: no data-parallel mode for ZeRO stage %d", zero);
     if (mode->sharded && dp * cp == 1) return dt_fail(DT_EINPUT, "plan: ZeRO needs several data-parallel ranks");
+    if (strcmp(lc.offload.param, "none") && !mode->params_shard) /* even --any-feature: nothing to offload */
+        return dt_fail(DT_EINPUT, "plan: offload.param needs a parameter shard (ZeRO-3)");
     int m = (int)(gb / ((long long)micro * dp));
     lc.parallel.sp = c->parallel.sp && tp > 1;
     lc.parallel.virtual_stages = 1;
@@ -273,6 +277,31 @@ void dt_plan_advise(const dt_config *c, const dt_machine *mc, dt_plan_advice *a)
             a->fixes[a->nfixes++] = f;
         }
     }
+    /* ZeRO-Offload: the optimizer state in host memory (on the CPU backend that is the
+     * same memory, so the estimator's budget does not shrink and it is not suggested);
+     * ZeRO-Infinity: the optimizer state and ZeRO-3's parameter shard in files */
+    int here = a->nfixes > 0 && a->fixes[0].kind == DT_FIX_RANKS; /* fixes at this world, so far */
+    here = a->nfixes > here;
+    lc = *c;
+    if (!strcmp(lc.offload.optimizer, "none")) {
+        strcpy(lc.offload.optimizer, "cpu");
+        if (scan(&lc, mc, &f.best, NULL, &runs) > 0) {
+            f.kind = DT_FIX_OFFLOAD_CPU;
+            f.value = 0;
+            a->fixes[a->nfixes++] = f;
+        }
+    }
+    lc = *c;
+    if (strcmp(lc.offload.optimizer, "nvme") || strcmp(lc.offload.param, "nvme")) {
+        strcpy(lc.offload.optimizer, "nvme");
+        strcpy(lc.offload.param, "nvme");
+        if (scan(&lc, mc, &f.best, NULL, &runs) > 0) {
+            f.kind = DT_FIX_OFFLOAD_NVME;
+            f.value = 0;
+            a->fixes[a->nfixes++] = f;
+        }
+    }
+    a->only_offload = !here && a->nfixes > 0 && a->fixes[a->nfixes - 1].kind >= DT_FIX_OFFLOAD_CPU;
 }
 
 /* A fix as the arguments that give it to plan (and train) */
@@ -282,11 +311,14 @@ static void fix_args(const dt_plan_fix *x, char *buf, size_t cap) {
     case DT_FIX_RECOMPUTE: snprintf(buf, cap, "--set train.recompute=full"); break;
     case DT_FIX_MICRO: snprintf(buf, cap, "--set train.micro_batch=%d", x->value); break;
     case DT_FIX_BF16: snprintf(buf, cap, "--set precision=bf16"); break;
+    case DT_FIX_OFFLOAD_CPU: snprintf(buf, cap, "--set offload.optimizer=cpu"); break;
+    case DT_FIX_OFFLOAD_NVME: snprintf(buf, cap, "--set offload.optimizer=nvme --set offload.param=nvme"); break;
     default: snprintf(buf, cap, "--set train.recompute=full --set train.micro_batch=1 --set precision=bf16"); break;
     }
 }
 
-static const char *const fix_key[DT_FIX_N] = {"ranks", "recompute", "micro_batch", "bf16", "all"};
+static const char *const fix_key[DT_FIX_N] = {"ranks", "recompute", "micro_batch", "bf16", "all", "offload_cpu",
+                                               "offload_nvme"};
 
 static void layout_name(const dt_plan_entry *x, char *buf, size_t cap) {
     snprintf(buf, cap, "dp%d pp%d cp%d tp%d z%d", x->dp, x->pp, x->cp, x->tp, x->zero);
@@ -314,7 +346,8 @@ void dt_plan_print_advice(FILE *f, const dt_plan_advice *a, const dt_machine *mc
             layout_json(f, &x->best);
             fprintf(f, "}");
         }
-        fprintf(f, "], \"max_world\": %d}\n", DT_PLAN_MAX_WORLD);
+        fprintf(f, "], \"only_offload\": %s, \"max_world\": %d}\n", a->only_offload ? "true" : "false",
+                DT_PLAN_MAX_WORLD);
         return;
     }
     if (!a->runs) {
@@ -333,12 +366,20 @@ void dt_plan_print_advice(FILE *f, const dt_plan_advice *a, const dt_machine *mc
                           : x->kind == DT_FIX_RECOMPUTE ? "activations recomputed in backward, 4/3 the compute"
                           : x->kind == DT_FIX_MICRO ? "the largest micro-batch that fits, more accumulation steps"
                           : x->kind == DT_FIX_BF16  ? "bf16 weights and activations, fp32 master weights"
-                                                    : "no one of them alone fits";
+                          : x->kind == DT_FIX_ALL   ? "no one of them alone fits"
+                          : x->kind == DT_FIX_OFFLOAD_CPU
+                              ? "ZeRO-Offload: fp32 master weights and AdamW moments in host memory"
+                              : "ZeRO-Infinity: optimizer state and ZeRO-3's parameter shard in files; set "
+                                "offload.nvme_path too";
         fprintf(f, "fits with %s (%s): %s, %.1f MB per rank\n", args, why, lay, x->best.memory / 1e6);
     }
+    if (a->only_offload)
+        fprintf(f, "only offload fits on %d rank%s: train.recompute=full, a smaller micro-batch and bf16 do not, "
+                "alone or together (docs/offload.md)\n", mc->world, mc->world > 1 ? "s" : "");
     if (!a->nfixes)
         fprintf(f, "nothing fits with more ranks (up to %d), train.recompute=full, a smaller micro-batch or bf16, "
-                "alone or together (CPU offload does not exist yet)\n", DT_PLAN_MAX_WORLD);
+                "alone or together, nor with the optimizer state in host memory or the optimizer state and the "
+                "parameters on NVMe\n", DT_PLAN_MAX_WORLD);
 }
 
 void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {

@@ -72,7 +72,8 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
 int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, int cap);
 /* When no layout fits: the nearest layout and the changes that make one fit, each
  * checked by planning again with it (so every suggestion is a plan that has a layout). */
-enum { DT_FIX_RANKS, DT_FIX_RECOMPUTE, DT_FIX_MICRO, DT_FIX_BF16, DT_FIX_ALL, DT_FIX_N };
+enum { DT_FIX_RANKS, DT_FIX_RECOMPUTE, DT_FIX_MICRO, DT_FIX_BF16, DT_FIX_ALL, DT_FIX_OFFLOAD_CPU, DT_FIX_OFFLOAD_NVME,
+       DT_FIX_N };
 #define DT_PLAN_MAX_WORLD 4096 /* the more-ranks search stops here */
 typedef struct {
     int kind;           /* DT_FIX_* */
@@ -85,12 +86,15 @@ typedef struct {
     dt_plan_entry nearest; /* the layout needing the least memory per rank (ZeRO stages included) */
     int nfixes;
     dt_plan_fix fixes[DT_FIX_N]; /* in DT_FIX_* order, those that work */
+    int only_offload;            /* at this world only an offload fix works */
 } dt_plan_advice;
 
 /* The nearest layout of c on mc (every ZeRO stage tried) and what makes a layout fit:
  * more ranks (the smallest world up to DT_PLAN_MAX_WORLD at the same memory per rank),
  * train.recompute=full, the largest smaller micro-batch, bf16; each alone, or where none
- * of the last three does alone, all three together (DT_FIX_ALL, micro-batch 1). Pure. */
+ * of the last three does alone, all three together (DT_FIX_ALL, micro-batch 1); then
+ * offload.optimizer=cpu, and offload.optimizer=nvme with offload.param=nvme (ZeRO-3
+ * layouts), each where the config does not have it already. Pure. */
 void dt_plan_advise(const dt_config *c, const dt_machine *mc, dt_plan_advice *a);
 /* The advice against mc->memory bytes per rank, as text, or one JSON object (a line). */
 void dt_plan_print_advice(FILE *f, const dt_plan_advice *a, const dt_machine *mc, int json);
