@@ -79,6 +79,22 @@ if full; then
   parity emulated-bf16-ddp2 2 --set backend=emulated --set precision=bf16
 fi
 
+# `dtrain estimate`'s host and NVMe bytes per rank are what the run holds, to the byte
+est() {
+  local label=$1 np=$2; shift 2
+  local want; want=$("$DTRAIN" estimate "${DP_RUN[@]}" "$@" -n "$np" --json | python3 -c "
+import json, sys; o = json.load(sys.stdin)['offload']; print('%.0f %.0f' % (o['host'], o['nvme']))")
+  run "est-$label" "$np" "$@" >/dev/null
+  local got; got="$(summary "est-$label" offload_host | cut -d' ' -f1) $(summary "est-$label" offload_file | cut -d' ' -f1)"
+  [ -n "$want" ] && [ "$want" = "$got" ] && pass "estimate of $label: host and NVMe bytes $want, as measured" ||
+    fail "estimate of $label: '$want' estimated, '$got' measured"
+}
+est zero2-nvme 2 --set parallel.zero=2 "${NVME[@]}"
+est zero3-nvme-both 2 --set parallel.zero=3 "${NVME3[@]}"
+est ddp-cpu 2 "${CPU[@]}"
+est bf16-zero3-param-cpu 2 --set parallel.zero=3 --set precision=bf16 --set offload.param=cpu
+est emulated-nvme 2 --set backend=emulated "${NVME[@]}"
+
 # the files: one per rank and kind while the run lasts, none after it
 left=$(find "$NV" -name 'dtrain-offload-*' | wc -l)
 [ "$left" -eq 0 ] && pass "no offload file left after the runs" || fail "$left offload files left in $NV"

@@ -231,7 +231,7 @@ void dt_flat_estimate(const dt_dp_stage *s, double *state, double *work) {
      * parameters are the model's weights and stay; the store keeps its own master copy) */
     if (L->offload_optimizer != DT_OFFLOAD_NONE) {
         *state -= (dt_layout_bf16(L) ? 12 : 8) * s->psi;
-        if (s->off) s->off->optim_n = s->psi;
+        if (s->off) s->off->optim_n = s->psi, s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
     }
     /* the reduction's fp32 copy; the device's is host memory, which the estimate of device
      * memory leaves out, as the memory report does. (ps with parallel.zero set: not

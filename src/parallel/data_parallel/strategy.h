@@ -20,8 +20,9 @@ enum { DT_GRADS_FLAT, DT_GRADS_PADDED, DT_GRADS_SHARD };
  * estimate reports it: the estimator sizes host memory, the files and their I/O from it
  * the way the store (src/offload/store.h) lays a state out. */
 typedef struct {
-    double optim_n;    /* elements of each of the optimizer store's 3 fp32 fields (master
+    double optim_n;    /* elements of each of the optimizer store's fp32 fields (master
                         * weights, AdamW moments) of what this rank updates; 0: not offloaded */
+    int optim_fields;  /* 3, or 2 without master weights (dt_layout_offload_master) */
     double param_n;    /* elements of the parameter store (ZeRO-3's shard); 0: not offloaded */
     double param_elem; /* bytes per element there (the model's precision) */
     double param_reads; /* reads of the parameter store per optimizer step */

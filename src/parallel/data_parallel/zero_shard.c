@@ -697,11 +697,11 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
     if (!bf16 && grads_shard && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
     if (L->offload_optimizer != DT_OFFLOAD_NONE) {
         b -= (bf16 ? 3 : 2) * u.shard * f;
-        if (s->off) s->off->optim_n = u.shard;
+        if (s->off) s->off->optim_n = u.shard, s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
     }
     if (L->offload_param != DT_OFFLOAD_NONE && params_shard) {
         b -= u.shard * e;
-        if (s->off) *s->off = (dt_dp_offload){s->off->optim_n, u.shard, e, L->pp > 1 ? 1 : 2.0 * L->m};
+        if (s->off) s->off->param_n = u.shard, s->off->param_elem = e, s->off->param_reads = L->pp > 1 ? 1 : 2.0 * L->m;
     }
     *state = b;
 }

@@ -83,9 +83,12 @@ static void add_store(offload_bytes *o, const dt_layout *L, dt_offload_kind kind
         o->host += n * fields * elem;
         return;
     }
-    double block = ceil(L->cfg.offload.block_mb * 1048576.0 / 4096) * 4096;
-    double file = ceil(n * elem / block) * block * fields;
-    o->host += (double)L->cfg.offload.buffer_count * fields * block;
+    /* as the store lays it out: blocks of block_mb, or of the state's own size when smaller
+     * (dt_store_block_for), at most one buffer per block */
+    double block = ceil(L->cfg.offload.block_mb * 1048576.0 / 4096) * 4096, whole = ceil(n * elem / 4096) * 4096;
+    if (whole < block) block = whole;
+    double blocks = ceil(n * elem / block), file = blocks * block * fields;
+    o->host += fmin((double)L->cfg.offload.buffer_count, blocks) * fields * block;
     o->nvme += file;
     o->io += (reads + writes) * file;
 }
@@ -95,7 +98,7 @@ static void add_store(offload_bytes *o, const dt_layout *L, dt_offload_kind kind
  * parallelism's ring blocks; with off, what offload keeps elsewhere (the optimizer state
  * read and written once per step, the parameter shard read per use, written once). */
 static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
-    if (off) *off = (offload_bytes){0, 0, 0, {0, 0, 0, 0}};
+    if (off) *off = (offload_bytes){0};
     const dt_dp_strategy *mode;
     dt_dp_strategy run;
     if (dt_dp_strategy_of_layout(L, &mode, &run) != DT_OK) { /* parallel.zero outside 0..3: the check says it */
@@ -103,15 +106,24 @@ static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
         return 0;
     }
     gpt_layout lay = layout_of(L, stage);
-    dt_dp_offload o = {0, 0, 0, 0};
+    dt_dp_offload o = {0};
     /* ZeRO shards over the data- and context-parallel ranks together */
     dt_dp_stage st = {L, &lay, stage_psi(L, stage), L->dp * L->cp, DT_SHARD_ALIGN, mode, &o};
     double state = 0, work = (double)dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
     run.estimate(&st, &state, &work);
     if (off) {
         off->what = o;
-        add_store(off, L, L->offload_optimizer, o.optim_n, 3, sizeof(float), 1, 1);
+        add_store(off, L, L->offload_optimizer, o.optim_n, o.optim_fields, sizeof(float), 1, 1);
         add_store(off, L, L->offload_param, o.param_n, 1, o.param_elem, o.param_reads, 1);
+        /* a device's or bf16's gradients and parameters cross to the host's update through
+         * two fp32 buffers of a chunk (a block, or 2^18 elements in host memory) */
+        if (o.optim_n > 0 && (dt_layout_bf16(L) || L->backend != DT_BACKEND_CPU)) {
+            double chunk = L->offload_optimizer == DT_OFFLOAD_NVME
+                               ? fmin(ceil(L->cfg.offload.block_mb * 1048576.0 / 4096) * 4096,
+                                      ceil(o.optim_n * 4 / 4096) * 4096) / 4
+                               : 262144;
+            off->host += 2 * sizeof(float) * fmin(chunk, o.optim_n);
+        }
     }
     return state + act_bytes_regions(L, stage, NULL) + work;
 }
@@ -197,11 +209,13 @@ static void print_offload(const dt_layout *L, int json, FILE *out) {
     fprintf(out, "offload (optimizer %s, param %s; docs/offload.md), per rank%s: device %.1f MB (%.1f MB without "
             "offload), host %.1f MB, NVMe %.1f MB, I/O %.1f MB per step\n", c->offload.optimizer, c->offload.param,
             L->pp > 1 ? " of stage 0" : "", dev / 1e6, before / 1e6, o.host / 1e6, o.nvme / 1e6, o.io / 1e6);
-    if (q->optim_n > 0)
-        fprintf(out, "  optimizer state: fp32 master weights and AdamW moments of %.0f parameters, %.1f MB%s\n", q->optim_n,
-                12 * q->optim_n / 1e6, L->offload_optimizer == DT_OFFLOAD_CPU ? ", in host memory"
-                : ", in a file of whole blocks (3 fields x offload.block_mb), streamed through offload.buffer_count "
-                  "blocks in host memory: read and written once per step");
+    if (q->optim_n > 0) {
+        fprintf(out, "  optimizer state: %sAdamW moments of %.0f parameters, %.1f MB", q->optim_fields == 3 ?
+                "fp32 master weights and " : "", q->optim_n, 4.0 * q->optim_fields * q->optim_n / 1e6);
+        if (L->offload_optimizer == DT_OFFLOAD_CPU) fprintf(out, ", in host memory\n");
+        else fprintf(out, ", in a file of whole blocks (%d fields x offload.block_mb), streamed through "
+                     "offload.buffer_count blocks in host memory: read and written once per step\n", q->optim_fields);
+    }
     if (q->param_n > 0)
         fprintf(out, "  parameter shard: %.0f parameters, %.1f MB, %s %.0f time%s per step (%s), written once\n",
                 q->param_n, q->param_n * q->param_elem / 1e6, L->offload_param == DT_OFFLOAD_CPU ? "in host memory, fetched"

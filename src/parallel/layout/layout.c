@@ -55,6 +55,10 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->tokenizer = (dt_tokenizer_kind)PICK(k->data.tokenizer, "byte", "gpt2");
     L->offload_optimizer = (dt_offload_kind)PICK(k->offload.optimizer, "none", "cpu", "nvme");
     L->offload_param = (dt_offload_kind)PICK(k->offload.param, "none", "cpu", "nvme");
+    /* offloaded parameters are updated on the host, where they are: the optimizer's state
+     * is kept there too (docs/offload.md) */
+    if (L->offload_param != DT_OFFLOAD_NONE && L->offload_optimizer == DT_OFFLOAD_NONE)
+        L->offload_optimizer = DT_OFFLOAD_CPU;
     if (dt_schedule_parse(k->parallel.schedule, &L->schedule) != DT_OK) {
         dt_error_clear();
         L->schedule = DT_SCHED_1F1B;

@@ -79,6 +79,12 @@ static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism 
 static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT_PREC_BF16; }
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
 static inline int dt_layout_nccl(const dt_layout *L) { return L->comm_backend == DT_COMM_NCCL; }
+/* The offloaded optimizer state holds fp32 master weights besides the moments: wherever the
+ * parameters are not fp32 host memory (a device's, bf16's) or are offloaded themselves
+ * (as the optimizer object decides, optim/optimizer.h). */
+static inline int dt_layout_offload_master(const dt_layout *L) {
+    return L->precision == DT_PREC_BF16 || L->backend != DT_BACKEND_CPU || L->offload_param != DT_OFFLOAD_NONE;
+}
 /* Some state lives off the model's memory (ZeRO-Offload / ZeRO-Infinity). */
 static inline int dt_layout_offload(const dt_layout *L) {
     return L->offload_optimizer != DT_OFFLOAD_NONE || L->offload_param != DT_OFFLOAD_NONE;
