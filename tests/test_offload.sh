@@ -118,6 +118,21 @@ got=$(run resume-cpu 1 "${BW[@]}" "${CPU[@]}" --resume "$TMP/ck1")
 [ "$got" = "$straight" ] && pass "the ZeRO-3 + NVMe checkpoint resumed by one process with CPU offload: the straight run's weights" ||
   fail "nvme save -> cpu resume: '$got' vs '$straight'"
 
+# bad offload paths, from the command line: one line naming the path and the cause, exit 2
+# (the store's own test, test_offload_store, also mounts a read-only, a full and a
+# no-O_DIRECT filesystem)
+bad() {
+  local label=$1 pat=$2; shift 2
+  timeout 60 "$DTRAIN" train "${DP_RUN[@]}" "$@" >"$TMP/bad.out" 2>&1; local rc=$?
+  [ $rc -eq 2 ] && [ "$(grep -c '^dtrain: error' "$TMP/bad.out")" -eq 1 ] && grep -q "$pat" "$TMP/bad.out" &&
+    pass "$label: $(grep '^dtrain: error' "$TMP/bad.out")" || fail "$label: rc $rc: $(tail -2 "$TMP/bad.out")"
+}
+bad "no such directory" "no such directory" --set offload.optimizer=nvme --set offload.nvme_path="$TMP/nowhere"
+touch "$TMP/afile"
+bad "a file as the directory" "not a directory" --set offload.optimizer=nvme --set offload.nvme_path="$TMP/afile"
+bad "ZeRO-3 parameters to a missing directory" "no such directory" --set parallel.zero=3 \
+  --set offload.param=nvme --set offload.nvme_path="$TMP/nowhere"
+
 # a second job on the same files is refused (one line, exit 2) while the first runs, and
 # the first goes on unharmed
 if full; then

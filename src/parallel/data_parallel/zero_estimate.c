@@ -1,0 +1,60 @@
+/* The ZeRO stages on paper (strategy.h's estimate): a stage's units padded and sharded as
+ * zero_shard.c lays them out, and the per-rank bytes of what a stage keeps whole or
+ * sharded, for `dtrain estimate` and the planner (no engine). */
+#include <math.h>
+
+#include "zero_shard.h"
+
+dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
+    dt_zero_units u;
+    size_t cnt[3];
+    gpt_unit_counts_layout(&s->L->shape, s->lay, &cnt[0], &cnt[1], &cnt[2], &u.nb);
+    double A = (double)s->shards * (double)s->align;
+    for (int k = 0; k < 3; k++) {
+        u.cnt[k] = (double)cnt[k];
+        u.P[k] = ceil(u.cnt[k] / A) * A;
+        u.S[k] = u.P[k] / s->shards;
+    }
+    u.flat = u.cnt[0] + u.nb * u.cnt[1] + u.cnt[2];
+    u.padded = u.P[0] + u.nb * u.P[1] + u.P[2];
+    u.shard = u.S[0] + u.nb * u.S[1] + u.S[2];
+    return u;
+}
+
+/* Parameters and gradients (padded, or the shard), the moments of the shard; with a
+ * gradient shard its scratch (embedding, ln_f, one block) and reduce-scatter buffer; with
+ * a parameter shard the gathered parameters (embedding, ln_f and two blocks, or under a pipeline the
+ * whole stage). bf16: parameters and gradients in bf16, fp32 master weights of the slices,
+ * and on the CPU the fp32 host staging of the reductions (the largest unit and slice; on
+ * a device that is host memory, left out as the memory report does), or with device
+ * collectives fp32 device copies of the same sizes. Offload moves the shard's moments (and
+ * bf16's master weights) off the device, and with a parameter shard (ZeRO-3) that shard,
+ * fetched for forward and backward of each micro-step (once a step under a pipeline,
+ * which gathers the stage once). */
+void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
+    (void)work;
+    const dt_layout *L = s->L;
+    int params_shard = s->mode->params_shard, grads_shard = s->mode->grads == DT_GRADS_SHARD;
+    dt_zero_units u = dt_zero_units_of(s);
+    int bf16 = dt_layout_bf16(L);
+    double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
+    double f = sizeof(float), e = bf16 ? 2 : f;
+    double b = ((params_shard ? u.shard : u.padded) + (grads_shard ? u.shard : u.padded)) * e + 2 * u.shard * f;
+    if (bf16) b += u.shard * f;
+    if (grads_shard) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
+    if (params_shard) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
+    if (bf16 && L->backend == DT_BACKEND_CPU) b += (maxP + maxS) * f;
+    if (bf16 && dt_layout_nccl(L)) b += (maxP + maxS) * f; /* the fp32 device copies */
+    /* fp32 on the device communicator: a second block scratch and reduce-scatter buffer,
+     * so each unit's reduce-scatter overlaps the next unit's backward */
+    if (!bf16 && grads_shard && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
+    if (L->offload_optimizer != DT_OFFLOAD_NONE) {
+        b -= (bf16 ? 3 : 2) * u.shard * f;
+        if (s->off) s->off->optim_n = u.shard, s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
+    }
+    if (L->offload_param != DT_OFFLOAD_NONE && params_shard) {
+        b -= u.shard * e;
+        if (s->off) s->off->param_n = u.shard, s->off->param_elem = e, s->off->param_reads = L->pp > 1 ? 1 : 2.0 * L->m;
+    }
+    *state = b;
+}
