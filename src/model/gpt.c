@@ -176,9 +176,14 @@ float gpt_init_at(const gpt_init_rule *r, uint64_t index) {
 }
 
 void gpt_init(gpt_model *m, uint64_t seed) {
-    if (m->tied_gap) memset(m->unit_params[0] + m->tensors[0].numel, 0, m->tied_gap * sizeof(float));
+    for (int u = 0; u < m->nunits; u++) gpt_init_unit(m, seed, u);
+}
+
+void gpt_init_unit(gpt_model *m, uint64_t seed, int u) {
+    if (u == 0 && m->tied_gap) memset(m->unit_params[0] + m->tensors[0].numel, 0, m->tied_gap * sizeof(float));
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor *t = &m->tensors[i];
+        if (t->unit != u) continue;
         float *w = m->unit_params[t->unit] + (t->offset - m->units[t->unit].offset); /* fp32 host views */
         gpt_init_rule rule = gpt_init_rule_for(t->name, m->shape.n_layer, seed);
         int64_t rows, cols;

@@ -217,6 +217,9 @@ float gpt_init_at(const gpt_init_rule *r, uint64_t index);
 /* Writes through unit_params, which must be fp32 host memory here (the engine points
  * them at a host copy when the model's storage is on a device or in bf16). */
 void gpt_init(gpt_model *m, uint64_t seed);
+/* The same for unit u's tensors only (gpt_init is every unit's, in order): a sharded
+ * engine initialises a model larger than its memory one unit at a time. */
+void gpt_init_unit(gpt_model *m, uint64_t seed, int u);
 const gpt_tensor *gpt_find(const gpt_model *m, const char *name);
 /* Tensor indices in lexicographic name order (the digest and safetensors order). */
 void gpt_sorted_order(const gpt_model *m, int *order);

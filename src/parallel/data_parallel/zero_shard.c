@@ -476,11 +476,40 @@ void dt_zero_release_full(dt_dp *d) {
     z->full_tmp = NULL;
 }
 
+/* GPT-2's initialisation one unit at a time through fp32 host memory of the largest unit,
+ * each rank keeping its slice: the whole model is never in one rank's memory (ZeRO-3
+ * with offload trains models larger than that). The same values as a whole-model init:
+ * each element's is a function of its global index (gpt.h). */
+static dt_status init_by_unit(dt_dp *d, uint64_t seed) {
+    dt_zero *z = dt_zero_of(d);
+    gpt_model *m = d->m;
+    size_t most = 0;
+    for (int u = 0; u < m->nunits; u++) most = z->P[u] > most ? z->P[u] : most;
+    float *buf = NULL;
+    /* allocated here, so every rank must know whether all could */
+    DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&buf, most * sizeof(float), "initialisation buffer (one unit)"),
+                         NULL));
+    dt_status s = DT_OK;
+    for (int u = 0; u < m->nunits && s == DT_OK; u++) {
+        float *own = m->unit_params[u];
+        memset(buf, 0, z->P[u] * sizeof(float)); /* the unit's padding */
+        m->unit_params[u] = buf;
+        gpt_init_unit(m, seed, u);
+        m->unit_params[u] = own;
+        s = put_slice(d, 0, u, buf + (size_t)d->rank * z->S[u], z->stage >= 3);
+        if (s == DT_OK && z->stage <= 2) dt_stage_narrow(d->ops, at(d, z->params_pad, z->poff[u]), buf, z->P[u]);
+        if (s == DT_OK) s = d->ops->sync(); /* the uploads have read buf */
+    }
+    dt_free(buf);
+    return s;
+}
+
 dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     dt_zero *z = dt_zero_of(d);
     /* written whole into a full view, then each rank keeps its slices: on a device or
      * with bf16 the view is fp32 host memory; else zero 1/2's parameters are full already */
     int view = dt_zero_devmem(d) || z->stage >= 3;
+    if (view && !(init_from && *init_from)) return init_by_unit(d, seed);
     dt_status s = view ? push_full_view(d, 1) : DT_OK;
     if (s == DT_OK && init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
     else if (s == DT_OK) gpt_init(d->m, seed);
