@@ -137,16 +137,22 @@ static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, doub
     for (size_t i = 0; i < n;) {
         void *f[3];
         size_t got;
+        /* the store hands out a block (nvme) or the whole range (cpu), used whole before the
+         * next range is asked: a pass only moves forward */
         DT_TRY(dt_store_pass_range(o->store, k + i, n - i, f, &got));
-        if (got > o->chunk) got = o->chunk;
-        const float *gi = (const float *)((const char *)g + i * e);
-        if (staged) {
-            to_host_f32(o, o->gbuf, gi, got);
-            gi = o->gbuf;
+        for (size_t j = 0; j < got;) {
+            size_t c = got - j < o->chunk || !staged ? got - j : o->chunk, at = i + j;
+            const float *gi = (const float *)((const char *)g + at * e);
+            if (staged) {
+                to_host_f32(o, o->gbuf, gi, c);
+                gi = o->gbuf;
+            }
+            float *w = o->has_master ? (float *)f[o->f_master] + j : (float *)((char *)param + at * e);
+            dt_adamw_range(&o->hp, host_ops(), step, decay, lr, gscale, w, NULL, gi, (float *)f[o->f_m] + j,
+                           (float *)f[o->f_v] + j, c);
+            if (o->has_master) DT_TRY(dt_optimizer_put_params(o, (char *)param + at * e, w, c));
+            j += c;
         }
-        float *w = o->has_master ? f[o->f_master] : (float *)((char *)param + i * e);
-        dt_adamw_range(&o->hp, host_ops(), step, decay, lr, gscale, w, NULL, gi, f[o->f_m], f[o->f_v], got);
-        if (o->has_master) DT_TRY(dt_optimizer_put_params(o, (char *)param + i * e, w, got));
         i += got;
     }
     return DT_OK;

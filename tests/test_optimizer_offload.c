@@ -1,0 +1,131 @@
+/* The optimizer with its state offloaded (optim/optimizer.h, offload/store.h) against the
+ * same optimizer in the backend's memory: for fp32 and bf16 storage, on the CPU and the
+ * emulated device, with the state in host memory and in a file (small blocks, so a pass
+ * crosses many), and with the parameters themselves on the host (ZeRO-3's offloaded
+ * shard): after three steps over ranges larger than a chunk of the host pass (2^18
+ * elements), with a gap (a frozen tensor) and both decay settings, the parameters, the
+ * fp32 weights and both moments are the same bits. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/ops.h"
+#include "check.h"
+#include "core/bf16.h"
+#include "optim/optimizer.h"
+
+enum { N = 600000, GAP0 = 280000, GAP1 = 290000 }; /* [GAP0, GAP1) is never updated */
+
+static float uniform(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(*s >> 11) / 9007199254740992.0) - 0.5f;
+}
+
+/* host fp32 values into the backend's memory in storage precision */
+static void put(const dt_ops *ops, void *dst, const float *src, size_t n) {
+    if (!ops->bf16) {
+        ops->upload(dst, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = dt_f32_to_bf16(src[i]);
+    ops->upload(dst, h, n * sizeof *h);
+    free(h);
+}
+
+static void step(dt_optimizer *o, long long s, float *param, const float *g, size_t e) {
+    CHECK(dt_optimizer_begin(o) == DT_OK, "begin");
+    CHECK(dt_optimizer_step_range(o, s, 1, 1e-3, 0.7f, 0, param, g, GAP0) == DT_OK, "step [0, GAP0)");
+    CHECK(dt_optimizer_step_range(o, s, 0, 1e-3, 0.7f, GAP1, (float *)((char *)param + GAP1 * e),
+                                  (const float *)((const char *)g + GAP1 * e), N - GAP1) == DT_OK,
+          "step [GAP1, N)");
+    CHECK(dt_optimizer_end(o) == DT_OK, "end");
+}
+
+/* kind 0: in memory; params_host: B's parameters are host memory (only with a store) */
+static void compare(const dt_ops *ops, const char *label, dt_store_kind kind, int params_host) {
+    size_t e = dt_elem_bytes(ops), bytes = N * e;
+    dt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    dt_optimizer a, b;
+    dt_optimizer_offload off = {.store = {.kind = kind, .dir = ".", .tag = "test-optimizer", .block_bytes = 64 << 10,
+                                          .buffers = 3},
+                                .params_host = params_host};
+    CHECK(dt_optimizer_create(&a, ops, &hp, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &hp, N, 1, " (offloaded)", &off) == DT_OK, "%s: offloaded", label);
+    float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float)),
+          *y = malloc(N * sizeof(float));
+    CHECK(ops->alloc((void **)&pa, bytes, "params a") == DT_OK && ops->alloc((void **)&g, bytes, "grads") == DT_OK,
+          "alloc");
+    if (params_host) pb = calloc(1, bytes);
+    else CHECK(ops->alloc((void **)&pb, bytes, "params b") == DT_OK, "alloc");
+    uint64_t seed = 7;
+    for (size_t i = 0; i < N; i++) host[i] = uniform(&seed);
+    CHECK(dt_optimizer_set_weights(&a, 0, N, host, pa) == DT_OK, "%s: set a", label);
+    if (params_host) { /* the strategy writes the host copy itself (zero_shard.c's put_slice) */
+        CHECK(dt_optimizer_set_weights(&b, 0, N, host, NULL) == DT_OK, "%s: set b", label);
+        CHECK(dt_optimizer_put_params(&b, pb, host, N) == DT_OK, "%s: b's host parameters", label);
+    } else {
+        CHECK(dt_optimizer_set_weights(&b, 0, N, host, pb) == DT_OK, "%s: set b", label);
+    }
+    for (long long s = 1; s <= 3; s++) {
+        for (size_t i = 0; i < N; i++) host[i] = 0.1f * uniform(&seed);
+        put(ops, g, host, N);
+        step(&a, s, pa, g, e);
+        step(&b, s, pb, g, e);
+    }
+    /* the parameters in storage precision */
+    unsigned char *ba = malloc(bytes), *bb = malloc(bytes);
+    ops->download(ba, pa, bytes);
+    if (params_host) memcpy(bb, pb, bytes);
+    else ops->download(bb, pb, bytes);
+    CHECK(!memcmp(ba, bb, bytes), "%s: the same parameters", label);
+    /* the fp32 weights and the moments */
+    CHECK(dt_optimizer_get_weights(&a, 0, N, pa, x) == DT_OK && dt_optimizer_get_weights(&b, 0, N, pb, y) == DT_OK &&
+              !memcmp(x, y, N * sizeof(float)),
+          "%s: the same fp32 weights", label);
+    for (int w = 0; w < 2; w++) {
+        CHECK(dt_optimizer_get_moments(&a, w, 0, N, x) == DT_OK && dt_optimizer_get_moments(&b, w, 0, N, y) == DT_OK &&
+                  !memcmp(x, y, N * sizeof(float)),
+              "%s: the same moment %d", label, w + 1);
+        int gap_zero = 1; /* never updated, never written */
+        for (size_t i = GAP0; i < GAP1; i++) gap_zero &= y[i] == 0.0f;
+        CHECK(gap_zero, "%s: the gap's moment %d untouched", label, w + 1);
+    }
+    size_t dev, hst, file;
+    dt_optimizer_bytes(&b, &dev, &hst, &file);
+    CHECK(dev == 0 && hst > 0 && (kind == DT_STORE_NVME) == (file > 0), "%s: bytes backend %zu host %zu file %zu",
+          label, dev, hst, file);
+    dt_optimizer_free(&a);
+    dt_optimizer_free(&b);
+    ops->free(pa);
+    ops->free(g);
+    if (params_host) free(pb);
+    else ops->free(pb);
+    free(host);
+    free(x);
+    free(y);
+    free(ba);
+    free(bb);
+}
+
+static void all_kinds(const dt_ops *ops, const char *name) {
+    char label[96];
+    snprintf(label, sizeof label, "%s, cpu", name);
+    compare(ops, label, DT_STORE_CPU, 0);
+    snprintf(label, sizeof label, "%s, nvme", name);
+    compare(ops, label, DT_STORE_NVME, 0);
+    snprintf(label, sizeof label, "%s, nvme, parameters on the host", name);
+    compare(ops, label, DT_STORE_NVME, 1);
+    snprintf(label, sizeof label, "%s, cpu, parameters on the host", name);
+    compare(ops, label, DT_STORE_CPU, 1);
+}
+
+int main(void) {
+    const dt_ops *cpu = dt_ops_cpu();
+    all_kinds(cpu, "cpu fp32");
+    all_kinds(dt_ops_bf16_storage(cpu), "cpu bf16"); /* one table of each kind at a time */
+    all_kinds(dt_ops_emulated(cpu), "emulated fp32");
+    all_kinds(dt_ops_emulated(dt_ops_bf16_storage(cpu)), "emulated bf16");
+    return check_finish();
+}
