@@ -52,7 +52,7 @@ parity() {
     local io=ok; [ $k = nvme ] && io=$(python3 -c "
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l]
-print('ok' if r and all(x.get('offload_write_mb', 0) > 0 and 'offload_read_mb' in x and 'offload_wait_ms' in x for x in r) else 'no I/O metrics')" "$TMP/$label-$k.jsonl")
+print('ok' if r and all(x.get('offload_write_mb', 0) > 0 and 'offload_read_mb' in x and 'offload_wait_ms' in x and x.get('offload_ms', 0) > 0 for x in r) else 'no I/O metrics')" "$TMP/$label-$k.jsonl")
     if [ -n "$ref" ] && [ "$got" = "$ref" ] && [[ "$optim" =~ ^(0 ?)+$ ]] && ! [[ "$where" =~ (^| )0( |$) ]] && [ "$io" = ok ]; then
       pass "$label, offload $k$([ $zero3 = 1 ] && echo ' (optimizer and parameters)'): the digest without offload; per rank optim $optim B in the model's memory, offloaded $where B"
     else

@@ -277,13 +277,14 @@ double dt_par_comm_seconds(const dt_par *h) {
     return dt_layout_dp_cp_enabled(h->L) && !h->dcomm ? dt_dp_comm_seconds(h->dpe) : -1.0;
 }
 
-int dt_par_offload_io(const dt_par *h, double *read_bytes, double *write_bytes, double *wait_s) {
+int dt_par_offload_io(const dt_par *h, double io[4]) {
     if (h->L->offload_optimizer != DT_OFFLOAD_NVME && h->L->offload_param != DT_OFFLOAD_NVME) return 0;
     dt_store_stats st;
     dt_store_totals(&st);
-    *read_bytes = st.read_bytes;
-    *write_bytes = st.write_bytes;
-    *wait_s = st.wait_s;
+    io[0] = st.read_bytes;
+    io[1] = st.write_bytes;
+    io[2] = st.wait_s;
+    io[3] = dt_dp_update_seconds(h->dpe);
     return 1;
 }
 

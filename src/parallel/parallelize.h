@@ -68,9 +68,10 @@ const gpt_model *dt_par_model(const dt_par *h);
 /* Seconds the steps so far waited on data-parallel communication; -1 when not measured
  * (a single replica, or collectives queued on a device stream). */
 double dt_par_comm_seconds(const dt_par *h);
-/* This rank's offload I/O so far (bytes read and written, seconds waited); 0 when nothing
- * is offloaded to files. */
-int dt_par_offload_io(const dt_par *h, double *read_bytes, double *write_bytes, double *wait_s);
+/* This rank's offload I/O so far: io[0] bytes read, io[1] bytes written, io[2] seconds
+ * waited for them, io[3] seconds in the updates (the streamed pass); 0 when nothing is
+ * offloaded to files. */
+int dt_par_offload_io(const dt_par *h, double io[4]);
 /* This rank's memory: state, workspace and activations (peak_rss is the caller's). */
 void dt_par_memory(const dt_par *h, dt_mem_report *r);
 /* Collective: gathers what the final report needs from every rank (pipeline timings). */

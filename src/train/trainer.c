@@ -445,15 +445,16 @@ static dt_status run(trainer *t) {
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
     int sig = 0;
     while (t->st.step < stop) {
-        double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[3], io1[3];
-        dt_metrics_io io = {.on = dt_par_offload_io(t->par, &io0[0], &io0[1], &io0[2])};
+        double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[4], io1[4];
+        dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};
         DT_TRY(train_step(t, &loss, &norm, &lr));
         dt_test_fault(t->st.step, dt_comm_rank(t->world));
         dt_heartbeat(t->st.step, dt_comm_rank(t->world));
         if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();
         double dt = dt_now() - t0;
-        if (io.on && dt_par_offload_io(t->par, &io1[0], &io1[1], &io1[2]))
-            io = (dt_metrics_io){1, (io1[0] - io0[0]) / 1e6, (io1[1] - io0[1]) / 1e6, (io1[2] - io0[2]) * 1e3};
+        if (io.on && dt_par_offload_io(t->par, io1))
+            io = (dt_metrics_io){1, (io1[0] - io0[0]) / 1e6, (io1[1] - io0[1]) / 1e6, (io1[2] - io0[2]) * 1e3,
+                                 (io1[3] - io0[3]) * 1e3};
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
         train_time += dt;

@@ -69,7 +69,9 @@ void dt_dp_begin_micro(dt_dp *d, int last) { d->last_micro = last; }
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
     dt_status s = d->st.drain ? d->st.drain(d) : DT_OK;
     if (s == DT_OK) s = d->st.reduce(d, grad_norm);
+    double t0 = dt_now();
     if (s == DT_OK) s = d->st.update(d, lr, *grad_norm);
+    d->update_s += dt_now() - t0;
     d->step++;
     return s;
 }
@@ -105,6 +107,7 @@ dt_ckpt_pieces dt_dp_ckpt_pieces(dt_dp *d) {
 }
 
 double dt_dp_comm_seconds(const dt_dp *d) { return d->comm_s; }
+double dt_dp_update_seconds(const dt_dp *d) { return d->update_s; }
 
 void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
     memset(r, 0, sizeof *r);

@@ -69,6 +69,8 @@ dt_status dt_dp_gather_full(dt_dp *d);
 void dt_dp_release_full(dt_dp *d);
 /* Seconds the training steps so far spent waiting on communication (exposed time). */
 double dt_dp_comm_seconds(const dt_dp *d);
+/* Seconds the steps so far spent in the optimizer update (clip, AdamW, re-distribution). */
+double dt_dp_update_seconds(const dt_dp *d);
 /* Bytes this rank holds for parameters, gradients, optimizer state and workspace. */
 void dt_dp_memory(const dt_dp *d, dt_mem_report *r);
 

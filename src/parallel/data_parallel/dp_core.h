@@ -30,6 +30,7 @@ struct dt_dp {
     int ninflight;
     size_t workspace_bytes; /* scratch the strategies hold (the memory report's workspace) */
     double comm_s;          /* wall time the steps waited on gradient/parameter communication */
+    double update_s;        /* wall time of the updates (an offloaded optimizer's pass, its I/O included) */
 };
 
 /* A free slot in d->inflight for a new request (the oldest is finished first when full). */
