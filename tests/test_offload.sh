@@ -118,6 +118,14 @@ got=$(run resume-cpu 1 "${BW[@]}" "${CPU[@]}" --resume "$TMP/ck1")
 [ "$got" = "$straight" ] && pass "the ZeRO-3 + NVMe checkpoint resumed by one process with CPU offload: the straight run's weights" ||
   fail "nvme save -> cpu resume: '$got' vs '$straight'"
 
+# checkpoint.async under offload: saved synchronously (a note), and the save resumes
+"$DTRAIN" train "${DP_RUN[@]}" "${BW[@]}" "${NVME[@]}" --set checkpoint.async=true --set train.stop_after=10 \
+  --save "$TMP/ck3" >"$TMP/ck3.out" 2>&1 || fail "async save under offload: $(tail -2 "$TMP/ck3.out")"
+got=$(run resume-async 1 "${BW[@]}" --resume "$TMP/ck3")
+grep -q "checkpoint.async with offload.*: saving synchronously" "$TMP/ck3.out" && [ "$got" = "$straight" ] &&
+  pass "checkpoint.async under offload: saved synchronously, resumed to the straight run's weights" ||
+  fail "async under offload: '$got' vs '$straight': $(grep -m1 note "$TMP/ck3.out")"
+
 # bad offload paths, from the command line: one line naming the path and the cause, exit 2
 # (the store's own test, test_offload_store, also mounts a read-only, a full and a
 # no-O_DIRECT filesystem)

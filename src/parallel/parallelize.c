@@ -103,7 +103,12 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
     dt_ckpt_groups cg = {h->data_comm, {groups.tp, groups.pp}}; /* the ranks the engine's state spans */
     dt_ckpt_pieces pieces = dt_dp_ckpt_pieces(h->dpe);
     dt_ckpt_dist_init(&h->ckpt, &cg, &h->model, &pieces);
-    if (c->checkpoint.async && !dt_ckpt_dist_set_async(&h->ckpt, 1) && dt_comm_rank(h->world) == 0)
+    /* a forked writer would share the offload stores' buffers and rings: saved synchronously */
+    if (c->checkpoint.async && dt_layout_offload(L)) {
+        if (dt_comm_rank(h->world) == 0)
+            printf("dtrain: note: checkpoint.async with offload.*: saving synchronously (a forked writer would share "
+                   "the offload buffers)\n");
+    } else if (c->checkpoint.async && !dt_ckpt_dist_set_async(&h->ckpt, 1) && dt_comm_rank(h->world) == 0)
         printf("dtrain: note: checkpoint.async applies where rank 0 writes alone (no tp, pp or cp); saving "
                "synchronously\n");
     return DT_OK;

@@ -20,6 +20,8 @@ static dt_status finish_prefetch(dt_dp *d) {
     else DP_COMM(d, s = dt_wait(g->prefetch));
     g->prefetch = NULL;
     g->dprefetch = 0;
+    if (s == DT_OK) s = g->fetch_err; /* after the wait: the peers' gather was matched */
+    g->fetch_err = DT_OK;
     g->held[dt_zero3_gbuf(d, g->prefetch_unit)] = s == DT_OK ? g->prefetch_unit : -1;
     g->prefetch_unit = -1;
     return s;
@@ -59,9 +61,10 @@ static void prefetch_unit(dt_dp *d, int u) {
         return;
     }
     /* an offloaded slice is read to its place first (blocking), then gathered in place */
+    /* (a failed read still joins the gather its peers post; the error comes at its wait) */
     const float *own = z->param_shard ? z->param_shard + z->soff[u] : g->pgather[b] + (size_t)d->rank * z->S[u];
-    if ((z->param_shard || dt_zero3_fetch_own(d, u, g->pgather[b]) == DT_OK) &&
-        dt_iallgather(d->comm, own, g->pgather[b], z->S[u], DT_F32, &g->prefetch) == DT_OK)
+    g->fetch_err = z->param_shard ? DT_OK : dt_zero3_fetch_own(d, u, g->pgather[b]);
+    if (dt_iallgather(d->comm, own, g->pgather[b], z->S[u], DT_F32, &g->prefetch) == DT_OK)
         g->prefetch_unit = u;
     else
         g->prefetch = NULL; /* fall back to a blocking gather when the unit is needed */

@@ -64,7 +64,8 @@ static float *slice_param(const dt_dp *d, int u, size_t x) {
 static dt_status get_slice(dt_dp *d, int set, int u, float *dst) {
     dt_zero *z = dt_zero_of(d);
     size_t k = z->soff[u], n = z->S[u];
-    if (set == 0) return dt_optimizer_get_weights(&z->opt, k, n, slice_param(d, u, (size_t)d->rank * n), dst);
+    if (set == 0) /* offloaded parameters: the optimizer's master weights are the weights */
+        return dt_optimizer_get_weights(&z->opt, k, n, z->pstore ? NULL : slice_param(d, u, (size_t)d->rank * n), dst);
     return dt_optimizer_get_moments(&z->opt, set - 1, k, n, dst);
 }
 
@@ -487,9 +488,8 @@ static dt_status init_by_unit(dt_dp *d, uint64_t seed) {
     for (int u = 0; u < m->nunits; u++) most = z->P[u] > most ? z->P[u] : most;
     float *buf = NULL;
     /* allocated here, so every rank must know whether all could */
-    DT_TRY(dt_comm_agree(d->comm, dt_alloc((void **)&buf, most * sizeof(float), "initialisation buffer (one unit)"),
-                         NULL));
-    dt_status s = DT_OK;
+    dt_status s = dt_comm_agree(d->comm, dt_alloc((void **)&buf, most * sizeof(float), "initialisation buffer (one unit)"),
+                                NULL);
     for (int u = 0; u < m->nunits && s == DT_OK; u++) {
         float *own = m->unit_params[u];
         memset(buf, 0, z->P[u] * sizeof(float)); /* the unit's padding */
@@ -510,14 +510,15 @@ dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
      * with bf16 the view is fp32 host memory; else zero 1/2's parameters are full already */
     int view = dt_zero_devmem(d) || z->stage >= 3;
     if (view && !(init_from && *init_from)) return init_by_unit(d, seed);
-    dt_status s = view ? push_full_view(d, 1) : DT_OK;
+    /* allocated here: every rank must know whether all could before the gathers that follow */
+    dt_status s = view ? dt_comm_agree(d->comm, push_full_view(d, 1), NULL) : DT_OK;
     if (s == DT_OK && init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
     else if (s == DT_OK) gpt_init(d->m, seed);
     if (s == DT_OK && view) {
         /* the weights (bf16: the master weights; zero 3 with the shard's compute copy) */
         s = put_slices(d, 0, z->full_tmp, z->stage >= 3);
         if (s == DT_OK && z->stage <= 2) dt_stage_narrow(d->ops, z->params_pad, z->full_tmp, z->padded_total); /* all of them */
-        s = d->ops->sync(); /* the uploads have read the host view */
+        if (s == DT_OK) s = d->ops->sync(); /* the uploads have read the host view */
     }
     if (view) dt_zero_release_full(d);
     return s;

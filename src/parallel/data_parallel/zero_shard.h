@@ -15,6 +15,7 @@ typedef struct {
     int dprefetch;        /* the pending gather is on the device communicator */
     int prefetch_unit;
     int held[4];          /* unit currently in each gather buffer (-1: none) */
+    dt_status fetch_err;  /* the pending gather's slice could not be read from the offload store */
 } dt_zero3_gathers;
 
 typedef struct {
