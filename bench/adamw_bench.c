@@ -32,6 +32,7 @@
 
 #include "backend/ops.h"
 #include "core/bf16.h"
+#include "core/timer.h"
 
 typedef struct {
     float *p, *g, *m, *v;
@@ -42,12 +43,6 @@ typedef struct {
 /* hyper-parameters as src/optim/adamw.c passes them */
 static const float LR = 1e-4f, B1 = 0.9f, B2 = 0.999f, EPS = 1e-8f, WD = 0.1f, GSCALE = 0.5f;
 static float bc1, bc2;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -167,9 +162,9 @@ static void measure(arrays *a, int reps, double rates[NK][100]) {
     for (int k = 0; k < NK; k++) run_kernel(k, a); /* warm-up: page tables, thread pool, code */
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < NK; k++) {
-            double t0 = now();
+            double t0 = dt_now();
             run_kernel(k, a);
-            rates[k][r] = (double)BYTES[k] * (double)a->n / (now() - t0) / 1e9;
+            rates[k][r] = (double)BYTES[k] * (double)a->n / (dt_now() - t0) / 1e9;
         }
 }
 
@@ -247,9 +242,9 @@ int main(int argc, char **argv) {
             double best = 0;
             for (int r = 0; r < 5; r++) {
                 int passes = 200;
-                double t0 = now();
+                double t0 = dt_now();
                 for (int j = 0; j < passes; j++) run_kernel(k, &a);
-                double gbs = (double)BYTES[k] * (double)nc * passes / (now() - t0) / 1e9;
+                double gbs = (double)BYTES[k] * (double)nc * passes / (dt_now() - t0) / 1e9;
                 if (gbs > best) best = gbs;
             }
             printf("incache\t%s\t%d\t%.2f\t%.3f\n", NAMES[k], BYTES[k], best, BYTES[k] / best); /* GB/s, ns/elem */

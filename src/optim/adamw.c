@@ -222,9 +222,7 @@ dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t 
     return o->ops->sync();
 }
 
-void dt_optimizer_bytes(const dt_optimizer *o, size_t *backend, size_t *host, size_t *file) {
-    size_t f = o->n * sizeof(float);
-    *backend = (o->m ? 2 * f : 0) + (o->master ? f : 0);
+void dt_optimizer_offload_bytes(const dt_optimizer *o, size_t *host, size_t *file) {
     *host = o->store ? dt_store_host_bytes(o->store) + (o->gbuf ? 2 * o->chunk * sizeof(float) : 0) : 0;
     *file = o->store ? dt_store_file_bytes(o->store) : 0;
 }

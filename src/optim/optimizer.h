@@ -84,9 +84,9 @@ dt_status dt_optimizer_put_params(const dt_optimizer *o, void *param, const floa
 /* Moment which (0: first, 1: second) of owned elements [k, k + n), to or from host fp32. */
 dt_status dt_optimizer_get_moments(dt_optimizer *o, int which, size_t k, size_t n, float *dst);
 dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t n, const float *src);
-/* Bytes of the state in the backend's memory, in host memory for the offload (the state,
- * or NVMe's buffers), and in the offload file. */
-void dt_optimizer_bytes(const dt_optimizer *o, size_t *backend, size_t *host, size_t *file);
+/* Bytes of the offloaded state in host memory (the state, or NVMe's buffers, and the
+ * staging of a chunk) and in the offload file (0, 0: not offloaded). */
+void dt_optimizer_offload_bytes(const dt_optimizer *o, size_t *host, size_t *file);
 
 /* Learning rate for 0-based step s. */
 double dt_lr_at(const dt_adamw_hparams *hp, long long s);

@@ -219,8 +219,7 @@ void dt_flat_memory(const dt_dp *d, dt_mem_report *r) {
     r->grads = e;
     r->optim = f->opt.m ? 2 * n : 0;
     r->workspace = d->workspace_bytes + f->bucket32_bytes; /* bitwise mode's folds; bf16's fp32 bucket */
-    size_t backend;
-    dt_optimizer_bytes(&f->opt, &backend, &r->offload_host, &r->offload_file);
+    dt_optimizer_offload_bytes(&f->opt, &r->offload_host, &r->offload_file);
     if (f->grads_host && !d->ops->on_device) r->workspace += n; /* bf16's fp32 gradients for the reduction */
 }
 

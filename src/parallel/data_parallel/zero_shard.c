@@ -674,8 +674,7 @@ void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
     r->grads = (z->stage == 1 ? z->padded_total : z->shard_total) * e; /* zero 1: reduced in place */
     r->optim = z->opt.m ? 2 * z->shard_total * f : 0; /* offloaded: off the model's memory */
     r->workspace = d->workspace_bytes;
-    size_t backend;
-    dt_optimizer_bytes(&z->opt, &backend, &r->offload_host, &r->offload_file);
+    dt_optimizer_offload_bytes(&z->opt, &r->offload_host, &r->offload_file);
     if (z->pstore) {
         r->offload_host += dt_store_host_bytes(z->pstore);
         r->offload_file += dt_store_file_bytes(z->pstore);
