@@ -71,13 +71,14 @@ bounded_wait $lp 120; rc=$?
 for p in $old; do kill -KILL $p 2>/dev/null; done
 
 # the realistic race: mpirun SIGKILLed while the job trains and saves every step with
-# keep_last=1 (the old ranks used to save and delete the step the restart loads). On a fast
-# machine the 30 steps may all be done (and the digest printed) before the kill lands:
-# the restarted run's digest, the last one, is the one compared.
+# keep_last=1 (the old ranks used to save and delete the step the restart loads). Should a
+# fast machine still finish (and print a digest) before the kill lands, the restarted
+# run's digest, the last one, is the one compared.
 if full; then
-  "${MPI[@]}" -np 2 "$DTRAIN" train "${RUN[@]}" --steps 30 >"$TMP/race.ref" 2>&1 || fail "straight run of 30 steps"
+  # 200 steps: long enough that the kill (after step 3 to 5) lands while the job runs
+  "${MPI[@]}" -np 2 "$DTRAIN" train "${RUN[@]}" --steps 200 >"$TMP/race.ref" 2>&1 || fail "straight run of 200 steps"
   for k in 1 2 3; do
-    "${L[@]}" -n 2 -- train "${RUN[@]}" --steps 30 --save "$TMP/ck1$k" --save-every 1 --set checkpoint.keep_last=1 \
+    "${L[@]}" -n 2 -- train "${RUN[@]}" --steps 200 --save "$TMP/ck1$k" --save-every 1 --set checkpoint.keep_last=1 \
       >"$TMP/race$k.out" 2>&1 &
     lp=$!; JOBS="$JOBS $lp"
     for i in $(seq 1200); do
