@@ -4,15 +4,18 @@
 # which is why the offload files are O_DIRECT) capped at CAP_MB, and the model's 16·Ψ bytes
 # (fp32 parameters, gradients, AdamW moments) are at least 3x the cap. With ZeRO-3 over 2
 # ranks and offload.optimizer=nvme offload.param=nvme it trains STEPS steps under the cap
-# and lands on the digest of the same layout without cap and without offload.
+# and lands on the digest of the same layout without cap and without offload. With RESUME=1
+# (the default) a capped run also saves after step STOP and another capped run resumes it
+# to STEPS: a checkpoint of a model larger than the memory is written and read a unit at a
+# time (streamed), and the resumed run lands on the same digest.
 #
 # usage: bench/offload_fit.sh [DTRAIN] [DIR]   (root: it creates cgroups)
-# knobs: LAYERS=24 EMBD=1024 SEQ=128 STEPS=3 CAP_MB (default: 16·Ψ/3 / 1e6, rounded down)
+# knobs: LAYERS=24 EMBD=1024 SEQ=128 STEPS=3 STOP=2 RESUME=1 CAP_MB (default: 16·Ψ/3 / 1e6, rounded down)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dtrain="$(realpath "${1:-$here/../build/dtrain}")"
 dir="$(realpath -m "${2:-$here/../build/offload-fit}")"
-LAYERS=${LAYERS:-24}; EMBD=${EMBD:-1024}; SEQ=${SEQ:-128}; STEPS=${STEPS:-3}
+LAYERS=${LAYERS:-24}; EMBD=${EMBD:-1024}; SEQ=${SEQ:-128}; STEPS=${STEPS:-3}; STOP=${STOP:-2}; RESUME=${RESUME:-1}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mkdir -p "$dir/nvme"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"; for g in /sys/fs/cgroup/memory/dtrain-fit-* /sys/fs/cgroup/dtrain-fit-*; do rmdir "$g" 2>/dev/null || true; done' EXIT
@@ -83,3 +86,18 @@ echo "capped with offload: $d1"
 echo "uncapped, no offload: $d2"
 echo "cgroup failcnt (rank 0): $failcnt; wall time of the capped run $(python3 -c "print('%.0f' % ($t1 - $t0))") s"
 [ -n "$d1" ] && [ "$d1" = "$d2" ] && echo "same weights: yes" || { echo "same weights: NO"; exit 1; }
+[ "$RESUME" = 1 ] || exit 0
+OFF=(--set offload.optimizer=nvme --set offload.param=nvme --set offload.nvme_path="$dir/nvme")
+rm -rf "$dir/ck"
+t2=$(date +%s.%N)
+"${MPI[@]}" "$tmp/capped.sh" "${ARGS[@]}" "${OFF[@]}" --set train.stop_after=$STOP --save "$dir/ck" >"$tmp/save.out" 2>&1 ||
+  { echo "capped save failed:"; tail -5 "$tmp/save.out"; exit 1; }
+t3=$(date +%s.%N)
+ckmb=$(du -sm "$dir/ck" | cut -f1)
+"${MPI[@]}" "$tmp/capped.sh" "${ARGS[@]}" "${OFF[@]}" --resume "$dir/ck" >"$tmp/resume.out" 2>&1 ||
+  { echo "capped resume failed:"; tail -5 "$tmp/resume.out"; exit 1; }
+t4=$(date +%s.%N)
+d3=$(grep -o 'digest sha256:[0-9a-f]*' "$tmp/resume.out")
+echo "saved after step $STOP under the cap ($ckmb MB, run $(python3 -c "print('%.0f' % ($t3 - $t2))") s), resumed under the cap to step $STEPS ($(python3 -c "print('%.0f' % ($t4 - $t3))") s): $d3"
+rm -rf "$dir/ck"
+[ -n "$d3" ] && [ "$d3" = "$d2" ] && echo "resumed: same weights: yes" || { echo "resumed: same weights: NO"; exit 1; }

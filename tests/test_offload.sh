@@ -118,6 +118,14 @@ got=$(run resume-cpu 1 "${BW[@]}" "${CPU[@]}" --resume "$TMP/ck1")
 [ "$got" = "$straight" ] && pass "the ZeRO-3 + NVMe checkpoint resumed by one process with CPU offload: the straight run's weights" ||
   fail "nvme save -> cpu resume: '$got' vs '$straight'"
 
+# DDP under offload saves a tensor at a time from the rank's own store (no host copy of
+# the whole state); resumed without offload: the straight run's weights
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${BW[@]}" "${NVME[@]}" --set train.stop_after=10 \
+  --save "$TMP/ck4" >"$TMP/ck4.out" 2>&1 || fail "save under DDP with NVMe offload: $(tail -2 "$TMP/ck4.out")"
+got=$(run resume-ddp-plain 1 "${BW[@]}" --resume "$TMP/ck4")
+[ "$got" = "$straight" ] && pass "saved at step 10 under DDP dp2 + NVMe offload (streamed from the store), resumed by one process without offload: the straight run's weights" ||
+  fail "ddp nvme save -> plain resume: '$got' vs '$straight': $(tail -2 "$TMP/resume-ddp-plain.out")"
+
 # checkpoint.async under offload: saved synchronously (a note), and the save resumes
 "$DTRAIN" train "${DP_RUN[@]}" "${BW[@]}" "${NVME[@]}" --set checkpoint.async=true --set train.stop_after=10 \
   --save "$TMP/ck3" >"$TMP/ck3.out" 2>&1 || fail "async save under offload: $(tail -2 "$TMP/ck3.out")"

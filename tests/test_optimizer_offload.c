@@ -4,7 +4,10 @@
  * crosses many), and with the parameters themselves on the host (ZeRO-3's offloaded
  * shard): after three steps over ranges larger than a chunk of the host pass (2^18
  * elements), with a gap (a frozen tensor) and both decay settings, the parameters, the
- * fp32 weights and both moments are the same bits. */
+ * fp32 weights and both moments are the same bits. The delayed update (delayed_update.c)
+ * against the exact one on gradients that do not depend on the weights: after a delayed
+ * step the parameters are the exact run's of the step before, after a step not delayed
+ * its own, and the state is the exact run's once settled. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +112,74 @@ static void compare(const dt_ops *ops, const char *label, dt_store_kind kind, in
     free(bb);
 }
 
+/* Steps 1-2 exact (warmup), 3-4 delayed, 5 not delayed (a checkpoint follows), 6 delayed. */
+static void delayed(const dt_ops *ops, const char *label, dt_store_kind kind) {
+    enum { STEPS = 6 };
+    static const int delay[STEPS + 1] = {0, 0, 0, 1, 1, 0, 1};
+    size_t e = dt_elem_bytes(ops), bytes = N * e;
+    dt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    dt_optimizer a, b;
+    dt_optimizer_offload off = {.store = {.kind = kind, .dir = ".", .tag = "test-delayed", .block_bytes = 64 << 10,
+                                          .buffers = 3},
+                                .delayed = 1};
+    CHECK(dt_optimizer_create(&a, ops, &hp, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &hp, N, 1, " (delayed)", &off) == DT_OK && b.delayed, "%s: delayed", label);
+    float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float)),
+          *y = malloc(N * sizeof(float));
+    CHECK(ops->alloc((void **)&pa, bytes, "params a") == DT_OK && ops->alloc((void **)&pb, bytes, "params b") == DT_OK &&
+              ops->alloc((void **)&g, bytes, "grads") == DT_OK,
+          "alloc");
+    uint64_t seed = 11;
+    for (size_t i = 0; i < N; i++) host[i] = uniform(&seed);
+    CHECK(dt_optimizer_set_weights(&a, 0, N, host, pa) == DT_OK && dt_optimizer_set_weights(&b, 0, N, host, pb) == DT_OK,
+          "%s: set", label);
+    unsigned char *hist[STEPS + 1], *now = malloc(bytes);
+    for (int s = 0; s <= STEPS; s++) hist[s] = malloc(bytes);
+    ops->download(hist[0], pa, bytes);
+    for (int s = 1; s <= STEPS; s++) {
+        for (size_t i = 0; i < N; i++) host[i] = 0.1f * uniform(&seed);
+        put(ops, g, host, N);
+        step(&a, s, pa, g, e);
+        ops->download(hist[s], pa, bytes);
+        dt_optimizer_delay_next(&b, delay[s]);
+        step(&b, s, pb, g, e); /* b's copy of g is taken during the step: a's next g may overwrite it */
+        ops->download(now, pb, bytes);
+        int want = delay[s] ? s - 1 : s; /* delayed: the weights before this step's update */
+        CHECK(!memcmp(now, hist[want], bytes), "%s: after step %d the parameters of exact step %d", label, s, want);
+        if (delay[s]) CHECK(memcmp(now, hist[s], bytes), "%s: step %d's update not yet applied", label, s);
+    }
+    /* reading the state settles the update in flight: the exact run's weights and moments */
+    CHECK(dt_optimizer_get_weights(&a, 0, N, pa, x) == DT_OK && dt_optimizer_get_weights(&b, 0, N, pb, y) == DT_OK &&
+              !memcmp(x, y, N * sizeof(float)),
+          "%s: settled, the same fp32 weights", label);
+    ops->download(now, pb, bytes);
+    CHECK(!memcmp(now, hist[STEPS], bytes), "%s: settled, the same parameters", label);
+    for (int w = 0; w < 2; w++)
+        CHECK(dt_optimizer_get_moments(&a, w, 0, N, x) == DT_OK && dt_optimizer_get_moments(&b, w, 0, N, y) == DT_OK &&
+                  !memcmp(x, y, N * sizeof(float)),
+              "%s: settled, the same moment %d", label, w + 1);
+    size_t hst, file, hst0;
+    dt_optimizer_offload_bytes(&b, &hst, &file);
+    off.delayed = 0;
+    off.store.tag = "test-not-delayed"; /* b's file is still open */
+    dt_optimizer c;
+    CHECK(dt_optimizer_create(&c, ops, &hp, N, 1, " (not delayed)", &off) == DT_OK, "%s: not delayed", label);
+    dt_optimizer_offload_bytes(&c, &hst0, &file);
+    CHECK(hst == hst0 + 2 * N * sizeof(float), "%s: the delayed update's copies counted (%zu = %zu + 8N)", label, hst,
+          hst0);
+    dt_optimizer_free(&c);
+    dt_optimizer_free(&a);
+    dt_optimizer_free(&b);
+    ops->free(pa);
+    ops->free(pb);
+    ops->free(g);
+    for (int s = 0; s <= STEPS; s++) free(hist[s]);
+    free(now);
+    free(host);
+    free(x);
+    free(y);
+}
+
 static void all_kinds(const dt_ops *ops, const char *name) {
     char label[96];
     snprintf(label, sizeof label, "%s, cpu", name);
@@ -119,6 +190,10 @@ static void all_kinds(const dt_ops *ops, const char *name) {
     compare(ops, label, DT_STORE_NVME, 1);
     snprintf(label, sizeof label, "%s, cpu, parameters on the host", name);
     compare(ops, label, DT_STORE_CPU, 1);
+    snprintf(label, sizeof label, "%s, cpu, delayed update", name);
+    delayed(ops, label, DT_STORE_CPU);
+    snprintf(label, sizeof label, "%s, nvme, delayed update", name);
+    delayed(ops, label, DT_STORE_NVME);
 }
 
 int main(void) {

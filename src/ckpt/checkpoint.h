@@ -94,7 +94,11 @@ dt_status dt_ckpt_load_config(const char *step_dir, dt_config *c);
  * validated first), or a directory holding either (model.safetensors first, as Hugging
  * Face looks). */
 dt_status dt_ckpt_load_weights(const char *path, gpt_model *m);
-/* optimizer.safetensors.index.json when the step directory has one, else optimizer.safetensors. */
+/* The same into the unit views units (laid out as m->unit_params); a unit whose view is
+ * NULL is not read (a load one unit at a time; every tensor must still be there). */
+dt_status dt_ckpt_load_weights_into(const char *path, const gpt_model *m, float *const *units);
+/* optimizer.safetensors.index.json when the step directory has one, else optimizer.safetensors
+ * (a unit whose views are NULL is not read, as above). */
 dt_status dt_ckpt_load_optimizer(const char *step_dir, const gpt_model *m, float *const *exp_avg,
                                  float *const *exp_avg_sq);
 /* The kind ("model" or "optimizer") of tensors of a step directory as a load finds them (the

@@ -98,9 +98,10 @@ static dt_status src_open(ckpt_src *c, const char *path, const char *kind) {
     return src_open_file(c, path);
 }
 
-/* Reads every model tensor (name prefixed) into the unit view. The files hold whole
- * tensors; a sharded tensor (tensor parallelism) reads only this rank's piece, run by run
- * as its shard spec places it. One file open at a time. */
+/* Reads every model tensor (name prefixed) into the unit view (a unit whose view is NULL
+ * is passed over: a load one unit at a time). The files hold whole tensors; a sharded
+ * tensor (tensor parallelism) reads only this rank's piece, run by run as its shard spec
+ * places it. One file open at a time. */
 static dt_status read_tensors(const ckpt_src *c, const gpt_model *m, float *const *const *views,
                               const char *const *prefixes, int nsets) {
     dt_shard_run *runs = NULL;
@@ -118,6 +119,7 @@ static dt_status read_tensors(const ckpt_src *c, const gpt_model *m, float *cons
         for (int k = 0; s == DT_OK && k < nsets; k++)
             for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
                 const gpt_tensor *t = &m->tensors[i];
+                if (!views[k][t->unit]) continue;
                 snprintf(name, sizeof name, "%s%s", prefixes[k], t->name);
                 const src_entry *se = ckpt_src_find(c, name);
                 if (!se || se->file != fi) continue;
@@ -237,9 +239,11 @@ static dt_status load_sets(const char *path, const char *kind, const gpt_model *
     return s;
 }
 
-dt_status dt_ckpt_load_weights(const char *path, gpt_model *m) {
+dt_status dt_ckpt_load_weights(const char *path, gpt_model *m) { return dt_ckpt_load_weights_into(path, m, m->unit_params); }
+
+dt_status dt_ckpt_load_weights_into(const char *path, const gpt_model *m, float *const *units) {
     static const char *const none[] = {""};
-    float *const *views[] = {m->unit_params};
+    float *const *views[] = {units};
     return load_sets(path, "model", m, views, none, 1, 1);
 }
 

@@ -146,6 +146,11 @@ static const key_desc KEYS[] = {
         "NVMe blocks in flight: read ahead, being updated, written back (DeepSpeed's buffer_count)"),
     BOOL("offload.pin_memory", offload.pin_memory, "true",
          "page-locked host memory for a GPU's offloaded state and transfers (DeepSpeed's pin_memory)"),
+    BOOL("offload.delayed_update", offload.delayed_update, "false",
+         "ZeRO-Offload's one-step delayed parameter update: the host's update of step s runs while step s+1 "
+         "computes, which uses the weights without it (needs offload.optimizer cpu or nvme; docs/offload.md)"),
+    INT("offload.delayed_update_warmup", offload.delayed_update_warmup, 0, 1000000000, "40",
+        "steps updated exactly before offload.delayed_update starts (the ZeRO-Offload paper's 40)"),
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 

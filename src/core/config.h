@@ -59,6 +59,8 @@ typedef struct {
         double block_mb;             /* NVMe transfer size per state field */
         int buffer_count;            /* blocks in flight */
         int pin_memory;              /* page-locked host buffers (a GPU's transfers) */
+        int delayed_update;          /* ZeRO-Offload's one-step delayed parameter update */
+        int delayed_update_warmup;   /* steps updated exactly before the delay starts */
     } offload;
 } dt_config;
 

@@ -5,7 +5,7 @@
 
 #include "../core/bf16.h"
 
-#include "optimizer.h"
+#include "optimizer_internal.h"
 
 void dt_adamw_range(const dt_adamw_hparams *hp, const dt_ops *ops, long long step, int decay, double lr, float gscale,
                     float *p, float *p_store, const float *g, float *m, float *v, size_t n) {
@@ -55,6 +55,7 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
             o->pbuf = malloc(o->chunk * sizeof(float));
             if (!o->gbuf || !o->pbuf) return dt_fail(DT_ERUNTIME, "out of memory (offload staging%s)", what);
         }
+        if (off->delayed && moments && !off->params_host) DT_TRY(dt_delayed_create(o));
         return DT_OK;
     }
     if (moments) {
@@ -73,6 +74,7 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
 
 void dt_optimizer_free(dt_optimizer *o) {
     if (!o->ops) return;
+    dt_delayed_free(o); /* its thread first: it may be using the store */
     o->ops->free(o->m);
     o->ops->free(o->v);
     o->ops->free(o->master);
@@ -84,21 +86,36 @@ void dt_optimizer_free(dt_optimizer *o) {
     o->store = NULL;
 }
 
+void dt_optimizer_delay_next(dt_optimizer *o, int allow) { o->delay_next = allow; }
+
+dt_status dt_optimizer_settle(dt_optimizer *o) { return dt_delayed_settle(o); }
+
 dt_status dt_optimizer_begin(dt_optimizer *o) {
     if (!o->store || o->in_pass) return DT_OK;
+    DT_TRY(dt_delayed_settle(o)); /* the previous update's weights, before this one reads them */
     o->in_pass = 1;
+    o->delaying = o->delayed && o->delay_next;
+    o->delay_next = 0;
+    if (o->delaying) {
+        dt_delayed_start(o);
+        return DT_OK;
+    }
     return dt_store_pass_begin(o->store);
 }
 
 dt_status dt_optimizer_end(dt_optimizer *o) {
     if (!o->store || !o->in_pass) return DT_OK;
     o->in_pass = 0;
+    if (o->delaying) {
+        o->delaying = 0;
+        return dt_delayed_launch(o);
+    }
     return dt_store_pass_end(o->store);
 }
 
 /* n storage-precision elements at src (the backend's memory) as fp32 in host memory dst;
  * the chunk buffer pbuf carries a device's bf16 on the way. */
-static void to_host_f32(const dt_optimizer *o, float *dst, const void *src, size_t n) {
+void dt_optimizer_to_host_f32(const dt_optimizer *o, float *dst, const void *src, size_t n) {
     const dt_ops *ops = o->ops;
     if (!ops->bf16) {
         ops->download(dst, src, n * sizeof(float));
@@ -144,7 +161,7 @@ static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, doub
             size_t c = got - j < o->chunk || !staged ? got - j : o->chunk, at = i + j;
             const float *gi = (const float *)((const char *)g + at * e);
             if (staged) {
-                to_host_f32(o, o->gbuf, gi, c);
+                dt_optimizer_to_host_f32(o, o->gbuf, gi, c);
                 gi = o->gbuf;
             }
             float *w = o->has_master ? (float *)f[o->f_master] + j : (float *)((char *)param + at * e);
@@ -160,6 +177,7 @@ static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, doub
 
 dt_status dt_optimizer_step_range(dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
                                   float *param, const float *g, size_t n) {
+    if (o->delaying) return dt_delayed_record(o, step, decay, lr, gscale, k, param, g, n);
     if (o->store) return step_offloaded(o, step, decay, lr, gscale, k, param, g, n);
     float *p = o->master ? o->master + k : param, *store = o->master ? param : NULL;
     dt_adamw_range(&o->hp, o->ops, step, decay, lr, gscale, p, store, g, o->m + k, o->v + k, n);
@@ -182,6 +200,7 @@ dt_status dt_optimizer_step_model(dt_optimizer *o, long long step, const gpt_mod
 /* ---- random access ---- */
 
 dt_status dt_optimizer_get_weights(dt_optimizer *o, size_t k, size_t n, const float *param, float *dst) {
+    DT_TRY(dt_delayed_settle(o));
     if (o->store && o->has_master) return dt_store_read(o->store, o->f_master, k, n, dst);
     if (o->master) o->ops->download(dst, o->master + k, n * sizeof(float));
     else o->ops->download(dst, param, n * sizeof(float)); /* the parameters are the fp32 weights */
@@ -190,6 +209,7 @@ dt_status dt_optimizer_get_weights(dt_optimizer *o, size_t k, size_t n, const fl
 
 dt_status dt_optimizer_set_weights(dt_optimizer *o, size_t k, size_t n, const float *src, float *param) {
     const dt_ops *ops = o->ops;
+    DT_TRY(dt_delayed_settle(o));
     if (o->store && o->has_master) {
         DT_TRY(dt_store_write(o->store, o->f_master, k, n, src));
         if (!param) return DT_OK;
@@ -211,18 +231,22 @@ dt_status dt_optimizer_set_weights(dt_optimizer *o, size_t k, size_t n, const fl
 static float *moment_in_memory(const dt_optimizer *o, int which) { return which ? o->v : o->m; }
 
 dt_status dt_optimizer_get_moments(dt_optimizer *o, int which, size_t k, size_t n, float *dst) {
+    DT_TRY(dt_delayed_settle(o));
     if (o->store) return dt_store_read(o->store, which ? o->f_v : o->f_m, k, n, dst);
     o->ops->download(dst, moment_in_memory(o, which) + k, n * sizeof(float));
     return DT_OK;
 }
 
 dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t n, const float *src) {
+    DT_TRY(dt_delayed_settle(o));
     if (o->store) return dt_store_write(o->store, which ? o->f_v : o->f_m, k, n, src);
     o->ops->upload(moment_in_memory(o, which) + k, src, n * sizeof(float));
     return o->ops->sync();
 }
 
 void dt_optimizer_offload_bytes(const dt_optimizer *o, size_t *host, size_t *file) {
-    *host = o->store ? dt_store_host_bytes(o->store) + (o->gbuf ? 2 * o->chunk * sizeof(float) : 0) : 0;
+    *host = o->store ? dt_store_host_bytes(o->store) + (o->gbuf ? 2 * o->chunk * sizeof(float) : 0) +
+                           dt_delayed_host_bytes(o)
+                     : 0;
     *file = o->store ? dt_store_file_bytes(o->store) : 0;
 }

@@ -40,6 +40,9 @@ typedef struct {
     void *pbuf;     /* host: a chunk's updated parameters in storage precision, for the upload */
     int params_host; /* the parameters the update writes are host memory (an offloaded ZeRO-3 shard) */
     int in_pass;
+    struct dt_delayed *delayed; /* the delayed update (offloaded, asked for; delayed_update.c), else NULL */
+    int delaying;               /* the update under way is delayed (recorded, run by the thread) */
+    int delay_next;             /* the next update may be delayed (dt_optimizer_delay_next) */
 } dt_optimizer;
 
 /* Where an optimizer keeps its state: store.kind 0 = the backend's memory; params_host:
@@ -48,6 +51,7 @@ typedef struct {
 typedef struct {
     dt_store_opts store;
     int params_host;
+    int delayed; /* ZeRO-Offload's delayed parameter update (needs a store, not params_host) */
 } dt_optimizer_offload;
 
 /* moments: this rank updates (else only the master weights, which bf16 keeps on every
@@ -59,9 +63,18 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
 void dt_optimizer_free(dt_optimizer *o);
 /* An update is a pass over owned elements in ascending order: begin, step_range or
  * step_model calls, end (offloaded: the blocks are read ahead and written back; nothing
- * in memory). */
+ * in memory). With the delayed update (docs/offload.md) begin first settles the previous
+ * update (waits for it, and its weights replace the parameters), and an update allowed to
+ * be delayed only records its gradients: end hands the pass to a host thread, and the
+ * parameters keep their values until the next begin. Every other access to the state
+ * (get/set below) settles first. */
 dt_status dt_optimizer_begin(dt_optimizer *o);
 dt_status dt_optimizer_end(dt_optimizer *o);
+/* Whether the next update may be delayed (no effect without a delayed update); an update
+ * after which the state is read (a checkpoint, the last step) runs at once. */
+void dt_optimizer_delay_next(dt_optimizer *o, int allow);
+/* Waits for a delayed update in flight and applies it (nothing to do without one). */
+dt_status dt_optimizer_settle(dt_optimizer *o);
 /* One AdamW step at 1-based step `step` on owned elements [k, k + n) (decay: a 2-D
  * weight), gradient g·gscale (storage precision, the backend's memory): the weights are
  * the master weights' [k, k + n) with param their copy in storage precision, or param
@@ -84,8 +97,8 @@ dt_status dt_optimizer_put_params(const dt_optimizer *o, void *param, const floa
 /* Moment which (0: first, 1: second) of owned elements [k, k + n), to or from host fp32. */
 dt_status dt_optimizer_get_moments(dt_optimizer *o, int which, size_t k, size_t n, float *dst);
 dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t n, const float *src);
-/* Bytes of the offloaded state in host memory (the state, or NVMe's buffers, and the
- * staging of a chunk) and in the offload file (0, 0: not offloaded). */
+/* Bytes of the offloaded state in host memory (the state, or NVMe's buffers, the staging
+ * of a chunk, the delayed update's copies) and in the offload file (0, 0: not offloaded). */
 void dt_optimizer_offload_bytes(const dt_optimizer *o, size_t *host, size_t *file);
 
 /* Learning rate for 0-based step s. */

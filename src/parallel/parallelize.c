@@ -90,6 +90,8 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
     o.offload.store = st;
     o.offload.store.kind = kinds[L->offload_optimizer];
     o.offload.params_host = L->offload_param != DT_OFFLOAD_NONE;
+    o.offload.delayed = c->offload.delayed_update;
+    o.delayed_warmup = c->offload.delayed_update_warmup;
     o.offload_param = st;
     o.offload_param.kind = kinds[L->offload_param];
     snprintf(o.offload_tag, sizeof o.offload_tag, "optimizer-rank%d", dt_comm_rank(h->world));
@@ -198,8 +200,8 @@ static void fill_step(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
 }
 static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((dt_par *)ctx)->dpe, last); }
 
-dt_status dt_par_step(dt_par *h, long long step, dt_par_fill fill, void *ctx, double *loss, double *grad_norm,
-                      double *lr) {
+dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, double *loss,
+                      double *grad_norm, double *lr) {
     const dt_layout *L = h->L;
     h->fill = fill;
     h->fill_ctx = ctx;
@@ -219,7 +221,7 @@ dt_status dt_par_step(dt_par *h, long long step, dt_par_fill fill, void *ctx, do
         sum += l;
     }
     *lr = dt_lr_at(&h->hp, step);
-    DT_TRY(dt_dp_end_step(h->dpe, *lr, grad_norm));
+    DT_TRY(dt_dp_end_step(h->dpe, *lr, grad_norm, settle));
     DT_TRY(h->model.ops->sync()); /* a device failure during the step surfaces here */
     if (dt_layout_dp_cp_enabled(L)) /* context-parallel ranks hold the other positions */
         DT_TRY(dt_allreduce(h->data_comm, &sum, 1, DT_F64, DT_SUM));

@@ -38,9 +38,10 @@ dt_status dt_par_load(dt_par *h, const char *step_dir, long long step);
 
 /* One optimizer step `step` (0-based: the learning rate's schedule position) over the
  * layout's m micro-batches of this rank; *loss = the mean loss over the global batch
- * (every rank), *grad_norm before clipping, *lr the rate applied. */
-dt_status dt_par_step(dt_par *h, long long step, dt_par_fill fill, void *ctx, double *loss, double *grad_norm,
-                      double *lr);
+ * (every rank), *grad_norm before clipping, *lr the rate applied. settle: the state is
+ * read after this step (a checkpoint, the run's end): its update is not delayed. */
+dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, double *loss,
+                      double *grad_norm, double *lr);
 /* Forward only over one micro-batch (fill's seq0 is 0): *loss_sum over this rank's
  * *tokens positions. */
 dt_status dt_par_eval(dt_par *h, dt_par_fill fill, void *ctx, double *loss_sum, double *tokens);

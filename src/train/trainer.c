@@ -301,12 +301,13 @@ static void note_epoch(trainer *t) {
     dt_metrics_epoch(&t->metrics, step, epoch);
 }
 
-/* One optimizer step; *loss = mean loss over the global batch. */
-static dt_status train_step(trainer *t, double *loss, double *grad_norm, double *lr) {
+/* One optimizer step; *loss = mean loss over the global batch. settle: a checkpoint or the
+ * run's end follows (offload.delayed_update runs this step's update at once). */
+static dt_status train_step(trainer *t, int settle, double *loss, double *grad_norm, double *lr) {
     dt_watchdog_step(t->st.step + 1, 0);
     dt_loader_next_batch(&t->loader);
     if (t->rank0 && dt_loader_starts_epoch(&t->loader)) note_epoch(t);
-    DT_TRY(dt_par_step(t->par, t->st.step, fill_train, t, loss, grad_norm, lr));
+    DT_TRY(dt_par_step(t->par, t->st.step, settle, fill_train, t, loss, grad_norm, lr));
     t->st.step++;
     dt_watchdog_step(t->st.step, -1); /* validation, saves: "after step N" */
     t->st.data_epoch = t->loader.epoch;
@@ -447,7 +448,9 @@ static dt_status run(trainer *t) {
     while (t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[4], io1[4];
         dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};
-        DT_TRY(train_step(t, &loss, &norm, &lr));
+        long long next = t->st.step + 1;
+        int settle = next == stop || (c->checkpoint.dir[0] && c->checkpoint.every > 0 && next % c->checkpoint.every == 0);
+        DT_TRY(train_step(t, settle, &loss, &norm, &lr));
         dt_test_fault(t->st.step, dt_comm_rank(t->world));
         dt_heartbeat(t->st.step, dt_comm_rank(t->world));
         if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();

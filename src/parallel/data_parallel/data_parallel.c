@@ -66,9 +66,10 @@ void dt_dp_begin_step(dt_dp *d) { d->st.begin_step(d); }
 
 void dt_dp_begin_micro(dt_dp *d, int last) { d->last_micro = last; }
 
-dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm) {
+dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm, int settle) {
     dt_status s = d->st.drain ? d->st.drain(d) : DT_OK;
     if (s == DT_OK) s = d->st.reduce(d, grad_norm);
+    if (d->opt) dt_optimizer_delay_next(d->opt, !settle && d->step + 1 > d->o.delayed_warmup);
     double t0 = dt_now();
     if (s == DT_OK) s = d->st.update(d, lr, *grad_norm);
     d->update_s += dt_now() - t0;

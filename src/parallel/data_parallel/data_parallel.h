@@ -35,6 +35,7 @@ typedef struct {
     dt_dcomm *dcomm;        /* device collectives over the data-parallel group (comm.backend nccl; NULL: the
                                host communicator, a device's state staged through host memory) */
     dt_optimizer_offload offload; /* where the optimizer state lives (store kind 0: with the parameters) */
+    long long delayed_warmup;     /* offload.delayed_update: the first steps' updates are not delayed */
     dt_store_opts offload_param;  /* ZeRO-3: where the parameter shard lives between uses (kind 0: the model's memory) */
     char offload_tag[48], param_tag[48]; /* name this rank's offload files (the stores' tags point here) */
 } dt_dp_opts;
@@ -57,8 +58,10 @@ dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step);
 void dt_dp_begin_step(dt_dp *d);
 /* Before each micro-step; last = the final accumulation micro-step of this step. */
 void dt_dp_begin_micro(dt_dp *d, int last);
-/* Combines gradients, clips to the global norm, updates, re-distributes parameters. */
-dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm);
+/* Combines gradients, clips to the global norm, updates, re-distributes parameters.
+ * settle: the state is read after this step (a checkpoint, the last step), so its update
+ * is not delayed (offload.delayed_update). */
+dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm, int settle);
 /* The strategy's state as a checkpoint's pieces (ckpt/distributed.h: the full state as
  * unit views, or streamed where the strategy streams), d their context: the checkpoint
  * module decides who writes what, assembles and commits. */

@@ -25,6 +25,7 @@ struct dt_dp {
     const dt_dp_strategy *mode;  /* the mode's own (a wrapper calls them) */
     void *priv;                  /* the mode's state */
     void *wrap;                  /* the wrapper's state */
+    dt_optimizer *opt;           /* the mode's optimizer (told which updates may be delayed) */
     /* gradient collectives started during backward (DDP buckets, ZeRO-1 units), oldest first */
     dt_request *inflight[MAX_INFLIGHT];
     int ninflight;
@@ -52,6 +53,18 @@ void dt_dp_views_pop(dt_dp *d, dt_dp_views *v);
  * first (one class, or state.h's with model parallelism). */
 dt_norm_reduce dt_dp_norm_over_model(dt_dp *d);
 dt_norm_reduce dt_dp_norm_over_dp(dt_dp *d);
+/* The weights (moments: and the optimizer moments) one unit at a time through fp32 host
+ * memory of the largest unit (len[u] elements each: the unit and any padding, zeroed; len
+ * NULL: the units' own sizes), so
+ * the whole model is never in one rank's memory: from NULL, GPT-2's initialisation (the
+ * same values as a whole-model init: each element's is a function of its global index,
+ * gpt.h); else a weights file or a checkpoint step directory (moments: its optimizer
+ * moments too), read a unit at a time. put keeps what this rank holds of unit u from
+ * sets[0..nsets) (weights, exp_avg, exp_avg_sq). Collective (the buffer's allocation is
+ * agreed). */
+typedef dt_status (*dt_dp_unit_put)(dt_dp *d, void *ctx, int u, float *const *sets, int nsets);
+dt_status dt_dp_by_unit(dt_dp *d, uint64_t seed, const char *from, int moments, const size_t *len,
+                        dt_dp_unit_put put, void *ctx);
 /* base + n storage-precision elements. */
 static inline float *dt_dp_at(const dt_dp *d, const float *base, size_t n) {
     return (float *)((char *)base + n * dt_elem_bytes(d->ops));

@@ -7,6 +7,9 @@
 #include "../../core/mem.h"
 #include "staging.h"
 
+static dt_status flat_source_open(dt_dp *d, int moments, dt_ckpt_source *src);
+static void flat_source_close(dt_dp *d, dt_ckpt_source *src);
+
 dt_status dt_flat_setup(dt_dp *d, int moments) {
     dt_flat *f = calloc(1, sizeof *f);
     if (!f) return dt_fail(DT_ERUNTIME, "out of memory (data parallel)");
@@ -50,9 +53,14 @@ dt_status dt_flat_setup(dt_dp *d, int moments) {
     f->pieces = calloc((size_t)m->ntensors, sizeof *f->pieces);
     if (!f->norm_parts || !f->pieces) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
     DT_TRY(dt_optimizer_create(&f->opt, d->ops, &d->hp, n, moments, "", &d->o.offload));
+    d->opt = &f->opt;
     if (f->opt.m) { /* in memory: the views for saves are the state itself (offloaded: host copies, host_open) */
         DT_TRY(gpt_unit_views(m, f->opt.m, &f->m_view));
         DT_TRY(gpt_unit_views(m, f->opt.v, &f->v_view));
+    }
+    if (f->opt.store) { /* offloaded: saves and digests stream from the store, a tensor at a time */
+        d->st.source_open = flat_source_open;
+        d->st.source_close = flat_source_close;
     }
     return DT_OK;
 }
@@ -175,6 +183,45 @@ static dt_status host_close(dt_dp *d, int push, dt_flat_host *h) {
     return s != DT_OK ? s : y;
 }
 
+/* ---- streamed saves and digests of an offloaded state: one tensor at a time ----
+ * Every rank holds the whole state, so a tensor comes from this rank's store (no
+ * collective); a host copy of the whole state would undo what offload saved. */
+
+typedef struct {
+    dt_dp *d;
+    float *buf; /* the largest tensor */
+} flat_stream;
+
+static dt_status stream_get(void *ctx, int set, int i, const float **data) {
+    flat_stream *fs = ctx;
+    dt_flat *f = dt_flat_of(fs->d);
+    const gpt_tensor *t = &fs->d->m->tensors[i];
+    size_t k = t->offset;
+    dt_status s = set == 0 ? dt_optimizer_get_weights(&f->opt, k, t->numel, dt_dp_at(fs->d, f->params, k), fs->buf)
+                           : dt_optimizer_get_moments(&f->opt, set - 1, k, t->numel, fs->buf);
+    *data = fs->buf;
+    return s;
+}
+
+static dt_status flat_source_open(dt_dp *d, int moments, dt_ckpt_source *src) {
+    flat_stream *fs = calloc(1, sizeof *fs);
+    *src = (dt_ckpt_source){.get = stream_get, .ctx = fs, .moments = moments};
+    if (!fs) return dt_fail(DT_ERUNTIME, "out of memory (save buffer)");
+    fs->d = d;
+    size_t most = 0;
+    for (int i = 0; i < d->m->ntensors; i++) most = d->m->tensors[i].numel > most ? d->m->tensors[i].numel : most;
+    return dt_alloc((void **)&fs->buf, most * sizeof(float) + 1, "save buffer (one tensor)");
+}
+
+static void flat_source_close(dt_dp *d, dt_ckpt_source *src) {
+    (void)d;
+    flat_stream *fs = src->ctx;
+    if (!fs) return;
+    dt_free(fs->buf);
+    free(fs);
+    src->ctx = NULL;
+}
+
 /* Nothing to gather: the reader's host copy (a device's state) or the state itself. */
 dt_status dt_flat_open_full(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv) {
     (void)snapshot; /* the state is private memory already */
@@ -193,7 +240,20 @@ dt_status dt_flat_close_full(dt_dp *d, float **mv, float **vv) {
     return host_close(d, 0, &dt_flat_of(d)->host);
 }
 
+/* Unit u from dt_dp_by_unit: the weights (the master weights and the parameters' copy, or
+ * the parameters) and the moments, at the unit's flat offsets. */
+static dt_status put_unit(dt_dp *d, void *ctx, int u, float *const *sets, int nsets) {
+    dt_flat *f = dt_flat_of(d);
+    size_t k = d->m->units[u].offset, n = d->m->units[u].count;
+    (void)ctx;
+    DT_TRY(dt_optimizer_set_weights(&f->opt, k, n, sets[0], dt_dp_at(d, f->params, k)));
+    for (int j = 1; j < nsets; j++) DT_TRY(dt_optimizer_set_moments(&f->opt, j - 1, k, n, sets[j]));
+    return DT_OK;
+}
+
 dt_status dt_flat_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
+    /* offloaded: through a unit's buffer, not a host copy of the whole state */
+    if (dt_flat_of(d)->opt.store) return dt_dp_by_unit(d, seed, init_from && *init_from ? init_from : NULL, 0, NULL, put_unit, NULL);
     dt_flat_host h;
     dt_status s = host_open(d, 0, 0, &h);
     if (s == DT_OK && (!init_from || !*init_from)) gpt_init(d->m, seed);
@@ -204,6 +264,7 @@ dt_status dt_flat_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
 
 dt_status dt_flat_load(dt_dp *d, const char *step_dir) {
     dt_flat *f = dt_flat_of(d);
+    if (f->opt.store) return dt_dp_by_unit(d, 0, step_dir, f->opt.moments, NULL, put_unit, NULL);
     dt_flat_host h;
     dt_status s = host_open(d, 1, 0, &h);
     if (s == DT_OK) s = dt_ckpt_load_weights(step_dir, d->m); /* model.safetensors or its index */

@@ -9,6 +9,12 @@
  * with every mode that has one optimizer per rank; what it cannot mean is refused here. */
 static dt_status check_offload(const dt_layout *L) {
     const dt_config *c = &L->cfg;
+    if (c->offload.delayed_update && L->offload_optimizer == DT_OFFLOAD_NONE)
+        return dt_fail(DT_EINPUT, "offload.delayed_update needs offload.optimizer cpu or nvme (the update it delays "
+                       "runs on the host)");
+    if (c->offload.delayed_update && L->offload_param != DT_OFFLOAD_NONE)
+        return dt_fail(DT_EINPUT, "offload.delayed_update with offload.param %s: not supported (the update writes the "
+                       "offloaded parameter shard in its pass); use offload.param none", c->offload.param);
     if (!dt_layout_offload(L)) return DT_OK;
     if (dt_layout_ps(L)) /* one rank holds and updates everything: nothing per rank to offload */
         return dt_fail(DT_EINPUT, "offload.optimizer %s, offload.param %s: not with parallel.dp_mode ps (the central "

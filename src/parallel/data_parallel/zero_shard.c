@@ -133,6 +133,7 @@ static dt_status zero_setup_local(dt_dp *d) {
     dt_optimizer_offload off = d->o.offload;
     off.params_host = z->stage >= 3 && d->o.offload_param.kind;
     DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &off));
+    d->opt = &z->opt;
     if (z->stage <= 2) {
         z->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!z->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
@@ -364,14 +365,6 @@ static dt_status gather_units_f32(dt_dp *d, int set, float *full) {
     return DT_OK;
 }
 
-/* This rank's slices of an fp32 host buffer in the padded layout into set (put_slice). */
-static dt_status put_slices(dt_dp *d, int set, const float *full, int with_params) {
-    dt_zero *z = dt_zero_of(d);
-    for (int u = 0; u < d->m->nunits; u++)
-        DT_TRY(put_slice(d, set, u, full + z->poff[u] + (size_t)d->rank * z->S[u], with_params));
-    return DT_OK;
-}
-
 /* ---- step ---- */
 
 /* Pipeline: the first and the last stage both hold wte in unit 0, laid out alike on both
@@ -477,90 +470,31 @@ void dt_zero_release_full(dt_dp *d) {
     z->full_tmp = NULL;
 }
 
-/* GPT-2's initialisation one unit at a time through fp32 host memory of the largest unit,
- * each rank keeping its slice: the whole model is never in one rank's memory (ZeRO-3
- * with offload trains models larger than that). The same values as a whole-model init:
- * each element's is a function of its global index (gpt.h). */
-static dt_status init_by_unit(dt_dp *d, uint64_t seed) {
+/* Unit u from dt_dp_by_unit: this rank's slices kept, and zero 1/2's full parameters. */
+static dt_status put_unit(dt_dp *d, void *ctx, int u, float *const *sets, int nsets) {
     dt_zero *z = dt_zero_of(d);
-    gpt_model *m = d->m;
-    size_t most = 0;
-    for (int u = 0; u < m->nunits; u++) most = z->P[u] > most ? z->P[u] : most;
-    float *buf = NULL;
-    /* allocated here, so every rank must know whether all could */
-    dt_status s = dt_comm_agree(d->comm, dt_alloc((void **)&buf, most * sizeof(float), "initialisation buffer (one unit)"),
-                                NULL);
-    for (int u = 0; u < m->nunits && s == DT_OK; u++) {
-        float *own = m->unit_params[u];
-        memset(buf, 0, z->P[u] * sizeof(float)); /* the unit's padding */
-        m->unit_params[u] = buf;
-        gpt_init_unit(m, seed, u);
-        m->unit_params[u] = own;
-        s = put_slice(d, 0, u, buf + (size_t)d->rank * z->S[u], z->stage >= 3);
-        if (s == DT_OK && z->stage <= 2) dt_stage_narrow(d->ops, at(d, z->params_pad, z->poff[u]), buf, z->P[u]);
-        if (s == DT_OK) s = d->ops->sync(); /* the uploads have read buf */
-    }
-    dt_free(buf);
-    return s;
+    (void)ctx;
+    size_t mine = (size_t)d->rank * z->S[u];
+    DT_TRY(put_slice(d, 0, u, sets[0] + mine, z->stage >= 3));
+    for (int k = 1; k < nsets; k++) DT_TRY(put_slice(d, k, u, sets[k] + mine, 0));
+    /* last: with bf16 storage the narrowing rounds in sets[0] */
+    if (z->stage <= 2) dt_stage_narrow(d->ops, at(d, z->params_pad, z->poff[u]), sets[0], z->P[u]);
+    return DT_OK;
 }
 
 dt_status dt_zero_init_weights(dt_dp *d, uint64_t seed, const char *init_from) {
     dt_zero *z = dt_zero_of(d);
-    /* written whole into a full view, then each rank keeps its slices: on a device or
-     * with bf16 the view is fp32 host memory; else zero 1/2's parameters are full already */
-    int view = dt_zero_devmem(d) || z->stage >= 3;
-    if (view && !(init_from && *init_from)) return init_by_unit(d, seed);
-    /* allocated here: every rank must know whether all could before the gathers that follow */
-    dt_status s = view ? dt_comm_agree(d->comm, push_full_view(d, 1), NULL) : DT_OK;
-    if (s == DT_OK && init_from && *init_from) s = dt_ckpt_load_weights(init_from, d->m);
-    else if (s == DT_OK) gpt_init(d->m, seed);
-    if (s == DT_OK && view) {
-        /* the weights (bf16: the master weights; zero 3 with the shard's compute copy) */
-        s = put_slices(d, 0, z->full_tmp, z->stage >= 3);
-        if (s == DT_OK && z->stage <= 2) dt_stage_narrow(d->ops, z->params_pad, z->full_tmp, z->padded_total); /* all of them */
-        if (s == DT_OK) s = d->ops->sync(); /* the uploads have read the host view */
+    int from = init_from && *init_from;
+    /* zero 1/2's parameters in fp32 host memory are the full weights already */
+    if (!from && !dt_zero_devmem(d) && z->stage <= 2) {
+        gpt_init(d->m, seed);
+        return DT_OK;
     }
-    if (view) dt_zero_release_full(d);
-    return s;
-}
-
-static dt_status alloc_views(dt_dp *d, float **base, float ***view) {
-    dt_zero *z = dt_zero_of(d);
-    DT_TRY(dt_alloc((void **)base, z->padded_total * sizeof(float), "full optimizer state"));
-    *view = malloc((size_t)d->m->nunits * sizeof(float *));
-    if (!*view) {
-        dt_free(*base);
-        *base = NULL;
-        return dt_fail(DT_ERUNTIME, "out of memory (views)");
-    }
-    for (int u = 0; u < d->m->nunits; u++) (*view)[u] = *base + z->poff[u];
-    return DT_OK;
-}
-
-static void free_views(float **m_view, float **v_view) {
-    if (m_view) dt_free(m_view[0]); /* poff[0] == 0: the first unit starts the buffer */
-    if (v_view) dt_free(v_view[0]);
-    free(m_view);
-    free(v_view);
+    return dt_dp_by_unit(d, seed, from ? init_from : NULL, 0, z->P, put_unit, NULL);
 }
 
 dt_status dt_zero_load(dt_dp *d, const char *step_dir) {
-    DT_TRY(d->mode->init_weights(d, 0, step_dir)); /* model.safetensors or its index */
-    float *mb = NULL, *vb = NULL, **mv = NULL, **vv = NULL;
-    dt_status s = alloc_views(d, &mb, &mv);
-    if (s == DT_OK) s = alloc_views(d, &vb, &vv);
-    if (s == DT_OK) s = dt_ckpt_load_optimizer(step_dir, d->m, mv, vv);
-    if (s == DT_OK) {
-        s = put_slices(d, 1, mb, 0);
-        if (s == DT_OK) s = put_slices(d, 2, vb, 0);
-        if (s == DT_OK) s = d->ops->sync();
-    }
-    if (mv) free_views(mv, vv);
-    else {
-        dt_free(mb);
-        dt_free(vb);
-    }
-    return s;
+    return dt_dp_by_unit(d, 0, step_dir, 1, dt_zero_of(d)->P, put_unit, NULL);
 }
 
 /* The full parameters as the model's unit views until dt_zero_release_full: in the
@@ -585,6 +519,26 @@ static dt_status gather_host(dt_dp *d, int host) {
 }
 
 dt_status dt_zero_gather_full(dt_dp *d) { return gather_host(d, 0); }
+
+static dt_status alloc_views(dt_dp *d, float **base, float ***view) {
+    dt_zero *z = dt_zero_of(d);
+    DT_TRY(dt_alloc((void **)base, z->padded_total * sizeof(float), "full optimizer state"));
+    *view = malloc((size_t)d->m->nunits * sizeof(float *));
+    if (!*view) {
+        dt_free(*base);
+        *base = NULL;
+        return dt_fail(DT_ERUNTIME, "out of memory (views)");
+    }
+    for (int u = 0; u < d->m->nunits; u++) (*view)[u] = *base + z->poff[u];
+    return DT_OK;
+}
+
+static void free_views(float **m_view, float **v_view) {
+    if (m_view) dt_free(m_view[0]); /* poff[0] == 0: the first unit starts the buffer */
+    if (v_view) dt_free(v_view[0]);
+    free(m_view);
+    free(v_view);
+}
 
 /* Full optimizer moments as unit views (temporary buffers, freed by free_views). */
 static dt_status full_moments(dt_dp *d, float ***m_view, float ***v_view) {

@@ -124,6 +124,8 @@ static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
                                : 262144;
             off->host += 2 * sizeof(float) * fmin(chunk, o.optim_n);
         }
+        /* the delayed update's fp32 copies of the gradients and the weights it produces */
+        if (o.optim_n > 0 && L->cfg.offload.delayed_update) off->host += 2 * sizeof(float) * o.optim_n;
     }
     return state + act_bytes_regions(L, stage, NULL) + work;
 }
