@@ -11,7 +11,8 @@
 #         the critical path only where a core is free for its thread: run it with THREADS below
 #         the cores (1 on a 2-core machine).
 # usage: bash bench/offload_dpu.sh [OUT [path/to/dtrain]]   (OUT default build/dpu-bench)
-# knobs (environment): PARTS="curve step", STEPS_CURVE=600, WARMUP=40, REPORT=50, STEPS=8 (step
+# knobs (environment): PARTS="curve step", STEPS_CURVE=1000 (the demo's run), WARMUP=40, REPORT=50,
+#   LR (curve: train.lr, and min_lr a tenth of it; default the demo's 2e-3), STEPS=8 (step
 #   part, the first 2 untimed), THREADS=1, NVME_DIR=OUT (the offload files).
 # Takes about 15 minutes on 2 cores with the defaults.
 set -euo pipefail
@@ -20,12 +21,13 @@ src="$(cd "$here/.." && pwd)"
 OUT="$(realpath -m "${1:-$src/build/dpu-bench}")"
 mkdir -p "$OUT"
 PARTS=${PARTS:-"curve step"}
-STEPS_CURVE=${STEPS_CURVE:-600}
+STEPS_CURVE=${STEPS_CURVE:-1000}
 WARMUP=${WARMUP:-40}
 REPORT=${REPORT:-50}
 STEPS=${STEPS:-8}
 THREADS=${THREADS:-1}
 NVME_DIR=${NVME_DIR:-$OUT}
+LR=${LR:-}
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, probe $(probe)," \
      "$(date -u +%Y-%m-%d)" >&2
 
@@ -37,6 +39,7 @@ if [[ " $PARTS " == *" curve "* ]]; then
   "$dtrain" prepare --fortune "${inputs[@]}" --out "$tmp/demo" --val-fraction 0.05 >/dev/null
   base=(train --set data.train="$tmp/demo_train.bin" --set data.val="$tmp/demo_val.bin" --steps "$STEPS_CURVE"
         --set train.val_every="$REPORT" --threads "$THREADS" --set offload.optimizer=cpu)
+  [ -n "$LR" ] && base+=(--set train.lr="$LR" --set train.min_lr="$(python3 -c "print($LR / 10)")")
   echo "curve: exact, $STEPS_CURVE steps" >&2
   "${ENV[@]}" "$dtrain" "${base[@]}" --metrics "$OUT/exact.jsonl" >"$OUT/exact.out" 2>&1
   echo "curve: delayed (warmup $WARMUP), $STEPS_CURVE steps" >&2

@@ -34,6 +34,15 @@ prepare_tiny() {
 }
 TINY=(--config "$SRC/tests/data/tiny.json" --set "data.train=$TMP/c_train.bin" --set "data.val=$TMP/c_val.bin")
 digest_of() { grep -o 'digest sha256:[0-9a-f]*' "$1"; }
+# dp_run NAME NP ARGS...: a DP_RUN (below) on NP ranks (the test's MPI launcher array) with
+# its digest printed and its output and metrics in $TMP/NAME.out and $TMP/NAME.jsonl
+dp_run() {
+  local name=$1 np=$2; shift 2
+  local cmd=("$DTRAIN" train "${DP_RUN[@]}" --digest --metrics "$TMP/$name.jsonl" "$@")
+  [ "$np" -gt 1 ] && cmd=("${MPI[@]}" -np "$np" "${cmd[@]}")
+  "${cmd[@]}" >"$TMP/$name.out" 2>&1 || echo "(run $name failed: $(grep -m1 error "$TMP/$name.out"))" >&2
+  digest_of "$TMP/$name.out"
+}
 # The data-parallel parity run: 20 steps, global batch 8, validation at steps 10 and 20.
 # Seed 1: with seed 42, step 15 has a gradient spike (norm 17 against ~1.3: token 70 at
 # position 0) where micro-batch gradients cancel, and fp32 summation order alone moves

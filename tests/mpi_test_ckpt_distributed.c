@@ -59,7 +59,8 @@ static dt_status get(void *ctx, int set, int i, const float **data) {
     *data = m->unit_params[t->unit] + (t->offset - m->units[t->unit].offset);
     return DT_OK;
 }
-static dt_status source_open(void *ctx, int moments, dt_ckpt_source *src) {
+static dt_status source_open(void *ctx, int moments, int reader, dt_ckpt_source *src) {
+    (void)reader; /* every rank takes part */
     *src = (dt_ckpt_source){get, ctx, moments};
     return DT_OK;
 }

@@ -16,14 +16,7 @@ NVME=(--set offload.optimizer=nvme --set offload.nvme_path="$NV" --set offload.b
 DPU=(--set offload.delayed_update=true --set offload.delayed_update_warmup=3)
 BW=(--set parallel.determinism=bitwise)
 
-# run NAME NP ARGS...: a DP_RUN with its digest and metrics ($TMP/NAME.out, .jsonl)
-run() {
-  local name=$1 np=$2; shift 2
-  local cmd=("$DTRAIN" train "${DP_RUN[@]}" --digest --metrics "$TMP/$name.jsonl" "$@")
-  [ "$np" -gt 1 ] && cmd=("${MPI[@]}" -np "$np" "${cmd[@]}")
-  "${cmd[@]}" >"$TMP/$name.out" 2>&1 || echo "(run $name failed: $(grep -m1 error "$TMP/$name.out"))" >&2
-  digest_of "$TMP/$name.out"
-}
+run() { dp_run "$@"; }
 # losses NAME: the per-step training losses, space-separated
 losses() {
   python3 -c "
@@ -99,6 +92,33 @@ got=$(run dpu-resume 1 "${BW[@]}" "${CPU[@]}" "${DPU[@]}" --set checkpoint.every
 [ -n "$straight" ] && [ "$got" = "$straight" ] &&
   pass "saved at step 10 with the delay (ZeRO-2 dp2, NVMe), resumed by one process: the uninterrupted run's weights" ||
   fail "delayed resume: '$got' vs '$straight': $(tail -2 "$TMP/dpu-resume.out")"
+
+# a save the run did not plan (SIGUSR1, which mpirun forwards to every rank) with an update in flight: under ZeRO-1 on 2 ranks
+# (each rank's weights are its slice of the full parameters) the update is applied and the
+# parameters all-gathered first: the checkpoint is the one a run stopped at that step by
+# train.stop_after writes (which updates that step at once), tensor for tensor
+LONG=(--steps 200000 --set train.val_every=0 --set log.every=1000000 --set parallel.zero=1 "${CPU[@]}" "${DPU[@]}")
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${LONG[@]}" --save "$TMP/sig" --metrics "$TMP/sig.jsonl" \
+  >"$TMP/sig.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do grep -q '"step": 6,' "$TMP/sig.jsonl" 2>/dev/null && break; sleep 0.1; done
+kill -USR1 $pid; wait $pid
+step=$(python3 -c 'import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if "event" not in r][-1]["step"])' "$TMP/sig.jsonl")
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${LONG[@]}" --set train.stop_after="$step" --save "$TMP/nosig" \
+  >"$TMP/nosig.out" 2>&1 || fail "stop_after $step: $(tail -2 "$TMP/nosig.out")"
+python3 - "$TMP/sig/step_$(printf %08d "$step")" "$TMP/nosig/step_$(printf %08d "$step")" <<'PY' &&
+import json, struct, sys
+def tensors(d, f):
+    b = open("%s/%s" % (d, f), "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+for f in ("model.safetensors", "optimizer.safetensors"):
+    a, b = tensors(sys.argv[1], f), tensors(sys.argv[2], f)
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), f
+PY
+  pass "SIGUSR1 after step $step with the update in flight (ZeRO-1 dp2): the checkpoint of a run stopped there" ||
+  fail "signal save with the delay: the checkpoints at step $step differ ($(tail -1 "$TMP/sig.out"))"
 
 # the estimate counts the two host copies (gradients, weights), as the run holds them
 want=$("$DTRAIN" estimate "${DP_RUN[@]}" --set parallel.zero=2 "${CPU[@]}" "${DPU[@]}" -n 2 --json | python3 -c "

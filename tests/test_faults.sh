@@ -43,13 +43,13 @@ grep -q "nothing to train" "$TMP/o" && pass "says nothing to train" || fail "no 
 
 # --- item 9: an allocation failing on one rank ends every rank ---------------------------
 # DT_TEST_FAIL_ALLOC=WHAT@RANK (src/core/mem.c) fails the allocation named WHAT on RANK (ZeRO-3
-# initialises one unit at a time through "initialisation buffer (one unit)", no longer the
+# initialises and loads one unit at a time through "load buffer (one unit)", no longer the
 # whole model's "full parameters")
 if command -v mpirun >/dev/null; then
   Z3=(--set parallel.zero=3 --set parallel.determinism=bitwise)
   cases=(
     "activations@1|${Z3[*]}" "AdamW second moments (shard)@1|${Z3[*]}" "parameter shard@1|${Z3[*]}"
-    "initialisation buffer (one unit)@1|${Z3[*]}" "save buffer (one unit)@1|${Z3[*]}" "gradient norm partials@1|${Z3[*]}"
+    "load buffer (one unit)@1|${Z3[*]}" "save buffer (one unit)@1|${Z3[*]}" "gradient norm partials@1|${Z3[*]}"
     "full optimizer state@1|${Z3[*]} --set checkpoint.async=true"
     "bitwise reduction@1|${Z3[*]}" "bitwise exchange buffer@1|${Z3[*]}" "token file@1|${Z3[*]}"
     "gradient shard@1|--set parallel.zero=2" "reduce-scatter buffer@1|--set parallel.zero=2"

@@ -18,14 +18,7 @@ CPU3=(--set offload.optimizer=cpu --set offload.param=cpu)
 NVME3=("${NVME[@]}" --set offload.param=nvme)
 BW=(--set parallel.determinism=bitwise)
 
-# run NAME NP ARGS...: a DP_RUN with its digest and metrics ($TMP/NAME.out, .jsonl)
-run() {
-  local name=$1 np=$2; shift 2
-  local cmd=("$DTRAIN" train "${DP_RUN[@]}" --digest --metrics "$TMP/$name.jsonl" "$@")
-  [ "$np" -gt 1 ] && cmd=("${MPI[@]}" -np "$np" "${cmd[@]}")
-  "${cmd[@]}" >"$TMP/$name.out" 2>&1 || echo "(run $name failed: $(grep -m1 error "$TMP/$name.out"))" >&2
-  digest_of "$TMP/$name.out"
-}
+run() { dp_run "$@"; }
 # summary NAME FIELD: the field of every rank's memory summary, space-separated
 summary() {
   python3 -c "

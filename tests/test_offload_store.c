@@ -229,6 +229,74 @@ static void store_case(dt_store_kind kind, size_t n, int nfields, size_t elem, i
     free(tmp);
 }
 
+/* The read-ahead (dt_store_fetch_begin/take) of a one-field store with 64 KiB blocks:
+ * random ranges up to fetch_max taken as begun (and only their 4 KiB pieces read, not
+ * whole blocks), taken without a begin or with another range begun, begun and then
+ * overwritten by a write or a pass before the take: always the reference's values. The
+ * buffer counts in the host bytes. */
+static void fetch_case(dt_store_kind kind, size_t n, size_t elem) {
+    enum { FBLOCK = 64 << 10 };
+    size_t fmax = 5000;
+    char tag[64];
+    snprintf(tag, sizeof tag, "fetch-%zu-%zu", n, elem);
+    const char *kn = kind == DT_STORE_CPU ? "cpu" : "nvme";
+    dt_store_opts o = opts(kind, g_dir, tag, 3);
+    o.block_bytes = FBLOCK;
+    o.fetch_max = fmax;
+    dt_store *s = NULL;
+    if (dt_store_open(&s, n, 1, elem, &o, "fetch state") != DT_OK) {
+        CHECK(0, "%s: open", tag);
+        return;
+    }
+    unsigned char *ref = malloc(n * elem), *tmp = malloc(n * elem);
+    for (size_t i = 0; i < n * elem; i++) ref[i] = (unsigned char)rnd();
+    CHECK(dt_store_write(s, 0, 0, n, ref) == DT_OK, "%s %s: write", kn, tag);
+    size_t nblocks = (n * elem + FBLOCK - 1) / FBLOCK, slots = nblocks < 3 ? nblocks : 3;
+    size_t want_host = kind == DT_STORE_CPU ? n * elem : slots * FBLOCK + (fmax * elem + 4095) / 4096 * 4096 + 4096;
+    CHECK(dt_store_host_bytes(s) == want_host, "%s %s: host bytes %zu, want %zu", kn, tag, dt_store_host_bytes(s),
+          want_host);
+    int ok_taken = 1, ok_other = 1, ok_write = 1, ok_pass = 1, ok_bytes = 1;
+    dt_store_stats a, b;
+    for (int t = 0; t < 40; t++) {
+        size_t k = rnd_below(n), len = 1 + rnd_below(n - k < fmax ? n - k : fmax);
+        dt_store_stats_of(s, &a);
+        dt_store_fetch_begin(s, k, len);
+        ok_taken &= dt_store_fetch_take(s, k, len, tmp) == DT_OK && !memcmp(tmp, ref + k * elem, len * elem);
+        dt_store_stats_of(s, &b);
+        size_t pieces = ((k + len) * elem + 4095) / 4096 - k * elem / 4096; /* the range's 4 KiB pieces */
+        if (kind == DT_STORE_NVME) ok_bytes &= b.read_bytes - a.read_bytes == (double)(pieces * 4096);
+        /* another range begun: taken by a plain read */
+        size_t k2 = rnd_below(n), len2 = 1 + rnd_below(n - k2 < fmax ? n - k2 : fmax);
+        dt_store_fetch_begin(s, k, len);
+        ok_other &= dt_store_fetch_take(s, k2, len2, tmp) == DT_OK && !memcmp(tmp, ref + k2 * elem, len2 * elem);
+        ok_other &= dt_store_fetch_take(s, k, len, tmp) == DT_OK && !memcmp(tmp, ref + k * elem, len * elem);
+        /* begun, then written over: the take sees the write */
+        dt_store_fetch_begin(s, k, len);
+        for (size_t i = 0; i < len * elem; i++) ref[k * elem + i] = (unsigned char)rnd();
+        ok_write &= dt_store_write(s, 0, k, len, ref + k * elem) == DT_OK;
+        ok_write &= dt_store_fetch_take(s, k, len, tmp) == DT_OK && !memcmp(tmp, ref + k * elem, len * elem);
+        /* begun, then a pass adds 1 to the range: the take sees it */
+        dt_store_fetch_begin(s, k, len);
+        ok_pass &= dt_store_pass_begin(s) == DT_OK;
+        for (size_t j = k, got = 0; j < k + len && ok_pass; j += got) {
+            void *f[1];
+            ok_pass &= dt_store_pass_range(s, j, k + len - j, f, &got) == DT_OK;
+            for (size_t i = 0; i < got; i++) add(f[0], elem, i, 1), add(ref + j * elem, elem, i, 1);
+        }
+        ok_pass &= dt_store_pass_end(s) == DT_OK;
+        ok_pass &= dt_store_fetch_take(s, k, len, tmp) == DT_OK && !memcmp(tmp, ref + k * elem, len * elem);
+    }
+    CHECK(ok_taken, "%s %s: ranges taken as begun", kn, tag);
+    CHECK(ok_bytes, "%s %s: a read-ahead reads the range's 4 KiB pieces, not its blocks", kn, tag);
+    CHECK(ok_other, "%s %s: another range taken (a plain read)", kn, tag);
+    CHECK(ok_write, "%s %s: a write after the begin is seen", kn, tag);
+    CHECK(ok_pass, "%s %s: a pass after the begin is seen", kn, tag);
+    dt_store_fetch_begin(s, 0, fmax < n ? fmax : n); /* closed with a read-ahead in flight */
+    dt_store_close(s);
+    free(ref);
+    free(tmp);
+}
+
 /* Calls out of order are refused (DT_ERUNTIME) and leave the store usable. */
 static void misuse(dt_store_kind kind) {
     dt_store_opts o = opts(kind, g_dir, "misuse", 3);
@@ -432,6 +500,9 @@ int main(void) {
         store_case(kind, 100, 2, 4, 8, 0);            /* one partial block, slots capped */
         store_case(kind, 0, 1, 4, 3, 0);              /* empty */
     }
+    fetch_case(DT_STORE_NVME, 200000, 4); /* 13 blocks */
+    fetch_case(DT_STORE_NVME, 70001, 2);  /* elem 2, the last block partial */
+    fetch_case(DT_STORE_CPU, 70001, 4);
     misuse(DT_STORE_CPU);
     misuse(DT_STORE_NVME);
     bad_paths();

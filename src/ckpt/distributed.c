@@ -61,7 +61,7 @@ dt_status dt_ckpt_save_distributed(dt_ckpt_dist *c, const char *dir, const dt_tr
     dt_status s = DT_OK;
     if (p->source_open && !c->async) { /* streamed: one piece whole at a time, written as it comes */
         dt_ckpt_source src;
-        s = p->source_open(p->ctx, 1, &src);
+        s = p->source_open(p->ctx, 1, r.writer, &src);
         if (s == DT_OK) s = dt_ckpt_save_stream(dir, c->m, &src, r.writer, st, config_json, shard_mb);
         p->source_close(p->ctx, &src);
         return dt_comm_agree(c->g.dp, s, NULL);
@@ -98,7 +98,7 @@ dt_status dt_ckpt_digest_distributed(dt_ckpt_dist *c, char hex[65]) {
     }
     if (p->source_open) { /* streamed as a save is (every rank gets the digest) */
         dt_ckpt_source src;
-        dt_status s = p->source_open(p->ctx, 0, &src);
+        dt_status s = p->source_open(p->ctx, 0, 1, &src);
         if (s == DT_OK) s = dt_weights_digest_stream(c->m, &src, hex);
         p->source_close(p->ctx, &src);
         return s;

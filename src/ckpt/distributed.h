@@ -49,7 +49,7 @@ typedef struct {
     void *ctx;
     dt_status (*open_full)(void *ctx, int moments, int snapshot, int reader, float ***mv, float ***vv);
     dt_status (*close_full)(void *ctx, float **mv, float **vv);
-    dt_status (*source_open)(void *ctx, int moments, dt_ckpt_source *src);
+    dt_status (*source_open)(void *ctx, int moments, int reader, dt_ckpt_source *src);
     void (*source_close)(void *ctx, dt_ckpt_source *src);
 } dt_ckpt_pieces;
 

@@ -24,7 +24,7 @@ struct dt_aio {
     struct io_uring ring;
     int fd, depth;
     aio_op *op;
-    double read_bytes, write_bytes;
+    _Atomic double read_bytes, write_bytes; /* read by the metrics while a delayed update's thread does I/O */
     char path[]; /* for messages */
 };
 

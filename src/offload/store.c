@@ -82,7 +82,15 @@ static dt_status open_nvme(dt_store *s, const dt_store_opts *o) {
         s->slot[i].block = -1;
         DT_TRY(host_alloc(o, (void **)&s->slot[i].buf, slot_bytes, buf_align, s->what));
     }
-    return dt_aio_open(&s->aio, s->file.fd, s->nslots, s->file.path);
+    if (o->fetch_max && s->nfields == 1) { /* the read-ahead: its range widened to whole 4 KiB (or alignment) pieces */
+        size_t r = a > 4096 ? a : 4096, bytes;
+        if (__builtin_mul_overflow(o->fetch_max, s->elem, &bytes) || bytes > file_bytes) bytes = file_bytes;
+        s->fetch_max = o->fetch_max;
+        s->fetch_align = r;
+        s->fetch_bytes = (bytes + r - 1) / r * r + r;
+        DT_TRY(host_alloc(o, (void **)&s->fetch_buf, s->fetch_bytes, buf_align, s->what));
+    }
+    return dt_aio_open(&s->aio, s->file.fd, s->nslots + (s->fetch_buf != NULL), s->file.path);
 }
 
 dt_status dt_store_open(dt_store **out, size_t n, int nfields, size_t elem, const dt_store_opts *o,
@@ -135,6 +143,7 @@ void dt_store_close(dt_store *s) {
         for (int f = 0; f < s->nfields; f++) host_free(s, s->field[f]);
     if (s->slot)
         for (int i = 0; i < s->nslots; i++) host_free(s, s->slot[i].buf);
+    if (s->fetch_buf) host_free(s, s->fetch_buf);
     free(s->field);
     free(s->slot);
     free(s);
@@ -144,6 +153,7 @@ dt_status dt_store_pass_begin(dt_store *s) {
     if (s->in_pass) return dt_fail(DT_ERUNTIME, "%s: pass begun twice", s->what);
     s->in_pass = 1;
     s->next_k = 0;
+    store_fetch_drop(s); /* the pass writes the file */
     return s->kind == DT_STORE_NVME ? store_nvme_pass_begin(s) : DT_OK;
 }
 
@@ -199,7 +209,7 @@ dt_status dt_store_write(dt_store *s, int f, size_t k, size_t n, const void *src
 
 size_t dt_store_host_bytes(const dt_store *s) {
     return s->kind == DT_STORE_CPU ? s->n * s->elem * (size_t)s->nfields
-                                   : (size_t)s->nslots * (size_t)s->nfields * s->block_bytes;
+                                   : (size_t)s->nslots * (size_t)s->nfields * s->block_bytes + s->fetch_bytes;
 }
 
 size_t dt_store_file_bytes(const dt_store *s) {

@@ -29,6 +29,7 @@ typedef struct {
      * a GPU's page-locked allocator otherwise (offload.pin_memory) */
     dt_status (*host_alloc)(void **p, size_t bytes, const char *what);
     void (*host_free)(void *p);
+    size_t fetch_max; /* nvme, one field: elements of the largest read-ahead (dt_store_fetch_begin; 0: none) */
 } dt_store_opts;
 
 typedef struct dt_store dt_store;
@@ -70,7 +71,18 @@ dt_status dt_store_pass_end(dt_store *s);
 dt_status dt_store_read(dt_store *s, int f, size_t k, size_t n, void *dst);
 dt_status dt_store_write(dt_store *s, int f, size_t k, size_t n, const void *src);
 
-/* Bytes held in host memory (cpu: the state; nvme: the buffers), bytes of the file (0: cpu). */
+/* Read-ahead of one range of a one-field nvme store (ZeRO-3's parameter shard: the next
+ * unit's slice read while the current one computes). fetch_begin starts reading field 0's
+ * [k, k + n) (n <= the store's fetch_max) into a buffer of its own, from the file (not
+ * when a block changed in memory has not reached the file yet: then nothing starts); a
+ * read that cannot start is left to fetch_take. fetch_take copies [k, k + n) to dst: from
+ * the read-ahead when it is that range (waiting for it), else by dt_store_read. One
+ * read-ahead at a time: another begin, a write or a pass drops the one in flight. Other
+ * stores: begin does nothing, take reads. */
+void dt_store_fetch_begin(dt_store *s, size_t k, size_t n);
+dt_status dt_store_fetch_take(dt_store *s, size_t k, size_t n, void *dst);
+/* Bytes held in host memory (cpu: the state; nvme: the buffers, the read-ahead's included),
+ * bytes of the file (0: cpu). */
 size_t dt_store_host_bytes(const dt_store *s);
 size_t dt_store_file_bytes(const dt_store *s);
 /* Since open: bytes read from and written to the file, and seconds the caller waited for

@@ -43,8 +43,12 @@ struct dt_store {
     long long cur; /* the pass's current block (-1: none yet) */
     int cur_slot;
     int ahead_full; /* every block of the read-ahead window is in a slot */
-    double wait_s;
+    _Atomic double wait_s; /* read by the metrics while a delayed update's thread waits */
     struct dt_store *next_open; /* the process's open stores (dt_store_totals) */
+    /* read-ahead (store_fetch.c): its buffer, aio tag nslots, the range in flight */
+    unsigned char *fetch_buf;
+    size_t fetch_bytes, fetch_max, fetch_align, fetch_k, fetch_n, fetch_lo;
+    int fetch_on;
 };
 
 /* Elements of field data in block b (the last block may be short). */
@@ -64,6 +68,8 @@ dt_status store_settle(dt_store *s);             /* finishes every transfer in f
 dt_status store_nvme_pass_begin(dt_store *s);
 dt_status store_nvme_pass_range(dt_store *s, size_t k, size_t n, void **fields, size_t *got);
 dt_status store_nvme_pass_end(dt_store *s);
+/* store_fetch.c: waits for the read-ahead in flight, if any, and forgets it */
+void store_fetch_drop(dt_store *s);
 /* store_random.c */
 dt_status store_nvme_read(dt_store *s, int f, size_t k, size_t n, void *dst);
 dt_status store_nvme_write(dt_store *s, int f, size_t k, size_t n, const void *src);

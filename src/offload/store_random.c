@@ -59,6 +59,7 @@ dt_status store_nvme_read(dt_store *s, int f, size_t k, size_t n, void *dst) {
 }
 
 dt_status store_nvme_write(dt_store *s, int f, size_t k, size_t n, const void *src) {
+    store_fetch_drop(s); /* it may be reading what changes */
     DT_TRY(store_settle(s));
     const unsigned char *from = src;
     while (n) {

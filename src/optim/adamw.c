@@ -90,6 +90,8 @@ void dt_optimizer_delay_next(dt_optimizer *o, int allow) { o->delay_next = allow
 
 dt_status dt_optimizer_settle(dt_optimizer *o) { return dt_delayed_settle(o); }
 
+int dt_optimizer_pending(const dt_optimizer *o) { return dt_delayed_pending(o); }
+
 dt_status dt_optimizer_begin(dt_optimizer *o) {
     if (!o->store || o->in_pass) return DT_OK;
     DT_TRY(dt_delayed_settle(o)); /* the previous update's weights, before this one reads them */

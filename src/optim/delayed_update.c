@@ -11,6 +11,8 @@
  * update. */
 #include <omp.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,7 @@ typedef struct dt_delayed {
     int running, busy, quit, unapplied;
     int threads; /* the caller's OpenMP threads, for the pass's AdamW */
     dt_status result;
+    char msg[1024]; /* the pass's error message, raised again by the settle on the caller's thread */
 } dt_delayed;
 
 static dt_status run_pass(dt_optimizer *o) {
@@ -67,6 +70,7 @@ static void *worker(void *arg) {
         omp_set_num_threads(dl->threads);
         pthread_mutex_unlock(&dl->mu);
         dt_status s = run_pass(o);
+        if (s != DT_OK) snprintf(dl->msg, sizeof dl->msg, "%s", dt_error_message());
         pthread_mutex_lock(&dl->mu);
         dl->result = s;
         dl->busy = 0;
@@ -135,9 +139,13 @@ dt_status dt_delayed_record(dt_optimizer *o, long long step, int decay, double l
 dt_status dt_delayed_launch(dt_optimizer *o) {
     dt_delayed *dl = o->delayed;
     dl->threads = omp_get_max_threads();
-    if (!dl->running) {
-        if (pthread_create(&dl->thread, NULL, worker, o) != 0)
-            return dt_fail(DT_ERUNTIME, "delayed update: pthread_create failed");
+    if (!dl->running) { /* signals stay with the training thread (signals.c): blocked in this one */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int r = pthread_create(&dl->thread, NULL, worker, o);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r != 0) return dt_fail(DT_ERUNTIME, "delayed update: pthread_create failed");
         dl->running = 1;
     }
     pthread_mutex_lock(&dl->mu);
@@ -157,7 +165,7 @@ dt_status dt_delayed_settle(dt_optimizer *o) {
     dt_status s = dl->result;
     pthread_mutex_unlock(&dl->mu);
     dl->unapplied = 0;
-    DT_TRY(s);
+    if (s != DT_OK) return dt_fail(s, "%s", dl->msg); /* the thread's message (first failure wins) */
     for (int p = 0; p < dl->npieces; p++) { /* the weights the pass produced become the parameters */
         const piece *q = &dl->pieces[p];
         if (!o->has_master) {
@@ -172,6 +180,8 @@ dt_status dt_delayed_settle(dt_optimizer *o) {
     }
     return DT_OK;
 }
+
+int dt_delayed_pending(const dt_optimizer *o) { return o->delayed && o->delayed->unapplied; }
 
 size_t dt_delayed_host_bytes(const dt_optimizer *o) {
     return o->delayed ? 2 * o->n * sizeof(float) : 0;

@@ -75,6 +75,8 @@ dt_status dt_optimizer_end(dt_optimizer *o);
 void dt_optimizer_delay_next(dt_optimizer *o, int allow);
 /* Waits for a delayed update in flight and applies it (nothing to do without one). */
 dt_status dt_optimizer_settle(dt_optimizer *o);
+/* A delayed update has been handed to the thread and not applied yet. */
+int dt_optimizer_pending(const dt_optimizer *o);
 /* One AdamW step at 1-based step `step` on owned elements [k, k + n) (decay: a 2-D
  * weight), gradient g·gscale (storage precision, the backend's memory): the weights are
  * the master weights' [k, k + n) with param their copy in storage precision, or param

@@ -19,6 +19,8 @@ dt_status dt_delayed_launch(dt_optimizer *o);
 /* Waits for the pass in flight, if any, and writes the weights it produced to the
  * parameters; its error, if it failed. */
 dt_status dt_delayed_settle(dt_optimizer *o);
+/* A pass launched and not settled yet. */
+int dt_delayed_pending(const dt_optimizer *o);
 /* Host bytes of the two fp32 copies (0 without a delayed update). */
 size_t dt_delayed_host_bytes(const dt_optimizer *o);
 

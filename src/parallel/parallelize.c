@@ -230,6 +230,7 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
 }
 
 dt_status dt_par_eval(dt_par *h, dt_par_fill fill, void *ctx, double *loss_sum, double *tokens) {
+    DT_TRY(dt_dp_settle(h->dpe)); /* the weights with every update applied */
     fill(ctx, 0, h->inp, h->tgt);
     cp_select(h);
     if (h->pipe) {
@@ -249,6 +250,7 @@ dt_status dt_par_allreduce_data(dt_par *h, double *v, int n) {
 int dt_par_dp_rank(const dt_par *h) { return h->mesh.dp_rank; }
 
 dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb) {
+    DT_TRY(dt_dp_settle(h->dpe)); /* a save the run did not plan (a signal): the update in flight applied */
     return dt_ckpt_save_distributed(&h->ckpt, dir, st, config_json, shard_mb);
 }
 
@@ -256,9 +258,13 @@ dt_status dt_par_save_wait(dt_par *h) { return dt_ckpt_save_wait(&h->ckpt); }
 
 int dt_par_async_save(const dt_par *h) { return h->ckpt.async; }
 
-dt_status dt_par_digest(dt_par *h, char hex[65]) { return dt_ckpt_digest_distributed(&h->ckpt, hex); }
+dt_status dt_par_digest(dt_par *h, char hex[65]) {
+    DT_TRY(dt_dp_settle(h->dpe));
+    return dt_ckpt_digest_distributed(&h->ckpt, hex);
+}
 
 dt_status dt_par_gather_full(dt_par *h) {
+    DT_TRY(dt_dp_settle(h->dpe));
     DT_TRY(dt_dp_gather_full(h->dpe));
     h->hooks = h->model.hooks; /* the full weights are in place: no per-unit gathers */
     memset(&h->model.hooks, 0, sizeof h->hooks);

@@ -449,7 +449,9 @@ static dt_status run(trainer *t) {
         double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[4], io1[4];
         dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};
         long long next = t->st.step + 1;
-        int settle = next == stop || (c->checkpoint.dir[0] && c->checkpoint.every > 0 && next % c->checkpoint.every == 0);
+        /* the state read after the step (checkpoint, validation, the end): its update not delayed */
+        int settle = next == stop || (c->checkpoint.dir[0] && c->checkpoint.every > 0 && next % c->checkpoint.every == 0) ||
+                     (t->val_path[0] && c->train.val_every > 0 && next % c->train.val_every == 0);
         DT_TRY(train_step(t, settle, &loss, &norm, &lr));
         dt_test_fault(t->st.step, dt_comm_rank(t->world));
         dt_heartbeat(t->st.step, dt_comm_rank(t->world));

@@ -77,6 +77,12 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm, int settle) {
     return s;
 }
 
+dt_status dt_dp_settle(dt_dp *d) {
+    if (!d->opt || !dt_optimizer_pending(d->opt)) return DT_OK; /* the same on every rank: the same schedule */
+    DT_TRY(dt_comm_agree(d->comm, dt_optimizer_settle(d->opt), NULL)); /* before the re-distribution's collectives */
+    return d->st.redistribute ? d->st.redistribute(d) : DT_OK;
+}
+
 dt_status dt_dp_gather_full(dt_dp *d) { return d->st.gather_full ? d->st.gather_full(d) : DT_OK; }
 
 void dt_dp_release_full(dt_dp *d) {
@@ -93,9 +99,9 @@ static dt_status ck_close_full(void *ctx, float **mv, float **vv) {
     dt_dp *d = ctx;
     return d->st.close_full(d, mv, vv);
 }
-static dt_status ck_source_open(void *ctx, int moments, dt_ckpt_source *src) {
+static dt_status ck_source_open(void *ctx, int moments, int reader, dt_ckpt_source *src) {
     dt_dp *d = ctx;
-    return d->st.source_open(d, moments, src);
+    return d->st.source_open(d, moments, reader, src);
 }
 static void ck_source_close(void *ctx, dt_ckpt_source *src) {
     dt_dp *d = ctx;

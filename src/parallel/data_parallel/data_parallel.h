@@ -66,6 +66,10 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm, int settle);
  * unit views, or streamed where the strategy streams), d their context: the checkpoint
  * module decides who writes what, assembles and commits. */
 dt_ckpt_pieces dt_dp_ckpt_pieces(dt_dp *d);
+/* Collective: a delayed update in flight (offload.delayed_update) waited for, applied and
+ * its parameters re-distributed, so the model, saves and digests see every update (nothing
+ * to do without one). */
+dt_status dt_dp_settle(dt_dp *d);
 /* Collective: makes the full weights readable through the model (ZeRO-3 gathers them;
  * call dt_dp_release_full after use). */
 dt_status dt_dp_gather_full(dt_dp *d);

@@ -7,7 +7,7 @@
 #include "../../core/mem.h"
 #include "staging.h"
 
-static dt_status flat_source_open(dt_dp *d, int moments, dt_ckpt_source *src);
+static dt_status flat_source_open(dt_dp *d, int moments, int reader, dt_ckpt_source *src);
 static void flat_source_close(dt_dp *d, dt_ckpt_source *src);
 
 dt_status dt_flat_setup(dt_dp *d, int moments) {
@@ -190,6 +190,7 @@ static dt_status host_close(dt_dp *d, int push, dt_flat_host *h) {
 typedef struct {
     dt_dp *d;
     float *buf; /* the largest tensor */
+    int reader; /* else nothing is read: the pieces are not used here */
 } flat_stream;
 
 static dt_status stream_get(void *ctx, int set, int i, const float **data) {
@@ -197,19 +198,22 @@ static dt_status stream_get(void *ctx, int set, int i, const float **data) {
     dt_flat *f = dt_flat_of(fs->d);
     const gpt_tensor *t = &fs->d->m->tensors[i];
     size_t k = t->offset;
+    *data = fs->buf;
+    if (!fs->reader) return DT_OK;
     dt_status s = set == 0 ? dt_optimizer_get_weights(&f->opt, k, t->numel, dt_dp_at(fs->d, f->params, k), fs->buf)
                            : dt_optimizer_get_moments(&f->opt, set - 1, k, t->numel, fs->buf);
-    *data = fs->buf;
     return s;
 }
 
-static dt_status flat_source_open(dt_dp *d, int moments, dt_ckpt_source *src) {
+static dt_status flat_source_open(dt_dp *d, int moments, int reader, dt_ckpt_source *src) {
     flat_stream *fs = calloc(1, sizeof *fs);
     *src = (dt_ckpt_source){.get = stream_get, .ctx = fs, .moments = moments};
     if (!fs) return dt_fail(DT_ERUNTIME, "out of memory (save buffer)");
     fs->d = d;
+    fs->reader = reader;
     size_t most = 0;
     for (int i = 0; i < d->m->ntensors; i++) most = d->m->tensors[i].numel > most ? d->m->tensors[i].numel : most;
+    if (!reader) most = 0; /* a buffer still, so data is never NULL */
     return dt_alloc((void **)&fs->buf, most * sizeof(float) + 1, "save buffer (one tensor)");
 }
 

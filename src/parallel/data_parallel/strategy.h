@@ -26,6 +26,7 @@ typedef struct {
     double param_n;    /* elements of the parameter store (ZeRO-3's shard); 0: not offloaded */
     double param_elem; /* bytes per element there (the model's precision) */
     double param_reads; /* reads of the parameter store per optimizer step */
+    double param_fetch; /* elements of its read-ahead buffer (store.h's fetch_max; 0: none) */
 } dt_dp_offload;
 
 /* What the estimator asks a strategy about (layout/estimate.c): one rank of one pipeline
@@ -78,6 +79,10 @@ typedef struct dt_dp_strategy {
     dt_status (*drain)(dt_dp *d);
     dt_status (*reduce)(dt_dp *d, double *norm);
     dt_status (*update)(dt_dp *d, double lr, double norm);
+    /* This rank's parameters changed outside update (a delayed update applied late):
+     * re-distributed as update does (NULL: every rank holds its own, nothing to do).
+     * Collective. */
+    dt_status (*redistribute)(dt_dp *d);
     /* The full parameters readable through the model, in its memory and precision, until
      * release_full (NULL: they always are). Collective. */
     dt_status (*gather_full)(dt_dp *d);
@@ -91,8 +96,10 @@ typedef struct dt_dp_strategy {
     dt_status (*open_full)(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv);
     dt_status (*close_full)(dt_dp *d, float **mv, float **vv);
     /* A streamed save's or digest's source (checkpoint.h), one piece whole at a time
-     * (NULL: saves and digests read open_full's views). Collective. */
-    dt_status (*source_open)(dt_dp *d, int moments, dt_ckpt_source *src);
+     * (NULL: saves and digests read open_full's views); reader: this rank uses the
+     * pieces (the others only make the same calls, for the collectives behind them).
+     * Collective. */
+    dt_status (*source_open)(dt_dp *d, int moments, int reader, dt_ckpt_source *src);
     void (*source_close)(dt_dp *d, dt_ckpt_source *src);
     /* GPT-2 initialisation or weights from a file; weights and moments of a checkpoint. */
     dt_status (*init_weights)(dt_dp *d, uint64_t seed, const char *init_from);

@@ -18,7 +18,8 @@ dt_status dt_dp_by_unit(dt_dp *d, uint64_t seed, const char *from, int moments, 
     dt_status s = views ? dt_alloc((void **)&buf, nsets * most * sizeof(float) + 1, "load buffer (one unit)")
                         : dt_fail(DT_ERUNTIME, "out of memory (views)");
     s = dt_comm_agree(d->comm, s, NULL); /* allocated here, so every rank must know whether all could */
-    float *sets[3] = {buf, buf + most, buf + 2 * most};
+    float *sets[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < nsets && buf; k++) sets[k] = buf + k * most;
     for (int u = 0; u < nu && s == DT_OK; u++) {
         for (int k = 0; k < nsets; k++) memset(sets[k], 0, unit_len(m, len, u) * sizeof(float)); /* padding stays zero */
         if (!from) {

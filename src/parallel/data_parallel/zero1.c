@@ -71,6 +71,8 @@ const dt_dp_strategy dt_dp_zero1 = {
     .reduce = zero1_reduce,
     .update = dt_zero_update_gather,
     .init_weights = dt_zero_init_weights,
+    .load = dt_zero_load,
+    .redistribute = dt_zero_redistribute,
     .ring = {{2, 0}, {2, 0}}, /* the gradients' reduce-scatter, the parameters' all-gather */
     .formula = {"4psi+12psi/N", "8psi+8psi/N", 4, 12, {0, 0, 1}, 0, 0},
 };

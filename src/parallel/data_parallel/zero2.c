@@ -79,6 +79,8 @@ const dt_dp_strategy dt_dp_zero2 = {
     .reduce = dt_zero2_reduce,
     .update = dt_zero_update_gather,
     .init_weights = dt_zero_init_weights,
+    .load = dt_zero_load,
+    .redistribute = dt_zero_redistribute,
     .ring = {{1, 1}, {1, 1}}, /* a reduce-scatter per micro-batch, the update's all-gather */
     .formula = {"2psi+14psi/N", "4psi+12psi/N", 2, 14, {0, 1, 1}, 0, 0},
 };

@@ -44,7 +44,10 @@ static dt_status gather_unit(dt_dp *d, int u) {
     return DT_OK;
 }
 
-static void prefetch_unit(dt_dp *d, int u) {
+/* Unit u's all-gather started (its offloaded slice read first), and the slice of the unit
+ * after it in this pass (next: u + 1 forward, u - 1 backward) read ahead from NVMe while u
+ * computes. */
+static void prefetch_unit(dt_dp *d, int u, int next) {
     dt_zero *z = dt_zero_of(d);
     dt_zero3_gathers *g = &z->g3;
     /* staged gathers are not prefetched (their upload follows the collective) */
@@ -68,18 +71,19 @@ static void prefetch_unit(dt_dp *d, int u) {
         g->prefetch_unit = u;
     else
         g->prefetch = NULL; /* fall back to a blocking gather when the unit is needed */
+    if (z->pstore && next >= 1 && next <= nblocks(d)) dt_store_fetch_begin(z->pstore, z->soff[next], z->S[next]);
 }
 
 static dt_status zero3_before_forward(dt_dp *d, int u) {
     DT_TRY(gather_unit(d, u));
-    if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u + 1);
+    if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u + 1, u + 2);
     return DT_OK;
 }
 
 static dt_status zero3_before_backward(dt_dp *d, int u) {
     if (u == GPT_HEAD_PART) return DT_OK;
     DT_TRY(gather_unit(d, u));
-    if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u - 1);
+    if (u >= 1 && u <= nblocks(d)) prefetch_unit(d, u - 1, u - 2);
     return dt_zero2_before_backward(d, u);
 }
 
@@ -110,6 +114,11 @@ static dt_status zero3_init_weights(dt_dp *d, uint64_t seed, const char *init_fr
     return refresh(d); /* gathered before the weights changed */
 }
 
+static dt_status zero3_load(dt_dp *d, const char *step_dir) {
+    DT_TRY(dt_zero_load(d, step_dir));
+    return refresh(d); /* as after init: a pipeline's stage gathered again */
+}
+
 const dt_dp_strategy dt_dp_zero3 = {
     DT_ZERO_SHARED_OPS,
     .name = "zero3",
@@ -123,6 +132,8 @@ const dt_dp_strategy dt_dp_zero3 = {
     .reduce = dt_zero2_reduce,
     .update = zero3_update,
     .init_weights = zero3_init_weights,
+    .load = zero3_load,
+    .redistribute = refresh,
     /* the reduce-scatters; the parameters gathered once per step under a pipeline, else in
      * the forward and the backward of every micro-batch */
     .ring = {{0, 3}, {1, 1}},

@@ -55,6 +55,8 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
     if (L->offload_param != DT_OFFLOAD_NONE && params_shard) {
         b -= u.shard * e;
         if (s->off) s->off->param_n = u.shard, s->off->param_elem = e, s->off->param_reads = L->pp > 1 ? 1 : 2.0 * L->m;
+        /* the next block's slice read ahead where blocks are prefetched (fp32 host memory, no pipeline) */
+        if (s->off && !bf16 && L->backend == DT_BACKEND_CPU && L->pp == 1 && u.nb > 0) s->off->param_fetch = u.S[1];
     }
     *state = b;
 }

@@ -140,6 +140,8 @@ static dt_status zero_setup_local(dt_dp *d) {
     } else if (d->o.offload_param.kind) { /* ZeRO-Infinity: fetched a unit at a time (zero3.c) */
         dt_store_opts so = d->o.offload_param;
         so.block_bytes = dt_store_block_for(&so, z->shard_total, e);
+        /* the next block's slice read ahead where blocks are prefetched (zero3.c) */
+        so.fetch_max = !dt_zero_staged(d) && !d->o.gather_once && d->m->nblocks > 0 ? z->S[1] : 0;
         DT_TRY(dt_store_open(&z->pstore, z->shard_total, 1, e, &so, "parameter shard"));
         if (!(z->ptmp = malloc(maxS * e + 1))) return dt_fail(DT_ERUNTIME, "out of memory (parameter offload)");
     } else {
@@ -328,7 +330,7 @@ dt_status dt_zero_gather_one(dt_dp *d, int u, const float *own, float *unit) {
 
 dt_status dt_zero3_fetch_own(dt_dp *d, int u, float *unit) {
     dt_zero *z = dt_zero_of(d);
-    return dt_store_read(z->pstore, 0, z->soff[u], z->S[u], at(d, unit, (size_t)d->rank * z->S[u]));
+    return dt_store_fetch_take(z->pstore, z->soff[u], z->S[u], at(d, unit, (size_t)d->rank * z->S[u]));
 }
 
 dt_status dt_zero3_gather_own(dt_dp *d, int u, float *unit) {
@@ -447,6 +449,11 @@ static dt_status allgather_params(dt_dp *d) {
 dt_status dt_zero_update_gather(dt_dp *d, double lr, double norm) {
     DT_TRY(dt_zero_adamw(d, lr, norm));
     return allgather_params(d);
+}
+
+dt_status dt_zero_redistribute(dt_dp *d) {
+    DT_TRY(allgather_params(d));
+    return dt_zero_settle_all(d);
 }
 
 
@@ -595,8 +602,9 @@ static dt_status stream_get(void *ctx, int set, int i, const float **data) {
     return DT_OK;
 }
 
-dt_status dt_zero_source_open(dt_dp *d, int moments, dt_ckpt_source *src) {
+dt_status dt_zero_source_open(dt_dp *d, int moments, int reader, dt_ckpt_source *src) {
     dt_zero *z = dt_zero_of(d);
+    (void)reader; /* every rank's slices are gathered: every rank takes part */
     zero_stream *zs = calloc(1, sizeof *zs);
     *src = (dt_ckpt_source){.get = stream_get, .ctx = zs, .moments = moments};
     if (!zs) return dt_fail(DT_ERUNTIME, "out of memory (save buffer)");

@@ -103,7 +103,7 @@ dt_status dt_zero_close_full(dt_dp *d, float **mv, float **vv);
  * moments of one unit at a time, gathered whole over the data-parallel group into one
  * buffer of the largest unit when its first tensor is asked for, so a save needs that
  * much more memory, not the model's; collective. */
-dt_status dt_zero_source_open(dt_dp *d, int moments, dt_ckpt_source *src);
+dt_status dt_zero_source_open(dt_dp *d, int moments, int reader, dt_ckpt_source *src);
 void dt_zero_source_close(dt_dp *d, dt_ckpt_source *src);
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r);
 
@@ -111,10 +111,13 @@ void dt_zero_memory(const dt_dp *d, dt_mem_report *r);
 #define DT_ZERO_SHARED_OPS                                                                                 \
     .free = dt_zero_free, .gather_full = dt_zero_gather_full, .release_full = dt_zero_release_full,         \
     .open_full = dt_zero_open_full, .close_full = dt_zero_close_full, .source_open = dt_zero_source_open, \
-    .source_close = dt_zero_source_close, .load = dt_zero_load, .memory = dt_zero_memory, .sharded = 1, \
+    .source_close = dt_zero_source_close, .memory = dt_zero_memory, .sharded = 1, \
     .estimate = dt_zero_estimate
 /* zero 1/2: AdamW over the slices, then the parameters all-gathered. */
 dt_status dt_zero_update_gather(dt_dp *d, double lr, double norm);
+/* zero 1/2: the parameters all-gathered again (this rank's slices changed outside an
+ * update: a delayed update applied), waited for. */
+dt_status dt_zero_redistribute(dt_dp *d);
 
 /* A stage's units on paper (embedding, one block, ln_f: gpt_unit_counts_layout), each
  * padded to a multiple of shards x align (P), one rank's slice of it (S). */

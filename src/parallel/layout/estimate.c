@@ -115,6 +115,9 @@ static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
         off->what = o;
         add_store(off, L, L->offload_optimizer, o.optim_n, o.optim_fields, sizeof(float), 1, 1);
         add_store(off, L, L->offload_param, o.param_n, 1, o.param_elem, o.param_reads, 1);
+        /* the parameter store's read-ahead buffer: whole 4 KiB pieces and one more (store.c) */
+        if (L->offload_param == DT_OFFLOAD_NVME && o.param_fetch > 0)
+            off->host += ceil(fmin(o.param_fetch, o.param_n) * o.param_elem / 4096) * 4096 + 4096;
         /* a device's or bf16's gradients and parameters cross to the host's update through
          * two fp32 buffers of a chunk (a block, or 2^18 elements in host memory) */
         if (o.optim_n > 0 && (dt_layout_bf16(L) || L->backend != DT_BACKEND_CPU)) {
