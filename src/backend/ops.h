@@ -31,6 +31,12 @@ typedef struct dt_ops {
     void (*download)(void *host_dst, const void *src, size_t bytes); /* complete on return */
     void (*copy)(void *dst, const void *src, size_t bytes);          /* within the backend's memory */
     dt_status (*sync)(void);
+    /* Page-locked host memory (zero-filled, page-aligned) for buffers that cross to and from
+     * the device often (offload.pin_memory: the offloaded state's buffers and staging), so
+     * transfers run at the bus's rate without a bounce through a pinned driver buffer;
+     * NULL where host memory needs nothing (the CPU). */
+    dt_status (*host_alloc)(void **p, size_t bytes, const char *what);
+    void (*host_free)(void *p);
     /* fp32 <-> bf16, n elements in the backend's memory (round to nearest even), in
      * every table whatever its storage precision */
     void (*to_bf16)(void *dst, const float *src, size_t n);
@@ -142,6 +148,9 @@ static inline size_t dt_elem_bytes(const dt_ops *o) { return o->bf16 ? 2 : 4; }
  * memory faults when the host touches it other than through upload and download, so the
  * GPU paths' host staging is tested on machines without a GPU. One table per process. */
 const dt_ops *dt_ops_emulated(const dt_ops *host);
+/* The emulated device's page-locked host memory is page-aligned host memory, counted:
+ * the bytes its host_alloc has live (tests check who asks for it). */
+size_t dt_emulated_pinned_bytes(void);
 /* The host address behind an emulated device address (the emulated device communicator's
  * collectives run there). */
 void *dt_emulated_host(const void *dev);

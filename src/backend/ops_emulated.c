@@ -9,7 +9,9 @@
  * is the CPU backend's, so an emulated run gives the CPU run's numbers bit for bit.
  * The fault needs x86-64's canonical addresses: Arm's top-byte-ignore would let such an
  * access through, so there the backend runs but proves nothing (test_emulated skips). */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ops.h"
 
@@ -29,6 +31,31 @@ static dt_status e_alloc(void **p, size_t bytes, const char *what) {
     return s;
 }
 static void e_free(void *p) { inner->free(H(p)); }
+/* pinned host memory: page-aligned, with its size in a header page so the count can drop */
+static size_t g_pinned;
+static dt_status e_host_alloc(void **p, size_t bytes, const char *what) {
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    unsigned char *b = NULL;
+    *p = NULL;
+    if (posix_memalign((void **)&b, page, page + bytes) != 0)
+        return dt_fail(DT_ERUNTIME, "out of host memory allocating %s (%zu bytes, pinned)", what, bytes);
+    memset(b, 0, page + bytes);
+    memcpy(b, &bytes, sizeof bytes);
+    g_pinned += bytes;
+    *p = b + page;
+    return DT_OK;
+}
+static void e_host_free(void *p) {
+    if (!p) return;
+    long pg = sysconf(_SC_PAGESIZE);
+    unsigned char *b = (unsigned char *)p - (pg > 0 ? (size_t)pg : 4096);
+    size_t bytes;
+    memcpy(&bytes, b, sizeof bytes);
+    g_pinned -= bytes;
+    free(b);
+}
+size_t dt_emulated_pinned_bytes(void) { return g_pinned; }
 static void e_zero(void *p, size_t bytes) { inner->zero(H(p), bytes); }
 static void e_upload(void *dst, const void *src, size_t bytes) { memcpy(H(dst), src, bytes); }
 static void e_download(void *dst, const void *src, size_t bytes) { memcpy(dst, H(src), bytes); }
@@ -97,6 +124,7 @@ const dt_ops *dt_ops_emulated(const dt_ops *host) {
     EMULATED = (dt_ops){.name = host->bf16 ? "emulated+bf16-storage" : "emulated", .on_device = 1,
                         .bf16 = host->bf16, .alloc = e_alloc, .free = e_free, .zero = e_zero,
                         .upload = e_upload, .download = e_download, .copy = e_copy, .sync = e_sync,
+                        .host_alloc = e_host_alloc, .host_free = e_host_free,
                         .to_bf16 = e_to_bf16, .from_bf16 = e_from_bf16, .gemm = e_gemm, .linear_fwd = e_lin_f,
                         .linear_bwd = e_lin_b, .embed_fwd = e_emb_f, .embed_bwd = e_emb_b,
                         .layernorm_fwd = e_ln_f, .layernorm_bwd = e_ln_b, .gelu_fwd = e_gelu_f,

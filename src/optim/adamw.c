@@ -51,11 +51,11 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
         o->chunk = blk < n ? blk : n;
         if (o->chunk == 0) o->chunk = 1;
         if (needs_staging(ops)) {
-            o->gbuf = malloc(o->chunk * sizeof(float));
-            o->pbuf = malloc(o->chunk * sizeof(float));
-            if (!o->gbuf || !o->pbuf) return dt_fail(DT_ERUNTIME, "out of memory (offload staging%s)", what);
+            snprintf(name, sizeof name, "offload staging%s", what);
+            DT_TRY(dt_optimizer_host_alloc(o, &off->store, (void **)&o->gbuf, o->chunk * sizeof(float), name));
+            DT_TRY(dt_optimizer_host_alloc(o, &off->store, &o->pbuf, o->chunk * sizeof(float), name));
         }
-        if (off->delayed && moments && !off->params_host) DT_TRY(dt_delayed_create(o));
+        if (off->delayed && moments && !off->params_host) DT_TRY(dt_delayed_create(o, &off->store));
         return DT_OK;
     }
     if (moments) {
@@ -79,11 +79,31 @@ void dt_optimizer_free(dt_optimizer *o) {
     o->ops->free(o->v);
     o->ops->free(o->master);
     dt_store_close(o->store);
-    free(o->gbuf);
-    free(o->pbuf);
+    dt_optimizer_host_free(o, o->gbuf);
+    dt_optimizer_host_free(o, o->pbuf);
     o->m = o->v = o->master = o->gbuf = NULL;
     o->pbuf = NULL;
     o->store = NULL;
+}
+
+dt_status dt_optimizer_host_alloc(dt_optimizer *o, const dt_store_opts *so, void **p, size_t bytes, const char *what) {
+    *p = NULL;
+    if (so->host_alloc) {
+        o->host_free = so->host_free;
+        return so->host_alloc(p, bytes, what);
+    }
+    if (posix_memalign(p, 4096, bytes + 1) != 0) {
+        *p = NULL;
+        return dt_fail(DT_ERUNTIME, "out of host memory (%s, %zu bytes)", what, bytes);
+    }
+    memset(*p, 0, bytes + 1);
+    return DT_OK;
+}
+
+void dt_optimizer_host_free(const dt_optimizer *o, void *p) {
+    if (!p) return;
+    if (o->host_free) o->host_free(p);
+    else free(p);
 }
 
 void dt_optimizer_delay_next(dt_optimizer *o, int allow) { o->delay_next = allow; }

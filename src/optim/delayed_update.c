@@ -80,18 +80,16 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-dt_status dt_delayed_create(dt_optimizer *o) {
+dt_status dt_delayed_create(dt_optimizer *o, const dt_store_opts *so) {
     dt_delayed *dl = calloc(1, sizeof *dl);
     if (!dl) return dt_fail(DT_ERUNTIME, "out of memory (delayed update)");
     o->delayed = dl;
     pthread_mutex_init(&dl->mu, NULL);
     pthread_cond_init(&dl->cv, NULL);
-    /* two fp32 copies of the owned elements: what the thread reads and what it writes */
-    dl->grads = malloc(o->n * sizeof(float) + 1);
-    dl->weights = malloc(o->n * sizeof(float) + 1);
-    if (!dl->grads || !dl->weights) return dt_fail(DT_ERUNTIME, "out of memory (delayed update: gradients and "
-                                                                "weights, %zu MB)", 8 * o->n >> 20);
-    return DT_OK;
+    /* two fp32 copies of the owned elements: what the thread reads and what it writes
+     * (page-locked for a device with offload.pin_memory: they cross to and from it) */
+    DT_TRY(dt_optimizer_host_alloc(o, so, (void **)&dl->grads, o->n * sizeof(float), "delayed update: gradients"));
+    return dt_optimizer_host_alloc(o, so, (void **)&dl->weights, o->n * sizeof(float), "delayed update: weights");
 }
 
 void dt_delayed_free(dt_optimizer *o) {
@@ -106,8 +104,8 @@ void dt_delayed_free(dt_optimizer *o) {
     }
     pthread_mutex_destroy(&dl->mu);
     pthread_cond_destroy(&dl->cv);
-    free(dl->grads);
-    free(dl->weights);
+    dt_optimizer_host_free(o, dl->grads);
+    dt_optimizer_host_free(o, dl->weights);
     free(dl->pieces);
     free(dl);
     o->delayed = NULL;

@@ -37,6 +37,7 @@ typedef struct {
     int f_master, f_m, f_v;
     size_t chunk;   /* elements the host handles at a time (a block, at most) */
     float *gbuf;    /* host fp32: a chunk's gradients (a device's, or widened from bf16) */
+    void (*host_free)(void *p); /* what the host buffers (gbuf, pbuf, the delayed update's) came from (NULL: free) */
     void *pbuf;     /* host: a chunk's updated parameters in storage precision, for the upload */
     int params_host; /* the parameters the update writes are host memory (an offloaded ZeRO-3 shard) */
     int in_pass;

@@ -7,8 +7,13 @@
  * when staged) as fp32 in host memory dst. */
 void dt_optimizer_to_host_f32(const dt_optimizer *o, float *dst, const void *src, size_t n);
 
+/* Host memory for the optimizer's buffers: the store's allocator (page-locked for a
+ * device with offload.pin_memory), else zeroed page-aligned memory; dt_optimizer_host_free
+ * gives it back. */
+dt_status dt_optimizer_host_alloc(dt_optimizer *o, const dt_store_opts *so, void **p, size_t bytes, const char *what);
+void dt_optimizer_host_free(const dt_optimizer *o, void *p);
 /* The delayed update's state (NULL until created) and the thread that runs its pass. */
-dt_status dt_delayed_create(dt_optimizer *o);
+dt_status dt_delayed_create(dt_optimizer *o, const dt_store_opts *so);
 void dt_delayed_free(dt_optimizer *o);
 /* A delayed pass: start (no pieces), record each piece (its gradients copied now), launch
  * (the thread runs the pass over the store). */

@@ -85,6 +85,10 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
      * file per rank of the world for each */
     dt_store_opts st = {.dir = c->offload.nvme_path, .block_bytes = (size_t)(c->offload.block_mb * 1024.0 * 1024.0),
                         .buffers = c->offload.buffer_count};
+    if (c->offload.pin_memory && h->model.ops->host_alloc) { /* a device's: page-locked (DeepSpeed's pin_memory) */
+        st.host_alloc = h->model.ops->host_alloc;
+        st.host_free = h->model.ops->host_free;
+    }
     static const dt_store_kind kinds[] = {[DT_OFFLOAD_NONE] = 0, [DT_OFFLOAD_CPU] = DT_STORE_CPU,
                                           [DT_OFFLOAD_NVME] = DT_STORE_NVME};
     o.offload.store = st;

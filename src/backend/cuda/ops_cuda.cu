@@ -57,6 +57,23 @@ enum { MAX_LIVE = 4096 };
 static void *g_live_p[MAX_LIVE];
 static size_t g_live_n[MAX_LIVE];
 
+/* page-locked host memory (offload.pin_memory): DMA at the bus's rate, no staging copy */
+static dt_status cu_host_alloc(void **p, size_t bytes, const char *what) {
+    *p = NULL;
+    cudaError_t e = cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *p = NULL;
+        return dt_fail(DT_ERUNTIME, "out of page-locked host memory allocating %s (%.2f GB): %s", what, bytes / 1e9,
+                       cudaGetErrorString(e));
+    }
+    memset(*p, 0, bytes);
+    return DT_OK;
+}
+static void cu_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
 static dt_status cu_alloc(void **p, size_t bytes, const char *what) {
     *p = NULL;
     if (bytes == 0) bytes = 1;
@@ -199,6 +216,8 @@ template <typename T> struct wrap {
         o.bf16 = bf16;
         o.alloc = cu_alloc;
         o.free = cu_free;
+        o.host_alloc = cu_host_alloc;
+        o.host_free = cu_host_free;
         o.zero = cu_zero;
         o.upload = cu_upload;
         o.copy = cu_copy;
