@@ -73,13 +73,22 @@ static const char *SAMPLE_USAGE =
 
 static const char *PREPARE_USAGE =
     "usage: dtrain prepare --input FILE [--input FILE]... --out PREFIX [options]\n"
-    "  writes PREFIX_train.bin and PREFIX_val.bin (llm.c token-file layout)\n"
+    "  writes PREFIX_train.bin and PREFIX_val.bin: token files of documents (docs/config.md#token-files)\n"
+    "  --format F              what the inputs hold (default text):\n"
+    "                            text     each file is a document\n"
+    "                            fortune  fortune(6) files: each entry (ended by a line '%') is a document\n"
+    "                            jsonl    JSON Lines, a document per line in the field --field (default text)\n"
+    "                            prompt   JSON Lines of prompt/completion: only the completion in the loss\n"
+    "                            chat     JSON Lines of messages [{role, content}]: only the assistant's in the loss\n"
+    "  --fortune               the same as --format fortune\n"
+    "  --field NAME            jsonl: the text field (default text)\n"
     "  --tokenizer byte|gpt2   (default byte)\n"
     "  --encoder-json FILE --vocab-bpe FILE   GPT-2 BPE files (tokenizer gpt2)\n"
-    "  --val-fraction F        last fraction of tokens held out for validation (default 0.1)\n"
-    "  --fortune               fortune(6) files: lines that are exactly % become empty lines\n"
-    "  files are joined with GPT-2's <|endoftext|> (gpt2), or a newline where a file does not end in one (byte);\n"
-    "  the token files record the tokenizer, which train checks against data.tokenizer and model.vocab_size\n";
+    "  --val-fraction F        about this fraction of the tokens, the last documents, held out for validation\n"
+    "                          (default 0.1)\n"
+    "  each document ends with GPT-2's <|endoftext|> (gpt2), or a newline where its text does not end in one\n"
+    "  (byte); the token files record the tokenizer, which train checks against data.tokenizer and\n"
+    "  model.vocab_size, where each document starts and, for prompt and chat, which tokens are in the loss\n";
 
 static const char *CONFIG_USAGE =
     "usage: dtrain config [--deepspeed DS.json] [--config FILE] [--set K=V]... [--doc] [-n WORLD]\n"
@@ -579,17 +588,16 @@ static dt_status cmd_prepare(int argc, char **argv) {
     if (!inputs) return dt_fail(DT_ERUNTIME, "out of memory");
     int nin = 0;
     const char *out = NULL, *kind = "byte", *enc = "", *bpe = "";
-    double valf = 0.1;
-    int fortune = 0;
+    dt_prep_opts po = {.format = DT_PREP_TEXT, .field = NULL, .val_fraction = 0.1};
     dt_status s = DT_OK;
     for (int i = 0; i < argc && s == DT_OK; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--fortune")) { /* the one flag without a value */
-            fortune = 1;
+            po.format = DT_PREP_FORTUNE;
             continue;
         }
         if (strcmp(a, "--input") && strcmp(a, "--out") && strcmp(a, "--tokenizer") && strcmp(a, "--encoder-json") &&
-            strcmp(a, "--vocab-bpe") && strcmp(a, "--val-fraction")) {
+            strcmp(a, "--vocab-bpe") && strcmp(a, "--val-fraction") && strcmp(a, "--format") && strcmp(a, "--field")) {
             s = dt_fail(DT_EINPUT, "%s '%s' (see dtrain prepare --help)", a[0] == '-' ? "unknown option" : "unexpected argument", a);
             break;
         }
@@ -600,14 +608,21 @@ static dt_status cmd_prepare(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer")) kind = val;
         else if (!strcmp(a, "--encoder-json")) enc = val;
         else if (!strcmp(a, "--vocab-bpe")) bpe = val;
-        else if (!strcmp(a, "--val-fraction")) {
+        else if (!strcmp(a, "--field")) po.field = val;
+        else if (!strcmp(a, "--format")) {
+            if (dt_prep_format_of(val, &po.format) != 0)
+                s = dt_fail(DT_EINPUT, "option --format: '%s' is not one of text, fortune, jsonl, prompt, chat", val);
+        } else if (!strcmp(a, "--val-fraction")) {
             char *end = NULL;
-            valf = strtod(val, &end);
+            double valf = strtod(val, &end);
+            po.val_fraction = valf;
             if (!*val || *end || !(valf >= 0 && valf < 1))
                 s = dt_fail(DT_EINPUT, "option --val-fraction: '%s' is not a number in [0, 1)", val);
         } else s = dt_fail(DT_EINPUT, "unknown option '%s' (see dtrain prepare --help)", a);
     }
     if (s == DT_OK && (!nin || !out)) s = dt_fail(DT_EINPUT, "prepare: --input FILE and --out PREFIX are required");
+    if (s == DT_OK && po.field && po.format != DT_PREP_JSONL)
+        s = dt_fail(DT_EINPUT, "prepare: --field is for --format jsonl (prompt and chat have fixed fields)");
     if (s == DT_OK && strcmp(kind, "byte") && strcmp(kind, "gpt2"))
         s = dt_fail(DT_EINPUT, "prepare: --tokenizer '%s' is not one of byte, gpt2", kind);
     if (s == DT_OK && !strcmp(kind, "gpt2") && (!enc[0] || !bpe[0]))
@@ -625,14 +640,14 @@ static dt_status cmd_prepare(int argc, char **argv) {
     }
     dt_tokenizer *tok = NULL;
     if (s == DT_OK) s = !strcmp(kind, "gpt2") ? dt_tokenizer_gpt2(&tok, enc, bpe) : dt_tokenizer_byte(&tok);
-    size_t ntrain = 0, nval = 0;
-    if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, valf, fortune, &ntrain, &nval);
+    size_t ntrain = 0, nval = 0, ndocs = 0;
+    if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, &po, &ntrain, &nval, &ndocs);
     if (s == DT_OK && nval > 0)
-        printf("prepare: %zu training tokens -> %s_train.bin, %zu validation tokens -> %s_val.bin (vocab %d)\n", ntrain,
-               out, nval, out, dt_tokenizer_vocab(tok));
+        printf("prepare: %zu documents; %zu training tokens -> %s_train.bin, %zu validation tokens -> %s_val.bin "
+               "(vocab %d)\n", ndocs, ntrain, out, nval, out, dt_tokenizer_vocab(tok));
     else if (s == DT_OK)
-        printf("prepare: %zu training tokens -> %s_train.bin, no validation file (vocab %d)\n", ntrain, out,
-               dt_tokenizer_vocab(tok));
+        printf("prepare: %zu documents; %zu training tokens -> %s_train.bin, no validation file (vocab %d)\n", ndocs,
+               ntrain, out, dt_tokenizer_vocab(tok));
     dt_tokenizer_free(tok);
     free(inputs);
     return s;

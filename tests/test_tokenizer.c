@@ -112,6 +112,17 @@ static void test_pretokenize(void) {
     CHECK(dt_utf8_at(utf8, 1, 0, &w) == DT_CP_INVALID && w == 1, "truncated sequence: width %zu", w);
 }
 
+/* prep: dt_prep_opts of a format and val fraction */
+static dt_prep_opts prep(dt_prep_format f, double val) { return (dt_prep_opts){f, NULL, val}; }
+
+/* The documents of a version-2 token file: starts at want[0..n] (want[n] = the count). */
+static int docs_are(const dt_tokenfile *f, const size_t *want, size_t n) {
+    if (f->version != DT_TOKENFILE_VERSION_DOCS || f->ndocs != n || !f->doc_start) return 0;
+    for (size_t k = 0; k <= n; k++)
+        if (f->doc_start[k] != want[k]) return 0;
+    return 1;
+}
+
 static void test_prepare_byte(void) {
     dt_tokenizer *t;
     dt_tokenizer_byte(&t);
@@ -121,63 +132,87 @@ static void test_prepare_byte(void) {
     tmp_path(prefix, sizeof prefix, "out");
     snprintf(train, sizeof train, "%s_train.bin", prefix);
     snprintf(val, sizeof val, "%s_val.bin", prefix);
-    /* Fortune style: "%" lines become empty lines; "%" inside a line or "%%" stay. */
+    /* Fortune style: each entry is a document ending at its "%" line, which becomes an empty
+     * line; "%" inside a line or "%%" stay. The byte tokenizer has no eot: a document that
+     * does not end in a newline gets one (b's). */
     const char *ta = "%\nfirst fortune\n%\nsecond 100%\n%%\n %\n%";
     const char *want_a = "\nfirst fortune\n\nsecond 100%\n%%\n %\n";
     const char *tb = "0123456789abcdefghij";
     write_text(a, ta, strlen(ta));
     write_text(b, tb, strlen(tb));
     const char *in[2] = {a, b};
-    size_t ntr = 0, nv = 0;
-    dt_status st = dt_prepare(t, in, 2, prefix, 0.1, 1, &ntr, &nv);
-    size_t total = strlen(want_a) + strlen(tb);
-    CHECK(st == DT_OK, "prepare: %s", dt_error_message());
-    CHECK(nv == total / 10 && ntr == total - nv, "split %zu + %zu of %zu", ntr, nv, total);
+    size_t ntr = 0, nv = 0, nd = 0;
+    dt_prep_opts po = prep(DT_PREP_FORTUNE, 0.1);
+    dt_status st = dt_prepare(t, in, 2, prefix, &po, &ntr, &nv, &nd);
     char want[256];
-    snprintf(want, sizeof want, "%s%s", want_a, tb); /* no eot for the byte tokenizer */
+    snprintf(want, sizeof want, "%s%s\n", want_a, tb);
+    size_t total = strlen(want);
+    CHECK(st == DT_OK && nd == 4, "prepare: %zu documents: %s", nd, dt_error_message());
+    /* the cut: the document boundary nearest 10% from the end, the start of b's document */
+    CHECK(nv == strlen(tb) + 1 && ntr == total - nv, "split %zu + %zu of %zu, at a document boundary", ntr, nv, total);
     dt_tokenfile ft, fv;
     CHECK(dt_tokenfile_read(&ft, train, 256) == DT_OK && ft.count == ntr, "train file: %s", dt_error_message());
     CHECK(dt_tokenfile_read(&fv, val, 256) == DT_OK && fv.count == nv, "val file: %s", dt_error_message());
     int same = ft.count + fv.count == strlen(want);
     for (size_t i = 0; same && i < ft.count; i++) same = ft.tokens[i] == (unsigned char)want[i];
     for (size_t i = 0; same && i < fv.count; i++) same = fv.tokens[i] == (unsigned char)want[ft.count + i];
-    CHECK(same, "train + val = stripped text");
+    CHECK(same, "train + val = the stripped text, each document ended by a newline");
+    size_t dtrain[] = {0, 1, 16, ntr}, dval[] = {0, nv};
+    CHECK(docs_are(&ft, dtrain, 3) && !ft.mask, "train: 3 documents (the entries), no loss mask");
+    CHECK(docs_are(&fv, dval, 1), "val: 1 document (b)");
     dt_tokenfile_free(&ft);
     dt_tokenfile_free(&fv);
 
     /* val_fraction 0: no val file, and the stale one from above is gone. */
-    st = dt_prepare(t, in, 1, prefix, 0.0, 1, &ntr, &nv);
-    CHECK(st == DT_OK && ntr == strlen(want_a) && nv == 0, "no val: %s", dt_error_message());
+    po = prep(DT_PREP_FORTUNE, 0.0);
+    st = dt_prepare(t, in, 1, prefix, &po, &ntr, &nv, &nd);
+    CHECK(st == DT_OK && ntr == strlen(want_a) && nv == 0 && nd == 3, "no val: %s", dt_error_message());
     CHECK(access(val, F_OK) != 0, "stale val file removed");
-    /* A tiny fraction still gives one val token. */
-    st = dt_prepare(t, in, 1, prefix, 1e-9, 1, &ntr, &nv);
-    CHECK(st == DT_OK && nv == 1 && ntr == strlen(want_a) - 1, "tiny fraction: %zu %zu", ntr, nv);
+    /* A tiny fraction still gives val a document: the last one, the nearest boundary. */
+    po = prep(DT_PREP_FORTUNE, 1e-9);
+    st = dt_prepare(t, in, 1, prefix, &po, &ntr, &nv, &nd);
+    CHECK(st == DT_OK && nv == strlen("second 100%\n%%\n %\n") && ntr == strlen(want_a) - nv, "tiny fraction: %zu %zu",
+          ntr, nv);
+    /* One document is cut inside: both files hold part of it. */
+    po = prep(DT_PREP_TEXT, 0.25);
+    const char *inb[1] = {b};
+    st = dt_prepare(t, inb, 1, prefix, &po, &ntr, &nv, &nd);
+    CHECK(st == DT_OK && nd == 1 && nv == (strlen(tb) + 1) / 4 && ntr + nv == strlen(tb) + 1,
+          "one document cut: %zu + %zu", ntr, nv);
 
     char missing[256], empty[256];
     tmp_path(missing, sizeof missing, "missing.txt");
     const char *in2[2] = {a, missing};
-    expect_fail(dt_prepare(t, in2, 2, prefix, 0.1, 1, &ntr, &nv), DT_EINPUT, "missing input", missing, "cannot open");
-    expect_fail(dt_prepare(t, in, 1, prefix, 1.0, 1, &ntr, &nv), DT_EINPUT, "val 1.0", "val fraction", NULL);
-    expect_fail(dt_prepare(t, in, 1, prefix, -0.5, 1, &ntr, &nv), DT_EINPUT, "val < 0", "val fraction", NULL);
-    expect_fail(dt_prepare(t, in, 0, prefix, 0.1, 1, &ntr, &nv), DT_EINPUT, "no inputs", "no input", NULL);
+    po = prep(DT_PREP_FORTUNE, 0.1);
+    expect_fail(dt_prepare(t, in2, 2, prefix, &po, &ntr, &nv, &nd), DT_EINPUT, "missing input", missing, "cannot open");
+    po = prep(DT_PREP_FORTUNE, 1.0);
+    expect_fail(dt_prepare(t, in, 1, prefix, &po, &ntr, &nv, &nd), DT_EINPUT, "val 1.0", "val fraction", NULL);
+    po = prep(DT_PREP_FORTUNE, -0.5);
+    expect_fail(dt_prepare(t, in, 1, prefix, &po, &ntr, &nv, &nd), DT_EINPUT, "val < 0", "val fraction", NULL);
+    po = prep(DT_PREP_FORTUNE, 0.1);
+    expect_fail(dt_prepare(t, in, 0, prefix, &po, &ntr, &nv, &nd), DT_EINPUT, "no inputs", "no input", NULL);
     tmp_path(empty, sizeof empty, "empty.txt");
     write_text(empty, "%", 1);
     const char *in3[1] = {empty};
-    expect_fail(dt_prepare(t, in3, 1, prefix, 0.1, 1, &ntr, &nv), DT_EINPUT, "empty input", "no text", NULL);
+    expect_fail(dt_prepare(t, in3, 1, prefix, &po, &ntr, &nv, &nd), DT_EINPUT, "empty input", "no text", NULL);
 
-    /* Without --fortune the text is kept as it is; files are joined with a newline where one
-     * does not end in one (b, a), none where it does (e); the files record "byte". */
+    /* Format text: each file is a document, ended by a newline where it does not end in one
+     * (b, a, the last b), none where it does (e); the files record "byte". */
     char e[256];
     tmp_path(e, sizeof e, "e.txt");
     write_text(e, "line\n", 5);
     const char *in4[4] = {b, a, e, b};
-    st = dt_prepare(t, in4, 4, prefix, 0.0, 0, &ntr, &nv);
-    snprintf(want, sizeof want, "%s\n%s\nline\n%s", tb, ta, tb);
-    CHECK(st == DT_OK && ntr == strlen(want), "plain: %zu tokens, want %zu: %s", ntr, strlen(want), dt_error_message());
+    po = prep(DT_PREP_TEXT, 0.0);
+    st = dt_prepare(t, in4, 4, prefix, &po, &ntr, &nv, &nd);
+    snprintf(want, sizeof want, "%s\n%s\nline\n%s\n", tb, ta, tb);
+    CHECK(st == DT_OK && ntr == strlen(want) && nd == 4, "plain: %zu tokens, want %zu: %s", ntr, strlen(want),
+          dt_error_message());
     CHECK(dt_tokenfile_read(&ft, train, 256) == DT_OK, "plain train file: %s", dt_error_message());
     same = ft.count == strlen(want);
     for (size_t i = 0; same && i < ft.count; i++) same = ft.tokens[i] == (unsigned char)want[i];
     CHECK(same, "plain: %% lines kept, a newline after a file without one, none after a file ending in one");
+    size_t l1 = strlen(tb) + 1, l2 = l1 + strlen(ta) + 1, l3 = l2 + 5, dplain[] = {0, l1, l2, l3, strlen(want)};
+    CHECK(docs_are(&ft, dplain, 4), "plain: a document per file");
     CHECK(!strcmp(ft.tokenizer, "byte") && ft.tokenizer_vocab == 256, "record '%s' %d", ft.tokenizer,
           ft.tokenizer_vocab);
     dt_tokenfile_free(&ft);
@@ -339,7 +374,7 @@ static void test_gpt2(const char *srcdir, const char *enc, const char *bpe) {
     CHECK(n == 4 && b[0] == 40 && b[1] == 1183 && b[2] == 220 && b[3] == 467, "I'll  go: %zu", n);
     free(b);
 
-    /* prepare inserts eot between files. */
+    /* prepare ends each document with eot. */
     char a[256], c[256], prefix[256], train[300];
     tmp_path(a, sizeof a, "g1.txt");
     tmp_path(c, sizeof c, "g2.txt");
@@ -349,12 +384,16 @@ static void test_gpt2(const char *srcdir, const char *enc, const char *bpe) {
     snprintf(train, sizeof train, "%s_train.bin", prefix);
     const char *in[2] = {a, c};
     size_t ntr, nv;
-    st = dt_prepare(t, in, 2, prefix, 0.0, 1, &ntr, &nv);
-    CHECK(st == DT_OK && ntr == 5 && nv == 0, "prepare gpt2: %s", dt_error_message());
+    dt_prep_opts po = prep(DT_PREP_FORTUNE, 0.0);
+    size_t nd;
+    st = dt_prepare(t, in, 2, prefix, &po, &ntr, &nv, &nd);
+    CHECK(st == DT_OK && ntr == 6 && nv == 0 && nd == 2, "prepare gpt2: %s", dt_error_message());
     dt_tokenfile f;
-    CHECK(dt_tokenfile_read(&f, train, 50257) == DT_OK && f.count == 5 && f.tokens[0] == 15496 && f.tokens[1] == 995 &&
-              f.tokens[2] == 50256 && f.tokens[3] == 15496 && f.tokens[4] == 995,
-          "eot between files");
+    size_t two[] = {0, 3, 6};
+    CHECK(dt_tokenfile_read(&f, train, 50257) == DT_OK && f.count == 6 && f.tokens[0] == 15496 && f.tokens[1] == 995 &&
+              f.tokens[2] == 50256 && f.tokens[3] == 15496 && f.tokens[4] == 995 && f.tokens[5] == 50256 &&
+              docs_are(&f, two, 2),
+          "each document (file) ends with eot");
     CHECK(!strcmp(f.tokenizer, "gpt2") && f.tokenizer_vocab == 50257, "gpt2 record '%s' %d", f.tokenizer,
           f.tokenizer_vocab);
     dt_tokenfile_free(&f);

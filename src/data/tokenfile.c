@@ -59,7 +59,7 @@ static int write_full(int fd, const void *buf, size_t n) {
 
 /* The tokenizer record (header bytes 12..23): all zero, or a name of [a-z0-9_-] (NUL-padded)
  * and a vocabulary in 1..65536. Returns 0, or -1 when the bytes are neither. */
-static int parse_record(const unsigned char *hdr, char *name, int *vocab) {
+static int parse_record(const unsigned char *hdr, char *name, int *vocab, int32_t max_vocab) {
     const unsigned char *p = hdr + 12;
     int32_t v = le32(hdr + 20);
     memset(name, 0, DT_TOKENFILE_NAME_BYTES + 1);
@@ -69,7 +69,7 @@ static int parse_record(const unsigned char *hdr, char *name, int *vocab) {
     if (zero) return 0;
     int len = 0;
     while (len < DT_TOKENFILE_NAME_BYTES && p[len]) len++;
-    if (len == 0 || v < 1 || v > 65536) return -1;
+    if (len == 0 || v < 1 || v > max_vocab) return -1;
     for (int i = 0; i < DT_TOKENFILE_NAME_BYTES; i++) {
         int c = p[i];
         if (i >= len ? c != 0 : !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return -1;
@@ -82,8 +82,74 @@ static int parse_record(const unsigned char *hdr, char *name, int *vocab) {
 void dt_tokenfile_free(dt_tokenfile *f) {
     if (!f) return;
     dt_free(f->tokens);
+    free(f->doc_start);
+    free(f->mask);
     f->tokens = NULL;
-    f->count = 0;
+    f->doc_start = NULL;
+    f->mask = NULL;
+    f->count = f->ndocs = 0;
+}
+
+static uint64_t le64(const unsigned char *p) { return (uint64_t)(uint32_t)le32(p) | (uint64_t)(uint32_t)le32(p + 4) << 32; }
+
+/* Version 3's tail: the document starts and the loss mask, read and checked. */
+static dt_status read_docs(dt_tokenfile *f, int fd, const char *path, size_t n, size_t ndocs, int has_mask) {
+    unsigned char *raw = malloc((ndocs + 1) * 8);
+    f->doc_start = malloc((ndocs + 1) * sizeof *f->doc_start);
+    if (!raw || !f->doc_start) {
+        free(raw);
+        return dt_fail(DT_ERUNTIME, "%s: out of memory (%zu document starts)", path, ndocs);
+    }
+    int bad = read_full(fd, raw, (ndocs + 1) * 8) != 0;
+    for (size_t d = 0; d <= ndocs && !bad; d++) f->doc_start[d] = le64(raw + 8 * d);
+    free(raw);
+    if (bad) return dt_fail(DT_EINPUT, "%s: truncated while reading document starts", path);
+    f->ndocs = ndocs;
+    if (f->doc_start[0] != 0)
+        return dt_fail(DT_EINPUT, "%s: the first document starts at token %llu, not 0", path,
+                       (unsigned long long)f->doc_start[0]);
+    for (size_t d = 0; d < ndocs; d++)
+        if (f->doc_start[d + 1] <= f->doc_start[d])
+            return dt_fail(DT_EINPUT, "%s: document %zu is empty or out of order (starts at token %llu, the next at "
+                           "%llu)", path, d, (unsigned long long)f->doc_start[d], (unsigned long long)f->doc_start[d + 1]);
+    if (f->doc_start[ndocs] != n)
+        return dt_fail(DT_EINPUT, "%s: the documents end at token %llu, the file has %zu tokens", path,
+                       (unsigned long long)f->doc_start[ndocs], n);
+    if (!has_mask) return DT_OK;
+    if (!(f->mask = malloc(n + 1))) return dt_fail(DT_ERUNTIME, "%s: out of memory (loss mask)", path);
+    if (read_full(fd, f->mask, n) != 0) return dt_fail(DT_EINPUT, "%s: truncated while reading the loss mask", path);
+    for (size_t i = 0; i < n; i++)
+        if (f->mask[i] > 1)
+            return dt_fail(DT_EINPUT, "%s: loss mask byte %u at token %zu (0 or 1 expected)", path, f->mask[i], i);
+    return DT_OK;
+}
+
+/* n ids of width bytes from fd into tok (uint16), each checked against the vocabulary. */
+static dt_status read_ids(int fd, const char *path, uint16_t *tok, size_t n, int width, int vocab_size) {
+    if (width == 2) {
+        if (read_full(fd, tok, n * 2) != 0)
+            return dt_fail(DT_EINPUT, "%s: truncated while reading tokens: %s", path, errno ? strerror(errno) : "file shrank");
+#if DT_BIG_ENDIAN
+        for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)(tok[i] >> 8 | tok[i] << 8);
+#endif
+    } else {
+        unsigned char buf[4 * 4096];
+        for (size_t i = 0; i < n;) {
+            size_t k = n - i < 4096 ? n - i : 4096;
+            if (read_full(fd, buf, 4 * k) != 0) return dt_fail(DT_EINPUT, "%s: truncated while reading tokens", path);
+            for (size_t j = 0; j < k; j++, i++) {
+                uint32_t v = (uint32_t)le32(buf + 4 * j);
+                if (v > 65535 || (int64_t)v >= vocab_size)
+                    return dt_fail(DT_EINPUT, "%s: token %u at position %zu is >= vocab size %d%s", path, v, i, vocab_size,
+                                   v > 65535 ? " (ids over 65535 need 32-bit tokens in the model: not yet)" : "");
+                tok[i] = (uint16_t)v;
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        if (tok[i] >= vocab_size)
+            return dt_fail(DT_EINPUT, "%s: token %u at position %zu is >= vocab size %d", path, tok[i], i, vocab_size);
+    return DT_OK;
 }
 
 dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
@@ -116,9 +182,8 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
                      DT_TOKENFILE_MAGIC);
         goto done;
     }
-    if (version != DT_TOKENFILE_VERSION) {
-        st = dt_fail(DT_EINPUT, "%s: unsupported version %d (expected %d, uint16 tokens)", path, version,
-                     DT_TOKENFILE_VERSION);
+    if (version != DT_TOKENFILE_VERSION && version != DT_TOKENFILE_VERSION_DOCS) {
+        st = dt_fail(DT_EINPUT, "%s: unsupported version %d (1: uint16 tokens, 3: documents)", path, version);
         goto done;
     }
     if (count < 0) {
@@ -127,15 +192,33 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
     }
     char name[DT_TOKENFILE_NAME_BYTES + 1];
     int rec_vocab;
-    if (parse_record(hdr, name, &rec_vocab) != 0) {
+    int docs = version == DT_TOKENFILE_VERSION_DOCS;
+    if (parse_record(hdr, name, &rec_vocab, docs ? INT32_MAX : 65536) != 0) {
         st = dt_fail(DT_EINPUT, "%s: header bytes 12..23 are not a tokenizer record (a name of [a-z0-9_-] and a "
-                     "vocabulary of 1..65536, or zeros)", path);
+                     "vocabulary of 1..%d, or zeros)", path, docs ? INT32_MAX : 65536);
         goto done;
     }
-    long long expect = DT_TOKENFILE_HEADER_BYTES + 2LL * count;
+    int32_t width = docs ? le32(hdr + 24) : 2, ndocs = docs ? le32(hdr + 28) : 0, flags = docs ? le32(hdr + 32) : 0;
+    if (docs && (width != 2 && width != 4)) {
+        st = dt_fail(DT_EINPUT, "%s: %d bytes per token id in the header (2 or 4)", path, width);
+        goto done;
+    }
+    if (docs && (ndocs < 0 || (count > 0 && ndocs == 0) || ndocs > count || (flags & ~1))) {
+        st = dt_fail(DT_EINPUT, "%s: header has %d documents for %d tokens, flags %d (documents: 1..tokens; flags: "
+                     "0 or 1)", path, ndocs, count, flags);
+        goto done;
+    }
+    for (int i = 36; docs && i < DT_TOKENFILE_HEADER_BYTES; i++)
+        if (hdr[i]) {
+            st = dt_fail(DT_EINPUT, "%s: header byte %d is not zero (a later version's file?)", path, i);
+            goto done;
+        }
+    long long expect = DT_TOKENFILE_HEADER_BYTES + (long long)width * count +
+                       (docs ? 8LL * (ndocs + 1) + ((flags & 1) ? count : 0) : 0);
     if (size != expect) {
-        st = dt_fail(DT_EINPUT, "%s: %s: header says %d tokens (%lld bytes) but the file has %lld bytes", path,
-                     size < expect ? "truncated" : "trailing bytes", count, expect, size);
+        st = dt_fail(DT_EINPUT, "%s: %s: the header says %d tokens of %d bytes%s%s (%lld bytes) but the file has "
+                     "%lld bytes", path, size < expect ? "truncated" : "trailing bytes", count, width,
+                     docs ? ", their document starts" : "", (flags & 1) ? " and a loss mask" : "", expect, size);
         goto done;
     }
     size_t n = (size_t)count;
@@ -144,32 +227,24 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
         dt_error_context("%s", path);
         goto done;
     }
-    if (read_full(fd, tok, n * sizeof *tok) != 0) {
-        st = dt_fail(DT_EINPUT, "%s: truncated while reading tokens: %s", path,
-                     errno ? strerror(errno) : "file shrank");
-        goto done;
-    }
-#if DT_BIG_ENDIAN
-    for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)(tok[i] >> 8 | tok[i] << 8);
-#endif
+    st = read_ids(fd, path, tok, n, width, vocab_size);
+    if (st == DT_OK && docs) st = read_docs(f, fd, path, n, (size_t)ndocs, flags & 1);
+    if (st != DT_OK) goto done;
     unsigned top = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (tok[i] >= vocab_size) {
-            st = dt_fail(DT_EINPUT, "%s: token %u at position %zu is >= vocab size %d", path, tok[i], i, vocab_size);
-            goto done;
-        }
+    for (size_t i = 0; i < n; i++)
         if (tok[i] > top) top = tok[i];
-    }
     f->max_token = top;
     memcpy(f->tokenizer, name, sizeof f->tokenizer);
     f->tokenizer_vocab = rec_vocab;
     f->tokens = tok;
     f->count = n;
+    f->version = version;
     memcpy(f->path, path, strlen(path) + 1);
     tok = NULL;
 done:
     dt_free(tok);
     close(fd);
+    if (st != DT_OK) dt_tokenfile_free(f), memset(f, 0, sizeof *f);
     return st;
 }
 
@@ -184,11 +259,35 @@ static void fsync_parent(const char *path) {
     }
 }
 
-dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t count, const char *tokenizer,
-                             int vocab) {
-    if (count > INT32_MAX) return dt_fail(DT_EINPUT, "%s: %zu tokens do not fit a token file header", path, count);
+static void put_le64(unsigned char *p, uint64_t v) {
+    put_le32(p, (int32_t)(uint32_t)v);
+    put_le32(p + 4, (int32_t)(uint32_t)(v >> 32));
+}
+
+/* Little-endian values of width bytes (2, 4 or 8) from src (uint16, uint16 widened, or
+ * uint64), n of them, in chunks. */
+static int write_le(int fd, const void *src, size_t n, int in_width, int width) {
+    unsigned char buf[8 * 4096];
+    for (size_t i = 0; i < n;) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        for (size_t j = 0; j < k; j++) {
+            uint64_t v = in_width == 8 ? ((const uint64_t *)src)[i + j] : ((const uint16_t *)src)[i + j];
+            if (width == 8) put_le64(buf + 8 * j, v);
+            else if (width == 4) put_le32(buf + 4 * j, (int32_t)(uint32_t)v);
+            else buf[2 * j] = (unsigned char)v, buf[2 * j + 1] = (unsigned char)(v >> 8);
+        }
+        if (write_full(fd, buf, k * (size_t)width) != 0) return -1;
+        i += k;
+    }
+    return 0;
+}
+
+static dt_status write_file(const char *path, const uint16_t *tokens, size_t count, const uint64_t *doc_start,
+                            size_t ndocs, const uint8_t *mask, const char *tokenizer, int vocab, int version) {
+    if (count > INT32_MAX || ndocs > INT32_MAX)
+        return dt_fail(DT_EINPUT, "%s: %zu tokens do not fit a token file header", path, count);
     size_t name_len = tokenizer ? strlen(tokenizer) : 0;
-    if (name_len > DT_TOKENFILE_NAME_BYTES || (name_len && (vocab < 1 || vocab > 65536)))
+    if (name_len > DT_TOKENFILE_NAME_BYTES || (name_len && (vocab < 1 || (version == 1 && vocab > 65536))))
         return dt_fail(DT_EINPUT, "%s: tokenizer record '%s' (vocab %d) does not fit the header", path,
                        tokenizer ? tokenizer : "", vocab);
     char tmp[PATH_MAX];
@@ -197,24 +296,23 @@ dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t co
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return dt_fail(DT_ERUNTIME, "%s: cannot create: %s", tmp, strerror(errno));
     unsigned char hdr[DT_TOKENFILE_HEADER_BYTES] = {0};
+    int width = version == 3 && vocab > 65536 ? 4 : 2;
     put_le32(hdr, DT_TOKENFILE_MAGIC);
-    put_le32(hdr + 4, DT_TOKENFILE_VERSION);
+    put_le32(hdr + 4, version);
     put_le32(hdr + 8, (int32_t)count);
     if (name_len) {
         memcpy(hdr + 12, tokenizer, name_len);
         put_le32(hdr + 20, vocab);
     }
-    int bad = write_full(fd, hdr, sizeof hdr) != 0;
-#if DT_BIG_ENDIAN
-    uint16_t chunk[4096];
-    for (size_t i = 0; i < count && !bad; i += 4096) {
-        size_t k = count - i < 4096 ? count - i : 4096;
-        for (size_t j = 0; j < k; j++) chunk[j] = (uint16_t)(tokens[i + j] >> 8 | tokens[i + j] << 8);
-        bad = write_full(fd, chunk, k * sizeof *chunk) != 0;
+    if (version == 3) {
+        put_le32(hdr + 24, width);
+        put_le32(hdr + 28, (int32_t)ndocs);
+        put_le32(hdr + 32, mask ? 1 : 0);
     }
-#else
-    if (!bad && count) bad = write_full(fd, tokens, count * sizeof *tokens) != 0;
-#endif
+    int bad = write_full(fd, hdr, sizeof hdr) != 0;
+    if (!bad) bad = write_le(fd, tokens, count, 2, width) != 0;
+    if (!bad && version == 3) bad = write_le(fd, doc_start, ndocs + 1, 8, 8) != 0;
+    if (!bad && version == 3 && mask && count) bad = write_full(fd, mask, count) != 0;
     if (!bad) bad = fsync(fd) != 0;
     int err = errno;
     if (close(fd) != 0 && !bad) bad = 1, err = errno;
@@ -225,6 +323,16 @@ dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t co
     }
     fsync_parent(path);
     return DT_OK;
+}
+
+dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t count, const char *tokenizer,
+                             int vocab) {
+    return write_file(path, tokens, count, NULL, 0, NULL, tokenizer, vocab, 1);
+}
+
+dt_status dt_tokenfile_write_docs(const char *path, const uint16_t *tokens, size_t count, const uint64_t *doc_start,
+                                  size_t ndocs, const uint8_t *mask, const char *tokenizer, int vocab) {
+    return write_file(path, tokens, count, doc_start, ndocs, mask, tokenizer, vocab, 3);
 }
 
 dt_status dt_tokenfile_check(const dt_tokenfile *f, const char *what, const char *tokenizer, int vocab_size,

@@ -1,6 +1,14 @@
 /* Token files in the llm.c / nanoGPT layout: a header of 256 little-endian int32
- * (header[0] = magic 20240520, header[1] = version 1, header[2] = token count),
- * then `count` little-endian uint16 tokens.
+ * (header[0] = magic 20240520, header[1] = version, header[2] = token count), then the
+ * tokens, little-endian.
+ *
+ * Version 1 (llm.c's): `count` uint16 tokens, one stream.
+ * Version 3 (documents; 2 is llm.c's uint32 stream, kept clear of; docs/config.md): header[6] = bytes per token id (2, or 4 for
+ * vocabularies over 65,536), header[7] = document count D (at least 1 when there are
+ * tokens), header[8] = flags (bit 0: a loss mask follows; no other bit set). After the
+ * tokens, D + 1 uint64 document starts (0 first, strictly increasing: no empty document,
+ * `count` last), then with the flag `count` bytes of loss mask (1: the token is predicted
+ * in the loss, 0: it is not, e.g. a prompt). Every other header byte is zero.
  *
  * The tokenizer record (dtrain's, in header bytes llm.c leaves zero, so llm.c still reads
  * the file): bytes 12..19 the tokenizer's name (ASCII, NUL-padded: "byte", "gpt2"),
@@ -14,6 +22,7 @@
 
 #define DT_TOKENFILE_MAGIC 20240520
 #define DT_TOKENFILE_VERSION 1
+#define DT_TOKENFILE_VERSION_DOCS 3
 #define DT_TOKENFILE_HEADER_BYTES 1024
 
 #define DT_TOKENFILE_NAME_BYTES 8 /* header bytes 12..19 */
@@ -25,21 +34,33 @@ typedef struct {
     char tokenizer[DT_TOKENFILE_NAME_BYTES + 1]; /* "" : not recorded */
     int tokenizer_vocab;                         /* 0 : not recorded */
     unsigned max_token;                          /* the largest id in the file (0 when empty) */
+    int version;                                 /* 1: a token stream; 3: documents */
+    size_t ndocs;                                /* version 3: documents (doc_start has ndocs + 1 entries) */
+    uint64_t *doc_start;                         /* version 3: where each document starts; NULL in version 1 */
+    uint8_t *mask;                               /* version 3 with a loss mask: 1 = in the loss; else NULL */
 } dt_tokenfile;
 
-/* Reads the whole file into memory (one allocation). Validates: file exists/readable,
- * size >= 1024 bytes, magic, version, count >= 0, file size == 1024 + 2*count exactly
+/* Reads the whole file into memory. Validates: file exists/readable, size >= 1024 bytes,
+ * magic, version (1 or 2), count >= 0, the file's size exactly what the header describes
  * (too short -> "truncated", too long -> "trailing bytes"), every token < vocab_size
- * (error names the first bad position and value), a tokenizer record that is all zero or
- * a name of [a-z0-9_-] with a vocabulary in 1..65536. All DT_EINPUT with a one-line message
- * that names the file and the cause; *f is zeroed on failure. */
+ * (error names the first bad position and value; ids are held as uint16, so a 32-bit id
+ * over 65535 is refused too), a tokenizer record that is all zero or a name of [a-z0-9_-]
+ * with a vocabulary in 1..65536 (1..2^31 in version 3); version 3: the width, the flags,
+ * the document starts (the first empty document named) and the mask's bytes (0 or 1, the
+ * first other named). All DT_EINPUT with a one-line message that names the file and the
+ * cause; *f is zeroed on failure. */
 dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size);
 void dt_tokenfile_free(dt_tokenfile *f);
 /* Writes atomically: to "<path>.tmp.<pid>", fsync, rename (then fsyncs the directory).
  * count must fit the header's int32. tokenizer (NULL or "": none) and vocab are the
- * tokenizer record. */
+ * tokenizer record. A version 1 file. */
 dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t count, const char *tokenizer,
                              int vocab);
+/* The same as a version 3 file: ndocs documents starting at doc_start[0..ndocs) (doc_start
+ * has ndocs + 1 entries, the last = count), mask NULL or count bytes of 0/1; ids written
+ * in 4 bytes when vocab > 65536, else 2. */
+dt_status dt_tokenfile_write_docs(const char *path, const uint16_t *tokens, size_t count, const uint64_t *doc_start,
+                                  size_t ndocs, const uint8_t *mask, const char *tokenizer, int vocab);
 
 /* Whether the file is data for this run (pure; what = the config key naming it, e.g.
  * "data.train"). A recorded tokenizer must be `tokenizer` (data.tokenizer) and its

@@ -125,6 +125,9 @@ static dt_status read_data(const dt_config *c, trainer *t) {
     DT_TRY(dt_tokenfile_check(&t->train_tokens, "data.train", c->data.tokenizer, c->model.vocab_size, note,
                               sizeof note));
     if (note[0] && t->rank0) printf("dtrain: warning: %s\n", note);
+    if (t->train_tokens.mask && t->rank0) /* prompt/chat data: its mask needs rows built from documents */
+        printf("dtrain: note: data.train '%s' has a loss mask (prompt or chat data); the stream layout trains on "
+               "every token and does not apply it yet\n", t->train_tokens.path);
     resolve_val(c, t->val_path, sizeof t->val_path);
     if (!t->val_path[0]) return DT_OK;
     s = dt_tokenfile_read(&t->val_tokens, t->val_path, c->model.vocab_size);
