@@ -197,12 +197,14 @@ class GPT2:
         return [sum(map(operator.mul, row, w)) for w in self.w["wte.weight"]]
 
 
-def read_tokens(path):  # llm.c token file: 256 int32 header (magic, version, count), uint16 tokens
+def read_tokens(path):  # token file: 256 int32 header (magic, version, count), then the ids
     with open(path, "rb") as f:
         raw = f.read()
-    magic, version, count = struct.unpack("<3i", raw[:12])
-    assert magic == 20240520 and version == 1, path
-    return list(struct.unpack("<%dH" % count, raw[1024:1024 + 2 * count]))
+    h = struct.unpack("<256i", raw[:1024])
+    magic, version, count = h[:3]
+    assert magic == 20240520 and version in (1, 3), path  # 3: documents (ids of h[6] bytes, then their tail)
+    width = 2 if version == 1 else h[6]
+    return list(struct.unpack("<%d%s" % (count, "H" if width == 2 else "I"), raw[1024:1024 + width * count]))
 
 
 def mean_loss(m, toks, nwin, T):

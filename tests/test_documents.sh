@@ -88,7 +88,7 @@ PY
 a=$("$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/big_train.bin" --set data.val= --steps 4 --threads 1 --digest 2>&1 | grep -o 'digest sha256:[0-9a-f]*')
 b=$("$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/big_v1.bin" --set data.val= --steps 4 --threads 1 --digest 2>&1 | grep -o 'digest sha256:[0-9a-f]*')
 [ -n "$a" ] && [ "$a" = "$b" ] && pass "stream: a version 3 file trains as the version 1 file of its tokens (same weights)" ||
-  fail "stream v2 vs v1: '$a' vs '$b'"
+  fail "stream v3 vs v1: '$a' vs '$b'"
 
 # bad input to prepare: one line naming the file and line, exit 2, nothing written
 badprep() {
@@ -135,7 +135,14 @@ T=$(python3 -c "print(list(range(1, 201)))")
 mk ok "($T, 2, [0, 100, 200], [1] * 200, b'')"
 "$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/ok.bin" --set data.val= --steps 1 \
   --set train.micro_batch=1 --set train.global_batch=1 --set model.seq_len=64 >"$TMP/ok.out" 2>&1 &&
-  pass "a hand-made version 3 file trains" || fail "hand-made v2: $(tail -2 "$TMP/ok.out")"
+  pass "a hand-made version 3 file trains" || fail "hand-made v3: $(tail -2 "$TMP/ok.out")"
+mk wide "($T, 4, [0, 50, 200], None, b'')"
+"$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/wide.bin" --set data.val= --steps 1 \
+  --set train.micro_batch=1 --set train.global_batch=1 --set model.seq_len=64 --digest >"$TMP/wide.out" 2>&1
+"$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/ok.bin" --set data.val= --steps 1 \
+  --set train.micro_batch=1 --set train.global_batch=1 --set model.seq_len=64 --digest >"$TMP/ok2.out" 2>&1
+[ -n "$(digest_of "$TMP/wide.out")" ] && [ "$(digest_of "$TMP/wide.out")" = "$(digest_of "$TMP/ok2.out")" ] &&
+  pass "32-bit ids read as the 16-bit file of the same tokens (same weights)" || fail "32-bit ids: $(tail -2 "$TMP/wide.out")"
 mk longmask "($T, 2, [0, 100, 200], [1] * 205, b'')"
 badfile "a mask longer than its tokens" "trailing bytes" longmask
 mk emptydoc "($T, 2, [0, 100, 100, 200], None, b'')"

@@ -55,9 +55,10 @@ static dt_status add_text(docs *d, const char *text, size_t len, int in_loss) {
         else dt_error_context("%s", d->where);
         return s;
     }
+    if (d->n == from) return DT_OK; /* nothing encoded (the buffers may not exist yet) */
     DT_TRY(grow_mask(d));
     memset(d->mask + from, in_loss ? 1 : 0, d->n - from);
-    if (!in_loss && d->n > from) d->masked = 1;
+    if (!in_loss) d->masked = 1;
     return DT_OK;
 }
 
@@ -178,6 +179,7 @@ static dt_status json_doc(docs *d, const cJSON *obj, const dt_prep_opts *o) {
     switch (o->format) {
     case DT_PREP_JSONL:
         if (!(x = string_field(d, obj, o->field ? o->field : "text", &a))) return DT_EINPUT;
+        if (!a) return dt_fail(DT_EINPUT, "prepare: %s line %ld: an empty document", d->where, d->line);
         DT_TRY(add_text(d, x, a, 1));
         return end_doc(d, a ? (unsigned char)x[a - 1] : '\n');
     case DT_PREP_PROMPT:
@@ -237,15 +239,16 @@ static dt_status jsonl_docs(docs *d, char *s, size_t n, const dt_prep_opts *o) {
     return DT_OK;
 }
 
-/* The train/val cut: the document boundary nearest n - nv that leaves both sides tokens
- * (a single document is cut at n - nv). */
+/* The train/val cut: the document boundary nearest n - nv, if it is within nv/2 of it (so
+ * val holds about the fraction asked for); else n - nv, inside a document. */
 static size_t val_cut(const docs *d, size_t nv) {
     size_t want = d->n - nv, best = 0;
     for (size_t k = 1; k < d->ndocs; k++) {
         size_t b = (size_t)d->start[k];
         if (!best || (b > want ? b - want : want - b) < (best > want ? best - want : want - best)) best = b;
     }
-    return best ? best : want;
+    size_t off = best > want ? best - want : want - best;
+    return best && 2 * off <= nv ? best : want;
 }
 
 /* Writes tokens [lo, hi) with their documents (cut at lo and hi) and mask. */

@@ -28,8 +28,8 @@ typedef struct {
  * does not end in one (documents' lines never run together). The token stream is what
  * `data.layout stream` trains on; the files also keep where each document starts and,
  * when part of the text is not to be predicted (prompt, chat), a loss mask. The validation
- * file takes the last documents, about val_fraction of the tokens, cut at a document
- * boundary (a single document is cut inside); val_fraction 0 writes no val file and
+ * file takes the last val_fraction of the tokens, cut at the nearest document boundary
+ * when one is within half of that size of the cut, else inside a document; val_fraction 0 writes no val file and
  * removes a stale one. Bad input (a line that is not a JSON object, a missing or empty
  * field, invalid UTF-8, an empty document) is DT_EINPUT naming the file and line (or byte
  * offset), and nothing is written. ntrain / nval / ndocs (may be NULL) get the counts. */

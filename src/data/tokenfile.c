@@ -214,7 +214,7 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
             goto done;
         }
     long long expect = DT_TOKENFILE_HEADER_BYTES + (long long)width * count +
-                       (docs ? 8LL * (ndocs + 1) + ((flags & 1) ? count : 0) : 0);
+                       (docs ? 8LL * ((long long)ndocs + 1) + ((flags & 1) ? count : 0) : 0);
     if (size != expect) {
         st = dt_fail(DT_EINPUT, "%s: %s: the header says %d tokens of %d bytes%s%s (%lld bytes) but the file has "
                      "%lld bytes", path, size < expect ? "truncated" : "trailing bytes", count, width,

@@ -10,7 +10,7 @@
  * `count` last), then with the flag `count` bytes of loss mask (1: the token is predicted
  * in the loss, 0: it is not, e.g. a prompt). Every other header byte is zero.
  *
- * The tokenizer record (dtrain's, in header bytes llm.c leaves zero, so llm.c still reads
+ * The tokenizer record (dtrain's, in header bytes llm.c leaves zero, so llm.c still reads a version 1
  * the file): bytes 12..19 the tokenizer's name (ASCII, NUL-padded: "byte", "gpt2"),
  * bytes 20..23 its vocabulary size (int32). All zero: not recorded (llm.c's files, dtrain's
  * before the record). The record keeps these bytes in every later header version. */
@@ -41,7 +41,7 @@ typedef struct {
 } dt_tokenfile;
 
 /* Reads the whole file into memory. Validates: file exists/readable, size >= 1024 bytes,
- * magic, version (1 or 2), count >= 0, the file's size exactly what the header describes
+ * magic, version (1 or 3), count >= 0, the file's size exactly what the header describes
  * (too short -> "truncated", too long -> "trailing bytes"), every token < vocab_size
  * (error names the first bad position and value; ids are held as uint16, so a 32-bit id
  * over 65535 is refused too), a tokenizer record that is all zero or a name of [a-z0-9_-]

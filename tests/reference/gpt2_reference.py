@@ -97,12 +97,14 @@ def read_tokens(path):
     with open(path, "rb") as f:
         blob = f.read()
     header = struct.unpack_from("<256i", blob, 0)
-    if header[0] != 20240520 or header[1] != 1:
+    if header[0] != 20240520 or header[1] not in (1, 3):
         sys.exit("gpt2_reference: %s: bad token file header (magic %d, version %d)" % (path, header[0], header[1]))
     count = header[2]
-    if len(blob) != 1024 + 2 * count:
+    width = 2 if header[1] == 1 else header[6]  # version 3: documents, their starts and mask after the ids
+    tail = 0 if header[1] == 1 else 8 * (header[7] + 1) + (count if header[8] & 1 else 0)
+    if len(blob) != 1024 + width * count + tail:
         sys.exit("gpt2_reference: %s: size %d does not match count %d" % (path, len(blob), count))
-    return list(struct.unpack_from("<%dH" % count, blob, 1024))
+    return list(struct.unpack_from("<%d%s" % (count, "H" if width == 2 else "I"), blob, 1024))
 
 
 # ---- model ----
