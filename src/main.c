@@ -74,21 +74,13 @@ static const char *SAMPLE_USAGE =
 static const char *PREPARE_USAGE =
     "usage: dtrain prepare --input FILE [--input FILE]... --out PREFIX [options]\n"
     "  writes PREFIX_train.bin and PREFIX_val.bin: token files of documents (docs/config.md#token-files)\n"
-    "  --format F              what the inputs hold (default text):\n"
-    "                            text     each file is a document\n"
-    "                            fortune  fortune(6) files: each entry (ended by a line '%') is a document\n"
-    "                            jsonl    JSON Lines, a document per line in the field --field (default text)\n"
-    "                            prompt   JSON Lines of prompt/completion: only the completion in the loss\n"
-    "                            chat     JSON Lines of messages [{role, content}]: only the assistant's in the loss\n"
-    "  --fortune               the same as --format fortune\n"
-    "  --field NAME            jsonl: the text field (default text)\n"
-    "  --tokenizer byte|gpt2   (default byte)\n"
-    "  --encoder-json FILE --vocab-bpe FILE   GPT-2 BPE files (tokenizer gpt2)\n"
-    "  --val-fraction F        about this fraction of the tokens, the last documents, held out for validation\n"
-    "                          (default 0.1)\n"
-    "  each document ends with GPT-2's <|endoftext|> (gpt2), or a newline where its text does not end in one\n"
-    "  (byte); the token files record the tokenizer, which train checks against data.tokenizer and\n"
-    "  model.vocab_size, where each document starts and, for prompt and chat, which tokens are in the loss\n";
+    "  --format F    what the inputs hold (default text): text (a file is a document), fortune (an entry ended by\n"
+    "                a line '%' is one; --fortune), jsonl (a line, its field --field, default text), prompt (lines\n"
+    "                of prompt/completion: the completion in the loss), chat (lines of messages [{role, content}]:\n"
+    "                the assistant's in the loss)\n"
+    "  --tokenizer byte|gpt2 (default byte); gpt2 needs --encoder-json FILE --vocab-bpe FILE\n"
+    "  --val-fraction F   the last fraction of tokens held out for validation, at a document boundary (0.1)\n"
+    "  a document ends with <|endoftext|> (gpt2), or a newline where it does not end in one (byte)\n";
 
 static const char *CONFIG_USAGE =
     "usage: dtrain config [--deepspeed DS.json] [--config FILE] [--set K=V]... [--doc] [-n WORLD]\n"
@@ -642,12 +634,11 @@ static dt_status cmd_prepare(int argc, char **argv) {
     if (s == DT_OK) s = !strcmp(kind, "gpt2") ? dt_tokenizer_gpt2(&tok, enc, bpe) : dt_tokenizer_byte(&tok);
     size_t ntrain = 0, nval = 0, ndocs = 0;
     if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, &po, &ntrain, &nval, &ndocs);
-    if (s == DT_OK && nval > 0)
-        printf("prepare: %zu documents; %zu training tokens -> %s_train.bin, %zu validation tokens -> %s_val.bin "
-               "(vocab %d)\n", ndocs, ntrain, out, nval, out, dt_tokenizer_vocab(tok));
-    else if (s == DT_OK)
-        printf("prepare: %zu documents; %zu training tokens -> %s_train.bin, no validation file (vocab %d)\n", ndocs,
-               ntrain, out, dt_tokenizer_vocab(tok));
+    char vtext[DT_PATH_MAX + 64] = "no validation file";
+    if (s == DT_OK && nval > 0) snprintf(vtext, sizeof vtext, "%zu validation tokens -> %s_val.bin", nval, out);
+    if (s == DT_OK)
+        printf("prepare: %zu documents; %zu training tokens -> %s_train.bin, %s (vocab %d)\n", ndocs, ntrain, out, vtext,
+               dt_tokenizer_vocab(tok));
     dt_tokenizer_free(tok);
     free(inputs);
     return s;

@@ -42,12 +42,14 @@ n=$((step + 5))
 pid=$!; wait_for_step "$TMP/m2.jsonl" 2; kill -TERM $pid; wait $pid; rc=$?
 [ "$rc" -eq 143 ] && grep -q "nothing saved" "$TMP/err" && pass "no save dir: exit 143, nothing saved" \
   || fail "no save dir: exit $rc: $(cat "$TMP/err")"
-# a second signal exits at once: block the first one's save by making the step long
-"$DTRAIN" train "${TINY[@]}" --steps 100000 --threads 1 --set model.n_embd=256 --set model.n_head=4 \
+# a second signal exits at once: block the first one's save by making the step long (the
+# first signal is sent as step 2 begins, the second 0.3 s later: within step 2, which takes
+# seconds, so the first one's save has not begun)
+"$DTRAIN" train "${TINY[@]}" --steps 100000 --threads 1 --set model.n_embd=384 --set model.n_head=4 --set model.n_layer=8 \
   --set train.micro_batch=64 --set train.global_batch=1024 --metrics "$TMP/m3.jsonl" --save "$TMP/ck3" \
   >/dev/null 2>"$TMP/err" &
 pid=$!
-for _ in $(seq 1 300); do grep -q '"step": 1,' "$TMP/m3.jsonl" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 3000); do grep -q '"step": 1,' "$TMP/m3.jsonl" 2>/dev/null && break; sleep 0.02; done
 kill -TERM $pid; sleep 0.3; kill -TERM $pid
 t0=$(date +%s.%N); wait $pid; rc=$?; t1=$(date +%s.%N)
 [ "$rc" -eq 143 ] && ! grep -q "saved" "$TMP/err" && pass "second signal exits at once (exit $rc, no save)" \

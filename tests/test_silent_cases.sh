@@ -55,15 +55,15 @@ python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$TMP/
   grep -q '^{"event": "epoch", "step": 140, "epoch": 2, "time": [0-9.]*}$' "$TMP/ep2.jsonl" &&
   pass "epoch: a run resumed at step 139 announces it at step 140 too" || fail "epoch resume: $(grep epoch "$TMP/ep2.out")"
 
-# (c) "%" lines: kept by default, empty lines with --fortune; (d) files joined by a newline
-# where one does not end in one (byte tokenizer)
+# (c) "%" lines: kept by default, empty lines with --fortune; (d) each file (a document) ends
+# with a newline where it does not end in one (byte tokenizer)
 printf 'a\n%%\nb' >"$TMP/f1.txt"
 printf 'c\n' >"$TMP/f2.txt"
 printf 'd' >"$TMP/f3.txt"
-tokens() { python3 -c 'import sys; d = open(sys.argv[1], "rb").read(); print(repr(bytes(d[1024::2])))' "$1"; }
+tokens() { python3 -c 'import sys; d = open(sys.argv[1], "rb").read(); n = int.from_bytes(d[8:12], "little"); print(repr(bytes(d[1024:1024 + 2 * n:2])))' "$1"; }
 "$DTRAIN" prepare --input "$TMP/f1.txt" --input "$TMP/f2.txt" --input "$TMP/f3.txt" --out "$TMP/p" --val-fraction 0 >/dev/null &&
-  got=$(tokens "$TMP/p_train.bin") && [ "$got" = "b'a\\n%\\nb\\nc\\nd'" ] &&
-  pass "prepare: % lines kept, a newline after a file without one, none after one ending in one: $got" ||
+  got=$(tokens "$TMP/p_train.bin") && [ "$got" = "b'a\\n%\\nb\\nc\\nd\\n'" ] &&
+  pass "prepare: % lines kept, a newline after a file (a document) without one, none after one ending in one: $got" ||
   fail "prepare plain: $got"
 "$DTRAIN" prepare --fortune --input "$TMP/f1.txt" --input "$TMP/f2.txt" --out "$TMP/p" --val-fraction 0 >/dev/null &&
   got=$(tokens "$TMP/p_train.bin") && [ "$got" = "b'a\\n\\nb\\nc\\n'" ] && pass "prepare --fortune: % lines emptied: $got" ||
