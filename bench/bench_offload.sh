@@ -20,6 +20,7 @@
 #   ENGINES="io_uring libaio psync", ROUNDS=2 (disk passes, interleaved; best kept),
 #   FIO_RUNTIME=60 (seconds, cap per fio job), STEP_THREADS=2, STEP_BACKEND=cpu, WARMUP=1 and
 #   STEPS=3 (untimed / timed steps), STEP_SHAPES="small hide" (tiny: a smoke test of the script),
+#   NVME_BLOCKS="16 32" (more nvme rows, with offload.block_mb at those MiB; default none),
 #   RUN_TIMEOUT=1800, RESULTS=FILE (copy the raw TSV rows there), KEEP=DIR (keep the training logs
 #   and metrics there). The step part takes the disk's bandwidth from a disk part in the same run.
 # Needs gcc, python3, OpenBLAS (as bench_train.sh) and fio (installed with apt-get when missing).
@@ -186,12 +187,14 @@ step_part() {
     fi
     for shape in $STEP_SHAPES; do
         read -r L C H T B G <<<"$(shape_args "$shape")"
-        for mode in none cpu nvme; do
+        for mode in none cpu nvme $(for b in ${NVME_BLOCKS:-}; do echo "nvme-b$b"; done); do
+            local how=(--set offload.optimizer="$mode")
+            [[ $mode == nvme-b* ]] && how=(--set offload.optimizer=nvme --set offload.block_mb="${mode#nvme-b}")
             say "== step: $shape (L$L C$C H$H T$T B$B G$G), offload.optimizer=$mode, $WARMUP + $STEPS steps, $STEP_THREADS thread(s)"
             p0=$(probe)
             rc=0
             train "${shape}_$mode" "$L" "$C" "$H" "$T" "$B" "$G" $((WARMUP + STEPS)) \
-                --set offload.optimizer="$mode" --set offload.nvme_path="$DIR" || rc=$?
+                "${how[@]}" --set offload.nvme_path="$DIR" || rc=$?
             p1=$(probe)
             [ "$rc" = 0 ] || say "  failed (exit $rc): $(grep -v '^step' "$tmp/${shape}_$mode.log" | tail -1)"
             printf 'step\t%s\t%s\t%s\t%s\t%s\t%s\n' "$shape" "$mode" "$p0" "$p1" "$rc" "$tmp/${shape}_$mode.jsonl" >>"$results"
