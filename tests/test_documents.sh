@@ -45,6 +45,11 @@ printf '%s\n' '{"body": "x y"}' | prep f jsonl --field body
 [ "$(read_tf "$TMP/f_train.bin" | python3 -c 'import json,sys; print(bytes(json.load(sys.stdin)["tokens"]).decode())')" = "x y" ] &&
   pass "jsonl --field body" || fail "jsonl --field: $(cat "$TMP/f.out")"
 
+# a UTF-8 byte order mark before line 1 is not part of it
+printf '\xef\xbb\xbf{"text": "bom"}\n' | prep bom jsonl
+[ "$(read_tf "$TMP/bom_train.bin" | python3 -c 'import json,sys; print(bytes(json.load(sys.stdin)["tokens"]).decode())')" = "bom" ] &&
+  pass "jsonl: a byte order mark before line 1 is skipped" || fail "jsonl with a BOM: $(cat "$TMP/bom.out")"
+
 # prompt/completion: the prompt out of the loss, the completion and the document's end in it
 printf '%s\n' '{"prompt": "Q: 2+2? ", "completion": "A: 4"}' '{"prompt": "Hi. ", "completion": "Hello.\n"}' |
   prep p prompt
@@ -108,6 +113,8 @@ badprep "an empty document" 'line 2: an empty document' jsonl < <(printf '%s\n' 
 badprep "an empty completion" 'line 1: an empty completion' prompt < <(printf '%s\n' '{"prompt": "x", "completion": ""}')
 badprep "chat without an assistant turn" 'line 1: no assistant' chat < <(printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}]}')
 badprep "chat with an unknown role" 'role "robot"' chat < <(printf '%s\n' '{"messages": [{"role": "robot", "content": "hi"}]}')
+badprep "a NUL byte past the first 64 KiB" 'line 2: a NUL byte' jsonl < <(python3 -c "
+import sys; sys.stdout.write('{\"text\": \"' + 'x' * 70000 + '\"}\n{\"text\": \"a\x00b\"}\n')")
 badprep "invalid UTF-8 in a text file" 'invalid UTF-8 at byte offset 3' text < <(printf 'caf\xe9 au lait\n')
 badprep "--field with another format" '--field is for --format jsonl' prompt --field x < <(printf '%s\n' '{"text": "ok"}')
 

@@ -218,10 +218,13 @@ static dt_status json_doc(docs *d, const cJSON *obj, const dt_prep_opts *o) {
 
 static dt_status jsonl_docs(docs *d, char *s, size_t n, const dt_prep_opts *o) {
     d->line = 0;
-    for (size_t i = 0; i < n;) {
+    size_t i = n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0; /* a UTF-8 byte order mark is not part of line 1 */
+    while (i < n) {
         char *nl = memchr(s + i, '\n', n - i);
         size_t e = nl ? (size_t)(nl - s) : n;
         d->line++;
+        if (memchr(s + i, 0, e - i)) /* the JSON parser would stop there and drop the rest */
+            return dt_fail(DT_EINPUT, "prepare: %s line %ld: a NUL byte", d->where, d->line);
         s[e] = 0; /* a line at a time (the buffer has a byte past n) */
         const char *p = s + i;
         while (*p == ' ' || *p == '\t' || *p == '\r') p++;
