@@ -180,6 +180,64 @@ static void delayed(const dt_ops *ops, const char *label, dt_store_kind kind) {
     free(y);
 }
 
+/* Gradients handed over during backward (grads_early, a device's or bf16's): the pass reads
+ * the host copy taken at dt_optimizer_grads_ready, so gradients changed on the device after
+ * that (here: zeroed) do not reach the update; the parameters and state are the in-memory
+ * optimizer's with the gradients as handed over. Handed over in two pieces, in descending
+ * order as backward does; a step where not all are handed over downloads them instead. */
+static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
+    size_t e = dt_elem_bytes(ops), bytes = N * e;
+    dt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    dt_optimizer a, b;
+    dt_optimizer_offload off = {.store = {.kind = kind, .dir = ".", .tag = "test-early", .block_bytes = 64 << 10,
+                                          .buffers = 3},
+                                .grads_early = 1};
+    CHECK(dt_optimizer_create(&a, ops, &hp, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &hp, N, 1, " (early)", &off) == DT_OK && b.ghost, "%s: early", label);
+    float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *zero = calloc(N, sizeof(float));
+    CHECK(ops->alloc((void **)&pa, bytes, "a") == DT_OK && ops->alloc((void **)&pb, bytes, "b") == DT_OK &&
+              ops->alloc((void **)&g, bytes, "g") == DT_OK,
+          "alloc");
+    uint64_t seed = 5;
+    for (size_t i = 0; i < N; i++) host[i] = uniform(&seed);
+    CHECK(dt_optimizer_set_weights(&a, 0, N, host, pa) == DT_OK && dt_optimizer_set_weights(&b, 0, N, host, pb) == DT_OK,
+          "%s: set", label);
+    for (long long s = 1; s <= 3; s++) {
+        for (size_t i = 0; i < N; i++) host[i] = 0.1f * uniform(&seed);
+        put(ops, g, host, N);
+        step(&a, s, pa, g, e);
+        if (s != 2) { /* step 2: nothing handed over, the pass downloads */
+            dt_optimizer_grads_ready(&b, GAP1, (const float *)((const char *)g + GAP1 * e), N - GAP1);
+            dt_optimizer_grads_ready(&b, 0, g, GAP1);
+            put(ops, g, zero, N); /* the device's gradients change after the handover */
+        }
+        step(&b, s, pb, g, e);
+        CHECK(b.ghost_n == 0, "%s: step %lld: the handover is per step", label, s);
+    }
+    unsigned char *ba = malloc(bytes), *bb = malloc(bytes);
+    ops->download(ba, pa, bytes);
+    ops->download(bb, pb, bytes);
+    CHECK(!memcmp(ba, bb, bytes), "%s: the parameters of the gradients handed over", label);
+    size_t hst, file, hst0;
+    dt_optimizer_offload_bytes(&b, &hst, &file);
+    off.grads_early = 0;
+    off.store.tag = "test-late";
+    dt_optimizer c;
+    CHECK(dt_optimizer_create(&c, ops, &hp, N, 1, " (late)", &off) == DT_OK && !c.ghost, "%s: late", label);
+    dt_optimizer_offload_bytes(&c, &hst0, &file);
+    CHECK(hst == hst0 + bytes, "%s: the host copy counted (%zu = %zu + %zu)", label, hst, hst0, bytes);
+    dt_optimizer_free(&c);
+    dt_optimizer_free(&a);
+    dt_optimizer_free(&b);
+    ops->free(pa);
+    ops->free(pb);
+    ops->free(g);
+    free(host);
+    free(zero);
+    free(ba);
+    free(bb);
+}
+
 /* offload.pin_memory: with the device's page-locked allocator in the store's options,
  * every host buffer of the offloaded optimizer comes from it (the emulated device counts
  * its pinned bytes): the store's, the staging chunks, the delayed update's copies; and
@@ -213,6 +271,12 @@ static void all_kinds(const dt_ops *ops, const char *name) {
     delayed(ops, label, DT_STORE_CPU);
     snprintf(label, sizeof label, "%s, nvme, delayed update", name);
     delayed(ops, label, DT_STORE_NVME);
+    if (ops->on_device || ops->bf16) {
+        snprintf(label, sizeof label, "%s, nvme, gradients handed over early", name);
+        early(ops, label, DT_STORE_NVME);
+        snprintf(label, sizeof label, "%s, cpu, gradients handed over early", name);
+        early(ops, label, DT_STORE_CPU);
+    }
     if (ops->host_alloc) {
         snprintf(label, sizeof label, "%s, cpu, pinned", name);
         pinned(ops, label, DT_STORE_CPU);

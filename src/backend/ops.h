@@ -29,6 +29,10 @@ typedef struct dt_ops {
     void (*zero)(void *p, size_t bytes);
     void (*upload)(void *dst, const void *host_src, size_t bytes);
     void (*download)(void *host_dst, const void *src, size_t bytes); /* complete on return */
+    /* The same without waiting: complete after the next sync (NULL: download). A device
+     * copies on a stream of its own once what is queued so far has run, so the copy
+     * overlaps the compute queued after it. */
+    void (*download_async)(void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);          /* within the backend's memory */
     dt_status (*sync)(void);
     /* Page-locked host memory (zero-filled, page-aligned) for buffers that cross to and from

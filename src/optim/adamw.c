@@ -56,6 +56,10 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
             DT_TRY(dt_optimizer_host_alloc(o, &off->store, &o->pbuf, o->chunk * sizeof(float), name));
         }
         if (off->delayed && moments && !off->params_host) DT_TRY(dt_delayed_create(o, &off->store));
+        if (off->grads_early && moments && needs_staging(ops)) {
+            snprintf(name, sizeof name, "gradients on the host%s", what);
+            DT_TRY(dt_optimizer_host_alloc(o, &off->store, &o->ghost, n * dt_elem_bytes(ops), name));
+        }
         return DT_OK;
     }
     if (moments) {
@@ -81,6 +85,8 @@ void dt_optimizer_free(dt_optimizer *o) {
     dt_store_close(o->store);
     dt_optimizer_host_free(o, o->gbuf);
     dt_optimizer_host_free(o, o->pbuf);
+    dt_optimizer_host_free(o, o->ghost);
+    o->ghost = NULL;
     o->m = o->v = o->master = o->gbuf = NULL;
     o->pbuf = NULL;
     o->store = NULL;
@@ -112,9 +118,22 @@ dt_status dt_optimizer_settle(dt_optimizer *o) { return dt_delayed_settle(o); }
 
 int dt_optimizer_pending(const dt_optimizer *o) { return dt_delayed_pending(o); }
 
+void dt_optimizer_grads_ready(dt_optimizer *o, size_t k, const float *g, size_t n) {
+    if (!o->ghost || k > o->n || n > o->n - k) return;
+    size_t e = dt_elem_bytes(o->ops);
+    void *dst = (char *)o->ghost + k * e;
+    if (o->ops->download_async) o->ops->download_async(dst, g, n * e);
+    else o->ops->download(dst, g, n * e);
+    o->ghost_n += n;
+}
+
+/* The pass reads the handed-over gradients: every owned element was handed over. */
+static int ghost_complete(const dt_optimizer *o) { return o->ghost && o->ghost_n == o->n; }
+
 dt_status dt_optimizer_begin(dt_optimizer *o) {
     if (!o->store || o->in_pass) return DT_OK;
     DT_TRY(dt_delayed_settle(o)); /* the previous update's weights, before this one reads them */
+    if (ghost_complete(o)) DT_TRY(o->ops->sync()); /* the copies have landed */
     o->in_pass = 1;
     o->delaying = o->delayed && o->delay_next;
     o->delay_next = 0;
@@ -128,6 +147,7 @@ dt_status dt_optimizer_begin(dt_optimizer *o) {
 dt_status dt_optimizer_end(dt_optimizer *o) {
     if (!o->store || !o->in_pass) return DT_OK;
     o->in_pass = 0;
+    o->ghost_n = 0; /* the next step hands its gradients over again */
     if (o->delaying) {
         o->delaying = 0;
         return dt_delayed_launch(o);
@@ -182,7 +202,15 @@ static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, doub
         for (size_t j = 0; j < got;) {
             size_t c = got - j < o->chunk || !staged ? got - j : o->chunk, at = i + j;
             const float *gi = (const float *)((const char *)g + at * e);
-            if (staged) {
+            if (staged && ghost_complete(o)) { /* handed over during backward: host memory already */
+                const void *h = (const char *)o->ghost + (k + at) * e;
+                if (o->ops->bf16) {
+                    for (size_t x = 0; x < c; x++) o->gbuf[x] = dt_bf16_to_f32(((const uint16_t *)h)[x]);
+                    gi = o->gbuf;
+                } else {
+                    gi = h;
+                }
+            } else if (staged) {
                 dt_optimizer_to_host_f32(o, o->gbuf, gi, c);
                 gi = o->gbuf;
             }
@@ -268,7 +296,7 @@ dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t 
 
 void dt_optimizer_offload_bytes(const dt_optimizer *o, size_t *host, size_t *file) {
     *host = o->store ? dt_store_host_bytes(o->store) + (o->gbuf ? 2 * o->chunk * sizeof(float) : 0) +
-                           dt_delayed_host_bytes(o)
+                           dt_delayed_host_bytes(o) + (o->ghost ? o->n * dt_elem_bytes(o->ops) : 0)
                      : 0;
     *file = o->store ? dt_store_file_bytes(o->store) : 0;
 }

@@ -38,6 +38,8 @@ typedef struct {
     size_t chunk;   /* elements the host handles at a time (a block, at most) */
     float *gbuf;    /* host fp32: a chunk's gradients (a device's, or widened from bf16) */
     void (*host_free)(void *p); /* what the host buffers (gbuf, pbuf, the delayed update's) came from (NULL: free) */
+    void *ghost;    /* gradients handed over during backward (grads_early): n in storage precision, host */
+    size_t ghost_n; /* elements handed over for the coming pass (all n: the pass reads ghost) */
     void *pbuf;     /* host: a chunk's updated parameters in storage precision, for the upload */
     int params_host; /* the parameters the update writes are host memory (an offloaded ZeRO-3 shard) */
     int in_pass;
@@ -53,6 +55,7 @@ typedef struct {
     dt_store_opts store;
     int params_host;
     int delayed; /* ZeRO-Offload's delayed parameter update (needs a store, not params_host) */
+    int grads_early; /* the strategy hands the gradients over as they become final (dt_optimizer_grads_ready) */
 } dt_optimizer_offload;
 
 /* moments: this rank updates (else only the master weights, which bf16 keeps on every
@@ -71,6 +74,12 @@ void dt_optimizer_free(dt_optimizer *o);
  * (get/set below) settles first. */
 dt_status dt_optimizer_begin(dt_optimizer *o);
 dt_status dt_optimizer_end(dt_optimizer *o);
+/* Gradients of owned elements [k, k + n) (storage precision, the backend's memory) are
+ * final for this step: with an offloaded state on a device (or in bf16) created with
+ * grads_early, they start their way to host memory now (a device's copy overlaps the
+ * compute queued after it), and when every owned element has been handed over the pass
+ * reads them there instead of downloading a chunk at a time. Nothing to do otherwise. */
+void dt_optimizer_grads_ready(dt_optimizer *o, size_t k, const float *g, size_t n);
 /* Whether the next update may be delayed (no effect without a delayed update); an update
  * after which the state is read (a checkpoint, the last step) runs at once. */
 void dt_optimizer_delay_next(dt_optimizer *o, int allow);

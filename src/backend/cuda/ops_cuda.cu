@@ -132,7 +132,27 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
     if (e != cudaSuccess) dt_cuda_record("download", cudaGetErrorString(e));
 }
 
+/* device-to-host copies that overlap the compute queued after them: on their own stream,
+ * after an event marking what was queued before (the data they read is final by then) */
+static cudaStream_t g_d2h;
+static cudaEvent_t g_d2h_ready;
+static void cu_download_async(void *dst, const void *src, size_t bytes) {
+    cudaError_t e = cudaSuccess;
+    if (!g_d2h) {
+        e = cudaStreamCreateWithFlags(&g_d2h, cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g_d2h_ready, cudaEventDisableTiming);
+    }
+    if (e == cudaSuccess) e = cudaEventRecord(g_d2h_ready, g_stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(g_d2h, g_d2h_ready, 0);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_d2h);
+    if (e != cudaSuccess) dt_cuda_record("download_async", cudaGetErrorString(e));
+}
+
 static dt_status cu_sync(void) {
+    if (g_d2h) {
+        cudaError_t d = cudaStreamSynchronize(g_d2h);
+        if (d != cudaSuccess) dt_cuda_record("download_async", cudaGetErrorString(d));
+    }
     cudaError_t e = cudaStreamSynchronize(g_stream);
     if (e != cudaSuccess) dt_cuda_record("cuda", cudaGetErrorString(e));
     if (g_failed) return dt_fail(DT_ERUNTIME, "cuda backend: %s", g_err);
@@ -222,6 +242,7 @@ template <typename T> struct wrap {
         o.upload = cu_upload;
         o.copy = cu_copy;
         o.download = cu_download;
+        o.download_async = cu_download_async;
         o.sync = cu_sync;
         o.to_bf16 = dt_cuda_to_bf16;
         o.from_bf16 = dt_cuda_from_bf16;

@@ -55,11 +55,13 @@ static dt_status ddp_norm(dt_dp *d, double *norm) {
  * offset order, so the bucket stays one contiguous range. */
 static dt_status ddp_after_backward(dt_dp *d, int u) {
     dt_flat *f = dt_flat_of(d);
+    const gpt_unit *un = &d->m->units[u];
+    if (d->last_micro && d->N == 1 && un->count) /* final: off the device now (offload) */
+        dt_optimizer_grads_ready(&f->opt, un->offset, dt_dp_at(d, f->grads, un->offset), un->count);
     /* device gradients are staged to the host once, after backward (end_step), and bf16
      * ones on the device communicator share one fp32 copy; without overlap everything is
      * reduced there */
     if (!d->last_micro || d->N == 1 || f->grads_host || !d->o.overlap || f->bucket32) return DT_OK;
-    const gpt_unit *un = &d->m->units[u];
     if (un->count == 0) return DT_OK;
     /* a unit below a gap (a pipeline's last stage finishes ln_f and wte in its loss, its
      * blocks later) sends the bucket so far first */

@@ -27,6 +27,8 @@ typedef struct {
     double param_elem; /* bytes per element there (the model's precision) */
     double param_reads; /* reads of the parameter store per optimizer step */
     double param_fetch; /* elements of its read-ahead buffer (store.h's fetch_max; 0: none) */
+    int grads_early;    /* the gradients are handed to the optimizer during backward (a host copy of them
+                         * where they are not fp32 host memory: a device's, bf16's) */
 } dt_dp_offload;
 
 /* What the estimator asks a strategy about (layout/estimate.c): one rank of one pipeline

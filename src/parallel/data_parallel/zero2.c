@@ -55,6 +55,7 @@ dt_status dt_zero2_after_backward(dt_dp *d, int u) {
     DT_TRY(s);
     float *dst = dt_dp_at(d, z->grad_shard, z->soff[u]);
     d->ops->add(dst, dst, z->rs_tmp, z->S[u]);
+    if (d->last_micro) dt_optimizer_grads_ready(&z->opt, z->soff[u], dst, z->S[u]); /* off the device now (offload) */
     return DT_OK;
 }
 

@@ -132,6 +132,9 @@ static dt_status zero_setup_local(dt_dp *d) {
     }
     dt_optimizer_offload off = d->o.offload;
     off.params_host = z->stage >= 3 && d->o.offload_param.kind;
+    /* zero 2/3: each unit's slice is final after its last micro-step's reduce-scatter
+     * (zero2.c); a pipeline's tied unit 0 changes later, so not there */
+    off.grads_early = z->stage >= 2 && !d->o.groups.pp;
     DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &off));
     d->opt = &z->opt;
     if (z->stage <= 2) {

@@ -126,6 +126,8 @@ static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
                                       ceil(o.optim_n * 4 / 4096) * 4096) / 4
                                : 262144;
             off->host += 2 * sizeof(float) * fmin(chunk, o.optim_n);
+            /* and, handed over during backward, a host copy of the gradients (storage precision) */
+            if (o.grads_early) off->host += (dt_layout_bf16(L) ? 2 : 4) * o.optim_n;
         }
         /* the delayed update's fp32 copies of the gradients and the weights it produces */
         if (o.optim_n > 0 && L->cfg.offload.delayed_update) off->host += 2 * sizeof(float) * o.optim_n;
