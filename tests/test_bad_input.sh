@@ -116,8 +116,6 @@ expect_bad "nvme offload without a directory" "offload.nvme_path is empty: set t
   train "${T[@]}" --set offload.optimizer=nvme
 expect_bad "nvme parameter offload without a directory" "offload.nvme_path is empty.*offload.param is nvme" \
   train "${T[@]}" --set offload.param=nvme --set parallel.zero=3
-expect_bad "offload with device collectives" "comm.backend nccl with offload .*not yet" \
-  train "${T[@]}" --set offload.optimizer=cpu --set backend=emulated --set comm.backend=nccl
 # --- issue 7 item 6: non-finite values in a checkpoint, named --------------------------
 "$DTRAIN" train "${TINY[@]}" --steps 2 --save "$TMP/fin" >/dev/null 2>&1 || fail "making a checkpoint"
 FIN="$TMP/fin/step_00000002"

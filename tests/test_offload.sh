@@ -42,10 +42,14 @@ parity() {
     host=$(summary "$label-$k" offload_host)
     local where=$([ $k = nvme ] && echo "$file" || echo "$host")
     # nvme: every step's metrics give the I/O it did (the update writes the state back)
+    # bf16's and a device's gradients reach the host as they become final (the update reads them there)
+    local early=0; [[ "$label" == bf16* || "$label" == emulated* ]] && early=1
     local io=ok; [ $k = nvme ] && io=$(python3 -c "
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l]
-print('ok' if r and all(x.get('offload_write_mb', 0) > 0 and 'offload_read_mb' in x and 'offload_wait_ms' in x and x.get('offload_ms', 0) > 0 for x in r) else 'no I/O metrics')" "$TMP/$label-$k.jsonl")
+ok = r and all(x.get('offload_write_mb', 0) > 0 and 'offload_read_mb' in x and 'offload_wait_ms' in x and x.get('offload_ms', 0) > 0 for x in r)
+early = all((x.get('offload_grads_early_mb', 0) > 0) == (sys.argv[2] == '1') for x in r)
+print('ok' if ok and early else 'no I/O metrics' if not ok else 'offload_grads_early_mb %s, expected %s' % ([x.get('offload_grads_early_mb') for x in r][:3], '> 0' if sys.argv[2] == '1' else '0'))" "$TMP/$label-$k.jsonl" $early)
     if [ -n "$ref" ] && [ "$got" = "$ref" ] && [[ "$optim" =~ ^(0 ?)+$ ]] && ! [[ "$where" =~ (^| )0( |$) ]] && [ "$io" = ok ]; then
       pass "$label, offload $k$([ $zero3 = 1 ] && echo ' (optimizer and parameters)'): the digest without offload; per rank optim $optim B in the model's memory, offloaded $where B"
     else
@@ -65,11 +69,22 @@ parity zero3-dp2xpp2 4 --set parallel.pp=2 --set parallel.zero=3
 parity tp2 2 --set parallel.tp=2
 parity bf16-single 1 --set precision=bf16
 parity bf16-zero3-dp2 2 --set precision=bf16 --set parallel.zero=3
+parity bf16-ddp2 2 --set precision=bf16
+parity bf16-zero1-dp2 2 --set precision=bf16 --set parallel.zero=1
+parity bf16-zero2-dp2xpp2 4 --set precision=bf16 --set parallel.zero=2 --set parallel.pp=2
 if full; then
   parity emulated-single 1 --set backend=emulated
   parity emulated-zero2-dp2 2 --set backend=emulated --set parallel.zero=2
   parity emulated-bf16-zero3-dp2 2 --set backend=emulated --set precision=bf16 --set parallel.zero=3
   parity emulated-bf16-ddp2 2 --set backend=emulated --set precision=bf16
+  # device collectives (comm.backend nccl: the emulated device communicator), the
+  # gradients handed over after the collectives queued on its stream
+  NC=(--set backend=emulated --set comm.backend=nccl)
+  parity emulated-nccl-ddp2 2 "${NC[@]}"
+  parity emulated-nccl-zero1-dp2 2 "${NC[@]}" --set parallel.zero=1
+  parity emulated-nccl-zero2-dp2 2 "${NC[@]}" --set parallel.zero=2
+  parity emulated-nccl-zero3-dp2 2 "${NC[@]}" --set parallel.zero=3
+  parity emulated-nccl-bf16-zero3-dp2 2 "${NC[@]}" --set precision=bf16 --set parallel.zero=3
 fi
 
 # `dtrain estimate`'s host and NVMe bytes per rank are what the run holds, to the byte
@@ -87,6 +102,7 @@ est zero3-nvme-both 2 --set parallel.zero=3 "${NVME3[@]}"
 est ddp-cpu 2 "${CPU[@]}"
 est bf16-zero3-param-cpu 2 --set parallel.zero=3 --set precision=bf16 --set offload.param=cpu
 est emulated-nvme 2 --set backend=emulated "${NVME[@]}"
+est emulated-nccl-zero3-nvme 2 --set backend=emulated --set comm.backend=nccl --set parallel.zero=3 "${NVME3[@]}"
 
 # the files: one per rank and kind while the run lasts, none after it
 left=$(find "$NV" -name 'dtrain-offload-*' | wc -l)

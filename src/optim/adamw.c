@@ -130,10 +130,16 @@ void dt_optimizer_grads_ready(dt_optimizer *o, size_t k, const float *g, size_t 
 /* The pass reads the handed-over gradients: every owned element was handed over. */
 static int ghost_complete(const dt_optimizer *o) { return o->ghost && o->ghost_n == o->n; }
 
+static double g_early_bytes; /* every optimizer's passes that read handed-over gradients, for the step metrics */
+double dt_optimizer_grads_early_bytes(void) { return g_early_bytes; }
+
 dt_status dt_optimizer_begin(dt_optimizer *o) {
     if (!o->store || o->in_pass) return DT_OK;
     DT_TRY(dt_delayed_settle(o)); /* the previous update's weights, before this one reads them */
-    if (ghost_complete(o)) DT_TRY(o->ops->sync()); /* the copies have landed */
+    if (ghost_complete(o)) {
+        DT_TRY(o->ops->sync()); /* the copies have landed */
+        g_early_bytes += (double)(o->n * dt_elem_bytes(o->ops));
+    }
     o->in_pass = 1;
     o->delaying = o->delayed && o->delay_next;
     o->delay_next = 0;

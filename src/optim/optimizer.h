@@ -80,6 +80,9 @@ dt_status dt_optimizer_end(dt_optimizer *o);
  * compute queued after it), and when every owned element has been handed over the pass
  * reads them there instead of downloading a chunk at a time. Nothing to do otherwise. */
 void dt_optimizer_grads_ready(dt_optimizer *o, size_t k, const float *g, size_t n);
+/* Bytes of gradients the updates so far read where they were handed over (every owned
+ * element handed over before the pass), all optimizers of the process together. */
+double dt_optimizer_grads_early_bytes(void);
 /* Whether the next update may be delayed (no effect without a delayed update); an update
  * after which the state is read (a checkpoint, the last step) runs at once. */
 void dt_optimizer_delay_next(dt_optimizer *o, int allow);

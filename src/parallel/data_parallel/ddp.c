@@ -51,12 +51,16 @@ static dt_status ddp_norm(dt_dp *d, double *norm) {
     return dt_grad_norm_of(d->ops, &mine, 1, 1, (dt_norm_reduce){gather_in_rank_order, d}, norm);
 }
 
+/* Offload (grads_early): one rank's gradients are final after a unit's backward; several
+ * ranks' after their all-reduce, a pipeline's after the tied embedding's sum (reduce). */
+static int final_in_backward(const dt_dp *d) { return d->N == 1 && !d->o.groups.pp; }
+
 /* Unit u's gradients are final for this micro-step. Units arrive in descending
  * offset order, so the bucket stays one contiguous range. */
 static dt_status ddp_after_backward(dt_dp *d, int u) {
     dt_flat *f = dt_flat_of(d);
     const gpt_unit *un = &d->m->units[u];
-    if (d->last_micro && d->N == 1 && un->count) /* final: off the device now (offload) */
+    if (d->last_micro && final_in_backward(d) && un->count) /* final: off the device now (offload) */
         dt_optimizer_grads_ready(&f->opt, un->offset, dt_dp_at(d, f->grads, un->offset), un->count);
     /* device gradients are staged to the host once, after backward (end_step), and bf16
      * ones on the device communicator share one fp32 copy; without overlap everything is
@@ -108,10 +112,15 @@ static dt_status ddp_allreduce(dt_dp *d) {
 }
 
 static dt_status ddp_reduce(dt_dp *d, double *norm) {
-    if (d->N == 1) return dt_flat_local_norm(d, norm);
-    DT_TRY(ddp_allreduce(d));
-    if (dt_state_model_parallel(&d->o.groups)) return dt_flat_layout_norm(d, norm);
-    return ddp_norm(d, norm);
+    if (d->N == 1) {
+        DT_TRY(dt_flat_local_norm(d, norm));
+    } else {
+        DT_TRY(ddp_allreduce(d));
+        DT_TRY(dt_state_model_parallel(&d->o.groups) ? dt_flat_layout_norm(d, norm) : ddp_norm(d, norm));
+    }
+    dt_flat *f = dt_flat_of(d);
+    if (!final_in_backward(d)) dt_optimizer_grads_ready(&f->opt, 0, f->grads, d->m->nparams); /* final now */
+    return DT_OK;
 }
 
 static dt_status ddp_setup(dt_dp *d) { return dt_flat_setup(d, 1); }

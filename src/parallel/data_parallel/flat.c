@@ -53,7 +53,7 @@ dt_status dt_flat_setup(dt_dp *d, int moments) {
     f->pieces = calloc((size_t)m->ntensors, sizeof *f->pieces);
     if (!f->norm_parts || !f->pieces) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
     dt_optimizer_offload off = d->o.offload;
-    off.grads_early = d->N == 1 && !d->o.groups.pp; /* one rank: a unit's gradients are final after its backward (ddp.c) */
+    off.grads_early = 1; /* DDP hands them over as they become final (ddp.c) */
     DT_TRY(dt_optimizer_create(&f->opt, d->ops, &d->hp, n, moments, "", &off));
     d->opt = &f->opt;
     if (f->opt.m) { /* in memory: the views for saves are the state itself (offloaded: host copies, host_open) */
@@ -298,7 +298,7 @@ void dt_flat_estimate(const dt_dp_stage *s, double *state, double *work) {
     if (L->offload_optimizer != DT_OFFLOAD_NONE) {
         *state -= (dt_layout_bf16(L) ? 12 : 8) * s->psi;
         if (s->off) s->off->optim_n = s->psi, s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
-        if (s->off) s->off->grads_early = s->shards == 1 && L->pp == 1;
+        if (s->off) s->off->grads_early = 1;
     }
     /* the reduction's fp32 copy; the device's is host memory, which the estimate of device
      * memory leaves out, as the memory report does. (ps with parallel.zero set: not

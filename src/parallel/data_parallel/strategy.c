@@ -27,9 +27,6 @@ static dt_status check_offload(const dt_layout *L) {
     if ((L->offload_optimizer == DT_OFFLOAD_NVME || L->offload_param == DT_OFFLOAD_NVME) && !c->offload.nvme_path[0])
         return dt_fail(DT_EINPUT, "offload.nvme_path is empty: set the directory for the offload files (offload.%s "
                        "is nvme)", L->offload_optimizer == DT_OFFLOAD_NVME ? "optimizer" : "param");
-    if (dt_layout_nccl(L))
-        return dt_fail(DT_EINPUT, "comm.backend nccl with offload (offload.optimizer %s, offload.param %s): not yet; "
-                       "use comm.backend mpi", c->offload.optimizer, c->offload.param);
     return DT_OK;
 }
 

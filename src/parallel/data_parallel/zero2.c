@@ -12,6 +12,14 @@ void dt_zero2_begin_step(dt_dp *d) {
     d->ops->zero(z->grad_shard, z->shard_total * dt_elem_bytes(d->ops));
 }
 
+/* Unit u's slice is final (last micro-step): off the device now (offload); a pipeline's
+ * tied unit 0 after its sum over the stages (dt_zero_norm) */
+static void hand_over(dt_dp *d, int u, int last_micro) {
+    dt_zero *z = dt_zero_of(d);
+    if (last_micro && !(u == 0 && dt_zero_tied(d)))
+        dt_optimizer_grads_ready(&z->opt, z->soff[u], dt_dp_at(d, z->grad_shard, z->soff[u]), z->S[u]);
+}
+
 dt_status dt_zero2_finish_pending(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     if (z->rs_pending < 0) return DT_OK;
@@ -22,6 +30,7 @@ dt_status dt_zero2_finish_pending(dt_dp *d) {
     DT_TRY(s);
     float *dst = dt_dp_at(d, z->grad_shard, z->soff[p]);
     d->ops->add(dst, dst, z->rs_alt, z->S[p]);
+    hand_over(d, p, z->rs_pending_final);
     return DT_OK;
 }
 
@@ -46,6 +55,7 @@ dt_status dt_zero2_after_backward(dt_dp *d, int u) {
         z->rs_tmp = z->rs_alt;
         z->rs_alt = t;
         z->rs_pending = u;
+        z->rs_pending_final = d->last_micro;
         return DT_OK;
     }
     /* reduce-scatter this unit's gradients now and keep only this rank's slice */
@@ -55,7 +65,7 @@ dt_status dt_zero2_after_backward(dt_dp *d, int u) {
     DT_TRY(s);
     float *dst = dt_dp_at(d, z->grad_shard, z->soff[u]);
     d->ops->add(dst, dst, z->rs_tmp, z->S[u]);
-    if (d->last_micro) dt_optimizer_grads_ready(&z->opt, z->soff[u], dst, z->S[u]); /* off the device now (offload) */
+    hand_over(d, u, d->last_micro);
     return DT_OK;
 }
 

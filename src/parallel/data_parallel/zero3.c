@@ -56,8 +56,7 @@ static void prefetch_unit(dt_dp *d, int u, int next) {
     if (g->held[b] == u) return;
     g->held[b] = -1;
     if (d->o.dcomm) { /* queued behind the compute so far (the buffer's last reader); joined when needed */
-        if (dt_zero_gather_one(d, u, dt_dp_at(d, z->param_shard, z->soff[u]), g->pgather[b]) != DT_OK ||
-            dt_dcomm_mark(d->o.dcomm) != DT_OK)
+        if (dt_zero3_gather_own(d, u, g->pgather[b]) != DT_OK || dt_dcomm_mark(d->o.dcomm) != DT_OK)
             return; /* gathered again, blocking, when needed */
         g->dprefetch = 1;
         g->prefetch_unit = u;

@@ -51,7 +51,7 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
     if (L->offload_optimizer != DT_OFFLOAD_NONE) {
         b -= (bf16 ? 3 : 2) * u.shard * f;
         if (s->off) s->off->optim_n = u.shard, s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
-        if (s->off) s->off->grads_early = grads_shard && L->pp == 1;
+        if (s->off) s->off->grads_early = 1;
     }
     if (L->offload_param != DT_OFFLOAD_NONE && params_shard) {
         b -= u.shard * e;

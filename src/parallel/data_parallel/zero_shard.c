@@ -133,8 +133,9 @@ static dt_status zero_setup_local(dt_dp *d) {
     dt_optimizer_offload off = d->o.offload;
     off.params_host = z->stage >= 3 && d->o.offload_param.kind;
     /* zero 2/3: each unit's slice is final after its last micro-step's reduce-scatter
-     * (zero2.c); a pipeline's tied unit 0 changes later, so not there */
-    off.grads_early = z->stage >= 2 && !d->o.groups.pp;
+     * (zero2.c), a pipeline's tied unit 0 after its sum over the stages, zero 1's slices
+     * after their reduce-scatters (dt_zero_norm) */
+    off.grads_early = 1;
     DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &off));
     d->opt = &z->opt;
     if (z->stage <= 2) {
@@ -144,7 +145,7 @@ static dt_status zero_setup_local(dt_dp *d) {
         dt_store_opts so = d->o.offload_param;
         so.block_bytes = dt_store_block_for(&so, z->shard_total, e);
         /* the next block's slice read ahead where blocks are prefetched (zero3.c) */
-        so.fetch_max = !dt_zero_staged(d) && !d->o.gather_once && d->m->nblocks > 0 ? z->S[1] : 0;
+        so.fetch_max = !dt_zero_devmem(d) && !d->o.gather_once && d->m->nblocks > 0 ? z->S[1] : 0;
         DT_TRY(dt_store_open(&z->pstore, z->shard_total, 1, e, &so, "parameter shard"));
         if (!(z->ptmp = malloc(maxS * e + 1))) return dt_fail(DT_ERUNTIME, "out of memory (parameter offload)");
     } else {
@@ -339,9 +340,15 @@ dt_status dt_zero3_fetch_own(dt_dp *d, int u, float *unit) {
 dt_status dt_zero3_gather_own(dt_dp *d, int u, float *unit) {
     dt_zero *z = dt_zero_of(d);
     if (!z->pstore) return dt_zero_gather_one(d, u, at(d, z->param_shard, z->soff[u]), unit);
-    if (!dt_zero_staged(d)) { /* host memory: read to its place, gathered in place */
+    if (!dt_zero_devmem(d)) { /* host memory: read to its place, gathered in place */
         DT_TRY(dt_zero3_fetch_own(d, u, unit));
         return dt_zero_gather_one(d, u, at(d, unit, (size_t)d->rank * z->S[u]), unit);
+    }
+    if (d->o.dcomm) { /* a device's, gathered there: read into host memory, uploaded to its place */
+        size_t S = z->S[u];
+        DT_TRY(dt_store_read(z->pstore, 0, z->soff[u], S, z->ptmp));
+        d->ops->upload(at(d, unit, (size_t)d->rank * S), z->ptmp, S * esz(d));
+        return dt_zero_gather_one(d, u, at(d, unit, (size_t)d->rank * S), unit); /* queued after the upload */
     }
     /* a device's or bf16's: read to its place in the host staging, gathered there, uploaded */
     size_t e = esz(d), S = z->S[u];
@@ -375,10 +382,15 @@ static dt_status gather_units_f32(dt_dp *d, int set, float *full) {
 /* Pipeline: the first and the last stage both hold wte in unit 0, laid out alike on both
  * (gpt.h's tied_gap), so this rank's slice of it is the same elements on both: their sum
  * is the tied gradient (the first stage's wpe meets zeros). */
+int dt_zero_tied(const dt_dp *d) {
+    const dt_model_groups *g = &d->o.groups;
+    return g->emb && g->pp && dt_comm_size(g->pp) >= 2;
+}
+
 static dt_status tie_unit0(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     const dt_model_groups *g = &d->o.groups;
-    if (!g->emb || !g->pp || dt_comm_size(g->pp) < 2) return DT_OK;
+    if (!dt_zero_tied(d)) return DT_OK;
     float *slice = dt_zero_grad_slice(d, 0);
     if (!dt_zero_devmem(d)) return dt_allreduce(g->emb, slice, z->S[0], DT_F32, DT_SUM);
     if (d->o.dcomm) return dt_fail(DT_EINPUT, "comm.backend nccl: pipelines are not carried yet");
@@ -392,6 +404,9 @@ dt_status dt_zero_norm(dt_dp *d, double *norm) {
     dt_zero *z = dt_zero_of(d);
     gpt_model *m = d->m;
     DT_TRY(tie_unit0(d));
+    for (int u = 0; u < m->nunits; u++) /* final now: what backward did not hand over (offload) */
+        if (z->stage == 1 || (u == 0 && dt_zero_tied(d)))
+            dt_optimizer_grads_ready(&z->opt, z->soff[u], dt_zero_grad_slice(d, u), z->S[u]);
     int np = 0, mp = dt_state_model_parallel(&d->o.groups);
     dt_grad_piece *p = z->pieces;
     if (mp) { /* each tensor's part of the shard in its class (state.h) */

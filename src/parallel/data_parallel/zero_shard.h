@@ -40,6 +40,7 @@ typedef struct {
     float *rs_tmp;             /* zero 2/3: reduce-scatter output before accumulation */
     float *rs_alt;             /* rs_overlap: the other output buffer (they alternate) */
     int rs_pending;            /* rs_overlap: unit whose reduce-scatter into rs_alt is in flight (-1: none) */
+    int rs_pending_final;      /* ... queued in the last micro-step: the slice is final once added */
     unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
     dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
     int full_host;             /* full_tmp is fp32 host memory (else the model's) */
@@ -57,6 +58,8 @@ int dt_zero_staged(const dt_dp *d);
 /* zero 2/3 on the device communicator in fp32: each unit's reduce-scatter runs while the
  * next unit's backward computes, into alternating buffers (zero2.c) */
 int dt_zero_rs_overlap(const dt_dp *d);
+/* A pipeline's end stage: unit 0's wte gradient is summed with the other end's (dt_zero_norm). */
+int dt_zero_tied(const dt_dp *d);
 /* zero 2/3: which gradient scratch unit u writes */
 int dt_zero_gscratch_of(const dt_dp *d, int u);
 /* ln_f's unit */
