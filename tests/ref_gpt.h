@@ -39,7 +39,7 @@ static void ref_lin(double *y, const double *x, const double *W, const double *b
 }
 
 /* Mean cross-entropy over B x T tokens. */
-static double ref_loss(const ref_gpt *r, const uint16_t *tok, const uint16_t *tgt, int B, int T) {
+static double ref_loss(const ref_gpt *r, const dt_token *tok, const dt_token *tgt, int B, int T) {
     const gpt_shape *s = &r->m->shape;
     int C = s->n_embd, NH = s->n_head, hs = C / NH, V = s->vocab_size, L = s->n_layer;
     double *x = calloc((size_t)T * C, sizeof(double)), *h = calloc((size_t)T * C, sizeof(double));
@@ -49,7 +49,7 @@ static double ref_loss(const ref_gpt *r, const uint16_t *tok, const uint16_t *tg
     double total = 0;
     char nm[64];
     for (int b = 0; b < B; b++) {
-        const uint16_t *tk = tok + (size_t)b * T;
+        const dt_token *tk = tok + (size_t)b * T;
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++)
                 x[t * C + c] = ref_t(r, "wte.weight")[(size_t)tk[t] * C + c] + ref_t(r, "wpe.weight")[t * C + c];
@@ -117,8 +117,8 @@ static double ref_loss(const ref_gpt *r, const uint16_t *tok, const uint16_t *tg
  * `samples` evenly spaced real elements against the analytic grads[] (the model's layout).
  * p is r's parameter array, perturbed and restored in place. Returns max|g - fd| / max|fd|;
  * *maxfd gets max|fd|. */
-static double ref_fd_check(ref_gpt *r, double *p, const gpt_tensor *t, const float *grads, const uint16_t *tok,
-                           const uint16_t *tgt, int B, int T, size_t samples, double *maxfd) {
+static double ref_fd_check(ref_gpt *r, double *p, const gpt_tensor *t, const float *grads, const dt_token *tok,
+                           const dt_token *tgt, int B, int T, size_t samples, double *maxfd) {
     const double h = 1e-5;
     size_t keep = (size_t)t->saved_rows * t->shape[1];
     size_t stride = keep > samples ? keep / samples : 1;

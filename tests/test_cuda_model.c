@@ -37,10 +37,10 @@ static void run(const dt_ops *gpu, gpt_shape s, int B, int T, size_t samples) {
         }
     }
     gpu->upload(g.params, c.params, c.nparams * sizeof(float));
-    uint16_t *tok = malloc(sizeof(uint16_t) * B * T), *tgt = malloc(sizeof(uint16_t) * B * T);
+    dt_token *tok = malloc(sizeof(dt_token) * B * T), *tgt = malloc(sizeof(dt_token) * B * T);
     for (int i = 0; i < B * T; i++) {
-        tok[i] = (uint16_t)dt_rng_below(&rng, (uint64_t)s.vocab_size);
-        tgt[i] = (uint16_t)dt_rng_below(&rng, (uint64_t)s.vocab_size);
+        tok[i] = (dt_token)dt_rng_below(&rng, (uint64_t)s.vocab_size);
+        tgt[i] = (dt_token)dt_rng_below(&rng, (uint64_t)s.vocab_size);
     }
     double lc, lg, le;
     gpt_zero_grad(&c);

@@ -222,8 +222,8 @@ static void test_elementwise(size_t n) {
 }
 
 static void test_embed(int B, int T, int C, int V) {
-    uint16_t *tok = malloc((size_t)B * T * 2), *gtok;
-    for (int i = 0; i < B * T; i++) tok[i] = (uint16_t)(dt_rng_below(&rng, (uint64_t)(i % 3 ? V : 4))); /* repeats */
+    dt_token *tok = malloc((size_t)B * T * 2), *gtok;
+    for (int i = 0; i < B * T; i++) tok[i] = (dt_token)(dt_rng_below(&rng, (uint64_t)(i % 3 ? V : 4))); /* repeats */
     float *wte = rnd((size_t)V * C, 1), *wpe = rnd((size_t)T * C, 1), *dy = rnd((size_t)B * T * C, 1);
     float *out = rnd((size_t)B * T * C, 1), *dwte = rnd((size_t)V * C, 1), *dwpe = rnd((size_t)T * C, 1);
     if (G->alloc((void **)&gtok, (size_t)B * T * 2, "tok") != DT_OK) exit(1);
@@ -243,8 +243,8 @@ static void test_embed(int B, int T, int C, int V) {
 
 static void test_xent(int N, int V, int Vp, float scale) {
     float *lg = rnd((size_t)N * Vp, 3), *loss = rnd32(N, 1);
-    uint16_t *t = malloc(N * 2), *gt;
-    for (int i = 0; i < N; i++) t[i] = (uint16_t)(dt_rng_below(&rng, (uint64_t)V));
+    dt_token *t = malloc(N * 2), *gt;
+    for (int i = 0; i < N; i++) t[i] = (dt_token)(dt_rng_below(&rng, (uint64_t)V));
     if (G->alloc((void **)&gt, N * 2, "t") != DT_OK) exit(1);
     G->upload(gt, t, N * 2);
     float *glg = dev(lg, (size_t)N * Vp), *gloss = dev32(NULL, N);
@@ -261,8 +261,8 @@ static void test_xent(int N, int V, int Vp, float scale) {
  * logits in storage precision, statistics and losses fp32 */
 static void test_xent_tp(int N, int Vl, int real, int v0, float scale) {
     float *lg = rnd((size_t)N * Vl, 3), *mx = rnd32(N, 1), *st = rnd32(2 * (size_t)N, 1), *loss = rnd32(N, 1);
-    uint16_t *t = malloc(N * 2), *gt;
-    for (int i = 0; i < N; i++) t[i] = (uint16_t)(v0 + (int)dt_rng_below(&rng, (uint64_t)(2 * Vl)) - Vl / 2);
+    dt_token *t = malloc(N * 2), *gt;
+    for (int i = 0; i < N; i++) t[i] = (dt_token)(v0 + (int)dt_rng_below(&rng, (uint64_t)(2 * Vl)) - Vl / 2);
     if (G->alloc((void **)&gt, N * 2, "t") != DT_OK) exit(1);
     G->upload(gt, t, N * 2);
     float *glg = dev(lg, (size_t)N * Vl), *gmx = dev32(NULL, N), *gst = dev32(NULL, 2 * (size_t)N);

@@ -73,24 +73,36 @@ want = [0] * len(b"system: Be brief.\nuser: Hi\nassistant: ") + [1] * len(b"Hell
 assert f["mask"] == want and f["starts"] == [0, len(text)], f
 PY
 
-# the stream layout trains on the tokens (a mask is not applied there yet: a note says so)
+# the stream layout applies the loss mask: a step's loss counts the completions' targets only
 python3 -c "
 import json
 for i in range(300): print(json.dumps({'prompt': 'Q%d: ' % i, 'completion': 'the answer is %d.' % (i * 7)}))" | prep big prompt
 "$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/big_train.bin" --set data.val= --steps 2 \
-  --threads 1 >"$TMP/big.train" 2>&1 && grep -q "loss mask" "$TMP/big.train" &&
-  pass "train on a prompt file (stream): runs, and says the loss mask is not applied by the stream layout" ||
+  --threads 1 --metrics "$TMP/big.jsonl" >"$TMP/big.train" 2>&1 && python3 - "$TMP/big.jsonl" "$TMP/big_train.bin" <<'PY' &&
+import json, struct, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"event"' not in l]
+b = open(sys.argv[2], "rb").read()
+h = struct.unpack("<256i", b[:1024]); n, nd = h[2], h[7]
+mask = b[1024 + 2 * n + 8 * (nd + 1):]
+frac = sum(mask) / len(mask)  # the share of targets in the loss over the file
+per_step = 8 * 32  # tiny.json: global batch 8 x T 32
+for x in r:
+    assert 0 < x["loss_tokens"] < per_step and abs(x["loss_tokens"] / per_step - frac) < 0.25, (x, frac)
+PY
+  pass "train on a prompt file (stream): the loss mask applied (loss_tokens per step below the step's tokens, near the file's share)" ||
   fail "train on a prompt file: $(tail -3 "$TMP/big.train")"
 
-# the stream layout: a version 3 file trains as the version 1 file of the same tokens
-python3 - "$TMP/big_train.bin" "$TMP/big_v1.bin" <<'PY'
+# the stream layout: a version 3 file without a mask trains as the version 1 file of the same tokens
+python3 - "$TMP/big_train.bin" "$TMP/big_v1.bin" "$TMP/big_nomask.bin" <<'PY'
 import struct, sys
 b = open(sys.argv[1], "rb").read()
-h = list(struct.unpack("<256i", b[:1024])); n = h[2]
+h = list(struct.unpack("<256i", b[:1024])); n, nd = h[2], h[7]
+m = list(h); m[8] = 0
+open(sys.argv[3], "wb").write(struct.pack("<256i", *m) + b[1024:1024 + 2 * n + 8 * (nd + 1)])
 h[1] = 1; h[6] = h[7] = h[8] = 0
 open(sys.argv[2], "wb").write(struct.pack("<256i", *h) + b[1024:1024 + 2 * n])
 PY
-a=$("$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/big_train.bin" --set data.val= --steps 4 --threads 1 --digest 2>&1 | grep -o 'digest sha256:[0-9a-f]*')
+a=$("$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/big_nomask.bin" --set data.val= --steps 4 --threads 1 --digest 2>&1 | grep -o 'digest sha256:[0-9a-f]*')
 b=$("$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/big_v1.bin" --set data.val= --steps 4 --threads 1 --digest 2>&1 | grep -o 'digest sha256:[0-9a-f]*')
 [ -n "$a" ] && [ "$a" = "$b" ] && pass "stream: a version 3 file trains as the version 1 file of its tokens (same weights)" ||
   fail "stream v3 vs v1: '$a' vs '$b'"

@@ -44,11 +44,11 @@ static double rel_diff(const float *a, const float *b, size_t n) {
 }
 
 int main(void) {
-    uint16_t tok[MB][B * T], tgt[MB][B * T];
+    dt_token tok[MB][B * T], tgt[MB][B * T];
     for (int k = 0; k < MB; k++)
         for (int i = 0; i < B * T; i++) {
-            tok[k][i] = (uint16_t)((i * 7 + k * 13 + 3) % SHAPE.vocab_size);
-            tgt[k][i] = (uint16_t)((i * 11 + k * 5 + 1) % SHAPE.vocab_size);
+            tok[k][i] = (dt_token)((i * 7 + k * 13 + 3) % SHAPE.vocab_size);
+            tgt[k][i] = (dt_token)((i * 11 + k * 5 + 1) % SHAPE.vocab_size);
         }
     /* the whole model, micro-batches one after the other (gradient accumulation) */
     gpt_model whole;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "../core/status.h"
+#include "../core/token.h"
 
 typedef struct dt_ops {
     const char *name;
@@ -57,9 +58,9 @@ typedef struct dt_ops {
     /* out[b,t,:] = wte[tok[b,t] - v0,:] + wpe[t,:]. wte holds the vocabulary rows [v0, v0 + rows)
      * (all of them, or a vocabulary-parallel rank's slice): other tokens add nothing; a
      * NULL wpe adds nothing. Backward: dwte += for tokens in range, dwpe += (NULL: skipped). */
-    void (*embed_fwd)(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C,
+    void (*embed_fwd)(float *out, const dt_token *tok, const float *wte, const float *wpe, int B, int T, int C,
                       int v0, int rows);
-    void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C, int v0,
+    void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const dt_token *tok, int B, int T, int C, int v0,
                       int rows);
     void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
                           int N, int C);
@@ -91,7 +92,7 @@ typedef struct dt_ops {
                                int Tk, int C, int NH);
     /* Softmax cross-entropy over rows of logits[N, Vp] (columns >= V are padding and excluded).
      * Writes loss per row; if scale != 0, overwrites logits with dloss/dlogits · scale. */
-    void (*softmax_xent)(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
+    void (*softmax_xent)(float *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale);
     /* Vocabulary-parallel cross-entropy: each rank holds columns [v0, v0 + Vl) of every row
      * of the logits (real of them real vocabulary), so the row statistics are completed
      * by the caller's all-reduces between the steps: row max (then MAX over ranks), then
@@ -99,9 +100,9 @@ typedef struct dt_ops {
      * st[2i], st[2i+1] (then SUM), then the loss per row and, if scale != 0, dlogits·scale
      * in place (padding columns zero). fp32 statistics; NULL in backends without them. */
     void (*xent_rowmax)(const float *logits, float *mx, int N, int Vl, int real);
-    void (*xent_rowsum)(const float *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl,
+    void (*xent_rowsum)(const float *logits, const float *mx, const dt_token *targets, float *st, int N, int Vl,
                         int real, int v0);
-    void (*xent_finish)(float *logits, float *losses, const float *mx, const float *st, const uint16_t *targets,
+    void (*xent_finish)(float *logits, float *losses, const float *mx, const float *st, const dt_token *targets,
                         int N, int Vl, int real, int v0, float scale);
     /* sum of squares in double (fixed order for a fixed thread count); x in storage precision */
     double (*sumsq)(const float *x, size_t n);

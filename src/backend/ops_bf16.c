@@ -82,7 +82,7 @@ static void b_lin_b(float *dinp, float *dw, float *dbias, const float *dout, con
     narrow(dbias, db, (size_t)OC);
 }
 
-static void b_emb_f(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int Tt, int C, int v0,
+static void b_emb_f(float *out, const dt_token *tok, const float *wte, const float *wpe, int B, int Tt, int C, int v0,
                     int rows) {
     size_t n = (size_t)B * Tt * C;
     float *o = buf(0, n), *e = wide(1, wte, (size_t)rows * C), *p = wide(2, wpe, (size_t)Tt * C);
@@ -92,7 +92,7 @@ static void b_emb_f(float *out, const uint16_t *tok, const float *wte, const flo
     narrow(out, o, n);
 }
 
-static void b_emb_b(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int Tt, int C, int v0,
+static void b_emb_b(float *dwte, float *dwpe, const float *dout, const dt_token *tok, int B, int Tt, int C, int v0,
                     int rows) {
     float *de = wide(0, dwte, (size_t)rows * C), *dp = wide(1, dwpe, (size_t)Tt * C);
     float *d = wide(2, dout, (size_t)B * Tt * C);
@@ -162,7 +162,7 @@ static void b_att_b(float *dqkv, const float *dout, const float *qkv, const floa
     narrow(dqkv, dq, 3 * n);
 }
 
-static void b_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale) {
+static void b_xent(float *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale) {
     size_t n = (size_t)N * Vp;
     float *l = wide(0, logits, n);
     NEED(l);
@@ -177,13 +177,13 @@ static void b_rowmax(const float *logits, float *mx, int N, int Vl, int real) {
     NEED(l);
     in->xent_rowmax(l, mx, N, Vl, real);
 }
-static void b_rowsum(const float *logits, const float *mx, const uint16_t *tg, float *st, int N, int Vl, int real,
+static void b_rowsum(const float *logits, const float *mx, const dt_token *tg, float *st, int N, int Vl, int real,
                      int v0) {
     float *l = wide(0, logits, (size_t)N * Vl);
     NEED(l);
     in->xent_rowsum(l, mx, tg, st, N, Vl, real, v0);
 }
-static void b_finish(float *logits, float *losses, const float *mx, const float *st, const uint16_t *tg, int N,
+static void b_finish(float *logits, float *losses, const float *mx, const float *st, const dt_token *tg, int N,
                      int Vl, int real, int v0, float scale) {
     size_t n = (size_t)N * Vl;
     float *l = wide(0, logits, n);

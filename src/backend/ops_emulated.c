@@ -22,7 +22,7 @@ static const uintptr_t AWAY = (uintptr_t)1 << 62;
 static void *H(const void *dev) { return dev ? (void *)((uintptr_t)dev - AWAY) : NULL; }
 void *dt_emulated_host(const void *dev) { return H(dev); }
 #define HF(p) ((float *)H(p))
-#define HT(p) ((const uint16_t *)H(p))
+#define HT(p) ((const dt_token *)H(p))
 
 static dt_status e_alloc(void **p, size_t bytes, const char *what) {
     void *h = NULL;
@@ -74,11 +74,11 @@ static void e_lin_b(float *di, float *dw, float *db, const float *d, const float
                     int OC, int acc) {
     inner->linear_bwd(HF(di), HF(dw), HF(db), HF(d), HF(i), HF(w), N, IC, OC, acc);
 }
-static void e_emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int T, int C, int v0,
+static void e_emb_f(float *o, const dt_token *t, const float *e, const float *p, int B, int T, int C, int v0,
                     int rows) {
     inner->embed_fwd(HF(o), HT(t), HF(e), HF(p), B, T, C, v0, rows);
 }
-static void e_emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int T, int C, int v0, int rows) {
+static void e_emb_b(float *de, float *dp, const float *d, const dt_token *t, int B, int T, int C, int v0, int rows) {
     inner->embed_bwd(HF(de), HF(dp), HF(d), HT(t), B, T, C, v0, rows);
 }
 static void e_ln_f(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
@@ -98,14 +98,14 @@ static void e_att_b(float *dq, const float *d, const float *q, const float *o, c
                     int NH) {
     inner->attention_bwd(HF(dq), HF(d), HF(q), HF(o), HF(l), B, T, C, NH);
 }
-static void e_xent(float *lg, float *ls, const uint16_t *t, int N, int V, int Vp, float s) {
+static void e_xent(float *lg, float *ls, const dt_token *t, int N, int V, int Vp, float s) {
     inner->softmax_xent(HF(lg), HF(ls), HT(t), N, V, Vp, s);
 }
 static void e_rowmax(const float *lg, float *mx, int N, int Vl, int real) { inner->xent_rowmax(HF(lg), HF(mx), N, Vl, real); }
-static void e_rowsum(const float *lg, const float *mx, const uint16_t *t, float *st, int N, int Vl, int real, int v0) {
+static void e_rowsum(const float *lg, const float *mx, const dt_token *t, float *st, int N, int Vl, int real, int v0) {
     inner->xent_rowsum(HF(lg), HF(mx), HT(t), HF(st), N, Vl, real, v0);
 }
-static void e_finish(float *lg, float *ls, const float *mx, const float *st, const uint16_t *t, int N, int Vl,
+static void e_finish(float *lg, float *ls, const float *mx, const float *st, const dt_token *t, int N, int Vl,
                      int real, int v0, float s) {
     inner->xent_finish(HF(lg), HF(ls), HF(mx), HF(st), HT(t), N, Vl, real, v0, s);
 }

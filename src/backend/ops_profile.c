@@ -36,11 +36,11 @@ static void p_lin_b(float *di, float *dw, float *db, const float *d, const float
                     int OC, int acc) {
     TIMED(P_LIN_B, inner->linear_bwd(di, dw, db, d, i, w, N, IC, OC, acc));
 }
-static void p_emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int T, int C, int v0,
+static void p_emb_f(float *o, const dt_token *t, const float *e, const float *p, int B, int T, int C, int v0,
                     int rows) {
     TIMED(P_EMB_F, inner->embed_fwd(o, t, e, p, B, T, C, v0, rows));
 }
-static void p_emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int T, int C, int v0, int rows) {
+static void p_emb_b(float *de, float *dp, const float *d, const dt_token *t, int B, int T, int C, int v0, int rows) {
     TIMED(P_EMB_B, inner->embed_bwd(de, dp, d, t, B, T, C, v0, rows));
 }
 static void p_ln_f(float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
@@ -68,7 +68,7 @@ static void p_att_pb(float *dq, float *dkv, const float *d, const float *q, cons
                      const float *l, const int *qp, const int *kp, int B, int Tq, int Tk, int C, int NH) {
     TIMED(P_ATT_B, inner->attention_part_bwd(dq, dkv, d, q, kv, o, l, qp, kp, B, Tq, Tk, C, NH));
 }
-static void p_xent(float *lg, float *ls, const uint16_t *t, int N, int V, int Vp, float s) {
+static void p_xent(float *lg, float *ls, const dt_token *t, int N, int V, int Vp, float s) {
     TIMED(P_XENT, inner->softmax_xent(lg, ls, t, N, V, Vp, s));
 }
 static double p_sumsq(const float *x, size_t n) {

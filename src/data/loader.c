@@ -65,13 +65,32 @@ void dt_loader_next_batch(dt_loader *l) {
  * next batch is drawn), so a resumed run announces an epoch exactly when the straight run does. */
 int dt_loader_starts_epoch(const dt_loader *l) { return l->epoch > 0 && l->batch_pos == 0; }
 
-void dt_loader_window(const dt_tokenfile *f, int T, size_t i, uint16_t *inputs, uint16_t *targets) {
-    const uint16_t *src = f->tokens + i * (size_t)T; /* i < nseq, so src[T] is inside the file */
-    memcpy(inputs, src, (size_t)T * sizeof(uint16_t));
-    memcpy(targets, src + 1, (size_t)T * sizeof(uint16_t));
+void dt_loader_window(const dt_tokenfile *f, int T, size_t i, dt_token *inputs, dt_token *targets) {
+    size_t at = i * (size_t)T; /* i < nseq, so token at + T is inside the file */
+    const uint16_t *src = f->tokens + at;
+    const uint8_t *mask = f->mask ? f->mask + at + 1 : NULL; /* the targets' loss mask */
+    for (int t = 0; t < T; t++) {
+        inputs[t] = src[t];
+        targets[t] = mask && !mask[t] ? DT_IGNORE : src[t + 1];
+    }
 }
 
-void dt_loader_fill(const dt_loader *l, int first, int count, uint16_t *inputs, uint16_t *targets) {
+long long dt_loader_window_loss_tokens(const dt_tokenfile *f, int T, size_t i) {
+    if (!f->mask) return T;
+    const uint8_t *mask = f->mask + i * (size_t)T + 1;
+    long long n = 0;
+    for (int t = 0; t < T; t++) n += mask[t];
+    return n;
+}
+
+long long dt_loader_loss_tokens(const dt_loader *l) {
+    long long n = 0;
+    for (int k = 0; k < l->global_batch; k++)
+        n += dt_loader_window_loss_tokens(l->file, l->T, l->perm[l->batch_pos + (size_t)k]);
+    return n;
+}
+
+void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets) {
     for (int k = 0; k < count; k++) {
         size_t idx = l->perm[l->batch_pos + (size_t)first + (size_t)k];
         dt_loader_window(l->file, l->T, idx, inputs + (size_t)k * l->T, targets + (size_t)k * l->T);

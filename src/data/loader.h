@@ -11,6 +11,7 @@
 
 #include "../core/status.h"
 #include "tokenfile.h"
+#include "../core/token.h"
 
 typedef struct {
     const dt_tokenfile *file;
@@ -32,8 +33,13 @@ void dt_loader_next_batch(dt_loader *l);
 /* Whether the current batch is the first of an epoch after the first (the data wrapped). */
 int dt_loader_starts_epoch(const dt_loader *l);
 /* Copies sequences [first, first+count) of the current batch: inputs and shifted targets, each count x T. */
-void dt_loader_fill(const dt_loader *l, int first, int count, uint16_t *inputs, uint16_t *targets);
-/* Window i of the file in file order (validation reads these sequentially). */
-void dt_loader_window(const dt_tokenfile *f, int T, size_t i, uint16_t *inputs, uint16_t *targets);
+void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets);
+/* Window i of the file in file order (validation reads these sequentially); a target
+ * the file's loss mask leaves out (a prompt's) is DT_IGNORE. */
+void dt_loader_window(const dt_tokenfile *f, int T, size_t i, dt_token *inputs, dt_token *targets);
+/* Targets of window i in the loss (T without a mask). */
+long long dt_loader_window_loss_tokens(const dt_tokenfile *f, int T, size_t i);
+/* Targets in the loss over the current global batch: the step's token-exact divisor. */
+long long dt_loader_loss_tokens(const dt_loader *l);
 
 #endif

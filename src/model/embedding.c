@@ -11,12 +11,12 @@ static int run_end(const int *cpos, int T, int t0) {
     return t1;
 }
 
-dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const uint16_t *tokens, int B, int T, int pos0) {
+dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const dt_token *tokens, int B, int T, int pos0) {
     const dt_ops *o = m->ops;
     int C = m->shape.n_embd, N = B * T;
     const int *cpos = m->cp_comm.positions;
     HOOK(before_forward, 0);
-    o->upload(a->tok, tokens, (size_t)N * sizeof(uint16_t));
+    o->upload(a->tok, tokens, (size_t)N * sizeof(dt_token));
     int Vl = m->shape.padded_vocab / m->tp;
     float *emb = m->sp ? m->acts->proj : a->encoded, *done;
     const float *wpe = m->tp_rank == 0 ? S(m, tp(m, 1), (size_t)pos0 * C) : NULL;

@@ -233,7 +233,7 @@ void gpt_zero_grad(gpt_model *m);
  * grads += d(loss_sum · grad_scale); *loss = the sum of per-token losses (double).
  * tokens/targets are B x T. A hook's failure (a collective of the strategy around the
  * model) stops the pass and is returned; the gradients are then incomplete. */
-dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
+dt_status gpt_forward_backward(gpt_model *m, const dt_token *tokens, const dt_token *targets, int B, int T,
                                float grad_scale, double *loss);
 /* The stage API (pipeline schedules run these; gpt_forward_backward is the three on
  * slot 0). Activations of a micro-batch live in one of the layout's slots from its
@@ -248,16 +248,16 @@ dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint1
  * B x T (tokens read on the first stage only) at positions pos0..pos0+T-1 of the position table. gpt_loss (last stage): the
  * head; with grad_scale != 0 its backward through ln_f too. gpt_backward: the blocks'
  * backward, and on the first stage the embeddings'. */
-dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0);
+dt_status gpt_forward(gpt_model *m, int slot, const dt_token *tokens, int B, int T, int pos0);
 /* The same for one model chunk of an interleaved rank (gpt_forward is chunk 0): the slot
  * then belongs to that chunk until its backward; gpt_loss needs the head's chunk, and
  * gpt_slot_output, gpt_backward* act on the slot's chunk. Slots are sized for the
  * largest chunk. */
-dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const uint16_t *tokens, int B, int T, int pos0);
+dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *tokens, int B, int T, int pos0);
 /* The layout of this model's blocks (first_layer/n_layers, or its chunks), tp = 1: what
  * another rank needs to build this stage's tensor table. */
 void gpt_stage_layout(const gpt_model *m, gpt_layout *out);
-dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss);
+dt_status gpt_loss(gpt_model *m, int slot, const dt_token *targets, float grad_scale, double *loss);
 dt_status gpt_backward(gpt_model *m, int slot);
 /* The backward split in two (a layout with split_backward): the input gradient (B: what
  * the previous stage waits for; no weight gradient) with before_backward hooks, then later
@@ -273,9 +273,9 @@ float *gpt_slot_input(gpt_model *m, int slot);
 float *gpt_slot_output(gpt_model *m, int slot);
 float *gpt_slot_grad(gpt_model *m, int slot);
 /* Forward and loss only: *loss = the sum of per-token losses. */
-dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss);
+dt_status gpt_eval_loss(gpt_model *m, const dt_token *tokens, const dt_token *targets, int B, int T, double *loss);
 /* Logits (vocab_size floats) for the next token after tokens[0..T), T <= max_T. */
-dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits);
+dt_status gpt_next_logits(gpt_model *m, const dt_token *tokens, int T, float *logits);
 /* The head's logits (vocab_size floats) for the last position of the slot's micro-batch
  * after gpt_forward_chunk of the head's chunk (a pipeline's last stage samples with it). */
 dt_status gpt_last_logits(gpt_model *m, int slot, float *logits);

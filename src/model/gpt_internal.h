@@ -23,7 +23,7 @@ typedef struct {
     float *wd_mp, *wd_fc, *wd_ap, *wd_qkv; /* split backward, per local layer: the output gradients of the
                                               MLP c_proj, c_fc, attention c_proj, c_attn (BTC, BT·4C, BTC, BT·3C) */
     float *wd_ln2, *wd_ln1;           /* and of ln_2, ln_1 (RC each) */
-    uint16_t *tok;                    /* BT (first stage): the tokens, in the backend's memory */
+    dt_token *tok;                    /* BT (first stage): the tokens, in the backend's memory */
     int B, T, pos0;                   /* the micro-batch it holds */
     int chunk;                        /* the model chunk whose activations it holds */
 } gpt_slot;
@@ -40,7 +40,7 @@ struct gpt_acts {
     float *full;   /* sp: BTC, a LayerNorm output (or dres) gathered over the sequence pieces */
     float *rows;   /* sp: RC, this rank's rows of a reduce-scattered sum */
     float *lngrad; /* sp: 4C, one block's LayerNorm gradients from this rank's rows, summed over tp */
-    uint16_t *tgt; /* BT: the targets, in the backend's memory */
+    dt_token *tgt; /* BT: the targets, in the backend's memory */
     float *xstat;  /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit) */
     int head_rows;
     void *arena;
@@ -173,7 +173,7 @@ dt_status gpt_ln_grad_finish(gpt_model *m, float *const *dw, int nparts);
 
 /* embedding.c: the first stage's token and position embeddings of slot a's micro-batch
  * into a->encoded, and their gradients from a->dres (with the unit-0 hooks). */
-dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const uint16_t *tokens, int B, int T, int pos0);
+dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const dt_token *tokens, int B, int T, int pos0);
 dt_status gpt_embed_backward(gpt_model *m, gpt_slot *s);
 
 /* attention.c: block j's attention on its LayerNorm output b->ln1 (this rank's rows),

@@ -11,7 +11,7 @@
 /* Vocabulary-parallel cross-entropy over R rows of local logits (columns [v0, v0 + Vl)):
  * the row max and then the sum of exponentials and the target's logit are completed over
  * the tensor-parallel group, so no rank ever holds a whole row of logits. */
-static dt_status xent_tp(gpt_model *m, int R, int r0, const uint16_t *targets, float grad_scale) {
+static dt_status xent_tp(gpt_model *m, int R, int r0, const dt_token *targets, float grad_scale) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int Vl = m->shape.padded_vocab / m->tp, v0 = m->tp_rank * Vl;
@@ -28,7 +28,7 @@ static dt_status xent_tp(gpt_model *m, int R, int r0, const uint16_t *targets, f
 /* LM head over row chunks of all N rows of slot b: logits = lnf·wteᵀ, softmax
  * cross-entropy, and when grad_scale != 0 its backward (dwte +=) while the chunk is hot;
  * *dlnf receives this rank's rows of the gradient of lnf. */
-static dt_status head(gpt_model *m, gpt_slot *b, const uint16_t *targets, float grad_scale, double *loss,
+static dt_status head(gpt_model *m, gpt_slot *b, const dt_token *targets, float grad_scale, double *loss,
                       float **dlnf) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
@@ -37,7 +37,7 @@ static dt_status head(gpt_model *m, gpt_slot *b, const uint16_t *targets, float 
     int vocab_parallel = m->tp_comm.allreduce != NULL;
     float *lnf, *dwte = m->head_grad ? m->head_grad : tg(m, 0);
     DT_TRY(gpt_seq_gather(m, b->lnf, N, &lnf));
-    o->upload(a->tgt, targets, (size_t)N * sizeof(uint16_t));
+    o->upload(a->tgt, targets, (size_t)N * sizeof(dt_token));
     targets = a->tgt;
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
@@ -55,7 +55,7 @@ static dt_status head(gpt_model *m, gpt_slot *b, const uint16_t *targets, float 
     return DT_OK;
 }
 
-dt_status gpt_loss(gpt_model *m, int slot, const uint16_t *targets, float grad_scale, double *loss_out) {
+dt_status gpt_loss(gpt_model *m, int slot, const dt_token *targets, float grad_scale, double *loss_out) {
     DT_TRY(gpt_check_slot(m, slot));
     const dt_ops *o = m->ops;
     gpt_slot *b = slot_at(m, slot);

@@ -10,11 +10,11 @@ dt_status gpt_check_slot(const gpt_model *m, int slot) {
     return DT_OK;
 }
 
-dt_status gpt_forward(gpt_model *m, int slot, const uint16_t *tokens, int B, int T, int pos0) {
+dt_status gpt_forward(gpt_model *m, int slot, const dt_token *tokens, int B, int T, int pos0) {
     return gpt_forward_chunk(m, slot, 0, tokens, B, T, pos0);
 }
 
-dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const uint16_t *tokens, int B, int T, int pos0) {
+dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *tokens, int B, int T, int pos0) {
     DT_TRY(gpt_check_slot(m, slot));
     if (chunk < 0 || chunk >= m->nchunks)
         return dt_fail(DT_EINPUT, "model: chunk %d of %d", chunk, m->nchunks);
@@ -56,7 +56,7 @@ static dt_status check_whole(const gpt_model *m) {
     return DT_OK;
 }
 
-dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T, double *loss) {
+dt_status gpt_eval_loss(gpt_model *m, const dt_token *tokens, const dt_token *targets, int B, int T, double *loss) {
     DT_TRY(check_whole(m));
     DT_TRY(gpt_forward(m, 0, tokens, B, T, 0));
     DT_TRY(gpt_loss(m, 0, targets, 0.0f, loss));
@@ -64,7 +64,7 @@ dt_status gpt_eval_loss(gpt_model *m, const uint16_t *tokens, const uint16_t *ta
     return DT_OK;
 }
 
-dt_status gpt_next_logits(gpt_model *m, const uint16_t *tokens, int T, float *logits) {
+dt_status gpt_next_logits(gpt_model *m, const dt_token *tokens, int T, float *logits) {
     if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
     DT_TRY(check_whole(m));
     DT_TRY(gpt_forward(m, 0, tokens, 1, T, 0));
@@ -120,7 +120,7 @@ dt_status gpt_backward_weight(gpt_model *m, int slot) {
     return embeds(m, s->chunk) ? gpt_embed_backward(m, s) : DT_OK;
 }
 
-dt_status gpt_forward_backward(gpt_model *m, const uint16_t *tokens, const uint16_t *targets, int B, int T,
+dt_status gpt_forward_backward(gpt_model *m, const dt_token *tokens, const dt_token *targets, int B, int T,
                                float grad_scale, double *loss) {
     DT_TRY(check_whole(m));
     DT_TRY(gpt_forward(m, 0, tokens, B, T, 0));

@@ -25,7 +25,7 @@ struct dt_par {
     dt_dcomm *dcomm;   /* comm.backend nccl: the data group's device collectives */
     dt_pipeline *pipe; /* NULL: one stage, the micro-steps run here */
     dt_adamw_hparams hp;
-    uint16_t *inp, *tgt; /* one micro-batch of whole sequences (micro x T) */
+    dt_token *inp, *tgt; /* one micro-batch of whole sequences (micro x T) */
     dt_ckpt_dist ckpt; /* saves and the digest of the engine's state (ckpt/distributed.h) */
     double *pipe_all; /* the final pipeline report: 3 numbers per world rank */
     gpt_hooks hooks;  /* the engine's hooks while the full weights are in place */
@@ -127,8 +127,8 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
     h->L = L;
     h->world = world;
     size_t ntok = (size_t)L->micro * L->T;
-    h->inp = malloc(ntok * sizeof(uint16_t));
-    h->tgt = malloc(ntok * sizeof(uint16_t));
+    h->inp = malloc(ntok * sizeof(dt_token));
+    h->tgt = malloc(ntok * sizeof(dt_token));
     h->pipe_all = calloc((size_t)dt_comm_size(world) * 3, sizeof(double));
     /* every rank's answer is the same (or the agreement below fails them all) */
     DT_TRY(dt_comm_agree(world, h->inp && h->tgt && h->pipe_all ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (batch)"),
@@ -189,28 +189,28 @@ static void load_micro(dt_par *h, int k) {
 
 /* The pipeline runner's view of the data: validation's micro-batch already loaded, or
  * training's micro-step mb. */
-static void copy_out(dt_par *h, uint16_t *tokens, uint16_t *targets) {
-    size_t n = (size_t)h->L->micro * h->L->Tl * sizeof(uint16_t);
+static void copy_out(dt_par *h, dt_token *tokens, dt_token *targets) {
+    size_t n = (size_t)h->L->micro * h->L->Tl * sizeof(dt_token);
     memcpy(tokens, h->inp, n);
     memcpy(targets, h->tgt, n);
 }
-static void fill_current(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
+static void fill_current(void *ctx, int mb, dt_token *tokens, dt_token *targets) {
     (void)mb;
     copy_out(ctx, tokens, targets);
 }
-static void fill_step(void *ctx, int mb, uint16_t *tokens, uint16_t *targets) {
+static void fill_step(void *ctx, int mb, dt_token *tokens, dt_token *targets) {
     load_micro(ctx, mb);
     copy_out(ctx, tokens, targets);
 }
 static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((dt_par *)ctx)->dpe, last); }
 
-dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, double *loss,
-                      double *grad_norm, double *lr) {
+dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, long long loss_tokens,
+                      double *loss, double *grad_norm, double *lr) {
     const dt_layout *L = h->L;
     h->fill = fill;
     h->fill_ctx = ctx;
     dt_dp_begin_step(h->dpe);
-    float grad_scale = 1.0f / ((float)L->global_batch * (float)L->T);
+    float grad_scale = loss_tokens > 0 ? 1.0f / (float)loss_tokens : 0.0f;
     double sum = 0.0;
     if (h->pipe) { /* the schedule runs every micro-step of the step */
         dt_pp_io io = {fill_step, micro_step, h};
@@ -229,7 +229,7 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
     DT_TRY(h->model.ops->sync()); /* a device failure during the step surfaces here */
     if (dt_layout_dp_cp_enabled(L)) /* context-parallel ranks hold the other positions */
         DT_TRY(dt_allreduce(h->data_comm, &sum, 1, DT_F64, DT_SUM));
-    *loss = sum / ((double)L->global_batch * L->T);
+    *loss = loss_tokens > 0 ? sum / (double)loss_tokens : 0.0;
     return DT_OK;
 }
 
@@ -243,7 +243,9 @@ dt_status dt_par_eval(dt_par *h, dt_par_fill fill, void *ctx, double *loss_sum, 
     } else {
         DT_TRY(gpt_eval_loss(&h->model, h->inp, h->tgt, h->L->micro, h->L->Tl, loss_sum));
     }
-    *tokens = (double)h->L->micro * h->L->Tl;
+    size_t n = (size_t)h->L->micro * h->L->Tl, in_loss = 0;
+    for (size_t i = 0; i < n; i++) in_loss += h->tgt[i] != DT_IGNORE;
+    *tokens = (double)in_loss;
     return DT_OK;
 }
 
@@ -282,7 +284,7 @@ void dt_par_release_full(dt_par *h) {
 
 /* A pipeline passes the sequence through its stages and broadcasts the last stage's
  * logits; tensor-parallel ranks compute vocabulary-parallel logits together. */
-dt_status dt_par_next_logits(void *ctx, const uint16_t *tokens, int T, float *logits) {
+dt_status dt_par_next_logits(void *ctx, const dt_token *tokens, int T, float *logits) {
     dt_par *h = ctx;
     return h->pipe ? dt_pipeline_next_logits(h->pipe, tokens, T, logits)
                    : gpt_next_logits(&h->model, tokens, T, logits);

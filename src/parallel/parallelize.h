@@ -22,7 +22,7 @@
 
 typedef struct dt_par dt_par;
 
-typedef void (*dt_par_fill)(void *ctx, int seq0, uint16_t *tokens, uint16_t *targets);
+typedef void (*dt_par_fill)(void *ctx, int seq0, dt_token *tokens, dt_token *targets);
 
 /* Collective over world: builds everything for layout L (kept by pointer: it must
  * outlive the handle) on ops. The weights are not set yet: dt_par_init_weights or
@@ -37,11 +37,14 @@ dt_status dt_par_init_weights(dt_par *h, uint64_t seed, const char *init_from);
 dt_status dt_par_load(dt_par *h, const char *step_dir, long long step);
 
 /* One optimizer step `step` (0-based: the learning rate's schedule position) over the
- * layout's m micro-batches of this rank; *loss = the mean loss over the global batch
- * (every rank), *grad_norm before clipping, *lr the rate applied. settle: the state is
+ * layout's m micro-batches of this rank; loss_tokens: the global batch's targets in the
+ * loss (not DT_IGNORE), the same on every rank. *loss = the sum of their losses over
+ * loss_tokens, and the gradient is that loss's (token-exact: whatever the micro-batches,
+ * ranks, schedule or context split; 0 when no target is in the loss), on every rank;
+ * *grad_norm before clipping, *lr the rate applied. settle: the state is
  * read after this step (a checkpoint, the run's end): its update is not delayed. */
-dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, double *loss,
-                      double *grad_norm, double *lr);
+dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, long long loss_tokens,
+                      double *loss, double *grad_norm, double *lr);
 /* Forward only over one micro-batch (fill's seq0 is 0): *loss_sum over this rank's
  * *tokens positions. */
 dt_status dt_par_eval(dt_par *h, dt_par_fill fill, void *ctx, double *loss_sum, double *tokens);
@@ -62,7 +65,7 @@ dt_status dt_par_digest(dt_par *h, char hex[65]);
  * rank calls dt_par_next_logits together (a dt_next_logits_fn: ctx is the handle). */
 dt_status dt_par_gather_full(dt_par *h);
 void dt_par_release_full(dt_par *h);
-dt_status dt_par_next_logits(void *h, const uint16_t *tokens, int T, float *logits);
+dt_status dt_par_next_logits(void *h, const dt_token *tokens, int T, float *logits);
 /* The model this rank holds (its tensors, its longest sequence max_T). */
 const gpt_model *dt_par_model(const dt_par *h);
 

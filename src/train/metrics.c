@@ -50,12 +50,13 @@ static void end_line(dt_metrics *m, long long step) {
 }
 
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
-                     double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io) {
+                     long long loss_tokens, double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io) {
     if (!m->fp) return;
     char a[40], b[40], c[40];
     fprintf(m->fp, "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens\": %lld, ", step,
             num(a, sizeof a, "%.9g", loss), num(b, sizeof b, "%.9g", lr), num(c, sizeof c, "%.9g", grad_norm), tokens);
-    fprintf(m->fp, "\"tokens_per_s\": %s, \"ms\": %s", num(a, sizeof a, "%.2f", tokens_per_s), num(b, sizeof b, "%.3f", ms));
+    fprintf(m->fp, "\"loss_tokens\": %lld, \"tokens_per_s\": %s, \"ms\": %s", loss_tokens, num(a, sizeof a, "%.2f", tokens_per_s),
+            num(b, sizeof b, "%.3f", ms));
     if (comm_ms >= 0) fprintf(m->fp, ", \"comm_ms\": %s", num(a, sizeof a, "%.3f", comm_ms));
     if (mfu >= 0) fprintf(m->fp, ", \"mfu\": %s", num(a, sizeof a, "%.5f", mfu));
     if (io && io->on)

@@ -31,7 +31,7 @@ typedef struct {
     double read_mb, write_mb, wait_ms, update_ms, grads_early_mb;
 } dt_metrics_io;
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
-                     double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io);
+                     long long loss_tokens, double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io);
 void dt_metrics_val(dt_metrics *m, long long step, double val_loss);
 /* The batch of `step` starts pass `epoch` (1-based) over the training file. */
 void dt_metrics_epoch(dt_metrics *m, long long step, long long epoch);

@@ -52,7 +52,7 @@ static int pick(float *logits, int V, const dt_sample_opts *o, dt_rng *rng) {
     return best;
 }
 
-static dt_status model_logits(void *ctx, const uint16_t *tokens, int T, float *logits) {
+static dt_status model_logits(void *ctx, const dt_token *tokens, int T, float *logits) {
     return gpt_next_logits(ctx, tokens, T, logits);
 }
 
@@ -64,7 +64,7 @@ dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt,
 dt_status dt_generate_with(dt_next_logits_fn next, void *ctx_fn, int V, int maxT, const dt_tokenizer *tok,
                            const char *prompt, const dt_sample_opts *o, dt_rng *rng, FILE *out) {
     size_t n = 0, cap = 0;
-    uint16_t *ids = NULL;
+    uint16_t *ids = NULL; /* the tokenizer's ids */
     DT_TRY(dt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap));
     if (n == 0) {
         int eot = dt_tokenizer_eot(tok);
@@ -77,10 +77,12 @@ dt_status dt_generate_with(dt_next_logits_fn next, void *ctx_fn, int V, int maxT
             free(ids);
             return dt_fail(DT_EINPUT, "prompt token %d is outside the model's vocabulary (%d)", ids[i], V);
         }
-    uint16_t *all = realloc(ids, (n + (size_t)o->length) * sizeof(uint16_t));
+    dt_token *all = malloc((n + (size_t)o->length) * sizeof(dt_token));
     float *logits = malloc((size_t)V * sizeof(float));
+    for (size_t i = 0; all && i < n; i++) all[i] = ids[i];
+    free(ids);
     if (!all || !logits) {
-        free(all ? all : ids);
+        free(all);
         free(logits);
         return dt_fail(DT_ERUNTIME, "out of memory (sampling)");
     }
@@ -90,7 +92,7 @@ dt_status dt_generate_with(dt_next_logits_fn next, void *ctx_fn, int V, int maxT
         int ctx = (int)n < maxT ? (int)n : maxT;
         if ((st = next(ctx_fn, all + n - ctx, ctx, logits)) != DT_OK) break;
         int t = pick(logits, V, o, rng);
-        all[n++] = (uint16_t)t;
+        all[n++] = (dt_token)t;
         size_t k = dt_tokenizer_decode(tok, t, buf, sizeof buf);
         fwrite(buf, 1, k, out);
         fflush(out);

@@ -21,7 +21,7 @@ dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt,
                       FILE *out);
 /* The same with the next token's logits (V floats) from next(ctx, tokens, T, logits), T at
  * most max_T: a model cut over ranks runs its own pass there (parallelize.h). */
-typedef dt_status (*dt_next_logits_fn)(void *ctx, const uint16_t *tokens, int T, float *logits);
+typedef dt_status (*dt_next_logits_fn)(void *ctx, const dt_token *tokens, int T, float *logits);
 dt_status dt_generate_with(dt_next_logits_fn next, void *ctx, int V, int max_T, const dt_tokenizer *tok,
                            const char *prompt, const dt_sample_opts *o, dt_rng *rng, FILE *out);
 

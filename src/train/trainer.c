@@ -51,6 +51,7 @@ typedef struct {
     int saved;        /* saves done by this run */
     int save_pending; /* an async save not yet waited for */
     long long save_pending_step;
+    long long loss_tokens; /* the current step's targets in the loss (its token-exact divisor) */
     double save_started;
     dt_metrics metrics;
     dt_progress progress;
@@ -125,9 +126,6 @@ static dt_status read_data(const dt_config *c, trainer *t) {
     DT_TRY(dt_tokenfile_check(&t->train_tokens, "data.train", c->data.tokenizer, c->model.vocab_size, note,
                               sizeof note));
     if (note[0] && t->rank0) printf("dtrain: warning: %s\n", note);
-    if (t->train_tokens.mask && t->rank0) /* prompt/chat data: its mask needs rows built from documents */
-        printf("dtrain: note: data.train '%s' has a loss mask (prompt or chat data); the stream layout trains on "
-               "every token and does not apply it yet\n", t->train_tokens.path);
     resolve_val(c, t->val_path, sizeof t->val_path);
     if (!t->val_path[0]) return DT_OK;
     s = dt_tokenfile_read(&t->val_tokens, t->val_path, c->model.vocab_size);
@@ -252,13 +250,13 @@ static void teardown(trainer *t) {
 }
 
 /* The step's sequences [seq0, seq0 + micro) of the global batch. */
-static void fill_train(void *ctx, int seq0, uint16_t *tokens, uint16_t *targets) {
+static void fill_train(void *ctx, int seq0, dt_token *tokens, dt_token *targets) {
     trainer *t = ctx;
     dt_loader_fill(&t->loader, seq0, t->L.micro, tokens, targets);
 }
 
 /* A validation micro-batch: consecutive windows of the val file from t->val_window. */
-static void fill_val(void *ctx, int seq0, uint16_t *tokens, uint16_t *targets) {
+static void fill_val(void *ctx, int seq0, dt_token *tokens, dt_token *targets) {
     trainer *t = ctx;
     size_t nwin = (t->val_tokens.count - 1) / (size_t)t->L.T, w = t->val_window;
     (void)seq0;
@@ -310,7 +308,8 @@ static dt_status train_step(trainer *t, int settle, double *loss, double *grad_n
     dt_watchdog_step(t->st.step + 1, 0);
     dt_loader_next_batch(&t->loader);
     if (t->rank0 && dt_loader_starts_epoch(&t->loader)) note_epoch(t);
-    DT_TRY(dt_par_step(t->par, t->st.step, settle, fill_train, t, loss, grad_norm, lr));
+    t->loss_tokens = dt_loader_loss_tokens(&t->loader);
+    DT_TRY(dt_par_step(t->par, t->st.step, settle, fill_train, t, t->loss_tokens, loss, grad_norm, lr));
     t->st.step++;
     dt_watchdog_step(t->st.step, -1); /* validation, saves: "after step N" */
     t->st.data_epoch = t->loader.epoch;
@@ -470,7 +469,8 @@ static dt_status run(trainer *t) {
         double tps = tokens_per_step / dt;
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
         if (t->rank0) {
-            dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step, tps,
+            dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step,
+                            t->loss_tokens, tps,
                             dt * 1e3, c0 >= 0 ? 1e3 * (dt_par_comm_seconds(t->par) - c0) : -1.0,
                             t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0, &io);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);

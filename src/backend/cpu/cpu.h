@@ -4,20 +4,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../core/token.h"
+
 void cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
               int ldb, float beta, float *C, int ldc);
 void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
 void cpu_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
                     int IC, int OC, int acc_dinp);
 void cpu_colsum_acc(float *dst, const float *src, int N, int C);
-void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
+void cpu_embed_fwd(float *out, const dt_token *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
                    int rows);
-void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C, int v0,
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const dt_token *tok, int B, int T, int C, int v0,
                    int rows);
 void cpu_xent_rowmax(const float *logits, float *mx, int N, int Vl, int real);
-void cpu_xent_rowsum(const float *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl, int real,
+void cpu_xent_rowsum(const float *logits, const float *mx, const dt_token *targets, float *st, int N, int Vl, int real,
                      int v0);
-void cpu_xent_finish(float *logits, float *losses, const float *mx, const float *st, const uint16_t *targets, int N,
+void cpu_xent_finish(float *logits, float *losses, const float *mx, const float *st, const dt_token *targets, int N,
                      int Vl, int real, int v0, float scale);
 void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                        int C);
@@ -34,7 +36,7 @@ void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const fl
                             int C, int NH);
 void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
                        int T, int C, int NH);
-void cpu_softmax_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
+void cpu_softmax_xent(float *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale);
 double cpu_sumsq(const float *x, size_t n);
 double cpu_sum(const float *x, size_t n);
 void cpu_adamw(float *p, float *p_store, const float *g, float *m, float *v, size_t n, float lr, float beta1,

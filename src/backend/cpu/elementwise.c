@@ -7,7 +7,7 @@
 #include "cpu.h"
 #include "fastmath.h"
 
-void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
+void cpu_embed_fwd(float *out, const dt_token *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
                    int rows) {
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
@@ -22,7 +22,7 @@ void cpu_embed_fwd(float *out, const uint16_t *tok, const float *wte, const floa
     }
 }
 
-void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const uint16_t *tok, int B, int T, int C, int v0,
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const dt_token *tok, int B, int T, int C, int v0,
                    int rows) {
     /* channel blocks per thread: tokens repeat, so rows cannot be split without races */
     enum { CB = 32 };

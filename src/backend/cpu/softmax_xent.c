@@ -3,11 +3,17 @@
 #include "cpu.h"
 #include "fastmath.h"
 
-void cpu_softmax_xent(float *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale) {
+void cpu_softmax_xent(float *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *x = logits + (size_t)i * Vp;
         int t = targets[i];
+        if (t < 0) { /* DT_IGNORE: not in the loss */
+            losses[i] = 0.0f;
+            if (scale != 0.0f)
+                for (int j = 0; j < Vp; j++) x[j] = 0.0f;
+            continue;
+        }
         float mx = -INFINITY;
         for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
         float xt = x[t];
@@ -39,7 +45,7 @@ void cpu_xent_rowmax(const float *logits, float *mx, int N, int Vl, int real) {
     }
 }
 
-void cpu_xent_rowsum(const float *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl, int real,
+void cpu_xent_rowsum(const float *logits, const float *mx, const dt_token *targets, float *st, int N, int Vl, int real,
                      int v0) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
@@ -53,12 +59,18 @@ void cpu_xent_rowsum(const float *logits, const float *mx, const uint16_t *targe
     }
 }
 
-void cpu_xent_finish(float *logits, float *losses, const float *mx, const float *st, const uint16_t *targets, int N,
+void cpu_xent_finish(float *logits, float *losses, const float *mx, const float *st, const dt_token *targets, int N,
                      int Vl, int real, int v0, float scale) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *x = logits + (size_t)i * Vl;
         float m = mx[i], sum = st[2 * i];
+        if (targets[i] < 0) { /* DT_IGNORE: not in the loss */
+            losses[i] = 0.0f;
+            if (scale != 0.0f)
+                for (int j = 0; j < Vl; j++) x[j] = 0.0f;
+            continue;
+        }
         losses[i] = logf(sum) + m - st[2 * i + 1];
         if (scale == 0.0f) continue;
         float inv = scale / sum;

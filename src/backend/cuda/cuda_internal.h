@@ -58,9 +58,9 @@ double dt_cuda_sum(const float *x, size_t n);
 
 /* kernels.cu */
 template <typename T>
-void cuda_embed_fwd(T *out, const uint16_t *tok, const T *wte, const T *wpe, int B, int Tn, int C, int v0, int rows);
+void cuda_embed_fwd(T *out, const dt_token *tok, const T *wte, const T *wpe, int B, int Tn, int C, int v0, int rows);
 template <typename T>
-void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const uint16_t *tok, int B, int Tn, int C, int v0, int rows);
+void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const dt_token *tok, int B, int Tn, int C, int v0, int rows);
 template <typename T>
 void cuda_layernorm_fwd(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C);
 template <typename T>
@@ -70,16 +70,16 @@ template <typename T> void cuda_gelu_fwd(T *out, const T *inp, size_t n);
 template <typename T> void cuda_gelu_bwd(T *dinp, const T *inp, const T *dout, size_t n);
 template <typename T> void cuda_add(T *out, const T *a, const T *b, size_t n);
 template <typename T>
-void cuda_softmax_xent(T *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale);
+void cuda_softmax_xent(T *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale);
 template <typename T>
 void cuda_adamw(float *p, T *p_store, const T *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                 float eps, float wd, float bc1, float bc2, float gscale);
 template <typename T> void cuda_xent_rowmax(const T *logits, float *mx, int N, int Vl, int real);
 template <typename T>
-void cuda_xent_rowsum(const T *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl, int real,
+void cuda_xent_rowsum(const T *logits, const float *mx, const dt_token *targets, float *st, int N, int Vl, int real,
                       int v0);
 template <typename T>
-void cuda_xent_finish(T *logits, float *losses, const float *mx, const float *st, const uint16_t *targets, int N,
+void cuda_xent_finish(T *logits, float *losses, const float *mx, const float *st, const dt_token *targets, int N,
                       int Vl, int real, int v0, float scale);
 void dt_cuda_to_bf16(void *dst, const float *src, size_t n);
 void dt_cuda_from_bf16(float *dst, const void *src, size_t n);

@@ -23,7 +23,7 @@ static int blocks_for(size_t n, int threads) {
 /* ---- embedding ---- */
 
 template <typename T>
-__global__ void embed_fwd_k(T *out, const uint16_t *tok, const T *wte, const T *wpe, int BT, int Tn, int C, int v0,
+__global__ void embed_fwd_k(T *out, const dt_token *tok, const T *wte, const T *wpe, int BT, int Tn, int C, int v0,
                             int rows) {
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -35,7 +35,7 @@ __global__ void embed_fwd_k(T *out, const uint16_t *tok, const T *wte, const T *
 }
 
 template <typename T>
-void cuda_embed_fwd(T *out, const uint16_t *tok, const T *wte, const T *wpe, int B, int Tn, int C, int v0, int rows) {
+void cuda_embed_fwd(T *out, const dt_token *tok, const T *wte, const T *wpe, int B, int Tn, int C, int v0, int rows) {
     embed_fwd_k<<<blocks_for((size_t)B * Tn * C, 256), 256, 0, dt_cuda_stream()>>>(out, tok, wte, wpe, B * Tn, Tn, C,
                                                                                    v0, rows);
     DT_CUDA_LAUNCHED("embed_fwd");
@@ -55,7 +55,7 @@ __global__ void embed_bwd_pos_k(T *dwpe, const T *dout, int B, int Tn, int C) {
 /* dwte[tok][c] += dout[bt][c]: tokens repeat, so rows collide; atomics make the
  * summation order (and the last bits) vary from run to run. bf16 rows are added with
  * bf16x2 atomics, two channels at a time (C is even). */
-__global__ void embed_bwd_tok_k(float *dwte, const float *dout, const uint16_t *tok, int BT, int C, int v0, int rows) {
+__global__ void embed_bwd_tok_k(float *dwte, const float *dout, const dt_token *tok, int BT, int C, int v0, int rows) {
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C, c = i % C;
@@ -63,7 +63,7 @@ __global__ void embed_bwd_tok_k(float *dwte, const float *dout, const uint16_t *
         if (id >= 0 && id < rows) atomicAdd(&dwte[(size_t)id * C + c], dout[i]);
     }
 }
-__global__ void embed_bwd_tok_k(bf16 *dwte, const bf16 *dout, const uint16_t *tok, int BT, int C, int v0, int rows) {
+__global__ void embed_bwd_tok_k(bf16 *dwte, const bf16 *dout, const dt_token *tok, int BT, int C, int v0, int rows) {
     size_t n = (size_t)BT * C / 2;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = 2 * i / C, c = 2 * i % C;
@@ -74,7 +74,7 @@ __global__ void embed_bwd_tok_k(bf16 *dwte, const bf16 *dout, const uint16_t *to
 }
 
 template <typename T>
-void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const uint16_t *tok, int B, int Tn, int C, int v0, int rows) {
+void cuda_embed_bwd(T *dwte, T *dwpe, const T *dout, const dt_token *tok, int B, int Tn, int C, int v0, int rows) {
     if (dwpe) {
         embed_bwd_pos_k<<<blocks_for((size_t)Tn * C, 256), 256, 0, dt_cuda_stream()>>>(dwpe, dout, B, Tn, C);
         DT_CUDA_LAUNCHED("embed_bwd_pos");
@@ -369,11 +369,17 @@ static __device__ __forceinline__ void merge_max_sum(float &m, float &s, float m
 }
 
 template <typename T>
-__global__ void xent_k(T *logits, float *losses, const uint16_t *targets, int V, int Vp, float scale) {
+__global__ void xent_k(T *logits, float *losses, const dt_token *targets, int V, int Vp, float scale) {
     __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
     __shared__ float row_m, row_s;
     T *x = logits + (size_t)blockIdx.x * Vp;
     int t = targets[blockIdx.x];
+    if (t < 0) { /* DT_IGNORE: not in the loss (the whole block takes this branch) */
+        if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+        if (scale != 0.0f)
+            for (int j = threadIdx.x; j < Vp; j += XENT_THREADS) x[j] = st<T>(0.0f);
+        return;
+    }
     float xt = ld(x[t]); /* read before any thread overwrites the row */
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += XENT_THREADS) { /* online max and sum of exponentials */
@@ -412,7 +418,7 @@ __global__ void xent_k(T *logits, float *losses, const uint16_t *targets, int V,
 }
 
 template <typename T>
-void cuda_softmax_xent(T *logits, float *losses, const uint16_t *targets, int N, int V, int Vp, float scale) {
+void cuda_softmax_xent(T *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale) {
     if (N <= 0) return;
     xent_k<<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, losses, targets, V, Vp, scale);
     DT_CUDA_LAUNCHED("softmax_xent");
@@ -450,7 +456,7 @@ template <typename T> __global__ void xent_rowmax_k(const T *logits, float *mx, 
 }
 
 template <typename T>
-__global__ void xent_rowsum_k(const T *logits, const float *mx, const uint16_t *targets, float *st, int Vl, int real,
+__global__ void xent_rowsum_k(const T *logits, const float *mx, const dt_token *targets, float *st, int Vl, int real,
                               int v0) {
     __shared__ float sh[XENT_THREADS / 32];
     const T *x = logits + (size_t)blockIdx.x * Vl;
@@ -465,10 +471,16 @@ __global__ void xent_rowsum_k(const T *logits, const float *mx, const uint16_t *
 }
 
 template <typename T>
-__global__ void xent_finish_k(T *logits, float *losses, const float *mx, const float *stats, const uint16_t *targets,
+__global__ void xent_finish_k(T *logits, float *losses, const float *mx, const float *stats, const dt_token *targets,
                               int Vl, int real, int v0, float scale) {
     T *x = logits + (size_t)blockIdx.x * Vl;
     float m = mx[blockIdx.x], sum = stats[2 * blockIdx.x];
+    if (targets[blockIdx.x] < 0) { /* DT_IGNORE: not in the loss */
+        if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+        if (scale != 0.0f)
+            for (int j = threadIdx.x; j < Vl; j += XENT_THREADS) x[j] = st<T>(0.0f);
+        return;
+    }
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + m - stats[2 * blockIdx.x + 1];
     if (scale == 0.0f) return;
     int t = (int)targets[blockIdx.x] - v0;
@@ -485,14 +497,14 @@ template <typename T> void cuda_xent_rowmax(const T *logits, float *mx, int N, i
     DT_CUDA_LAUNCHED("xent_rowmax");
 }
 template <typename T>
-void cuda_xent_rowsum(const T *logits, const float *mx, const uint16_t *targets, float *st, int N, int Vl, int real,
+void cuda_xent_rowsum(const T *logits, const float *mx, const dt_token *targets, float *st, int N, int Vl, int real,
                       int v0) {
     if (N <= 0) return;
     xent_rowsum_k<T><<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, mx, targets, st, Vl, real, v0);
     DT_CUDA_LAUNCHED("xent_rowsum");
 }
 template <typename T>
-void cuda_xent_finish(T *logits, float *losses, const float *mx, const float *st, const uint16_t *targets, int N,
+void cuda_xent_finish(T *logits, float *losses, const float *mx, const float *st, const dt_token *targets, int N,
                       int Vl, int real, int v0, float scale) {
     if (N <= 0) return;
     xent_finish_k<T><<<N, XENT_THREADS, 0, dt_cuda_stream()>>>(logits, losses, mx, st, targets, Vl, real, v0, scale);
@@ -500,11 +512,11 @@ void cuda_xent_finish(T *logits, float *losses, const float *mx, const float *st
 }
 template void cuda_xent_rowmax<float>(const float *, float *, int, int, int);
 template void cuda_xent_rowmax<bf16>(const bf16 *, float *, int, int, int);
-template void cuda_xent_rowsum<float>(const float *, const float *, const uint16_t *, float *, int, int, int, int);
-template void cuda_xent_rowsum<bf16>(const bf16 *, const float *, const uint16_t *, float *, int, int, int, int);
-template void cuda_xent_finish<float>(float *, float *, const float *, const float *, const uint16_t *, int, int, int,
+template void cuda_xent_rowsum<float>(const float *, const float *, const dt_token *, float *, int, int, int, int);
+template void cuda_xent_rowsum<bf16>(const bf16 *, const float *, const dt_token *, float *, int, int, int, int);
+template void cuda_xent_finish<float>(float *, float *, const float *, const float *, const dt_token *, int, int, int,
                                       int, float);
-template void cuda_xent_finish<bf16>(bf16 *, float *, const float *, const float *, const uint16_t *, int, int, int,
+template void cuda_xent_finish<bf16>(bf16 *, float *, const float *, const float *, const dt_token *, int, int, int,
                                      int, float);
 
 /* ---- AdamW ---- */
@@ -555,15 +567,15 @@ void dt_cuda_from_bf16(float *dst, const void *src, size_t n) {
 
 /* both storage types */
 #define DT_INSTANTIATE(T)                                                                                           \
-    template void cuda_embed_fwd<T>(T *, const uint16_t *, const T *, const T *, int, int, int, int, int);            \
-    template void cuda_embed_bwd<T>(T *, T *, const T *, const uint16_t *, int, int, int, int, int);                  \
+    template void cuda_embed_fwd<T>(T *, const dt_token *, const T *, const T *, int, int, int, int, int);            \
+    template void cuda_embed_bwd<T>(T *, T *, const T *, const dt_token *, int, int, int, int, int);                  \
     template void cuda_layernorm_fwd<T>(T *, float *, float *, const T *, const T *, const T *, int, int);            \
     template void cuda_layernorm_bwd<T>(T *, T *, T *, const T *, const T *, const T *, const float *, const float *, \
                                         int, int);                                                                   \
     template void cuda_gelu_fwd<T>(T *, const T *, size_t);                                                          \
     template void cuda_gelu_bwd<T>(T *, const T *, const T *, size_t);                                               \
     template void cuda_add<T>(T *, const T *, const T *, size_t);                                                    \
-    template void cuda_softmax_xent<T>(T *, float *, const uint16_t *, int, int, int, float);                         \
+    template void cuda_softmax_xent<T>(T *, float *, const dt_token *, int, int, int, float);                         \
     template void cuda_adamw<T>(float *, T *, const T *, float *, float *, size_t, float, float, float, float, float, \
                                 float, float, float);
 DT_INSTANTIATE(float)

@@ -174,11 +174,11 @@ template <typename T> struct wrap {
                       int OC, int acc) {
         cuda_linear_bwd<T>(P(di), P(dw), P(db), P(d), P(i), P(w), N, IC, OC, acc);
     }
-    static void emb_f(float *o, const uint16_t *t, const float *e, const float *p, int B, int Tn, int C, int v0,
+    static void emb_f(float *o, const dt_token *t, const float *e, const float *p, int B, int Tn, int C, int v0,
                       int rows) {
         cuda_embed_fwd<T>(P(o), t, P(e), P(p), B, Tn, C, v0, rows);
     }
-    static void emb_b(float *de, float *dp, const float *d, const uint16_t *t, int B, int Tn, int C, int v0,
+    static void emb_b(float *de, float *dp, const float *d, const dt_token *t, int B, int Tn, int C, int v0,
                       int rows) {
         cuda_embed_bwd<T>(P(de), P(dp), P(d), t, B, Tn, C, v0, rows);
     }
@@ -211,16 +211,16 @@ template <typename T> struct wrap {
                       int NH) {
         cuda_attention_bwd<T>(P(dq), P(d), P(q), P(o), l, B, Tn, C, NH);
     }
-    static void xent(float *lg, float *ls, const uint16_t *t, int N, int V, int Vp, float s) {
+    static void xent(float *lg, float *ls, const dt_token *t, int N, int V, int Vp, float s) {
         cuda_softmax_xent<T>(P(lg), ls, t, N, V, Vp, s);
     }
     static void rowmax(const float *lg, float *mx, int N, int Vl, int real) {
         cuda_xent_rowmax<T>(P(lg), mx, N, Vl, real);
     }
-    static void rowsum(const float *lg, const float *mx, const uint16_t *t, float *st, int N, int Vl, int real, int v0) {
+    static void rowsum(const float *lg, const float *mx, const dt_token *t, float *st, int N, int Vl, int real, int v0) {
         cuda_xent_rowsum<T>(P(lg), mx, t, st, N, Vl, real, v0);
     }
-    static void finish(float *lg, float *ls, const float *mx, const float *st, const uint16_t *t, int N, int Vl,
+    static void finish(float *lg, float *ls, const float *mx, const float *st, const dt_token *t, int N, int Vl,
                        int real, int v0, float s) {
         cuda_xent_finish<T>(P(lg), ls, mx, st, t, N, Vl, real, v0, s);
     }

@@ -431,10 +431,10 @@ dt_status dt_plan_calibrate(const dt_config *c, int tp, int cp, double *flops, d
     DT_TRY(gpt_create_layout(&m, &s, dt_ops_cpu(), B, T, 1, &lay));
     gpt_init(&m, 1);
     size_t n = (size_t)B * T, np = m.nparams;
-    uint16_t *tok = malloc(n * sizeof(uint16_t));
+    dt_token *tok = malloc(n * sizeof(dt_token));
     float *mom = optim_s ? calloc(2 * np, sizeof(float)) : NULL;
     dt_status st = tok && (mom || !optim_s) ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (calibration)");
-    for (size_t i = 0; st == DT_OK && i < n; i++) tok[i] = (uint16_t)((i * 7919u) % (unsigned)(s.vocab_size / tp));
+    for (size_t i = 0; st == DT_OK && i < n; i++) tok[i] = (dt_token)((i * 7919u) % (unsigned)(s.vocab_size / tp));
     double t0 = 0, loss;
     for (int k = 0; k < 3 && st == DT_OK; k++) {
         if (k == 1) t0 = dt_now();

@@ -85,7 +85,7 @@ struct dt_pipeline {
      * through here: per slot an activation and a gradient send buffer (reused once that
      * send has completed, as the slot's device buffers are), then one receive buffer */
     void *host;
-    uint16_t *tok, *tgt;
+    dt_token *tok, *tgt;
     double busy, wait, span;
 };
 
@@ -114,8 +114,8 @@ dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, d
     pl->ops = malloc((size_t)max * sizeof *pl->ops);
     pl->op_slot = malloc((size_t)max * sizeof *pl->op_slot);
     pl->last_b = malloc((size_t)v * sizeof *pl->last_b);
-    pl->tok = malloc((size_t)B * T * sizeof(uint16_t));
-    pl->tgt = malloc((size_t)B * T * sizeof(uint16_t));
+    pl->tok = malloc((size_t)B * T * sizeof(dt_token));
+    pl->tgt = malloc((size_t)B * T * sizeof(dt_token));
     if (!pl->ops || !pl->op_slot || !pl->last_b || !pl->tok || !pl->tgt)
         return dt_fail(DT_ERUNTIME, "out of memory (pipeline)");
     pl->nops = dt_schedule_ops(s, pl->p, v, m, pl->r, pl->ops);
@@ -307,7 +307,7 @@ dt_status dt_pipeline_eval(dt_pipeline *pl, const dt_pp_io *io, int nmb, double 
     return share_loss(pl, loss);
 }
 
-dt_status dt_pipeline_next_logits(dt_pipeline *pl, const uint16_t *tokens, int T, float *logits) {
+dt_status dt_pipeline_next_logits(dt_pipeline *pl, const dt_token *tokens, int T, float *logits) {
     gpt_model *m = pl->m;
     int prev = (pl->r - 1 + pl->p) % pl->p, next = (pl->r + 1) % pl->p;
     size_t count = (size_t)T * (size_t)m->shape.n_embd;

@@ -27,7 +27,7 @@ dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_
  * and targets (on the last), and the data-parallel engine's per-micro-step call (last: the
  * operation after which this rank's gradients of some unit become final). */
 typedef struct {
-    void (*fill)(void *ctx, int mb, uint16_t *tokens, uint16_t *targets);
+    void (*fill)(void *ctx, int mb, dt_token *tokens, dt_token *targets);
     void (*micro)(void *ctx, int last);
     void *ctx;
 } dt_pp_io;
@@ -54,7 +54,7 @@ dt_status dt_pipeline_eval(dt_pipeline *pl, const dt_pp_io *io, int m, double *l
 /* Sampling through the pipeline: the next token's logits (vocab_size floats, on every
  * pipeline rank) after tokens[0..T), one sequence forward through every chunk in model
  * order, the last stage's head, its logits broadcast over the pipeline group. */
-dt_status dt_pipeline_next_logits(dt_pipeline *pl, const uint16_t *tokens, int T, float *logits);
+dt_status dt_pipeline_next_logits(dt_pipeline *pl, const dt_token *tokens, int T, float *logits);
 /* Seconds, since creation, this rank computed (F, B, W), waited on receives, and spent in
  * dt_pipeline_step in all (its bubble: 1 - busy / span). */
 void dt_pipeline_times(const dt_pipeline *pl, double *busy, double *wait, double *span);
