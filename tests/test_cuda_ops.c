@@ -288,8 +288,8 @@ static void test_attention(int B, int T, int C, int NH) {
     float *qkv = rnd(nqkv, 1), *dy = rnd(no, 1), *out = rnd(no, 1), *lse = rnd32(nl, 1), *dqkv = rnd(nqkv, 1);
     float *gqkv = dev(qkv, nqkv), *gdy = dev(dy, no), *gout = dev(NULL, no), *glse = dev32(NULL, nl),
           *gdqkv = dev(NULL, nqkv);
-    H->attention_fwd(out, lse, qkv, B, T, C, NH);
-    G->attention_fwd(gout, glse, gqkv, B, T, C, NH);
+    H->attention_fwd(out, lse, qkv, NULL, B, T, C, NH);
+    G->attention_fwd(gout, glse, gqkv, NULL, B, T, C, NH);
     char name[80];
     snprintf(name, sizeof name, "attention B%d T%d C%d NH%d (hs %d): out", B, T, C, NH, C / NH);
     check(name, gout, out, no, 1e-5);
@@ -297,11 +297,11 @@ static void test_attention(int B, int T, int C, int NH) {
     /* backward from the same forward outputs on both sides (the CPU's, uploaded) */
     G->upload(gout, out, no * E());
     G->upload(glse, lse, nl * 4);
-    H->attention_bwd(dqkv, dy, qkv, out, lse, B, T, C, NH);
-    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, B, T, C, NH);
+    H->attention_bwd(dqkv, dy, qkv, out, lse, NULL, B, T, C, NH);
+    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, NULL, B, T, C, NH);
     check("attention: dqkv", gdqkv, dqkv, nqkv, 1e-5);
     float *r1 = host(gdqkv, nqkv);
-    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, B, T, C, NH);
+    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, NULL, B, T, C, NH);
     float *r2 = host(gdqkv, nqkv);
     int same = !memcmp(r1, r2, nqkv * E());
     printf("%-4s attention: dqkv bitwise reproducible\n", same ? "ok" : "FAIL");

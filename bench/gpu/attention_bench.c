@@ -55,10 +55,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < WARM + RUNS; i++) {
         G->sync();
         double t0 = now();
-        G->attention_fwd(out, lse, qkv, B, T, C, NH);
+        G->attention_fwd(out, lse, qkv, NULL, B, T, C, NH);
         G->sync();
         double t1 = now();
-        G->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH);
+        G->attention_bwd(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH);
         if (G->sync() != DT_OK) {
             printf("FAIL %s\n", dt_error_message());
             return 1;

@@ -72,24 +72,29 @@ typedef struct dt_ops {
     void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
     void (*add)(float *out, const float *a, const float *b, size_t n);
     /* Causal multi-head attention over qkv[B,T,3C] (q|k|v, heads of C/NH): out[B,T,C],
-     * lse[B,NH,T] (log-sum-exp per query row, kept for backward instead of the TxT matrix). */
-    void (*attention_fwd)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+     * lse[B,NH,T] (log-sum-exp per query row, kept for backward instead of the TxT matrix).
+     * Documents: seg[B,T] (the backend's memory; NULL: none) gives each query the first key
+     * it sees (its document's start in the row; non-decreasing along a row), so query t
+     * sees keys seg[t]..t, and the keys of earlier documents are skipped, not computed. */
+    void (*attention_fwd)(float *out, float *lse, const float *qkv, const int *seg, int B, int T, int C, int NH);
     /* dqkv (=) from dout, recomputing probabilities from lse */
     void (*attention_bwd)(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                          int B, int T, int C, int NH);
+                          const int *seg, int B, int T, int C, int NH);
     /* Ring attention's blocks (context parallelism): a rank's Tq query rows (the q part of
      * qkv[B,Tq,3C]) against one block of Tk keys (the k and v parts of kv[B,Tk,3C], its
      * owner's qkv rows), causal by global position: query i sees key j iff
-     * kpos[j] <= qpos[i] (kpos ascending). attention_part_fwd merges the block into the
+     * kpos[j] <= qpos[i] (kpos ascending), and with documents (qseg[B,Tq], host memory;
+     * NULL: none: the global position of each query's document start) iff also
+     * kpos[j] >= qseg[i]. attention_part_fwd merges the block into the
      * running (out[B,Tq,C], lse[B,NH,Tq]) by the online-softmax rule (start: out 0, lse
      * -inf; a row that sees no key of the block is unchanged). attention_part_bwd, given
      * the final out and lse, adds the block's share: dq to the q part of dqkv[B,Tq,3C],
      * dk and dv to the k and v parts of dkv[B,Tk,3C]. NULL: not on this backend. */
     void (*attention_part_fwd)(float *out, float *lse, const float *qkv, const float *kv, const int *qpos,
-                               const int *kpos, int B, int Tq, int Tk, int C, int NH);
+                               const int *qseg, const int *kpos, int B, int Tq, int Tk, int C, int NH);
     void (*attention_part_bwd)(float *dqkv, float *dkv, const float *dout, const float *qkv, const float *kv,
-                               const float *out, const float *lse, const int *qpos, const int *kpos, int B, int Tq,
-                               int Tk, int C, int NH);
+                               const float *out, const float *lse, const int *qpos, const int *qseg, const int *kpos,
+                               int B, int Tq, int Tk, int C, int NH);
     /* Softmax cross-entropy over rows of logits[N, Vp] (columns >= V are padding and excluded).
      * Writes loss per row; if scale != 0, overwrites logits with dloss/dlogits · scale. */
     void (*softmax_xent)(float *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale);

@@ -145,20 +145,20 @@ static void b_add(float *out, const float *a, const float *b, size_t n) {
     narrow(out, o, n);
 }
 
-static void b_att_f(float *out, float *lse, const float *qkv, int B, int Tt, int C, int NH) {
+static void b_att_f(float *out, float *lse, const float *qkv, const int *seg, int B, int Tt, int C, int NH) {
     size_t n = (size_t)B * Tt * C;
     float *o = buf(0, n), *q = wide(1, qkv, 3 * n);
     NEED(o, q);
-    in->attention_fwd(o, lse, q, B, Tt, C, NH);
+    in->attention_fwd(o, lse, q, seg, B, Tt, C, NH);
     narrow(out, o, n);
 }
 
-static void b_att_b(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
-                    int Tt, int C, int NH) {
+static void b_att_b(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                    const int *seg, int B, int Tt, int C, int NH) {
     size_t n = (size_t)B * Tt * C;
     float *dq = buf(0, 3 * n), *dy = wide(1, dout, n), *q = wide(2, qkv, 3 * n), *o = wide(3, out, n);
     NEED(dq, dy, q, o);
-    in->attention_bwd(dq, dy, q, o, lse, B, Tt, C, NH);
+    in->attention_bwd(dq, dy, q, o, lse, seg, B, Tt, C, NH);
     narrow(dqkv, dq, 3 * n);
 }
 

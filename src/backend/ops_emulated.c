@@ -91,12 +91,12 @@ static void e_ln_b(float *di, float *dw, float *db, const float *d, const float 
 static void e_gelu_f(float *o, const float *i, size_t n) { inner->gelu_fwd(HF(o), HF(i), n); }
 static void e_gelu_b(float *di, const float *i, const float *d, size_t n) { inner->gelu_bwd(HF(di), HF(i), HF(d), n); }
 static void e_add(float *o, const float *a, const float *b, size_t n) { inner->add(HF(o), HF(a), HF(b), n); }
-static void e_att_f(float *o, float *l, const float *q, int B, int T, int C, int NH) {
-    inner->attention_fwd(HF(o), HF(l), HF(q), B, T, C, NH);
+static void e_att_f(float *o, float *l, const float *q, const int *seg, int B, int T, int C, int NH) {
+    inner->attention_fwd(HF(o), HF(l), HF(q), (const int *)H(seg), B, T, C, NH);
 }
-static void e_att_b(float *dq, const float *d, const float *q, const float *o, const float *l, int B, int T, int C,
-                    int NH) {
-    inner->attention_bwd(HF(dq), HF(d), HF(q), HF(o), HF(l), B, T, C, NH);
+static void e_att_b(float *dq, const float *d, const float *q, const float *o, const float *l, const int *seg, int B,
+                    int T, int C, int NH) {
+    inner->attention_bwd(HF(dq), HF(d), HF(q), HF(o), HF(l), (const int *)H(seg), B, T, C, NH);
 }
 static void e_xent(float *lg, float *ls, const dt_token *t, int N, int V, int Vp, float s) {
     inner->softmax_xent(HF(lg), HF(ls), HT(t), N, V, Vp, s);

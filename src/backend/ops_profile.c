@@ -53,20 +53,20 @@ static void p_ln_b(float *di, float *dw, float *db, const float *d, const float 
 static void p_gelu_f(float *o, const float *i, size_t n) { TIMED(P_GELU_F, inner->gelu_fwd(o, i, n)); }
 static void p_gelu_b(float *di, const float *i, const float *d, size_t n) { TIMED(P_GELU_B, inner->gelu_bwd(di, i, d, n)); }
 static void p_add(float *o, const float *a, const float *b, size_t n) { TIMED(P_ADD, inner->add(o, a, b, n)); }
-static void p_att_f(float *o, float *l, const float *q, int B, int T, int C, int NH) {
-    TIMED(P_ATT_F, inner->attention_fwd(o, l, q, B, T, C, NH));
+static void p_att_f(float *o, float *l, const float *q, const int *sg, int B, int T, int C, int NH) {
+    TIMED(P_ATT_F, inner->attention_fwd(o, l, q, sg, B, T, C, NH));
 }
-static void p_att_b(float *dq, const float *d, const float *q, const float *o, const float *l, int B, int T, int C,
-                    int NH) {
-    TIMED(P_ATT_B, inner->attention_bwd(dq, d, q, o, l, B, T, C, NH));
+static void p_att_b(float *dq, const float *d, const float *q, const float *o, const float *l, const int *sg, int B,
+                    int T, int C, int NH) {
+    TIMED(P_ATT_B, inner->attention_bwd(dq, d, q, o, l, sg, B, T, C, NH));
 }
-static void p_att_pf(float *o, float *l, const float *q, const float *kv, const int *qp, const int *kp, int B, int Tq,
-                     int Tk, int C, int NH) {
-    TIMED(P_ATT_F, inner->attention_part_fwd(o, l, q, kv, qp, kp, B, Tq, Tk, C, NH));
+static void p_att_pf(float *o, float *l, const float *q, const float *kv, const int *qp, const int *qs, const int *kp,
+                     int B, int Tq, int Tk, int C, int NH) {
+    TIMED(P_ATT_F, inner->attention_part_fwd(o, l, q, kv, qp, qs, kp, B, Tq, Tk, C, NH));
 }
 static void p_att_pb(float *dq, float *dkv, const float *d, const float *q, const float *kv, const float *o,
-                     const float *l, const int *qp, const int *kp, int B, int Tq, int Tk, int C, int NH) {
-    TIMED(P_ATT_B, inner->attention_part_bwd(dq, dkv, d, q, kv, o, l, qp, kp, B, Tq, Tk, C, NH));
+                     const float *l, const int *qp, const int *qs, const int *kp, int B, int Tq, int Tk, int C, int NH) {
+    TIMED(P_ATT_B, inner->attention_part_bwd(dq, dkv, d, q, kv, o, l, qp, qs, kp, B, Tq, Tk, C, NH));
 }
 static void p_xent(float *lg, float *ls, const dt_token *t, int N, int V, int Vp, float s) {
     TIMED(P_XENT, inner->softmax_xent(lg, ls, t, N, V, Vp, s));

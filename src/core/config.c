@@ -46,6 +46,8 @@ static const key_desc KEYS[] = {
         "validation token file; auto: the training file's `_val.bin` sibling (PREFIX_train.bin -> PREFIX_val.bin) if it exists; empty: no validation"),
     BOOL("data.shuffle", data.shuffle, "true", "seeded shuffle of sequences each epoch (false: file order)"),
     ENUM("data.tokenizer", data.tokenizer, "byte|gpt2", "byte", "tokenizer used by `prepare` and `sample`"),
+    ENUM("data.layout", data.layout, "stream|pack|pad", "stream",
+         "rows: windows of the token stream, documents packed with document masks, or one document per row"),
     STR("data.encoder_json", data.encoder_json, "", "GPT-2 encoder.json (tokenizer gpt2)"),
     STR("data.vocab_bpe", data.vocab_bpe, "", "GPT-2 vocab.bpe (tokenizer gpt2)"),
     INT("train.steps", train.steps, 0, 1e9, "1000", "optimizer steps"),

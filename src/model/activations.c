@@ -10,7 +10,7 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
     gpt_stage_info st = gpt_stage_of(s, lay);
     size_t LL = (size_t)st.maxc, BT = (size_t)max_B * max_T, C = (size_t)s->n_embd, Vp = (size_t)s->padded_vocab;
     size_t tp = (size_t)lay->tp, sp = lay->sp && tp > 1, head = (size_t)st.head, first = (size_t)st.embed;
-    size_t split = lay->split_backward != 0;
+    size_t split = lay->split_backward != 0, docs = lay->documents != 0;
     size_t rc = lay->recompute != 0, LI = rc ? 0 : LL; /* blocks of inner activations per slot */
     size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
     size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
@@ -50,7 +50,7 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
             {&b->ln2_mean, LI * R, F32, SEQ},         {&b->ln2_rstd, LI * R, F32, SEQ},      {&b->fch, LI * BT * 4 * Cl, E, TPR},
             {&b->fch_gelu, LI * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
             {&b->lnf_mean, head * R, F32, SEQ},      {&b->lnf_rstd, head * R, F32, SEQ},    {&b->dres, R * C, E, SEQ},
-            {(float **)&b->tok, first * BT, TOK, OTH},
+            {(float **)&b->tok, first * BT, TOK, OTH},   {(float **)&b->seg, docs * BT, sizeof(int), OTH},
             {&b->wd_mp, split * LL * BT * C, E, OTH},    {&b->wd_fc, split * LL * BT * 4 * Cl, E, TPR},
             {&b->wd_ap, split * LL * BT * C, E, OTH},    {&b->wd_qkv, split * LL * BT * 3 * Cl, E, TPR},
             {&b->wd_ln2, split * LL * R * C, E, SEQ},    {&b->wd_ln1, split * LL * R * C, E, SEQ},

@@ -11,8 +11,10 @@ dt_status gpt_attention_forward(gpt_model *m, const gpt_slot *a, const block_act
     int bias_here = m->tp_rank == 0;
     DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
     o->linear_fwd(b->qkv, in, P(m, j, T_QKVW), P(m, j, T_QKVB), N, C, 3 * Cl);
-    if (m->cp_comm.attention_fwd) DT_TRY(m->cp_comm.attention_fwd(m->cp_comm.ctx, b->atty, b->lse, b->qkv, B, T, Cl, NHl));
-    else o->attention_fwd(b->atty, b->lse, b->qkv, B, T, Cl, NHl);
+    if (m->cp_comm.attention_fwd)
+        DT_TRY(m->cp_comm.attention_fwd(m->cp_comm.ctx, b->atty, b->lse, b->qkv, a->docs ? a->seg_host : NULL, B, T,
+                                        Cl, NHl));
+    else o->attention_fwd(b->atty, b->lse, b->qkv, a->docs ? a->seg : NULL, B, T, Cl, NHl);
     o->linear_fwd(proj, b->atty, P(m, j, T_APW), bias_here ? P(m, j, T_APB) : NULL, N, Cl, C);
     return gpt_tp_complete(m, proj, m->acts->rows, N, out);
 }
@@ -35,8 +37,9 @@ dt_status gpt_attention_backward(gpt_model *m, gpt_slot *s, const block_acts *b,
     o->linear_bwd(a->dsmall, WG(m, j, T_APW, split), WG(m, j, T_APB, split), dout, b->atty, P(m, j, T_APW), N, Cl, C,
                   0);
     if (m->cp_comm.attention_bwd)
-        DT_TRY(m->cp_comm.attention_bwd(m->cp_comm.ctx, k->qkv, a->dsmall, b->qkv, b->atty, b->lse, B, T, Cl, NHl));
-    else o->attention_bwd(k->qkv, a->dsmall, b->qkv, b->atty, b->lse, B, T, Cl, NHl);
+        DT_TRY(m->cp_comm.attention_bwd(m->cp_comm.ctx, k->qkv, a->dsmall, b->qkv, b->atty, b->lse,
+                                        s->docs ? s->seg_host : NULL, B, T, Cl, NHl));
+    else o->attention_bwd(k->qkv, a->dsmall, b->qkv, b->atty, b->lse, s->docs ? s->seg : NULL, B, T, Cl, NHl);
     if (!split) DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
     o->linear_bwd(a->dsmall, WG(m, j, T_QKVW, split), WG(m, j, T_QKVB, split), k->qkv, in, P(m, j, T_QKVW), N, C,
                   3 * Cl, 0);

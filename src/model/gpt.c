@@ -74,6 +74,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     m->sp = layout->sp && tp > 1;
     m->split = layout->split_backward != 0;
     m->recompute = layout->recompute != 0;
+    m->documents = layout->documents != 0;
     if (m->recompute && m->split)
         return dt_fail(DT_EINPUT, "train.recompute full: not with a split backward (parallel.schedule zb-h1: its "
                        "weight pass would need every block's inner activations again)");
@@ -117,6 +118,9 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     if (m->acts) m->acts->slot = calloc((size_t)st.slots, sizeof(gpt_slot));
     if (!m->acts || !m->acts->slot) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
     m->acts->nslots = st.slots;
+    for (int k = 0; m->documents && k < st.slots; k++)
+        if (!(m->acts->slot[k].seg_host = malloc((size_t)max_B * max_T * sizeof(int))))
+            return dt_fail(DT_ERUNTIME, "out of memory (document starts)");
     DT_TRY(gpt_build_table(m));
     m->nunits = m->nblocks + 2;
     m->units = calloc((size_t)m->nunits, sizeof(gpt_unit));
@@ -152,6 +156,7 @@ void gpt_destroy(gpt_model *m) {
         m->ops->free(m->params);
         m->ops->free(m->grads);
     }
+    for (int k = 0; m->acts && m->acts->slot && k < m->acts->nslots; k++) free(m->acts->slot[k].seg_host);
     if (m->acts) free(m->acts->slot);
     free(m->acts);
     free(m->tensors);

@@ -106,9 +106,12 @@ enum { GPT_TP_SUM, GPT_TP_SUM_F32, GPT_TP_MAX_F32 };
  * other ranks' keys and values; ctx is its ring). attention_fwd NULL: one rank, local
  * attention, positions pos0 + t. */
 typedef struct {
-    dt_status (*attention_fwd)(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    /* qseg: documents (host memory, B x T; NULL: none), each query's document start as a
+     * position of the whole sequence (ops.h's attention_part_fwd) */
+    dt_status (*attention_fwd)(void *ctx, float *out, float *lse, const float *qkv, const int *qseg, int B, int T, int C,
+                               int NH);
     dt_status (*attention_bwd)(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int B, int T, int C, int NH);
+                               const float *lse, const int *qseg, int B, int T, int C, int NH);
     const int *positions; /* T entries */
     void *ctx;
 } gpt_cp_comm;
@@ -136,6 +139,8 @@ typedef struct {
     int recompute;             /* activation checkpointing: a slot keeps only each block's input (the
                                   residual stream); the block's inner activations live in one shared
                                   block's worth and are recomputed by its backward (not with split_backward) */
+    int documents;             /* rows hold documents (data.layout pack, pad): each slot keeps its
+                                  micro-batch's document starts (gpt_set_documents) */
 } gpt_layout;
 
 typedef struct {
@@ -165,6 +170,7 @@ typedef struct {
     int block0;               /* index of local block 0's first tensor */
     int split;                /* gpt_layout.split_backward */
     int recompute;            /* gpt_layout.recompute */
+    int documents;            /* gpt_layout.documents */
     size_t tied_gap;          /* a last stage's unit 0: wte, then this many unused floats (where the first
                                  stage has wpe), so unit 0 has the same size on both ends of the tie */
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
@@ -249,6 +255,13 @@ dt_status gpt_forward_backward(gpt_model *m, const dt_token *tokens, const dt_to
  * head; with grad_scale != 0 its backward through ln_f too. gpt_backward: the blocks'
  * backward, and on the first stage the embeddings'. */
 dt_status gpt_forward(gpt_model *m, int slot, const dt_token *tokens, int B, int T, int pos0);
+/* Documents in the rows of the micro-batch a slot's next gpt_forward takes (a model built
+ * with gpt_layout.documents): seg[b·T + t] is where the document of the row's token t
+ * starts, as a position of the row (for context parallelism: of the whole sequence, at
+ * this rank's positions), non-decreasing along a row. Token t then has position
+ * t - seg (learned positions restart at each document) and attends to its own document
+ * only. NULL: plain rows. pos0 must be 0 with documents. */
+void gpt_set_documents(gpt_model *m, int slot, const int *seg, int B, int T);
 /* The same for one model chunk of an interleaved rank (gpt_forward is chunk 0): the slot
  * then belongs to that chunk until its backward; gpt_loss needs the head's chunk, and
  * gpt_slot_output, gpt_backward* act on the slot's chunk. Slots are sized for the

@@ -24,6 +24,9 @@ typedef struct {
                                               MLP c_proj, c_fc, attention c_proj, c_attn (BTC, BT·4C, BTC, BT·3C) */
     float *wd_ln2, *wd_ln1;           /* and of ln_2, ln_1 (RC each) */
     dt_token *tok;                    /* BT (first stage): the tokens, in the backend's memory */
+    int *seg, *seg_host;              /* BT with documents: their starts (gpt_set_documents), the backend's
+                                         memory and a host copy */
+    int docs;                         /* the micro-batch it holds has documents */
     int B, T, pos0;                   /* the micro-batch it holds */
     int chunk;                        /* the model chunk whose activations it holds */
 } gpt_slot;

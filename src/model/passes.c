@@ -2,12 +2,24 @@
  * ln_f), backward (whole, or split into its input and weight halves), and the whole-model
  * drivers built on them; the hooks around each unit are called here (gpt.h gives their
  * order). */
+#include <string.h>
+
 #include "gpt_internal.h"
 
 dt_status gpt_check_slot(const gpt_model *m, int slot) {
     if (slot < 0 || slot >= m->acts->nslots)
         return dt_fail(DT_EINPUT, "model: activation slot %d of %d", slot, m->acts->nslots);
     return DT_OK;
+}
+
+void gpt_set_documents(gpt_model *m, int slot, const int *seg, int B, int T) {
+    if (slot < 0 || slot >= m->acts->nslots) return; /* gpt_forward refuses the slot */
+    gpt_slot *a = slot_at(m, slot);
+    size_t n = (size_t)B * (size_t)T;
+    a->docs = seg && m->documents && B > 0 && T > 0 && n <= (size_t)m->max_B * m->max_T;
+    if (!a->docs) return;
+    memcpy(a->seg_host, seg, n * sizeof(int));
+    m->ops->upload(a->seg, seg, n * sizeof(int));
 }
 
 dt_status gpt_forward(gpt_model *m, int slot, const dt_token *tokens, int B, int T, int pos0) {
@@ -28,6 +40,7 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *t
                        T, pos0, m->max_B, m->max_T, m->shape.seq_len);
     if (m->sp && N % m->tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: %d x %d tokens do not split into parallel.tp %d pieces", B, T, m->tp);
+    if (a->docs && pos0 != 0) return dt_fail(DT_EINPUT, "model: documents in a micro-batch at position %d", pos0);
     a->B = B;
     a->T = T;
     a->pos0 = pos0;
@@ -67,6 +80,7 @@ dt_status gpt_eval_loss(gpt_model *m, const dt_token *tokens, const dt_token *ta
 dt_status gpt_next_logits(gpt_model *m, const dt_token *tokens, int T, float *logits) {
     if (m->sp) return dt_fail(DT_EINPUT, "sampling with sequence parallelism is not implemented");
     DT_TRY(check_whole(m));
+    gpt_set_documents(m, 0, NULL, 1, T); /* one plain sequence */
     DT_TRY(gpt_forward(m, 0, tokens, 1, T, 0));
     return gpt_last_logits(m, 0, logits);
 }

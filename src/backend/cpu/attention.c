@@ -46,47 +46,55 @@ static attn_call attn_begin(int C, int NH, int width) {
 /* The calling thread's part of the scratch (inside the parallel loop over heads). */
 static float *thread_scratch(const attn_call *a) { return a->scratch + (size_t)omp_get_thread_num() * a->per_thread; }
 
-/* s[0..nk) = the softmax of the row's first len scores (unscaled; the rest the keys it may
- * not see: 0); returns its log-sum-exp (-inf when len = 0: the row sees no key). */
-static float softmax_row(float *s, int len, int nk, float scale) {
+/* s[0..nk) = the softmax of the row's scores lo..len-1 (unscaled; the rest are keys it may
+ * not see: 0); returns its log-sum-exp (-inf when lo >= len: the row sees no key). */
+static float softmax_row(float *s, int lo, int len, int nk, float scale) {
     float mx = -INFINITY;
-    for (int j = 0; j < len; j++) mx = s[j] > mx ? s[j] : mx;
+    for (int j = lo; j < len; j++) mx = s[j] > mx ? s[j] : mx;
     mx *= scale;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < len; j++) {
+    for (int j = lo; j < len; j++) {
         float e = dt_expf(s[j] * scale - mx);
         s[j] = e;
         sum += e;
     }
-    float inv = len > 0 ? 1.0f / sum : 0.0f;
-    for (int j = 0; j < len; j++) s[j] *= inv;
+    float inv = len > lo ? 1.0f / sum : 0.0f;
+    for (int j = lo; j < len; j++) s[j] *= inv;
+    for (int j = 0; j < lo && j < nk; j++) s[j] = 0.0f;
     for (int j = len; j < nk; j++) s[j] = 0.0f;
-    return len > 0 ? mx + logf(sum) : -INFINITY;
+    return len > lo ? mx + logf(sum) : -INFINITY;
 }
 
 /* The backward of one query row: p holds its scores against nk keys (unscaled) and dp
  * dO·vᵀ; with the row's log-sum-exp li and its output oi, gradient doi (hs wide), p
  * becomes the probabilities and dp the scores' gradient (scaled), over the first len keys. */
-static void softmax_grad_row(float *p, float *dp, int len, int nk, const float *oi, const float *doi, int hs, float li,
-                             float scale) {
+static void softmax_grad_row(float *p, float *dp, int lo, int len, int nk, const float *oi, const float *doi, int hs,
+                             float li, float scale) {
     float D = 0.0f; /* rowsum(dO * O) */
     for (int d = 0; d < hs; d++) D += oi[d] * doi[d];
 #pragma omp simd
-    for (int j = 0; j < len; j++) {
+    for (int j = lo; j < len; j++) {
         float pj = dt_expf(p[j] * scale - li);
         p[j] = pj;
         dp[j] = pj * (dp[j] - D) * scale;
     }
+    for (int j = 0; j < lo && j < nk; j++) p[j] = dp[j] = 0.0f;
     for (int j = len; j < nk; j++) p[j] = dp[j] = 0.0f;
 }
 
-/* P[i, 0..nk) = softmax rows of S, causal: row t0 + i sees keys 0..t0 + i. */
-static void softmax_rows(float *S, float *lse, int t0, int nq, int nk, float scale) {
-    for (int i = 0; i < nq; i++) lse[i] = softmax_row(S + (size_t)i * nk, t0 + i + 1, nk, scale);
+/* Documents (seg: each query's first visible key, row-relative, non-decreasing along the
+ * row; NULL: 0): a block of queries from t0 needs keys from its first row's document start
+ * on, so the keys of earlier documents are skipped, not computed and masked. */
+static int first_key(const int *seg, int t0) { return seg ? seg[t0] : 0; }
+
+/* P[i, 0..nk) = softmax rows of S over keys k0.. : row t0 + i sees keys seg..t0 + i. */
+static void softmax_rows(float *S, float *lse, const int *seg, int t0, int k0, int nq, int nk, float scale) {
+    for (int i = 0; i < nq; i++)
+        lse[i] = softmax_row(S + (size_t)i * nk, first_key(seg, t0 + i) - k0, t0 + i + 1 - k0, nk, scale);
 }
 
-void cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+void cpu_attention_fwd(float *out, float *lse, const float *qkv, const int *seg, int B, int T, int C, int NH) {
     attn_call a = attn_begin(C, NH, T);
     int hs = a.hs, C3 = a.C3;
     float scale = a.scale;
@@ -97,17 +105,19 @@ void cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, i
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         float *o = out + (size_t)b * T * C + h * hs;
         float *l = lse + (size_t)bh * T;
+        const int *sg = seg ? seg + (size_t)b * T : NULL;
         for (int t0 = 0; t0 < T; t0 += QB) {
-            int nq = T - t0 < QB ? T - t0 : QB, nk = t0 + nq;
-            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
-            softmax_rows(S, l + t0, t0, nq, nk, scale);
-            cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v, C3, 0.0f, o + (size_t)t0 * C, C);
+            int nq = T - t0 < QB ? T - t0 : QB, k0 = first_key(sg, t0), nk = t0 + nq - k0;
+            const float *kk = k + (size_t)k0 * C3, *vv = v + (size_t)k0 * C3;
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, kk, C3, 0.0f, S, nk);
+            softmax_rows(S, l + t0, sg, t0, k0, nq, nk, scale);
+            cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, vv, C3, 0.0f, o + (size_t)t0 * C, C);
         }
     }
 }
 
-void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
-                       int T, int C, int NH) {
+void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                       const int *seg, int B, int T, int C, int NH) {
     attn_call a = attn_begin(C, NH, T);
     int hs = a.hs, C3 = a.C3;
     float scale = a.scale;
@@ -125,16 +135,18 @@ void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
             memset(dk + (size_t)t * C3, 0, hs * sizeof(float));
             memset(dv + (size_t)t * C3, 0, hs * sizeof(float));
         }
+        const int *sg = seg ? seg + (size_t)b * T : NULL;
         for (int t0 = 0; t0 < T; t0 += QB) {
-            int nq = T - t0 < QB ? T - t0 : QB, nk = t0 + nq;
-            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, P, nk);
-            cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v, C3, 0.0f, dP, nk);
+            int nq = T - t0 < QB ? T - t0 : QB, k0 = first_key(sg, t0), nk = t0 + nq - k0;
+            size_t ko = (size_t)k0 * C3;
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k + ko, C3, 0.0f, P, nk);
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v + ko, C3, 0.0f, dP, nk);
             for (int i = 0, t = t0; i < nq; i++, t++)
-                softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, t + 1, nk, o + (size_t)t * C,
-                                 dO + (size_t)t * C, hs, l[t], scale);
-            cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k, C3, 0.0f, dq + (size_t)t0 * C3, C3);
-            cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, q + (size_t)t0 * C3, C3, 1.0f, dk, C3);
-            cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dv, C3);
+                softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, first_key(sg, t) - k0, t + 1 - k0, nk,
+                                 o + (size_t)t * C, dO + (size_t)t * C, hs, l[t], scale);
+            cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k + ko, C3, 0.0f, dq + (size_t)t0 * C3, C3);
+            cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, q + (size_t)t0 * C3, C3, 1.0f, dk + ko, C3);
+            cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dv + ko, C3);
         }
     }
 }
@@ -152,6 +164,17 @@ static int visible(const int *kpos, int Tk, int p) {
     return lo;
 }
 
+/* Documents: the first key of the block a query whose document starts at position s sees
+ * (qseg NULL: 0). */
+static int seen_from(const int *kpos, int Tk, const int *qseg, int i) { return qseg ? visible(kpos, Tk, qseg[i] - 1) : 0; }
+
+/* Row i of a block from key k0: its visible keys [*lo, *len), empty when it sees none. */
+static void row_range(const int *kpos, int Tk, const int *qpos, const int *qseg, int i, int k0, int *lo, int *len) {
+    *lo = seen_from(kpos, Tk, qseg, i) - k0;
+    *len = visible(kpos, Tk, qpos[i]) - k0;
+    if (*len < *lo) *len = *lo;
+}
+
 /* Keys a block of nq query rows (positions qpos[0..nq)) needs: the most any row sees. */
 static int block_keys(const int *kpos, int Tk, const int *qpos, int nq) {
     int nk = 0;
@@ -162,8 +185,8 @@ static int block_keys(const int *kpos, int Tk, const int *qpos, int nq) {
     return nk;
 }
 
-void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const float *kv, const int *qpos, const int *kpos,
-                            int B, int Tq, int Tk, int C, int NH) {
+void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const float *kv, const int *qpos, const int *qseg,
+                            const int *kpos, int B, int Tq, int Tk, int C, int NH) {
     attn_call a = attn_begin(C, NH, Tk + C / NH); /* per thread: S (QB x Tk), the block's output (QB x hs) */
     int hs = a.hs, C3 = a.C3;
     float scale = a.scale;
@@ -174,14 +197,20 @@ void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const floa
         const float *q = qkv + (size_t)b * Tq * C3 + h * hs;
         const float *k = kv + (size_t)b * Tk * C3 + C + h * hs, *v = k + C;
         float *o = out + (size_t)b * Tq * C + h * hs, *l = lse + (size_t)bh * Tq;
+        const int *qs = qseg ? qseg + (size_t)b * Tq : NULL;
         for (int t0 = 0; t0 < Tq; t0 += QB) {
-            int nq = Tq - t0 < QB ? Tq - t0 : QB, nk = block_keys(kpos, Tk, qpos + t0, nq);
-            if (nk == 0) continue;
-            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
+            int nq = Tq - t0 < QB ? Tq - t0 : QB, k0 = seen_from(kpos, Tk, qs, t0);
+            int nk = block_keys(kpos, Tk, qpos + t0, nq) - k0;
+            if (nk <= 0) continue;
+            size_t ko = (size_t)k0 * C3;
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k + ko, C3, 0.0f, S, nk);
             float lb[QB]; /* the block's softmax over the keys each row sees */
-            for (int i = 0; i < nq; i++)
-                lb[i] = softmax_row(S + (size_t)i * nk, visible(kpos, Tk, qpos[t0 + i]), nk, scale);
-            cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v, C3, 0.0f, Ob, hs);
+            for (int i = 0; i < nq; i++) {
+                int lo, len;
+                row_range(kpos, Tk, qpos, qs, t0 + i, k0, &lo, &len);
+                lb[i] = softmax_row(S + (size_t)i * nk, lo, len, nk, scale);
+            }
+            cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v + ko, C3, 0.0f, Ob, hs);
             for (int i = 0; i < nq; i++) { /* online softmax: weigh the old and the block's output by their mass */
                 if (lb[i] == -INFINITY) continue;
                 float *oi = o + (size_t)(t0 + i) * C, *bi = Ob + (size_t)i * hs, lo = l[t0 + i];
@@ -196,8 +225,8 @@ void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const floa
 }
 
 void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const float *qkv, const float *kv,
-                            const float *out, const float *lse, const int *qpos, const int *kpos, int B, int Tq, int Tk,
-                            int C, int NH) {
+                            const float *out, const float *lse, const int *qpos, const int *qseg, const int *kpos, int B,
+                            int Tq, int Tk, int C, int NH) {
     attn_call a = attn_begin(C, NH, Tk); /* per thread: P and dP (QB x Tk each) */
     int hs = a.hs, C3 = a.C3;
     float scale = a.scale;
@@ -210,17 +239,23 @@ void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const fl
         float *dq = dqkv + qb, *dk = dkv + kb, *dv = dk + C;
         const float *o = out + (size_t)b * Tq * C + h * hs, *dO = dout + (size_t)b * Tq * C + h * hs;
         const float *l = lse + (size_t)bh * Tq;
+        const int *qs = qseg ? qseg + (size_t)b * Tq : NULL;
         for (int t0 = 0; t0 < Tq; t0 += QB) {
-            int nq = Tq - t0 < QB ? Tq - t0 : QB, nk = block_keys(kpos, Tk, qpos + t0, nq);
-            if (nk == 0) continue;
-            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, P, nk);
-            cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v, C3, 0.0f, dP, nk);
-            for (int i = 0, t = t0; i < nq; i++, t++) /* with the merged output's lse and rowsum(dO * O) */
-                softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, visible(kpos, Tk, qpos[t]), nk,
-                                 o + (size_t)t * C, dO + (size_t)t * C, hs, l[t], scale);
-            cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k, C3, 1.0f, dq + (size_t)t0 * C3, C3);
-            cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, q + (size_t)t0 * C3, C3, 1.0f, dk, C3);
-            cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dv, C3);
+            int nq = Tq - t0 < QB ? Tq - t0 : QB, k0 = seen_from(kpos, Tk, qs, t0);
+            int nk = block_keys(kpos, Tk, qpos + t0, nq) - k0;
+            if (nk <= 0) continue;
+            size_t ko = (size_t)k0 * C3;
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k + ko, C3, 0.0f, P, nk);
+            cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v + ko, C3, 0.0f, dP, nk);
+            for (int i = 0, t = t0; i < nq; i++, t++) { /* with the merged output's lse and rowsum(dO * O) */
+                int lo, len;
+                row_range(kpos, Tk, qpos, qs, t, k0, &lo, &len);
+                softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, lo, len, nk, o + (size_t)t * C,
+                                 dO + (size_t)t * C, hs, l[t], scale);
+            }
+            cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k + ko, C3, 1.0f, dq + (size_t)t0 * C3, C3);
+            cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, q + (size_t)t0 * C3, C3, 1.0f, dk + ko, C3);
+            cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dv + ko, C3);
         }
     }
 }

@@ -28,14 +28,14 @@ void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, con
 void cpu_gelu_fwd(float *out, const float *inp, size_t n);
 void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
-void cpu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
-void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const float *kv, const int *qpos, const int *kpos,
-                            int B, int Tq, int Tk, int C, int NH);
+void cpu_attention_fwd(float *out, float *lse, const float *qkv, const int *seg, int B, int T, int C, int NH);
+void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const float *kv, const int *qpos, const int *qseg,
+                            const int *kpos, int B, int Tq, int Tk, int C, int NH);
 void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const float *qkv, const float *kv,
-                            const float *out, const float *lse, const int *qpos, const int *kpos, int B, int Tq, int Tk,
-                            int C, int NH);
-void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
-                       int T, int C, int NH);
+                            const float *out, const float *lse, const int *qpos, const int *qseg, const int *kpos, int B,
+                            int Tq, int Tk, int C, int NH);
+void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                       const int *seg, int B, int T, int C, int NH);
 void cpu_softmax_xent(float *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale);
 double cpu_sumsq(const float *x, size_t n);
 double cpu_sum(const float *x, size_t n);

@@ -62,7 +62,8 @@ static dt_status ring_finish(dt_request **rq) {
     return a != DT_OK ? a : b;
 }
 
-static dt_status ring_fwd(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+static dt_status ring_fwd(void *ctx, float *out, float *lse, const float *qkv, const int *qseg, int B, int T, int C,
+                          int NH) {
     ring *x = ctx;
     if (T != x->T) return dt_fail(DT_EINPUT, "ring attention: %d positions, attached for %d", T, x->T);
     size_t n = (size_t)B * T * 3 * C;
@@ -76,8 +77,8 @@ static dt_status ring_fwd(void *ctx, float *out, float *lse, const float *qkv, i
         if (s < x->cp - 1) st = ring_start(x, cur, nxt, n, TAG_KV, rq);
         int src = (x->rank - s + x->cp) % x->cp;
         if (st == DT_OK)
-            x->ops->attention_part_fwd(out, lse, qkv, cur, x->pos + (size_t)x->rank * T, x->pos + (size_t)src * T, B, T,
-                                       T, C, NH);
+            x->ops->attention_part_fwd(out, lse, qkv, cur, x->pos + (size_t)x->rank * T, qseg, x->pos + (size_t)src * T,
+                                       B, T, T, C, NH);
         dt_status w = ring_finish(rq);
         if (st == DT_OK) st = w;
         cur = nxt;
@@ -86,7 +87,7 @@ static dt_status ring_fwd(void *ctx, float *out, float *lse, const float *qkv, i
 }
 
 static dt_status ring_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int B, int T, int C, int NH) {
+                          const float *lse, const int *qseg, int B, int T, int C, int NH) {
     ring *x = ctx;
     if (T != x->T) return dt_fail(DT_EINPUT, "ring attention: %d positions, attached for %d", T, x->T);
     size_t n = (size_t)B * T * 3 * C;
@@ -101,7 +102,7 @@ static dt_status ring_bwd(void *ctx, float *dqkv, const float *dout, const float
         if (s < x->cp - 1) st = ring_start(x, cur, knext, n, TAG_KV, rk); /* the next block, during this one */
         int src = (x->rank - s + x->cp) % x->cp;
         if (st == DT_OK)
-            x->ops->attention_part_bwd(dqkv, dcur, dout, qkv, cur, out, lse, x->pos + (size_t)x->rank * T,
+            x->ops->attention_part_bwd(dqkv, dcur, dout, qkv, cur, out, lse, x->pos + (size_t)x->rank * T, qseg,
                                        x->pos + (size_t)src * T, B, T, T, C, NH);
         if (st == DT_OK) st = ring_start(x, dcur, dnext, n, TAG_DKV, rd); /* its dk, dv on to the next rank */
         dt_status a = ring_finish(rk), b = ring_finish(rd);
