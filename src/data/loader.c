@@ -18,27 +18,92 @@ static void make_perm(dt_loader *l) {
     }
 }
 
-dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, int T, int global_batch, int shuffle, uint64_t seed) {
+int dt_rows_parse(const char *name) {
+    static const char *names[] = {"stream", "pack", "pad"};
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(name, names[k])) return k;
+    return -1;
+}
+
+static size_t ndocs(const dt_tokenfile *f) { return f->doc_start ? f->ndocs : f->count > 0; }
+static size_t doc_start(const dt_tokenfile *f, size_t d) { return f->doc_start ? (size_t)f->doc_start[d] : d ? f->count : 0; }
+
+/* The document holding token a (a < count): the last start <= a. */
+static size_t doc_of(const dt_tokenfile *f, size_t a) {
+    size_t lo = 0, hi = ndocs(f); /* doc_start(lo) <= a < doc_start(hi) */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (doc_start(f, mid) <= a) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+size_t dt_rows_count(const dt_tokenfile *f, int T, dt_rows how) {
+    if (how == DT_ROWS_PAD) return ndocs(f);
+    return f->count > 0 ? (f->count - 1) / (size_t)T : 0;
+}
+
+static dt_token target_at(const dt_tokenfile *f, size_t a) { return f->mask && !f->mask[a] ? DT_IGNORE : f->tokens[a]; }
+
+long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_token *inputs, dt_token *targets,
+                        int *seg) {
+    long long n = 0;
+    if (how == DT_ROWS_PAD) { /* document i, cut at T + 1 tokens, padded */
+        size_t s = doc_start(f, i), L = doc_start(f, i + 1) - s, nin = L < (size_t)T ? L : (size_t)T;
+        for (int t = 0; t < T; t++) {
+            int real = (size_t)t < nin;
+            inputs[t] = real ? f->tokens[s + t] : 0;
+            targets[t] = real && (size_t)t + 1 < L ? target_at(f, s + t + 1) : DT_IGNORE;
+            seg[t] = real ? 0 : t; /* padding: a segment of its own */
+            n += targets[t] != DT_IGNORE;
+        }
+        return n;
+    }
+    size_t w = i * (size_t)T; /* i < rows, so token w + T is inside the file */
+    size_t d = how == DT_ROWS_PACK ? doc_of(f, w) : 0, end = how == DT_ROWS_PACK ? doc_start(f, d + 1) : f->count;
+    for (int t = 0; t < T; t++) {
+        size_t a = w + (size_t)t;
+        while (a >= end) end = doc_start(f, ++d + 1); /* pack: the next document */
+        size_t start = doc_start(f, d);
+        inputs[t] = f->tokens[a];
+        targets[t] = a + 1 < end ? target_at(f, a + 1) : DT_IGNORE; /* never the next document's first token */
+        seg[t] = how == DT_ROWS_PACK && start > w ? (int)(start - w) : 0;
+        n += targets[t] != DT_IGNORE;
+    }
+    return n;
+}
+
+dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T, int global_batch, int shuffle,
+                         uint64_t seed) {
     memset(l, 0, sizeof *l);
     l->file = f;
+    l->how = how;
     l->T = T;
     l->global_batch = global_batch;
     l->shuffle = shuffle;
     l->seed = seed;
-    l->nseq = f->count > 0 ? (f->count - 1) / (size_t)T : 0;
-    if (l->nseq < (size_t)global_batch)
+    l->nseq = dt_rows_count(f, T, how);
+    if (l->nseq < (size_t)global_batch) {
+        if (how == DT_ROWS_PAD)
+            return dt_fail(DT_EINPUT, "data file '%s' is too short: %zu documents give %zu rows (data.layout pad), a "
+                                      "global batch needs %d", f->path, ndocs(f), l->nseq, global_batch);
         return dt_fail(DT_EINPUT, "data file '%s' is too short: %zu tokens give %zu sequences of %d+1 tokens, "
                                   "a global batch needs %d", f->path, f->count, l->nseq, T, global_batch);
+    }
     if (l->nseq > UINT32_MAX) return dt_fail(DT_EINPUT, "data file '%s' has too many sequences", f->path);
     l->perm = malloc(l->nseq * sizeof(uint32_t));
-    if (!l->perm) return dt_fail(DT_ERUNTIME, "out of memory (data order)");
+    l->scratch = malloc(3 * (size_t)T * sizeof(dt_token));
+    if (!l->perm || !l->scratch) return dt_fail(DT_ERUNTIME, "out of memory (data order)");
     make_perm(l);
     return DT_OK;
 }
 
 void dt_loader_free(dt_loader *l) {
     free(l->perm);
+    free(l->scratch);
     l->perm = NULL;
+    l->scratch = NULL;
 }
 
 dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos) {
@@ -65,34 +130,18 @@ void dt_loader_next_batch(dt_loader *l) {
  * next batch is drawn), so a resumed run announces an epoch exactly when the straight run does. */
 int dt_loader_starts_epoch(const dt_loader *l) { return l->epoch > 0 && l->batch_pos == 0; }
 
-void dt_loader_window(const dt_tokenfile *f, int T, size_t i, dt_token *inputs, dt_token *targets) {
-    size_t at = i * (size_t)T; /* i < nseq, so token at + T is inside the file */
-    const uint16_t *src = f->tokens + at;
-    const uint8_t *mask = f->mask ? f->mask + at + 1 : NULL; /* the targets' loss mask */
-    for (int t = 0; t < T; t++) {
-        inputs[t] = src[t];
-        targets[t] = mask && !mask[t] ? DT_IGNORE : src[t + 1];
+void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets, int *seg) {
+    for (int k = 0; k < count; k++) {
+        size_t idx = l->perm[l->batch_pos + (size_t)first + (size_t)k], at = (size_t)k * l->T;
+        dt_rows_build(l->file, l->T, l->how, idx, inputs + at, targets + at, seg + at);
     }
-}
-
-long long dt_loader_window_loss_tokens(const dt_tokenfile *f, int T, size_t i) {
-    if (!f->mask) return T;
-    const uint8_t *mask = f->mask + i * (size_t)T + 1;
-    long long n = 0;
-    for (int t = 0; t < T; t++) n += mask[t];
-    return n;
 }
 
 long long dt_loader_loss_tokens(const dt_loader *l) {
+    if (l->how == DT_ROWS_STREAM && !l->file->mask) return (long long)l->global_batch * l->T;
     long long n = 0;
+    dt_token *in = l->scratch, *tg = in + l->T;
     for (int k = 0; k < l->global_batch; k++)
-        n += dt_loader_window_loss_tokens(l->file, l->T, l->perm[l->batch_pos + (size_t)k]);
+        n += dt_rows_build(l->file, l->T, l->how, l->perm[l->batch_pos + (size_t)k], in, tg, (int *)(tg + l->T));
     return n;
-}
-
-void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets) {
-    for (int k = 0; k < count; k++) {
-        size_t idx = l->perm[l->batch_pos + (size_t)first + (size_t)k];
-        dt_loader_window(l->file, l->T, idx, inputs + (size_t)k * l->T, targets + (size_t)k * l->T);
-    }
 }

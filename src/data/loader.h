@@ -1,9 +1,19 @@
-/* Draws training sequences of T+1 tokens from a token file in a seeded order.
- * The file is cut into non-overlapping windows (window i starts at token i·T).
- * Each epoch is one seeded permutation of the windows (identity when shuffle is off),
- * consumed a global batch at a time; a partial last batch is dropped. The position
- * (epoch, pos) is the whole state, so resuming is exact. A global batch is a list of
- * sequences any rank can index, so how ranks split it never changes what it holds. */
+/* Draws the rows a step trains on from a token file in a seeded order. A row is T inputs,
+ * T targets and, with documents, where each token's document starts in the row. How rows
+ * are built (data.layout, docs/config.md#rows):
+ *   stream  the file cut into non-overlapping windows of T+1 tokens (window i starts at
+ *           token i·T); documents are not looked at (a version 1 file, or llm.c's way);
+ *   pack    the same windows, documents kept apart (Megatron's reset_position_ids and
+ *           reset_attention_mask): positions restart at each document, a token attends to
+ *           its document only, and the first token of a document is not a target of the
+ *           previous one (a document cut by the window's start begins the row);
+ *   pad     one document per row: its first T+1 tokens, the rest of the row padding
+ *           (input id 0, never a target; its own segment).
+ * A target the file's loss mask leaves out is DT_IGNORE. Each epoch is one seeded
+ * permutation of the rows (identity when shuffle is off), consumed a global batch at a
+ * time; a partial last batch is dropped. The position (epoch, pos) is the whole state,
+ * so resuming is exact. A global batch is a list of rows any rank can index, so how ranks
+ * split it never changes what it holds. */
 #ifndef DT_LOADER_H
 #define DT_LOADER_H
 #include <stddef.h>
@@ -13,18 +23,33 @@
 #include "tokenfile.h"
 #include "../core/token.h"
 
+typedef enum { DT_ROWS_STREAM, DT_ROWS_PACK, DT_ROWS_PAD } dt_rows;
+
+/* data.layout's name to its kind; -1 when unknown. */
+int dt_rows_parse(const char *name);
+/* Rows of T in the file (windows, or documents with pad). */
+size_t dt_rows_count(const dt_tokenfile *f, int T, dt_rows how);
+/* Row i in file order: T inputs, T targets (DT_IGNORE: not in the loss), and seg (T: the
+ * row position where each token's document starts; all 0 for stream). Returns the
+ * targets in the loss. i < dt_rows_count. */
+long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_token *inputs, dt_token *targets,
+                        int *seg);
+
 typedef struct {
     const dt_tokenfile *file;
+    dt_rows how;
     int T, global_batch, shuffle;
     uint64_t seed;
-    size_t nseq;     /* windows in the file */
+    size_t nseq;     /* rows in the file */
+    dt_token *scratch; /* one row's inputs and targets, and its seg: counting a batch's targets */
     uint32_t *perm;  /* this epoch's order */
     long long epoch; /* state: epoch of the next batch ... */
     size_t pos;      /* ... and its first index into perm */
     size_t batch_pos; /* first perm index of the current batch */
 } dt_loader;
 
-dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, int T, int global_batch, int shuffle, uint64_t seed);
+dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T, int global_batch, int shuffle,
+                         uint64_t seed);
 void dt_loader_free(dt_loader *l);
 /* Restores a saved position (epoch, pos); fails if pos is not a valid batch start. */
 dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos);
@@ -32,13 +57,8 @@ dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos);
 void dt_loader_next_batch(dt_loader *l);
 /* Whether the current batch is the first of an epoch after the first (the data wrapped). */
 int dt_loader_starts_epoch(const dt_loader *l);
-/* Copies sequences [first, first+count) of the current batch: inputs and shifted targets, each count x T. */
-void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets);
-/* Window i of the file in file order (validation reads these sequentially); a target
- * the file's loss mask leaves out (a prompt's) is DT_IGNORE. */
-void dt_loader_window(const dt_tokenfile *f, int T, size_t i, dt_token *inputs, dt_token *targets);
-/* Targets of window i in the loss (T without a mask). */
-long long dt_loader_window_loss_tokens(const dt_tokenfile *f, int T, size_t i);
+/* Copies rows [first, first+count) of the current batch: inputs, targets and seg, each count x T. */
+void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets, int *seg);
 /* Targets in the loss over the current global batch: the step's token-exact divisor. */
 long long dt_loader_loss_tokens(const dt_loader *l);
 

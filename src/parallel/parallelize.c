@@ -26,6 +26,7 @@ struct dt_par {
     dt_pipeline *pipe; /* NULL: one stage, the micro-steps run here */
     dt_adamw_hparams hp;
     dt_token *inp, *tgt; /* one micro-batch of whole sequences (micro x T) */
+    int *seg;            /* and its document starts (loader.h) */
     dt_ckpt_dist ckpt; /* saves and the digest of the engine's state (ckpt/distributed.h) */
     double *pipe_all; /* the final pipeline report: 3 numbers per world rank */
     gpt_hooks hooks;  /* the engine's hooks while the full weights are in place */
@@ -55,7 +56,7 @@ static dt_status set_algorithms(dt_par *h, const dt_config *c) {
 static dt_status create_model(dt_par *h, const dt_layout *L, const dt_ops *ops) {
     const dt_config *c = &L->cfg;
     gpt_layout layout = {.tp = h->mesh.tp, .tp_rank = h->mesh.tp_rank, .sp = L->sp,
-                         .recompute = dt_layout_recompute(L)};
+                         .recompute = dt_layout_recompute(L), .documents = dt_layout_documents(L)};
     if (dt_layout_pp_enabled(L)) {
         DT_TRY(dt_pp_layout(c->model.n_layer, L->pp, L->v, h->mesh.pp_rank, c->parallel.pp_split, &layout));
         layout.slots = dt_pp_slots(L->schedule, L->pp, L->v, h->mesh.pp_rank, L->m);
@@ -129,9 +130,10 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
     size_t ntok = (size_t)L->micro * L->T;
     h->inp = malloc(ntok * sizeof(dt_token));
     h->tgt = malloc(ntok * sizeof(dt_token));
+    h->seg = malloc(ntok * sizeof(int));
     h->pipe_all = calloc((size_t)dt_comm_size(world) * 3, sizeof(double));
     /* every rank's answer is the same (or the agreement below fails them all) */
-    DT_TRY(dt_comm_agree(world, h->inp && h->tgt && h->pipe_all ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (batch)"),
+    DT_TRY(dt_comm_agree(world, h->inp && h->tgt && h->seg && h->pipe_all ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (batch)"),
                          NULL));
     DT_TRY(dt_mesh_create(&h->mesh, world, L->tp, L->pp, L->cp));
     h->data_comm = dt_layout_cp_enabled(L) ? h->mesh.dp_cp_comm : h->mesh.dp_comm;
@@ -158,6 +160,7 @@ void dt_par_destroy(dt_par *h, int failed) {
     free(h->pipe_all);
     free(h->inp);
     free(h->tgt);
+    free(h->seg);
     free(h);
 }
 
@@ -177,30 +180,35 @@ static void cp_select(dt_par *h) {
         for (int i = 0; i < Tl; i++) {
             h->inp[(size_t)b * Tl + i] = h->inp[(size_t)b * T + pos[i]];
             h->tgt[(size_t)b * Tl + i] = h->tgt[(size_t)b * T + pos[i]];
+            h->seg[(size_t)b * Tl + i] = h->seg[(size_t)b * T + pos[i]]; /* a position of the whole row */
         }
 }
 
 /* Micro-step k's sequences of this data-parallel rank: [(k·dp + r)·micro, +micro) of
  * the global batch, so the batch's content never depends on the layout. */
 static void load_micro(dt_par *h, int k) {
-    h->fill(h->fill_ctx, (k * h->L->dp + h->mesh.dp_rank) * h->L->micro, h->inp, h->tgt);
+    h->fill(h->fill_ctx, (k * h->L->dp + h->mesh.dp_rank) * h->L->micro, h->inp, h->tgt, h->seg);
     cp_select(h);
 }
 
+/* The document starts of the loaded micro-batch for the model's slot (none: stream). */
+static const int *documents(const dt_par *h) { return dt_layout_documents(h->L) ? h->seg : NULL; }
+
 /* The pipeline runner's view of the data: validation's micro-batch already loaded, or
  * training's micro-step mb. */
-static void copy_out(dt_par *h, dt_token *tokens, dt_token *targets) {
-    size_t n = (size_t)h->L->micro * h->L->Tl * sizeof(dt_token);
-    memcpy(tokens, h->inp, n);
-    memcpy(targets, h->tgt, n);
+static void copy_out(dt_par *h, dt_token *tokens, dt_token *targets, int *seg) {
+    size_t n = (size_t)h->L->micro * h->L->Tl;
+    memcpy(tokens, h->inp, n * sizeof(dt_token));
+    memcpy(targets, h->tgt, n * sizeof(dt_token));
+    if (seg) memcpy(seg, h->seg, n * sizeof(int));
 }
-static void fill_current(void *ctx, int mb, dt_token *tokens, dt_token *targets) {
+static void fill_current(void *ctx, int mb, dt_token *tokens, dt_token *targets, int *seg) {
     (void)mb;
-    copy_out(ctx, tokens, targets);
+    copy_out(ctx, tokens, targets, seg);
 }
-static void fill_step(void *ctx, int mb, dt_token *tokens, dt_token *targets) {
+static void fill_step(void *ctx, int mb, dt_token *tokens, dt_token *targets, int *seg) {
     load_micro(ctx, mb);
-    copy_out(ctx, tokens, targets);
+    copy_out(ctx, tokens, targets, seg);
 }
 static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((dt_par *)ctx)->dpe, last); }
 
@@ -213,13 +221,14 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
     float grad_scale = loss_tokens > 0 ? 1.0f / (float)loss_tokens : 0.0f;
     double sum = 0.0;
     if (h->pipe) { /* the schedule runs every micro-step of the step */
-        dt_pp_io io = {fill_step, micro_step, h};
+        dt_pp_io io = {fill_step, micro_step, h, dt_layout_documents(h->L)};
         DT_TRY(dt_pipeline_step(h->pipe, &io, grad_scale, &sum));
     }
     for (int k = 0; !h->pipe && k < L->m; k++) {
         load_micro(h, k);
         dt_watchdog_micro(k);
         dt_dp_begin_micro(h->dpe, k == L->m - 1);
+        gpt_set_documents(&h->model, 0, documents(h), L->micro, L->Tl);
         double l;
         DT_TRY(gpt_forward_backward(&h->model, h->inp, h->tgt, L->micro, L->Tl, grad_scale, &l));
         sum += l;
@@ -235,10 +244,11 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
 
 dt_status dt_par_eval(dt_par *h, dt_par_fill fill, void *ctx, double *loss_sum, double *tokens) {
     DT_TRY(dt_dp_settle(h->dpe)); /* the weights with every update applied */
-    fill(ctx, 0, h->inp, h->tgt);
+    fill(ctx, 0, h->inp, h->tgt, h->seg);
     cp_select(h);
+    gpt_set_documents(&h->model, 0, documents(h), h->L->micro, h->L->Tl);
     if (h->pipe) {
-        dt_pp_io io = {fill_current, NULL, h};
+        dt_pp_io io = {fill_current, NULL, h, dt_layout_documents(h->L)};
         DT_TRY(dt_pipeline_eval(h->pipe, &io, 1, loss_sum));
     } else {
         DT_TRY(gpt_eval_loss(&h->model, h->inp, h->tgt, h->L->micro, h->L->Tl, loss_sum));

@@ -6,8 +6,10 @@
  * is the one-stage case, hidden here, so the training loop has no layout branch.
  *
  * Data reaches the handle through a fill callback: it writes `micro` whole sequences (T
- * tokens and their targets each) starting at sequence seq0 of the step's global batch
- * (or of the validation batch); the handle keeps the positions this rank computes. */
+ * tokens, their targets and where each token's document starts: loader.h's rows)
+ * starting at sequence seq0 of the step's global batch (or of the validation batch); the
+ * handle keeps the positions this rank computes, and the document starts when the layout
+ * has documents (data.layout pack, pad). */
 #ifndef DT_PARALLELIZE_H
 #define DT_PARALLELIZE_H
 #include <stdint.h>
@@ -22,7 +24,7 @@
 
 typedef struct dt_par dt_par;
 
-typedef void (*dt_par_fill)(void *ctx, int seq0, dt_token *tokens, dt_token *targets);
+typedef void (*dt_par_fill)(void *ctx, int seq0, dt_token *tokens, dt_token *targets, int *seg);
 
 /* Collective over world: builds everything for layout L (kept by pointer: it must
  * outlive the handle) on ops. The weights are not set yet: dt_par_init_weights or

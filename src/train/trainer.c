@@ -52,6 +52,7 @@ typedef struct {
     int save_pending; /* an async save not yet waited for */
     long long save_pending_step;
     long long loss_tokens; /* the current step's targets in the loss (its token-exact divisor) */
+    dt_rows rows;          /* data.layout */
     double save_started;
     dt_metrics metrics;
     dt_progress progress;
@@ -175,7 +176,8 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     }
     if (c->log.sample_tokens > 0) DT_TRY(load_tokenizer(L, &t->tok)); /* the config's own files before the data */
     DT_TRY(read_data(c, t));
-    DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, L->T, L->global_batch, c->data.shuffle,
+    t->rows = (dt_rows)dt_rows_parse(c->data.layout); /* the config's enum: one of them */
+    DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, t->rows, L->T, L->global_batch, c->data.shuffle,
                           (uint64_t)c->train.seed));
     if (c->train.check_memory && !t->ops->on_device) /* on a GPU an allocation failure names the buffer */
         DT_TRY(dt_estimate_check_node(L, dt_comm_local_size(t->world), dt_memory_available()));
@@ -250,18 +252,18 @@ static void teardown(trainer *t) {
 }
 
 /* The step's sequences [seq0, seq0 + micro) of the global batch. */
-static void fill_train(void *ctx, int seq0, dt_token *tokens, dt_token *targets) {
+static void fill_train(void *ctx, int seq0, dt_token *tokens, dt_token *targets, int *seg) {
     trainer *t = ctx;
-    dt_loader_fill(&t->loader, seq0, t->L.micro, tokens, targets);
+    dt_loader_fill(&t->loader, seq0, t->L.micro, tokens, targets, seg);
 }
 
-/* A validation micro-batch: consecutive windows of the val file from t->val_window. */
-static void fill_val(void *ctx, int seq0, dt_token *tokens, dt_token *targets) {
+/* A validation micro-batch: consecutive rows of the val file from t->val_window. */
+static void fill_val(void *ctx, int seq0, dt_token *tokens, dt_token *targets, int *seg) {
     trainer *t = ctx;
-    size_t nwin = (t->val_tokens.count - 1) / (size_t)t->L.T, w = t->val_window;
+    size_t nwin = dt_rows_count(&t->val_tokens, t->L.T, t->rows), w = t->val_window, T = (size_t)t->L.T;
     (void)seq0;
     for (int k = 0; k < t->L.micro; k++, w++)
-        dt_loader_window(&t->val_tokens, t->L.T, w % nwin, tokens + (size_t)k * t->L.T, targets + (size_t)k * t->L.T);
+        dt_rows_build(&t->val_tokens, t->L.T, t->rows, w % nwin, tokens + k * T, targets + k * T, seg + k * T);
 }
 
 /* Mean loss over val_batches micro-batches of consecutive windows of the val file,
@@ -271,7 +273,7 @@ static void fill_val(void *ctx, int seq0, dt_token *tokens, dt_token *targets) {
  * micro-batches (global_batch / m sequences, the same in every layout). */
 static dt_status validate(trainer *t, double *out) {
     const dt_layout *L = &t->L;
-    size_t nwin = (t->val_tokens.count - 1) / (size_t)L->T;
+    size_t nwin = dt_rows_count(&t->val_tokens, L->T, t->rows);
     long long nb_want = (long long)t->cfg->train.val_batches * (t->cfg->parallel.micro_batches > 0 ? L->dp : 1);
     /* at most the file's distinct windows: more would count some twice, and a huge
      * val_batches would run for ever */

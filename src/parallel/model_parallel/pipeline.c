@@ -86,6 +86,7 @@ struct dt_pipeline {
      * send has completed, as the slot's device buffers are), then one receive buffer */
     void *host;
     dt_token *tok, *tgt;
+    int *seg;            /* the micro-batch's document starts (dt_pp_io.documents) */
     double busy, wait, span;
 };
 
@@ -116,7 +117,8 @@ dt_status dt_pipeline_create(dt_pipeline **out, gpt_model *model, dt_comm *pp, d
     pl->last_b = malloc((size_t)v * sizeof *pl->last_b);
     pl->tok = malloc((size_t)B * T * sizeof(dt_token));
     pl->tgt = malloc((size_t)B * T * sizeof(dt_token));
-    if (!pl->ops || !pl->op_slot || !pl->last_b || !pl->tok || !pl->tgt)
+    pl->seg = malloc((size_t)B * T * sizeof(int));
+    if (!pl->ops || !pl->op_slot || !pl->last_b || !pl->tok || !pl->tgt || !pl->seg)
         return dt_fail(DT_ERUNTIME, "out of memory (pipeline)");
     pl->nops = dt_schedule_ops(s, pl->p, v, m, pl->r, pl->ops);
     pl->nslots = dt_schedule_slots(s, pl->p, v, m, pl->r, pl->op_slot);
@@ -167,6 +169,7 @@ void dt_pipeline_destroy(dt_pipeline *pl) {
     free(pl->host);
     free(pl->tok);
     free(pl->tgt);
+    free(pl->seg);
     free(pl);
 }
 
@@ -242,7 +245,8 @@ dt_status dt_pipeline_step(dt_pipeline *pl, const dt_pp_io *io, float grad_scale
             break;
         case DT_OP_F: {
             int head = head_chunk(pl, o->chunk);
-            if (head || first_chunk(pl, o->chunk)) io->fill(io->ctx, o->mb, pl->tok, pl->tgt);
+            if (head || first_chunk(pl, o->chunk) || io->documents) io->fill(io->ctx, o->mb, pl->tok, pl->tgt, pl->seg);
+            gpt_set_documents(m, slot, io->documents ? pl->seg : NULL, pl->B, pl->T);
             if (head) io->micro(io->ctx, i == pl->last_f); /* the head's backward runs with the forward */
             DT_TRY(wait_send(pl, slot, 0));
             if (head) DT_TRY(wait_send(pl, slot, 1)); /* its loss writes the residual gradient */
@@ -287,11 +291,12 @@ dt_status dt_pipeline_eval(dt_pipeline *pl, const dt_pp_io *io, int nmb, double 
     /* micro-batch by micro-batch, chunk by chunk in the model's order; blocking sends:
      * nothing waits back */
     for (int mb = 0; mb < nmb; mb++) {
-        io->fill(io->ctx, mb, pl->tok, pl->tgt);
+        io->fill(io->ctx, mb, pl->tok, pl->tgt, pl->seg);
         for (int k = 0; k < pl->v; k++) {
             int g = k * pl->p + pl->r;
             if (!first_chunk(pl, k))
                 DT_TRY(receive(pl, gpt_slot_input(m, 0), pl->count, prev, tag_of(pl, mb, g, 0)));
+            gpt_set_documents(m, 0, io->documents ? pl->seg : NULL, pl->B, pl->T);
             DT_TRY(gpt_forward_chunk(m, 0, k, pl->tok, pl->B, pl->T, 0));
             if (head_chunk(pl, k)) {
                 double l;

@@ -23,13 +23,15 @@ dt_status dt_pp_layout(int n_layer, int p, int v, int r, const char *split, gpt_
 /* Which (pp, virtual stages, schedule, m, pp_split) run is the layout's one check to say
  * (layout.h: dt_layout_check). */
 
-/* What the trainer gives the runner: micro-batch mb's tokens (needed on the first stage)
- * and targets (on the last), and the data-parallel engine's per-micro-step call (last: the
- * operation after which this rank's gradients of some unit become final). */
+/* What the trainer gives the runner: micro-batch mb's tokens (needed on the first stage),
+ * targets (on the last) and document starts (on every stage: attention in every block
+ * needs them), and the data-parallel engine's per-micro-step call (last: the operation
+ * after which this rank's gradients of some unit become final). */
 typedef struct {
-    void (*fill)(void *ctx, int mb, dt_token *tokens, dt_token *targets);
+    void (*fill)(void *ctx, int mb, dt_token *tokens, dt_token *targets, int *seg);
     void (*micro)(void *ctx, int last);
     void *ctx;
+    int documents; /* the rows hold documents (gpt_set_documents) */
 } dt_pp_io;
 
 typedef struct dt_pipeline dt_pipeline;
