@@ -88,6 +88,17 @@ static void softmax_grad_row(float *p, float *dp, int lo, int len, int nk, const
  * on, so the keys of earlier documents are skipped, not computed and masked. */
 static int first_key(const int *seg, int t0) { return seg ? seg[t0] : 0; }
 
+/* Query rows of the block from t0: QB at most, and with documents none past the end of
+ * t0's document, so every row of the block starts at the same key (nothing computed for
+ * an earlier document, and a block never pays for its longest row's keys in the others). */
+static int block_rows(const int *seg, int t0, int T) {
+    int nq = T - t0 < QB ? T - t0 : QB;
+    if (seg)
+        for (int i = 1; i < nq; i++)
+            if (seg[t0 + i] != seg[t0]) return i;
+    return nq;
+}
+
 /* P[i, 0..nk) = softmax rows of S over keys k0.. : row t0 + i sees keys seg..t0 + i. */
 static void softmax_rows(float *S, float *lse, const int *seg, int t0, int k0, int nq, int nk, float scale) {
     for (int i = 0; i < nq; i++)
@@ -106,8 +117,9 @@ void cpu_attention_fwd(float *out, float *lse, const float *qkv, const int *seg,
         float *o = out + (size_t)b * T * C + h * hs;
         float *l = lse + (size_t)bh * T;
         const int *sg = seg ? seg + (size_t)b * T : NULL;
-        for (int t0 = 0; t0 < T; t0 += QB) {
-            int nq = T - t0 < QB ? T - t0 : QB, k0 = first_key(sg, t0), nk = t0 + nq - k0;
+        for (int t0 = 0, nq; t0 < T; t0 += nq) {
+            nq = block_rows(sg, t0, T);
+            int k0 = first_key(sg, t0), nk = t0 + nq - k0;
             const float *kk = k + (size_t)k0 * C3, *vv = v + (size_t)k0 * C3;
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, kk, C3, 0.0f, S, nk);
             softmax_rows(S, l + t0, sg, t0, k0, nq, nk, scale);
@@ -136,8 +148,9 @@ void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const f
             memset(dv + (size_t)t * C3, 0, hs * sizeof(float));
         }
         const int *sg = seg ? seg + (size_t)b * T : NULL;
-        for (int t0 = 0; t0 < T; t0 += QB) {
-            int nq = T - t0 < QB ? T - t0 : QB, k0 = first_key(sg, t0), nk = t0 + nq - k0;
+        for (int t0 = 0, nq; t0 < T; t0 += nq) {
+            nq = block_rows(sg, t0, T);
+            int k0 = first_key(sg, t0), nk = t0 + nq - k0;
             size_t ko = (size_t)k0 * C3;
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k + ko, C3, 0.0f, P, nk);
             cpu_gemm(0, 1, nq, nk, hs, 1.0f, dO + (size_t)t0 * C, C, v + ko, C3, 0.0f, dP, nk);
