@@ -18,10 +18,12 @@ typedef struct {
         int shuffle;
         char tokenizer[16]; /* "byte" or "gpt2" */
         char layout[8];     /* how rows are built: "stream", "pack" or "pad" (docs/config.md#rows) */
+        char uneven[8];     /* a last global batch with fewer rows: "drop", "join" or "error" */
         char encoder_json[DT_PATH_MAX], vocab_bpe[DT_PATH_MAX];
     } data;
     struct {
         int steps, micro_batch, global_batch, grad_accum, warmup_steps, seq_len, stop_after;
+        int epochs; /* > 0: passes over the data, which set steps (finite data) */
         double lr, min_lr, weight_decay, beta1, beta2, eps, grad_clip;
         long long seed;
         int val_every, val_batches, check_memory;

@@ -75,10 +75,11 @@ long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_
 }
 
 dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T, int global_batch, int shuffle,
-                         uint64_t seed) {
+                         uint64_t seed, dt_uneven uneven) {
     memset(l, 0, sizeof *l);
     l->file = f;
     l->how = how;
+    l->join = uneven == DT_UNEVEN_JOIN;
     l->T = T;
     l->global_batch = global_batch;
     l->shuffle = shuffle;
@@ -92,6 +93,10 @@ dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T
                                   "a global batch needs %d", f->path, f->count, l->nseq, T, global_batch);
     }
     if (l->nseq > UINT32_MAX) return dt_fail(DT_EINPUT, "data file '%s' has too many sequences", f->path);
+    if (uneven == DT_UNEVEN_ERROR && l->nseq % (size_t)global_batch != 0)
+        return dt_fail(DT_EINPUT, "data file '%s' gives %zu rows, not a whole number of global batches of %d (an "
+                       "epoch's last batch would hold %zu); data.uneven is error: use drop or join, or another "
+                       "train.global_batch", f->path, l->nseq, global_batch, l->nseq % (size_t)global_batch);
     l->perm = malloc(l->nseq * sizeof(uint32_t));
     l->scratch = malloc(3 * (size_t)T * sizeof(dt_token));
     if (!l->perm || !l->scratch) return dt_fail(DT_ERUNTIME, "out of memory (data order)");
@@ -106,8 +111,14 @@ void dt_loader_free(dt_loader *l) {
     l->scratch = NULL;
 }
 
+size_t dt_loader_batches_per_epoch(const dt_loader *l) {
+    size_t g = (size_t)l->global_batch;
+    return l->join ? (l->nseq + g - 1) / g : l->nseq / g;
+}
+
 dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos) {
-    if (epoch < 0 || pos > l->nseq || pos % (size_t)l->global_batch != 0)
+    if (epoch < 0 || pos > dt_loader_batches_per_epoch(l) * (size_t)l->global_batch ||
+        pos % (size_t)l->global_batch != 0)
         return dt_fail(DT_EINPUT, "checkpoint data position (epoch %lld, sequence %zu) does not fit data file '%s' "
                        "(%zu sequences, global batch %d)", epoch, pos, l->file->path, l->nseq, l->global_batch);
     l->epoch = epoch;
@@ -117,7 +128,8 @@ dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos) {
 }
 
 void dt_loader_next_batch(dt_loader *l) {
-    if (l->pos + (size_t)l->global_batch > l->nseq) { /* drop the partial batch, start a new epoch */
+    /* the epoch ends: its rows are all drawn, or (drop) too few are left for a batch */
+    if (l->pos >= l->nseq || (!l->join && l->pos + (size_t)l->global_batch > l->nseq)) {
         l->epoch++;
         l->pos = 0;
         make_perm(l);
@@ -130,18 +142,30 @@ void dt_loader_next_batch(dt_loader *l) {
  * next batch is drawn), so a resumed run announces an epoch exactly when the straight run does. */
 int dt_loader_starts_epoch(const dt_loader *l) { return l->epoch > 0 && l->batch_pos == 0; }
 
+int dt_loader_batch_rows(const dt_loader *l) {
+    size_t left = l->nseq - l->batch_pos;
+    return left < (size_t)l->global_batch ? (int)left : l->global_batch;
+}
+
 void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets, int *seg) {
+    int rows = dt_loader_batch_rows(l);
     for (int k = 0; k < count; k++) {
-        size_t idx = l->perm[l->batch_pos + (size_t)first + (size_t)k], at = (size_t)k * l->T;
+        size_t at = (size_t)k * l->T;
+        if (first + k >= rows) { /* join: past the batch's rows, a row that adds nothing */
+            for (int t = 0; t < l->T; t++) inputs[at + t] = 0, targets[at + t] = DT_IGNORE, seg[at + t] = t;
+            continue;
+        }
+        size_t idx = l->perm[l->batch_pos + (size_t)first + (size_t)k];
         dt_rows_build(l->file, l->T, l->how, idx, inputs + at, targets + at, seg + at);
     }
 }
 
 long long dt_loader_loss_tokens(const dt_loader *l) {
-    if (l->how == DT_ROWS_STREAM && !l->file->mask) return (long long)l->global_batch * l->T;
+    int rows = dt_loader_batch_rows(l);
+    if (l->how == DT_ROWS_STREAM && !l->file->mask) return (long long)rows * l->T;
     long long n = 0;
     dt_token *in = l->scratch, *tg = in + l->T;
-    for (int k = 0; k < l->global_batch; k++)
+    for (int k = 0; k < rows; k++)
         n += dt_rows_build(l->file, l->T, l->how, l->perm[l->batch_pos + (size_t)k], in, tg, (int *)(tg + l->T));
     return n;
 }

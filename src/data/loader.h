@@ -35,9 +35,16 @@ size_t dt_rows_count(const dt_tokenfile *f, int T, dt_rows how);
 long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_token *inputs, dt_token *targets,
                         int *seg);
 
+/* data.uneven: an epoch's last global batch with fewer rows than the others is dropped
+ * (the next epoch starts), trained with its rows (ranks and micro-steps past them get rows
+ * that add nothing: every rank runs the same collectives, PyTorch's Join), or refused at
+ * start (the data must be whole batches). */
+typedef enum { DT_UNEVEN_DROP, DT_UNEVEN_JOIN, DT_UNEVEN_ERROR } dt_uneven;
+
 typedef struct {
     const dt_tokenfile *file;
     dt_rows how;
+    int join; /* data.uneven join: an epoch's last batch may hold fewer rows */
     int T, global_batch, shuffle;
     uint64_t seed;
     size_t nseq;     /* rows in the file */
@@ -49,7 +56,11 @@ typedef struct {
 } dt_loader;
 
 dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T, int global_batch, int shuffle,
-                         uint64_t seed);
+                         uint64_t seed, dt_uneven uneven);
+/* Global batches in an epoch (join: the last may hold fewer rows). */
+size_t dt_loader_batches_per_epoch(const dt_loader *l);
+/* Rows of the current batch (global_batch but for join's last batch of an epoch). */
+int dt_loader_batch_rows(const dt_loader *l);
 void dt_loader_free(dt_loader *l);
 /* Restores a saved position (epoch, pos); fails if pos is not a valid batch start. */
 dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos);
@@ -57,7 +68,8 @@ dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos);
 void dt_loader_next_batch(dt_loader *l);
 /* Whether the current batch is the first of an epoch after the first (the data wrapped). */
 int dt_loader_starts_epoch(const dt_loader *l);
-/* Copies rows [first, first+count) of the current batch: inputs, targets and seg, each count x T. */
+/* Copies rows [first, first+count) of the current batch: inputs, targets and seg, each
+ * count x T; a row past the batch's rows (join) is input 0, no target in the loss. */
 void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets, int *seg);
 /* Targets in the loss over the current global batch: the step's token-exact divisor. */
 long long dt_loader_loss_tokens(const dt_loader *l);

@@ -177,8 +177,15 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     if (c->log.sample_tokens > 0) DT_TRY(load_tokenizer(L, &t->tok)); /* the config's own files before the data */
     DT_TRY(read_data(c, t));
     t->rows = (dt_rows)dt_rows_parse(c->data.layout); /* the config's enum: one of them */
+    dt_uneven uneven = !strcmp(c->data.uneven, "join") ? DT_UNEVEN_JOIN
+                       : !strcmp(c->data.uneven, "error") ? DT_UNEVEN_ERROR : DT_UNEVEN_DROP;
     DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, t->rows, L->T, L->global_batch, c->data.shuffle,
-                          (uint64_t)c->train.seed));
+                          (uint64_t)c->train.seed, uneven));
+    if (c->train.epochs > 0) { /* finite data: the epochs set the steps (every rank the same) */
+        double steps = (double)c->train.epochs * (double)dt_loader_batches_per_epoch(&t->loader);
+        if (steps > 1e9) return dt_fail(DT_EINPUT, "train.epochs %d: %.0f steps, more than 1e9", c->train.epochs, steps);
+        t->L.cfg.train.steps = (int)steps;
+    }
     if (c->train.check_memory && !t->ops->on_device) /* on a GPU an allocation failure names the buffer */
         DT_TRY(dt_estimate_check_node(L, dt_comm_local_size(t->world), dt_memory_available()));
     dt_rng_seed(&t->st.rng, (uint64_t)c->train.seed + 0x5eed);
