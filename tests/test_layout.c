@@ -134,7 +134,6 @@ static void feature_refusals(void) {
         {2, {"offload.param=cpu", "parallel.zero=2"}, "offload.param cpu needs parallel.zero=3"},
         {2, {"offload.optimizer=cpu", "parallel.dp_mode=ps"}, "not with parallel.dp_mode ps"},
         {2, {"offload.optimizer=nvme"}, "offload.nvme_path is empty: set the directory for the offload files"},
-        {2, {"offload.optimizer=cpu", "backend=emulated", "comm.backend=nccl"}, "comm.backend nccl with offload"},
         /* context parallelism */
         {2, {"parallel.cp=2", "train.seq_len=30"}, "parallel.cp 2: the sequence length 30 must split into 2 x cp = 4"},
         {2, {"parallel.cp=2", "parallel.determinism=bitwise"}, "parallel.cp 2: parallel.determinism bitwise"},
