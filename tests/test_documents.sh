@@ -162,6 +162,16 @@ mk wide "($T, 4, [0, 50, 200], None, b'')"
   --set train.micro_batch=1 --set train.global_batch=1 --set model.seq_len=64 --digest >"$TMP/ok2.out" 2>&1
 [ -n "$(digest_of "$TMP/wide.out")" ] && [ "$(digest_of "$TMP/wide.out")" = "$(digest_of "$TMP/ok2.out")" ] &&
   pass "32-bit ids read as the 16-bit file of the same tokens (same weights)" || fail "32-bit ids: $(tail -2 "$TMP/wide.out")"
+# ids beyond 65535: a vocabulary of 70,001 (held 4 bytes a token in memory, 32-bit in the model)
+mk huge "([i * 350 for i in range(1, 201)], 4, [0, 100, 200], None, b'')"
+"$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/huge.bin" --set data.val= --steps 2 \
+  --set train.micro_batch=1 --set train.global_batch=1 --set model.seq_len=64 --set model.vocab_size=70001 \
+  --set data.layout=pack --metrics "$TMP/huge.jsonl" >"$TMP/huge.out" 2>&1 && python3 -c "
+import json, math, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l]
+assert len(r) == 2 and all(math.isfinite(x['loss']) and x['loss'] > 10 for x in r), r  # ln(70001) = 11.2 at the start
+" "$TMP/huge.jsonl" && pass "ids up to 70000 (vocabulary 70,001) train (loss near ln V at the start)" ||
+  fail "32-bit vocabulary: $(tail -2 "$TMP/huge.out")"
 mk longmask "($T, 2, [0, 100, 200], [1] * 205, b'')"
 badfile "a mask longer than its tokens" "trailing bytes" longmask
 mk emptydoc "($T, 2, [0, 100, 100, 200], None, b'')"

@@ -44,7 +44,7 @@ size_t dt_rows_count(const dt_tokenfile *f, int T, dt_rows how) {
     return f->count > 0 ? (f->count - 1) / (size_t)T : 0;
 }
 
-static dt_token target_at(const dt_tokenfile *f, size_t a) { return f->mask && !f->mask[a] ? DT_IGNORE : f->tokens[a]; }
+static dt_token target_at(const dt_tokenfile *f, size_t a) { return f->mask && !f->mask[a] ? DT_IGNORE : (dt_token)dt_tokenfile_at(f, a); }
 
 long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_token *inputs, dt_token *targets,
                         int *seg) {
@@ -53,7 +53,7 @@ long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_
         size_t s = doc_start(f, i), L = doc_start(f, i + 1) - s, nin = L < (size_t)T ? L : (size_t)T;
         for (int t = 0; t < T; t++) {
             int real = (size_t)t < nin;
-            inputs[t] = real ? f->tokens[s + t] : 0;
+            inputs[t] = real ? (dt_token)dt_tokenfile_at(f, s + t) : 0;
             targets[t] = real && (size_t)t + 1 < L ? target_at(f, s + t + 1) : DT_IGNORE;
             seg[t] = real ? 0 : t; /* padding: a segment of its own */
             n += targets[t] != DT_IGNORE;
@@ -66,7 +66,7 @@ long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_
         size_t a = w + (size_t)t;
         while (a >= end) end = doc_start(f, ++d + 1); /* pack: the next document */
         size_t start = doc_start(f, d);
-        inputs[t] = f->tokens[a];
+        inputs[t] = (dt_token)dt_tokenfile_at(f, a);
         targets[t] = a + 1 < end ? target_at(f, a + 1) : DT_IGNORE; /* never the next document's first token */
         seg[t] = how == DT_ROWS_PACK && start > w ? (int)(start - w) : 0;
         n += targets[t] != DT_IGNORE;

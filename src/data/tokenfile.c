@@ -82,9 +82,11 @@ static int parse_record(const unsigned char *hdr, char *name, int *vocab, int32_
 void dt_tokenfile_free(dt_tokenfile *f) {
     if (!f) return;
     dt_free(f->tokens);
+    dt_free(f->tokens32);
     free(f->doc_start);
     free(f->mask);
     f->tokens = NULL;
+    f->tokens32 = NULL;
     f->doc_start = NULL;
     f->mask = NULL;
     f->count = f->ndocs = 0;
@@ -124,31 +126,32 @@ static dt_status read_docs(dt_tokenfile *f, int fd, const char *path, size_t n, 
     return DT_OK;
 }
 
-/* n ids of width bytes from fd into tok (uint16), each checked against the vocabulary. */
-static dt_status read_ids(int fd, const char *path, uint16_t *tok, size_t n, int width, int vocab_size) {
+/* n ids of width bytes from fd into tok (uint16) or tok32 (uint32), each checked against
+ * the vocabulary. */
+static dt_status read_ids(int fd, const char *path, uint16_t *tok, uint32_t *tok32, size_t n, int width,
+                          int vocab_size) {
     if (width == 2) {
         if (read_full(fd, tok, n * 2) != 0)
             return dt_fail(DT_EINPUT, "%s: truncated while reading tokens: %s", path, errno ? strerror(errno) : "file shrank");
 #if DT_BIG_ENDIAN
         for (size_t i = 0; i < n; i++) tok[i] = (uint16_t)(tok[i] >> 8 | tok[i] << 8);
 #endif
-    } else {
-        unsigned char buf[4 * 4096];
-        for (size_t i = 0; i < n;) {
-            size_t k = n - i < 4096 ? n - i : 4096;
-            if (read_full(fd, buf, 4 * k) != 0) return dt_fail(DT_EINPUT, "%s: truncated while reading tokens", path);
-            for (size_t j = 0; j < k; j++, i++) {
-                uint32_t v = (uint32_t)le32(buf + 4 * j);
-                if (v > 65535 || (int64_t)v >= vocab_size)
-                    return dt_fail(DT_EINPUT, "%s: token %u at position %zu is >= vocab size %d%s", path, v, i, vocab_size,
-                                   v > 65535 ? " (ids over 65535 need 32-bit tokens in the model: not yet)" : "");
-                tok[i] = (uint16_t)v;
-            }
+        for (size_t i = 0; i < n; i++)
+            if (tok[i] >= vocab_size)
+                return dt_fail(DT_EINPUT, "%s: token %u at position %zu is >= vocab size %d", path, tok[i], i, vocab_size);
+        return DT_OK;
+    }
+    unsigned char buf[4 * 4096];
+    for (size_t i = 0; i < n;) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        if (read_full(fd, buf, 4 * k) != 0) return dt_fail(DT_EINPUT, "%s: truncated while reading tokens", path);
+        for (size_t j = 0; j < k; j++, i++) {
+            uint32_t v = (uint32_t)le32(buf + 4 * j);
+            if ((int64_t)v >= vocab_size)
+                return dt_fail(DT_EINPUT, "%s: token %u at position %zu is >= vocab size %d", path, v, i, vocab_size);
+            tok32[i] = v;
         }
     }
-    for (size_t i = 0; i < n; i++)
-        if (tok[i] >= vocab_size)
-            return dt_fail(DT_EINPUT, "%s: token %u at position %zu is >= vocab size %d", path, tok[i], i, vocab_size);
     return DT_OK;
 }
 
@@ -160,6 +163,7 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
     DT_TRY(dt_input_open(path, NULL, &fd)); /* the caller names the key */
     dt_status st = DT_OK;
     uint16_t *tok = NULL;
+    uint32_t *tok32 = NULL;
     struct stat sb;
     unsigned char hdr[DT_TOKENFILE_HEADER_BYTES];
     if (fstat(fd, &sb) != 0) {
@@ -222,27 +226,33 @@ dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size) {
         goto done;
     }
     size_t n = (size_t)count;
-    st = dt_alloc((void **)&tok, n * sizeof *tok, "token file");
+    st = width == 4 ? dt_alloc((void **)&tok32, n * sizeof *tok32, "token file")
+                    : dt_alloc((void **)&tok, n * sizeof *tok, "token file");
     if (st != DT_OK) {
         dt_error_context("%s", path);
         goto done;
     }
-    st = read_ids(fd, path, tok, n, width, vocab_size);
+    st = read_ids(fd, path, tok, tok32, n, width, vocab_size);
     if (st == DT_OK && docs) st = read_docs(f, fd, path, n, (size_t)ndocs, flags & 1);
     if (st != DT_OK) goto done;
     unsigned top = 0;
-    for (size_t i = 0; i < n; i++)
-        if (tok[i] > top) top = tok[i];
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = tok32 ? tok32[i] : tok[i];
+        if (v > top) top = v;
+    }
     f->max_token = top;
     memcpy(f->tokenizer, name, sizeof f->tokenizer);
     f->tokenizer_vocab = rec_vocab;
     f->tokens = tok;
+    f->tokens32 = tok32;
     f->count = n;
     f->version = version;
     memcpy(f->path, path, strlen(path) + 1);
     tok = NULL;
+    tok32 = NULL;
 done:
     dt_free(tok);
+    dt_free(tok32);
     close(fd);
     if (st != DT_OK) dt_tokenfile_free(f), memset(f, 0, sizeof *f);
     return st;

@@ -28,7 +28,8 @@
 #define DT_TOKENFILE_NAME_BYTES 8 /* header bytes 12..19 */
 
 typedef struct {
-    uint16_t *tokens;
+    uint16_t *tokens;   /* 2-byte ids (every version 1 file, version 3 with width 2) */
+    uint32_t *tokens32; /* 4-byte ids (version 3 with width 4: vocabularies over 65,536); one of the two is set */
     size_t count;
     char path[1024];
     char tokenizer[DT_TOKENFILE_NAME_BYTES + 1]; /* "" : not recorded */
@@ -43,13 +44,17 @@ typedef struct {
 /* Reads the whole file into memory. Validates: file exists/readable, size >= 1024 bytes,
  * magic, version (1 or 3), count >= 0, the file's size exactly what the header describes
  * (too short -> "truncated", too long -> "trailing bytes"), every token < vocab_size
- * (error names the first bad position and value; ids are held as uint16, so a 32-bit id
- * over 65535 is refused too), a tokenizer record that is all zero or a name of [a-z0-9_-]
+ * (error names the first bad position and value; 4-byte ids are held as 4 bytes, 2-byte
+ * ids as 2), a tokenizer record that is all zero or a name of [a-z0-9_-]
  * with a vocabulary in 1..65536 (1..2^31 in version 3); version 3: the width, the flags,
  * the document starts (the first empty document named) and the mask's bytes (0 or 1, the
  * first other named). All DT_EINPUT with a one-line message that names the file and the
  * cause; *f is zeroed on failure. */
 dt_status dt_tokenfile_read(dt_tokenfile *f, const char *path, int vocab_size);
+/* Token i (i < count), whichever width the file has. */
+static inline uint32_t dt_tokenfile_at(const dt_tokenfile *f, size_t i) {
+    return f->tokens32 ? f->tokens32[i] : f->tokens[i];
+}
 void dt_tokenfile_free(dt_tokenfile *f);
 /* Writes atomically: to "<path>.tmp.<pid>", fsync, rename (then fsyncs the directory).
  * count must fit the header's int32. tokenizer (NULL or "": none) and vocab are the

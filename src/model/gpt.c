@@ -14,8 +14,8 @@ dt_status gpt_shape_check(gpt_shape *s) {
         return dt_fail(DT_EINPUT, "model: n_layer, n_head, n_embd, seq_len and vocab_size must be positive");
     if (s->n_embd % s->n_head != 0)
         return dt_fail(DT_EINPUT, "model: n_embd (%d) must be divisible by n_head (%d)", s->n_embd, s->n_head);
-    if (s->vocab_size > 65536)
-        return dt_fail(DT_EINPUT, "model: vocab_size %d exceeds 65536 (tokens are uint16)", s->vocab_size);
+    if (s->vocab_size > (1 << 24))
+        return dt_fail(DT_EINPUT, "model: vocab_size %d exceeds 16777216", s->vocab_size);
     s->padded_vocab = (s->vocab_size + 63) / 64 * 64;
     return DT_OK;
 }
