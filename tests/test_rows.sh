@@ -31,6 +31,9 @@ LAYOUTS=("dp2-ps:2:--set parallel.dp_mode=ps" "dp2-ddp:2:" "dp2-zero1:2:--set pa
          "pp2-interleaved:2:--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
          "pp2-zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1" "cp2:2:--set parallel.cp=2"
          "dp2xpp2xtp2:8:--set parallel.pp=2 --set parallel.tp=2")
+# the ASan pass runs a layout of each kind (the full list in the plain pass)
+full || LAYOUTS=("dp2-zero3:2:--set parallel.zero=3" "tp2-sp:2:--set parallel.tp=2 --set parallel.sp=true"
+                 "pp2-1f1b:2:--set parallel.pp=2" "cp2:2:--set parallel.cp=2")
 for rows in pack pad; do
   ref=$(dp_run "$rows-ref" 1 --set data.layout=$rows)
   [ -n "$ref" ] || fail "$rows: the single process: $(tail -2 "$TMP/$rows-ref.out")"
