@@ -3,6 +3,8 @@
 #ifndef DT_TEST_CHECK_H
 #define DT_TEST_CHECK_H
 #include <dirent.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +31,16 @@ static inline void check_rank_prefix(void) {
             fprintf(stderr, " [last error: %s]\n", dt_error_message());        \
         }                                                                       \
     } while (0)
+
+/* max |a - b| over max |a| for n floats (|a - b| itself when a is all zero) */
+static inline double check_rel_diff(const float *a, const float *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        s = fmax(s, fabs((double)a[i]));
+    }
+    return s > 0 ? d / s : d;
+}
 
 /* Prints the closing "N passed, M failed" line; returns the exit code. */
 static inline int check_finish(void) {

@@ -18,15 +18,6 @@ static const gpt_shape SHAPE = {2, 2, 32, 64, 90, 0};
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(a), 1e-30); }
 
-static double rel_diff(const float *a, const float *b, size_t n) { /* max |a - b| / max |a| */
-    double d = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        s = fmax(s, fabs((double)a[i]));
-    }
-    return s > 0 ? d / s : d;
-}
-
 int main(void) {
     static dt_token tok[B * T], tgt[B * T], one[B * T];
     static int seg[B * T], doc_row[B * T], doc_at[B * T], doc_len[B * T];
@@ -79,7 +70,7 @@ int main(void) {
     double total_packed;
     gpt_set_documents(&packed, 0, seg, B, T);
     CHECK(gpt_forward_backward(&packed, tok, tgt, B, T, 1.0f, &total_packed) == DT_OK, "packed pass");
-    double eg = rel_diff(alone.grads, packed.grads, packed.nparams);
+    double eg = check_rel_diff(alone.grads, packed.grads, packed.nparams);
     CHECK(rel(total_alone, total_packed) <= 1e-6 && eg <= 1e-5,
           "the packed pass: loss %.9g vs %.9g alone, gradients within %.2e", total_packed, total_alone, eg);
     printf("packed pass: loss %.9g, alone %.9g; gradients %.2e\n", total_packed, total_alone, eg);
@@ -93,7 +84,7 @@ int main(void) {
     float *logits = malloc(SHAPE.vocab_size * sizeof(float)), *again = malloc(SHAPE.vocab_size * sizeof(float));
     gpt_set_documents(&packed, 0, seg, B, T);
     CHECK(gpt_next_logits(&packed, tok, 20, logits) == DT_OK && gpt_next_logits(&alone, tok, 20, again) == DT_OK &&
-              rel_diff(again, logits, SHAPE.vocab_size) <= 1e-6,
+              check_rel_diff(again, logits, SHAPE.vocab_size) <= 1e-6,
           "gpt_next_logits ignores the last micro-batch's documents");
     /* a model built without documents ignores them */
     double ignored;

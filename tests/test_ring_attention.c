@@ -20,15 +20,6 @@
 
 enum { B = 2, C = 16, NH = 2, C3 = 3 * C };
 
-static double rel(const float *a, const float *b, size_t n) { /* max |a - b| / max |a| */
-    double d = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        s = fmax(s, fabs((double)a[i]));
-    }
-    return s > 0 ? d / s : d;
-}
-
 /* seg[b·T + t]: the start of row b's document holding t, documents of 1 to 2·mean tokens */
 static int *random_documents(int T, int mean, uint64_t seed) {
     int *seg = malloc((size_t)B * T * sizeof(int));
@@ -69,8 +60,8 @@ static void documents_alone(int T, int mean) {
             size_t r = (size_t)b * T + t0;
             cpu_attention_fwd(o1, l1, qkv + r * C3, NULL, 1, L, C, NH);
             cpu_attention_bwd(d1, dout + r * C, qkv + r * C3, o1, l1, NULL, 1, L, C, NH);
-            eo = fmax(eo, rel(o1, out + r * C, (size_t)L * C));
-            ed = fmax(ed, rel(d1, dqkv + r * C3, (size_t)L * C3));
+            eo = fmax(eo, check_rel_diff(o1, out + r * C, (size_t)L * C));
+            ed = fmax(ed, check_rel_diff(d1, dqkv + r * C3, (size_t)L * C3));
             for (int h = 0; h < NH; h++) /* against the largest lse anywhere: a 1-token document's is near 0 */
                 for (int t = 0; t < L; t++) el = fmax(el, fabs((double)l1[(size_t)h * L + t] - lse[((size_t)b * NH + h) * T + t0 + t]));
         }
@@ -137,7 +128,8 @@ static void ring_case(int T, int cp, const int *seg) {
                 memcpy(gd + ((size_t)b * T + p) * C3, rdq + r * S3 + at * C3, C * sizeof(float));
                 memcpy(gd + ((size_t)b * T + p) * C3 + C, rdkv + r * S3 + at * C3 + C, 2 * C * sizeof(float));
             }
-    double eo = rel(out, go, n1), el = rel(lse, gl, (size_t)B * NH * T), ed = rel(dqkv, gd, n3);
+    double eo = check_rel_diff(out, go, n1), el = check_rel_diff(lse, gl, (size_t)B * NH * T);
+    double ed = check_rel_diff(dqkv, gd, n3);
     CHECK(eo <= 1e-6 && el <= 1e-6 && ed <= 1e-6, "cp %d, T %d%s: out %.2e, lse %.2e, dqkv %.2e", cp, T,
           seg ? " (documents)" : "", eo, el, ed);
     printf("cp %d, T %4d%s: out %.1e, lse %.1e, dqkv %.1e\n", cp, T, seg ? " (documents)" : "", eo, el, ed);

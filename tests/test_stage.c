@@ -33,16 +33,6 @@ static float *grad_of(gpt_model *m, const char *name) {
     return t ? m->grads + t->offset : NULL;
 }
 
-/* max |a - b| / max |a| over n floats */
-static double rel_diff(const float *a, const float *b, size_t n) {
-    double d = 0, s = 0;
-    for (size_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        s = fmax(s, fabs((double)a[i]));
-    }
-    return s > 0 ? d / s : d;
-}
-
 int main(void) {
     dt_token tok[MB][B * T], tgt[MB][B * T];
     for (int k = 0; k < MB; k++)
@@ -117,7 +107,7 @@ int main(void) {
     CHECK(bitwise, "every gradient but wte's bitwise equal to the whole model's");
     float *dwte = malloc(wte * sizeof(float));
     for (size_t i = 0; i < wte; i++) dwte[i] = grad_of(&st[0], "wte.weight")[i] + grad_of(&st[2], "wte.weight")[i];
-    double d = rel_diff(grad_of(&whole, "wte.weight"), dwte, wte);
+    double d = check_rel_diff(grad_of(&whole, "wte.weight"), dwte, wte);
     CHECK(d <= 1e-6, "wte gradient = first stage's + last stage's: %.3g", d);
     free(dwte);
 
@@ -140,7 +130,7 @@ int main(void) {
         const gpt_tensor *t = &whole.tensors[i];
         same_split &= !memcmp(split.grads + t->offset, whole.grads + t->offset, t->numel * sizeof(float));
     }
-    double dw = rel_diff(whole.grads, split.grads, whole.tensors[0].numel);
+    double dw = check_rel_diff(whole.grads, split.grads, whole.tensors[0].numel);
     CHECK(same_split && dw <= 1e-6, "split backward = fused: bitwise but wte (%.3g)", dw);
     CHECK(gpt_backward_input(&whole, 0) == DT_EINPUT, "a split backward on a model without split_backward");
     gpt_destroy(&split);
