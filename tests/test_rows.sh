@@ -3,7 +3,8 @@
 # layout: dp2 (ps, DDP, ZeRO-1/2/3), tp2 (with and without sp), pp2 under each schedule,
 # cp2 and dp2 x pp2 x tp2 give the single process's per-step loss, gradient norm and
 # validation loss within 1e-5 (fp32); bitwise mode gives the single process's weights
-# with dp2 and pp2. The rows differ from stream windows (documents are kept apart), and
+# with dp2 and pp2; recompute and the emulated device give the same weights, bf16 the
+# fp32 curve within 1%. The rows differ from stream windows (documents are kept apart), and
 # a layout name outside stream|pack|pad or pack on the cuda backend is refused.
 source "$(dirname "$0")/lib.sh"
 need_mpi
@@ -58,6 +59,26 @@ for rows in pack pad; do
       fail "$rows, bitwise $name: '$got' vs '$one'"
   done
 done
+
+# activation recompute and the emulated device give the same weights; bf16 the fp32 curve
+# within 1%
+if full; then
+  for rows in pack pad; do
+    one=$(dp_run "$rows-bw1" 1 --set data.layout=$rows)
+    rc=$(dp_run "$rows-rc" 1 --set data.layout=$rows --set train.recompute=full)
+    em=$(dp_run "$rows-em" 1 --set data.layout=$rows --set backend=emulated)
+    dp_run "$rows-bf16" 1 --set data.layout=$rows --set precision=bf16 >/dev/null
+    [ -n "$one" ] && [ "$rc" = "$one" ] && [ "$em" = "$one" ] &&
+      pass "$rows: recompute and the emulated device give the same weights" || fail "$rows: '$one' '$rc' '$em'"
+    python3 - "$TMP/$rows-bw1.jsonl" "$TMP/$rows-bf16.jsonl" <<'PY' && pass "$rows, bf16: the fp32 curve within 1%" ||
+import json, sys
+rd = lambda f: [json.loads(l) for l in open(f) if '"event"' not in l]
+a, b = rd(sys.argv[1]), rd(sys.argv[2])
+assert len(a) == len(b) == 20 and max(abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a, b)) < 0.01
+PY
+      fail "$rows, bf16 curve"
+  done
+fi
 
 # the rows are not stream windows: documents apart, padding out of the loss
 stream=$(dp_run stream 1)
