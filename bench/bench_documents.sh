@@ -4,7 +4,10 @@
 # T x T attention) and as packed rows (data.layout pack: each token attends to its own
 # document; the kernel skips the blocks of earlier documents). Tokens/s of both, same run,
 # alternating, for an attention-bound shape (narrow: the attention is most of a step)
-# and a GPT-2 small-width one (where the GEMMs are most of it).
+# and a GPT-2 small-width one (where the GEMMs are most of it). Then the same documents one
+# per row (data.layout pad, a global batch of 16 documents) against the token budget
+# (data.layout budget: the same documents packed whole into the micro-batches' rows):
+# ms per step for the same loss.
 # usage: bash bench/bench_documents.sh [build/dtrain]   env: ROUNDS (3), STEPS (6), T (1024)
 set -euo pipefail
 source "$(dirname "$0")/common.sh" documents "${1:-}"
@@ -56,5 +59,38 @@ name, T, s, k, p = sys.argv[1], sys.argv[2], *[list(map(float, a.split())) for a
 ms, mk = statistics.median(s), statistics.median(k)
 print("| %s | %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | **%.2f** | %.2f-%.2f |" % (name, T, ms, min(s), max(s), mk, min(k), max(k),
       mk / ms if ms else 0, min(p), max(p)))
+PY
+done
+echo
+echo "| shape | T | pad ms/step | budget ms/step | pad / budget | probes |"
+echo "|---|---|---|---|---|---|"
+runms() { # SHAPE_ARGS... LAYOUT: median ms of the timed steps, 16 documents a step
+  local layout=${*: -1}
+  "${ENV[@]}" "$dtrain" train --set data.train="$tmp/docs.bin" --set data.val= --set model.vocab_size=256 \
+    --set model.seq_len="$T" --set train.seq_len="$T" --set train.micro_batch=2 --set train.global_batch=16 \
+    --steps 4 --threads 2 --set data.layout="$layout" --metrics "$tmp/m.jsonl" "${@:1:$#-1}" >"$tmp/out" 2>&1 ||
+    { tail -2 "$tmp/out" >&2; echo 0; return; }
+  /usr/bin/python3 -c "
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l][1:]
+print(statistics.median(x['ms'] for x in r))" "$tmp/m.jsonl"
+}
+for shape in "narrow (L2 C64 H2):--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2" \
+             "GPT-2 small width (L2 C768 H12):--set model.n_layer=2 --set model.n_embd=768 --set model.n_head=12"; do
+  name=${shape%%:*}; args=${shape#*:}
+  p=() b=() probes=()
+  for ((r = 0; r < ROUNDS; r++)); do
+    probes+=("$(probe)")
+    # shellcheck disable=SC2086
+    p+=("$(runms $args pad)")
+    # shellcheck disable=SC2086
+    b+=("$(runms $args budget)")
+  done
+  /usr/bin/python3 - "$name" "$T" "${p[*]}" "${b[*]}" "${probes[*]}" <<'PY'
+import statistics, sys
+name, T, p, b, q = sys.argv[1], sys.argv[2], *[list(map(float, a.split())) for a in sys.argv[3:6]]
+mp, mb = statistics.median(p), statistics.median(b)
+print("| %s | %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | **%.2f** | %.2f-%.2f |" % (name, T, mp, min(p), max(p), mb, min(b), max(b),
+      mp / mb if mb else 0, min(q), max(q)))
 PY
 done

@@ -46,8 +46,9 @@ static const key_desc KEYS[] = {
         "validation token file; auto: the training file's `_val.bin` sibling (PREFIX_train.bin -> PREFIX_val.bin) if it exists; empty: no validation"),
     BOOL("data.shuffle", data.shuffle, "true", "seeded shuffle of sequences each epoch (false: file order)"),
     ENUM("data.tokenizer", data.tokenizer, "byte|gpt2", "byte", "tokenizer used by `prepare` and `sample`"),
-    ENUM("data.layout", data.layout, "stream|pack|pad", "stream",
-         "rows: windows of the token stream, documents packed with document masks, or one document per row"),
+    ENUM("data.layout", data.layout, "stream|pack|pad|budget", "stream",
+         "rows: windows of the token stream, documents packed with document masks, one document per row, or "
+         "pad's documents packed whole into each micro-batch's token budget"),
     ENUM("data.uneven", data.uneven, "drop|join|error", "drop",
          "an epoch's last global batch with fewer rows: drop it, train it (ranks without rows join with nothing), "
          "or refuse the data"),
@@ -402,6 +403,12 @@ dt_status dt_config_validate(const dt_config *c) {
     if (c->train.min_lr > c->train.lr)
         return dt_fail(DT_EINPUT, "config: train.min_lr (%g) must not exceed train.lr (%g)", c->train.min_lr,
                        c->train.lr);
+    if (!strcmp(c->data.layout, "budget") && c->parallel.pp > 1)
+        return dt_fail(DT_EINPUT, "config: data.layout budget: not with pipelines (parallel.pp %d: a schedule runs a "
+                       "fixed number of micro-batches; use data.layout pack or pad)", c->parallel.pp);
+    if (!strcmp(c->data.layout, "budget") && !strcmp(c->parallel.determinism, "bitwise"))
+        return dt_fail(DT_EINPUT, "config: data.layout budget: not with parallel.determinism bitwise (its fixed "
+                       "reduction tree has a leaf per micro-step of the layout)");
     if (strcmp(c->data.layout, "stream") != 0 && !strcmp(c->backend, "cuda"))
         return dt_fail(DT_EINPUT, "config: data.layout %s: document masks are not implemented on the cuda backend yet "
                        "(use backend cpu or emulated, or data.layout stream)", c->data.layout);

@@ -17,7 +17,7 @@ typedef struct {
         char train[DT_PATH_MAX], val[DT_PATH_MAX];
         int shuffle;
         char tokenizer[16]; /* "byte" or "gpt2" */
-        char layout[8];     /* how rows are built: "stream", "pack" or "pad" (docs/config.md#rows) */
+        char layout[8];     /* how rows are built: "stream", "pack", "pad" or "budget" (docs/config.md#rows) */
         char uneven[8];     /* a last global batch with fewer rows: "drop", "join" or "error" */
         char encoder_json[DT_PATH_MAX], vocab_bpe[DT_PATH_MAX];
     } data;

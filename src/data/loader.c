@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../core/rng.h"
+#include "budget.h"
 
 static void make_perm(dt_loader *l) {
     for (size_t i = 0; i < l->nseq; i++) l->perm[i] = (uint32_t)i;
@@ -19,8 +20,8 @@ static void make_perm(dt_loader *l) {
 }
 
 int dt_rows_parse(const char *name) {
-    static const char *names[] = {"stream", "pack", "pad"};
-    for (int k = 0; k < 3; k++)
+    static const char *names[] = {"stream", "pack", "pad", "budget"};
+    for (int k = 0; k < 4; k++)
         if (!strcmp(name, names[k])) return k;
     return -1;
 }
@@ -40,16 +41,21 @@ static size_t doc_of(const dt_tokenfile *f, size_t a) {
 }
 
 size_t dt_rows_count(const dt_tokenfile *f, int T, dt_rows how) {
-    if (how == DT_ROWS_PAD) return ndocs(f);
+    if (how == DT_ROWS_PAD || how == DT_ROWS_BUDGET) return ndocs(f);
     return f->count > 0 ? (f->count - 1) / (size_t)T : 0;
 }
 
 static dt_token target_at(const dt_tokenfile *f, size_t a) { return f->mask && !f->mask[a] ? DT_IGNORE : (dt_token)dt_tokenfile_at(f, a); }
 
+size_t dt_rows_length(const dt_tokenfile *f, int T, size_t i) {
+    size_t L = doc_start(f, i + 1) - doc_start(f, i);
+    return L < (size_t)T ? L : (size_t)T;
+}
+
 long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_token *inputs, dt_token *targets,
                         int *seg) {
     long long n = 0;
-    if (how == DT_ROWS_PAD) { /* document i, cut at T + 1 tokens, padded */
+    if (how == DT_ROWS_PAD || how == DT_ROWS_BUDGET) { /* document i, cut at T + 1 tokens, padded */
         size_t s = doc_start(f, i), L = doc_start(f, i + 1) - s, nin = L < (size_t)T ? L : (size_t)T;
         for (int t = 0; t < T; t++) {
             int real = (size_t)t < nin;
@@ -75,11 +81,12 @@ long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_
 }
 
 dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T, int global_batch, int shuffle,
-                         uint64_t seed, dt_uneven uneven) {
+                         uint64_t seed, dt_uneven uneven, int dp, int micro) {
     memset(l, 0, sizeof *l);
     l->file = f;
     l->how = how;
     l->join = uneven == DT_UNEVEN_JOIN;
+    l->uneven = uneven;
     l->T = T;
     l->global_batch = global_batch;
     l->shuffle = shuffle;
@@ -100,13 +107,19 @@ dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T
     l->perm = malloc(l->nseq * sizeof(uint32_t));
     l->scratch = malloc(3 * (size_t)T * sizeof(dt_token));
     if (!l->perm || !l->scratch) return dt_fail(DT_ERUNTIME, "out of memory (data order)");
+    if (how == DT_ROWS_BUDGET) DT_TRY(dt_budget_create(&l->budget, dp, micro, T, global_batch));
     make_perm(l);
     return DT_OK;
 }
 
+int dt_loader_micro_steps(const dt_loader *l) { return l->budget ? l->budget->m : 0; }
+int dt_loader_step_uneven(const dt_loader *l) { return l->budget && l->budget->uneven; }
+
 void dt_loader_free(dt_loader *l) {
     free(l->perm);
     free(l->scratch);
+    dt_budget_free(l->budget);
+    l->budget = NULL;
     l->perm = NULL;
     l->scratch = NULL;
 }
@@ -136,6 +149,7 @@ void dt_loader_next_batch(dt_loader *l) {
     }
     l->batch_pos = l->pos;
     l->pos += (size_t)l->global_batch;
+    if (l->budget) dt_budget_plan(l->budget, l, l->uneven);
 }
 
 /* A saved position never sits at the start of an epoch (an epoch's end wraps only when the
@@ -148,6 +162,10 @@ int dt_loader_batch_rows(const dt_loader *l) {
 }
 
 void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets, int *seg) {
+    if (l->budget) {
+        dt_budget_fill(l->budget, l, first, count, inputs, targets, seg);
+        return;
+    }
     int rows = dt_loader_batch_rows(l);
     for (int k = 0; k < count; k++) {
         size_t at = (size_t)k * l->T;
@@ -161,6 +179,7 @@ void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, 
 }
 
 long long dt_loader_loss_tokens(const dt_loader *l) {
+    if (l->budget) return dt_budget_loss_tokens(l->budget, l);
     int rows = dt_loader_batch_rows(l);
     if (l->how == DT_ROWS_STREAM && !l->file->mask) return (long long)rows * l->T;
     long long n = 0;

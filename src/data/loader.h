@@ -8,7 +8,10 @@
  *           its document only, and the first token of a document is not a target of the
  *           previous one (a document cut by the window's start begins the row);
  *   pad     one document per row: its first T+1 tokens, the rest of the row padding
- *           (input id 0, never a target; its own segment).
+ *           (input id 0, never a target; its own segment);
+ *   budget  pad's documents packed whole into the micro-batches' rows (budget.h): the
+ *           same steps without the padding's compute. Its rows one at a time (validation)
+ *           are pad's.
  * A target the file's loss mask leaves out is DT_IGNORE. Each epoch is one seeded
  * permutation of the rows (identity when shuffle is off), consumed a global batch at a
  * time; a partial last batch is dropped. The position (epoch, pos) is the whole state,
@@ -23,12 +26,14 @@
 #include "tokenfile.h"
 #include "../core/token.h"
 
-typedef enum { DT_ROWS_STREAM, DT_ROWS_PACK, DT_ROWS_PAD } dt_rows;
+typedef enum { DT_ROWS_STREAM, DT_ROWS_PACK, DT_ROWS_PAD, DT_ROWS_BUDGET } dt_rows;
 
 /* data.layout's name to its kind; -1 when unknown. */
 int dt_rows_parse(const char *name);
-/* Rows of T in the file (windows, or documents with pad). */
+/* Rows of T in the file (windows, or documents with pad and budget). */
 size_t dt_rows_count(const dt_tokenfile *f, int T, dt_rows how);
+/* A document row's real tokens: the first T of document i at most (pad, budget). */
+size_t dt_rows_length(const dt_tokenfile *f, int T, size_t i);
 /* Row i in file order: T inputs, T targets (DT_IGNORE: not in the loss), and seg (T: the
  * row position where each token's document starts; all 0 for stream). Returns the
  * targets in the loss. i < dt_rows_count. */
@@ -41,10 +46,14 @@ long long dt_rows_build(const dt_tokenfile *f, int T, dt_rows how, size_t i, dt_
  * start (the data must be whole batches). */
 typedef enum { DT_UNEVEN_DROP, DT_UNEVEN_JOIN, DT_UNEVEN_ERROR } dt_uneven;
 
+typedef struct dt_budget dt_budget;
+
 typedef struct {
     const dt_tokenfile *file;
     dt_rows how;
     int join; /* data.uneven join: an epoch's last batch may hold fewer rows */
+    dt_uneven uneven;
+    dt_budget *budget; /* data.layout budget: the current batch's placement (budget.h), else NULL */
     int T, global_batch, shuffle;
     uint64_t seed;
     size_t nseq;     /* rows in the file */
@@ -55,8 +64,13 @@ typedef struct {
     size_t batch_pos; /* first perm index of the current batch */
 } dt_loader;
 
+/* dp, micro: the data-parallel ranks and rows per micro-batch (the token budget's split). */
 dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T, int global_batch, int shuffle,
-                         uint64_t seed, dt_uneven uneven);
+                         uint64_t seed, dt_uneven uneven, int dp, int micro);
+/* The current batch's micro-steps per rank under the token budget (0: the layout's), and
+ * whether its ranks needed different numbers. */
+int dt_loader_micro_steps(const dt_loader *l);
+int dt_loader_step_uneven(const dt_loader *l);
 /* Global batches in an epoch (join: the last may hold fewer rows). */
 size_t dt_loader_batches_per_epoch(const dt_loader *l);
 /* Rows of the current batch (global_batch but for join's last batch of an epoch). */

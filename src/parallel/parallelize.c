@@ -213,7 +213,7 @@ static void fill_step(void *ctx, int mb, dt_token *tokens, dt_token *targets, in
 static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((dt_par *)ctx)->dpe, last); }
 
 dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, long long loss_tokens,
-                      double *loss, double *grad_norm, double *lr) {
+                      int micro_steps, double *loss, double *grad_norm, double *lr) {
     const dt_layout *L = h->L;
     h->fill = fill;
     h->fill_ctx = ctx;
@@ -224,10 +224,12 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
         dt_pp_io io = {fill_step, micro_step, h, dt_layout_documents(h->L)};
         DT_TRY(dt_pipeline_step(h->pipe, &io, grad_scale, &sum));
     }
-    for (int k = 0; !h->pipe && k < L->m; k++) {
+    int m = micro_steps > 0 && micro_steps < L->m ? micro_steps : L->m;
+    if (h->pipe && m != L->m) return dt_fail(DT_EINPUT, "pipeline: %d micro-steps, its schedule has %d", m, L->m);
+    for (int k = 0; !h->pipe && k < m; k++) {
         load_micro(h, k);
         dt_watchdog_micro(k);
-        dt_dp_begin_micro(h->dpe, k == L->m - 1);
+        dt_dp_begin_micro(h->dpe, k == m - 1);
         gpt_set_documents(&h->model, 0, documents(h), L->micro, L->Tl);
         double l;
         DT_TRY(gpt_forward_backward(&h->model, h->inp, h->tgt, L->micro, L->Tl, grad_scale, &l));

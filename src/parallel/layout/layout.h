@@ -79,8 +79,8 @@ static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism 
 static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT_PREC_BF16; }
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
 static inline int dt_layout_nccl(const dt_layout *L) { return L->comm_backend == DT_COMM_NCCL; }
-/* Rows hold documents (data.layout pack or pad): the model takes their starts. */
-static inline int dt_layout_documents(const dt_layout *L) { return L->cfg.data.layout[0] == 'p'; }
+/* Rows hold documents (data.layout pack, pad or budget): the model takes their starts. */
+static inline int dt_layout_documents(const dt_layout *L) { return L->cfg.data.layout[0] != 's'; }
 /* The offloaded optimizer state holds fp32 master weights besides the moments: wherever the
  * parameters are not fp32 host memory (a device's, bf16's) or are offloaded themselves
  * (as the optimizer object decides, optim/optimizer.h). */
