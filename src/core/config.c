@@ -403,9 +403,6 @@ dt_status dt_config_validate(const dt_config *c) {
     if (c->train.min_lr > c->train.lr)
         return dt_fail(DT_EINPUT, "config: train.min_lr (%g) must not exceed train.lr (%g)", c->train.min_lr,
                        c->train.lr);
-    if (!strcmp(c->data.layout, "budget") && c->parallel.pp > 1)
-        return dt_fail(DT_EINPUT, "config: data.layout budget: not with pipelines (parallel.pp %d: a schedule runs a "
-                       "fixed number of micro-batches; use data.layout pack or pad)", c->parallel.pp);
     if (!strcmp(c->data.layout, "budget") && !strcmp(c->parallel.determinism, "bitwise"))
         return dt_fail(DT_EINPUT, "config: data.layout budget: not with parallel.determinism bitwise (its fixed "
                        "reduction tree has a leaf per micro-step of the layout)");

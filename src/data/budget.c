@@ -56,7 +56,7 @@ void dt_budget_fill(const dt_budget *b, const dt_loader *l, int first, int count
     dt_token *in = l->scratch, *tg = in + T;
     int *sg = (int *)(tg + T);
     for (int i = r; i < rows; i += b->dp) {
-        if (b->mb[i] != k) continue;
+        if (b->mb[i] != k || k >= b->m) continue; /* drop: past the step's micro-steps */
         int n = length_of(l, i);
         dt_rows_build(l->file, T, DT_ROWS_PAD, l->perm[l->batch_pos + (size_t)i], in, tg, sg);
         size_t at = (size_t)b->row[i] * T + (size_t)b->off[i];

@@ -7,8 +7,9 @@
  * its documents fill, and ranks can need different numbers: data.uneven decides (join:
  * every rank runs the most any rank needs, the extra ones adding nothing; drop: the
  * fewest any rank needs, the documents past them left out of the step; error: the step
- * stops every rank). Whatever the split, each document is computed as alone and the loss
- * is token-exact, so any layout trains the model the single process does. */
+ * stops every rank). A pipeline runs its schedule's micro-batches, those past the step's
+ * empty. Whatever the split, each document is computed as alone and the loss is
+ * token-exact, so any layout trains the model the single process does. */
 #ifndef DT_BUDGET_H
 #define DT_BUDGET_H
 #include "loader.h"

@@ -224,8 +224,8 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
         dt_pp_io io = {fill_step, micro_step, h, dt_layout_documents(h->L)};
         DT_TRY(dt_pipeline_step(h->pipe, &io, grad_scale, &sum));
     }
-    int m = micro_steps > 0 && micro_steps < L->m ? micro_steps : L->m;
-    if (h->pipe && m != L->m) return dt_fail(DT_EINPUT, "pipeline: %d micro-steps, its schedule has %d", m, L->m);
+    /* a pipeline's schedule runs its m: the micro-batches past micro_steps are empty */
+    int m = !h->pipe && micro_steps > 0 && micro_steps < L->m ? micro_steps : L->m;
     for (int k = 0; !h->pipe && k < m; k++) {
         load_micro(h, k);
         dt_watchdog_micro(k);

@@ -44,7 +44,7 @@ dt_status dt_par_load(dt_par *h, const char *step_dir, long long step);
  * loss_tokens, and the gradient is that loss's (token-exact: whatever the micro-batches,
  * ranks, schedule or context split; 0 when no target is in the loss), on every rank;
  * micro_steps: this step's micro-steps, the same on every rank (0: the layout's m; fewer
- * under a token budget; pipelines run the layout's m);
+ * under a token budget; a pipeline runs its schedule's m, the rest empty);
  * *grad_norm before clipping, *lr the rate applied. settle: the state is
  * read after this step (a checkpoint, the run's end): its update is not delayed. */
 dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, long long loss_tokens,
