@@ -178,6 +178,16 @@ void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, 
     }
 }
 
+long long dt_loader_real_tokens(const dt_loader *l) {
+    int rows = dt_loader_batch_rows(l);
+    if (l->how != DT_ROWS_PAD && l->how != DT_ROWS_BUDGET) return (long long)rows * l->T;
+    long long n = 0;
+    for (int k = 0; k < rows; k++)
+        if (!l->budget || l->budget->mb[k] < l->budget->m) /* budget, drop: the documents the step trains */
+            n += (long long)dt_rows_length(l->file, l->T, l->perm[l->batch_pos + (size_t)k]);
+    return n;
+}
+
 long long dt_loader_loss_tokens(const dt_loader *l) {
     if (l->budget) return dt_budget_loss_tokens(l->budget, l);
     int rows = dt_loader_batch_rows(l);

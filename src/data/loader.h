@@ -87,5 +87,8 @@ int dt_loader_starts_epoch(const dt_loader *l);
 void dt_loader_fill(const dt_loader *l, int first, int count, dt_token *inputs, dt_token *targets, int *seg);
 /* Targets in the loss over the current global batch: the step's token-exact divisor. */
 long long dt_loader_loss_tokens(const dt_loader *l);
+/* The current batch's input tokens that are data, not padding (tokens/s and MFU count
+ * these): every row's T for stream and pack, each document's tokens for pad and budget. */
+long long dt_loader_real_tokens(const dt_loader *l);
 
 #endif

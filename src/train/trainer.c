@@ -52,6 +52,7 @@ typedef struct {
     int save_pending; /* an async save not yet waited for */
     long long save_pending_step;
     long long loss_tokens; /* the current step's targets in the loss (its token-exact divisor) */
+    long long real_tokens; /* and its input tokens that are data, not padding (tokens/s, MFU) */
     dt_rows rows;          /* data.layout */
     double save_started;
     dt_metrics metrics;
@@ -322,6 +323,7 @@ static dt_status train_step(trainer *t, int settle, double *loss, double *grad_n
                        "micro-batches under the token budget; data.uneven is error: use join or drop",
                        t->st.step + 1);
     t->loss_tokens = dt_loader_loss_tokens(&t->loader);
+    t->real_tokens = dt_loader_real_tokens(&t->loader);
     DT_TRY(dt_par_step(t->par, t->st.step, settle, fill_train, t, t->loss_tokens, dt_loader_micro_steps(&t->loader),
                        loss, grad_norm, lr));
     t->st.step++;
@@ -458,7 +460,7 @@ static dt_status run(trainer *t) {
     dt_progress_init(&t->progress, steps, c->log.every, c->log.progress);
     double train_time = 0.0, loss = NAN;
     long long first = t->st.step, timed_steps = 0;
-    double tokens_per_step = (double)t->L.global_batch * t->L.T;
+    double tokens_per_step = (double)t->L.global_batch * t->L.T, real_total = 0.0; /* positions; data tokens */
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
     int sig = 0;
     while (t->st.step < stop) {
@@ -480,7 +482,8 @@ static dt_status run(trainer *t) {
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
         train_time += dt;
         timed_steps++;
-        double tps = tokens_per_step / dt;
+        double tps = (double)t->real_tokens / dt; /* padding is not throughput */
+        real_total += (double)t->real_tokens;
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
         if (t->rank0) {
             dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step,
@@ -506,7 +509,7 @@ static dt_status run(trainer *t) {
     if (t->rank0) dt_progress_end(&t->progress);
     if (c->checkpoint.dir[0] && (t->st.step > first || !c->checkpoint.resume[0])) DT_TRY(save(t));
     DT_TRY(finish_save(t)); /* the run ends with its last checkpoint committed */
-    double tps = timed_steps > 0 ? tokens_per_step * (double)timed_steps / train_time : 0.0;
+    double tps = timed_steps > 0 ? real_total / train_time : 0.0;
     /* per-rank memory, gathered to every rank as 8 numbers each, plus rank 0's metrics status */
     int n = dt_comm_size(t->world);
     dt_mem_report mine;
