@@ -27,70 +27,51 @@ open(sys.argv[1], "wb").write(struct.pack("<256i", *h) + struct.pack("<%dH" % n,
                                struct.pack("<%dQ" % len(starts), *starts))
 print("documents: %d, mean %.0f tokens" % (len(starts) - 1, n / (len(starts) - 1)), file=sys.stderr)
 PY
-run() { # SHAPE_ARGS... -- LAYOUT: median tokens/s of the timed steps
-  local layout=${*: -1}
+# run LAYOUT GLOBAL_BATCH STEPS SHAPE_ARGS...: median ms per step of the timed steps
+run() {
+  local layout=$1 gb=$2 steps=$3; shift 3
   "${ENV[@]}" "$dtrain" train --set data.train="$tmp/docs.bin" --set data.val= --set model.vocab_size=256 \
-    --set model.seq_len="$T" --set train.seq_len="$T" --set train.micro_batch=2 --set train.global_batch=4 \
-    --steps "$STEPS" --threads 2 --set data.layout="$layout" --metrics "$tmp/m.jsonl" "${@:1:$#-1}" >"$tmp/out" 2>&1 ||
-    { tail -2 "$tmp/out" >&2; echo 0; return; }
-  /usr/bin/python3 -c "
-import json, statistics, sys
-r = [json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l][1:]
-print(statistics.median(x['tokens_per_s'] for x in r))" "$tmp/m.jsonl"
-}
-echo "| shape | T | stream tokens/s | pack tokens/s | pack / stream | probes |"
-echo "|---|---|---|---|---|---|"
-for shape in "narrow (L2 C32 H8):--set model.n_layer=2 --set model.n_embd=32 --set model.n_head=8" \
-             "narrow (L2 C32 H4):--set model.n_layer=2 --set model.n_embd=32 --set model.n_head=4" \
-             "narrow (L2 C64 H2):--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2" \
-             "GPT-2 small width (L2 C768 H12):--set model.n_layer=2 --set model.n_embd=768 --set model.n_head=12"; do
-  name=${shape%%:*}; args=${shape#*:}
-  s=() k=() probes=()
-  for ((r = 0; r < ROUNDS; r++)); do
-    probes+=("$(probe)")
-    # shellcheck disable=SC2086 # args is a word list
-    s+=("$(run $args stream)")
-    # shellcheck disable=SC2086
-    k+=("$(run $args pack)")
-  done
-  /usr/bin/python3 - "$name" "$T" "${s[*]}" "${k[*]}" "${probes[*]}" <<'PY'
-import statistics, sys
-name, T, s, k, p = sys.argv[1], sys.argv[2], *[list(map(float, a.split())) for a in sys.argv[3:6]]
-ms, mk = statistics.median(s), statistics.median(k)
-print("| %s | %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | **%.2f** | %.2f-%.2f |" % (name, T, ms, min(s), max(s), mk, min(k), max(k),
-      mk / ms if ms else 0, min(p), max(p)))
-PY
-done
-echo
-echo "| shape | T | pad ms/step | budget ms/step | pad / budget | probes |"
-echo "|---|---|---|---|---|---|"
-runms() { # SHAPE_ARGS... LAYOUT: median ms of the timed steps, 16 documents a step
-  local layout=${*: -1}
-  "${ENV[@]}" "$dtrain" train --set data.train="$tmp/docs.bin" --set data.val= --set model.vocab_size=256 \
-    --set model.seq_len="$T" --set train.seq_len="$T" --set train.micro_batch=2 --set train.global_batch=16 \
-    --steps 4 --threads 2 --set data.layout="$layout" --metrics "$tmp/m.jsonl" "${@:1:$#-1}" >"$tmp/out" 2>&1 ||
+    --set model.seq_len="$T" --set train.seq_len="$T" --set train.micro_batch=2 --set train.global_batch="$gb" \
+    --steps "$steps" --threads 2 --set data.layout="$layout" --metrics "$tmp/m.jsonl" "$@" >"$tmp/out" 2>&1 ||
     { tail -2 "$tmp/out" >&2; echo 0; return; }
   /usr/bin/python3 -c "
 import json, statistics, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l][1:]
 print(statistics.median(x['ms'] for x in r))" "$tmp/m.jsonl"
 }
-for shape in "narrow (L2 C64 H2):--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2" \
-             "GPT-2 small width (L2 C768 H12):--set model.n_layer=2 --set model.n_embd=768 --set model.n_head=12"; do
-  name=${shape%%:*}; args=${shape#*:}
-  p=() b=() probes=()
-  for ((r = 0; r < ROUNDS; r++)); do
-    probes+=("$(probe)")
-    # shellcheck disable=SC2086
-    p+=("$(runms $args pad)")
-    # shellcheck disable=SC2086
-    b+=("$(runms $args budget)")
-  done
-  /usr/bin/python3 - "$name" "$T" "${p[*]}" "${b[*]}" "${probes[*]}" <<'PY'
+# table A B UNIT GLOBAL_BATCH STEPS "NAME:SHAPE_ARGS"...: layouts A and B alternating, ROUNDS
+# times per shape, B's speed over A's (per step, or per token when UNIT is tokens/s: A and
+# B then train as many positions a step)
+table() {
+  local a=$1 b=$2 unit=$3 gb=$4 steps=$5; shift 5
+  echo "| shape | T | $a $unit | $b $unit | $b over $a | probes |"
+  echo "|---|---|---|---|---|---|"
+  for shape in "$@"; do
+    local name=${shape%%:*} args=${shape#*:} ta=() tb=() probes=()
+    for ((r = 0; r < ROUNDS; r++)); do
+      probes+=("$(probe)")
+      # shellcheck disable=SC2086 # args is a word list
+      ta+=("$(run "$a" "$gb" "$steps" $args)")
+      # shellcheck disable=SC2086
+      tb+=("$(run "$b" "$gb" "$steps" $args)")
+    done
+    /usr/bin/python3 - "$name" "$T" "$unit" "$((gb * T))" "${ta[*]}" "${tb[*]}" "${probes[*]}" <<'PY'
 import statistics, sys
-name, T, p, b, q = sys.argv[1], sys.argv[2], *[list(map(float, a.split())) for a in sys.argv[3:6]]
-mp, mb = statistics.median(p), statistics.median(b)
-print("| %s | %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | **%.2f** | %.2f-%.2f |" % (name, T, mp, min(p), max(p), mb, min(b), max(b),
-      mp / mb if mb else 0, min(q), max(q)))
+name, T, unit, tokens = sys.argv[1:5]
+a, b, p = [list(map(float, x.split())) for x in sys.argv[5:8]]
+if unit == "tokens/s":  # the positions of a step over its time
+    a, b = [[float(tokens) / (ms / 1e3) if ms else 0 for ms in v] for v in (a, b)]
+ma, mb = statistics.median(a), statistics.median(b)
+speed = (mb / ma if ma else 0) if unit == "tokens/s" else (ma / mb if mb else 0)
+print("| %s | %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | **%.2f** | %.2f-%.2f |" % (name, T, ma, min(a), max(a), mb, min(b),
+      max(b), speed, min(p), max(p)))
 PY
-done
+  done
+}
+NARROW8="narrow (L2 C32 H8):--set model.n_layer=2 --set model.n_embd=32 --set model.n_head=8"
+NARROW4="narrow (L2 C32 H4):--set model.n_layer=2 --set model.n_embd=32 --set model.n_head=4"
+NARROW2="narrow (L2 C64 H2):--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2"
+GPT2="GPT-2 small width (L2 C768 H12):--set model.n_layer=2 --set model.n_embd=768 --set model.n_head=12"
+table stream pack tokens/s 4 "$STEPS" "$NARROW8" "$NARROW4" "$NARROW2" "$GPT2"
+echo
+table pad budget ms/step 16 4 "$NARROW2" "$GPT2"

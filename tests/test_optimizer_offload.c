@@ -37,6 +37,21 @@ static void put(const dt_ops *ops, void *dst, const float *src, size_t n) {
     free(h);
 }
 
+static const dt_adamw_hparams HP = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+
+/* An offload store of the kind in the working directory: 64 KiB blocks, 3 buffers. */
+static dt_store_opts store_of(dt_store_kind kind, const char *tag) {
+    return (dt_store_opts){.kind = kind, .dir = ".", .tag = tag, .block_bytes = 64 << 10, .buffers = 3};
+}
+
+/* The same random weights (from *seed) into a's parameters pa and b's pb. */
+static void set_both(dt_optimizer *a, dt_optimizer *b, float *pa, float *pb, float *host, uint64_t *seed,
+                     const char *label) {
+    for (size_t i = 0; i < N; i++) host[i] = uniform(seed);
+    CHECK(dt_optimizer_set_weights(a, 0, N, host, pa) == DT_OK && dt_optimizer_set_weights(b, 0, N, host, pb) == DT_OK,
+          "%s: set", label);
+}
+
 static void step(dt_optimizer *o, long long s, float *param, const float *g, size_t e) {
     CHECK(dt_optimizer_begin(o) == DT_OK, "begin");
     CHECK(dt_optimizer_step_range(o, s, 1, 1e-3, 0.7f, 0, param, g, GAP0) == DT_OK, "step [0, GAP0)");
@@ -49,13 +64,11 @@ static void step(dt_optimizer *o, long long s, float *param, const float *g, siz
 /* kind 0: in memory; params_host: B's parameters are host memory (only with a store) */
 static void compare(const dt_ops *ops, const char *label, dt_store_kind kind, int params_host) {
     size_t e = dt_elem_bytes(ops), bytes = N * e;
-    dt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     dt_optimizer a, b;
-    dt_optimizer_offload off = {.store = {.kind = kind, .dir = ".", .tag = "test-optimizer", .block_bytes = 64 << 10,
-                                          .buffers = 3},
-                                .params_host = params_host};
-    CHECK(dt_optimizer_create(&a, ops, &hp, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
-    CHECK(dt_optimizer_create(&b, ops, &hp, N, 1, " (offloaded)", &off) == DT_OK, "%s: offloaded", label);
+    dt_optimizer_offload off = {.store = store_of(kind, "test-optimizer")};
+    off.params_host = params_host;
+    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (offloaded)", &off) == DT_OK, "%s: offloaded", label);
     float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float)),
           *y = malloc(N * sizeof(float));
     CHECK(ops->alloc((void **)&pa, bytes, "params a") == DT_OK && ops->alloc((void **)&g, bytes, "grads") == DT_OK,
@@ -117,22 +130,18 @@ static void delayed(const dt_ops *ops, const char *label, dt_store_kind kind) {
     enum { STEPS = 6 };
     static const int delay[STEPS + 1] = {0, 0, 0, 1, 1, 0, 1};
     size_t e = dt_elem_bytes(ops), bytes = N * e;
-    dt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     dt_optimizer a, b;
-    dt_optimizer_offload off = {.store = {.kind = kind, .dir = ".", .tag = "test-delayed", .block_bytes = 64 << 10,
-                                          .buffers = 3},
-                                .delayed = 1};
-    CHECK(dt_optimizer_create(&a, ops, &hp, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
-    CHECK(dt_optimizer_create(&b, ops, &hp, N, 1, " (delayed)", &off) == DT_OK && b.delayed, "%s: delayed", label);
+    dt_optimizer_offload off = {.store = store_of(kind, "test-delayed")};
+    off.delayed = 1;
+    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (delayed)", &off) == DT_OK && b.delayed, "%s: delayed", label);
     float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float)),
           *y = malloc(N * sizeof(float));
     CHECK(ops->alloc((void **)&pa, bytes, "params a") == DT_OK && ops->alloc((void **)&pb, bytes, "params b") == DT_OK &&
               ops->alloc((void **)&g, bytes, "grads") == DT_OK,
           "alloc");
     uint64_t seed = 11;
-    for (size_t i = 0; i < N; i++) host[i] = uniform(&seed);
-    CHECK(dt_optimizer_set_weights(&a, 0, N, host, pa) == DT_OK && dt_optimizer_set_weights(&b, 0, N, host, pb) == DT_OK,
-          "%s: set", label);
+    set_both(&a, &b, pa, pb, host, &seed, label);
     unsigned char *hist[STEPS + 1], *now = malloc(bytes);
     for (int s = 0; s <= STEPS; s++) hist[s] = malloc(bytes);
     ops->download(hist[0], pa, bytes);
@@ -163,7 +172,7 @@ static void delayed(const dt_ops *ops, const char *label, dt_store_kind kind) {
     off.delayed = 0;
     off.store.tag = "test-not-delayed"; /* b's file is still open */
     dt_optimizer c;
-    CHECK(dt_optimizer_create(&c, ops, &hp, N, 1, " (not delayed)", &off) == DT_OK, "%s: not delayed", label);
+    CHECK(dt_optimizer_create(&c, ops, &HP, N, 1, " (not delayed)", &off) == DT_OK, "%s: not delayed", label);
     dt_optimizer_offload_bytes(&c, &hst0, &file);
     CHECK(hst == hst0 + 2 * N * sizeof(float), "%s: the delayed update's copies counted (%zu = %zu + 8N)", label, hst,
           hst0);
@@ -187,21 +196,17 @@ static void delayed(const dt_ops *ops, const char *label, dt_store_kind kind) {
  * order as backward does; a step where not all are handed over downloads them instead. */
 static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
     size_t e = dt_elem_bytes(ops), bytes = N * e;
-    dt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     dt_optimizer a, b;
-    dt_optimizer_offload off = {.store = {.kind = kind, .dir = ".", .tag = "test-early", .block_bytes = 64 << 10,
-                                          .buffers = 3},
-                                .grads_early = 1};
-    CHECK(dt_optimizer_create(&a, ops, &hp, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
-    CHECK(dt_optimizer_create(&b, ops, &hp, N, 1, " (early)", &off) == DT_OK && b.ghost, "%s: early", label);
+    dt_optimizer_offload off = {.store = store_of(kind, "test-early")};
+    off.grads_early = 1;
+    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (early)", &off) == DT_OK && b.ghost, "%s: early", label);
     float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *zero = calloc(N, sizeof(float));
     CHECK(ops->alloc((void **)&pa, bytes, "a") == DT_OK && ops->alloc((void **)&pb, bytes, "b") == DT_OK &&
               ops->alloc((void **)&g, bytes, "g") == DT_OK,
           "alloc");
     uint64_t seed = 5;
-    for (size_t i = 0; i < N; i++) host[i] = uniform(&seed);
-    CHECK(dt_optimizer_set_weights(&a, 0, N, host, pa) == DT_OK && dt_optimizer_set_weights(&b, 0, N, host, pb) == DT_OK,
-          "%s: set", label);
+    set_both(&a, &b, pa, pb, host, &seed, label);
     for (long long s = 1; s <= 3; s++) {
         for (size_t i = 0; i < N; i++) host[i] = 0.1f * uniform(&seed);
         put(ops, g, host, N);
@@ -223,7 +228,7 @@ static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
     off.grads_early = 0;
     off.store.tag = "test-late";
     dt_optimizer c;
-    CHECK(dt_optimizer_create(&c, ops, &hp, N, 1, " (late)", &off) == DT_OK && !c.ghost, "%s: late", label);
+    CHECK(dt_optimizer_create(&c, ops, &HP, N, 1, " (late)", &off) == DT_OK && !c.ghost, "%s: late", label);
     dt_optimizer_offload_bytes(&c, &hst0, &file);
     CHECK(hst == hst0 + bytes, "%s: the host copy counted (%zu = %zu + %zu)", label, hst, hst0, bytes);
     dt_optimizer_free(&c);
@@ -243,13 +248,11 @@ static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
  * its pinned bytes): the store's, the staging chunks, the delayed update's copies; and
  * all of it is given back. */
 static void pinned(const dt_ops *ops, const char *label, dt_store_kind kind) {
-    dt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
-    dt_optimizer_offload off = {.store = {.kind = kind, .dir = ".", .tag = "test-pinned", .block_bytes = 64 << 10,
-                                          .buffers = 3, .host_alloc = ops->host_alloc, .host_free = ops->host_free},
-                                .delayed = 1};
+    dt_optimizer_offload off = {.store = store_of(kind, "test-pinned"), .delayed = 1};
+    off.store.host_alloc = ops->host_alloc, off.store.host_free = ops->host_free;
     size_t before = dt_emulated_pinned_bytes(), host, file;
     dt_optimizer o;
-    CHECK(dt_optimizer_create(&o, ops, &hp, N, 1, " (pinned)", &off) == DT_OK, "%s: create", label);
+    CHECK(dt_optimizer_create(&o, ops, &HP, N, 1, " (pinned)", &off) == DT_OK, "%s: create", label);
     dt_optimizer_offload_bytes(&o, &host, &file);
     size_t pinned = dt_emulated_pinned_bytes() - before;
     CHECK(host > 0 && pinned == host, "%s: every host byte page-locked (%zu of %zu)", label, pinned, host);

@@ -26,6 +26,10 @@ int dt_rows_parse(const char *name) {
     return -1;
 }
 
+dt_uneven dt_uneven_parse(const char *name) {
+    return !strcmp(name, "join") ? DT_UNEVEN_JOIN : !strcmp(name, "error") ? DT_UNEVEN_ERROR : DT_UNEVEN_DROP;
+}
+
 static size_t ndocs(const dt_tokenfile *f) { return f->doc_start ? f->ndocs : f->count > 0; }
 static size_t doc_start(const dt_tokenfile *f, size_t d) { return f->doc_start ? (size_t)f->doc_start[d] : d ? f->count : 0; }
 
@@ -85,7 +89,6 @@ dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T
     memset(l, 0, sizeof *l);
     l->file = f;
     l->how = how;
-    l->join = uneven == DT_UNEVEN_JOIN;
     l->uneven = uneven;
     l->T = T;
     l->global_batch = global_batch;
@@ -126,7 +129,7 @@ void dt_loader_free(dt_loader *l) {
 
 size_t dt_loader_batches_per_epoch(const dt_loader *l) {
     size_t g = (size_t)l->global_batch;
-    return l->join ? (l->nseq + g - 1) / g : l->nseq / g;
+    return l->uneven == DT_UNEVEN_JOIN ? (l->nseq + g - 1) / g : l->nseq / g;
 }
 
 dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos) {
@@ -142,7 +145,7 @@ dt_status dt_loader_seek(dt_loader *l, long long epoch, size_t pos) {
 
 void dt_loader_next_batch(dt_loader *l) {
     /* the epoch ends: its rows are all drawn, or (drop) too few are left for a batch */
-    if (l->pos >= l->nseq || (!l->join && l->pos + (size_t)l->global_batch > l->nseq)) {
+    if (l->pos >= l->nseq || (l->uneven != DT_UNEVEN_JOIN && l->pos + (size_t)l->global_batch > l->nseq)) {
         l->epoch++;
         l->pos = 0;
         make_perm(l);

@@ -51,8 +51,7 @@ typedef struct dt_budget dt_budget;
 typedef struct {
     const dt_tokenfile *file;
     dt_rows how;
-    int join; /* data.uneven join: an epoch's last batch may hold fewer rows */
-    dt_uneven uneven;
+    dt_uneven uneven; /* join: an epoch's last batch may hold fewer rows */
     dt_budget *budget; /* data.layout budget: the current batch's placement (budget.h), else NULL */
     int T, global_batch, shuffle;
     uint64_t seed;
@@ -65,6 +64,8 @@ typedef struct {
 } dt_loader;
 
 /* dp, micro: the data-parallel ranks and rows per micro-batch (the token budget's split). */
+/* data.uneven's name to its policy (drop for an unknown one: the config's enum admits none). */
+dt_uneven dt_uneven_parse(const char *name);
 dt_status dt_loader_init(dt_loader *l, const dt_tokenfile *f, dt_rows how, int T, int global_batch, int shuffle,
                          uint64_t seed, dt_uneven uneven, int dp, int micro);
 /* The current batch's micro-steps per rank under the token budget (0: the layout's), and

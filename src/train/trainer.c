@@ -178,10 +178,8 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     if (c->log.sample_tokens > 0) DT_TRY(load_tokenizer(L, &t->tok)); /* the config's own files before the data */
     DT_TRY(read_data(c, t));
     t->rows = (dt_rows)dt_rows_parse(c->data.layout); /* the config's enum: one of them */
-    dt_uneven uneven = !strcmp(c->data.uneven, "join") ? DT_UNEVEN_JOIN
-                       : !strcmp(c->data.uneven, "error") ? DT_UNEVEN_ERROR : DT_UNEVEN_DROP;
     DT_TRY(dt_loader_init(&t->loader, &t->train_tokens, t->rows, L->T, L->global_batch, c->data.shuffle,
-                          (uint64_t)c->train.seed, uneven, L->dp, L->micro));
+                          (uint64_t)c->train.seed, dt_uneven_parse(c->data.uneven), L->dp, L->micro));
     if (c->train.epochs > 0) { /* finite data: the epochs set the steps (every rank the same) */
         double steps = (double)c->train.epochs * (double)dt_loader_batches_per_epoch(&t->loader);
         if (steps > 1e9) return dt_fail(DT_EINPUT, "train.epochs %d: %.0f steps, more than 1e9", c->train.epochs, steps);
@@ -318,7 +316,7 @@ static dt_status train_step(trainer *t, int settle, double *loss, double *grad_n
     dt_watchdog_step(t->st.step + 1, 0);
     dt_loader_next_batch(&t->loader);
     if (t->rank0 && dt_loader_starts_epoch(&t->loader)) note_epoch(t);
-    if (dt_loader_step_uneven(&t->loader) && !strcmp(t->cfg->data.uneven, "error")) /* every rank sees it */
+    if (dt_loader_step_uneven(&t->loader) && t->loader.uneven == DT_UNEVEN_ERROR) /* every rank sees it */
         return dt_fail(DT_EINPUT, "step %lld: the data-parallel ranks' documents fill different numbers of "
                        "micro-batches under the token budget; data.uneven is error: use join or drop",
                        t->st.step + 1);

@@ -12,6 +12,7 @@
 #ifndef DT_LAYOUT_H
 #define DT_LAYOUT_H
 #include <stdio.h>
+#include <string.h>
 
 #include "../../core/config.h"
 #include "../../core/status.h"
@@ -80,7 +81,7 @@ static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
 static inline int dt_layout_nccl(const dt_layout *L) { return L->comm_backend == DT_COMM_NCCL; }
 /* Rows hold documents (data.layout pack, pad or budget): the model takes their starts. */
-static inline int dt_layout_documents(const dt_layout *L) { return L->cfg.data.layout[0] != 's'; }
+static inline int dt_layout_documents(const dt_layout *L) { return strcmp(L->cfg.data.layout, "stream") != 0; }
 /* The offloaded optimizer state holds fp32 master weights besides the moments: wherever the
  * parameters are not fp32 host memory (a device's, bf16's) or are offloaded themselves
  * (as the optimizer object decides, optim/optimizer.h). */
