@@ -283,30 +283,43 @@ static void test_xent_tp(int N, int Vl, int real, int v0, float scale) {
     G->free(gt), G->free(glg), G->free(gmx), G->free(gst), G->free(gloss);
 }
 
-static void test_attention(int B, int T, int C, int NH) {
+/* doc_len > 0: packed documents of 1 .. doc_len tokens (each query's first key in seg) */
+static void test_attention(int B, int T, int C, int NH, int doc_len) {
     size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = rnd(nqkv, 1), *dy = rnd(no, 1), *out = rnd(no, 1), *lse = rnd32(nl, 1), *dqkv = rnd(nqkv, 1);
     float *gqkv = dev(qkv, nqkv), *gdy = dev(dy, no), *gout = dev(NULL, no), *glse = dev32(NULL, nl),
           *gdqkv = dev(NULL, nqkv);
-    H->attention_fwd(out, lse, qkv, NULL, B, T, C, NH);
-    G->attention_fwd(gout, glse, gqkv, NULL, B, T, C, NH);
-    char name[80];
-    snprintf(name, sizeof name, "attention B%d T%d C%d NH%d (hs %d): out", B, T, C, NH, C / NH);
+    int *seg = NULL, *gseg = NULL;
+    if (doc_len) {
+        seg = malloc((size_t)B * T * sizeof *seg);
+        for (int b = 0; b < B; b++)
+            for (int t = 0, start = 0, left = 0; t < T; t++) {
+                if (!left) start = t, left = 1 + (int)dt_rng_below(&rng, (uint64_t)doc_len);
+                seg[(size_t)b * T + t] = start, left--;
+            }
+        gseg = (int *)dev32((const float *)seg, (size_t)B * T);
+    }
+    H->attention_fwd(out, lse, qkv, seg, B, T, C, NH);
+    G->attention_fwd(gout, glse, gqkv, gseg, B, T, C, NH);
+    char name[96];
+    snprintf(name, sizeof name, "attention B%d T%d C%d NH%d (hs %d)%s: out", B, T, C, NH, C / NH,
+             doc_len ? " documents" : "");
     check(name, gout, out, no, 1e-5);
     check32("attention: lse", glse, lse, nl, BF ? 1e-3 : 1e-6, 1.0); /* bf16: P is rounded before it is summed */
     /* backward from the same forward outputs on both sides (the CPU's, uploaded) */
     G->upload(gout, out, no * E());
     G->upload(glse, lse, nl * 4);
-    H->attention_bwd(dqkv, dy, qkv, out, lse, NULL, B, T, C, NH);
-    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, NULL, B, T, C, NH);
+    H->attention_bwd(dqkv, dy, qkv, out, lse, seg, B, T, C, NH);
+    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, gseg, B, T, C, NH);
     check("attention: dqkv", gdqkv, dqkv, nqkv, 1e-5);
     float *r1 = host(gdqkv, nqkv);
-    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, NULL, B, T, C, NH);
+    G->attention_bwd(gdqkv, gdy, gqkv, gout, glse, gseg, B, T, C, NH);
     float *r2 = host(gdqkv, nqkv);
     int same = !memcmp(r1, r2, nqkv * E());
     printf("%-4s attention: dqkv bitwise reproducible\n", same ? "ok" : "FAIL");
     failures += !same;
-    free(r1), free(r2), free(qkv), free(dy), free(out), free(lse), free(dqkv);
+    free(r1), free(r2), free(qkv), free(dy), free(out), free(lse), free(dqkv), free(seg);
+    if (gseg) G->free(gseg);
     G->free(gqkv), G->free(gdy), G->free(gout), G->free(glse), G->free(gdqkv);
 }
 
@@ -360,7 +373,12 @@ static void all_ops(void) {
                                     {1, 200, 256, 4}, {2, 130, 96, 12}, {1, 97, 512, 4}, {1, 300, 64, 8},
                                     {2, 1024, 768, 12}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        test_attention(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+        test_attention(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], 0);
+    /* documents: shorter than a tile, longer than one, in the SIMT (fp32, head size 16) and
+     * mma (bf16, head size 64) kernels */
+    test_attention(2, 300, 64, 4, 20);
+    test_attention(2, 1024, 768, 12, 300);
+    test_attention(1, 200, 256, 4, 7);
     if (G->sync() != DT_OK) {
         printf("FAIL %s\n", dt_error_message());
         failures++;

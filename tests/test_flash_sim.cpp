@@ -7,7 +7,9 @@
  * runs twice, cp.async copies landing at their wait, then at once, and the two must agree
  * bit for bit: reading a tile before waiting for it fails the first way (NaN or stale
  * data), refilling a buffer another warp still reads the second, and a missing barrier
- * races under the simulator. */
+ * races under the simulator. Document cases (packed rows: each query sees keys from its
+ * document's start on) check the tile skipping and masking against the same reference
+ * restricted to the document. */
 #include "warp_sim.h"
 
 #include <vector>
@@ -40,13 +42,22 @@ static void check(const char *what, int B, int T, int NH, int HS, const std::vec
     if (!ok) failures++;
 }
 
-template <int HS> static void run_case(int B, int T, int NH) {
+/* doc_len > 0: rows packed with documents of 1 .. doc_len tokens (a fixed pseudo-random
+ * sequence); 0: none */
+template <int HS> static void run_case(int B, int T, int NH, int doc_len = 0) {
     const int C = NH * HS, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
     const bf16 poison{0xffff};
     std::vector<bf16> qkv((size_t)B * T * C3), dout((size_t)B * T * C);
     for (auto &x : qkv) x = to_bf(2.0f * uniform());
     for (auto &x : dout) x = to_bf(uniform());
+    std::vector<int> seg((size_t)B * T, 0); /* each query's first visible key */
+    for (int b = 0; doc_len && b < B; b++)
+        for (int t = 0, start = 0, left = 0; t < T; t++) {
+            if (!left) start = t, left = 1 + (int)((uniform() + 1.0f) * 0.5f * (float)doc_len) % doc_len;
+            seg[(size_t)b * T + t] = start, left--;
+        }
+    const int *sg = doc_len ? seg.data() : nullptr;
 
     /* the reference: double precision on the bf16 values */
     std::vector<double> ro((size_t)B * T * C), rl((size_t)B * NH * T), rdqkv((size_t)B * T * C3, 0.0);
@@ -59,26 +70,27 @@ template <int HS> static void run_case(int B, int T, int NH) {
             auto dO = [&](int i, int d) { return (double)bf(dout[((size_t)b * T + i) * C + h * HS + d]); };
             for (int i = 0; i < T; i++) {
                 double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= i; j++) {
+                const int j0 = seg[(size_t)b * T + i];
+                for (int j = j0; j <= i; j++) {
                     double s = 0;
                     for (int d = 0; d < HS; d++) s += q(i, d) * k(j, d);
                     P[(size_t)i * T + j] = s * scale;
                     mx = fmax(mx, s * scale);
                 }
-                for (int j = 0; j <= i; j++) sum += exp(P[(size_t)i * T + j] - mx);
+                for (int j = j0; j <= i; j++) sum += exp(P[(size_t)i * T + j] - mx);
                 double l = mx + log(sum);
                 rl[((size_t)b * NH + h) * T + i] = l;
-                for (int j = 0; j <= i; j++) P[(size_t)i * T + j] = exp(P[(size_t)i * T + j] - l);
+                for (int j = j0; j <= i; j++) P[(size_t)i * T + j] = exp(P[(size_t)i * T + j] - l);
                 for (int d = 0; d < HS; d++) {
                     double o = 0;
-                    for (int j = 0; j <= i; j++) o += P[(size_t)i * T + j] * v(j, d);
+                    for (int j = j0; j <= i; j++) o += P[(size_t)i * T + j] * v(j, d);
                     ro[((size_t)b * T + i) * C + h * HS + d] = o;
                 }
             }
             for (int i = 0; i < T; i++) {
                 double Di = 0;
                 for (int d = 0; d < HS; d++) Di += dO(i, d) * ro[((size_t)b * T + i) * C + h * HS + d];
-                for (int j = 0; j <= i; j++) {
+                for (int j = seg[(size_t)b * T + i]; j <= i; j++) {
                     double dp = 0;
                     for (int d = 0; d < HS; d++) dp += dO(i, d) * v(j, d);
                     double p = P[(size_t)i * T + j], ds = p * (dp - Di) * scale;
@@ -103,12 +115,12 @@ template <int HS> static void run_case(int B, int T, int NH) {
         sim_dim3 grid{(unsigned)(B * NH), (unsigned)((T + dt_fa::BR - 1) / dt_fa::BR), 1};
         sim_dim3 grid2{(unsigned)(B * NH), (unsigned)((T + 2 * dt_fa::BR - 1) / (2 * dt_fa::BR)), 1};
         sim_launch(grid2, dt_fa::THREADS, dt_fa::fwd_smem<HS, 2>(),
-                   [&] { dt_fa::fwd_k<HS, 2>(out.data(), lse.data(), qkv.data(), T, C, NH, scale); });
+                   [&] { dt_fa::fwd_k<HS, 2>(out.data(), lse.data(), qkv.data(), sg, T, C, NH, scale); });
         /* 16 rows per warp instead of 32: the same arithmetic row by row, so the same bits */
         std::vector<bf16> out1((size_t)B * T * C, poison);
         std::vector<float> lse1((size_t)B * NH * T, NAN);
         sim_launch(grid, dt_fa::THREADS, dt_fa::fwd_smem<HS, 1>(),
-                   [&] { dt_fa::fwd_k<HS, 1>(out1.data(), lse1.data(), qkv.data(), T, C, NH, scale); });
+                   [&] { dt_fa::fwd_k<HS, 1>(out1.data(), lse1.data(), qkv.data(), sg, T, C, NH, scale); });
         if (memcmp(out1.data(), out.data(), out.size() * 2) || memcmp(lse1.data(), lse.data(), lse.size() * 4))
             same_rows = false;
         for (int b = 0; b < B; b++) /* D = rowsum(dO∘O) over the kernel's own output, as attention.cu does */
@@ -120,10 +132,10 @@ template <int HS> static void run_case(int B, int T, int NH) {
                     D[((size_t)b * NH + h) * T + i] = s;
                 }
         sim_launch(grid, dt_fa::THREADS, dt_fa::bwd_kv_smem<HS>(), [&] {
-            dt_fa::bwd_kv_k<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), T, C, NH, scale);
+            dt_fa::bwd_kv_k<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), sg, T, C, NH, scale);
         });
         sim_launch(grid, dt_fa::THREADS, dt_fa::bwd_q_smem<HS>(), [&] {
-            dt_fa::bwd_q_k<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), T, C, NH, scale);
+            dt_fa::bwd_q_k<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), D.data(), sg, T, C, NH, scale);
         });
         if (!eager) {
             first_out = out, first_dqkv = dqkv, first_lse = lse;
@@ -163,6 +175,10 @@ int main(void) {
     if (!asan) run_case<64>(1, 64, 1); /* one tile: the diagonal alone */
     run_case<32>(2, 100, 2);           /* a partial second tile, two heads, two sequences */
     if (!asan) run_case<64>(1, 136, 1); /* three tiles, the last partial */
+    /* documents: short ones (most tiles skipped, masks inside tiles), then ones longer
+     * than a tile (dK/dV's early stop, warps skipping within a block) */
+    run_case<32>(2, 150, 2, 12);
+    if (!asan) run_case<64>(1, 260, 1, 90);
     printf("%d failed\n", failures);
     return failures ? 1 : 0;
 }

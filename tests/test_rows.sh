@@ -5,7 +5,7 @@
 # validation loss within 1e-5 (fp32); bitwise mode gives the single process's weights
 # with dp2 and pp2; recompute and the emulated device give the same weights, bf16 the
 # fp32 curve within 1%. The rows differ from stream windows (documents are kept apart), and
-# a layout name outside stream|pack|pad or pack on the cuda backend is refused.
+# a layout name outside stream|pack|pad is refused.
 source "$(dirname "$0")/lib.sh"
 need_mpi
 
@@ -100,6 +100,4 @@ expect() { # expect LABEL PATTERN ARGS...: exit 2 with the pattern
     fail "$label: rc $rc: $(tail -1 "$TMP/bad.out")"
 }
 expect "an unknown data.layout" "data.layout" --set data.layout=packed
-expect "pack on the cuda backend" "document masks are not implemented on the cuda backend" \
-  --set data.layout=pack --set backend=cuda
 finish

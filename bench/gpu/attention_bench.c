@@ -5,8 +5,10 @@
  * 12 64): the median of 20 calls after 3 warm-ups, each synchronised. TFLOP/s counts the
  * causal half: forward 2·B·NH·T²·HS, backward 2.5 times that (five products to the
  * forward's two), as FlashAttention's benchmarks do.
- * Usage: attention_bench [B T NH HS]; bench/gpu/torch_attention.py measures PyTorch's SDPA
- * at the same shape. */
+ * Usage: attention_bench [B T NH HS [DOC]]; DOC > 0 packs each row with documents of DOC
+ * tokens (document-masked attention; TFLOP/s then still counts the full causal work, so
+ * it reads as the speed-up). bench/gpu/torch_attention.py measures PyTorch's SDPA at the
+ * same shape. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,7 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     int B = argc > 4 ? atoi(argv[1]) : 64, T = argc > 4 ? atoi(argv[2]) : 1024, NH = argc > 4 ? atoi(argv[3]) : 12,
-        HS = argc > 4 ? atoi(argv[4]) : 64, C = NH * HS;
+        HS = argc > 4 ? atoi(argv[4]) : 64, C = NH * HS, DOC = argc > 5 ? atoi(argv[5]) : 0;
     const dt_ops *G;
     if (dt_ops_cuda(&G, 1) != DT_OK) {
         printf("skip: %s\n", dt_error_message());
@@ -50,15 +52,26 @@ int main(int argc, char **argv) {
     }
     G->upload(qkv, h, nqkv * 2);
     G->upload(dout, h, no * 2);
+    int *seg = NULL;
+    if (DOC > 0) {
+        int *hs = malloc((size_t)B * T * sizeof *hs);
+        for (size_t i = 0; i < (size_t)B * T; i++) hs[i] = (int)(i % (size_t)T) / DOC * DOC;
+        if (G->alloc((void **)&seg, (size_t)B * T * sizeof *seg, "seg")) {
+            printf("FAIL %s\n", dt_error_message());
+            return 1;
+        }
+        G->upload(seg, hs, (size_t)B * T * sizeof *hs);
+        free(hs);
+    }
     enum { WARM = 3, RUNS = 20 };
     double tf[RUNS], tb[RUNS];
     for (int i = 0; i < WARM + RUNS; i++) {
         G->sync();
         double t0 = now();
-        G->attention_fwd(out, lse, qkv, NULL, B, T, C, NH);
+        G->attention_fwd(out, lse, qkv, seg, B, T, C, NH);
         G->sync();
         double t1 = now();
-        G->attention_bwd(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH);
+        G->attention_bwd(dqkv, dout, qkv, out, lse, seg, B, T, C, NH);
         if (G->sync() != DT_OK) {
             printf("FAIL %s\n", dt_error_message());
             return 1;
@@ -73,6 +86,7 @@ int main(int argc, char **argv) {
     char what[64];
     if (path && strcmp(path, "mma")) snprintf(what, sizeof what, "%s", path);
     else snprintf(what, sizeof what, "mma, forward %s rows per warp", rows && !strcmp(rows, "16") ? "16" : "32");
+    if (DOC > 0) snprintf(what + strlen(what), sizeof what - strlen(what), ", documents of %d", DOC);
     printf("dtrain attention (%s) B=%d T=%d NH=%d HS=%d: forward %.3f ms %.1f TFLOP/s, backward %.3f ms %.1f "
            "TFLOP/s\n",
            what, B, T, NH, HS, f * 1e3, flops / f / 1e12, b * 1e3, 2.5 * flops / b / 1e12);

@@ -9,7 +9,8 @@ dtrain=$1 out=$2 B=${3:-64}
 here=$(dirname "$0")
 # attention alone first: dtrain's kernels (each path) and PyTorch's SDPA backends
 ab="$(dirname "$dtrain")/attention_bench"
-{ "$ab"; DT_CUDA_FA_ROWS=16 "$ab"; DT_CUDA_ATTENTION=wmma "$ab"; } | tee "$out/attention.txt"
+# (and packed documents of 128 tokens, T/8: the document-masked kernels' saving)
+{ "$ab"; DT_CUDA_FA_ROWS=16 "$ab"; DT_CUDA_ATTENTION=wmma "$ab"; "$ab" 64 1024 12 64 128; } | tee "$out/attention.txt"
 python3 "$here/torch_attention.py" | tee -a "$out/attention.txt"
 bash "$here/bench_dtrain.sh" "$dtrain" "$out" bf16 "$B" | tee "$out/dtrain.txt"
 bash "$here/bench_torch.sh" x "$out" "$B" | tee "$out/torch.txt"

@@ -406,9 +406,6 @@ dt_status dt_config_validate(const dt_config *c) {
     if (!strcmp(c->data.layout, "budget") && !strcmp(c->parallel.determinism, "bitwise"))
         return dt_fail(DT_EINPUT, "config: data.layout budget: not with parallel.determinism bitwise (its fixed "
                        "reduction tree has a leaf per micro-step of the layout)");
-    if (strcmp(c->data.layout, "stream") != 0 && !strcmp(c->backend, "cuda"))
-        return dt_fail(DT_EINPUT, "config: data.layout %s: document masks are not implemented on the cuda backend yet "
-                       "(use backend cpu or emulated, or data.layout stream)", c->data.layout);
     if (!strcmp(c->data.tokenizer, "gpt2") && c->model.vocab_size < 50257)
         return dt_fail(DT_EINPUT, "config: model.vocab_size (%d) is smaller than the GPT-2 tokenizer's 50257",
                        c->model.vocab_size);

@@ -3,7 +3,10 @@
  * and stores only the log-sum-exp; backward recomputes probabilities from it, one
  * kernel for dK/dV (a thread per key) and one for dQ (a thread per query).
  * This is the exact-arithmetic reference path (one thread per row, CUDA cores); the
- * bf16 path uses tensor cores. Head sizes 8..128 (powers of two) are compiled. */
+ * bf16 path uses tensor cores. Head sizes 8..128 (powers of two) are compiled.
+ * Documents: seg[B, T] (device memory, NULL: none) is each query's first visible key,
+ * row-relative and non-decreasing along the row (ops.h); the key tiles before a block's
+ * first document start are never loaded, and a thread's loop starts at its own. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +33,8 @@ static __device__ __forceinline__ void load_kv_tile(float (*Ks)[HS], float (*Vs)
 }
 
 template <int HS, typename E>
-__global__ void __launch_bounds__(TILE) attn_fwd_k(E *out, float *lse, const E *qkv, int T, int C, int NH,
-                                                   float scale) {
+__global__ void __launch_bounds__(TILE) attn_fwd_k(E *out, float *lse, const E *qkv, const int *seg, int T, int C,
+                                                   int NH, float scale) {
     enum { KT = kt<HS>::N };
     __shared__ float Ks[KT][HS], Vs[KT][HS];
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
@@ -46,16 +49,18 @@ __global__ void __launch_bounds__(TILE) attn_fwd_k(E *out, float *lse, const E *
     }
     float m = -INFINITY, l = 0.0f;
     int last = min(T, (int)(blockIdx.x + 1) * TILE) - 1;
-    for (int k0 = 0; k0 <= last; k0 += KT) {
+    const int *sg = seg ? seg + (size_t)b * T : NULL;
+    int first = sg ? sg[blockIdx.x * TILE] : 0, mine = sg && valid ? sg[t] : 0;
+    for (int k0 = first / KT * KT; k0 <= last; k0 += KT) {
         load_kv_tile<HS>(Ks, Vs, base, k0, T, C, C3);
-        int kend = valid ? min((int)KT, t - k0 + 1) : 0; /* keys k0 .. t */
-        if (kend > 0) {
+        int kbeg = max(0, mine - k0), kend = valid ? min((int)KT, t - k0 + 1) : 0; /* keys seg .. t */
+        if (kend > kbeg) {
             /* Two passes over the tile's keys, the score recomputed in the second (the same
              * operations in the same order, so the same bits): a score array indexed by key
              * would need the key loop unrolled, KT x HS products per instantiation, which
              * took nvcc minutes to compile. Keys past kend add nothing. */
             float mt = m;
-            for (int j = 0; j < kend; j++) {
+            for (int j = kbeg; j < kend; j++) {
                 float dot = 0.0f;
 #pragma unroll
                 for (int d = 0; d < HS; d++) dot += q[d] * Ks[j][d];
@@ -65,7 +70,7 @@ __global__ void __launch_bounds__(TILE) attn_fwd_k(E *out, float *lse, const E *
             l *= corr;
 #pragma unroll
             for (int d = 0; d < HS; d++) acc[d] *= corr;
-            for (int j = 0; j < kend; j++) {
+            for (int j = kbeg; j < kend; j++) {
                 float dot = 0.0f;
 #pragma unroll
                 for (int d = 0; d < HS; d++) dot += q[d] * Ks[j][d];
@@ -100,12 +105,15 @@ __global__ void attn_rowdot_k(float *D, const E *dout, const E *out, int B, int 
     }
 }
 
-/* dK, dV: a thread per key j, over the query tiles that can see it */
+/* dK, dV: a thread per key j, over the query tiles that can see it (with documents, up
+ * to the first query whose document starts after the block's last key) */
 template <int HS, typename E>
 __global__ void __launch_bounds__(TILE) attn_bwd_kv_k(E *dqkv, const E *dout, const E *qkv, const float *lse,
-                                                      const float *D, int T, int C, int NH, float scale) {
+                                                      const float *D, const int *seg, int T, int C, int NH,
+                                                      float scale) {
     enum { KT = kt<HS>::N };
     __shared__ float Qs[KT][HS], dOs[KT][HS], Ls[KT], Ds[KT];
+    __shared__ int Ss[KT];
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
     int j = blockIdx.x * TILE + threadIdx.x;
     bool valid = j < T;
@@ -118,7 +126,9 @@ __global__ void __launch_bounds__(TILE) attn_bwd_kv_k(E *dqkv, const E *dout, co
         v[d] = valid ? ld(base[(size_t)j * C3 + 2 * C + d]) : 0.0f;
         dk[d] = dv[d] = 0.0f;
     }
-    for (int i0 = blockIdx.x * TILE; i0 < T; i0 += KT) {
+    const int *sg = seg ? seg + (size_t)b * T : NULL;
+    int jlast = min(T, (int)(blockIdx.x + 1) * TILE) - 1;
+    for (int i0 = blockIdx.x * TILE; i0 < T && (!sg || sg[i0] <= jlast); i0 += KT) {
         for (int e = threadIdx.x; e < KT * HS; e += TILE) {
             int r = e / HS, d = e % HS, qi = i0 + r;
             Qs[r][d] = qi < T ? ld(base[(size_t)qi * C3 + d]) : 0.0f;
@@ -127,12 +137,13 @@ __global__ void __launch_bounds__(TILE) attn_bwd_kv_k(E *dqkv, const E *dout, co
         if ((int)threadIdx.x < KT && i0 + (int)threadIdx.x < T) {
             Ls[threadIdx.x] = lse[(size_t)bh * T + i0 + threadIdx.x];
             Ds[threadIdx.x] = D[(size_t)bh * T + i0 + threadIdx.x];
+            Ss[threadIdx.x] = sg ? sg[i0 + threadIdx.x] : 0;
         }
         __syncthreads();
         if (valid)
             for (int r = 0; r < KT; r++) {
                 int qi = i0 + r;
-                if (qi >= T) break;
+                if (qi >= T || Ss[r] > j) break; /* seg does not decrease: no later query sees j */
                 if (qi < j) continue;
                 float s = 0.0f, dp = 0.0f;
 #pragma unroll
@@ -162,7 +173,8 @@ __global__ void __launch_bounds__(TILE) attn_bwd_kv_k(E *dqkv, const E *dout, co
 /* dQ: a thread per query i, over the key tiles it sees */
 template <int HS, typename E>
 __global__ void __launch_bounds__(TILE) attn_bwd_q_k(E *dqkv, const E *dout, const E *qkv, const float *lse,
-                                                     const float *D, int T, int C, int NH, float scale) {
+                                                     const float *D, const int *seg, int T, int C, int NH,
+                                                     float scale) {
     enum { KT = kt<HS>::N };
     __shared__ float Ks[KT][HS], Vs[KT][HS];
     int bh = blockIdx.y, b = bh / NH, h = bh % NH, C3 = 3 * C;
@@ -179,10 +191,12 @@ __global__ void __launch_bounds__(TILE) attn_bwd_q_k(E *dqkv, const E *dout, con
     }
     float li = valid ? lse[(size_t)bh * T + i] : 0.0f, Di = valid ? D[(size_t)bh * T + i] : 0.0f;
     int last = min(T, (int)(blockIdx.x + 1) * TILE) - 1;
-    for (int k0 = 0; k0 <= last; k0 += KT) {
+    const int *sg = seg ? seg + (size_t)b * T : NULL;
+    int first = sg ? sg[blockIdx.x * TILE] : 0, mine = sg && valid ? sg[i] : 0;
+    for (int k0 = first / KT * KT; k0 <= last; k0 += KT) {
         load_kv_tile<HS>(Ks, Vs, base, k0, T, C, C3);
         int kend = valid ? min((int)KT, i - k0 + 1) : 0;
-        for (int r = 0; r < kend; r++) {
+        for (int r = max(0, mine - k0); r < kend; r++) {
             float s = 0.0f, dp = 0.0f;
 #pragma unroll
             for (int d = 0; d < HS; d++) {
@@ -223,35 +237,35 @@ static int head_size_ok(int HS) {
  * allows, else the WMMA ones, else the CUDA-core ones. DT_CUDA_ATTENTION=wmma or simt
  * forces an older path (to compare them, or to fall back). */
 enum { ATT_SIMT, ATT_WMMA, ATT_MMA };
-static int bf16_path(int C, int NH) {
+static int bf16_path(int C, int NH, const int *seg) {
     static int forced = -1;
     if (forced < 0) {
         const char *e = getenv("DT_CUDA_ATTENTION");
         forced = !e ? ATT_MMA : !strcmp(e, "simt") ? ATT_SIMT : !strcmp(e, "wmma") ? ATT_WMMA : ATT_MMA;
     }
     if (forced >= ATT_MMA && dt_cuda_attention_mma_ok(C, NH)) return ATT_MMA;
-    if (forced >= ATT_WMMA && dt_cuda_attention_tc_ok(C, NH)) return ATT_WMMA;
+    if (forced >= ATT_WMMA && dt_cuda_attention_tc_ok(C, NH) && !seg) return ATT_WMMA; /* no documents there */
     return ATT_SIMT;
 }
 
 template <typename E>
-void cuda_attention_fwd(E *out, float *lse, const E *qkv, int B, int T, int C, int NH) {
+void cuda_attention_fwd(E *out, float *lse, const E *qkv, const int *seg, int B, int T, int C, int NH) {
     if constexpr (sizeof(E) == 2) {
-        int path = bf16_path(C, NH);
-        if (path == ATT_MMA) return dt_cuda_attention_mma_fwd(out, lse, qkv, B, T, C, NH);
+        int path = bf16_path(C, NH, seg);
+        if (path == ATT_MMA) return dt_cuda_attention_mma_fwd(out, lse, qkv, seg, B, T, C, NH);
         if (path == ATT_WMMA) return dt_cuda_attention_tc_fwd(out, lse, qkv, B, T, C, NH);
     }
     int HS = C / NH;
     if (!head_size_ok(HS)) return;
     dim3 grid((T + TILE - 1) / TILE, B * NH);
     float scale = 1.0f / sqrtf((float)HS);
-    HS_SWITCH(HS, (attn_fwd_k<H, E><<<grid, TILE, 0, dt_cuda_stream()>>>(out, lse, qkv, T, C, NH, scale)));
+    HS_SWITCH(HS, (attn_fwd_k<H, E><<<grid, TILE, 0, dt_cuda_stream()>>>(out, lse, qkv, seg, T, C, NH, scale)));
     DT_CUDA_LAUNCHED("attention_fwd");
 }
 
 template <typename E>
-void cuda_attention_bwd(E *dqkv, const E *dout, const E *qkv, const E *out, const float *lse, int B, int T, int C,
-                        int NH) {
+void cuda_attention_bwd(E *dqkv, const E *dout, const E *qkv, const E *out, const float *lse, const int *seg, int B,
+                        int T, int C, int NH) {
     int HS = C / NH;
     if (!head_size_ok(HS)) return;
     float *D = (float *)dt_cuda_scratch((size_t)B * NH * T * sizeof(float));
@@ -261,21 +275,21 @@ void cuda_attention_bwd(E *dqkv, const E *dout, const E *qkv, const E *out, cons
     attn_rowdot_k<E><<<(int)((n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535), 256, 0, s>>>(D, dout, out, B, T, C, NH);
     DT_CUDA_LAUNCHED("attention_rowdot");
     if constexpr (sizeof(E) == 2) {
-        int path = bf16_path(C, NH);
-        if (path == ATT_MMA) return dt_cuda_attention_mma_bwd(dqkv, dout, qkv, lse, D, B, T, C, NH);
+        int path = bf16_path(C, NH, seg);
+        if (path == ATT_MMA) return dt_cuda_attention_mma_bwd(dqkv, dout, qkv, lse, D, seg, B, T, C, NH);
         if (path == ATT_WMMA) return dt_cuda_attention_tc_bwd(dqkv, dout, qkv, lse, D, B, T, C, NH);
     }
     dim3 grid((T + TILE - 1) / TILE, B * NH);
     float scale = 1.0f / sqrtf((float)HS);
-    HS_SWITCH(HS, (attn_bwd_kv_k<H, E><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));
+    HS_SWITCH(HS, (attn_bwd_kv_k<H, E><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, seg, T, C, NH, scale)));
     DT_CUDA_LAUNCHED("attention_bwd_kv");
-    HS_SWITCH(HS, (attn_bwd_q_k<H, E><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale)));
+    HS_SWITCH(HS, (attn_bwd_q_k<H, E><<<grid, TILE, 0, s>>>(dqkv, dout, qkv, lse, D, seg, T, C, NH, scale)));
     DT_CUDA_LAUNCHED("attention_bwd_q");
 }
 
-template void cuda_attention_fwd<float>(float *, float *, const float *, int, int, int, int);
-template void cuda_attention_fwd<bf16>(bf16 *, float *, const bf16 *, int, int, int, int);
-template void cuda_attention_bwd<float>(float *, const float *, const float *, const float *, const float *, int, int,
-                                        int, int);
-template void cuda_attention_bwd<bf16>(bf16 *, const bf16 *, const bf16 *, const bf16 *, const float *, int, int, int,
-                                       int);
+template void cuda_attention_fwd<float>(float *, float *, const float *, const int *, int, int, int, int);
+template void cuda_attention_fwd<bf16>(bf16 *, float *, const bf16 *, const int *, int, int, int, int);
+template void cuda_attention_bwd<float>(float *, const float *, const float *, const float *, const float *,
+                                        const int *, int, int, int, int);
+template void cuda_attention_bwd<bf16>(bf16 *, const bf16 *, const bf16 *, const bf16 *, const float *, const int *,
+                                       int, int, int, int);

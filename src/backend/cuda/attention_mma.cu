@@ -40,42 +40,43 @@ template <int HS> static void set_smem_limits(void) {
     else done = 1;
 }
 
-template <int HS> static void fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH) {
+template <int HS>
+static void fwd(bf16 *out, float *lse, const bf16 *qkv, const int *seg, int B, int T, int C, int NH) {
     set_smem_limits<HS>();
     float scale = 1.0f / sqrtf((float)HS);
     if (fwd_tiles() == 2) {
         dim3 grid(B * NH, (T + 2 * dt_fa::BR - 1) / (2 * dt_fa::BR));
-        dt_fa::fwd_k<HS, 2><<<grid, dt_fa::THREADS, dt_fa::fwd_smem<HS, 2>(), dt_cuda_stream()>>>(out, lse, qkv, T, C,
-                                                                                                NH, scale);
+        dt_fa::fwd_k<HS, 2><<<grid, dt_fa::THREADS, dt_fa::fwd_smem<HS, 2>(), dt_cuda_stream()>>>(out, lse, qkv, seg, T,
+                                                                                                C, NH, scale);
     } else {
         dim3 grid(B * NH, (T + dt_fa::BR - 1) / dt_fa::BR);
-        dt_fa::fwd_k<HS, 1><<<grid, dt_fa::THREADS, dt_fa::fwd_smem<HS, 1>(), dt_cuda_stream()>>>(out, lse, qkv, T, C,
-                                                                                                NH, scale);
+        dt_fa::fwd_k<HS, 1><<<grid, dt_fa::THREADS, dt_fa::fwd_smem<HS, 1>(), dt_cuda_stream()>>>(out, lse, qkv, seg, T,
+                                                                                                C, NH, scale);
     }
     DT_CUDA_LAUNCHED("attention_fwd (mma)");
 }
 
 template <int HS>
-static void bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int B, int T, int C,
-                int NH) {
+static void bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, const int *seg, int B,
+                int T, int C, int NH) {
     set_smem_limits<HS>();
     dim3 grid(B * NH, (T + dt_fa::BR - 1) / dt_fa::BR);
     float scale = 1.0f / sqrtf((float)HS);
     dt_fa::bwd_kv_k<HS><<<grid, dt_fa::THREADS, dt_fa::bwd_kv_smem<HS>(), dt_cuda_stream()>>>(dqkv, dout, qkv, lse, D,
-                                                                                             T, C, NH, scale);
+                                                                                             seg, T, C, NH, scale);
     DT_CUDA_LAUNCHED("attention_bwd_kv (mma)");
-    dt_fa::bwd_q_k<HS><<<grid, dt_fa::THREADS, dt_fa::bwd_q_smem<HS>(), dt_cuda_stream()>>>(dqkv, dout, qkv, lse, D, T,
-                                                                                           C, NH, scale);
+    dt_fa::bwd_q_k<HS><<<grid, dt_fa::THREADS, dt_fa::bwd_q_smem<HS>(), dt_cuda_stream()>>>(dqkv, dout, qkv, lse, D,
+                                                                                           seg, T, C, NH, scale);
     DT_CUDA_LAUNCHED("attention_bwd_q (mma)");
 }
 
-void dt_cuda_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH) {
-    if (C / NH == 32) fwd<32>(out, lse, qkv, B, T, C, NH);
-    else fwd<64>(out, lse, qkv, B, T, C, NH);
+void dt_cuda_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int *seg, int B, int T, int C, int NH) {
+    if (C / NH == 32) fwd<32>(out, lse, qkv, seg, B, T, C, NH);
+    else fwd<64>(out, lse, qkv, seg, B, T, C, NH);
 }
 
-void dt_cuda_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int B,
-                               int T, int C, int NH) {
-    if (C / NH == 32) bwd<32>(dqkv, dout, qkv, lse, D, B, T, C, NH);
-    else bwd<64>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+void dt_cuda_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
+                               const int *seg, int B, int T, int C, int NH) {
+    if (C / NH == 32) bwd<32>(dqkv, dout, qkv, lse, D, seg, B, T, C, NH);
+    else bwd<64>(dqkv, dout, qkv, lse, D, seg, B, T, C, NH);
 }

@@ -92,14 +92,16 @@ void dt_cuda_attention_tc_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, con
 
 /* attention_mma.cu: register-resident tensor-core attention for bf16 (head size 32/64) */
 int dt_cuda_attention_mma_ok(int C, int NH);
-void dt_cuda_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int Tn, int C, int NH);
-void dt_cuda_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D, int B,
-                               int Tn, int C, int NH);
+/* seg: documents, as for cuda_attention_fwd */
+void dt_cuda_attention_mma_fwd(bf16 *out, float *lse, const bf16 *qkv, const int *seg, int B, int Tn, int C, int NH);
+void dt_cuda_attention_mma_bwd(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
+                               const int *seg, int B, int Tn, int C, int NH);
 
-/* attention.cu */
-template <typename T> void cuda_attention_fwd(T *out, float *lse, const T *qkv, int B, int Tn, int C, int NH);
+/* attention.cu; seg: documents (device memory, NULL: none), as ops.h's attention_fwd */
 template <typename T>
-void cuda_attention_bwd(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int B, int Tn, int C,
-                        int NH);
+void cuda_attention_fwd(T *out, float *lse, const T *qkv, const int *seg, int B, int Tn, int C, int NH);
+template <typename T>
+void cuda_attention_bwd(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, const int *seg, int B,
+                        int Tn, int C, int NH);
 
 #endif

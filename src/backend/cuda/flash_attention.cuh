@@ -14,7 +14,12 @@
  * qkv is [B, T, 3C] (q | k | v, head h at columns h·HS), out and dout [B, T, C], lse and
  * D (= rowsum(dO∘O)) [B·NH, T]; C % 8 == 0. The grid is (B·NH, T/64 tiles): blocks start
  * in order of x fastest, so every head's longest tiles (most keys or queries to visit)
- * run first and the short ones fill the tail. */
+ * run first and the short ones fill the tail.
+ * Documents: seg [B, T] (NULL: none) gives each query its first visible key, row-relative
+ * and non-decreasing along the row (ops.h). Key tiles before a block's first document
+ * start are neither loaded nor multiplied, a warp skips the tiles none of its rows sees,
+ * the dK/dV kernel stops at the first query tile whose documents all start after its
+ * keys, and inside a tile the earlier documents' keys are masked like the future ones. */
 #ifndef DT_FLASH_ATTENTION_CUH
 #define DT_FLASH_ATTENTION_CUH
 #include "warp_mma.cuh"
@@ -141,8 +146,8 @@ static __device__ __forceinline__ void store_rows(bf16 *dst, size_t row_stride, 
  * share every K and V fragment it loads: MT 2 halves the shared-memory reads per product,
  * as FlashAttention-2's 32-row warps do, for more registers). */
 template <int HS, int MT>
-__global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int C, int NH,
-                                                 float scale) {
+__global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf16 *qkv, const int *seg, int T, int C,
+                                                 int NH, float scale) {
     enum { LH = shape<HS>::LH, KS = shape<HS>::KS, OT = shape<HS>::OT, ROWS = BR * MT };
     DT_DYN_SMEM(smem);
     bf16 *Qs = (bf16 *)smem, *KV = Qs + ROWS * LH; /* two K/V buffers: [K | V] each */
@@ -151,9 +156,19 @@ __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf
     const int q0 = (gridDim.y - 1 - blockIdx.y) * ROWS, qw = q0 + warp * 16 * MT; /* longest first */
     const bf16 *base = qkv + (size_t)b * T * C3 + head * HS;
     const float sl2 = scale * LOG2E;
+    const int *sg = seg ? seg + (size_t)b * T : NULL;
+    const int tile0 = sg ? sg[q0] / BC : 0, wfirst = sg && qw < T ? sg[qw] : 0; /* the block's, the warp's first key */
+    int rs[MT][2]; /* rows g and g+8 of each tile: their first key */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int row = qw + 16 * mt + g + 8 * h;
+            rs[mt][h] = sg && row < T ? sg[row] : 0;
+        }
 #pragma unroll
     for (int i = 0; i < MT; i++) load_tile<HS>(Qs + i * BR * LH, base, q0 + i * BR, T, C3);
-    load_kv<HS>(KV, base + C, 0, T, C, C3);
+    load_kv<HS>(KV, base + C, tile0, T, C, C3);
     dt_cp_async_commit();
     uint32_t qf[MT][KS][4];
     float o[MT][OT][4];
@@ -166,22 +181,22 @@ __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
     const int ntiles = (min(T, q0 + ROWS) + BC - 1) / BC;
-    for (int tile = 0; tile < ntiles; tile++) {
+    for (int tile = tile0; tile < ntiles; tile++) {
         const int k0 = tile * BC;
         const bf16 *Ks = kv_wait<HS>(KV, base + C, tile, ntiles, T, C, C3), *Vs = Ks + BC * LH;
-        if (tile == 0)
+        if (tile == tile0)
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int k = 0; k < KS; k++) dt_frag_a<LH>(qf[mt][k], Qs + (warp * MT + mt) * 16 * LH + k * 16, lane);
-        if (k0 <= qw + 16 * MT - 1) { /* (warp-uniform) the warp's rows see some key of the tile */
+        if (k0 <= qw + 16 * MT - 1 && k0 + BC > wfirst) { /* (warp-uniform) the warp's rows see some key of it */
             float s[MT][NT][4];
             scores_mt<HS, MT>(s, qf, Ks, lane);
             uint32_t pa[MT][BC / 16][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 const int r0 = qw + 16 * mt;
-                const bool mask = k0 + BC - 1 > r0 || k0 + BC > T; /* the diagonal, or keys past T */
+                const bool mask = sg || k0 + BC - 1 > r0 || k0 + BC > T; /* documents, the diagonal, keys past T */
                 float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -189,7 +204,7 @@ __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf
                     for (int e = 0; e < 4; e++) {
                         int row = r0 + g + (e >> 1) * 8, key = k0 + j * 8 + 2 * t + (e & 1);
                         float x = s[mt][j][e] * sl2;
-                        if (mask && (key > row || key >= T)) x = -INFINITY;
+                        if (mask && (key > row || key >= T || key < rs[mt][e >> 1])) x = -INFINITY;
                         s[mt][j][e] = x;
                         mx[e >> 1] = fmaxf(mx[e >> 1], x);
                     }
@@ -247,23 +262,29 @@ __global__ void __launch_bounds__(THREADS) fwd_k(bf16 *out, float *lse, const bf
 /* dK, dV for 64 keys: over the query tiles at or after them */
 template <int HS>
 __global__ void __launch_bounds__(THREADS, 3) bwd_kv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                                                    const float *D, int T, int C, int NH, float scale) {
+                                                    const float *D, const int *seg, int T, int C, int NH,
+                                                    float scale) {
     enum { LH = shape<HS>::LH, KS = shape<HS>::KS, OT = shape<HS>::OT };
     DT_DYN_SMEM(smem);
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + BC * LH, *QD = Vs + BC * LH; /* two Q/dO buffers: [Q | dO] each */
     float *LD = (float *)(QD + 4 * BR * LH);                            /* two [lse | D] buffers */
+    int *SG = (int *)(LD + 4 * BR);                                     /* two buffers of the rows' first keys */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int bh = blockIdx.x, b = bh / NH, head = bh % NH, C3 = 3 * C;
     const int k0 = blockIdx.y * BC, kw = k0 + warp * 16; /* tile 0 has the most query tiles */
     const bf16 *base = qkv + (size_t)b * T * C3 + head * HS, *dbase = dout + (size_t)b * T * C + head * HS;
     const float sl2 = scale * LOG2E;
-    /* a query tile's Q, dO (copies) and its rows' lse (log2 units) and D into buffer i */
+    const int *sg = seg ? seg + (size_t)b * T : NULL, klast = min(T, k0 + BC) - 1;
+    /* (block-uniform) a query tile from q0 on sees some key of the block: seg never decreases */
+    auto needed = [&](int q0) { return q0 < T && (!sg || sg[q0] <= klast); };
+    /* a query tile's Q, dO (copies) and its rows' lse (log2 units), D and first keys into buffer i */
     auto load_q = [&](int q0, int i) {
         load_tile<HS>(QD + i * 2 * BR * LH, base, q0, T, C3);
         load_tile<HS>(QD + i * 2 * BR * LH + BR * LH, dbase, q0, T, C);
         for (int r = threadIdx.x; r < BR; r += THREADS) {
             LD[i * 2 * BR + r] = q0 + r < T ? lse[(size_t)bh * T + q0 + r] * LOG2E : 0.0f;
             LD[i * 2 * BR + BR + r] = q0 + r < T ? D[(size_t)bh * T + q0 + r] : 0.0f;
+            SG[i * BR + r] = sg && q0 + r < T ? sg[q0 + r] : 0;
         }
     };
     load_tile<HS>(Ks, base + C, k0, T, C3);
@@ -275,10 +296,11 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_kv_k(bf16 *dqkv, const bf16 *d
     for (int n = 0; n < OT; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
-    for (int q0 = k0, i = 0; q0 < T; q0 += BR, i ^= 1) {
+    for (int q0 = k0, i = 0; needed(q0); q0 += BR, i ^= 1) {
         const bf16 *Qs = QD + i * 2 * BR * LH, *dOs = Qs + BR * LH;
         const float *Ls = LD + i * 2 * BR, *Ds = Ls + BR;
-        if (q0 + BR < T) {
+        const int *Sq = SG + i * BR;
+        if (needed(q0 + BR)) {
             load_q(q0 + BR, i ^ 1);
             dt_cp_async_commit();
             dt_cp_async_wait<1>();
@@ -286,6 +308,10 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_kv_k(bf16 *dqkv, const bf16 *d
             dt_cp_async_wait<0>();
         }
         dt_syncthreads();
+        if (Sq[0] > kw + 15) { /* (warp-uniform) no query of the tile sees the warp's keys */
+            dt_syncthreads();
+            continue;
+        }
         float st[NT][4], dpt[NT][4]; /* Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: rows keys, columns queries */
         {
             uint32_t af[KS][4];
@@ -296,7 +322,7 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_kv_k(bf16 *dqkv, const bf16 *d
             for (int k = 0; k < KS; k++) dt_frag_a<LH>(af[k], Vs + warp * 16 * LH + k * 16, lane);
             scores<HS>(dpt, af, dOs, lane);
         }
-        const bool mask = q0 < kw + 15 || q0 + BR > T;
+        const bool mask = sg || q0 < kw + 15 || q0 + BR > T;
         uint32_t pa[BC / 16][4], sa[BC / 16][4];
 #pragma unroll
         for (int j = 0; j < NT; j++)
@@ -308,7 +334,7 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_kv_k(bf16 *dqkv, const bf16 *d
                 for (int e = 0; e < 2; e++) {
                     int col = j * 8 + 2 * t + e, q = q0 + col;
                     p[e] = dt_exp2(st[j][2 * h + e] * sl2 - Ls[col]);
-                    if (mask && (q < key || q >= T)) p[e] = 0.0f;
+                    if (mask && (q < key || q >= T || Sq[col] > key)) p[e] = 0.0f;
                     ds[e] = p[e] * (dpt[j][2 * h + e] - Ds[col]) * scale;
                 }
                 DT_FA_SLOT(pa, j, h) = dt_pack_bf16(p[0], p[1]);
@@ -327,7 +353,8 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_kv_k(bf16 *dqkv, const bf16 *d
 /* dQ for 64 queries: over the key tiles up to them */
 template <int HS>
 __global__ void __launch_bounds__(THREADS, 3) bwd_q_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                                                   const float *D, int T, int C, int NH, float scale) {
+                                                   const float *D, const int *seg, int T, int C, int NH,
+                                                   float scale) {
     enum { LH = shape<HS>::LH, KS = shape<HS>::KS, OT = shape<HS>::OT };
     DT_DYN_SMEM(smem);
     bf16 *Qs = (bf16 *)smem, *dOs = Qs + BR * LH, *KV = dOs + BR * LH; /* two K/V buffers: [K | V] each */
@@ -336,24 +363,32 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_q_k(bf16 *dqkv, const bf16 *do
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR, qw = q0 + warp * 16;
     const bf16 *base = qkv + (size_t)b * T * C3 + head * HS, *dbase = dout + (size_t)b * T * C + head * HS;
     const float sl2 = scale * LOG2E;
+    const int *sg = seg ? seg + (size_t)b * T : NULL;
+    const int tile0 = sg ? sg[q0] / BC : 0, wfirst = sg && qw < T ? sg[qw] : 0; /* the block's, the warp's first key */
     load_tile<HS>(Qs, base, q0, T, C3);
     load_tile<HS>(dOs, dbase, q0, T, C);
-    load_kv<HS>(KV, base + C, 0, T, C, C3);
+    load_kv<HS>(KV, base + C, tile0, T, C, C3);
     dt_cp_async_commit();
     float lq[2], Dq[2];
+    int rs[2]; /* rows g and g+8: their first key */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int row = qw + g + 8 * h;
         lq[h] = row < T ? lse[(size_t)bh * T + row] * LOG2E : 0.0f;
         Dq[h] = row < T ? D[(size_t)bh * T + row] : 0.0f;
+        rs[h] = sg && row < T ? sg[row] : 0;
     }
     float dq[OT][4];
 #pragma unroll
     for (int n = 0; n < OT; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
     const int ntiles = (min(T, q0 + BR) + BC - 1) / BC;
-    for (int tile = 0; tile < ntiles; tile++) {
+    for (int tile = tile0; tile < ntiles; tile++) {
         const int k0 = tile * BC;
         const bf16 *Ks = kv_wait<HS>(KV, base + C, tile, ntiles, T, C, C3), *Vs = Ks + BC * LH;
+        if (k0 + BC <= wfirst) { /* (warp-uniform) before every document of the warp's rows */
+            dt_syncthreads();
+            continue;
+        }
         uint32_t qf[KS][4], of[KS][4]; /* from shared memory each tile: fewer registers held */
 #pragma unroll
         for (int k = 0; k < KS; k++) {
@@ -363,7 +398,7 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_q_k(bf16 *dqkv, const bf16 *do
         float s[NT][4], dp[NT][4];
         scores<HS>(s, qf, Ks, lane); /* S = Q·Kᵀ */
         scores<HS>(dp, of, Vs, lane); /* dP = dO·Vᵀ */
-        const bool mask = k0 + BC - 1 > qw || k0 + BC > T;
+        const bool mask = sg || k0 + BC - 1 > qw || k0 + BC > T;
         uint32_t sa[BC / 16][4];
 #pragma unroll
         for (int j = 0; j < NT; j++)
@@ -375,7 +410,7 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_q_k(bf16 *dqkv, const bf16 *do
                 for (int e = 0; e < 2; e++) {
                     int key = k0 + j * 8 + 2 * t + e;
                     float p = dt_exp2(s[j][2 * h + e] * sl2 - lq[h]);
-                    if (mask && (key > row || key >= T)) p = 0.0f;
+                    if (mask && (key > row || key >= T || key < rs[h])) p = 0.0f;
                     ds[e] = p * (dp[j][2 * h + e] - Dq[h]) * scale;
                 }
                 DT_FA_SLOT(sa, j, h) = dt_pack_bf16(ds[0], ds[1]);
@@ -389,7 +424,9 @@ __global__ void __launch_bounds__(THREADS, 3) bwd_q_k(bf16 *dqkv, const bf16 *do
 
 /* dynamic shared memory of each kernel (double-buffered tiles) */
 template <int HS, int MT> static size_t fwd_smem(void) { return (size_t)(MT * BR + 4 * BC) * shape<HS>::LH * 2; }
-template <int HS> static size_t bwd_kv_smem(void) { return (size_t)(4 * BR + 2 * BC) * shape<HS>::LH * 2 + 4 * BR * 4; }
+template <int HS> static size_t bwd_kv_smem(void) {
+    return (size_t)(4 * BR + 2 * BC) * shape<HS>::LH * 2 + 4 * BR * 4 + 2 * BR * 4;
+}
 template <int HS> static size_t bwd_q_smem(void) { return (size_t)(2 * BR + 4 * BC) * shape<HS>::LH * 2; }
 
 } /* namespace dt_fa */

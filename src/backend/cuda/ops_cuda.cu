@@ -204,15 +204,12 @@ template <typename T> struct wrap {
     static void gelu_f(float *o, const float *i, size_t n) { cuda_gelu_fwd<T>(P(o), P(i), n); }
     static void gelu_b(float *di, const float *i, const float *d, size_t n) { cuda_gelu_bwd<T>(P(di), P(i), P(d), n); }
     static void add(float *o, const float *a, const float *b, size_t n) { cuda_add<T>(P(o), P(a), P(b), n); }
-    /* documents (seg) are refused for this backend at configuration (data.layout) */
     static void att_f(float *o, float *l, const float *q, const int *seg, int B, int Tn, int C, int NH) {
-        if (seg) dt_cuda_record("attention", "document masks are not implemented on the cuda backend");
-        cuda_attention_fwd<T>(P(o), l, P(q), B, Tn, C, NH);
+        cuda_attention_fwd<T>(P(o), l, P(q), seg, B, Tn, C, NH);
     }
     static void att_b(float *dq, const float *d, const float *q, const float *o, const float *l, const int *seg, int B,
                       int Tn, int C, int NH) {
-        if (seg) dt_cuda_record("attention", "document masks are not implemented on the cuda backend");
-        cuda_attention_bwd<T>(P(dq), P(d), P(q), P(o), l, B, Tn, C, NH);
+        cuda_attention_bwd<T>(P(dq), P(d), P(q), P(o), l, seg, B, Tn, C, NH);
     }
     static void xent(float *lg, float *ls, const dt_token *t, int N, int V, int Vp, float s) {
         cuda_softmax_xent<T>(P(lg), ls, t, N, V, Vp, s);
