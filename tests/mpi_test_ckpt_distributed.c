@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
     double pid = (double)getpid(); /* one directory for every rank: rank 0's */
     dt_bcast(world, &pid, 1, DT_F64, 0);
     snprintf(g_base, sizeof g_base, "/tmp/mpi_test_ckpt_distributed.%d", (int)pid);
-    gpt_shape s = {2, 12, 48, 8, 150, 0}; /* heads and the padded vocabulary (192) split by 2, 3, 4 */
+    gpt_shape s = {2, 12, 48, 8, 150, .padded_vocab = 0}; /* heads and the padded vocabulary (192) split by 2, 3, 4 */
     held whole;
     CHECK(make(&whole, &s, 1, 0) == DT_OK, "whole model");
     char ref_hex[65];

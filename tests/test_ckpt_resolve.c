@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     dt_ckpt_resolve_report(0);
-    gpt_shape shape = {1, 2, 8, 4, 16, 0};
+    gpt_shape shape = {1, 2, 8, 4, 16, .padded_vocab = 0};
     gpt_model m;
     if (gpt_create(&m, &shape, dt_ops_cpu(), 1, 4) != DT_OK) return 1;
     gpt_init(&m, 1);

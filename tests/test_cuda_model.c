@@ -104,8 +104,8 @@ int main(void) {
         return 77;
     }
     printf("GPU: %s\n", dt_gpu_name());
-    run(gpu, (gpt_shape){2, 2, 64, 40, 100, 0}, 2, 37, 60);   /* head size 32, vocab padded 100 -> 128 */
-    run(gpu, (gpt_shape){1, 2, 128, 150, 64, 0}, 1, 150, 12); /* head size 64, several key tiles */
+    run(gpu, (gpt_shape){2, 2, 64, 40, 100, .padded_vocab = 0}, 2, 37, 60);   /* head size 32, vocab padded 100 -> 128 */
+    run(gpu, (gpt_shape){1, 2, 128, 150, 64, .padded_vocab = 0}, 1, 150, 12); /* head size 64, several key tiles */
     printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
     return failures != 0;
 }

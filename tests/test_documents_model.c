@@ -14,7 +14,7 @@
 
 enum { B = 2, T = 64 };
 
-static const gpt_shape SHAPE = {2, 2, 32, 64, 90, 0};
+static const gpt_shape SHAPE = {2, 2, 32, 64, 90, .padded_vocab = 0};
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(a), 1e-30); }
 

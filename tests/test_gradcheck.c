@@ -102,12 +102,12 @@ static void check(gpt_shape s, int B, int T, size_t samples, const dt_ops *ops) 
 }
 
 int main(void) {
-    check((gpt_shape){2, 2, 16, 8, 70, 0}, 2, 8, 200, dt_ops_cpu()); /* vocab 70 is padded to 128 */
-    check((gpt_shape){1, 2, 8, 150, 64, 0}, 1, 150, 12, dt_ops_cpu()); /* several attention query blocks, one partial */
+    check((gpt_shape){2, 2, 16, 8, 70, .padded_vocab = 0}, 2, 8, 200, dt_ops_cpu()); /* vocab 70 is padded to 128 */
+    check((gpt_shape){1, 2, 8, 150, 64, .padded_vocab = 0}, 1, 150, 12, dt_ops_cpu()); /* several attention query blocks, one partial */
     dt_ops fused = *dt_ops_cpu();
     fused.linear_gelu_fwd = naive_linear_gelu_fwd;
     fused.linear_dgelu_bwd = naive_linear_dgelu_bwd;
-    check((gpt_shape){2, 2, 16, 8, 70, 0}, 2, 8, 200, &fused);
+    check((gpt_shape){2, 2, 16, 8, 70, .padded_vocab = 0}, 2, 8, 200, &fused);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -64,7 +64,7 @@ int main(void) {
     }
 
     /* gpt_init applies the rules to every element; padded vocabulary rows are zero */
-    gpt_shape s = {2, 2, 16, 8, 70, 0};
+    gpt_shape s = {2, 2, 16, 8, 70, .padded_vocab = 0};
     gpt_model m;
     CHECK(gpt_create(&m, &s, dt_ops_cpu(), 1, 8) == DT_OK, "create");
     gpt_init(&m, 42);

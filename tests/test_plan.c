@@ -37,7 +37,7 @@ int main(void) {
     c.train.global_batch = 16;
     dt_machine mc = {.world = 8, .ranks_per_node = 4, .memory = 0, .flops = 1e10, .intra = {1e-6, 1e10},
                      .inter = {1e-5, 1e9}};
-    gpt_shape s = {4, 4, 64, 64, 256, 0};
+    gpt_shape s = {4, 4, 64, 64, 256, .padded_vocab = 0};
     CHECK(gpt_shape_check(&s) == DT_OK, "shape");
     double psi = (double)gpt_param_count(&s), C = 64, T = 64;
 
@@ -198,7 +198,7 @@ int main(void) {
     double all_on = e.memory;
     strcpy(o.offload.optimizer, "cpu");
     CHECK(dt_plan_layout(&o, &m1, 1, 1, 1, 1, 0, &e) == DT_OK, "with offload.optimizer cpu");
-    gpt_shape os = {4, 4, 64, 16, 16384, 0};
+    gpt_shape os = {4, 4, 64, 16, 16384, .padded_vocab = 0};
     CHECK(gpt_shape_check(&os) == DT_OK, "the offload model's shape");
     double off = e.memory, opsi = (double)gpt_param_count(&os);
     CHECK(near(all_on - off, 8 * opsi), "cpu offload, fp32, a device backend: 8 bytes per parameter off the budget "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reference parity: 10 AdamW steps of a tiny GPT-2 (tests/reference/tiny_config.json: 2
+# Reference parity: 10 AdamW steps of a tiny GPT-2 and of three tiny Llama models (tests/reference/tiny_config.json: 2
 # layers, vocab 300 so the padding to 320 is exercised, 2 accumulation steps, warmup +
 # cosine, clipping on some steps but not all) from fixed initial weights must give the same
 # per-step loss and pre-clip gradient norm as an independent float64 PyTorch implementation
@@ -21,13 +21,17 @@ if "$DTRAIN" prepare --fortune --input "$SRC/tests/data/tiny_corpus.txt" --out "
 then pass "prepare the tiny corpus"
 else cat "$TMP/prepare.log"; fail "dtrain prepare"; finish; exit 1
 fi
-if "$DTRAIN" train --config "$ref/tiny_config.json" --set data.train="$TMP/c_train.bin" --set data.val= \
-    --set train.init_from="$ref/tiny_init.safetensors" --metrics "$TMP/m.jsonl" >"$TMP/train.log" 2>&1
-then pass "train 10 steps from tiny_init.safetensors"
-else cat "$TMP/train.log"; fail "dtrain train"; finish; exit 1
+# check NAME CONFIG INIT EXPECTED TOL: dtrain's 10 steps from INIT against the reference's
+check() {
+local name=$1 config=$2 init=$3 expected=$4 tol=$5
+if "$DTRAIN" train --config "$config" --set data.train="$TMP/c_train.bin" --set data.val= \
+    --set train.init_from="$init" --metrics "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1
+then pass "$name: train 10 steps from $(basename "$init")"
+else cat "$TMP/$name.log"; fail "$name: dtrain train"; return
 fi
 
-"$py" - "$ref/tiny_expected.json" "$TMP/m.jsonl" "$TMP/c_train.bin" "$ref/tiny_init.safetensors" "$TOL" \
+echo "== $name"
+"$py" - "$expected" "$TMP/$name.jsonl" "$TMP/c_train.bin" "$init" "$tol" \
     "$TMP/counts" <<'PY'
 import hashlib, json, struct, sys
 
@@ -60,7 +64,7 @@ check(count == exp["config"]["token_count"],
       "run tests/reference/regen.sh)" % (count, exp["config"]["token_count"]))
 digest = hashlib.sha256(open(init_path, "rb").read()).hexdigest()
 check(digest == exp["config"]["init_sha256"],
-      "tiny_init.safetensors is not the file tiny_expected.json was made from (run tests/reference/regen.sh)")
+      "%s is not the file %s was made from (run tests/reference/regen.sh)" % (init_path, exp_path))
 steps = exp["steps"]
 check(sorted(got) == [s["step"] for s in steps],
       "dtrain logged steps %s, expected %s" % (sorted(got), [s["step"] for s in steps]))
@@ -91,6 +95,14 @@ if read -r p f <"$TMP/counts" 2>/dev/null; then
     PASSED=$((PASSED + p))
     FAILED=$((FAILED + f))
 else
-    fail "the comparison script did not run"
+    fail "$name: the comparison script did not run"
 fi
+}
+check gpt2 "$ref/tiny_config.json" "$ref/tiny_init.safetensors" "$ref/tiny_expected.json" "$TOL"
+# the Llama family (issue 28): GQA ratios 1, 2, 4; tied and untied; q/k/v biases; rope theta
+# and Llama 3 scaling, against tests/reference/llama_reference.py (float64), within 1e-5
+for c in gqa1_tied gqa2_untied_bias gqa4_scaled; do
+  check "llama-$c" "$ref/llama/$c.json" "$ref/llama/${c}_init.safetensors" "$ref/llama/${c}_expected.json" \
+    "${PARITY_TOL_LLAMA:-1e-5}"
+done
 finish

@@ -18,7 +18,7 @@
 
 enum { B = 2, T = 8, MB = 3 };
 
-static const gpt_shape SHAPE = {5, 2, 16, 16, 70, 0};
+static const gpt_shape SHAPE = {5, 2, 16, 16, 70, .padded_vocab = 0};
 
 static dt_status make(gpt_model *m, int first, int n, int slots) {
     gpt_layout lay = {.tp = 1, .first_layer = first, .n_layers = n, .slots = slots};

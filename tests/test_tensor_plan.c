@@ -13,7 +13,7 @@
 #include "model/gpt.h"
 
 /* C = 8, 2 heads, vocabulary 70 (padded 128), 8 positions, 3 blocks */
-static gpt_shape SHAPE = {3, 2, 8, 8, 70, 0}; /* padded_vocab filled by main */
+static gpt_shape SHAPE = {3, 2, 8, 8, 70, .padded_vocab = 0}; /* padded_vocab filled by main */
 enum { C = 8, V = 70, VP = 128, NPOS = 8 };
 
 typedef struct {
@@ -90,7 +90,7 @@ static void check_layout(int tp, int r, int first, int n) {
     for (int j = 0; j < nb; j++) {
         size_t unit_start = off;
         for (int k = 0; k < NB; k++, i++) {
-            char name[48];
+            char name[64];
             snprintf(name, sizeof name, "h.%d.%s", first + j, BLOCK[k].suffix);
             check_tensor(what, &m.tensors[i], name, BLOCK[k].rows, BLOCK[k].cols, BLOCK[k].rows, BLOCK[k].dim,
                          BLOCK[k].parts, tp, r, first + j, 1 + j);

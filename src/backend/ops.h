@@ -119,6 +119,24 @@ typedef struct dt_ops {
      * storage precision (the model's bf16 copy of its fp32 master weights). */
     void (*adamw)(float *p, float *p_store, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, float bc1, float bc2, float gscale);
+    /* The Llama family's kernels (NULL in a backend without them: the model refuses the
+     * family). RMSNorm: out = x·rstd·w, rstd[N] = 1/sqrt(mean(x²) + eps) (fp32, kept for
+     * the backward); backward dinp +=, dw += (either may be NULL). */
+    void (*rmsnorm_fwd)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+    void (*rmsnorm_bwd)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                        const float *rstd, int N, int C);
+    /* SwiGLU over n elements: out = silu(gate)·up; backward: dgate, dup from dout */
+    void (*swiglu_fwd)(float *out, const float *gate, const float *up, size_t n);
+    void (*swiglu_bwd)(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+    /* Rotary embeddings and grouped heads into the attention's qkv[N, 3·NH·HS] from q[N,
+     * NH·HS], k and v [N, NKV·HS]: q and k rotated in Hugging Face's convention (pairs d,
+     * d + HS/2; angle pos[i]·inv_freq[d], inv_freq HS/2 fp32 and pos N ints in the
+     * backend's memory), each key/value head repeated for the NH/NKV query heads of its
+     * group. Backward: dq, dk rotated back, dk and dv summed over a group's copies. */
+    void (*rope_qkv_fwd)(float *qkv, const float *q, const float *k, const float *v, const int *pos,
+                         const float *inv_freq, int N, int NH, int NKV, int HS);
+    void (*rope_qkv_bwd)(float *dq, float *dk, float *dv, const float *dqkv, const int *pos, const float *inv_freq,
+                         int N, int NH, int NKV, int HS);
     /* Optional fusions of the MLP's GELU into its GEMMs (NULL: dt_linear_gelu_fwd and
      * dt_linear_dgelu_bwd below run the plain ops they stand for). Forward: pre[N,OC] =
      * inp·w + bias, out = gelu(pre). Backward through the second layer's input: dinp[N,IC]

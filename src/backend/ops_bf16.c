@@ -205,6 +205,54 @@ static void b_adamw(float *p, float *p_store, const float *g, float *m, float *v
     narrow(p_store, p, n);
 }
 
+static void b_rms_f(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+    float *o = buf(0, (size_t)N * C), *x = wide(1, inp, (size_t)N * C), *ww = wide(2, w, (size_t)C);
+    NEED(o, x, ww);
+    in->rmsnorm_fwd(o, rstd, x, ww, N, C, eps);
+    narrow(out, o, (size_t)N * C);
+}
+static void b_rms_b(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                    int N, int C) {
+    float *dx = wide(0, dinp, (size_t)N * C), *dww = wide(1, dw, (size_t)C);
+    float *dy = wide(3, dout, (size_t)N * C), *x = wide(4, inp, (size_t)N * C), *ww = wide(5, w, (size_t)C);
+    NEED(dy, x, ww);
+    if ((dinp && !dx) || (dw && !dww)) return;
+    in->rmsnorm_bwd(dx, dww, dy, x, ww, rstd, N, C);
+    narrow(dinp, dx, (size_t)N * C);
+    narrow(dw, dww, (size_t)C);
+}
+static void b_swiglu_f(float *out, const float *gate, const float *up, size_t n) {
+    float *o = buf(0, n), *g = wide(1, gate, n), *u = wide(2, up, n);
+    NEED(o, g, u);
+    in->swiglu_fwd(o, g, u, n);
+    narrow(out, o, n);
+}
+static void b_swiglu_b(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
+    float *dg = buf(0, n), *du = buf(1, n), *d = wide(2, dout, n), *g = wide(3, gate, n), *u = wide(4, up, n);
+    NEED(dg, du, d, g, u);
+    in->swiglu_bwd(dg, du, d, g, u, n);
+    narrow(dgate, dg, n);
+    narrow(dup, du, n);
+}
+static void b_rope_f(float *qkv, const float *q, const float *k, const float *v, const int *pos, const float *f, int N,
+                     int NH, int NKV, int HS) {
+    size_t nq = (size_t)N * NH * HS, nk = (size_t)N * NKV * HS;
+    float *o = buf(0, 3 * nq), *qq = wide(1, q, nq), *kk = wide(2, k, nk), *vv = wide(3, v, nk);
+    NEED(o, qq, kk, vv);
+    in->rope_qkv_fwd(o, qq, kk, vv, pos, f, N, NH, NKV, HS);
+    narrow(qkv, o, 3 * nq);
+}
+static void b_rope_b(float *dq, float *dk, float *dv, const float *dqkv, const int *pos, const float *f, int N, int NH,
+                     int NKV, int HS) {
+    size_t nq = (size_t)N * NH * HS, nk = (size_t)N * NKV * HS;
+    float *a = buf(0, nq), *b = buf(1, nk), *c = buf(2, nk), *d = wide(3, dqkv, 3 * nq);
+    NEED(a, b, c, d);
+    in->rope_qkv_bwd(a, b, c, d, pos, f, N, NH, NKV, HS);
+    narrow(dq, a, nq);
+    narrow(dk, b, nk);
+    narrow(dv, c, nk);
+}
+
 static dt_status b_sync(void) {
     dt_status s = in->sync();
     if (s == DT_OK && failed) s = dt_fail(DT_ERUNTIME, "bf16 storage: %s", failure);
@@ -235,6 +283,12 @@ const dt_ops *dt_ops_bf16_storage(const dt_ops *f32) {
     T.xent_finish = f32->xent_finish ? b_finish : NULL;
     T.sumsq = b_sumsq;
     T.adamw = b_adamw;
+    T.rmsnorm_fwd = f32->rmsnorm_fwd ? b_rms_f : NULL;
+    T.rmsnorm_bwd = f32->rmsnorm_bwd ? b_rms_b : NULL;
+    T.swiglu_fwd = f32->swiglu_fwd ? b_swiglu_f : NULL;
+    T.swiglu_bwd = f32->swiglu_bwd ? b_swiglu_b : NULL;
+    T.rope_qkv_fwd = f32->rope_qkv_fwd ? b_rope_f : NULL;
+    T.rope_qkv_bwd = f32->rope_qkv_bwd ? b_rope_b : NULL;
     T.linear_gelu_fwd = NULL; /* composed from the wrapped ops above */
     T.linear_dgelu_bwd = NULL;
     return &T;

@@ -116,6 +116,25 @@ static void e_adamw(float *p, float *ps, const float *g, float *m, float *v, siz
     inner->adamw(HF(p), HF(ps), HF(g), HF(m), HF(v), n, lr, b1, b2, eps, wd, c1, c2, gs);
 }
 
+static void e_rms_f(float *o, float *r, const float *i, const float *w, int N, int C, float eps) {
+    inner->rmsnorm_fwd(HF(o), HF(r), HF(i), HF(w), N, C, eps);
+}
+static void e_rms_b(float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C) {
+    inner->rmsnorm_bwd(HF(di), HF(dw), HF(d), HF(i), HF(w), HF(r), N, C);
+}
+static void e_swiglu_f(float *o, const float *g, const float *u, size_t n) { inner->swiglu_fwd(HF(o), HF(g), HF(u), n); }
+static void e_swiglu_b(float *dg, float *du, const float *d, const float *g, const float *u, size_t n) {
+    inner->swiglu_bwd(HF(dg), HF(du), HF(d), HF(g), HF(u), n);
+}
+static void e_rope_f(float *qkv, const float *q, const float *k, const float *v, const int *pos, const float *f, int N,
+                     int NH, int NKV, int HS) {
+    inner->rope_qkv_fwd(HF(qkv), HF(q), HF(k), HF(v), (const int *)H(pos), HF(f), N, NH, NKV, HS);
+}
+static void e_rope_b(float *dq, float *dk, float *dv, const float *dqkv, const int *pos, const float *f, int N, int NH,
+                     int NKV, int HS) {
+    inner->rope_qkv_bwd(HF(dq), HF(dk), HF(dv), HF(dqkv), (const int *)H(pos), HF(f), N, NH, NKV, HS);
+}
+
 static dt_ops EMULATED;
 
 const dt_ops *dt_ops_emulated(const dt_ops *host) {
@@ -132,6 +151,11 @@ const dt_ops *dt_ops_emulated(const dt_ops *host) {
                         .softmax_xent = e_xent, .xent_rowmax = host->xent_rowmax ? e_rowmax : NULL,
                         .xent_rowsum = host->xent_rowsum ? e_rowsum : NULL,
                         .xent_finish = host->xent_finish ? e_finish : NULL, .sumsq = e_sumsq, .sum = e_sum,
-                        .adamw = e_adamw};
+                        .adamw = e_adamw, .rmsnorm_fwd = host->rmsnorm_fwd ? e_rms_f : NULL,
+                        .rmsnorm_bwd = host->rmsnorm_bwd ? e_rms_b : NULL,
+                        .swiglu_fwd = host->swiglu_fwd ? e_swiglu_f : NULL,
+                        .swiglu_bwd = host->swiglu_bwd ? e_swiglu_b : NULL,
+                        .rope_qkv_fwd = host->rope_qkv_fwd ? e_rope_f : NULL,
+                        .rope_qkv_bwd = host->rope_qkv_bwd ? e_rope_b : NULL};
     return &EMULATED;
 }

@@ -6,11 +6,13 @@
 #include "ops.h"
 
 enum { P_GEMM, P_LIN_F, P_LIN_B, P_EMB_F, P_EMB_B, P_LN_F, P_LN_B, P_GELU_F, P_GELU_B, P_ADD, P_ATT_F, P_ATT_B,
-       P_XENT, P_SUMSQ, P_ADAMW, P_SUM, P_LIN_GELU_F, P_LIN_DGELU_B, P_N };
+       P_XENT, P_SUMSQ, P_ADAMW, P_SUM, P_LIN_GELU_F, P_LIN_DGELU_B, P_RMS_F, P_RMS_B, P_SWIGLU_F, P_SWIGLU_B,
+       P_ROPE_F, P_ROPE_B, P_N };
 static const char *NAMES[P_N] = {"gemm (head)", "linear fwd", "linear bwd", "embed fwd", "embed bwd",
                                  "layernorm fwd", "layernorm bwd", "gelu fwd", "gelu bwd", "residual add",
                                  "attention fwd", "attention bwd", "softmax xent", "grad norm",
-                                 "adamw", "loss sum", "linear+gelu fwd", "linear+gelu bwd"};
+                                 "adamw", "loss sum", "linear+gelu fwd", "linear+gelu bwd", "rmsnorm fwd",
+                                 "rmsnorm bwd", "swiglu fwd", "swiglu bwd", "rope+kv heads fwd", "rope+kv heads bwd"};
 static const dt_ops *inner;
 static double secs[P_N];
 static long calls[P_N];
@@ -93,6 +95,25 @@ static void p_lin_dgelu_b(float *di, const float *d, const float *w, const float
     TIMED(P_LIN_DGELU_B, inner->linear_dgelu_bwd(di, d, w, pre, N, IC, OC));
 }
 
+static void p_rms_f(float *o, float *r, const float *i, const float *w, int N, int C, float eps) {
+    TIMED(P_RMS_F, inner->rmsnorm_fwd(o, r, i, w, N, C, eps));
+}
+static void p_rms_b(float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C) {
+    TIMED(P_RMS_B, inner->rmsnorm_bwd(di, dw, d, i, w, r, N, C));
+}
+static void p_swiglu_f(float *o, const float *g, const float *u, size_t n) { TIMED(P_SWIGLU_F, inner->swiglu_fwd(o, g, u, n)); }
+static void p_swiglu_b(float *dg, float *du, const float *d, const float *g, const float *u, size_t n) {
+    TIMED(P_SWIGLU_B, inner->swiglu_bwd(dg, du, d, g, u, n));
+}
+static void p_rope_f(float *qkv, const float *q, const float *k, const float *v, const int *pos, const float *f, int N,
+                     int NH, int NKV, int HS) {
+    TIMED(P_ROPE_F, inner->rope_qkv_fwd(qkv, q, k, v, pos, f, N, NH, NKV, HS));
+}
+static void p_rope_b(float *dq, float *dk, float *dv, const float *dqkv, const int *pos, const float *f, int N, int NH,
+                     int NKV, int HS) {
+    TIMED(P_ROPE_B, inner->rope_qkv_bwd(dq, dk, dv, dqkv, pos, f, N, NH, NKV, HS));
+}
+
 static dt_ops PROFILED;
 
 const dt_ops *dt_ops_profiled(const dt_ops *ops) {
@@ -119,6 +140,12 @@ const dt_ops *dt_ops_profiled(const dt_ops *ops) {
     PROFILED.sumsq = p_sumsq;
     PROFILED.sum = p_sum;
     PROFILED.adamw = p_adamw;
+    PROFILED.rmsnorm_fwd = inner->rmsnorm_fwd ? p_rms_f : NULL;
+    PROFILED.rmsnorm_bwd = inner->rmsnorm_bwd ? p_rms_b : NULL;
+    PROFILED.swiglu_fwd = inner->swiglu_fwd ? p_swiglu_f : NULL;
+    PROFILED.swiglu_bwd = inner->swiglu_bwd ? p_swiglu_b : NULL;
+    PROFILED.rope_qkv_fwd = inner->rope_qkv_fwd ? p_rope_f : NULL;
+    PROFILED.rope_qkv_bwd = inner->rope_qkv_bwd ? p_rope_b : NULL;
     return &PROFILED;
 }
 

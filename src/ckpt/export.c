@@ -71,7 +71,7 @@ static dt_status load_source(const char *ckpt, export_src *src, dt_export_info *
     free(cfg_json);
     DT_TRY(s);
     DT_TRY(dt_config_validate(c));
-    gpt_shape shape = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, 0};
+    gpt_shape shape = gpt_shape_of_config(c);
     /* activations for one token only: the model is a weight container and validator here */
     DT_TRY(gpt_create(&src->model, &shape, dt_ops_cpu(), 1, 1));
     DT_TRY(dt_ckpt_load_weights(info->step_dir, &src->model)); /* model.safetensors, or the shards of its index */

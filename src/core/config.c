@@ -41,6 +41,24 @@ static const key_desc KEYS[] = {
     INT("model.seq_len", model.seq_len, 1, 65536, "128", "context length T (size of the position table)"),
     INT("model.vocab_size", model.vocab_size, 1, 16777216,
         "256", "vocabulary size V; padded internally to a multiple of 64 (token files: 2-byte ids, 4-byte above 65536)"),
+    ENUM("model.family", model.family, "gpt2|llama", "gpt2",
+         "gpt2: learned positions, LayerNorm, GELU MLP; llama: rotary positions, RMSNorm, SwiGLU, grouped-query "
+         "attention (docs/models.md)"),
+    INT("model.n_kv_head", model.n_kv_head, 0, 1024, "0", "llama: key/value heads, dividing n_head (0: n_head)"),
+    INT("model.intermediate_size", model.intermediate_size, 0, 1 << 20, "0",
+        "llama: the SwiGLU MLP's width (0: 8·n_embd/3 rounded up to a multiple of 256); gpt2: 4·n_embd"),
+    FLT("model.rope_theta", model.rope_theta, 1, 1e12, "10000", "llama: rotary embedding base"),
+    FLT("model.norm_eps", model.norm_eps, 1e-12, 1, "1e-5", "llama: RMSNorm epsilon (gpt2's LayerNorm: 1e-5)"),
+    FLT("model.rope_factor", model.rope_factor, 0, 1e6, "0",
+        "llama: Llama 3 rotary frequency scaling factor (0: none; then rope_low_freq, rope_high_freq, "
+        "rope_original_max apply)"),
+    FLT("model.rope_low_freq", model.rope_low_freq, 0, 1e6, "1", "llama: Llama 3 scaling's low_freq_factor"),
+    FLT("model.rope_high_freq", model.rope_high_freq, 0, 1e6, "4", "llama: Llama 3 scaling's high_freq_factor"),
+    INT("model.rope_original_max", model.rope_original_max, 1, 1 << 24, "8192",
+        "llama: Llama 3 scaling's original_max_position_embeddings"),
+    BOOL("model.tie_embeddings", model.tie_embeddings, "true",
+         "the LM head is the token embedding (gpt2: always; llama: false gives lm_head.weight of its own)"),
+    BOOL("model.qkv_bias", model.qkv_bias, "false", "llama: biases on q, k and v (Qwen2)"),
     STR("data.train", data.train, "data/demo_train.bin", "training token file (see docs/config.md#token-files)"),
     STR("data.val", data.val, "auto",
         "validation token file; auto: the training file's `_val.bin` sibling (PREFIX_train.bin -> PREFIX_val.bin) if it exists; empty: no validation"),
@@ -394,6 +412,24 @@ dt_status dt_config_validate(const dt_config *c) {
     if (c->model.n_embd % c->model.n_head != 0)
         return dt_fail(DT_EINPUT, "config: model.n_embd (%d) must be divisible by model.n_head (%d)", c->model.n_embd,
                        c->model.n_head);
+    if (!strcmp(c->model.family, "gpt2")) { /* GPT-2's choices are fixed */
+        if (!c->model.tie_embeddings)
+            return dt_fail(DT_EINPUT, "config: model.tie_embeddings false: GPT-2's head is always its token embedding");
+        if (c->model.qkv_bias || (c->model.n_kv_head && c->model.n_kv_head != c->model.n_head) ||
+            (c->model.intermediate_size && c->model.intermediate_size != 4 * c->model.n_embd) || c->model.rope_factor)
+            return dt_fail(DT_EINPUT, "config: model.qkv_bias, n_kv_head, intermediate_size and rope_factor are "
+                           "model.family llama's (gpt2 has full heads, a 4·n_embd MLP and learned positions)");
+    } else {
+        if (c->model.n_kv_head && c->model.n_head % c->model.n_kv_head != 0)
+            return dt_fail(DT_EINPUT, "config: model.n_kv_head (%d) must divide model.n_head (%d)", c->model.n_kv_head,
+                           c->model.n_head);
+        if ((c->model.n_embd / c->model.n_head) % 2 != 0)
+            return dt_fail(DT_EINPUT, "config: model.family llama: the head size n_embd / n_head (%d) must be even "
+                           "(rotary embeddings rotate pairs)", c->model.n_embd / c->model.n_head);
+        if (!strcmp(c->backend, "cuda"))
+            return dt_fail(DT_EINPUT, "config: model.family llama is not implemented on the cuda backend yet (use "
+                           "backend cpu or emulated)");
+    }
     if (c->train.seq_len > c->model.seq_len)
         return dt_fail(DT_EINPUT, "config: train.seq_len (%d) exceeds the position table (model.seq_len %d)",
                        c->train.seq_len, c->model.seq_len);
@@ -455,8 +491,12 @@ dt_status dt_config_resolve_micro_batch(dt_config *c, int world) {
 static const char *const PER_RUN[] = {"checkpoint.resume", "checkpoint.overwrite", "train.stop_after",
                                       "train.init_from", "parallel.tp", "parallel.pp", "parallel.cp"};
 /* What the weights and the token ids depend on: fixed for the life of a run. */
-static const char *const FIXED[] = {"model.n_layer", "model.n_head", "model.n_embd", "model.seq_len",
-                                    "model.vocab_size", "data.tokenizer"};
+static const char *const FIXED[] = {"model.n_layer",      "model.n_head",     "model.n_embd",
+                                    "model.seq_len",      "model.vocab_size", "data.tokenizer",
+                                    "model.family",       "model.n_kv_head",  "model.intermediate_size",
+                                    "model.rope_theta",   "model.norm_eps",   "model.rope_factor",
+                                    "model.rope_low_freq", "model.rope_high_freq", "model.rope_original_max",
+                                    "model.tie_embeddings", "model.qkv_bias"};
 
 static int in_list(const char *path, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)

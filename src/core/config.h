@@ -12,6 +12,13 @@
 typedef struct {
     struct {
         int n_layer, n_head, n_embd, seq_len, vocab_size;
+        char family[8];             /* gpt2 | llama (docs/models.md) */
+        int n_kv_head;              /* llama: key/value heads (0: n_head) */
+        int intermediate_size;      /* llama: SwiGLU width (0: 8C/3 rounded up to a multiple of 256) */
+        double rope_theta, norm_eps;
+        double rope_factor, rope_low_freq, rope_high_freq; /* Llama 3 frequency scaling (factor 0: none) */
+        int rope_original_max;
+        int tie_embeddings, qkv_bias;
     } model;
     struct {
         char train[DT_PATH_MAX], val[DT_PATH_MAX];

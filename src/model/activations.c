@@ -14,6 +14,8 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
     size_t rc = lay->recompute != 0, LI = rc ? 0 : LL; /* blocks of inner activations per slot */
     size_t NH = (size_t)s->n_head / tp, Cl = C / tp; /* this rank's heads and width */
     size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
+    size_t FC = gpt_fc_width(s, (int)tp), FG = gpt_fcg_width(s, (int)tp), DB = gpt_dbig_width(s, (int)tp);
+    size_t ll = s->family == GPT_FAMILY_LLAMA, bias = ll && s->qkv_bias, half = (size_t)(s->n_embd / s->n_head) / 2;
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
      * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
      * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
@@ -47,13 +49,14 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
             {&b->encoded, R * C, E, SEQ},            {&b->ln1, LI * R * C, E, SEQ},         {&b->ln1_mean, LI * R, F32, SEQ},
             {&b->ln1_rstd, LI * R, F32, SEQ},         {&b->qkv, LI * BT * 3 * Cl, E, TPR},   {&b->atty, LI * BT * Cl, E, TPR},
             {&b->lse, LI * BT * NH, F32, TPR},        {&b->res2, LI * R * C, E, SEQ},        {&b->ln2, LI * R * C, E, SEQ},
-            {&b->ln2_mean, LI * R, F32, SEQ},         {&b->ln2_rstd, LI * R, F32, SEQ},      {&b->fch, LI * BT * 4 * Cl, E, TPR},
-            {&b->fch_gelu, LI * BT * 4 * Cl, E, TPR}, {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
+            {&b->ln2_mean, LI * R, F32, SEQ},         {&b->ln2_rstd, LI * R, F32, SEQ},      {&b->fch, LI * BT * FC, E, TPR},
+            {&b->fch_gelu, LI * BT * FG, E, TPR},     {&b->res3, LL * R * C, E, SEQ},        {&b->lnf, head * R * C, E, SEQ},
             {&b->lnf_mean, head * R, F32, SEQ},      {&b->lnf_rstd, head * R, F32, SEQ},    {&b->dres, R * C, E, SEQ},
             {(float **)&b->tok, first * BT, TOK, OTH},   {(float **)&b->seg, docs * BT, sizeof(int), OTH},
-            {&b->wd_mp, split * LL * BT * C, E, OTH},    {&b->wd_fc, split * LL * BT * 4 * Cl, E, TPR},
+            {&b->wd_mp, split * LL * BT * C, E, OTH},    {&b->wd_fc, split * LL * BT * FC, E, TPR},
             {&b->wd_ap, split * LL * BT * C, E, OTH},    {&b->wd_qkv, split * LL * BT * 3 * Cl, E, TPR},
             {&b->wd_ln2, split * LL * R * C, E, SEQ},    {&b->wd_ln1, split * LL * R * C, E, SEQ},
+            {(float **)&b->pos, ll * BT, sizeof(int), OTH},
         };
         LAY(per_slot)
     }
@@ -62,14 +65,14 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
         {&q->ln1, rc * R * C, E, SEQ},         {&q->ln1_mean, rc * R, F32, SEQ},      {&q->ln1_rstd, rc * R, F32, SEQ},
         {&q->qkv, rc * BT * 3 * Cl, E, TPR},   {&q->atty, rc * BT * Cl, E, TPR},      {&q->lse, rc * BT * NH, F32, TPR},
         {&q->res2, rc * R * C, E, SEQ},        {&q->ln2, rc * R * C, E, SEQ},         {&q->ln2_mean, rc * R, F32, SEQ},
-        {&q->ln2_rstd, rc * R, F32, SEQ},      {&q->fch, rc * BT * 4 * Cl, E, TPR},   {&q->fch_gelu, rc * BT * 4 * Cl, E, TPR},
+        {&q->ln2_rstd, rc * R, F32, SEQ},      {&q->fch, rc * BT * FC, E, TPR},       {&q->fch_gelu, rc * BT * FG, E, TPR},
     };
     LAY(inner)
     part shared[] = {
         {&a->logits, head * head_rows * Vp, E, OTH}, {&a->losses, head * BT, F32, OTH},  {&a->proj, BT * C, E, OTH},
-        {&a->dsmall, BT * C, E, OTH},                {&a->dbig, BT * 4 * Cl, E, TPR},     {(float **)&a->tgt, head * BT, TOK, OTH},
+        {&a->dsmall, BT * C, E, OTH},                {&a->dbig, BT * DB, E, TPR},         {(float **)&a->tgt, head * BT, TOK, OTH},
         {&a->xstat, head * 3 * head_rows, F32, OTH}, {&a->full, sp * BT * C, E, OTH},      {&a->rows, sp * R * C, E, SEQ},
-        {&a->lngrad, sp * 4 * C, E, OTH},
+        {&a->lngrad, sp * 4 * C, E, OTH},            {&a->inv_freq, ll * half, F32, OTH}, {&a->ones, bias * BT, E, OTH},
     };
     LAY(shared)
 #undef LAY
@@ -85,8 +88,21 @@ size_t gpt_activation_bytes_layout(const gpt_shape *s, int B, int T, size_t elem
     return gpt_act_layout(s, B, T, elem_bytes, layout ? layout : &gpt_one_rank, NULL, regions);
 }
 
+size_t gpt_fc_width(const gpt_shape *s, int tp) {
+    return (size_t)(s->family == GPT_FAMILY_LLAMA ? 2 : 1) * (size_t)s->intermediate / (size_t)tp;
+}
+size_t gpt_fcg_width(const gpt_shape *s, int tp) { return (size_t)s->intermediate / (size_t)tp; }
+size_t gpt_dbig_width(const gpt_shape *s, int tp) {
+    size_t C = (size_t)s->n_embd, I = (size_t)s->intermediate, t = (size_t)tp;
+    if (s->family != GPT_FAMILY_LLAMA) return 4 * C / t; /* c_fc's output gradient (c_attn's: 3C) */
+    size_t kv = (size_t)s->n_kv_head * (C / (size_t)s->n_head);
+    size_t mlp = 3 * I / t, att = (4 * C + 2 * kv) / t; /* d(silu·up) | dgate | dup; dqkv | dq | dk | dv */
+    return mlp > att ? mlp : att;
+}
+
 block_acts gpt_block_acts(const gpt_model *m, const gpt_slot *a, int j) {
     size_t BT = (size_t)m->max_B * m->max_T, BTCl = BT * (size_t)m->shape.n_embd / (size_t)m->tp;
+    size_t FC = BT * gpt_fc_width(&m->shape, m->tp), FG = BT * gpt_fcg_width(&m->shape, m->tp);
     size_t R = max_local_rows(m), RC = R * (size_t)m->shape.n_embd;
     int i = j - m->chunk_block0[a->chunk]; /* the block's index in its chunk */
     size_t L = (size_t)i; /* storage-precision buffers step through S(); statistics are fp32 */
@@ -97,13 +113,14 @@ block_acts gpt_block_acts(const gpt_model *m, const gpt_slot *a, int j) {
                         n->ln1_rstd + I * R,          S(m, n->qkv, I * 3 * BTCl), S(m, n->atty, I * BTCl),
                         n->lse + I * BT * (size_t)(m->shape.n_head / m->tp),      S(m, n->res2, I * RC),
                         S(m, n->ln2, I * RC),         n->ln2_mean + I * R,        n->ln2_rstd + I * R,
-                        S(m, n->fch, I * 4 * BTCl),   S(m, n->fch_gelu, I * 4 * BTCl), S(m, a->res3, L * RC)};
+                        S(m, n->fch, I * FC),         S(m, n->fch_gelu, I * FG),  S(m, a->res3, L * RC)};
 }
 
 block_douts gpt_block_douts(const gpt_model *m, const gpt_slot *s, int j) {
     size_t BTC = (size_t)m->max_B * m->max_T * (size_t)m->shape.n_embd, BTCl = BTC / (size_t)m->tp;
     size_t RC = max_local_rows(m) * (size_t)m->shape.n_embd, L = (size_t)(j - m->chunk_block0[s->chunk]);
-    return (block_douts){S(m, s->wd_mp, L * BTC), S(m, s->wd_fc, L * 4 * BTCl), S(m, s->wd_ap, L * BTC),
+    size_t FC = (size_t)m->max_B * m->max_T * gpt_fc_width(&m->shape, m->tp);
+    return (block_douts){S(m, s->wd_mp, L * BTC), S(m, s->wd_fc, L * FC), S(m, s->wd_ap, L * BTC),
                          S(m, s->wd_qkv, L * 3 * BTCl), S(m, s->wd_ln2, L * RC), S(m, s->wd_ln1, L * RC)};
 }
 

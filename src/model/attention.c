@@ -1,22 +1,62 @@
-/* The attention half of a block: c_attn (column-parallel: this rank's heads' q, k, v),
- * causal attention (the backend's, or context parallelism's ring), c_proj (row-parallel:
- * partial sums completed over the tensor-parallel group, its bias added by piece 0
- * alone). With sp its input is gathered over the sequence pieces first. */
+/* The attention half of a block. GPT-2: c_attn (column-parallel: this rank's heads' q, k,
+ * v in one GEMM), causal attention, c_proj (row-parallel: partial sums completed over the
+ * tensor-parallel group, its bias added by piece 0 alone). Llama: q, k and v projections
+ * of their own (k and v of n_kv_head heads; biases optional), rotary embeddings and the
+ * key/value heads repeated for their query groups (the backend's rope_qkv) into the same
+ * qkv layout, the same attention, o_proj without bias. With sp the input is gathered over
+ * the sequence pieces first. The attention is the backend's, or context parallelism's ring. */
 #include "gpt_internal.h"
+
+/* This rank's widths: query heads and their width; key/value heads and their width */
+typedef struct {
+    int NHl, Cl, NKVl, Ckv, HS;
+} widths;
+static widths widths_of(const gpt_model *m) {
+    int HS = m->shape.n_embd / m->shape.n_head, NHl = m->shape.n_head / m->tp, NKVl = m->shape.n_kv_head / m->tp;
+    return (widths){NHl, NHl * HS, NKVl, NKVl * HS, HS};
+}
+
+static dt_status attend_fwd(gpt_model *m, const gpt_slot *a, const block_acts *b, widths w) {
+    if (m->cp_comm.attention_fwd)
+        return m->cp_comm.attention_fwd(m->cp_comm.ctx, b->atty, b->lse, b->qkv, a->docs ? a->seg_host : NULL, a->B,
+                                        a->T, w.Cl, w.NHl);
+    m->ops->attention_fwd(b->atty, b->lse, b->qkv, a->docs ? a->seg : NULL, a->B, a->T, w.Cl, w.NHl);
+    return DT_OK;
+}
 
 dt_status gpt_attention_forward(gpt_model *m, const gpt_slot *a, const block_acts *b, int j, float **out) {
     const dt_ops *o = m->ops;
     float *proj = m->acts->proj, *in;
-    int B = a->B, T = a->T, C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
-    int bias_here = m->tp_rank == 0;
+    int C = m->shape.n_embd, N = a->B * a->T, bias_here = m->tp_rank == 0;
+    widths w = widths_of(m);
     DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
-    o->linear_fwd(b->qkv, in, P(m, j, T_QKVW), P(m, j, T_QKVB), N, C, 3 * Cl);
-    if (m->cp_comm.attention_fwd)
-        DT_TRY(m->cp_comm.attention_fwd(m->cp_comm.ctx, b->atty, b->lse, b->qkv, a->docs ? a->seg_host : NULL, B, T,
-                                        Cl, NHl));
-    else o->attention_fwd(b->atty, b->lse, b->qkv, a->docs ? a->seg : NULL, B, T, Cl, NHl);
-    o->linear_fwd(proj, b->atty, P(m, j, T_APW), bias_here ? P(m, j, T_APB) : NULL, N, Cl, C);
+    if (llama(m)) { /* q, k, v (scratch), then rotated and grouped into qkv */
+        float *q = m->acts->dbig, *k = S(m, q, (size_t)N * w.Cl), *v = S(m, k, (size_t)N * w.Ckv);
+        gpt_linear_t_fwd(m, q, in, P(m, j, T_QW), P(m, j, T_QB), N, C, w.Cl);
+        gpt_linear_t_fwd(m, k, in, P(m, j, T_KW), P(m, j, T_KB), N, C, w.Ckv);
+        gpt_linear_t_fwd(m, v, in, P(m, j, T_VW), P(m, j, T_VB), N, C, w.Ckv);
+        o->rope_qkv_fwd(b->qkv, q, k, v, a->pos, m->acts->inv_freq, N, w.NHl, w.NKVl, w.HS);
+        DT_TRY(attend_fwd(m, a, b, w));
+        gpt_linear_t_fwd(m, proj, b->atty, P(m, j, T_APW), NULL, N, w.Cl, C);
+    } else {
+        o->linear_fwd(b->qkv, in, P(m, j, T_QKVW), P(m, j, T_QKVB), N, C, 3 * w.Cl);
+        DT_TRY(attend_fwd(m, a, b, w));
+        o->linear_fwd(proj, b->atty, P(m, j, T_APW), bias_here ? P(m, j, T_APB) : NULL, N, w.Cl, C);
+    }
     return gpt_tp_complete(m, proj, m->acts->rows, N, out);
+}
+
+/* Llama's q, k, v weight gradients (and biases') from their output gradients raw (dq | dk
+ * | dv); dx (NULL: none) receives the input gradient */
+static void qkv_t_bwd(gpt_model *m, float *dx, const float *raw, const float *in, int j, int split, int N, widths w) {
+    int C = m->shape.n_embd;
+    const float *dq = raw, *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
+    int wg = !split || !dx; /* the weight gradients now (a whole backward, or the split's weight pass) */
+    float *gq = wg ? G(m, j, T_QW) : NULL, *gk = wg ? G(m, j, T_KW) : NULL, *gv = wg ? G(m, j, T_VW) : NULL;
+    float *bq = wg ? G(m, j, T_QB) : NULL, *bk = wg ? G(m, j, T_KB) : NULL, *bv = wg ? G(m, j, T_VB) : NULL;
+    gpt_linear_t_bwd(m, dx, gq, bq, dq, in, dx ? P(m, j, T_QW) : NULL, N, C, w.Cl, 0);
+    gpt_linear_t_bwd(m, dx, gk, bk, dk, in, dx ? P(m, j, T_KW) : NULL, N, C, w.Ckv, 1);
+    gpt_linear_t_bwd(m, dx, gv, bv, dv, in, dx ? P(m, j, T_VW) : NULL, N, C, w.Ckv, 1);
 }
 
 /* The c_proj bias's gradient is computed on every tensor-parallel rank from the same
@@ -29,29 +69,43 @@ dt_status gpt_attention_backward(gpt_model *m, gpt_slot *s, const block_acts *b,
                                  int split, float **dln) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int B = s->B, T = s->T, C = m->shape.n_embd, Cl = C / m->tp, NHl = m->shape.n_head / m->tp, N = B * T;
+    int B = s->B, T = s->T, C = m->shape.n_embd, N = B * T, ll = llama(m);
+    widths w = widths_of(m);
     size_t NC = (size_t)N * C * m->esz;
     float *dout, *in = NULL;
+    /* the attention's input gradient (Llama: the grouped, rotated layout, then the q, k, v
+     * projections' own: kept for the weight pass when split) */
+    float *dqkv = ll ? a->dbig : k->qkv, *raw = !ll ? NULL : split ? k->qkv : S(m, a->dbig, (size_t)N * 3 * w.Cl);
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dout));
     if (split) o->copy(k->ap, dout, NC);
-    o->linear_bwd(a->dsmall, WG(m, j, T_APW, split), WG(m, j, T_APB, split), dout, b->atty, P(m, j, T_APW), N, Cl, C,
-                  0);
+    if (ll) gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_APW, split), NULL, dout, b->atty, P(m, j, T_APW), N, w.Cl, C, 0);
+    else o->linear_bwd(a->dsmall, WG(m, j, T_APW, split), WG(m, j, T_APB, split), dout, b->atty, P(m, j, T_APW), N,
+                       w.Cl, C, 0);
     if (m->cp_comm.attention_bwd)
-        DT_TRY(m->cp_comm.attention_bwd(m->cp_comm.ctx, k->qkv, a->dsmall, b->qkv, b->atty, b->lse,
-                                        s->docs ? s->seg_host : NULL, B, T, Cl, NHl));
-    else o->attention_bwd(k->qkv, a->dsmall, b->qkv, b->atty, b->lse, s->docs ? s->seg : NULL, B, T, Cl, NHl);
+        DT_TRY(m->cp_comm.attention_bwd(m->cp_comm.ctx, dqkv, a->dsmall, b->qkv, b->atty, b->lse,
+                                        s->docs ? s->seg_host : NULL, B, T, w.Cl, w.NHl));
+    else o->attention_bwd(dqkv, a->dsmall, b->qkv, b->atty, b->lse, s->docs ? s->seg : NULL, B, T, w.Cl, w.NHl);
     if (!split) DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
-    o->linear_bwd(a->dsmall, WG(m, j, T_QKVW, split), WG(m, j, T_QKVB, split), k->qkv, in, P(m, j, T_QKVW), N, C,
-                  3 * Cl, 0);
+    if (ll) {
+        float *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
+        o->rope_qkv_bwd(raw, dk, dv, dqkv, s->pos, a->inv_freq, N, w.NHl, w.NKVl, w.HS);
+        qkv_t_bwd(m, a->dsmall, raw, in, j, split, N, w);
+    } else {
+        o->linear_bwd(a->dsmall, WG(m, j, T_QKVW, split), WG(m, j, T_QKVB, split), k->qkv, in, P(m, j, T_QKVW), N, C,
+                      3 * w.Cl, 0);
+    }
     return gpt_tp_complete(m, a->dsmall, a->rows, N, dln);
 }
 
 dt_status gpt_attention_weight(gpt_model *m, const gpt_slot *s, const block_acts *b, const block_douts *k, int j) {
     const dt_ops *o = m->ops;
-    int C = m->shape.n_embd, Cl = C / m->tp, N = s->B * s->T;
+    int C = m->shape.n_embd, N = s->B * s->T;
+    widths w = widths_of(m);
     float *in;
-    o->linear_bwd(NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, Cl, C, 0);
+    if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_APW), NULL, k->ap, b->atty, NULL, N, w.Cl, C, 0);
+    else o->linear_bwd(NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
-    o->linear_bwd(NULL, G(m, j, T_QKVW), G(m, j, T_QKVB), k->qkv, in, NULL, N, C, 3 * Cl, 0);
+    if (llama(m)) qkv_t_bwd(m, NULL, k->qkv, in, j, 1, N, w);
+    else o->linear_bwd(NULL, G(m, j, T_QKVW), G(m, j, T_QKVB), k->qkv, in, NULL, N, C, 3 * w.Cl, 0);
     return DT_OK;
 }

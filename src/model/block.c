@@ -1,5 +1,6 @@
-/* A transformer block (GPT-2: pre-LayerNorm): x + attention(ln_1(x)), then the same with
- * the MLP and ln_2. With tensor parallelism (tp ranks) this rank holds NH/tp heads (Cl =
+/* A transformer block, pre-norm in both families: x + attention(norm_1(x)), then the same
+ * with the MLP and norm_2 (GPT-2's ln_1/ln_2, Llama's input/post_attention_layernorm).
+ * With tensor parallelism (tp ranks) this rank holds NH/tp heads (Cl =
  * C/tp of the attention width) and 4C/tp MLP columns (attention.c, mlp.c); with sp the
  * LayerNorms and residual adds run on this rank's Nl rows, and the replicated LayerNorms'
  * gradients are summed over the group (tp_regions.c). */
@@ -10,10 +11,10 @@ dt_status gpt_block_forward(gpt_model *m, const gpt_slot *a, int j) {
     float *p;
     int C = m->shape.n_embd, Nl = local_rows(m, a->B * a->T);
     block_acts b = gpt_block_acts(m, a, j);
-    o->layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, j, T_LN1W), P(m, j, T_LN1B), Nl, C);
+    gpt_norm_fwd(m, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, j, T_LN1W), P(m, j, T_LN1B), Nl);
     DT_TRY(gpt_attention_forward(m, a, &b, j, &p));
     o->add(b.res2, b.x, p, (size_t)Nl * C);
-    o->layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, j, T_LN2W), P(m, j, T_LN2B), Nl, C);
+    gpt_norm_fwd(m, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, j, T_LN2W), P(m, j, T_LN2B), Nl);
     DT_TRY(gpt_mlp_forward(m, a, &b, j, &p));
     o->add(b.res3, b.res2, p, (size_t)Nl * C);
     return DT_OK;
@@ -40,11 +41,11 @@ dt_status gpt_block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
         o->copy(k.ln2, dln, RCb);
     }
     if (m->sp && !split) o->zero(a->lngrad, 4 * (size_t)C * m->esz);
-    o->layernorm_bwd(s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
+    gpt_norm_bwd(m, s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl);
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
     DT_TRY(gpt_attention_backward(m, s, &b, &k, j, split, &dln));
     if (split) o->copy(k.ln1, dln, RCb);
-    o->layernorm_bwd(s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
+    gpt_norm_bwd(m, s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl);
     if (split) return DT_OK;
     float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
     return gpt_ln_grad_finish(m, ln_dw, 2);
@@ -59,8 +60,8 @@ static dt_status block_ln_weight(gpt_model *m, gpt_slot *s, int j) {
     ln_grads ln2 = gpt_ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
     ln_grads ln1 = gpt_ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
     if (m->sp) o->zero(m->acts->lngrad, 4 * (size_t)C * m->esz);
-    o->layernorm_bwd(NULL, ln2.w, ln2.b, k.ln2, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl, C);
-    o->layernorm_bwd(NULL, ln1.w, ln1.b, k.ln1, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl, C);
+    gpt_norm_bwd(m, NULL, ln2.w, ln2.b, k.ln2, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl);
+    gpt_norm_bwd(m, NULL, ln1.w, ln1.b, k.ln1, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl);
     float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
     return gpt_ln_grad_finish(m, ln_dw, 2);
 }

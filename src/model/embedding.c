@@ -1,4 +1,4 @@
-/* The embeddings (first stage): token rows of wte plus positions of wpe, vocabulary-
+/* The embeddings (first stage): token rows of wte plus (GPT-2) positions of wpe, vocabulary-
  * parallel (each rank embeds the tokens in its rows, piece 0 adds the positions, the sum
  * completed over the tensor-parallel group); with context parallelism this rank's
  * positions come in runs (context_parallel.h). */
@@ -6,7 +6,9 @@
 
 /* Rows whose positions come in runs: context parallelism (this rank's positions of the
  * sequence) or documents (positions restart at each document). Else one call for all. */
-static int in_runs(const gpt_model *m, const gpt_slot *a) { return m->cp_comm.positions || a->docs; }
+static int in_runs(const gpt_model *m, const gpt_slot *a) {
+    return m->t_wpe >= 0 && (m->cp_comm.positions || a->docs); /* Llama: no position table (rotary positions) */
+}
 
 /* Token t's place in the row (context parallelism: in the whole sequence). */
 static int place(const gpt_model *m, int t) { return m->cp_comm.positions ? m->cp_comm.positions[t] : t; }
@@ -31,7 +33,7 @@ dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const dt_token *tokens, i
     o->upload(a->tok, tokens, (size_t)N * sizeof(dt_token));
     int Vl = m->shape.padded_vocab / m->tp;
     float *emb = m->sp ? m->acts->proj : a->encoded, *done;
-    const float *wpe = m->tp_rank == 0 ? tp(m, 1) : NULL;
+    const float *wpe = m->tp_rank == 0 && m->t_wpe >= 0 ? tp(m, m->t_wpe) : NULL;
     if (!in_runs(m, a)) {
         o->embed_fwd(emb, a->tok, tp(m, 0), wpe ? S(m, wpe, (size_t)pos0 * C) : NULL, B, T, C, m->tp_rank * Vl, Vl);
     } else { /* each run of consecutive positions of each row */
@@ -49,24 +51,24 @@ dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const dt_token *tokens, i
 /* The embeddings' gradients (first stage) from the residual stream's gradient. */
 dt_status gpt_embed_backward(gpt_model *m, gpt_slot *s) {
     int C = m->shape.n_embd, N = s->B * s->T;
-    if (!m->has_head) HOOK(before_backward, 0); /* else the head asked for it */
+    if (!m->has_head || !m->shape.tie) HOOK(before_backward, 0); /* else the head asked for it */
     int Vl = m->shape.padded_vocab / m->tp;     /* dwpe on every rank: dres is replicated (or gathered) */
     float *dall;
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dall));
     if (!in_runs(m, s)) {
-        m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), (size_t)s->pos0 * C), dall, s->tok, s->B, s->T, C, m->tp_rank * Vl,
-                          Vl);
+        float *dwpe = m->t_wpe >= 0 ? S(m, tg(m, m->t_wpe), (size_t)s->pos0 * C) : NULL;
+        m->ops->embed_bwd(tg(m, 0), dwpe, dall, s->tok, s->B, s->T, C, m->tp_rank * Vl, Vl);
     } else {
         for (int b = 0; b < s->B; b++) /* as in the forward, run by run */
             for (int t0 = 0, t1; t0 < s->T; t0 = t1) {
                 t1 = run_end(m, s, b, t0);
                 size_t r = (size_t)b * s->T + t0;
-                m->ops->embed_bwd(tg(m, 0), S(m, tg(m, 1), run_position(m, s, b, t0) * C), S(m, dall, r * C),
+                m->ops->embed_bwd(tg(m, 0), S(m, tg(m, m->t_wpe), run_position(m, s, b, t0) * C), S(m, dall, r * C),
                                   s->tok + r, 1, t1 - t0, C, m->tp_rank * Vl, Vl);
             }
     }
     gpt_zero_frozen(m, 0, NULL);
-    gpt_zero_frozen(m, 1, NULL);
+    if (m->t_wpe >= 0) gpt_zero_frozen(m, m->t_wpe, NULL);
     HOOK(after_backward, 0);
     return DT_OK;
 }

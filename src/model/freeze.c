@@ -47,5 +47,5 @@ void gpt_zero_frozen(gpt_model *m, int i, float *g) {
 }
 
 void gpt_zero_frozen_block(gpt_model *m, int j) {
-    for (int k = 0; k < T_PER_LAYER; k++) gpt_zero_frozen(m, m->block0 + j * T_PER_LAYER + k, NULL);
+    for (int k = 0; k < m->layer_tensors; k++) gpt_zero_frozen(m, m->block0 + j * m->layer_tensors + k, NULL);
 }

@@ -9,6 +9,24 @@
 #include "../core/rng.h"
 #include "gpt_internal.h"
 
+gpt_shape gpt_shape_of_config(const dt_config *c) {
+    gpt_shape s = {c->model.n_layer, c->model.n_head, c->model.n_embd, c->model.seq_len, c->model.vocab_size, .padded_vocab = 0};
+    s.family = !strcmp(c->model.family, "llama") ? GPT_FAMILY_LLAMA : GPT_FAMILY_GPT2;
+    if (s.family == GPT_FAMILY_LLAMA) {
+        s.n_kv_head = c->model.n_kv_head;
+        s.intermediate = c->model.intermediate_size;
+        s.tie = c->model.tie_embeddings;
+        s.qkv_bias = c->model.qkv_bias;
+        s.rope_theta = (float)c->model.rope_theta;
+        s.norm_eps = (float)c->model.norm_eps;
+        s.rope_factor = (float)c->model.rope_factor;
+        s.rope_low_freq = (float)c->model.rope_low_freq;
+        s.rope_high_freq = (float)c->model.rope_high_freq;
+        s.rope_original_max = c->model.rope_original_max;
+    }
+    return s;
+}
+
 dt_status gpt_shape_check(gpt_shape *s) {
     if (s->n_layer < 1 || s->n_head < 1 || s->n_embd < 1 || s->seq_len < 1 || s->vocab_size < 1)
         return dt_fail(DT_EINPUT, "model: n_layer, n_head, n_embd, seq_len and vocab_size must be positive");
@@ -17,6 +35,22 @@ dt_status gpt_shape_check(gpt_shape *s) {
     if (s->vocab_size > (1 << 24))
         return dt_fail(DT_EINPUT, "model: vocab_size %d exceeds 16777216", s->vocab_size);
     s->padded_vocab = (s->vocab_size + 63) / 64 * 64;
+    if (s->family == GPT_FAMILY_GPT2) {
+        s->n_kv_head = s->n_head, s->intermediate = 4 * s->n_embd, s->tie = 1, s->qkv_bias = 1;
+        s->norm_eps = 1e-5f;
+        return DT_OK;
+    }
+    if (s->family != GPT_FAMILY_LLAMA) return dt_fail(DT_EINPUT, "model: unknown family %d", s->family);
+    if (s->n_kv_head == 0) s->n_kv_head = s->n_head;
+    if (s->n_kv_head < 1 || s->n_head % s->n_kv_head != 0)
+        return dt_fail(DT_EINPUT, "model: n_kv_head (%d) must divide n_head (%d)", s->n_kv_head, s->n_head);
+    if ((s->n_embd / s->n_head) % 2 != 0)
+        return dt_fail(DT_EINPUT, "model: rotary embeddings need an even head size (n_embd / n_head = %d)",
+                       s->n_embd / s->n_head);
+    if (s->intermediate == 0) s->intermediate = (8 * s->n_embd / 3 + 255) / 256 * 256;
+    if (s->intermediate < 1) return dt_fail(DT_EINPUT, "model: intermediate_size must be positive");
+    if (!(s->rope_theta > 0)) s->rope_theta = 10000.0f;
+    if (!(s->norm_eps > 0)) s->norm_eps = 1e-5f;
     return DT_OK;
 }
 
@@ -58,6 +92,52 @@ dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, in
     return gpt_create_ex(m, shape, ops, max_B, max_T, 1);
 }
 
+/* Rotary frequencies, Hugging Face's: inv_freq[d] = theta^(-2d/HS), with Llama 3's scaling
+ * when rope_factor > 0 (long wavelengths divided by the factor, short ones kept, a smooth
+ * blend between). */
+void gpt_rope_frequencies(const gpt_shape *s, float *inv_freq) {
+    int HS = s->n_embd / s->n_head;
+    for (int d = 0; d < HS / 2; d++) {
+        double f = (double)(float)(1.0 / pow((double)s->rope_theta, (double)(2 * d) / HS));
+        if (s->rope_factor > 0) {
+            double old = s->rope_original_max, lo = s->rope_low_freq, hi = s->rope_high_freq, k = s->rope_factor;
+            double wavelen = 2 * M_PI / f;
+            if (wavelen > old / lo) f /= k;
+            else if (!(wavelen < old / hi)) {
+                double smooth = (old / wavelen - lo) / (hi - lo);
+                f = (1 - smooth) * f / k + smooth * f;
+            }
+        }
+        inv_freq[d] = (float)f;
+    }
+}
+
+/* The Llama family's tables: rotary frequencies, the host's position scratch, the ones
+ * the bias GEMMs multiply. */
+static dt_status llama_tables(gpt_model *m) {
+    gpt_acts *a = m->acts;
+    size_t BT = (size_t)m->max_B * m->max_T, half = (size_t)(m->shape.n_embd / m->shape.n_head) / 2;
+    float *f = malloc(half * sizeof(float));
+    a->pos_host = malloc(BT * sizeof(int));
+    if (!f || !a->pos_host) {
+        free(f);
+        return dt_fail(DT_ERUNTIME, "out of memory (rotary tables)");
+    }
+    gpt_rope_frequencies(&m->shape, f);
+    m->ops->upload(a->inv_freq, f, half * sizeof(float));
+    free(f);
+    if (!m->shape.qkv_bias) return DT_OK; /* (an empty part of the arena still has an address) */
+    void *h = malloc(BT * m->esz);
+    if (!h) return dt_fail(DT_ERUNTIME, "out of memory (bias ones)");
+    for (size_t i = 0; i < BT; i++) {
+        if (m->esz == 2) ((uint16_t *)h)[i] = 0x3f80; /* bf16 1.0 */
+        else ((float *)h)[i] = 1.0f;
+    }
+    m->ops->upload(a->ones, h, BT * m->esz);
+    free(h);
+    return DT_OK;
+}
+
 dt_status gpt_create_ex(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T,
                         int alloc_state) {
     return gpt_create_layout(m, shape, ops, max_B, max_T, alloc_state, NULL);
@@ -93,6 +173,16 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     if (tp > 1 && (!ops->xent_rowmax || !ops->xent_rowsum || !ops->xent_finish))
         return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
                        ops->name);
+    if (m->shape.family == GPT_FAMILY_LLAMA) {
+        if (!ops->rmsnorm_fwd || !ops->rmsnorm_bwd || !ops->swiglu_fwd || !ops->swiglu_bwd || !ops->rope_qkv_fwd ||
+            !ops->rope_qkv_bwd)
+            return dt_fail(DT_EINPUT, "model.family llama: the %s backend has no RMSNorm, SwiGLU or rotary kernels",
+                           ops->name);
+        if (m->shape.n_kv_head % tp != 0 || m->shape.intermediate % tp != 0)
+            return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_kv_head %d and model.intermediate_size %d "
+                           "(key/value heads and the MLP's columns are split; replicating key/value heads is not "
+                           "implemented)", tp, m->shape.n_kv_head, m->shape.intermediate);
+    }
     if (m->sp && ((long long)max_B * max_T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", max_B, max_T, tp);
@@ -147,6 +237,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     m->act_bytes = gpt_act_layout(&m->shape, max_B, max_T, m->esz, layout, NULL, m->act_regions);
     DT_TRY(ops->alloc(&a->arena, m->act_bytes, "activations"));
     gpt_act_layout(&m->shape, max_B, max_T, m->esz, layout, a, NULL);
+    if (m->shape.family == GPT_FAMILY_LLAMA) DT_TRY(llama_tables(m));
     return DT_OK;
 }
 
@@ -157,7 +248,7 @@ void gpt_destroy(gpt_model *m) {
         m->ops->free(m->grads);
     }
     for (int k = 0; m->acts && m->acts->slot && k < m->acts->nslots; k++) free(m->acts->slot[k].seg_host);
-    if (m->acts) free(m->acts->slot);
+    if (m->acts) free(m->acts->slot), free(m->acts->pos_host);
     free(m->acts);
     free(m->tensors);
     free(m->units);
@@ -169,7 +260,8 @@ void gpt_destroy(gpt_model *m) {
 gpt_init_rule gpt_init_rule_for(const char *name, int n_layer, uint64_t seed) {
     size_t len = strlen(name);
     if (len > 5 && !strcmp(name + len - 5, ".bias")) return (gpt_init_rule){0, 0.0f, 0};
-    if (strstr(name, "ln_")) return (gpt_init_rule){1, 0.0f, 0};
+    if (strstr(name, "ln_") || strstr(name, "layernorm") || !strcmp(name, "model.norm.weight")) /* norms' weights */
+        return (gpt_init_rule){1, 0.0f, 0};
     float std = strstr(name, "c_proj.weight") ? 0.02f / sqrtf(2.0f * (float)n_layer) : 0.02f;
     return (gpt_init_rule){2, std, dt_rng_key(seed, name)};
 }

@@ -15,16 +15,32 @@
 #include <stdint.h>
 
 #include "../backend/ops.h"
+#include "../core/config.h"
 #include "../core/status.h"
 #include "shard.h"
 
+/* The model families (docs/models.md): GPT-2 (learned positions, LayerNorm with biases,
+ * GELU MLP of 4C, biases everywhere, the head tied to wte) and Llama (rotary positions,
+ * RMSNorm, SwiGLU MLP of its own width, grouped-query attention, no biases but optional
+ * q/k/v ones (Qwen2), the head tied or its own). The building blocks (norm, attention,
+ * MLP) branch on the family, not on a copy of the model. */
+enum { GPT_FAMILY_GPT2, GPT_FAMILY_LLAMA };
 typedef struct {
     int n_layer, n_head, n_embd, seq_len, vocab_size;
     int padded_vocab; /* vocab_size rounded up to a multiple of 64 */
+    /* after the GPT-2 six (zero there: gpt_shape_check fills them) */
+    int family;       /* GPT_FAMILY_* */
+    int n_kv_head;    /* key/value heads (GPT-2: n_head) */
+    int intermediate; /* the MLP's width (GPT-2: 4C) */
+    int tie;          /* the head is wte (GPT-2: always) */
+    int qkv_bias;     /* llama: q, k, v have biases */
+    float rope_theta, norm_eps;
+    float rope_factor, rope_low_freq, rope_high_freq; /* Llama 3 scaling; factor 0: none */
+    int rope_original_max;
 } gpt_shape;
 
 typedef struct {
-    char name[48];
+    char name[64];
     int ndim;
     int shape[2];      /* as stored in memory (wte: padded_vocab x C) */
     int saved_rows;    /* rows that belong to the model (wte: vocab_size; else shape[0]) */
@@ -168,6 +184,10 @@ typedef struct {
     int chunk_layer0[GPT_MAX_CHUNKS];     /* chunk c's first block in the model */
     int has_embed, has_head;  /* first stage (wte, wpe), last stage (ln_f, the head's tied wte) */
     int block0;               /* index of local block 0's first tensor */
+    int layer_tensors;        /* tensors per block */
+    signed char role[24];     /* a block tensor's place in its block by role (gpt_internal.h's T_*; -1: none) */
+    int t_wpe, t_norm_w, t_norm_b, t_head; /* the other tensors by role (-1: not here): positions, final norm,
+                                              the head's weight (tensor 0 when tied) */
     int split;                /* gpt_layout.split_backward */
     int recompute;            /* gpt_layout.recompute */
     int documents;            /* gpt_layout.documents */
@@ -188,7 +208,10 @@ typedef struct {
 dt_status gpt_freeze_check(const gpt_shape *s, const char *patterns);
 void gpt_freeze(gpt_model *m, const char *patterns, size_t *n);
 
-/* Checks the shape (n_embd % n_head, sizes > 0) and fills padded_vocab. */
+/* The shape the config's model keys give (unchecked). */
+gpt_shape gpt_shape_of_config(const dt_config *c);
+/* Checks the shape (n_embd % n_head, sizes > 0, the family's rules) and fills padded_vocab
+ * and the family's defaults (GPT-2's fixed choices; llama's n_kv_head, intermediate). */
 dt_status gpt_shape_check(gpt_shape *s);
 /* Whether tp tensor-parallel ranks split the attention heads evenly (the one place of the
  * rule; the padded vocabulary's is checked with the shape's padded_vocab). */

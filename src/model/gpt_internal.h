@@ -24,6 +24,7 @@ typedef struct {
                                               MLP c_proj, c_fc, attention c_proj, c_attn (BTC, BT·4C, BTC, BT·3C) */
     float *wd_ln2, *wd_ln1;           /* and of ln_2, ln_1 (RC each) */
     dt_token *tok;                    /* BT (first stage): the tokens, in the backend's memory */
+    int *pos;                         /* BT (llama): each token's rotary position, the backend's memory */
     int *seg, *seg_host;              /* BT with documents: their starts (gpt_set_documents), the backend's
                                          memory and a host copy */
     int docs;                         /* the micro-batch it holds has documents */
@@ -45,16 +46,34 @@ struct gpt_acts {
     float *lngrad; /* sp: 4C, one block's LayerNorm gradients from this rank's rows, summed over tp */
     dt_token *tgt; /* BT: the targets, in the backend's memory */
     float *xstat;  /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit) */
+    float *inv_freq; /* llama: the rotary frequencies (head size / 2, fp32) */
+    float *ones;     /* llama with q/k/v biases: BT ones (storage precision), the bias GEMMs' other factor */
+    int *pos_host;   /* llama: BT, a slot's positions built on the host */
     int head_rows;
     void *arena;
 };
 
+/* Rotary frequencies of the shape (head size / 2 floats; gpt.c) */
+void gpt_rope_frequencies(const gpt_shape *s, float *inv_freq);
+
+/* ---- widths by family (activations.c) ---- */
+
+/* Per rank of tp: the MLP's saved pre-activation (GPT-2: c_fc's 4C; Llama: gate | up,
+ * 2I), its activation (4C; I), and the scratch for one block's output gradients (dbig). */
+size_t gpt_fc_width(const gpt_shape *s, int tp);
+size_t gpt_fcg_width(const gpt_shape *s, int tp);
+size_t gpt_dbig_width(const gpt_shape *s, int tp);
+
 /* ---- the tensor plan (tensor_plan.c) ---- */
 
-/* A block's tensors in Hugging Face order: local block j's tensor k is the model's tensor
- * block0 + j·T_PER_LAYER + k. The model's tensors are wte (on both ends of the tie), wpe
- * (first stage), the blocks, ln_f weight and bias (last stage: the last two). */
-enum { T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_APW, T_APB, T_LN2W, T_LN2B, T_FCW, T_FCB, T_MPW, T_MPB, T_PER_LAYER };
+/* The roles of a block's tensors: local block j's tensor of role k is the model's tensor
+ * block0 + j·layer_tensors + role[k] (role[k] -1: the family has none). GPT-2: ln_1, the
+ * fused c_attn, c_proj, ln_2, c_fc, c_proj with biases; Llama: input_layernorm, q, k, v
+ * (biases optional), o_proj (T_APW), post_attention_layernorm (T_LN2W), gate (T_FCW), up,
+ * down (T_MPW). Outside the blocks: tensor 0 is the token embedding (on both ends of a
+ * tie), t_wpe, t_norm_w/b and t_head (gpt.h) the rest. */
+enum { T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_APW, T_APB, T_LN2W, T_LN2B, T_FCW, T_FCB, T_MPW, T_MPB, T_QW, T_QB, T_KW,
+       T_KB, T_VW, T_VB, T_UPW, T_NROLES };
 
 /* Fills m->tensors (allocated here), ntensors, nparams, block0 and tied_gap from the plan,
  * for the stage, blocks and tensor-parallel piece already set in m. */
@@ -91,10 +110,13 @@ static inline float *tg(const gpt_model *m, int i) {
     return S(m, m->unit_grads[t->unit], t->offset - m->units[t->unit].offset);
 }
 /* Local block j's tensor k. */
-static inline float *P(const gpt_model *m, int j, int k) { return tp(m, m->block0 + j * T_PER_LAYER + k); }
-static inline float *G(const gpt_model *m, int j, int k) { return tg(m, m->block0 + j * T_PER_LAYER + k); }
+static inline int block_tensor(const gpt_model *m, int j, int k) { return m->block0 + j * m->layer_tensors + m->role[k]; }
+/* (a role the family lacks gives NULL) */
+static inline float *P(const gpt_model *m, int j, int k) { return m->role[k] < 0 ? NULL : tp(m, block_tensor(m, j, k)); }
+static inline float *G(const gpt_model *m, int j, int k) { return m->role[k] < 0 ? NULL : tg(m, block_tensor(m, j, k)); }
 /* A weight's gradient now, or NULL in a split backward's B pass (written later, by W). */
 static inline float *WG(const gpt_model *m, int j, int k, int split) { return split ? NULL : G(m, j, k); }
+static inline int llama(const gpt_model *m) { return m->shape.family == GPT_FAMILY_LLAMA; }
 
 /* ---- hooks ---- */
 
@@ -173,6 +195,20 @@ ln_grads gpt_ln_grad_target(gpt_model *m, float *dw, float *db, int part);
 dt_status gpt_ln_grad_finish(gpt_model *m, float *const *dw, int nparts);
 
 /* ---- the building blocks ---- */
+
+/* norm.c: the family's norm (LayerNorm, or RMSNorm: b, db and mean unused) over N rows */
+void gpt_norm_fwd(gpt_model *m, float *out, float *mean, float *rstd, const float *in, const float *w, const float *b,
+                  int N);
+void gpt_norm_bwd(gpt_model *m, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
+                  const float *mean, const float *rstd, int N);
+
+/* linear.c: y[N, OUT] = x[N, IN]·wᵀ + bias for an nn.Linear weight w[OUT, IN] (bias may be
+ * NULL: acts->ones must exist otherwise); backward dx (= or += with acc), dw +=, dbias +=
+ * (each may be NULL) */
+void gpt_linear_t_fwd(gpt_model *m, float *y, const float *x, const float *w, const float *bias, int N, int IN,
+                      int OUT);
+void gpt_linear_t_bwd(gpt_model *m, float *dx, float *dw, float *dbias, const float *dy, const float *x,
+                      const float *w, int N, int IN, int OUT, int acc);
 
 /* embedding.c: the first stage's token and position embeddings of slot a's micro-batch
  * into a->encoded, and their gradients from a->dres (with the unit-0 hooks). */

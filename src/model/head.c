@@ -1,4 +1,5 @@
-/* The LM head (last stage): ln_f's output times the tied wte, softmax cross-entropy and
+/* The LM head (last stage): the final norm's output times the head's weight (the tied
+ * token embedding, or Llama's lm_head.weight of its own), softmax cross-entropy and
  * its backward, computed in row chunks so the logits never exist for all rows at once.
  * With tensor parallelism the vocabulary is split: each rank holds its rows of wte and
  * its columns of the logits, and the cross-entropy completes its row statistics over the
@@ -33,9 +34,9 @@ static dt_status head(gpt_model *m, gpt_slot *b, const dt_token *targets, float 
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int N = b->B * b->T, C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
-    const float *wte = tp(m, 0); /* this rank's vocabulary rows */
+    const float *wte = tp(m, m->t_head); /* this rank's vocabulary rows */
     int vocab_parallel = m->tp_comm.allreduce != NULL;
-    float *lnf, *dwte = m->head_grad ? m->head_grad : tg(m, 0);
+    float *lnf, *dwte = m->head_grad && m->shape.tie ? m->head_grad : tg(m, m->t_head);
     DT_TRY(gpt_seq_gather(m, b->lnf, N, &lnf));
     o->upload(a->tgt, targets, (size_t)N * sizeof(dt_token));
     targets = a->tgt;
@@ -60,28 +61,36 @@ dt_status gpt_loss(gpt_model *m, int slot, const dt_token *targets, float grad_s
     const dt_ops *o = m->ops;
     gpt_slot *b = slot_at(m, slot);
     if (!heads(m, b->chunk)) return dt_fail(DT_EINPUT, "model: the loss is computed on the last stage only");
-    int C = m->shape.n_embd, Nl = local_rows(m, b->B * b->T), lnf_unit = m->nblocks + 1;
-    if (grad_scale == 0.0f) return head(m, b, targets, 0.0f, loss_out, NULL);
-    HOOK(before_backward, 0);
-    if (m->head_grad) HOOK(before_backward, GPT_HEAD_PART);
+    int C = m->shape.n_embd, Nl = local_rows(m, b->B * b->T), lnf_unit = m->nblocks + 1, tied = m->shape.tie;
+    /* an untied head's weight is in the last unit, which the forward left open */
+    if (grad_scale == 0.0f) {
+        DT_TRY(head(m, b, targets, 0.0f, loss_out, NULL));
+        if (!tied) HOOK(after_forward, lnf_unit);
+        return DT_OK;
+    }
+    if (tied) HOOK(before_backward, 0);
+    if (tied && m->head_grad) HOOK(before_backward, GPT_HEAD_PART);
+    if (!tied) {
+        HOOK(after_forward, lnf_unit);
+        HOOK(before_backward, lnf_unit);
+    }
     double loss;
     float *dlnf;
     DT_TRY(head(m, b, targets, grad_scale, &loss, &dlnf));
-    gpt_zero_frozen(m, 0, m->head_grad); /* the tied wte's head gradient */
-    if (m->head_grad) HOOK(after_backward, GPT_HEAD_PART);
-    int lnw = m->ntensors - 2, lnb = m->ntensors - 1;
+    gpt_zero_frozen(m, m->t_head, tied ? m->head_grad : NULL); /* the head's weight gradient */
+    if (tied && m->head_grad) HOOK(after_backward, GPT_HEAD_PART);
+    int lnw = m->t_norm_w, lnb = m->t_norm_b;
     o->zero(b->dres, (size_t)Nl * C * m->esz);
-    HOOK(before_backward, lnf_unit);
-    ln_grads lnf = gpt_ln_grad_target(m, tg(m, lnw), tg(m, lnb), 0);
+    if (tied) HOOK(before_backward, lnf_unit);
+    ln_grads lnf = gpt_ln_grad_target(m, tg(m, lnw), lnb >= 0 ? tg(m, lnb) : NULL, 0);
     if (m->sp) o->zero(m->acts->lngrad, 2 * (size_t)C * m->esz);
-    o->layernorm_bwd(b->dres, lnf.w, lnf.b, dlnf, slot_out(m, b), tp(m, lnw), b->lnf_mean, b->lnf_rstd,
-                     Nl, C);
+    gpt_norm_bwd(m, b->dres, lnf.w, lnf.b, dlnf, slot_out(m, b), tp(m, lnw), b->lnf_mean, b->lnf_rstd, Nl);
     float *const lnf_grads[1] = {tg(m, lnw)};
     DT_TRY(gpt_ln_grad_finish(m, lnf_grads, 1));
     gpt_zero_frozen(m, lnw, NULL);
-    gpt_zero_frozen(m, lnb, NULL);
+    if (lnb >= 0) gpt_zero_frozen(m, lnb, NULL);
     HOOK(after_backward, lnf_unit);
-    if (!m->has_embed) HOOK(after_backward, 0); /* a last stage's wte: the head alone adds to it */
+    if (!m->has_embed && tied) HOOK(after_backward, 0); /* a last stage's wte: the head alone adds to it */
     *loss_out = loss;
     return DT_OK;
 }
@@ -94,10 +103,10 @@ dt_status gpt_last_logits(gpt_model *m, int slot, float *logits) {
     int T = a->T, C = m->shape.n_embd, Vp = m->shape.padded_vocab, Vl = Vp / m->tp;
     float *row = m->acts->logits; /* vocabulary-parallel: each rank its columns, the rest zero, summed over tp */
     if (m->tp > 1) m->ops->zero(row, (size_t)Vp * m->esz);
-    m->ops->gemm(0, 1, 1, Vl, C, 1.0f, S(m, a->lnf, (size_t)(a->B * T - 1) * C), C, tp(m, 0), C, 0.0f,
+    m->ops->gemm(0, 1, 1, Vl, C, 1.0f, S(m, a->lnf, (size_t)(a->B * T - 1) * C), C, tp(m, m->t_head), C, 0.0f,
                  S(m, row, (size_t)m->tp_rank * Vl), Vl);
     DT_TRY(gpt_tp_sum(m, row, (size_t)Vp));
-    HOOK(after_forward, 0);
+    HOOK(after_forward, m->shape.tie ? 0 : m->nblocks + 1);
     size_t V = (size_t)m->shape.vocab_size;
     if (!m->ops->bf16) {
         m->ops->download(logits, m->acts->logits, V * sizeof(float));

@@ -1,42 +1,75 @@
-/* The MLP half of a block: c_fc (column-parallel: this rank's 4C/tp columns) with GELU
- * (tanh), then c_proj (row-parallel: partial sums completed over the tensor-parallel
- * group, its bias added by piece 0 alone). With sp its input is gathered over the
- * sequence pieces first (see attention.c for the backward's gathers). */
+/* The MLP half of a block. GPT-2: c_fc (column-parallel: this rank's 4C/tp columns) with
+ * GELU (tanh), then c_proj (row-parallel: partial sums completed over the tensor-parallel
+ * group, its bias added by piece 0 alone). Llama: SwiGLU, silu(gate)·up (gate and up
+ * column-parallel, I/tp columns each, no biases), then down (row-parallel). With sp the
+ * input is gathered over the sequence pieces first (see attention.c for the backward's
+ * gathers). */
 #include "gpt_internal.h"
 
 dt_status gpt_mlp_forward(gpt_model *m, const gpt_slot *a, const block_acts *b, int j, float **out) {
     const dt_ops *o = m->ops;
     float *proj = m->acts->proj, *in;
-    int C = m->shape.n_embd, Cl = C / m->tp, N = a->B * a->T, bias_here = m->tp_rank == 0;
+    int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp, N = a->B * a->T, bias_here = m->tp_rank == 0;
     DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
-    dt_linear_gelu_fwd(o, b->fcg, b->fch, in, P(m, j, T_FCW), P(m, j, T_FCB), N, C, 4 * Cl);
-    o->linear_fwd(proj, b->fcg, P(m, j, T_MPW), bias_here ? P(m, j, T_MPB) : NULL, N, 4 * Cl, C);
+    if (llama(m)) { /* fch: gate | up */
+        float *gate = b->fch, *up = S(m, b->fch, (size_t)N * Il);
+        gpt_linear_t_fwd(m, gate, in, P(m, j, T_FCW), NULL, N, C, Il);
+        gpt_linear_t_fwd(m, up, in, P(m, j, T_UPW), NULL, N, C, Il);
+        o->swiglu_fwd(b->fcg, gate, up, (size_t)N * Il);
+        gpt_linear_t_fwd(m, proj, b->fcg, P(m, j, T_MPW), NULL, N, Il, C);
+    } else {
+        dt_linear_gelu_fwd(o, b->fcg, b->fch, in, P(m, j, T_FCW), P(m, j, T_FCB), N, C, Il);
+        o->linear_fwd(proj, b->fcg, P(m, j, T_MPW), bias_here ? P(m, j, T_MPB) : NULL, N, Il, C);
+    }
     return gpt_tp_complete(m, proj, m->acts->rows, N, out);
+}
+
+/* Llama's backward through down and SwiGLU: k->fc receives dgate | dup */
+static void swiglu_bwd(gpt_model *m, const block_acts *b, const block_douts *k, const float *dout, int j, int split,
+                       int N) {
+    int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp;
+    float *dact = split ? m->acts->dbig : S(m, m->acts->dbig, 2 * (size_t)N * Il); /* d(silu(gate)·up) */
+    if (!split) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, dout, b->fcg, NULL, N, Il, C, 0);
+    gpt_linear_t_bwd(m, dact, NULL, NULL, dout, NULL, P(m, j, T_MPW), N, Il, C, 0);
+    m->ops->swiglu_bwd(k->fc, S(m, k->fc, (size_t)N * Il), dact, b->fch, S(m, b->fch, (size_t)N * Il), (size_t)N * Il);
 }
 
 dt_status gpt_mlp_backward(gpt_model *m, gpt_slot *s, const block_acts *b, const block_douts *k, int j, int split,
                            float **dln) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
-    int C = m->shape.n_embd, Cl = C / m->tp, N = s->B * s->T;
+    int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp, N = s->B * s->T;
     size_t NC = (size_t)N * C * m->esz;
     float *dout, *in = NULL;
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dout));
     if (split) o->copy(k->mp, dout, NC);
-    if (!split) o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), dout, b->fcg, P(m, j, T_MPW), N, 4 * Cl, C, 0);
-    dt_linear_dgelu_bwd(o, k->fc, dout, P(m, j, T_MPW), b->fch, N, 4 * Cl, C);
+    if (llama(m)) {
+        swiglu_bwd(m, b, k, dout, j, split, N);
+        if (!split) DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
+        gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_FCW, split), NULL, k->fc, in, P(m, j, T_FCW), N, C, Il, 0);
+        gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_UPW, split), NULL, S(m, k->fc, (size_t)N * Il), in, P(m, j, T_UPW),
+                         N, C, Il, 1);
+        return gpt_tp_complete(m, a->dsmall, a->rows, N, dln);
+    }
+    if (!split) o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), dout, b->fcg, P(m, j, T_MPW), N, Il, C, 0);
+    dt_linear_dgelu_bwd(o, k->fc, dout, P(m, j, T_MPW), b->fch, N, Il, C);
     if (!split) DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
-    o->linear_bwd(a->dsmall, WG(m, j, T_FCW, split), WG(m, j, T_FCB, split), k->fc, in, P(m, j, T_FCW), N, C, 4 * Cl,
-                  0);
+    o->linear_bwd(a->dsmall, WG(m, j, T_FCW, split), WG(m, j, T_FCB, split), k->fc, in, P(m, j, T_FCW), N, C, Il, 0);
     return gpt_tp_complete(m, a->dsmall, a->rows, N, dln);
 }
 
 dt_status gpt_mlp_weight(gpt_model *m, const gpt_slot *s, const block_acts *b, const block_douts *k, int j) {
     const dt_ops *o = m->ops;
-    int C = m->shape.n_embd, Cl = C / m->tp, N = s->B * s->T;
+    int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp, N = s->B * s->T;
     float *in;
-    o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, 4 * Cl, C, 0);
+    if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, k->mp, b->fcg, NULL, N, Il, C, 0);
+    else o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
-    o->linear_bwd(NULL, G(m, j, T_FCW), G(m, j, T_FCB), k->fc, in, NULL, N, C, 4 * Cl, 0);
+    if (llama(m)) {
+        gpt_linear_t_bwd(m, NULL, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il, 0);
+        gpt_linear_t_bwd(m, NULL, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il, 0);
+    } else {
+        o->linear_bwd(NULL, G(m, j, T_FCW), G(m, j, T_FCB), k->fc, in, NULL, N, C, Il, 0);
+    }
     return DT_OK;
 }

@@ -22,6 +22,19 @@ void gpt_set_documents(gpt_model *m, int slot, const int *seg, int B, int T) {
     m->ops->upload(a->seg, seg, n * sizeof(int));
 }
 
+/* The rotary position of each of the slot's tokens: its place in the sequence (context
+ * parallelism: this rank's positions), from its document's start (documents). */
+static void rotary_positions(gpt_model *m, gpt_slot *a) {
+    const int *cpos = m->cp_comm.positions;
+    int *pos = m->acts->pos_host;
+    for (int b = 0; b < a->B; b++)
+        for (int t = 0; t < a->T; t++) {
+            size_t i = (size_t)b * a->T + t;
+            pos[i] = a->pos0 + (cpos ? cpos[t] : t) - (a->docs ? a->seg_host[i] : 0);
+        }
+    m->ops->upload(a->pos, pos, (size_t)a->B * a->T * sizeof(int));
+}
+
 dt_status gpt_forward(gpt_model *m, int slot, const dt_token *tokens, int B, int T, int pos0) {
     return gpt_forward_chunk(m, slot, 0, tokens, B, T, pos0);
 }
@@ -30,9 +43,8 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *t
     DT_TRY(gpt_check_slot(m, slot));
     if (chunk < 0 || chunk >= m->nchunks)
         return dt_fail(DT_EINPUT, "model: chunk %d of %d", chunk, m->nchunks);
-    const dt_ops *o = m->ops;
     gpt_slot *a = slot_at(m, slot);
-    int C = m->shape.n_embd, N = B * T, Nl = local_rows(m, N);
+    int N = B * T, Nl = local_rows(m, N);
     const int *cpos = m->cp_comm.positions;
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T || pos0 < 0 ||
         (cpos ? pos0 != 0 || cpos[T - 1] >= m->shape.seq_len : pos0 + T > m->shape.seq_len))
@@ -45,6 +57,7 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *t
     a->T = T;
     a->pos0 = pos0;
     a->chunk = chunk;
+    if (llama(m)) rotary_positions(m, a);
     if (embeds(m, chunk)) DT_TRY(gpt_embed_forward(m, a, tokens, B, T, pos0));
     for (int j = m->chunk_block0[chunk]; j < m->chunk_block0[chunk + 1]; j++) {
         HOOK(before_forward, 1 + j);
@@ -54,9 +67,9 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *t
     if (heads(m, chunk)) {
         int lnf_unit = m->nblocks + 1;
         HOOK(before_forward, lnf_unit);
-        o->layernorm_fwd(a->lnf, a->lnf_mean, a->lnf_rstd, slot_out(m, a), tp(m, m->ntensors - 2),
-                         tp(m, m->ntensors - 1), Nl, C);
-        HOOK(after_forward, lnf_unit);
+        gpt_norm_fwd(m, a->lnf, a->lnf_mean, a->lnf_rstd, slot_out(m, a), tp(m, m->t_norm_w),
+                     m->t_norm_b >= 0 ? tp(m, m->t_norm_b) : NULL, Nl);
+        if (m->shape.tie) HOOK(after_forward, lnf_unit); /* else the head's weight is in it: gpt_loss closes it */
     }
     return DT_OK;
 }

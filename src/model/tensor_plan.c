@@ -10,12 +10,14 @@
 #include "gpt_internal.h"
 
 /* Extents, as functions of the shape (X_NONE: a tensor's cols when it is a vector). */
-enum { X_NONE, X_C, X_3C, X_4C, X_VOCAB, X_PADDED_VOCAB, X_SEQ };
+enum { X_NONE, X_C, X_3C, X_4C, X_VOCAB, X_PADDED_VOCAB, X_SEQ, X_KV, X_INTER };
 static int64_t extent(const gpt_shape *s, int x) {
     switch (x) {
     case X_C: return s->n_embd;
     case X_3C: return 3 * (int64_t)s->n_embd;
     case X_4C: return 4 * (int64_t)s->n_embd;
+    case X_KV: return (int64_t)s->n_kv_head * (s->n_embd / s->n_head);
+    case X_INTER: return s->intermediate;
     case X_VOCAB: return s->vocab_size;
     case X_PADDED_VOCAB: return s->padded_vocab;
     case X_SEQ: return s->seq_len;
@@ -32,36 +34,85 @@ enum { SPLIT_NONE = -1, SPLIT_ROWS = 0, SPLIT_COLS = 1 };
 enum { ON_FIRST, ON_TIED, ON_BLOCK, ON_LAST };
 
 typedef struct {
-    const char *name; /* Hugging Face name (a block's follows "h.<layer>.") */
+    const char *name; /* Hugging Face name (a block's follows "h.<layer>." or "model.layers.<layer>.") */
     int rows, cols;   /* extents; cols X_NONE: a vector of `rows` elements (a [1, n] shard) */
     int real_rows;    /* extent of the rows that belong to the model (X_NONE: all of them) */
     int split;        /* SPLIT_* */
     int parts;        /* fused parts split separately along the split dimension (c_attn: q | k | v) */
     int where;        /* ON_* */
+    int role;         /* a block's: T_* (how the building blocks find it); else R_* below */
+    int option;       /* held only when the shape has it: OPT_* */
 } plan_entry;
+/* Roles outside the blocks; options */
+enum { R_WTE = T_NROLES, R_WPE, R_NORM_W, R_NORM_B, R_HEAD };
+enum { OPT_ALWAYS, OPT_QKV_BIAS, OPT_TIED, OPT_UNTIED };
 
-enum { E_WTE, E_WPE, E_BLOCK, E_LNF_W = E_BLOCK + T_PER_LAYER, E_LNF_B, E_COUNT };
-static const plan_entry plan[E_COUNT] = {
+/* GPT-2 (Hugging Face GPT2Model names, Conv1D weights [in, out]) */
+enum { E_WTE, E_WPE, E_BLOCK, E_LNF_W = E_BLOCK + 12, E_LNF_B, E_COUNT };
+static const plan_entry gpt2_plan[E_COUNT] = {
     /* vocabulary-parallel: split by rows (the last pieces may hold the padding rows) */
-    [E_WTE] = {"wte.weight", X_PADDED_VOCAB, X_C, X_VOCAB, SPLIT_ROWS, 1, ON_TIED},
-    [E_WPE] = {"wpe.weight", X_SEQ, X_C, X_NONE, SPLIT_NONE, 1, ON_FIRST},
+    [E_WTE] = {"wte.weight", X_PADDED_VOCAB, X_C, X_VOCAB, SPLIT_ROWS, 1, ON_TIED, R_WTE, 0},
+    [E_WPE] = {"wpe.weight", X_SEQ, X_C, X_NONE, SPLIT_NONE, 1, ON_FIRST, R_WPE, 0},
     /* Megatron: c_attn, c_fc column-parallel (q, k, v split each); c_proj row-parallel,
      * its bias replicated (added by piece 0); LayerNorms replicated */
-    [E_BLOCK + T_LN1W] = {"ln_1.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
-    [E_BLOCK + T_LN1B] = {"ln_1.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
-    [E_BLOCK + T_QKVW] = {"attn.c_attn.weight", X_C, X_3C, X_NONE, SPLIT_COLS, 3, ON_BLOCK},
-    [E_BLOCK + T_QKVB] = {"attn.c_attn.bias", X_3C, X_NONE, X_NONE, SPLIT_COLS, 3, ON_BLOCK},
-    [E_BLOCK + T_APW] = {"attn.c_proj.weight", X_C, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK},
-    [E_BLOCK + T_APB] = {"attn.c_proj.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
-    [E_BLOCK + T_LN2W] = {"ln_2.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
-    [E_BLOCK + T_LN2B] = {"ln_2.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
-    [E_BLOCK + T_FCW] = {"mlp.c_fc.weight", X_C, X_4C, X_NONE, SPLIT_COLS, 1, ON_BLOCK},
-    [E_BLOCK + T_FCB] = {"mlp.c_fc.bias", X_4C, X_NONE, X_NONE, SPLIT_COLS, 1, ON_BLOCK},
-    [E_BLOCK + T_MPW] = {"mlp.c_proj.weight", X_4C, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK},
-    [E_BLOCK + T_MPB] = {"mlp.c_proj.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK},
-    [E_LNF_W] = {"ln_f.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_LAST},
-    [E_LNF_B] = {"ln_f.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_LAST},
+    {"ln_1.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK, T_LN1W, 0},
+    {"ln_1.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK, T_LN1B, 0},
+    {"attn.c_attn.weight", X_C, X_3C, X_NONE, SPLIT_COLS, 3, ON_BLOCK, T_QKVW, 0},
+    {"attn.c_attn.bias", X_3C, X_NONE, X_NONE, SPLIT_COLS, 3, ON_BLOCK, T_QKVB, 0},
+    {"attn.c_proj.weight", X_C, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK, T_APW, 0},
+    {"attn.c_proj.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK, T_APB, 0},
+    {"ln_2.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK, T_LN2W, 0},
+    {"ln_2.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK, T_LN2B, 0},
+    {"mlp.c_fc.weight", X_C, X_4C, X_NONE, SPLIT_COLS, 1, ON_BLOCK, T_FCW, 0},
+    {"mlp.c_fc.bias", X_4C, X_NONE, X_NONE, SPLIT_COLS, 1, ON_BLOCK, T_FCB, 0},
+    {"mlp.c_proj.weight", X_4C, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK, T_MPW, 0},
+    {"mlp.c_proj.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK, T_MPB, 0},
+    [E_LNF_W] = {"ln_f.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_LAST, R_NORM_W, 0},
+    [E_LNF_B] = {"ln_f.bias", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_LAST, R_NORM_B, 0},
 };
+
+/* Llama (Hugging Face LlamaForCausalLM names and nn.Linear weights [out, in], so
+ * Megatron's column-parallel layers split rows and the row-parallel ones columns; q, k
+ * and v separate, k and v of n_kv_head heads; the head tied to the embedding or
+ * lm_head.weight of its own) */
+static const plan_entry llama_plan[] = {
+    {"model.embed_tokens.weight", X_PADDED_VOCAB, X_C, X_VOCAB, SPLIT_ROWS, 1, ON_TIED, R_WTE, OPT_TIED},
+    {"model.embed_tokens.weight", X_PADDED_VOCAB, X_C, X_VOCAB, SPLIT_ROWS, 1, ON_FIRST, R_WTE, OPT_UNTIED},
+    {"input_layernorm.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK, T_LN1W, 0},
+    {"self_attn.q_proj.weight", X_C, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK, T_QW, 0},
+    {"self_attn.q_proj.bias", X_C, X_NONE, X_NONE, SPLIT_COLS, 1, ON_BLOCK, T_QB, OPT_QKV_BIAS},
+    {"self_attn.k_proj.weight", X_KV, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK, T_KW, 0},
+    {"self_attn.k_proj.bias", X_KV, X_NONE, X_NONE, SPLIT_COLS, 1, ON_BLOCK, T_KB, OPT_QKV_BIAS},
+    {"self_attn.v_proj.weight", X_KV, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK, T_VW, 0},
+    {"self_attn.v_proj.bias", X_KV, X_NONE, X_NONE, SPLIT_COLS, 1, ON_BLOCK, T_VB, OPT_QKV_BIAS},
+    {"self_attn.o_proj.weight", X_C, X_C, X_NONE, SPLIT_COLS, 1, ON_BLOCK, T_APW, 0},
+    {"post_attention_layernorm.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_BLOCK, T_LN2W, 0},
+    {"mlp.gate_proj.weight", X_INTER, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK, T_FCW, 0},
+    {"mlp.up_proj.weight", X_INTER, X_C, X_NONE, SPLIT_ROWS, 1, ON_BLOCK, T_UPW, 0},
+    {"mlp.down_proj.weight", X_C, X_INTER, X_NONE, SPLIT_COLS, 1, ON_BLOCK, T_MPW, 0},
+    {"model.norm.weight", X_C, X_NONE, X_NONE, SPLIT_NONE, 1, ON_LAST, R_NORM_W, 0},
+    {"lm_head.weight", X_PADDED_VOCAB, X_C, X_VOCAB, SPLIT_ROWS, 1, ON_LAST, R_HEAD, OPT_UNTIED},
+};
+#define N_LLAMA (int)(sizeof llama_plan / sizeof llama_plan[0])
+
+/* The family's plan and its length */
+static const plan_entry *plan_of(const gpt_shape *s, int *n) {
+    if (s->family == GPT_FAMILY_LLAMA) {
+        *n = N_LLAMA;
+        return llama_plan;
+    }
+    *n = E_COUNT;
+    return gpt2_plan;
+}
+/* Whether the shape has entry e's option */
+static int has_option(const gpt_shape *s, const plan_entry *e) {
+    switch (e->option) {
+    case OPT_QKV_BIAS: return s->qkv_bias;
+    case OPT_TIED: return s->tie;
+    case OPT_UNTIED: return !s->tie;
+    default: return 1;
+    }
+}
 
 /* The unsharded spec of entry e (a vector as [1, n]). */
 static dt_shard full_spec(const gpt_shape *s, const plan_entry *e) {
@@ -105,6 +156,7 @@ static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, co
 
 /* Whether this stage holds entry e (blocks: every block it has). */
 static int held(const gpt_model *m, const plan_entry *e) {
+    if (!has_option(&m->shape, e)) return 0;
     switch (e->where) {
     case ON_FIRST: return m->has_embed;
     case ON_TIED: return m->has_embed || m->has_head;
@@ -123,23 +175,39 @@ static int layer_of(const gpt_model *m, int j) {
 }
 
 /* Entry e's name in block `layer` (its global name) or, outside the blocks, its own. */
-static void entry_name(char *buf, size_t cap, const plan_entry *e, int layer) {
-    if (e->where == ON_BLOCK) snprintf(buf, cap, "h.%d.%s", layer, e->name);
+static void entry_name(char *buf, size_t cap, const gpt_shape *s, const plan_entry *e, int layer) {
+    const char *block = s->family == GPT_FAMILY_LLAMA ? "model.layers" : "h";
+    if (e->where == ON_BLOCK) snprintf(buf, cap, "%s.%d.%s", block, layer, e->name);
     else snprintf(buf, cap, "%s", e->name);
+}
+
+/* Records where tensor idx plays its role (a block's: its place in the block) */
+static void note_role(gpt_model *m, const plan_entry *e, int idx, int in_block) {
+    switch (e->role) {
+    case R_WTE: break; /* tensor 0 */
+    case R_WPE: m->t_wpe = idx; break;
+    case R_NORM_W: m->t_norm_w = idx; break;
+    case R_NORM_B: m->t_norm_b = idx; break;
+    case R_HEAD: m->t_head = idx; break;
+    default: m->role[e->role] = (signed char)in_block;
+    }
 }
 
 /* The tensors of one unit, as the plan lists them. A last stage's unit 0 keeps room for
  * what only the first stage holds (wpe: m->tied_gap), so unit 0 has the same size on both
  * ends of the tie and a sharding of the two lines up. */
 static void add_unit(gpt_model *m, int kind, int layer, int unit, int *idx, size_t *off) {
-    char name[48];
-    for (int i = 0; i < E_COUNT; i++) {
+    char name[64];
+    int n, first = *idx;
+    const plan_entry *plan = plan_of(&m->shape, &n);
+    for (int i = 0; i < n; i++) {
         const plan_entry *e = &plan[i];
         if (kind_of(e->where) != kind) continue;
         if (held(m, e)) {
-            entry_name(name, sizeof name, e, layer);
+            entry_name(name, sizeof name, &m->shape, e, layer);
+            note_role(m, e, *idx, *idx - first);
             add_tensor(m, idx, off, name, e, layer, unit);
-        } else if (kind == ON_FIRST && m->has_head) {
+        } else if (kind == ON_FIRST && m->has_head && m->shape.tie && has_option(&m->shape, e)) {
             dt_shard sp = full_spec(&m->shape, e); /* replicated: its whole size */
             m->tied_gap += (size_t)dt_shard_local_numel(&sp);
             *off += (size_t)dt_shard_local_numel(&sp);
@@ -148,26 +216,36 @@ static void add_unit(gpt_model *m, int kind, int layer, int unit, int *idx, size
 }
 
 dt_status gpt_build_table(gpt_model *m) {
-    m->tensors = calloc((size_t)(E_COUNT - T_PER_LAYER + T_PER_LAYER * m->nblocks), sizeof(gpt_tensor));
+    int n;
+    (void)plan_of(&m->shape, &n);
+    m->tensors = calloc((size_t)n * (size_t)(m->nblocks + 1), sizeof(gpt_tensor));
     if (!m->tensors) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
     int idx = 0;
     size_t off = 0;
+    m->t_wpe = m->t_norm_w = m->t_norm_b = m->t_head = -1;
+    for (int k = 0; k < T_NROLES; k++) m->role[k] = -1;
     add_unit(m, ON_FIRST, -1, 0, &idx, &off);
     m->block0 = idx;
     for (int j = 0; j < m->nblocks; j++) add_unit(m, ON_BLOCK, layer_of(m, j), 1 + j, &idx, &off);
+    m->layer_tensors = m->nblocks ? (idx - m->block0) / m->nblocks : 0;
     add_unit(m, ON_LAST, -1, m->nblocks + 1, &idx, &off);
+    if (m->has_head) m->t_head = m->shape.tie ? 0 : m->t_head;
     m->ntensors = idx;
     m->nparams = off;
     return DT_OK;
 }
 
 int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx) {
-    char name[48];
-    for (int i = 0; i < E_COUNT; i++)
+    char name[64];
+    int n;
+    const plan_entry *plan = plan_of(s, &n);
+    for (int i = 0; i < n; i++) {
+        if (!has_option(s, &plan[i])) continue;
         for (int l = 0; l < (plan[i].where == ON_BLOCK ? s->n_layer : 1); l++) {
-            entry_name(name, sizeof name, &plan[i], l);
+            entry_name(name, sizeof name, s, &plan[i], l);
             if (fn(name, ctx)) return 1;
         }
+    }
     return 0;
 }
 
@@ -176,8 +254,10 @@ int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx
  * model's rows only (no vocabulary padding). */
 static size_t kind_count(const gpt_shape *s, int kind, size_t t, int real) {
     size_t split = 0, whole = 0;
-    for (int i = 0; i < E_COUNT; i++) {
-        if (kind_of(plan[i].where) != kind) continue;
+    int np;
+    const plan_entry *plan = plan_of(s, &np);
+    for (int i = 0; i < np; i++) {
+        if (kind_of(plan[i].where) != kind || !has_option(s, &plan[i])) continue;
         dt_shard sp = full_spec(s, &plan[i]);
         size_t n = (size_t)(real ? sp.real_rows : sp.rows) * (size_t)sp.cols;
         if (plan[i].split == SPLIT_NONE) whole += n;

@@ -36,6 +36,7 @@ dt_status gpt_ln_grad_finish(gpt_model *m, float *const *dw, int nparts) {
     if (!m->sp) return DT_OK;
     size_t C2 = 2 * (size_t)m->shape.n_embd;
     DT_TRY(gpt_tp_sum(m, m->acts->lngrad, (size_t)nparts * C2));
-    for (int k = 0; k < nparts; k++) m->ops->add(dw[k], dw[k], S(m, m->acts->lngrad, (size_t)k * C2), C2);
+    size_t n = llama(m) ? C2 / 2 : C2; /* RMSNorm: a weight, no bias after it */
+    for (int k = 0; k < nparts; k++) m->ops->add(dw[k], dw[k], S(m, m->acts->lngrad, (size_t)k * C2), n);
     return DT_OK;
 }

@@ -2,6 +2,8 @@
 # Regenerates the reference-parity fixtures in tests/reference/:
 #   tiny_init.safetensors  initial weights, written by dtrain (--steps 0 --save)
 #   tiny_expected.json     per-step loss / grad_norm of the independent PyTorch reference
+#   llama/NAME_init.safetensors, llama/NAME_expected.json   the same for each llama/NAME.json
+#                          (tests/reference/llama_reference.py)
 # usage: bash tests/reference/regen.sh [path/to/dtrain]   (default: build/dtrain)
 # Needs /usr/bin/python3 with torch (Debian python3-torch). tests/test_reference_parity.sh
 # checks dtrain against these files; regenerate them only when the model, the optimizer
@@ -21,3 +23,14 @@ cp "$tmp/init/step_00000000/model.safetensors" "$here/tiny_init.safetensors"
 /usr/bin/python3 "$here/gpt2_reference.py" --config "$here/tiny_config.json" \
     --init "$here/tiny_init.safetensors" --tokens "$tmp/c_train.bin" --dtype float64 --out "$here/tiny_expected.json"
 echo "regen: wrote $here/tiny_init.safetensors and $here/tiny_expected.json"
+# the Llama family: each config's initial weights (dtrain's) and the reference's steps
+for cfg in "$here"/llama/*.json; do
+  case "$cfg" in *_expected.json) continue ;; esac
+  name=$(basename "$cfg" .json)
+  "$dtrain" train --config "$cfg" --set data.train="$tmp/c_train.bin" --set data.val= --steps 0 \
+    --save "$tmp/$name" >/dev/null
+  cp "$tmp/$name/step_00000000/model.safetensors" "$here/llama/${name}_init.safetensors"
+  /usr/bin/python3 "$here/llama_reference.py" --config "$cfg" --init "$here/llama/${name}_init.safetensors" \
+    --tokens "$tmp/c_train.bin" --dtype float64 --out "$here/llama/${name}_expected.json"
+  echo "regen: wrote $here/llama/${name}_init.safetensors and ${name}_expected.json"
+done

@@ -28,6 +28,15 @@ void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, con
 void cpu_gelu_fwd(float *out, const float *inp, size_t n);
 void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
+void cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+void cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                     int N, int C);
+void cpu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n);
+void cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+void cpu_rope_qkv_fwd(float *qkv, const float *q, const float *k, const float *v, const int *pos,
+                      const float *inv_freq, int N, int NH, int NKV, int HS);
+void cpu_rope_qkv_bwd(float *dq, float *dk, float *dv, const float *dqkv, const int *pos, const float *inv_freq,
+                      int N, int NH, int NKV, int HS);
 void cpu_attention_fwd(float *out, float *lse, const float *qkv, const int *seg, int B, int T, int C, int NH);
 void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const float *kv, const int *qpos, const int *qseg,
                             const int *kpos, int B, int Tq, int Tk, int C, int NH);

@@ -68,6 +68,25 @@ void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
     }
 }
 
+/* SwiGLU (Llama's MLP): out = silu(gate)·up, silu(g) = g·sigmoid(g) */
+void cpu_swiglu_fwd(float *out, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], sg = 1.0f / (1.0f + expf(-g)), d = dout[i];
+        float u = up[i]; /* everything read before anything is written: dgate or dup may be dout */
+        dup[i] = d * g * sg;
+        dgate[i] = d * u * sg * (1.0f + g * (1.0f - sg));
+    }
+}
+
 void cpu_add(float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];

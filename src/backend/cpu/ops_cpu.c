@@ -55,6 +55,12 @@ static const dt_ops CPU_OPS = {
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,
     .adamw = cpu_adamw,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .rope_qkv_fwd = cpu_rope_qkv_fwd,
+    .rope_qkv_bwd = cpu_rope_qkv_bwd,
 };
 
 const dt_ops *dt_ops_cpu(void) { return &CPU_OPS; }

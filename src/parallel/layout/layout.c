@@ -43,7 +43,7 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->m = per_step > 0 && L->global_batch / per_step > 0 ? L->global_batch / per_step : 1;
     L->T = k->train.seq_len > 0 ? k->train.seq_len : k->model.seq_len;
     L->Tl = L->T / L->cp;
-    L->shape = (gpt_shape){k->model.n_layer, k->model.n_head, k->model.n_embd, k->model.seq_len, k->model.vocab_size, 0};
+    L->shape = gpt_shape_of_config(k);
     L->shape_ok = gpt_shape_check(&L->shape) == DT_OK;
     if (!L->shape_ok) dt_error_clear(); /* dt_layout_check says it */
     L->backend = (dt_backend_kind)PICK(k->backend, "cpu", "cuda", "emulated");

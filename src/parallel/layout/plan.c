@@ -413,8 +413,8 @@ dt_status dt_plan_calibrate(const dt_config *c, int tp, int cp, double *flops, d
     /* The rate per FLOP is the shard's GEMM shapes' (width / tp, tokens), not the depth's:
      * at most 2 blocks and 512 tokens are run, so a model that does not fit this
      * machine (what the planner is for) is calibrated without being built whole. */
-    gpt_shape s = {c->model.n_layer < 2 ? c->model.n_layer : 2, c->model.n_head, c->model.n_embd, c->model.seq_len,
-                   c->model.vocab_size, 0};
+    gpt_shape s = gpt_shape_of_config(c);
+    s.n_layer = s.n_layer < 2 ? s.n_layer : 2;
     int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp, B = c->train.micro_batch;
     if (T > 512) T = 512; /* the FLOPs are counted at this length too */
     if ((long long)B * T > 512) B = 512 / T;
