@@ -2,7 +2,9 @@
  * only its own document and its position counted from the document's start, give every
  * document the loss it has when run alone (within 1e-6), and the gradients of running
  * them one by one (within 1e-5). A model built without documents ignores document starts
- * (the plain causal row: a different loss), and gpt_next_logits clears them. */
+ * (the plain causal row: a different loss), and gpt_next_logits clears them. The same for
+ * the Llama family (rotary positions restarting at each document; grouped heads, untied
+ * head). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,11 +16,11 @@
 
 enum { B = 2, T = 64 };
 
-static const gpt_shape SHAPE = {2, 2, 32, 64, 90, .padded_vocab = 0};
+static gpt_shape SHAPE;
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(a), 1e-30); }
 
-int main(void) {
+static void run(void) {
     static dt_token tok[B * T], tgt[B * T], one[B * T];
     static int seg[B * T], doc_row[B * T], doc_at[B * T], doc_len[B * T];
     int ndocs = 0;
@@ -94,5 +96,15 @@ int main(void) {
     free(again);
     gpt_destroy(&packed);
     gpt_destroy(&alone);
+}
+
+int main(void) {
+    SHAPE = (gpt_shape){2, 2, 32, 64, 90, .padded_vocab = 0};
+    printf("GPT-2:\n");
+    run();
+    SHAPE = (gpt_shape){2, 4, 32, 64, 90, .family = GPT_FAMILY_LLAMA, .n_kv_head = 2, .intermediate = 48,
+                        .tie = 0, .qkv_bias = 1, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    printf("Llama:\n");
+    run();
     return check_finish();
 }

@@ -97,10 +97,57 @@ static void add_id(cJSON *o, const char *key, int id) {
     else cJSON_AddNullToObject(o, key);
 }
 
+/* LlamaConfig (or Qwen2Config: q/k/v biases without an o_proj bias, which Llama's
+ * attention_bias would add) as transformers reads it. The tensors need no conversion:
+ * dtrain keeps the Llama family in Hugging Face's names, nn.Linear layout and
+ * rotate_half rotary convention. */
+static cJSON *hf_llama_config(const export_src *src) {
+    const dt_config *c = &src->cfg;
+    gpt_shape s = src->model.shape;
+    cJSON *j = cJSON_CreateObject();
+    const char *arch = s.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+    cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray(&arch, 1));
+    cJSON_AddStringToObject(j, "model_type", s.qkv_bias ? "qwen2" : "llama");
+    cJSON_AddNumberToObject(j, "vocab_size", s.vocab_size);
+    cJSON_AddNumberToObject(j, "hidden_size", s.n_embd);
+    cJSON_AddNumberToObject(j, "intermediate_size", s.intermediate);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", s.n_layer);
+    cJSON_AddNumberToObject(j, "num_attention_heads", s.n_head);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", s.n_kv_head);
+    cJSON_AddNumberToObject(j, "head_dim", s.n_embd / s.n_head);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", c->model.seq_len);
+    cJSON_AddStringToObject(j, "hidden_act", "silu");
+    cJSON_AddNumberToObject(j, "rms_norm_eps", c->model.norm_eps);
+    cJSON_AddNumberToObject(j, "rope_theta", c->model.rope_theta);
+    if (c->model.rope_factor > 0) {
+        cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddStringToObject(r, "rope_type", "llama3");
+        cJSON_AddNumberToObject(r, "factor", c->model.rope_factor);
+        cJSON_AddNumberToObject(r, "low_freq_factor", c->model.rope_low_freq);
+        cJSON_AddNumberToObject(r, "high_freq_factor", c->model.rope_high_freq);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", c->model.rope_original_max);
+    } else {
+        cJSON_AddNullToObject(j, "rope_scaling");
+    }
+    if (!s.qkv_bias) {
+        cJSON_AddFalseToObject(j, "attention_bias");
+        cJSON_AddFalseToObject(j, "mlp_bias");
+    }
+    cJSON_AddNumberToObject(j, "attention_dropout", 0.0);
+    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", s.tie);
+    cJSON_AddTrueToObject(j, "use_cache");
+    add_id(j, "bos_token_id", src->bos);
+    add_id(j, "eos_token_id", src->eos);
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    return j;
+}
+
 /* GPT2Config as transformers reads it (defaults spelled out where dtrain's model differs
  * from them or where they matter to the forward pass). */
 static cJSON *hf_config(const export_src *src) {
     const dt_config *c = &src->cfg;
+    if (src->model.shape.family == GPT_FAMILY_LLAMA) return hf_llama_config(src);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray((const char *[]){"GPT2LMHeadModel"}, 1));
     cJSON_AddStringToObject(j, "model_type", "gpt2");

@@ -345,6 +345,10 @@ double gpt_flops_per_token(const gpt_shape *s, int T) {
      * per layer for Q·Kᵀ and P·V with the causal half, x3 for backward. */
     double C = s->n_embd, L = s->n_layer, V = s->vocab_size;
     double weights = L * 12.0 * C * C + V * C;
+    if (s->family == GPT_FAMILY_LLAMA) { /* q, o: C²; k, v: C·kv each; gate, up, down: 3·C·I; the head */
+        double kv = (double)s->n_kv_head * (C / s->n_head), I = s->intermediate ? s->intermediate : 4 * C;
+        weights = L * (2 * C * C + 2 * C * kv + 3 * C * I) + V * C;
+    }
     return 6.0 * weights + 6.0 * L * C * T;
 }
 

@@ -78,7 +78,7 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
                                c->train.weight_decay, c->train.grad_clip, c->train.warmup_steps, c->train.steps};
     int pp = dt_layout_pp_enabled(L);
     dt_model_groups groups = {dt_layout_tp_enabled(L) ? h->mesh.tp_comm : NULL, pp ? h->mesh.pp_comm : NULL,
-                              pp && h->mesh.in_emb ? h->mesh.emb_comm : NULL};
+                              pp && h->mesh.in_emb && L->shape.tie ? h->mesh.emb_comm : NULL}; /* the tie's sum */
     dt_dp_opts o = {.bucket_bytes = (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0),
                     .overlap = c->parallel.overlap, .leaves = L->m, .groups = groups, .gather_once = pp};
     dt_dp_opts_of_layout(&o, L); /* the mode */

@@ -420,9 +420,16 @@ static void print_header(trainer *t) {
     const dt_layout *L = &t->L;
     char thr[256];
     dt_threads_describe(&t->threads, thr, sizeof thr);
-    printf("dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
-           c->model.n_layer, c->model.n_head, c->model.n_embd, L->T, c->model.vocab_size, L->shape.padded_vocab,
-           (double)gpt_shape_params(&L->shape) / 1e6);
+    if (L->shape.family == GPT_FAMILY_LLAMA)
+        printf("dtrain: Llama %d layers, %d heads (%d key/value), %d wide, MLP %d, seq %d, vocab %d (padded %d), "
+               "head %s: %.2fM parameters\n",
+               c->model.n_layer, c->model.n_head, L->shape.n_kv_head, c->model.n_embd, L->shape.intermediate, L->T,
+               c->model.vocab_size, L->shape.padded_vocab, L->shape.tie ? "tied" : "untied",
+               (double)gpt_shape_params(&L->shape) / 1e6);
+    else
+        printf("dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
+               c->model.n_layer, c->model.n_head, c->model.n_embd, L->T, c->model.vocab_size, L->shape.padded_vocab,
+               (double)gpt_shape_params(&L->shape) / 1e6);
     dt_layout_print_batch(L, L->backend == DT_BACKEND_CUDA ? dt_gpu_name() : dt_cpu_blas_info(), stdout);
     printf("dtrain: threads %s\n", thr); /* the count, and where it came from */
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,

@@ -36,7 +36,7 @@ static int flat(const dt_dp *d) { return d->mode->grads == DT_GRADS_FLAT; }
 static int sharded(const dt_dp *d) { return d->mode->grads == DT_GRADS_SHARD; }
 static int has_pp(const dt_dp *d) { return d->o.groups.pp && dt_comm_size(d->o.groups.pp) > 1; }
 /* The head's share of wte is kept apart on a model holding both ends. */
-static int head_apart(const dt_dp *d) { return d->m->has_embed && d->m->has_head; }
+static int head_apart(const dt_dp *d) { return d->m->has_embed && d->m->has_head && d->m->shape.tie; }
 static size_t wte_numel(const dt_dp *d) { return d->m->tensors[0].numel; }
 /* The head part's index among the fold's parts (after the units). */
 static int head_part(const dt_dp *d) { return d->m->nunits; }
