@@ -177,7 +177,7 @@ static dt_status checkpoint_config(const char *ckpt, dt_config *c, char *dir, si
 static dt_status parse_config_args(dt_config *c, int argc, char **argv) {
     dt_config_defaults(c);
     DT_TRY(apply_config_args(c, argc, argv));
-    if (!c->checkpoint.resume[0]) return DT_OK;
+    if (!c->checkpoint.resume[0]) return dt_hf_apply_config(c); /* a Hugging Face init_from: its model keys */
     dt_config saved;
     char dir[1024], resume[DT_PATH_MAX];
     snprintf(resume, sizeof resume, "%s", c->checkpoint.resume);

@@ -110,4 +110,14 @@ void dt_weights_digest(const gpt_model *m, char hex[65]);
 /* The same digest with the tensors asked of src (set 0) in name order (collective as src is). */
 dt_status dt_weights_digest_stream(const gpt_model *m, const dt_ckpt_source *src, char hex[65]);
 
+/* A Hugging Face model directory as train.init_from: when it is a directory holding a
+ * config.json, that file sets c's model keys (LlamaForCausalLM, MistralForCausalLM
+ * without a sliding window shorter than model.seq_len, Qwen2ForCausalLM with its q/k/v
+ * biases, GPT-2), so `--set train.init_from=path/to/model` needs no model keys of its
+ * own; the weights then load through the checkpoint reader (model.safetensors, or the
+ * shards its model.safetensors.index.json lists; bf16 and fp16 widened to fp32). A
+ * family, activation, rotary scaling or bias dtrain does not have is a one-line DT_EINPUT
+ * naming it; so is model.seq_len beyond max_position_embeddings. Otherwise nothing. */
+dt_status dt_hf_apply_config(dt_config *c);
+
 #endif

@@ -70,6 +70,29 @@ static dt_status src_open_file(ckpt_src *c, const char *path) {
     return s;
 }
 
+/* n 16-bit values (bf16, or IEEE fp16) at the start of x widened in place to n floats */
+static void widen16(float *x, size_t n, int bf16) {
+    const uint16_t *h = (const uint16_t *)x;
+    for (size_t i = n; i-- > 0;) { /* from the end: each float lands at or after its source */
+        uint16_t v = h[i];
+        uint32_t bits;
+        if (bf16) {
+            bits = (uint32_t)v << 16;
+        } else {
+            uint32_t sign = (uint32_t)(v & 0x8000) << 16, e = (v >> 10) & 0x1f, mant = v & 0x3ff;
+            if (e == 0x1f) bits = sign | 0x7f800000u | (mant << 13); /* inf, NaN */
+            else if (e) bits = sign | ((e + 112) << 23) | (mant << 13);
+            else if (!mant) bits = sign;
+            else { /* subnormal: normalise */
+                e = 113;
+                while (!(mant & 0x400)) mant <<= 1, e--;
+                bits = sign | (e << 23) | ((mant & 0x3ff) << 13);
+            }
+        }
+        memcpy(&x[i], &bits, sizeof bits);
+    }
+}
+
 static int is_file(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -136,20 +159,23 @@ static dt_status read_tensors(const ckpt_src *c, const gpt_model *m, float *cons
                 }
                 int ndim = t->ndim;
                 int64_t shape[8] = {t->ndim > 1 ? t->shard.real_rows : t->shard.cols, t->shard.cols}; /* the whole tensor */
-                int match = e->dtype == ST_F32 && e->ndim == ndim;
+                /* 16-bit weights (Hugging Face's bf16 and fp16 files) are widened as read */
+                int half = e->dtype == ST_BF16 || e->dtype == ST_F16, esz = half ? 2 : 4;
+                int match = (e->dtype == ST_F32 || (half && views[k] == m->unit_params)) && e->ndim == ndim;
                 for (int d = 0; match && d < ndim; d++) match = e->shape[d] == shape[d];
                 if (!match) {
                     char have[128], want[128];
                     format_shape(have, sizeof have, e->ndim, e->shape);
                     format_shape(want, sizeof want, ndim, shape);
-                    s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is %s %s, the model needs F32 %s", f.path,
-                                name, st_dtype_name(e->dtype), have, want);
+                    s = dt_fail(DT_EINPUT, "checkpoint '%s': tensor '%s' is %s %s, the model needs %s %s", f.path,
+                                name, st_dtype_name(e->dtype), have, half ? "F32" : "F32 (or BF16, F16)", want);
                     break;
                 }
                 float *dst = ckpt_in_view(m, views[k], i);
                 memset(dst, 0, t->numel * sizeof(float)); /* rows beyond the vocabulary (padding) stay zero */
                 if (t->shard.pieces <= 1) {
-                    s = st_read(&f, e, dst, (uint64_t)ckpt_saved_numel(t) * sizeof(float));
+                    s = st_read(&f, e, dst, (uint64_t)ckpt_saved_numel(t) * (uint64_t)esz);
+                    if (s == DT_OK && half) widen16(dst, (size_t)ckpt_saved_numel(t), e->dtype == ST_BF16);
                 } else {
                     s = st_verify(&f, e); /* the pieces alone cannot be checked against the whole's checksum */
                     if (s != DT_OK) break;
@@ -164,9 +190,11 @@ static dt_status read_tensors(const ckpt_src *c, const gpt_model *m, float *cons
                         cap = need;
                     }
                     int64_t n = dt_shard_runs(&t->shard, runs, cap);
-                    for (int64_t r = 0; s == DT_OK && r < n; r++)
-                        s = st_read_range(&f, e, (uint64_t)runs[r].global * sizeof(float), dst + runs[r].local,
-                                          (uint64_t)runs[r].len * sizeof(float));
+                    for (int64_t r = 0; s == DT_OK && r < n; r++) {
+                        s = st_read_range(&f, e, (uint64_t)runs[r].global * (uint64_t)esz, dst + runs[r].local,
+                                          (uint64_t)runs[r].len * (uint64_t)esz);
+                        if (s == DT_OK && half) widen16(dst + runs[r].local, (size_t)runs[r].len, e->dtype == ST_BF16);
+                    }
                 }
                 for (size_t j = 0; s == DT_OK && j < t->numel; j++)
                     if (!isfinite(dst[j])) /* a diverged or corrupted run: training on it is undefined */
@@ -184,13 +212,16 @@ static dt_status read_tensors(const ckpt_src *c, const gpt_model *m, float *cons
  * block with another index below n_layer). */
 static int of_whole_model(const gpt_model *m, const char *name) {
     if (gpt_find(m, name)) return 1;
-    static const char *const ends[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+    static const char *const ends[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias",
+                                       "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
     for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++)
         if (!strcmp(name, ends[k])) return 1;
-    int l, n = 0;
-    if (sscanf(name, "h.%d.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= m->shape.n_layer) return 0;
+    int l, n = 0, llama = m->shape.family == GPT_FAMILY_LLAMA;
+    if (sscanf(name, llama ? "model.layers.%d.%n" : "h.%d.%n", &l, &n) != 1 || n == 0 || l < 0 ||
+        l >= m->shape.n_layer)
+        return 0;
     char mine[160];
-    snprintf(mine, sizeof mine, "h.%d.%s", m->first_layer, name + n);
+    snprintf(mine, sizeof mine, llama ? "model.layers.%d.%s" : "h.%d.%s", m->first_layer, name + n);
     return gpt_find(m, mine) != NULL;
 }
 
@@ -200,6 +231,9 @@ static int of_whole_model(const gpt_model *m, const char *name) {
 static int hf_extra(const char *name) {
     int l, n = 0;
     if (!strcmp(name, "lm_head.weight")) return 1;
+    /* older Llama files keep the rotary frequencies as a buffer */
+    if (sscanf(name, "model.layers.%d.self_attn.rotary_emb.%n", &l, &n) == 1 && n && !strcmp(name + n, "inv_freq"))
+        return 1;
     if (sscanf(name, "h.%d.attn.%n", &l, &n) != 1 || n == 0) return 0;
     return !strcmp(name + n, "bias") || !strcmp(name + n, "masked_bias");
 }
