@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Randomised layout parity: the project's central promise, tried on layouts nobody wrote down.
 
-Each case draws a model shape (layers, heads, head size, length, an odd vocabulary), a batch
+Each case draws a model family (GPT-2, or Llama with grouped key/value heads, its own MLP
+width, a tied or untied head, q/k/v biases, rotary scaling), a model shape (layers, heads,
+head size, length, an odd vocabulary), a batch
 (micro-batch, gradient accumulation) and a layout (dp x tp x pp x cp up to 8 ranks, sp, ZeRO
 stage, ps or ddp, pipeline schedule and micro-batches, virtual stages, bitwise mode, fp32 or
 bf16), runs it under mpirun and checks it against the single process on the same global batch:
@@ -60,6 +62,14 @@ def draw(rng):
                  "train.micro_batch": mb, "train.global_batch": mb * dp * accum,
                  "train.seed": rng.randrange(1, 10**6), "train.lr": rng.choice([1e-3, 3e-3]),
                  "precision": prec}
+        if rng.random() < 0.4:  # Llama: key/value heads and MLP columns split by tp too
+            kv = tp * rng.choice([d for d in (1, 2, 4) if (n_head // tp) % d == 0])
+            model.update({"model.family": "llama", "model.n_kv_head": kv,
+                          "model.intermediate_size": tp * rng.choice([12, 20, 32]),
+                          "model.tie_embeddings": rng.choice(["true", "false"]),
+                          "model.qkv_bias": rng.choice(["true", "false"]),
+                          "model.rope_theta": rng.choice([10000, 500000]),
+                          "model.rope_factor": rng.choice([0, 0, 8]), "model.rope_original_max": 16})
         return model, draw_layout(rng, tp, pp, cp, vs, mb), world
 
 
@@ -86,6 +96,7 @@ def draw_resume_layout(rng, model):
         tp = rng.choice([1, 2, 4]); pp = rng.choice([1, 2]); cp = rng.choice([1, 2]); dp = rng.choice([1, 2, 4])
         world = dp * tp * pp * cp
         if world > args.max_ranks or model["model.n_head"] % tp or model["model.n_layer"] < pp or \
+                model.get("model.n_kv_head", tp) % tp or model.get("model.intermediate_size", tp) % tp or \
                 model["model.seq_len"] % (2 * cp) or model["train.global_batch"] % (model["train.micro_batch"] * dp):
             continue
         lay = draw_layout(rng, tp, pp, cp, 1, model["train.micro_batch"])
