@@ -51,7 +51,7 @@ static char *slurp(const char *path, size_t *len) {
 }
 
 /* decode(tokens) into a fresh buffer. */
-static char *decode_all(const dt_tokenizer *t, const uint16_t *tok, size_t n, size_t *len) {
+static char *decode_all(const dt_tokenizer *t, const uint32_t *tok, size_t n, size_t *len) {
     size_t cap = 256 * n + 1, k = 0;
     char *out = malloc(cap);
     for (size_t i = 0; i < n; i++) k += dt_tokenizer_decode(t, tok[i], out + k, cap - k);
@@ -73,7 +73,7 @@ static void test_byte(void) {
     CHECK(dt_tokenizer_vocab(t) == 256 && dt_tokenizer_eot(t) == -1, "vocab/eot");
     char all[256];
     for (int i = 0; i < 256; i++) all[i] = (char)i;
-    uint16_t *buf = NULL;
+    uint32_t *buf = NULL;
     size_t n = 0, cap = 0;
     CHECK(dt_tokenizer_encode(t, all, 256, &buf, &n, &cap) == DT_OK && n == 256, "encode");
     int same = 1;
@@ -219,9 +219,9 @@ static void test_prepare_byte(void) {
 }
 
 /* Whitespace-separated ids; returns count, or -1 if a value is not in 0..65535. */
-static long parse_ids(const char *s, uint16_t **out) {
+static long parse_ids(const char *s, uint32_t **out) {
     size_t cap = 1024, n = 0;
-    uint16_t *ids = malloc(cap * sizeof *ids);
+    uint32_t *ids = malloc(cap * sizeof *ids);
     char *end;
     for (;;) {
         while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t') s++;
@@ -232,14 +232,14 @@ static long parse_ids(const char *s, uint16_t **out) {
             return -1;
         }
         if (n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
-        ids[n++] = (uint16_t)v;
+        ids[n++] = (uint32_t)v;
         s = end;
     }
     *out = ids;
     return (long)n;
 }
 
-static void encode_str(const dt_tokenizer *t, const char *s, uint16_t **buf, size_t *n) {
+static void encode_str(const dt_tokenizer *t, const char *s, uint32_t **buf, size_t *n) {
     size_t cap = 0;
     *buf = NULL;
     *n = 0;
@@ -283,7 +283,7 @@ static void test_gpt2(const char *srcdir, const char *enc, const char *bpe) {
           dt_tokenizer_eot(t));
 
     /* Well-known ids. */
-    uint16_t *b;
+    uint32_t *b;
     size_t n;
     encode_str(t, "Hello world", &b, &n);
     CHECK(n == 2 && b[0] == 15496 && b[1] == 995, "Hello world");
@@ -306,10 +306,10 @@ static void test_gpt2(const char *srcdir, const char *enc, const char *bpe) {
     char *idtext = slurp(path, &ilen);
     CHECK(text && idtext, "fixture files missing under %s/tests/data", srcdir);
     if (text && idtext) {
-        uint16_t *want = NULL;
+        uint32_t *want = NULL;
         long nwant = parse_ids(idtext, &want);
         CHECK(nwant > 100, "bad ids file (%ld ids)", nwant);
-        uint16_t *got = NULL;
+        uint32_t *got = NULL;
         size_t ngot = 0, cap = 0;
         CHECK(dt_tokenizer_encode(t, text, tlen, &got, &ngot, &cap) == DT_OK, "encode fixture");
         size_t first = 0;
@@ -326,7 +326,7 @@ static void test_gpt2(const char *srcdir, const char *enc, const char *bpe) {
         enum { REP = 200 };
         char *big = malloc(tlen * REP);
         for (int r = 0; r < REP; r++) memcpy(big + (size_t)r * tlen, text, tlen);
-        uint16_t *bg = NULL;
+        uint32_t *bg = NULL;
         size_t nbg = 0, cbg = 0;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);

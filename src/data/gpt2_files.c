@@ -135,7 +135,7 @@ static dt_status load_encoder(dt_tokenizer *t, strmap *map, const char *path, co
             st = dt_fail(DT_EINPUT, "%s: no token for byte 0x%02x", path, b);
             goto done;
         }
-        t->byte_id[b] = (uint16_t)id;
+        t->byte_id[b] = (uint32_t)id;
     }
     t->eot = strmap_find(map, t, (const unsigned char *)"<|endoftext|>", 13);
 done:
@@ -193,7 +193,7 @@ static dt_status load_merges(dt_tokenizer *t, const strmap *map, const char *pat
                          a < 0 ? "first symbol" : b < 0 ? "second symbol" : "merged token");
             goto done;
         }
-        dtk_merge_put(t, (unsigned)a, (unsigned)b, rank++, (uint16_t)ab);
+        dtk_merge_put(t, (unsigned)a, (unsigned)b, rank++, (uint32_t)ab);
         line = next;
     }
 done:

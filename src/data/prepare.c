@@ -26,7 +26,7 @@ int dt_prep_format_of(const char *name, dt_prep_format *f) {
 /* The documents so far: the token stream, a mask byte per token, where each document starts. */
 typedef struct {
     const dt_tokenizer *t;
-    uint16_t *tok;
+    uint32_t *tok;
     size_t n, cap;
     uint8_t *mask;
     size_t mask_cap;
@@ -62,10 +62,10 @@ static dt_status add_text(docs *d, const char *text, size_t len, int in_loss) {
     return DT_OK;
 }
 
-static dt_status add_token(docs *d, uint16_t id) {
+static dt_status add_token(docs *d, uint32_t id) {
     if (d->n == d->cap) {
         size_t c = d->cap ? d->cap * 2 : 4096;
-        uint16_t *p = realloc(d->tok, c * sizeof *p);
+        uint32_t *p = realloc(d->tok, c * sizeof *p);
         if (!p) return dt_fail(DT_ERUNTIME, "prepare: out of memory");
         d->tok = p;
         d->cap = c;
@@ -92,7 +92,7 @@ static dt_status begin_doc(docs *d) {
  * predicting where a document ends is part of learning it. last: its last character. */
 static dt_status end_doc(docs *d, int last) {
     int eot = dt_tokenizer_eot(d->t);
-    if (eot >= 0) DT_TRY(add_token(d, (uint16_t)eot));
+    if (eot >= 0) DT_TRY(add_token(d, (uint32_t)eot));
     else if (last != '\n') DT_TRY(add_text(d, "\n", 1, 1));
     if (d->n == d->start[d->ndocs]) {
         if (d->line) return dt_fail(DT_EINPUT, "prepare: %s line %ld: an empty document", d->where, d->line);
@@ -280,8 +280,8 @@ dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninpu
     if (!out_prefix || !*out_prefix) return dt_fail(DT_EINPUT, "prepare: empty output prefix");
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
         return dt_fail(DT_EINPUT, "prepare: val fraction %g must be in [0, 1)", o->val_fraction);
-    if (dt_tokenizer_vocab(t) > 65536)
-        return dt_fail(DT_EINPUT, "prepare: vocab %d does not fit uint16 tokens", dt_tokenizer_vocab(t));
+    if (dt_tokenizer_vocab(t) > (1 << 24))
+        return dt_fail(DT_EINPUT, "prepare: vocab %d exceeds 16777216", dt_tokenizer_vocab(t));
     char train_path[PATH_MAX], val_path[PATH_MAX];
     if ((size_t)snprintf(train_path, sizeof train_path, "%s_train.bin", out_prefix) >= sizeof train_path ||
         (size_t)snprintf(val_path, sizeof val_path, "%s_val.bin", out_prefix) >= sizeof val_path)

@@ -281,7 +281,9 @@ static int write_le(int fd, const void *src, size_t n, int in_width, int width) 
     for (size_t i = 0; i < n;) {
         size_t k = n - i < 4096 ? n - i : 4096;
         for (size_t j = 0; j < k; j++) {
-            uint64_t v = in_width == 8 ? ((const uint64_t *)src)[i + j] : ((const uint16_t *)src)[i + j];
+            uint64_t v = in_width == 8   ? ((const uint64_t *)src)[i + j]
+                         : in_width == 4 ? ((const uint32_t *)src)[i + j]
+                                         : ((const uint16_t *)src)[i + j];
             if (width == 8) put_le64(buf + 8 * j, v);
             else if (width == 4) put_le32(buf + 4 * j, (int32_t)(uint32_t)v);
             else buf[2 * j] = (unsigned char)v, buf[2 * j + 1] = (unsigned char)(v >> 8);
@@ -292,7 +294,8 @@ static int write_le(int fd, const void *src, size_t n, int in_width, int width) 
     return 0;
 }
 
-static dt_status write_file(const char *path, const uint16_t *tokens, size_t count, const uint64_t *doc_start,
+/* tokens: in_width bytes each (2: uint16, 4: uint32) */
+static dt_status write_file(const char *path, const void *tokens, int in_width, size_t count, const uint64_t *doc_start,
                             size_t ndocs, const uint8_t *mask, const char *tokenizer, int vocab, int version) {
     if (count > INT32_MAX || ndocs > INT32_MAX)
         return dt_fail(DT_EINPUT, "%s: %zu tokens do not fit a token file header", path, count);
@@ -320,7 +323,7 @@ static dt_status write_file(const char *path, const uint16_t *tokens, size_t cou
         put_le32(hdr + 32, mask ? 1 : 0);
     }
     int bad = write_full(fd, hdr, sizeof hdr) != 0;
-    if (!bad) bad = write_le(fd, tokens, count, 2, width) != 0;
+    if (!bad) bad = write_le(fd, tokens, count, in_width, width) != 0;
     if (!bad && version == 3) bad = write_le(fd, doc_start, ndocs + 1, 8, 8) != 0;
     if (!bad && version == 3 && mask && count) bad = write_full(fd, mask, count) != 0;
     if (!bad) bad = fsync(fd) != 0;
@@ -337,12 +340,12 @@ static dt_status write_file(const char *path, const uint16_t *tokens, size_t cou
 
 dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t count, const char *tokenizer,
                              int vocab) {
-    return write_file(path, tokens, count, NULL, 0, NULL, tokenizer, vocab, 1);
+    return write_file(path, tokens, 2, count, NULL, 0, NULL, tokenizer, vocab, 1);
 }
 
-dt_status dt_tokenfile_write_docs(const char *path, const uint16_t *tokens, size_t count, const uint64_t *doc_start,
+dt_status dt_tokenfile_write_docs(const char *path, const uint32_t *tokens, size_t count, const uint64_t *doc_start,
                                   size_t ndocs, const uint8_t *mask, const char *tokenizer, int vocab) {
-    return write_file(path, tokens, count, doc_start, ndocs, mask, tokenizer, vocab, 3);
+    return write_file(path, tokens, 4, count, doc_start, ndocs, mask, tokenizer, vocab, 3);
 }
 
 dt_status dt_tokenfile_check(const dt_tokenfile *f, const char *what, const char *tokenizer, int vocab_size,

@@ -64,7 +64,7 @@ dt_status dt_tokenfile_write(const char *path, const uint16_t *tokens, size_t co
 /* The same as a version 3 file: ndocs documents starting at doc_start[0..ndocs) (doc_start
  * has ndocs + 1 entries, the last = count), mask NULL or count bytes of 0/1; ids written
  * in 4 bytes when vocab > 65536, else 2. */
-dt_status dt_tokenfile_write_docs(const char *path, const uint16_t *tokens, size_t count, const uint64_t *doc_start,
+dt_status dt_tokenfile_write_docs(const char *path, const uint32_t *tokens, size_t count, const uint64_t *doc_start,
                                   size_t ndocs, const uint8_t *mask, const char *tokenizer, int vocab);
 
 /* Whether the file is data for this run (pure; what = the config key naming it, e.g.

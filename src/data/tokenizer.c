@@ -8,8 +8,8 @@
 #include "tokenizer_internal.h"
 
 
-static int merge_find(const dt_tokenizer *t, unsigned a, unsigned b, uint32_t *rank, uint16_t *out) {
-    uint64_t key = (((uint64_t)a << 16) | b) + 1;
+static int merge_find(const dt_tokenizer *t, unsigned a, unsigned b, uint32_t *rank, uint32_t *out) {
+    uint64_t key = (((uint64_t)a << 32) | b) + 1;
     for (size_t h = dtk_hash64(key) & t->mmask;; h = (h + 1) & t->mmask) {
         if (t->mkey[h] == key) {
             *rank = t->mrank[h];
@@ -21,8 +21,8 @@ static int merge_find(const dt_tokenizer *t, unsigned a, unsigned b, uint32_t *r
 }
 
 /* Later duplicates overwrite the rank, as dict(zip(merges, range(n))) does in the reference. */
-void dtk_merge_put(dt_tokenizer *t, unsigned a, unsigned b, uint32_t rank, uint16_t out) {
-    uint64_t key = (((uint64_t)a << 16) | b) + 1;
+void dtk_merge_put(dt_tokenizer *t, unsigned a, unsigned b, uint32_t rank, uint32_t out) {
+    uint64_t key = (((uint64_t)a << 32) | b) + 1;
     size_t h = dtk_hash64(key) & t->mmask;
     while (t->mkey[h] != 0 && t->mkey[h] != key) h = (h + 1) & t->mmask;
     t->mkey[h] = key;
@@ -46,7 +46,7 @@ dt_status dt_tokenizer_byte(dt_tokenizer **out) {
     if (!t) return dt_fail(DT_ERUNTIME, "out of memory creating byte tokenizer");
     t->vocab = 256;
     t->eot = -1;
-    for (int b = 0; b < 256; b++) t->byte_id[b] = (uint16_t)b;
+    for (int b = 0; b < 256; b++) t->byte_id[b] = (uint32_t)b;
     *out = t;
     return DT_OK;
 }
@@ -61,12 +61,12 @@ const char *dt_tokenizer_name(const dt_tokenizer *t) { return t->bpe ? "gpt2" : 
 typedef struct {
     uint32_t rank;
     int32_t pos; /* left symbol of the pair */
-    uint16_t a, b, out;
+    uint32_t a, b, out;
 } pair_ent;
 
 /* Per-call working memory for bpe(), grown to the longest pre-token seen. */
 typedef struct {
-    uint16_t *id;
+    uint32_t *id;
     int32_t *prev, *next, *list;
     size_t cap;
     pair_ent *heap;
@@ -85,7 +85,7 @@ static dt_status scratch_reserve(scratch *s, size_t m) {
     if (m <= s->cap) return DT_OK;
     if (m > (size_t)INT32_MAX / 2) return dt_fail(DT_EINPUT, "tokenizer: a single word of %zu bytes is too long", m);
     size_t c = dtk_pow2_at_least(m);
-    uint16_t *id = realloc(s->id, c * sizeof *id);
+    uint32_t *id = realloc(s->id, c * sizeof *id);
     if (id) s->id = id;
     int32_t *prev = realloc(s->prev, c * sizeof *prev);
     if (prev) s->prev = prev;
@@ -151,7 +151,7 @@ static int cmp_i32(const void *x, const void *y) {
 /* The reference bpe(): while some adjacent pair is a merge, take the lowest-ranked one and
  * merge all its occurrences left to right. A min-heap of live pairs makes this O(m log m);
  * a merge never creates another pair of the same rank, so one rank is one batch. */
-static dt_status bpe(const dt_tokenizer *t, scratch *s, const unsigned char *w, size_t m, uint16_t *dst,
+static dt_status bpe(const dt_tokenizer *t, scratch *s, const unsigned char *w, size_t m, uint32_t *dst,
                      size_t *ndst) {
     if (m == 1) {
         dst[(*ndst)++] = t->byte_id[w[0]];
@@ -198,13 +198,13 @@ static dt_status bpe(const dt_tokenizer *t, scratch *s, const unsigned char *w, 
     return DT_OK;
 }
 
-static dt_status reserve_tokens(uint16_t **buf, size_t *n, size_t *cap, size_t extra) {
+static dt_status reserve_tokens(uint32_t **buf, size_t *n, size_t *cap, size_t extra) {
     if (*n > *cap || (!*buf && *cap)) return dt_fail(DT_EINPUT, "tokenizer: inconsistent output buffer");
     if (*cap - *n >= extra) return DT_OK;
     if (extra > SIZE_MAX / 4 - *n) return dt_fail(DT_ERUNTIME, "tokenizer: output too large");
     size_t c = *cap ? *cap : 4096;
     while (c < *n + extra) c *= 2;
-    uint16_t *p = realloc(*buf, c * sizeof *p);
+    uint32_t *p = realloc(*buf, c * sizeof *p);
     if (!p) return dt_fail(DT_ERUNTIME, "tokenizer: out of memory for %zu tokens", c);
     *buf = p;
     *cap = c;
@@ -212,7 +212,7 @@ static dt_status reserve_tokens(uint16_t **buf, size_t *n, size_t *cap, size_t e
 }
 
 
-dt_status dt_tokenizer_encode(const dt_tokenizer *t, const char *text, size_t len, uint16_t **buf, size_t *n,
+dt_status dt_tokenizer_encode(const dt_tokenizer *t, const char *text, size_t len, uint32_t **buf, size_t *n,
                               size_t *cap) {
     const unsigned char *s = (const unsigned char *)text;
     if (!t->bpe) {

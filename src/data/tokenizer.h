@@ -29,7 +29,7 @@ int dt_tokenizer_eot(const dt_tokenizer *t); /* 50256 for gpt2; -1 for byte */
 const char *dt_tokenizer_name(const dt_tokenizer *t);
 /* Appends tokens of text[0..len) to *buf (growable; *n used, *cap allocated; realloc'd,
  * release with free()). The text "<|endoftext|>" is encoded as ordinary text, as the reference does. */
-dt_status dt_tokenizer_encode(const dt_tokenizer *t, const char *text, size_t len, uint16_t **buf, size_t *n,
+dt_status dt_tokenizer_encode(const dt_tokenizer *t, const char *text, size_t len, uint32_t **buf, size_t *n,
                               size_t *cap);
 /* Writes the bytes of one token to out and returns how many (<= cap; a token longer than cap
  * is cut at cap, GPT-2 tokens are at most 128 bytes). Unknown token ids give 0 bytes. */

@@ -11,11 +11,11 @@ struct dt_tokenizer {
     int vocab, eot;
     uint32_t *off;        /* token i is bytes[off[i] .. off[i+1]) */
     unsigned char *bytes;
-    uint16_t byte_id[256]; /* token of each single byte */
-    /* merges (a, b) -> (rank, merged id): open addressing, key ((a << 16) | b) + 1, 0 = empty */
+    uint32_t byte_id[256]; /* token of each single byte */
+    /* merges (a, b) -> (rank, merged id): open addressing, key ((a << 32) | b) + 1, 0 = empty */
     uint64_t *mkey;
     uint32_t *mrank;
-    uint16_t *mout;
+    uint32_t *mout;
     size_t mmask;
 };
 
@@ -33,6 +33,6 @@ static inline size_t dtk_pow2_at_least(size_t n) {
 }
 
 /* Adds merge (a, b) -> out with its rank to t's table (tokenizer.c). */
-void dtk_merge_put(dt_tokenizer *t, unsigned a, unsigned b, uint32_t rank, uint16_t out);
+void dtk_merge_put(dt_tokenizer *t, unsigned a, unsigned b, uint32_t rank, uint32_t out);
 
 #endif

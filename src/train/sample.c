@@ -64,18 +64,18 @@ dt_status dt_generate(gpt_model *m, const dt_tokenizer *tok, const char *prompt,
 dt_status dt_generate_with(dt_next_logits_fn next, void *ctx_fn, int V, int maxT, const dt_tokenizer *tok,
                            const char *prompt, const dt_sample_opts *o, dt_rng *rng, FILE *out) {
     size_t n = 0, cap = 0;
-    uint16_t *ids = NULL; /* the tokenizer's ids */
+    uint32_t *ids = NULL; /* the tokenizer's ids */
     DT_TRY(dt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap));
     if (n == 0) {
         int eot = dt_tokenizer_eot(tok);
         DT_TRY(dt_tokenizer_encode(tok, "\n", 1, &ids, &n, &cap));
-        if (eot >= 0) ids[0] = (uint16_t)eot;
+        if (eot >= 0) ids[0] = (uint32_t)eot;
         n = 1;
     }
     for (size_t i = 0; i < n; i++)
-        if (ids[i] >= V) {
+        if (ids[i] >= (uint32_t)V) {
             free(ids);
-            return dt_fail(DT_EINPUT, "prompt token %d is outside the model's vocabulary (%d)", ids[i], V);
+            return dt_fail(DT_EINPUT, "prompt token %u is outside the model's vocabulary (%d)", ids[i], V);
         }
     dt_token *all = malloc((n + (size_t)o->length) * sizeof(dt_token));
     float *logits = malloc((size_t)V * sizeof(float));
