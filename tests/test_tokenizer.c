@@ -77,7 +77,7 @@ static void test_byte(void) {
     size_t n = 0, cap = 0;
     CHECK(dt_tokenizer_encode(t, all, 256, &buf, &n, &cap) == DT_OK && n == 256, "encode");
     int same = 1;
-    for (int i = 0; i < 256; i++) same &= buf[i] == i;
+    for (int i = 0; i < 256; i++) same &= buf[i] == (uint32_t)i;
     CHECK(same, "token = byte value");
     CHECK(dt_tokenizer_encode(t, "hi", 2, &buf, &n, &cap) == DT_OK && n == 258 && buf[256] == 'h', "appends");
     size_t len;
