@@ -78,7 +78,8 @@ static const char *PREPARE_USAGE =
     "                a line '%' is one; --fortune), jsonl (a line, its field --field, default text), prompt (lines\n"
     "                of prompt/completion: the completion in the loss), chat (lines of messages [{role, content}]:\n"
     "                the assistant's in the loss)\n"
-    "  --tokenizer byte|gpt2 (default byte); gpt2 needs --encoder-json FILE --vocab-bpe FILE\n"
+    "  --tokenizer byte|gpt2|PATH/tokenizer.json (default byte); gpt2 needs --encoder-json FILE --vocab-bpe FILE;\n"
+    "    a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2, SmolLM) trains with data.tokenizer hf\n"
     "  --val-fraction F   the last fraction of tokens held out for validation, at a document boundary (0.1)\n"
     "  a document ends with <|endoftext|> (gpt2), or a newline where it does not end in one (byte)\n";
 
@@ -408,7 +409,7 @@ static dt_status load_tokenizer(const dt_config *c, dt_tokenizer **tok) {
     dt_layout L;
     dt_layout_derive(&L, c, 1);
     if (L.tokenizer == DT_TOKENIZER_GPT2) return dt_tokenizer_gpt2(tok, c->data.encoder_json, c->data.vocab_bpe);
-    return dt_tokenizer_byte(tok);
+    return L.tokenizer == DT_TOKENIZER_HF ? dt_tokenizer_hf(tok, c->data.tokenizer_json) : dt_tokenizer_byte(tok);
 }
 
 static dt_status cmd_sample(int argc, char **argv) {
@@ -615,23 +616,17 @@ static dt_status cmd_prepare(int argc, char **argv) {
     if (s == DT_OK && (!nin || !out)) s = dt_fail(DT_EINPUT, "prepare: --input FILE and --out PREFIX are required");
     if (s == DT_OK && po.field && po.format != DT_PREP_JSONL)
         s = dt_fail(DT_EINPUT, "prepare: --field is for --format jsonl (prompt and chat have fixed fields)");
-    if (s == DT_OK && strcmp(kind, "byte") && strcmp(kind, "gpt2"))
-        s = dt_fail(DT_EINPUT, "prepare: --tokenizer '%s' is not one of byte, gpt2", kind);
+    size_t kl = strlen(kind);
+    int hf = kl > 5 && !strcmp(kind + kl - 5, ".json"); /* a Hugging Face tokenizer.json */
+    if (s == DT_OK && strcmp(kind, "byte") && strcmp(kind, "gpt2") && !hf)
+        s = dt_fail(DT_EINPUT, "prepare: --tokenizer '%s' is not one of byte, gpt2, PATH/tokenizer.json", kind);
     if (s == DT_OK && !strcmp(kind, "gpt2") && (!enc[0] || !bpe[0]))
         s = dt_fail(DT_EINPUT, "prepare: --tokenizer gpt2 needs --encoder-json FILE and --vocab-bpe FILE");
-    if (s == DT_OK) { /* the output's directory must exist: name it, not a temporary file in it */
-        char dir[DT_PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", out);
-        char *slash = strrchr(dir, '/');
-        if (slash) {
-            *slash = 0;
-            if (dir[0] && access(dir, W_OK) != 0)
-                s = dt_fail(DT_EINPUT, "prepare: --out %s: directory '%s' %s", out, dir,
-                            access(dir, F_OK) ? "does not exist" : "is not writable");
-        }
-    }
     dt_tokenizer *tok = NULL;
-    if (s == DT_OK) s = !strcmp(kind, "gpt2") ? dt_tokenizer_gpt2(&tok, enc, bpe) : dt_tokenizer_byte(&tok);
+    if (s == DT_OK) s = dt_prepare_check_out(out);
+    if (s == DT_OK)
+        s = hf ? dt_tokenizer_hf(&tok, kind) : !strcmp(kind, "gpt2") ? dt_tokenizer_gpt2(&tok, enc, bpe)
+                                                                      : dt_tokenizer_byte(&tok);
     size_t ntrain = 0, nval = 0, ndocs = 0;
     if (s == DT_OK) s = dt_prepare(tok, inputs, nin, out, &po, &ntrain, &nval, &ndocs);
     char vtext[DT_PATH_MAX + 64] = "no validation file";

@@ -63,7 +63,9 @@ static const key_desc KEYS[] = {
     STR("data.val", data.val, "auto",
         "validation token file; auto: the training file's `_val.bin` sibling (PREFIX_train.bin -> PREFIX_val.bin) if it exists; empty: no validation"),
     BOOL("data.shuffle", data.shuffle, "true", "seeded shuffle of sequences each epoch (false: file order)"),
-    ENUM("data.tokenizer", data.tokenizer, "byte|gpt2", "byte", "tokenizer used by `prepare` and `sample`"),
+    ENUM("data.tokenizer", data.tokenizer, "byte|gpt2|hf", "byte",
+         "tokenizer used by `prepare` and `sample` (hf: a Hugging Face tokenizer.json, data.tokenizer_json)"),
+    STR("data.tokenizer_json", data.tokenizer_json, "", "data.tokenizer hf: the tokenizer.json (`sample` decodes with it)"),
     ENUM("data.layout", data.layout, "stream|pack|pad|budget", "stream",
          "rows: windows of the token stream, documents packed with document masks, one document per row, or "
          "pad's documents packed whole into each micro-batch's token budget"),

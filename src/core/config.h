@@ -23,7 +23,8 @@ typedef struct {
     struct {
         char train[DT_PATH_MAX], val[DT_PATH_MAX];
         int shuffle;
-        char tokenizer[16]; /* "byte" or "gpt2" */
+        char tokenizer[16]; /* "byte", "gpt2" or "hf" */
+        char tokenizer_json[DT_PATH_MAX]; /* hf: the tokenizer.json (sampling decodes with it) */
         char layout[8];     /* how rows are built: "stream", "pack", "pad" or "budget" (docs/config.md#rows) */
         char uneven[8];     /* a last global batch with fewer rows: "drop", "join" or "error" */
         char encoder_json[DT_PATH_MAX], vocab_bpe[DT_PATH_MAX];

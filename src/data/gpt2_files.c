@@ -153,12 +153,8 @@ static dt_status load_merges(dt_tokenizer *t, const strmap *map, const char *pat
     dt_status st = DT_OK;
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
-    t->mmask = dtk_pow2_at_least(lines * 2) - 1;
-    t->mkey = calloc(t->mmask + 1, sizeof *t->mkey);
-    t->mrank = malloc((t->mmask + 1) * sizeof *t->mrank);
-    t->mout = malloc((t->mmask + 1) * sizeof *t->mout);
     unsigned char *tmp = malloc(len + 1);
-    if (!t->mkey || !t->mrank || !t->mout || !tmp) {
+    if (dtk_merge_alloc(t, lines) != DT_OK || !tmp) {
         st = dt_fail(DT_ERUNTIME, "%s: out of memory", path);
         goto done;
     }

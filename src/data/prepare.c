@@ -271,6 +271,18 @@ static dt_status write_part(const docs *d, const char *path, size_t lo, size_t h
     return s;
 }
 
+dt_status dt_prepare_check_out(const char *out) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return DT_OK;
+    *slash = 0;
+    if (dir[0] && access(dir, W_OK) != 0)
+        return dt_fail(DT_EINPUT, "prepare: --out %s: directory '%s' %s", out, dir,
+                       access(dir, F_OK) ? "does not exist" : "is not writable");
+    return DT_OK;
+}
+
 dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninputs, const char *out_prefix,
                      const dt_prep_opts *o, size_t *ntrain, size_t *nval, size_t *ndocs) {
     if (ntrain) *ntrain = 0;

@@ -33,6 +33,8 @@ typedef struct {
  * removes a stale one. Bad input (a line that is not a JSON object, a missing or empty
  * field, invalid UTF-8, an empty document) is DT_EINPUT naming the file and line (or byte
  * offset), and nothing is written. ntrain / nval / ndocs (may be NULL) get the counts. */
+/* The output prefix's directory exists and is writable (named, not a temporary file in it). */
+dt_status dt_prepare_check_out(const char *out_prefix);
 dt_status dt_prepare(const dt_tokenizer *t, const char *const *inputs, int ninputs, const char *out_prefix,
                      const dt_prep_opts *o, size_t *ntrain, size_t *nval, size_t *ndocs);
 /* "text", "fortune", "jsonl", "prompt", "chat" -> *f; -1 for another name. */

@@ -21,6 +21,14 @@ static int merge_find(const dt_tokenizer *t, unsigned a, unsigned b, uint32_t *r
 }
 
 /* Later duplicates overwrite the rank, as dict(zip(merges, range(n))) does in the reference. */
+dt_status dtk_merge_alloc(dt_tokenizer *t, size_t n) {
+    t->mmask = dtk_pow2_at_least(n * 2) - 1;
+    t->mkey = calloc(t->mmask + 1, sizeof *t->mkey);
+    t->mrank = malloc((t->mmask + 1) * sizeof *t->mrank);
+    t->mout = malloc((t->mmask + 1) * sizeof *t->mout);
+    return t->mkey && t->mrank && t->mout ? DT_OK : dt_fail(DT_ERUNTIME, "tokenizer: out of memory (merges)");
+}
+
 void dtk_merge_put(dt_tokenizer *t, unsigned a, unsigned b, uint32_t rank, uint32_t out) {
     uint64_t key = (((uint64_t)a << 32) | b) + 1;
     size_t h = dtk_hash64(key) & t->mmask;
@@ -37,6 +45,7 @@ void dt_tokenizer_free(dt_tokenizer *t) {
     free(t->mkey);
     free(t->mrank);
     free(t->mout);
+    dt_hf_free(t->hf);
     free(t);
 }
 
@@ -53,7 +62,7 @@ dt_status dt_tokenizer_byte(dt_tokenizer **out) {
 
 int dt_tokenizer_vocab(const dt_tokenizer *t) { return t->vocab; }
 int dt_tokenizer_eot(const dt_tokenizer *t) { return t->eot; }
-const char *dt_tokenizer_name(const dt_tokenizer *t) { return t->bpe ? "gpt2" : "byte"; }
+const char *dt_tokenizer_name(const dt_tokenizer *t) { return t->hf ? "hf" : t->bpe ? "gpt2" : "byte"; }
 
 
 /* ---- encoding ---- */
@@ -212,8 +221,28 @@ static dt_status reserve_tokens(uint32_t **buf, size_t *n, size_t *cap, size_t e
 }
 
 
+struct dtk_scratch {
+    scratch s;
+};
+dt_status dtk_append_id(uint32_t **buf, size_t *n, size_t *cap, uint32_t id) {
+    DT_TRY(reserve_tokens(buf, n, cap, 1));
+    (*buf)[(*n)++] = id;
+    return DT_OK;
+}
+dtk_scratch *dtk_scratch_new(void) { return calloc(1, sizeof(dtk_scratch)); }
+void dtk_scratch_free(dtk_scratch *s) {
+    if (s) scratch_free(&s->s);
+    free(s);
+}
+dt_status dtk_bpe_append(const dt_tokenizer *t, dtk_scratch *s, const unsigned char *w, size_t m, uint32_t **buf,
+                         size_t *n, size_t *cap) {
+    DT_TRY(reserve_tokens(buf, n, cap, m));
+    return bpe(t, &s->s, w, m, *buf, n);
+}
+
 dt_status dt_tokenizer_encode(const dt_tokenizer *t, const char *text, size_t len, uint32_t **buf, size_t *n,
                               size_t *cap) {
+    if (t->hf) return dt_hf_encode(t, text, len, buf, n, cap);
     const unsigned char *s = (const unsigned char *)text;
     if (!t->bpe) {
         DT_TRY(reserve_tokens(buf, n, cap, len));

@@ -21,6 +21,12 @@ typedef struct dt_tokenizer dt_tokenizer;
 
 /* token = byte value, vocab 256, no eot */
 dt_status dt_tokenizer_byte(dt_tokenizer **out);
+/* A Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, Llama 3, Qwen2, SmolLM):
+ * its vocabulary, merges, added tokens, NFC normalizer and pre-tokenizer regex (run by
+ * PCRE2); eot is tokenizer_config.json's eos_token beside it (-1 without one). Anything
+ * else (SentencePiece-style byte fallback, other normalizers or pre-tokenizers) is a
+ * one-line DT_EINPUT naming it. Its token files record the tokenizer "hf". */
+dt_status dt_tokenizer_hf(dt_tokenizer **out, const char *tokenizer_json);
 /* GPT-2 byte-level BPE, vocab 50257, eot = 50256. Load errors are DT_EINPUT naming the file. */
 dt_status dt_tokenizer_gpt2(dt_tokenizer **out, const char *encoder_json, const char *vocab_bpe);
 int dt_tokenizer_vocab(const dt_tokenizer *t);

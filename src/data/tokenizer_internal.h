@@ -1,4 +1,5 @@
-/* Private to tokenizer.c and gpt2_files.c: the tokenizer object and the hashing both use. */
+/* Private to tokenizer.c, gpt2_files.c and hf_tokenizer.c: the tokenizer object and the
+ * hashing they use. */
 #ifndef DT_TOKENIZER_INTERNAL_H
 #define DT_TOKENIZER_INTERNAL_H
 #include <stddef.h>
@@ -17,6 +18,7 @@ struct dt_tokenizer {
     uint32_t *mrank;
     uint32_t *mout;
     size_t mmask;
+    struct dt_hf *hf; /* a tokenizer.json's rules (hf_tokenizer.c); NULL: GPT-2's or bytes */
 };
 
 /* A 64-bit key's hash for the open-addressing tables (merges; strings while loading). */
@@ -34,5 +36,21 @@ static inline size_t dtk_pow2_at_least(size_t n) {
 
 /* Adds merge (a, b) -> out with its rank to t's table (tokenizer.c). */
 void dtk_merge_put(dt_tokenizer *t, unsigned a, unsigned b, uint32_t rank, uint32_t out);
+/* Merges table capacity for n merges (allocates mkey, mrank, mout). */
+dt_status dtk_merge_alloc(dt_tokenizer *t, size_t n);
+
+/* BPE of one pre-token w[0..m) (its bytes' tokens merged by t's merges, the reference's
+ * order), appended to *buf (tokenizer.c); s is working memory kept across calls. */
+typedef struct dtk_scratch dtk_scratch;
+dtk_scratch *dtk_scratch_new(void);
+void dtk_scratch_free(dtk_scratch *s);
+dt_status dtk_bpe_append(const dt_tokenizer *t, dtk_scratch *s, const unsigned char *w, size_t m, uint32_t **buf,
+                         size_t *n, size_t *cap);
+/* Appends one id to *buf */
+dt_status dtk_append_id(uint32_t **buf, size_t *n, size_t *cap, uint32_t id);
+
+/* hf_tokenizer.c: encode with a tokenizer.json's rules; free them */
+dt_status dt_hf_encode(const dt_tokenizer *t, const char *text, size_t len, uint32_t **buf, size_t *n, size_t *cap);
+void dt_hf_free(struct dt_hf *hf);
 
 #endif

@@ -52,7 +52,7 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->determinism = (dt_determinism)PICK(k->parallel.determinism, "fast", "bitwise");
     L->recompute = (dt_recompute)PICK(k->train.recompute, "none", "full");
     L->comm_backend = (dt_comm_backend)PICK(k->comm.backend, "mpi", "nccl");
-    L->tokenizer = (dt_tokenizer_kind)PICK(k->data.tokenizer, "byte", "gpt2");
+    L->tokenizer = (dt_tokenizer_kind)PICK(k->data.tokenizer, "byte", "gpt2", "hf");
     L->offload_optimizer = (dt_offload_kind)PICK(k->offload.optimizer, "none", "cpu", "nvme");
     L->offload_param = (dt_offload_kind)PICK(k->offload.param, "none", "cpu", "nvme");
     /* offloaded parameters are updated on the host, where they are: the optimizer's state

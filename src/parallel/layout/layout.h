@@ -25,7 +25,7 @@ typedef enum { DT_DPMODE_DDP, DT_DPMODE_PS } dt_dp_mode;
 typedef enum { DT_DET_FAST, DT_DET_BITWISE } dt_determinism;
 typedef enum { DT_RECOMPUTE_NONE, DT_RECOMPUTE_FULL } dt_recompute;
 typedef enum { DT_COMM_MPI, DT_COMM_NCCL } dt_comm_backend;
-typedef enum { DT_TOKENIZER_BYTE, DT_TOKENIZER_GPT2 } dt_tokenizer_kind;
+typedef enum { DT_TOKENIZER_BYTE, DT_TOKENIZER_GPT2, DT_TOKENIZER_HF } dt_tokenizer_kind;
 typedef enum { DT_OFFLOAD_NONE, DT_OFFLOAD_CPU, DT_OFFLOAD_NVME } dt_offload_kind;
 
 typedef struct {
