@@ -5,7 +5,8 @@
 # and validation loss within 1e-5 (fp32); bitwise mode gives the single process's weights
 # with dp2 (ZeRO-3) and pp2; packed documents restart the rotary positions in every
 # layout that splits them (dp2, tp2, cp2); bf16 follows the fp32 curve within 1%; a tied
-# variant too. Bad shapes are refused with one line, exit 2.
+# variant too; every rank allocates what `dtrain estimate` says (ZeRO-3, pp2). Bad shapes are
+# refused with one line, exit 2.
 source "$(dirname "$0")/lib.sh"
 need_mpi
 prepare_tiny
@@ -73,6 +74,28 @@ dp_run tied 1 --set model.tie_embeddings=true >/dev/null
 dp_run tied-pp2 2 --set model.tie_embeddings=true --set parallel.pp=2 >/dev/null
 r=$(compare_curves "$TMP/tied.jsonl" "$TMP/tied-pp2.jsonl" 2>&1) && pass "tied, pp2 = single process: $r" ||
   fail "tied pp2: $r"
+# the estimator knows the family: every rank allocates what `dtrain estimate` predicts, to
+# the byte (ZeRO-3 over dp2; a pipeline's stages with the untied head on the last)
+for lay in "z3:2:1:--set parallel.zero=3" "pp2:2:2:--set parallel.pp=2"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; rest=${rest#*:}; pp=${rest%%:*}; args=${rest#*:}
+  # shellcheck disable=SC2086
+  "${MPI[@]}" -np "$np" "$DTRAIN" train "${DP_RUN[@]}" --steps 2 $args --metrics "$TMP/em_$name.jsonl" >"$TMP/em.out" 2>&1 ||
+    { fail "memory run $name: $(tail -2 "$TMP/em.out")"; continue; }
+  # shellcheck disable=SC2086
+  "$DTRAIN" estimate "${DP_RUN[@]}" $args -n $((np / pp)) --json >"$TMP/ee_$name.json" || fail "estimate $name"
+  r=$(python3 - "$TMP/em_$name.jsonl" "$TMP/ee_$name.json" "$pp" <<'PY'
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+stages, pp = json.load(open(sys.argv[2]))["stages"], int(sys.argv[3])
+for m in summ["mem"]:
+    total = m["params"] + m["grads"] + m["optim"] + m["activations"] + m["workspace"]
+    if total != stages[m["rank"] % pp]["rank_bytes"]:
+        print("rank %d allocates %d bytes, the estimate says %d" % (m["rank"], total, stages[m["rank"] % pp]["rank_bytes"]))
+        sys.exit(1)
+print("%d ranks, %d bytes on rank 0" % (len(summ["mem"]), stages[0]["rank_bytes"]))
+PY
+) && pass "estimate = allocation, $name: $r" || fail "estimate $name: $r"
+done
 # refused shapes
 expect() { # expect LABEL PATTERN ARGS...: exit 2 with the pattern, one line
   local label=$1 pat=$2; shift 2

@@ -212,11 +212,13 @@ static dt_status read_tensors(const ckpt_src *c, const gpt_model *m, float *cons
  * block with another index below n_layer). */
 static int of_whole_model(const gpt_model *m, const char *name) {
     if (gpt_find(m, name)) return 1;
-    static const char *const ends[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias",
-                                       "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
-    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++)
-        if (!strcmp(name, ends[k])) return 1;
+    static const char *const gpt2_ends[] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+    static const char *const llama_ends[] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
     int l, n = 0, llama = m->shape.family == GPT_FAMILY_LLAMA;
+    const char *const *ends = llama ? llama_ends : gpt2_ends;
+    int nends = llama ? 2 + !m->shape.tie : 4; /* an untied head's weight */
+    for (int k = 0; k < nends; k++)
+        if (!strcmp(name, ends[k])) return 1;
     if (sscanf(name, llama ? "model.layers.%d.%n" : "h.%d.%n", &l, &n) != 1 || n == 0 || l < 0 ||
         l >= m->shape.n_layer)
         return 0;

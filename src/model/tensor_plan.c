@@ -271,7 +271,8 @@ void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t
     gpt_stage_info st = gpt_stage_of(s, layout ? layout : &gpt_one_rank);
     size_t t = (size_t)(layout && layout->tp > 0 ? layout->tp : 1);
     *block = kind_count(s, ON_BLOCK, t, 0);
-    *first = st.embed || st.head ? kind_count(s, ON_FIRST, t, 0) : 0; /* a last stage's wte and its gap */
+    /* a last stage's tied wte and its gap (an untied head is in the last unit) */
+    *first = st.embed || (st.head && (s->tie || s->family == GPT_FAMILY_GPT2)) ? kind_count(s, ON_FIRST, t, 0) : 0;
     *last = st.head ? kind_count(s, ON_LAST, t, 0) : 0;               /* ln_f */
     *nblocks = st.n;
 }
