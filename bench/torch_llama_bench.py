@@ -3,8 +3,8 @@
 
 The Llama architecture as Hugging Face defines it (written here, not imported): token
 embedding, pre-norm layers with RMSNorm, q/k/v projections without bias, rotary embeddings
-(rotate_half), grouped-query attention (repeat_kv), causal softmax attention through
-PyTorch's scaled_dot_product_attention (its fused CPU kernel), o_proj, a SwiGLU MLP, a final
+(rotate_half), grouped-query attention (repeat_kv), causal softmax attention (Debian's
+torch 1.13 has no scaled_dot_product_attention), o_proj, a SwiGLU MLP, a final
 RMSNorm, the head tied to the embedding or its own; random tokens, and a full training step:
 forward, backward, global-norm clip, AdamW (weight decay on 2-D weights). Prints one JSON
 line: {"impl": "torch", "tokens_per_s": ..., "ms": [...], ...}.
@@ -53,7 +53,9 @@ class Layer(nn.Module):
         v = self.v_proj(h).view(B, T, self.KV, self.hd).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.repeat_interleave(self.H // self.KV, dim=1), v.repeat_interleave(self.H // self.KV, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hd))
+        att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
         x = x + self.o_proj(y)
         h = self.post_attention_layernorm(x)
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
