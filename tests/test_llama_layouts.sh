@@ -5,7 +5,7 @@
 # and validation loss within 1e-5 (fp32); bitwise mode gives the single process's weights
 # with dp2 (ZeRO-3) and pp2; packed documents restart the rotary positions in every
 # layout that splits them (dp2, tp2, cp2); bf16 follows the fp32 curve within 1%; a tied
-# variant too; every rank allocates what `dtrain estimate` says (ZeRO-3, pp2). Bad shapes are
+# variant too; optimizer offload (nvme) and frozen groups (dp2 ZeRO-3) as for GPT-2; every rank allocates what `dtrain estimate` says (ZeRO-3, pp2). Bad shapes are
 # refused with one line, exit 2.
 source "$(dirname "$0")/lib.sh"
 need_mpi
@@ -74,6 +74,17 @@ dp_run tied 1 --set model.tie_embeddings=true >/dev/null
 dp_run tied-pp2 2 --set model.tie_embeddings=true --set parallel.pp=2 >/dev/null
 r=$(compare_curves "$TMP/tied.jsonl" "$TMP/tied-pp2.jsonl" 2>&1) && pass "tied, pp2 = single process: $r" ||
   fail "tied pp2: $r"
+# offload (ZeRO-Infinity's optimizer state in NVMe files) trains the same model; frozen
+# groups (train.freeze over Llama names) give dp2 ZeRO-3 the single process's curve
+mkdir -p "$TMP/nvme"
+dp_run offload 1 --set offload.optimizer=nvme --set offload.nvme_path="$TMP/nvme" >/dev/null
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/offload.jsonl" 2>&1) && pass "optimizer offload (nvme) = single process: $r" ||
+  fail "offload: $r $(grep -m1 -i error "$TMP/offload.out")"
+FRZ=(--set "train.freeze=model.embed_tokens.weight,model.layers.0.*")
+dp_run freeze 1 "${FRZ[@]}" >/dev/null
+dp_run freeze-z3 2 "${FRZ[@]}" --set parallel.zero=3 >/dev/null
+r=$(compare_curves "$TMP/freeze.jsonl" "$TMP/freeze-z3.jsonl" 2>&1) && pass "frozen groups, dp2 ZeRO-3 = single process: $r" ||
+  fail "freeze: $r $(grep -m1 -i error "$TMP/freeze-z3.out")"
 # the estimator knows the family: every rank allocates what `dtrain estimate` predicts, to
 # the byte (ZeRO-3 over dp2; a pipeline's stages with the untied head on the last)
 for lay in "z3:2:1:--set parallel.zero=3" "pp2:2:2:--set parallel.pp=2"; do
