@@ -4,8 +4,10 @@
 # trains from the reference's loss, step for step (tests/reference/llama: the PyTorch
 # reference's steps from the same weights, within 1e-5); the same weights in bf16 load
 # (widened) and start within 1% of that loss; `dtrain export` of a Llama checkpoint loads
-# back bit for bit (the same digest) with LlamaForCausalLM's config keys; config.json
-# files of another family or option are one line, exit 2.
+# back bit for bit (the same digest) with LlamaForCausalLM's config keys, and the reference
+# fixtures' export is the tensors and config.json the PyTorch reference trained from to the
+# same losses (tests/reference/regen.sh checks that with torch); config.json files of
+# another family or option are one line, exit 2.
 source "$(dirname "$0")/lib.sh"
 ref="$SRC/tests/reference/llama"
 "$DTRAIN" prepare --fortune --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/c" --val-fraction 0 >/dev/null ||
@@ -84,6 +86,26 @@ PY
   --set train.init_from="$TMP/exp" --steps 0 --digest >"$TMP/back.out" 2>&1 || fail "init from the export"
 [ -n "$(digest_of "$TMP/ck.out")" ] && [ "$(digest_of "$TMP/ck.out")" = "$(digest_of "$TMP/back.out")" ] &&
   pass "export -> init_from: the same weights" || fail "round trip: $(digest_of "$TMP/ck.out") vs $(digest_of "$TMP/back.out")"
+
+# the reference fixtures' weights exported: the tensors as they were, and the config.json
+# with which tests/reference/llama_reference.py --hf (reading it as transformers does)
+# reproduced the reference's steps when the fixtures were made (tests/reference/regen.sh)
+for c in gqa1_tied gqa2_untied_bias gqa4_scaled; do
+  "$DTRAIN" train --config "$ref/$c.json" --set data.train="$TMP/c_train.bin" --set data.val= --steps 0 \
+    --set train.init_from="$ref/${c}_init.safetensors" --save "$TMP/s_$c" >/dev/null 2>&1 || fail "$c: save"
+  "$DTRAIN" export "$TMP/s_$c" "$TMP/x_$c" >/dev/null 2>&1 || fail "$c: export"
+  python3 - "$TMP/x_$c" "$ref/${c}_init.safetensors" "$ref/${c}_export_config.json" <<'PY' && pass "$c: export = the reference's tensors and config.json" || fail "$c: export differs"
+import json, struct, sys
+def tensors(p):
+    b = open(p, "rb").read(); n = struct.unpack_from("<Q", b)[0]; h = json.loads(b[8:8 + n])
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+got, want = tensors(sys.argv[1] + "/model.safetensors"), tensors(sys.argv[2])
+assert got == want, sorted(set(got) ^ set(want))[:4] or [k for k in got if got[k] != want[k]][:4]
+cg, cw = json.load(open(sys.argv[1] + "/config.json")), json.load(open(sys.argv[3]))
+assert cg == cw, {k: (cg.get(k), cw.get(k)) for k in set(cg) | set(cw) if cg.get(k) != cw.get(k)}
+PY
+done
 
 # config.json of what dtrain does not have
 bad() { # bad LABEL PATTERN PYTHON-EDIT

@@ -16,6 +16,10 @@ the same for both families). Writes per-step loss and pre-clip gradient norm as 
 
 usage: llama_reference.py --config C.json --init init.safetensors --tokens c_train.bin
                           [--steps N] [--dtype float64|float32] [--out F]
+       llama_reference.py --config C.json --hf DIR --tokens c_train.bin ...
+With --hf the model comes from a Hugging Face directory as transformers reads it
+(config.json's LlamaConfig/Qwen2Config keys, model.safetensors): what `dtrain export`
+writes; the training keys still come from --config.
 """
 import argparse
 import json
@@ -42,6 +46,29 @@ def load_config(path):
     C, H = cfg["model.n_embd"], cfg["model.n_head"]
     cfg["model.n_kv_head"] = cfg["model.n_kv_head"] or H
     cfg["model.intermediate_size"] = cfg["model.intermediate_size"] or (8 * C // 3 + 255) // 256 * 256
+    return cfg
+
+
+def hf_config(cfg, d):
+    """The model keys from a Hugging Face config.json (LlamaConfig / Qwen2Config)."""
+    j = json.load(open(os.path.join(d, "config.json")))
+    assert j["model_type"] in ("llama", "qwen2"), j["model_type"]
+    assert j.get("hidden_act", "silu") == "silu"
+    cfg = dict(cfg)
+    cfg.update({"model.n_embd": j["hidden_size"], "model.n_layer": j["num_hidden_layers"],
+                "model.n_head": j["num_attention_heads"],
+                "model.n_kv_head": j.get("num_key_value_heads", j["num_attention_heads"]),
+                "model.intermediate_size": j["intermediate_size"], "model.vocab_size": j["vocab_size"],
+                "model.rope_theta": j.get("rope_theta", 10000.0), "model.norm_eps": j["rms_norm_eps"],
+                "model.tie_embeddings": j.get("tie_word_embeddings", True),
+                "model.qkv_bias": j["model_type"] == "qwen2" or j.get("attention_bias", False),
+                "model.rope_factor": 0.0})
+    rs = j.get("rope_scaling")
+    if rs:
+        assert rs.get("rope_type", rs.get("type")) == "llama3"
+        cfg.update({"model.rope_factor": rs["factor"], "model.rope_low_freq": rs["low_freq_factor"],
+                    "model.rope_high_freq": rs["high_freq_factor"],
+                    "model.rope_original_max": rs["original_max_position_embeddings"]})
     return cfg
 
 
@@ -175,13 +202,19 @@ def run(cfg, init_path, tokens_path, nsteps, dtype):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True)
-    ap.add_argument("--init", required=True)
+    ap.add_argument("--init", help="initial weights (safetensors with Hugging Face names)")
+    ap.add_argument("--hf", help="a Hugging Face model directory instead of --init and the config's model keys")
     ap.add_argument("--tokens", required=True)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--out", default="-")
     a = ap.parse_args()
     cfg = load_config(a.config)
+    if a.hf:
+        cfg = hf_config(cfg, a.hf)
+        a.init = os.path.join(a.hf, "model.safetensors")
+    if not a.init:
+        sys.exit("llama_reference: --init or --hf is required")
     nsteps = a.steps if a.steps is not None else cfg["train.steps"]
     steps, ntok = run(cfg, a.init, a.tokens, nsteps, torch.float64 if a.dtype == "float64" else torch.float32)
     doc = {"config": dict(cfg, **{"dtype": a.dtype, "steps_run": nsteps, "token_count": ntok,

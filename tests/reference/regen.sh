@@ -25,12 +25,24 @@ cp "$tmp/init/step_00000000/model.safetensors" "$here/tiny_init.safetensors"
 echo "regen: wrote $here/tiny_init.safetensors and $here/tiny_expected.json"
 # the Llama family: each config's initial weights (dtrain's) and the reference's steps
 for cfg in "$here"/llama/*.json; do
-  case "$cfg" in *_expected.json) continue ;; esac
+  case "$cfg" in *_expected.json | *_export_config.json) continue ;; esac
   name=$(basename "$cfg" .json)
   "$dtrain" train --config "$cfg" --set data.train="$tmp/c_train.bin" --set data.val= --steps 0 \
     --save "$tmp/$name" >/dev/null
   cp "$tmp/$name/step_00000000/model.safetensors" "$here/llama/${name}_init.safetensors"
   /usr/bin/python3 "$here/llama_reference.py" --config "$cfg" --init "$here/llama/${name}_init.safetensors" \
     --tokens "$tmp/c_train.bin" --dtype float64 --out "$here/llama/${name}_expected.json"
-  echo "regen: wrote $here/llama/${name}_init.safetensors and ${name}_expected.json"
+  # the same weights through `dtrain export`, read the way transformers reads them (the
+  # reference's --hf: config.json's keys, not dtrain's): the same steps, bit for bit in float64
+  "$dtrain" train --config "$cfg" --set data.train="$tmp/c_train.bin" --set data.val= --steps 0 \
+    --set train.init_from="$here/llama/${name}_init.safetensors" --save "$tmp/$name-s" >/dev/null
+  "$dtrain" export "$tmp/$name-s" "$tmp/$name-hf" >/dev/null
+  /usr/bin/python3 "$here/llama_reference.py" --config "$cfg" --hf "$tmp/$name-hf" --tokens "$tmp/c_train.bin" \
+    --dtype float64 --out "$tmp/$name-hf.json"
+  /usr/bin/python3 -c "import json, sys
+a, b = (json.load(open(p))['steps'] for p in sys.argv[1:3])
+assert [s['loss'] for s in a] == [s['loss'] for s in b], 'the export gives other losses'" \
+    "$here/llama/${name}_expected.json" "$tmp/$name-hf.json"
+  cp "$tmp/$name-hf/config.json" "$here/llama/${name}_export_config.json"
+  echo "regen: wrote $here/llama/${name}_init.safetensors, ${name}_expected.json, ${name}_export_config.json"
 done
