@@ -70,15 +70,7 @@ r=$(curves "$TMP/cpu16.jsonl" "$TMP/gpu16.jsonl" 0.01) && pass "gpu bf16 vs cpu 
 
 # documents on the GPU (data.layout pack and pad: the attention kernels skip the keys of
 # earlier documents): the CPU's curve in fp32, bf16 within 2%
-python3 -c "
-import json, random
-r = random.Random(6)
-for i in range(700):
-    print(json.dumps({'prompt': 'Q%d ' % i + 'x' * r.randint(0, 10),
-                      'completion': ' '.join('w%d' % r.randint(0, 50) for _ in range(r.randint(1, 12))) + '.'}))" \
-  >"$TMP/d.jsonl"
-"$DTRAIN" prepare --format prompt --input "$TMP/d.jsonl" --out "$TMP/d" --val-fraction 0.1 >/dev/null 2>&1 ||
-  fail "prepare documents"
+prepare_prompt_docs
 for rows in pack pad; do
   DOCS=(--set "data.train=$TMP/d_train.bin" --set "data.val=$TMP/d_val.bin" --set data.layout=$rows)
   "$DTRAIN" train "${DP_RUN[@]}" "${DOCS[@]}" --metrics "$TMP/c$rows.jsonl" >/dev/null 2>&1 || fail "cpu $rows run"

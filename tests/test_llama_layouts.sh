@@ -35,15 +35,7 @@ for lay in "${LAYOUTS[@]}"; do
 done
 # packed documents (rotary positions restart at each one; tests/test_documents_model checks
 # that against each document alone): dp2, tp2 and cp2 give the single process's curve
-python3 -c "
-import json, random
-r = random.Random(6)
-for i in range(700):
-    print(json.dumps({'prompt': 'Q%d ' % i + 'x' * r.randint(0, 10),
-                      'completion': ' '.join('w%d' % r.randint(0, 50) for _ in range(r.randint(1, 12))) + '.'}))" \
-  >"$TMP/d.jsonl"
-"$DTRAIN" prepare --format prompt --input "$TMP/d.jsonl" --out "$TMP/d" --val-fraction 0.1 >/dev/null 2>&1 ||
-  fail "prepare documents"
+prepare_prompt_docs
 DOCS=(--set "data.train=$TMP/d_train.bin" --set "data.val=$TMP/d_val.bin" --set data.layout=pack)
 dp_run pack-ref 1 "${DOCS[@]}" >/dev/null
 for lay in "pack-dp2:2:" "pack-tp2:2:--set parallel.tp=2" "pack-cp2:2:--set parallel.cp=2"; do
