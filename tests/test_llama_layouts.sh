@@ -107,6 +107,13 @@ expect() { # expect LABEL PATTERN ARGS...: exit 2 with the pattern, one line
     fail "$label: rc $rc: $(tail -1 "$TMP/bad.out")"
 }
 expect "kv heads not dividing heads" "n_kv_head" --set model.n_kv_head=3
+# the planner proposes only layouts whose tp divides the key/value heads
+"$DTRAIN" plan "${DP_RUN[@]}" -n 4 --json >"$TMP/plan.out" 2>&1 &&
+  python3 -c "import json, sys; t = {json.loads(l)['tp'] for l in open(sys.argv[1]) if l.strip()}; sys.exit(not t or max(t) > 2)" \
+    "$TMP/plan.out" && pass "plan -n 4: tp 2 at most (2 key/value heads)" || fail "plan: $(tail -2 "$TMP/plan.out")"
+timeout 120 "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.tp=4 >"$TMP/tp4.out" 2>&1
+[ $? -eq 2 ] && grep -q "n_kv_head 2" "$TMP/tp4.out" && pass "tp 4 over 2 key/value heads: refused (exit 2)" ||
+  fail "tp4: $(grep -m1 error "$TMP/tp4.out")"
 expect "an odd head size" "even" --set model.n_embd=36 --set model.n_head=4 --set model.n_kv_head=4
 expect "gpt2 with llama's keys" "llama" --set model.family=gpt2 --set model.tie_embeddings=true
 finish

@@ -164,15 +164,6 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
             (double)max_B * max_T * m->shape.padded_vocab * 16.0 > 4.6e18)
         return dt_fail(DT_EINPUT, "model: a micro-batch of %d x %d tokens at %d wide, %d layers needs more than 4 EB "
                        "of activations", max_B, max_T, m->shape.n_embd, m->shape.n_layer);
-    if (!gpt_tp_splits_heads(&m->shape, tp) || tp_rank < 0 || tp_rank >= tp)
-        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
-                       "tensor-parallel ranks)", tp, m->shape.n_head);
-    if (m->shape.padded_vocab % tp != 0)
-        return dt_fail(DT_EINPUT, "parallel.tp %d must divide the padded vocabulary %d (a multiple of 64)", tp,
-                       m->shape.padded_vocab);
-    if (tp > 1 && (!ops->xent_rowmax || !ops->xent_rowsum || !ops->xent_finish))
-        return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
-                       ops->name);
     if (m->shape.family == GPT_FAMILY_LLAMA) {
         if (!ops->rmsnorm_fwd || !ops->rmsnorm_bwd || !ops->swiglu_fwd || !ops->swiglu_bwd || !ops->rope_qkv_fwd ||
             !ops->rope_qkv_bwd)
@@ -183,6 +174,15 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
                            "(key/value heads and the MLP's columns are split; replicating key/value heads is not "
                            "implemented)", tp, m->shape.n_kv_head, m->shape.intermediate);
     }
+    if (!gpt_tp_splits_heads(&m->shape, tp) || tp_rank < 0 || tp_rank >= tp)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
+                       "tensor-parallel ranks)", tp, m->shape.n_head);
+    if (m->shape.padded_vocab % tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide the padded vocabulary %d (a multiple of 64)", tp,
+                       m->shape.padded_vocab);
+    if (tp > 1 && (!ops->xent_rowmax || !ops->xent_rowsum || !ops->xent_finish))
+        return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
+                       ops->name);
     if (m->sp && ((long long)max_B * max_T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", max_B, max_T, tp);

@@ -213,9 +213,13 @@ gpt_shape gpt_shape_of_config(const dt_config *c);
 /* Checks the shape (n_embd % n_head, sizes > 0, the family's rules) and fills padded_vocab
  * and the family's defaults (GPT-2's fixed choices; llama's n_kv_head, intermediate). */
 dt_status gpt_shape_check(gpt_shape *s);
-/* Whether tp tensor-parallel ranks split the attention heads evenly (the one place of the
- * rule; the padded vocabulary's is checked with the shape's padded_vocab). */
-static inline int gpt_tp_splits_heads(const gpt_shape *s, int tp) { return tp >= 1 && s->n_head % tp == 0; }
+/* Whether tp tensor-parallel ranks split the attention heads evenly, and for Llama its
+ * key/value heads and MLP columns too (the one place of the rule; the padded vocabulary's
+ * is checked with the shape's padded_vocab). */
+static inline int gpt_tp_splits_heads(const gpt_shape *s, int tp) {
+    return tp >= 1 && s->n_head % tp == 0 &&
+           (s->family != GPT_FAMILY_LLAMA || (s->n_kv_head % tp == 0 && s->intermediate % tp == 0));
+}
 /* Builds the tensor table and allocates activations for B x T, and the flat params and
  * grads buffers when alloc_state (a sharding wrapper may provide its own). */
 dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T);

@@ -110,6 +110,11 @@ dt_status dt_tp_check(const dt_layout *L) {
         return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1 (sequence parallelism splits the tensor-parallel "
                        "group's LayerNorm and residual rows)");
     if (tp <= 1) return DT_OK;
+    if (!gpt_tp_splits_heads(&L->shape, tp) && L->shape.family == GPT_FAMILY_LLAMA)
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d, model.n_kv_head %d and "
+                       "model.intermediate_size %d (heads, key/value heads and MLP columns are split; replicating "
+                       "key/value heads is not implemented)", tp, L->shape.n_head, L->shape.n_kv_head,
+                       L->shape.intermediate);
     if (!gpt_tp_splits_heads(&L->shape, tp))
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
                        "tensor-parallel ranks)", tp, L->shape.n_head);
