@@ -32,6 +32,15 @@ need_mpi() {
 prepare_tiny() {
   "$DTRAIN" prepare --fortune --input "$SRC/tests/data/tiny_corpus.txt" --out "$TMP/c" --val-fraction 0.1 >/dev/null
 }
+# Every kind of layout against the single process (NAME:RANKS:ARGS): dp2 (ps, DDP,
+# ZeRO-1/2/3), tp2 (+sp), pp2 under each schedule, cp2 and dp2 x pp2 x tp2
+PARITY_LAYOUTS=("dp2-ps:2:--set parallel.dp_mode=ps" "dp2-ddp:2:" "dp2-zero1:2:--set parallel.zero=1"
+                "dp2-zero2:2:--set parallel.zero=2" "dp2-zero3:2:--set parallel.zero=3" "tp2:2:--set parallel.tp=2"
+                "tp2-sp:2:--set parallel.tp=2 --set parallel.sp=true"
+                "pp2-gpipe:2:--set parallel.pp=2 --set parallel.schedule=gpipe" "pp2-1f1b:2:--set parallel.pp=2"
+                "pp2-interleaved:2:--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
+                "pp2-zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1" "cp2:2:--set parallel.cp=2"
+                "dp2xpp2xtp2:8:--set parallel.pp=2 --set parallel.tp=2")
 # Prompt/completion documents of 2 to 60 tokens, prompts out of the loss: $TMP/d_train.bin,
 # $TMP/d_val.bin (data seed 6: seed 5 has a gradient spike at step 12, norm 3.9 against 2.0,
 # where fp32 summation order alone moves the norm by 6.6e-6; a parity test should compare

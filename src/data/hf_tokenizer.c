@@ -45,15 +45,15 @@ void dt_hf_free(struct dt_hf *hf) {
     free(hf);
 }
 
-/* ---- the byte-level alphabet: byte b is code point cp_of[b]; back: byte_of[cp] ---- */
+/* ---- the byte-level alphabet: byte b is a printable code point itself, or 256 + n for
+ * the n-th other byte; byte_of[cp] maps back (-1: not in the alphabet) ---- */
 
-static void byte_level(int *cp_of, int *byte_of) {
+static void byte_level(int *byte_of) {
     int n = 0;
     for (int c = 0; c < 512; c++) byte_of[c] = -1;
     for (int b = 0; b < 256; b++) {
         int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-        cp_of[b] = printable ? b : 256 + n++;
-        byte_of[cp_of[b]] = b;
+        byte_of[printable ? b : 256 + n++] = b;
     }
 }
 
@@ -105,7 +105,7 @@ static void insert(dt_tokenizer *t, uint32_t id) {
 
 typedef struct {
     const char *path;
-    int cp_of[256], byte_of[512];
+    int byte_of[512];
 } loader;
 
 static dt_status bad(const loader *l, const char *why) {
@@ -344,7 +344,7 @@ dt_status dt_tokenizer_hf(dt_tokenizer **out, const char *path) {
     }
     dt_tokenizer *t = calloc(1, sizeof *t);
     loader l = {.path = path};
-    byte_level(l.cp_of, l.byte_of);
+    byte_level(l.byte_of);
     dt_status s = t ? DT_OK : dt_fail(DT_ERUNTIME, "tokenizer: out of memory");
     if (s == DT_OK) {
         t->bpe = 1;

@@ -104,12 +104,14 @@ static const plan_entry *plan_of(const gpt_shape *s, int *n) {
     *n = E_COUNT;
     return gpt2_plan;
 }
+/* Whether the head is the token embedding (GPT-2's always is; an unchecked shape may not say) */
+static int tied(const gpt_shape *s) { return s->tie || s->family == GPT_FAMILY_GPT2; }
 /* Whether the shape has entry e's option */
 static int has_option(const gpt_shape *s, const plan_entry *e) {
     switch (e->option) {
     case OPT_QKV_BIAS: return s->qkv_bias;
-    case OPT_TIED: return s->tie;
-    case OPT_UNTIED: return !s->tie;
+    case OPT_TIED: return tied(s);
+    case OPT_UNTIED: return !tied(s);
     default: return 1;
     }
 }
@@ -184,7 +186,9 @@ static void entry_name(char *buf, size_t cap, const gpt_shape *s, const plan_ent
 /* Records where tensor idx plays its role (a block's: its place in the block) */
 static void note_role(gpt_model *m, const plan_entry *e, int idx, int in_block) {
     switch (e->role) {
-    case R_WTE: break; /* tensor 0 */
+    case R_WTE: /* tensor 0; the head's weight too when tied */
+        if (tied(&m->shape)) m->t_head = idx;
+        break;
     case R_WPE: m->t_wpe = idx; break;
     case R_NORM_W: m->t_norm_w = idx; break;
     case R_NORM_B: m->t_norm_b = idx; break;
@@ -207,7 +211,7 @@ static void add_unit(gpt_model *m, int kind, int layer, int unit, int *idx, size
             entry_name(name, sizeof name, &m->shape, e, layer);
             note_role(m, e, *idx, *idx - first);
             add_tensor(m, idx, off, name, e, layer, unit);
-        } else if (kind == ON_FIRST && m->has_head && m->shape.tie && has_option(&m->shape, e)) {
+        } else if (kind == ON_FIRST && m->has_head && tied(&m->shape) && has_option(&m->shape, e)) {
             dt_shard sp = full_spec(&m->shape, e); /* replicated: its whole size */
             m->tied_gap += (size_t)dt_shard_local_numel(&sp);
             *off += (size_t)dt_shard_local_numel(&sp);
@@ -229,7 +233,6 @@ dt_status gpt_build_table(gpt_model *m) {
     for (int j = 0; j < m->nblocks; j++) add_unit(m, ON_BLOCK, layer_of(m, j), 1 + j, &idx, &off);
     m->layer_tensors = m->nblocks ? (idx - m->block0) / m->nblocks : 0;
     add_unit(m, ON_LAST, -1, m->nblocks + 1, &idx, &off);
-    if (m->has_head) m->t_head = m->shape.tie ? 0 : m->t_head;
     m->ntensors = idx;
     m->nparams = off;
     return DT_OK;
@@ -272,7 +275,7 @@ void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t
     size_t t = (size_t)(layout && layout->tp > 0 ? layout->tp : 1);
     *block = kind_count(s, ON_BLOCK, t, 0);
     /* a last stage's tied wte and its gap (an untied head is in the last unit) */
-    *first = st.embed || (st.head && (s->tie || s->family == GPT_FAMILY_GPT2)) ? kind_count(s, ON_FIRST, t, 0) : 0;
+    *first = st.embed || (st.head && tied(s)) ? kind_count(s, ON_FIRST, t, 0) : 0;
     *last = st.head ? kind_count(s, ON_LAST, t, 0) : 0;               /* ln_f */
     *nblocks = st.n;
 }

@@ -169,10 +169,6 @@ def lr_at(cfg, s):
 def run(cfg, init_path, tokens_path, nsteps, dtype):
     n_layer, n_head = cfg["model.n_layer"], cfg["model.n_head"]
     C, V = cfg["model.n_embd"], cfg["model.vocab_size"]
-    T = cfg["train.seq_len"] or cfg["model.seq_len"]
-    micro = cfg["train.micro_batch"]
-    gb = cfg["train.global_batch"] or micro
-    assert gb % micro == 0, "global_batch must be a multiple of micro_batch"
     assert C % n_head == 0
 
     raw = read_safetensors(init_path)
@@ -193,14 +189,27 @@ def run(cfg, init_path, tokens_path, nsteps, dtype):
         if list(raw[name].shape) != shape:
             sys.exit("gpt2_reference: %s: %s has shape %s, expected %s" % (init_path, name, list(raw[name].shape), shape))
     params = {name: t.to(dtype).clone().requires_grad_(True) for name, t in sorted(raw.items())}
-
     tokens = read_tokens(tokens_path)
     if max(tokens) >= V:
         sys.exit("gpt2_reference: token %d >= vocab_size %d" % (max(tokens), V))
+    loss_sum = lambda p, idx, tgt: forward_loss_sum(p, idx, tgt, n_layer, n_head)
+    return train(cfg, params, tokens, nsteps, loss_sum, dtype), len(tokens)
+
+
+def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype):
+    """The training loop both references share: dtrain's unshuffled batches (whole
+    windows of T + 1 tokens, a new epoch when a global batch no longer fits), gradient
+    accumulation over micro-batches, the pre-clip global norm, clipping, the schedule and
+    AdamW with weight decay on 2-D weights. loss_sum_fn(params, idx, targets) is the
+    model: the sum of the micro-batch's per-token losses. Returns the per-step records."""
+    T = cfg["train.seq_len"] or cfg["model.seq_len"]
+    micro = cfg["train.micro_batch"]
+    gb = cfg["train.global_batch"] or micro
+    assert gb % micro == 0, "global_batch must be a multiple of micro_batch"
     tok = torch.tensor(tokens, dtype=torch.long)
     nseq = (len(tokens) - 1) // T
     if nseq < gb:
-        sys.exit("gpt2_reference: %d sequences < global batch %d" % (nseq, gb))
+        sys.exit("reference: %d sequences < global batch %d" % (nseq, gb))
 
     names = sorted(params)
     decay = [params[n] for n in names if is_decayed(n, params[n])]
@@ -224,7 +233,7 @@ def run(cfg, init_path, tokens_path, nsteps, dtype):
         for k in range(0, gb, micro):
             seqs = batch[k:k + micro]
             win = torch.stack([tok[i * T:i * T + T + 1] for i in seqs])
-            ls = forward_loss_sum(params, win[:, :T], win[:, 1:], n_layer, n_head)
+            ls = loss_sum_fn(params, win[:, :T], win[:, 1:])
             (ls * scale).backward()
             loss_sum += ls.item()
         grads = [params[n].grad for n in names]
@@ -242,7 +251,7 @@ def run(cfg, init_path, tokens_path, nsteps, dtype):
         out.append(rec)
         print("step %3d | loss %.9f | grad_norm %.9f | lr %.6g%s" % (
             rec["step"], rec["loss"], rec["grad_norm"], lr, " | clipped" if rec["clipped"] else ""), file=sys.stderr)
-    return out, len(tokens)
+    return out
 
 
 def sha256(path):

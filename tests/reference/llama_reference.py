@@ -11,8 +11,8 @@ o_proj, a SwiGLU MLP (down(silu(gate(x)) * up(x))), a final RMSNorm and the LM h
 (lm_head.weight, or the embedding when tie_word_embeddings). The loss is the mean cross
 entropy over every token of the global batch.
 
-The data, the schedule, clipping and AdamW are gpt2_reference.py's (the training loop is
-the same for both families). Writes per-step loss and pre-clip gradient norm as JSON.
+The data, the schedule, clipping and AdamW are gpt2_reference.py's train() (the training
+loop is the same for both families). Writes per-step loss and pre-clip gradient norm as JSON.
 
 usage: llama_reference.py --config C.json --init init.safetensors --tokens c_train.bin
                           [--steps N] [--dtype float64|float32] [--out F]
@@ -152,9 +152,6 @@ def expected_shapes(cfg):
 
 
 def run(cfg, init_path, tokens_path, nsteps, dtype):
-    T = cfg["train.seq_len"] or cfg["model.seq_len"]
-    micro = cfg["train.micro_batch"]
-    gb = cfg["train.global_batch"] or micro
     raw = g2.read_safetensors(init_path)
     expect = expected_shapes(cfg)
     if set(raw) != set(expect):
@@ -165,38 +162,9 @@ def run(cfg, init_path, tokens_path, nsteps, dtype):
             sys.exit("llama_reference: %s has shape %s, expected %s" % (name, list(raw[name].shape), shape))
     params = {name: t.to(dtype).clone().requires_grad_(True) for name, t in sorted(raw.items())}
     freqs = inv_freq(cfg, cfg["model.n_embd"] // cfg["model.n_head"], dtype)
-    tok = torch.tensor(g2.read_tokens(tokens_path), dtype=torch.long)
-    nseq = (len(tok) - 1) // T
-    names = sorted(params)
-    decay = [params[n] for n in names if params[n].dim() == 2]
-    no_decay = [params[n] for n in names if params[n].dim() != 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["train.weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["train.lr"], betas=(cfg["train.beta1"], cfg["train.beta2"]), eps=cfg["train.eps"])
-    clip, pos, out = cfg["train.grad_clip"], 0, []
-    for s in range(nsteps):
-        if pos + gb > nseq:
-            pos = 0
-        batch = list(range(pos, pos + gb))
-        pos += gb
-        for prm in params.values():
-            prm.grad = None
-        loss_sum = 0.0
-        for k in range(0, gb, micro):
-            win = torch.stack([tok[i * T:i * T + T + 1] for i in batch[k:k + micro]])
-            ls = forward_loss_sum(params, cfg, win[:, :T], win[:, 1:], freqs)
-            (ls / (gb * T)).backward()
-            loss_sum += ls.item()
-        norm = math.sqrt(sum(float((params[n].grad.double() ** 2).sum()) for n in names))
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_([params[n] for n in names], clip)
-        lr = g2.lr_at(cfg, s)
-        for grp in opt.param_groups:
-            grp["lr"] = lr
-        opt.step()
-        out.append({"step": s + 1, "loss": loss_sum / (gb * T), "grad_norm": norm, "lr": lr})
-        print("step %3d | loss %.9f | grad_norm %.9f" % (s + 1, out[-1]["loss"], norm), file=sys.stderr)
-    return out, len(tok)
+    tokens = g2.read_tokens(tokens_path)
+    loss_sum = lambda p, idx, tgt: forward_loss_sum(p, cfg, idx, tgt, freqs)
+    return g2.train(cfg, params, tokens, nsteps, loss_sum, dtype), len(tokens)
 
 
 def main():
