@@ -49,7 +49,16 @@ import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if '\"event\"' not in l]
 ok = r and all(x.get('offload_write_mb', 0) > 0 and 'offload_read_mb' in x and 'offload_wait_ms' in x and x.get('offload_ms', 0) > 0 for x in r)
 early = all((x.get('offload_grads_early_mb', 0) > 0) == (sys.argv[2] == '1') for x in r)
-print('ok' if ok and early else 'no I/O metrics' if not ok else 'offload_grads_early_mb %s, expected %s' % ([x.get('offload_grads_early_mb') for x in r][:3], '> 0' if sys.argv[2] == '1' else '0'))" "$TMP/$label-$k.jsonl" $early)
+# of them, those handed over during backward: all, some (a tied unit after its sum, a
+# pending reduce-scatter), none (after an all-reduce)
+e, b = [x.get('offload_grads_early_mb', 0) for x in r], [x.get('offload_grads_backward_mb', -1) for x in r]
+want = sys.argv[3]
+back = all(0 <= y <= x for x, y in zip(e, b)) and all(
+    want == '-' or (want == 'all' and y == x) or (want == 'none' and y == 0) or (want == 'some' and 0 < y < x)
+    for x, y in zip(e, b))
+print('ok' if ok and early and back else 'no I/O metrics' if not ok else
+      'offload_grads_early_mb %s, expected %s' % (e[:3], '> 0' if sys.argv[2] == '1' else '0') if not early else
+      'offload_grads_backward_mb %s of %s, expected %s' % (b[:3], e[:3], want))" "$TMP/$label-$k.jsonl" $early "${BACK[$label]:--}")
     if [ -n "$ref" ] && [ "$got" = "$ref" ] && [[ "$optim" =~ ^(0 ?)+$ ]] && ! [[ "$where" =~ (^| )0( |$) ]] && [ "$io" = ok ]; then
       pass "$label, offload $k$([ $zero3 = 1 ] && echo ' (optimizer and parameters)'): the digest without offload; per rank optim $optim B in the model's memory, offloaded $where B"
     else
@@ -58,6 +67,12 @@ print('ok' if ok and early else 'no I/O metrics' if not ok else 'offload_grads_e
   done
 }
 
+# where the gradients are handed over (bf16 and the emulated device): during backward
+# (all), except a tied unit after its sum over the end stages or a reduce-scatter still
+# pending when backward ends (some), or after the reduction (none)
+declare -A BACK=([bf16-single]=all [bf16-ddp2]=none [bf16-zero1-dp2]=none [bf16-zero3-dp2]=all
+  [bf16-pp2]=some [bf16-zero2-dp2xpp2]=some [emulated-single]=all [emulated-pp2]=some [emulated-zero2-dp2]=all
+  [emulated-bf16-ddp2]=none [emulated-nccl-ddp2]=none [emulated-nccl-zero1-dp2]=none [emulated-nccl-zero2-dp2]=some)
 parity single 1
 parity single-zero3 1 --set parallel.zero=3
 parity ddp2 2
@@ -71,9 +86,11 @@ parity bf16-single 1 --set precision=bf16
 parity bf16-zero3-dp2 2 --set precision=bf16 --set parallel.zero=3
 parity bf16-ddp2 2 --set precision=bf16
 parity bf16-zero1-dp2 2 --set precision=bf16 --set parallel.zero=1
+parity bf16-pp2 2 --set precision=bf16 --set parallel.pp=2
 parity bf16-zero2-dp2xpp2 4 --set precision=bf16 --set parallel.zero=2 --set parallel.pp=2
 if full; then
   parity emulated-single 1 --set backend=emulated
+  parity emulated-pp2 2 --set backend=emulated --set parallel.pp=2
   parity emulated-zero2-dp2 2 --set backend=emulated --set parallel.zero=2
   parity emulated-bf16-zero3-dp2 2 --set backend=emulated --set precision=bf16 --set parallel.zero=3
   parity emulated-bf16-ddp2 2 --set backend=emulated --set precision=bf16

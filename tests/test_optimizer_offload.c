@@ -193,7 +193,8 @@ static void delayed(const dt_ops *ops, const char *label, dt_store_kind kind) {
  * the host copy taken at dt_optimizer_grads_ready, so gradients changed on the device after
  * that (here: zeroed) do not reach the update; the parameters and state are the in-memory
  * optimizer's with the gradients as handed over. Handed over in two pieces, in descending
- * order as backward does; a step where not all are handed over downloads them instead. */
+ * order as backward does, the first during backward (counted so), the second after it,
+ * once from a host copy; a step where not all are handed over downloads them instead. */
 static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
     size_t e = dt_elem_bytes(ops), bytes = N * e;
     dt_optimizer a, b;
@@ -202,6 +203,7 @@ static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
     CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
     CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (early)", &off) == DT_OK && b.ghost, "%s: early", label);
     float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *zero = calloc(N, sizeof(float));
+    void *gh = malloc(bytes);
     CHECK(ops->alloc((void **)&pa, bytes, "a") == DT_OK && ops->alloc((void **)&pb, bytes, "b") == DT_OK &&
               ops->alloc((void **)&g, bytes, "g") == DT_OK,
           "alloc");
@@ -211,13 +213,24 @@ static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
         for (size_t i = 0; i < N; i++) host[i] = 0.1f * uniform(&seed);
         put(ops, g, host, N);
         step(&a, s, pa, g, e);
+        double back0 = dt_optimizer_grads_backward_bytes();
         if (s != 2) { /* step 2: nothing handed over, the pass downloads */
             dt_optimizer_grads_ready(&b, GAP1, (const float *)((const char *)g + GAP1 * e), N - GAP1);
-            dt_optimizer_grads_ready(&b, 0, g, GAP1);
+            dt_optimizer_backward_done(&b); /* the rest after backward */
+            if (s == 3) { /* from a host copy the reduction left (storage precision) */
+                ops->download(gh, g, GAP1 * e);
+                put(ops, g, zero, N);
+                dt_optimizer_grads_ready_host(&b, 0, gh, GAP1);
+            } else {
+                dt_optimizer_grads_ready(&b, 0, g, GAP1);
+            }
             put(ops, g, zero, N); /* the device's gradients change after the handover */
         }
         step(&b, s, pb, g, e);
         CHECK(b.ghost_n == 0, "%s: step %lld: the handover is per step", label, s);
+        double back = dt_optimizer_grads_backward_bytes() - back0;
+        CHECK(back == (s == 2 ? 0.0 : (double)((N - GAP1) * e)), "%s: step %lld: %.0f bytes during backward", label, s,
+              back);
     }
     unsigned char *ba = malloc(bytes), *bb = malloc(bytes);
     ops->download(ba, pa, bytes);
@@ -239,6 +252,7 @@ static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
     ops->free(g);
     free(host);
     free(zero);
+    free(gh);
     free(ba);
     free(bb);
 }

@@ -127,11 +127,22 @@ void dt_optimizer_grads_ready(dt_optimizer *o, size_t k, const float *g, size_t 
     o->ghost_n += n;
 }
 
+void dt_optimizer_grads_ready_host(dt_optimizer *o, size_t k, const void *host, size_t n) {
+    if (!o->ghost || k > o->n || n > o->n - k) return;
+    size_t e = dt_elem_bytes(o->ops);
+    memcpy((char *)o->ghost + k * e, host, n * e);
+    o->ghost_n += n;
+}
+
+void dt_optimizer_backward_done(dt_optimizer *o) { o->ghost_backward_n = o->ghost_n; }
+
 /* The pass reads the handed-over gradients: every owned element was handed over. */
 static int ghost_complete(const dt_optimizer *o) { return o->ghost && o->ghost_n == o->n; }
 
-static double g_early_bytes; /* every optimizer's passes that read handed-over gradients, for the step metrics */
+/* every optimizer's passes that read handed-over gradients, for the step metrics */
+static double g_early_bytes, g_backward_bytes;
 double dt_optimizer_grads_early_bytes(void) { return g_early_bytes; }
+double dt_optimizer_grads_backward_bytes(void) { return g_backward_bytes; }
 
 dt_status dt_optimizer_begin(dt_optimizer *o) {
     if (!o->store || o->in_pass) return DT_OK;
@@ -139,6 +150,7 @@ dt_status dt_optimizer_begin(dt_optimizer *o) {
     if (ghost_complete(o)) {
         DT_TRY(o->ops->sync()); /* the copies have landed */
         g_early_bytes += (double)(o->n * dt_elem_bytes(o->ops));
+        g_backward_bytes += (double)(o->ghost_backward_n * dt_elem_bytes(o->ops));
     }
     o->in_pass = 1;
     o->delaying = o->delayed && o->delay_next;
@@ -153,7 +165,7 @@ dt_status dt_optimizer_begin(dt_optimizer *o) {
 dt_status dt_optimizer_end(dt_optimizer *o) {
     if (!o->store || !o->in_pass) return DT_OK;
     o->in_pass = 0;
-    o->ghost_n = 0; /* the next step hands its gradients over again */
+    o->ghost_n = o->ghost_backward_n = 0; /* the next step hands its gradients over again */
     if (o->delaying) {
         o->delaying = 0;
         return dt_delayed_launch(o);

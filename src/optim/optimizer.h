@@ -40,6 +40,7 @@ typedef struct {
     void (*host_free)(void *p); /* what the host buffers (gbuf, pbuf, the delayed update's) came from (NULL: free) */
     void *ghost;    /* gradients handed over during backward (grads_early): n in storage precision, host */
     size_t ghost_n; /* elements handed over for the coming pass (all n: the pass reads ghost) */
+    size_t ghost_backward_n; /* of those, handed over before backward ended (dt_optimizer_backward_done) */
     void *pbuf;     /* host: a chunk's updated parameters in storage precision, for the upload */
     int params_host; /* the parameters the update writes are host memory (an offloaded ZeRO-3 shard) */
     int in_pass;
@@ -80,9 +81,18 @@ dt_status dt_optimizer_end(dt_optimizer *o);
  * compute queued after it), and when every owned element has been handed over the pass
  * reads them there instead of downloading a chunk at a time. Nothing to do otherwise. */
 void dt_optimizer_grads_ready(dt_optimizer *o, size_t k, const float *g, size_t n);
+/* The same for gradients whose final values (storage precision) are in host memory
+ * already, at host: a staging buffer the reduction left them in, so nothing is copied off
+ * the device again. */
+void dt_optimizer_grads_ready_host(dt_optimizer *o, size_t k, const void *host, size_t n);
+/* Backward has ended (the engine, before the strategy's reduction): what was handed over
+ * so far was handed over during backward, overlapping it. */
+void dt_optimizer_backward_done(dt_optimizer *o);
 /* Bytes of gradients the updates so far read where they were handed over (every owned
  * element handed over before the pass), all optimizers of the process together. */
 double dt_optimizer_grads_early_bytes(void);
+/* Of those, the bytes handed over during backward. */
+double dt_optimizer_grads_backward_bytes(void);
 /* Whether the next update may be delayed (no effect without a delayed update); an update
  * after which the state is read (a checkpoint, the last step) runs at once. */
 void dt_optimizer_delay_next(dt_optimizer *o, int allow);

@@ -308,7 +308,7 @@ double dt_par_comm_seconds(const dt_par *h) {
     return dt_layout_dp_cp_enabled(h->L) && !h->dcomm ? dt_dp_comm_seconds(h->dpe) : -1.0;
 }
 
-int dt_par_offload_io(const dt_par *h, double io[5]) {
+int dt_par_offload_io(const dt_par *h, double io[DT_OFFLOAD_IO_N]) {
     if (h->L->offload_optimizer != DT_OFFLOAD_NVME && h->L->offload_param != DT_OFFLOAD_NVME) return 0;
     dt_store_stats st;
     dt_store_totals(&st);
@@ -317,6 +317,7 @@ int dt_par_offload_io(const dt_par *h, double io[5]) {
     io[2] = st.wait_s;
     io[3] = dt_dp_update_seconds(h->dpe);
     io[4] = dt_optimizer_grads_early_bytes();
+    io[5] = dt_optimizer_grads_backward_bytes();
     return 1;
 }
 

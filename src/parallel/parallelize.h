@@ -78,9 +78,10 @@ const gpt_model *dt_par_model(const dt_par *h);
 double dt_par_comm_seconds(const dt_par *h);
 /* This rank's offload I/O so far: io[0] bytes read, io[1] bytes written, io[2] seconds
  * waited for them, io[3] seconds in the updates (the streamed pass), io[4] gradient bytes
- * handed to the host as they became final (dt_optimizer_grads_early_bytes); 0 when nothing is
- * offloaded to files. */
-int dt_par_offload_io(const dt_par *h, double io[5]);
+ * handed to the host as they became final (dt_optimizer_grads_early_bytes), io[5] those
+ * handed over during backward; 0 when nothing is offloaded to files. */
+enum { DT_OFFLOAD_IO_N = 6 };
+int dt_par_offload_io(const dt_par *h, double io[DT_OFFLOAD_IO_N]);
 /* This rank's memory: state, workspace and activations (peak_rss is the caller's). */
 void dt_par_memory(const dt_par *h, dt_mem_report *r);
 /* Collective: gathers what the final report needs from every rank (pipeline timings). */

@@ -64,8 +64,9 @@ void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, doub
                 num(a, sizeof a, "%.3f", io->read_mb), num(b, sizeof b, "%.3f", io->write_mb),
                 num(c, sizeof c, "%.3f", io->wait_ms));
     if (io && io->on)
-        fprintf(m->fp, ", \"offload_ms\": %s, \"offload_grads_early_mb\": %s", num(a, sizeof a, "%.3f", io->update_ms),
-                num(b, sizeof b, "%.3f", io->grads_early_mb));
+        fprintf(m->fp, ", \"offload_ms\": %s, \"offload_grads_early_mb\": %s, \"offload_grads_backward_mb\": %s",
+                num(a, sizeof a, "%.3f", io->update_ms), num(b, sizeof b, "%.3f", io->grads_early_mb),
+                num(c, sizeof c, "%.3f", io->grads_backward_mb));
     end_line(m, step);
 }
 

@@ -25,10 +25,11 @@ dt_status dt_metrics_open(dt_metrics *m, const char *path, int append);
  * written). Every line also gets "time", the wall clock in Unix seconds. */
 /* A step's offload I/O (written when on): MB read from and written to the offload files,
  * ms waited for them, ms of the update (the streamed pass, I/O included), MB of gradients
- * handed to the host as they became final (a device's or bf16's; 0 where the pass reads them). */
+ * handed to the host as they became final (a device's or bf16's; 0 where the pass reads them), and
+ * of those, MB handed over during backward. */
 typedef struct {
     int on;
-    double read_mb, write_mb, wait_ms, update_ms, grads_early_mb;
+    double read_mb, write_mb, wait_ms, update_ms, grads_early_mb, grads_backward_mb;
 } dt_metrics_io;
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
                      long long loss_tokens, double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io);

@@ -469,7 +469,7 @@ static dt_status run(trainer *t) {
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
     int sig = 0;
     while (t->st.step < stop) {
-        double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[5], io1[5];
+        double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[DT_OFFLOAD_IO_N], io1[DT_OFFLOAD_IO_N];
         dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};
         long long next = t->st.step + 1;
         /* the state read after the step (checkpoint, validation, the end): its update not delayed */
@@ -482,7 +482,7 @@ static dt_status run(trainer *t) {
         double dt = dt_now() - t0;
         if (io.on && dt_par_offload_io(t->par, io1))
             io = (dt_metrics_io){1, (io1[0] - io0[0]) / 1e6, (io1[1] - io0[1]) / 1e6, (io1[2] - io0[2]) * 1e3,
-                                 (io1[3] - io0[3]) * 1e3, (io1[4] - io0[4]) / 1e6};
+                                 (io1[3] - io0[3]) * 1e3, (io1[4] - io0[4]) / 1e6, (io1[5] - io0[5]) / 1e6};
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
         train_time += dt;

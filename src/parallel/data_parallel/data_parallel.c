@@ -67,6 +67,7 @@ void dt_dp_begin_step(dt_dp *d) { d->st.begin_step(d); }
 void dt_dp_begin_micro(dt_dp *d, int last) { d->last_micro = last; }
 
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm, int settle) {
+    if (d->opt) dt_optimizer_backward_done(d->opt); /* handed over so far: during backward */
     dt_status s = d->st.drain ? d->st.drain(d) : DT_OK;
     if (s == DT_OK) s = d->st.reduce(d, grad_norm);
     if (d->opt) dt_optimizer_delay_next(d->opt, !settle && d->step + 1 > d->o.delayed_warmup);

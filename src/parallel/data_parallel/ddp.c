@@ -51,16 +51,17 @@ static dt_status ddp_norm(dt_dp *d, double *norm) {
     return dt_grad_norm_of(d->ops, &mine, 1, 1, (dt_norm_reduce){gather_in_rank_order, d}, norm);
 }
 
-/* Offload (grads_early): one rank's gradients are final after a unit's backward; several
- * ranks' after their all-reduce, a pipeline's after the tied embedding's sum (reduce). */
-static int final_in_backward(const dt_dp *d) { return d->N == 1 && !d->o.groups.pp; }
+/* Offload (grads_early): one rank's gradients are final after a unit's backward, except a
+ * pipeline end stage's tied unit 0, final after its sum over the stages (reduce); several
+ * ranks' after their all-reduce. */
+static int final_in_backward(const dt_dp *d, int u) { return d->N == 1 && !(u == 0 && dt_dp_tied(d)); }
 
 /* Unit u's gradients are final for this micro-step. Units arrive in descending
  * offset order, so the bucket stays one contiguous range. */
 static dt_status ddp_after_backward(dt_dp *d, int u) {
     dt_flat *f = dt_flat_of(d);
     const gpt_unit *un = &d->m->units[u];
-    if (d->last_micro && final_in_backward(d) && un->count) /* final: off the device now (offload) */
+    if (d->last_micro && final_in_backward(d, u) && un->count) /* final: off the device now (offload) */
         dt_optimizer_grads_ready(&f->opt, un->offset, dt_dp_at(d, f->grads, un->offset), un->count);
     /* device gradients are staged to the host once, after backward (end_step), and bf16
      * ones on the device communicator share one fp32 copy; without overlap everything is
@@ -107,8 +108,26 @@ static dt_status ddp_allreduce(dt_dp *d) {
     if (s == DT_OK && f->grads_host) {
         dt_flat_grads_from_host(d);
         s = d->ops->sync();
+        /* the rounded sums are on the host: the optimizer takes them from there, not
+         * off the device again (a tied unit 0 changes still: hand_over_rest) */
+        const gpt_unit *u0 = &d->m->units[0];
+        size_t e = dt_elem_bytes(d->ops), a = u0->offset, b = a + u0->count, n = d->m->nparams;
+        const char *h = (const char *)f->grads_host;
+        if (s == DT_OK && !dt_dp_tied(d)) dt_optimizer_grads_ready_host(&f->opt, 0, h, n);
+        if (s == DT_OK && dt_dp_tied(d)) {
+            dt_optimizer_grads_ready_host(&f->opt, 0, h, a);
+            dt_optimizer_grads_ready_host(&f->opt, b, h + b * e, n - b);
+        }
     }
     return s;
+}
+
+/* After the reduction and the tied embedding's sum: what is not handed over yet. */
+static void hand_over_rest(dt_dp *d) {
+    dt_flat *f = dt_flat_of(d);
+    const gpt_unit *u0 = &d->m->units[0];
+    if (d->N > 1 && !f->grads_host) dt_optimizer_grads_ready(&f->opt, 0, f->grads, d->m->nparams);
+    else if (dt_dp_tied(d)) dt_optimizer_grads_ready(&f->opt, u0->offset, dt_dp_at(d, f->grads, u0->offset), u0->count);
 }
 
 static dt_status ddp_reduce(dt_dp *d, double *norm) {
@@ -118,8 +137,7 @@ static dt_status ddp_reduce(dt_dp *d, double *norm) {
         DT_TRY(ddp_allreduce(d));
         DT_TRY(dt_state_model_parallel(&d->o.groups) ? dt_flat_layout_norm(d, norm) : ddp_norm(d, norm));
     }
-    dt_flat *f = dt_flat_of(d);
-    if (!final_in_backward(d)) dt_optimizer_grads_ready(&f->opt, 0, f->grads, d->m->nparams); /* final now */
+    hand_over_rest(d);
     return DT_OK;
 }
 

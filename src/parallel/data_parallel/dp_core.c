@@ -16,6 +16,11 @@ dt_status dt_dp_inflight_slot(dt_dp *d, dt_request ***slot) {
     return DT_OK;
 }
 
+int dt_dp_tied(const dt_dp *d) {
+    const dt_model_groups *g = &d->o.groups;
+    return g->emb && g->pp && dt_comm_size(g->pp) >= 2;
+}
+
 dt_status dt_dp_inflight_wait(dt_dp *d) {
     dt_status s = DT_OK;
     double t0 = dt_now();

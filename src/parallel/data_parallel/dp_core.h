@@ -65,6 +65,10 @@ dt_norm_reduce dt_dp_norm_over_dp(dt_dp *d);
 typedef dt_status (*dt_dp_unit_put)(dt_dp *d, void *ctx, int u, float *const *sets, int nsets);
 dt_status dt_dp_by_unit(dt_dp *d, uint64_t seed, const char *from, int moments, const size_t *len,
                         dt_dp_unit_put put, void *ctx);
+/* A pipeline's end stage: unit 0 holds the tied wte, whose gradient is final only after
+ * its sum with the other end's (state.h dt_state_tie_grads; ZeRO's tie_unit0). Both ends
+ * lay unit 0 out alike (gpt.h's tied_gap). */
+int dt_dp_tied(const dt_dp *d);
 /* base + n storage-precision elements. */
 static inline float *dt_dp_at(const dt_dp *d, const float *base, size_t n) {
     return (float *)((char *)base + n * dt_elem_bytes(d->ops));

@@ -46,15 +46,35 @@ static dt_status zero1_after_backward(dt_dp *d, int u) {
     return DT_OK;
 }
 
+/* Unit u's slice is final: off the device now (offload), from the host copy the staged
+ * reduction left it in when there is one; a pipeline's tied unit 0 after its sum over the
+ * stages (dt_zero_norm). */
+static void hand_over(dt_dp *d, int u, const void *host) {
+    dt_zero *z = dt_zero_of(d);
+    if (u == 0 && dt_dp_tied(d)) return;
+    if (host) dt_optimizer_grads_ready_host(&z->opt, z->soff[u], host, z->S[u]);
+    else dt_optimizer_grads_ready(&z->opt, z->soff[u], dt_zero_grad_slice(d, u), z->S[u]);
+}
+
+/* Each unit's slice goes to the optimizer as soon as its reduce-scatter is done, so the
+ * copies overlap the reduce-scatters still to come; on the device communicator, after
+ * they are joined. */
 static dt_status zero1_reduce(dt_dp *d, double *norm) {
     dt_zero *z = dt_zero_of(d);
+    int nu = d->m->nunits, dc = d->o.dcomm != NULL, staged = dt_zero_staged(d);
     DT_TRY(dt_dp_inflight_wait(d)); /* the units started during backward */
     double t0 = dt_now();
-    for (int u = 0; u < d->m->nunits; u++) {
-        if (!z->rs_started[u]) DT_TRY(reduce_scatter(d, u, NULL));
+    for (int u = 0; u < nu && !dc; u++)
+        if (z->rs_started[u]) hand_over(d, u, NULL);
+    for (int u = 0; u < nu; u++) {
+        if (!z->rs_started[u]) {
+            DT_TRY(reduce_scatter(d, u, NULL));
+            if (!dc) hand_over(d, u, staged ? z->zslice : NULL); /* staged: the slice, rounded, on the host */
+        }
         z->rs_started[u] = 0;
     }
-    if (d->o.dcomm) DT_TRY(dt_dcomm_join(d->o.dcomm));
+    if (dc) DT_TRY(dt_dcomm_join(d->o.dcomm));
+    for (int u = 0; u < nu && dc; u++) hand_over(d, u, NULL);
     d->comm_s += dt_now() - t0;
     return dt_zero_norm(d, norm);
 }

@@ -16,7 +16,7 @@ void dt_zero2_begin_step(dt_dp *d) {
  * tied unit 0 after its sum over the stages (dt_zero_norm) */
 static void hand_over(dt_dp *d, int u, int last_micro) {
     dt_zero *z = dt_zero_of(d);
-    if (last_micro && !(u == 0 && dt_zero_tied(d)))
+    if (last_micro && !(u == 0 && dt_dp_tied(d)))
         dt_optimizer_grads_ready(&z->opt, z->soff[u], dt_dp_at(d, z->grad_shard, z->soff[u]), z->S[u]);
 }
 

@@ -379,18 +379,12 @@ static dt_status gather_units_f32(dt_dp *d, int set, float *full) {
 
 /* ---- step ---- */
 
-/* Pipeline: the first and the last stage both hold wte in unit 0, laid out alike on both
- * (gpt.h's tied_gap), so this rank's slice of it is the same elements on both: their sum
- * is the tied gradient (the first stage's wpe meets zeros). */
-int dt_zero_tied(const dt_dp *d) {
-    const dt_model_groups *g = &d->o.groups;
-    return g->emb && g->pp && dt_comm_size(g->pp) >= 2;
-}
-
+/* Pipeline (dt_dp_tied): this rank's slice of unit 0 is the same elements on both end
+ * stages, so their sum is the tied gradient (the first stage's wpe meets zeros). */
 static dt_status tie_unit0(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     const dt_model_groups *g = &d->o.groups;
-    if (!dt_zero_tied(d)) return DT_OK;
+    if (!dt_dp_tied(d)) return DT_OK;
     float *slice = dt_zero_grad_slice(d, 0);
     if (!dt_zero_devmem(d)) return dt_allreduce(g->emb, slice, z->S[0], DT_F32, DT_SUM);
     if (d->o.dcomm) return dt_fail(DT_EINPUT, "comm.backend nccl: pipelines are not carried yet");
@@ -404,9 +398,8 @@ dt_status dt_zero_norm(dt_dp *d, double *norm) {
     dt_zero *z = dt_zero_of(d);
     gpt_model *m = d->m;
     DT_TRY(tie_unit0(d));
-    for (int u = 0; u < m->nunits; u++) /* final now: what backward did not hand over (offload) */
-        if (z->stage == 1 || (u == 0 && dt_zero_tied(d)))
-            dt_optimizer_grads_ready(&z->opt, z->soff[u], dt_zero_grad_slice(d, u), z->S[u]);
+    if (dt_dp_tied(d)) /* final now: off the device (offload; the other units went as they became final) */
+        dt_optimizer_grads_ready(&z->opt, z->soff[0], dt_zero_grad_slice(d, 0), z->S[0]);
     int np = 0, mp = dt_state_model_parallel(&d->o.groups);
     dt_grad_piece *p = z->pieces;
     if (mp) { /* each tensor's part of the shard in its class (state.h) */

@@ -58,8 +58,6 @@ int dt_zero_staged(const dt_dp *d);
 /* zero 2/3 on the device communicator in fp32: each unit's reduce-scatter runs while the
  * next unit's backward computes, into alternating buffers (zero2.c) */
 int dt_zero_rs_overlap(const dt_dp *d);
-/* A pipeline's end stage: unit 0's wte gradient is summed with the other end's (dt_zero_norm). */
-int dt_zero_tied(const dt_dp *d);
 /* zero 2/3: which gradient scratch unit u writes */
 int dt_zero_gscratch_of(const dt_dp *d, int u);
 /* ln_f's unit */
