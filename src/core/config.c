@@ -144,6 +144,15 @@ static const key_desc KEYS[] = {
     BOOL("parallel.overlap", parallel.overlap, "true",
          "DDP and ZeRO-1: start gradient all-reduces / reduce-scatters during backward (false: all after it)"),
     FLT("parallel.bucket_mb", parallel.bucket_mb, 0, 1e6, "25", "DDP gradient bucket size in MiB"),
+    ENUM("parallel.sync", parallel.sync, "every_step|local_sgd|diloco", "every_step",
+         "how the data-parallel replicas synchronise: every_step (gradients every step), local_sgd (each replica "
+         "trains alone for sync_every steps, then the replicas' weights are averaged) or diloco (the same with an "
+         "outer Nesterov step on the averaged change)"),
+    INT("parallel.sync_every", parallel.sync_every, 1, 1e9, "1",
+        "local_sgd, diloco: inner steps between synchronisations (H); 1 with local_sgd is every_step"),
+    FLT("parallel.outer_lr", parallel.outer_lr, 0, 1e3, "0.7", "diloco: the outer Nesterov step's learning rate"),
+    FLT("parallel.outer_momentum", parallel.outer_momentum, 0, 0.999999, "0.9",
+        "diloco: the outer Nesterov step's momentum"),
     ENUM("comm.allreduce", comm.allreduce, "auto|mpi|ring|rhd|tree|shm", "auto",
          "all-reduce algorithm (auto: shm when all ranks share a node, else mpi)"),
     ENUM("comm.reduce_scatter", comm.reduce_scatter, "auto|mpi|ring|shm", "auto",

@@ -58,6 +58,9 @@ typedef struct {
         char pp_split[256]; /* blocks per pipeline stage (per chunk when interleaved), "" balanced */
         double bucket_mb;
         int overlap;
+        char sync[16];         /* every_step | local_sgd | diloco (src/parallel/local_sgd.h) */
+        int sync_every;        /* H: inner steps between synchronisations */
+        double outer_lr, outer_momentum; /* DiLoCo's outer Nesterov step */
     } parallel;
     struct {
         char allreduce[8], reduce_scatter[8], allgather[8], bcast[8];

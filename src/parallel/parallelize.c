@@ -9,6 +9,7 @@
 #include "../comm/watchdog.h"
 #include "../optim/optimizer.h"
 #include "data_parallel/data_parallel.h"
+#include "data_parallel/local_sgd.h"
 #include "data_parallel/strategy.h"
 #include "layout/mesh.h"
 #include "model_parallel/context_parallel.h"
@@ -20,6 +21,9 @@ struct dt_par {
     dt_comm *world;
     dt_mesh mesh;
     dt_comm *data_comm; /* where gradients, losses and validation sums are reduced: dp, or dp x cp */
+    dt_comm *engine_comm; /* the data-parallel engine's: data_comm, or one replica's part of it (local SGD) */
+    dt_comm *own;         /* a group of one this handle made for the engine (local SGD without cp) */
+    dt_local_sgd *outer;  /* local SGD / DiLoCo: the replicas' synchronisation (NULL: every step) */
     gpt_model model;
     dt_dp *dpe;
     dt_dcomm *dcomm;   /* comm.backend nccl: the data group's device collectives */
@@ -106,7 +110,9 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
         else DT_TRY(dt_dcomm_emulated(h->data_comm, dt_emulated_host, &h->dcomm));
         o.dcomm = h->dcomm;
     }
-    DT_TRY(dt_dp_create(&h->dpe, h->data_comm, &h->model, &h->hp, &o));
+    DT_TRY(dt_dp_create(&h->dpe, h->engine_comm, &h->model, &h->hp, &o));
+    if (dt_layout_local_sgd(L)) /* the replicas meet over the data-parallel group */
+        DT_TRY(dt_local_sgd_create(&h->outer, L, h->mesh.dp_comm, h->dpe, h->model.nparams, c->train.steps));
     dt_ckpt_groups cg = {h->data_comm, {groups.tp, groups.pp}}; /* the ranks the engine's state spans */
     dt_ckpt_pieces pieces = dt_dp_ckpt_pieces(h->dpe);
     dt_ckpt_dist_init(&h->ckpt, &cg, &h->model, &pieces);
@@ -137,6 +143,16 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
                          NULL));
     DT_TRY(dt_mesh_create(&h->mesh, world, L->tp, L->pp, L->cp));
     h->data_comm = dt_layout_cp_enabled(L) ? h->mesh.dp_cp_comm : h->mesh.dp_comm;
+    h->engine_comm = h->data_comm;
+    if (dt_layout_local_sgd(L)) { /* each replica reduces alone: over its context-parallel ranks, or nothing */
+        if (dt_layout_cp_enabled(L)) {
+            h->engine_comm = h->mesh.cp_comm;
+        } else {
+            DT_TRY(dt_comm_split(h->mesh.dp_comm, h->mesh.dp_rank, 0, &h->own));
+            dt_comm_set_name(h->own, "replica");
+            h->engine_comm = h->own;
+        }
+    }
     DT_TRY(set_algorithms(h, &L->cfg));
     DT_TRY(create_model(h, L, ops));
     DT_TRY(create_engine(h, L));
@@ -152,7 +168,9 @@ void dt_par_destroy(dt_par *h, int failed) {
      * freed: drained, or aborted after a failure (a peer may never issue its side) */
     dt_dcomm_free(h->dcomm, failed);
     dt_ckpt_dist_finish(&h->ckpt); /* a failed run still lets a started save finish */
+    dt_local_sgd_free(h->outer);
     dt_dp_destroy(h->dpe);
+    if (h->own) dt_comm_free(h->own);
     dt_cp_detach(&h->model);
     dt_tp_detach(&h->model);
     gpt_destroy(&h->model);
@@ -212,13 +230,30 @@ static void fill_step(void *ctx, int mb, dt_token *tokens, dt_token *targets, in
 }
 static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((dt_par *)ctx)->dpe, last); }
 
+/* Targets in the loss over this replica's micro-batches of the step (whole sequences:
+ * every context-parallel rank counts them all). */
+static long long replica_tokens(dt_par *h) {
+    size_t n = (size_t)h->L->micro * h->L->T;
+    long long count = 0;
+    for (int k = 0; k < h->L->m; k++) {
+        h->fill(h->fill_ctx, (k * h->L->dp + h->mesh.dp_rank) * h->L->micro, h->inp, h->tgt, h->seg);
+        for (size_t i = 0; i < n; i++) count += h->tgt[i] != DT_IGNORE;
+    }
+    return count;
+}
+
 dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, long long loss_tokens,
                       int micro_steps, double *loss, double *grad_norm, double *lr) {
     const dt_layout *L = h->L;
     h->fill = fill;
     h->fill_ctx = ctx;
+    long long scale_tokens = loss_tokens;
+    if (h->outer) { /* a replica's gradient is the mean over its own tokens: it updates alone */
+        DT_TRY(dt_local_sgd_before_step(h->outer));
+        scale_tokens = replica_tokens(h);
+    }
     dt_dp_begin_step(h->dpe);
-    float grad_scale = loss_tokens > 0 ? 1.0f / (float)loss_tokens : 0.0f;
+    float grad_scale = scale_tokens > 0 ? 1.0f / (float)scale_tokens : 0.0f;
     double sum = 0.0;
     if (h->pipe) { /* the schedule runs every micro-step of the step */
         dt_pp_io io = {fill_step, micro_step, h, dt_layout_documents(h->L)};
@@ -237,6 +272,7 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
     }
     *lr = dt_lr_at(&h->hp, step);
     DT_TRY(dt_dp_end_step(h->dpe, *lr, grad_norm, settle));
+    if (h->outer) DT_TRY(dt_local_sgd_after_step(h->outer, step + 1));
     DT_TRY(h->model.ops->sync()); /* a device failure during the step surfaces here */
     if (dt_layout_dp_cp_enabled(L)) /* context-parallel ranks hold the other positions */
         DT_TRY(dt_allreduce(h->data_comm, &sum, 1, DT_F64, DT_SUM));
@@ -305,7 +341,9 @@ dt_status dt_par_next_logits(void *ctx, const dt_token *tokens, int T, float *lo
 const gpt_model *dt_par_model(const dt_par *h) { return &h->model; }
 
 double dt_par_comm_seconds(const dt_par *h) {
-    return dt_layout_dp_cp_enabled(h->L) && !h->dcomm ? dt_dp_comm_seconds(h->dpe) : -1.0;
+    double outer, sent;
+    dt_local_sgd_stats(h->outer, &outer, &sent);
+    return dt_layout_dp_cp_enabled(h->L) && !h->dcomm ? dt_dp_comm_seconds(h->dpe) + outer : -1.0;
 }
 
 int dt_par_offload_io(const dt_par *h, double io[DT_OFFLOAD_IO_N]) {
@@ -324,6 +362,7 @@ int dt_par_offload_io(const dt_par *h, double io[DT_OFFLOAD_IO_N]) {
 void dt_par_memory(const dt_par *h, dt_mem_report *r) {
     dt_dp_memory(h->dpe, r);
     r->activations = h->model.act_bytes;
+    r->workspace += dt_local_sgd_bytes(h->outer); /* the synchronised weights, the change, DiLoCo's momentum */
     if (dt_layout_cp_enabled(h->L)) /* the ring's K/V buffers, as the estimator counts them */
         r->workspace += dt_cp_ring_bytes(h->L->micro, h->L->T, h->mesh.cp, h->model.shape.n_embd, h->mesh.tp);
 }

@@ -114,6 +114,22 @@ dt_ckpt_pieces dt_dp_ckpt_pieces(dt_dp *d) {
                             d->st.source_open ? ck_source_close : NULL};
 }
 
+static dt_status whole_weights(const dt_dp *d) {
+    if (d->st.grads == DT_GRADS_FLAT && d->opt && d->m->params) return DT_OK;
+    return dt_fail(DT_EINPUT, "data-parallel mode %s: the weights are not whole on a rank", d->st.name);
+}
+
+dt_status dt_dp_get_weights(dt_dp *d, float *dst) {
+    DT_TRY(whole_weights(d));
+    return dt_optimizer_get_weights(d->opt, 0, d->m->nparams, d->m->params, dst);
+}
+
+dt_status dt_dp_set_weights(dt_dp *d, const float *src) {
+    DT_TRY(whole_weights(d));
+    DT_TRY(dt_optimizer_set_weights(d->opt, 0, d->m->nparams, src, d->m->params));
+    return d->ops->sync();
+}
+
 double dt_dp_comm_seconds(const dt_dp *d) { return d->comm_s; }
 double dt_dp_update_seconds(const dt_dp *d) { return d->update_s; }
 

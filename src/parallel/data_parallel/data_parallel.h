@@ -74,6 +74,11 @@ dt_status dt_dp_settle(dt_dp *d);
  * call dt_dp_release_full after use). */
 dt_status dt_dp_gather_full(dt_dp *d);
 void dt_dp_release_full(dt_dp *d);
+/* The fp32 weights of the whole model this rank holds (n = the model's nparams, host
+ * memory), read or written (the master weights and the model's copy): modes that keep
+ * them whole on a rank (DDP; DT_EINPUT otherwise). Local SGD's synchronisation. */
+dt_status dt_dp_get_weights(dt_dp *d, float *dst);
+dt_status dt_dp_set_weights(dt_dp *d, const float *src);
 /* Seconds the training steps so far spent waiting on communication (exposed time). */
 double dt_dp_comm_seconds(const dt_dp *d);
 /* Seconds the steps so far spent in the optimizer update (clip, AdamW, re-distribution). */

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../data_parallel/local_sgd.h"
 #include "../data_parallel/strategy.h"
 #include "../model_parallel/context_parallel.h"
 #include "../model_parallel/pipeline.h"
@@ -55,6 +56,11 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->tokenizer = (dt_tokenizer_kind)PICK(k->data.tokenizer, "byte", "gpt2", "hf");
     L->offload_optimizer = (dt_offload_kind)PICK(k->offload.optimizer, "none", "cpu", "nvme");
     L->offload_param = (dt_offload_kind)PICK(k->offload.param, "none", "cpu", "nvme");
+    L->sync = (dt_sync_mode)PICK(k->parallel.sync, "every_step", "local_sgd", "diloco");
+    /* synchronising after every step is synchronous training: H = 1 runs every_step
+     * (DDP's gradient average; averaging weights after each replica's own AdamW step
+     * would be another algorithm at the same cost) */
+    if (L->sync == DT_SYNC_LOCAL_SGD && k->parallel.sync_every <= 1) L->sync = DT_SYNC_EVERY_STEP;
     /* offloaded parameters are updated on the host, where they are: the optimizer's state
      * is kept there too (docs/offload.md) */
     if (L->offload_param != DT_OFFLOAD_NONE && L->offload_optimizer == DT_OFFLOAD_NONE)
@@ -125,6 +131,7 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
     }
     /* the order is the trainer's of old: the same config gives the same first refusal */
     if (what & DT_CHECK_FEATURES) DT_TRY(dt_dp_check_config(L));
+    if (what & DT_CHECK_FEATURES) DT_TRY(dt_local_sgd_check(L));
     long long mp = dt_layout_model_ranks(L);
     if ((what & DT_CHECK_WORLD) && L->world > 0 && L->world % mp != 0)
         return dt_fail(DT_EINPUT, "parallel: world size %d is not divisible by tp x pp x cp = %lld", L->world, mp);

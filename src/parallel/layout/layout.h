@@ -27,6 +27,7 @@ typedef enum { DT_RECOMPUTE_NONE, DT_RECOMPUTE_FULL } dt_recompute;
 typedef enum { DT_COMM_MPI, DT_COMM_NCCL } dt_comm_backend;
 typedef enum { DT_TOKENIZER_BYTE, DT_TOKENIZER_GPT2, DT_TOKENIZER_HF } dt_tokenizer_kind;
 typedef enum { DT_OFFLOAD_NONE, DT_OFFLOAD_CPU, DT_OFFLOAD_NVME } dt_offload_kind;
+typedef enum { DT_SYNC_EVERY_STEP, DT_SYNC_LOCAL_SGD, DT_SYNC_DILOCO } dt_sync_mode;
 
 typedef struct {
     dt_config cfg; /* the config it was built from, micro-batch and batch keys resolved for the world */
@@ -48,6 +49,7 @@ typedef struct {
     dt_comm_backend comm_backend;
     dt_tokenizer_kind tokenizer;
     dt_offload_kind offload_optimizer, offload_param;
+    dt_sync_mode sync; /* every_step where local SGD would be it (sync_every 1, one replica) */
 } dt_layout;
 
 /* What a command checks (flags): the config's own keys; the world (tp·pp·cp divides it,
@@ -76,6 +78,8 @@ static inline int dt_layout_dp_enabled(const dt_layout *L) { return L->dp > 1; }
 static inline int dt_layout_dp_cp_enabled(const dt_layout *L) { return L->dp * L->cp > 1; }
 static inline int dt_layout_zero_enabled(const dt_layout *L) { return L->zero > 0; }
 static inline int dt_layout_ps(const dt_layout *L) { return L->dp_mode == DT_DPMODE_PS; }
+/* The replicas train apart between synchronisations (local SGD, DiLoCo). */
+static inline int dt_layout_local_sgd(const dt_layout *L) { return L->sync != DT_SYNC_EVERY_STEP; }
 static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism == DT_DET_BITWISE; }
 static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT_PREC_BF16; }
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }

@@ -1,0 +1,118 @@
+#include "local_sgd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/mem.h"
+#include "../../core/timer.h"
+
+struct dt_local_sgd {
+    dt_comm *replicas;
+    dt_dp *inner;
+    size_t n;
+    int R, diloco, every;
+    long long last_step;
+    float outer_lr, mu;
+    float *theta;  /* the synchronised weights (fp32) */
+    float *delta;  /* this replica's change, then the mean over the replicas */
+    float *mom;    /* DiLoCo's outer momentum (NULL: local SGD) */
+    int have_sync; /* theta holds the weights of the last synchronisation */
+    double seconds, sent;
+};
+
+dt_status dt_local_sgd_check(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    if (!dt_layout_local_sgd(L)) return DT_OK;
+    const char *mode = c->parallel.sync;
+    if (L->world > 0 && L->dp < 2)
+        return dt_fail(DT_EINPUT, "parallel.sync %s needs several data-parallel replicas (dp is %d)", mode, L->dp);
+    if (dt_layout_ps(L) || dt_layout_zero_enabled(L))
+        return dt_fail(DT_EINPUT, "parallel.sync %s: each replica runs DDP inside (not dp_mode ps or parallel.zero %d)",
+                       mode, L->zero);
+    if (L->comm_backend == DT_COMM_NCCL)
+        return dt_fail(DT_EINPUT, "parallel.sync %s: the synchronisation runs on the host (comm.backend mpi)", mode);
+    if (!strcmp(c->data.layout, "budget"))
+        return dt_fail(DT_EINPUT, "parallel.sync %s: data.layout budget is not carried (use stream, pack or pad)",
+                       mode);
+    if (c->checkpoint.dir[0] || c->checkpoint.resume[0])
+        return dt_fail(DT_EINPUT, "parallel.sync %s: checkpoints are not carried yet (each replica's inner optimizer "
+                       "state); unset checkpoint.dir", mode);
+    if (L->sync == DT_SYNC_DILOCO && c->parallel.outer_lr <= 0)
+        return dt_fail(DT_EINPUT, "parallel.outer_lr must be > 0 for diloco");
+    return DT_OK;
+}
+
+dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *replicas, dt_dp *inner, size_t n,
+                              long long last_step) {
+    dt_local_sgd *s = calloc(1, sizeof *s);
+    *out = s;
+    if (!s) return dt_fail(DT_ERUNTIME, "out of memory (local SGD)");
+    const dt_config *c = &L->cfg;
+    s->replicas = replicas;
+    s->inner = inner;
+    s->n = n;
+    s->R = dt_comm_size(replicas);
+    s->diloco = L->sync == DT_SYNC_DILOCO;
+    s->every = c->parallel.sync_every;
+    s->last_step = last_step;
+    s->outer_lr = (float)c->parallel.outer_lr;
+    s->mu = (float)c->parallel.outer_momentum;
+    dt_status st = dt_alloc((void **)&s->theta, s->n * sizeof(float), "local SGD: synchronised weights");
+    if (st == DT_OK) st = dt_alloc((void **)&s->delta, s->n * sizeof(float), "local SGD: the replicas' change");
+    if (st == DT_OK && s->diloco) {
+        st = dt_alloc((void **)&s->mom, s->n * sizeof(float), "DiLoCo: outer momentum");
+        for (size_t i = 0; st == DT_OK && i < s->n; i++) s->mom[i] = 0.0f;
+    }
+    return dt_comm_agree(replicas, st, NULL);
+}
+
+void dt_local_sgd_free(dt_local_sgd *s) {
+    if (!s) return;
+    dt_free(s->theta);
+    dt_free(s->delta);
+    dt_free(s->mom);
+    free(s);
+}
+
+dt_status dt_local_sgd_before_step(dt_local_sgd *s) {
+    if (s->have_sync) return DT_OK;
+    DT_TRY(dt_dp_get_weights(s->inner, s->theta)); /* initialised or loaded alike on every replica */
+    s->have_sync = 1;
+    return DT_OK;
+}
+
+int dt_local_sgd_syncs_at(const dt_local_sgd *s, long long step) {
+    return step % s->every == 0 || step == s->last_step;
+}
+
+dt_status dt_local_sgd_after_step(dt_local_sgd *s, long long step) {
+    if (!dt_local_sgd_syncs_at(s, step)) return DT_OK;
+    float *th = s->theta, *d = s->delta;
+    size_t n = s->n;
+    DT_TRY(dt_dp_get_weights(s->inner, d));
+    for (size_t i = 0; i < n; i++) d[i] = th[i] - d[i];
+    /* every replica gets the same bits of the sum (the collectives' contract), so the
+     * replicas leave with the same weights */
+    double t0 = dt_now();
+    DT_TRY(dt_allreduce(s->replicas, d, n, DT_F32, DT_SUM));
+    s->seconds += dt_now() - t0;
+    s->sent += 2.0 * (double)(s->R - 1) / (double)s->R * (double)(n * sizeof(float)); /* a ring's share */
+    float inv = 1.0f / (float)s->R;
+    if (s->diloco) {
+        float lr = s->outer_lr, mu = s->mu, *m = s->mom;
+        for (size_t i = 0; i < n; i++) {
+            float g = d[i] * inv;
+            m[i] = mu * m[i] + g;
+            th[i] -= lr * (g + mu * m[i]);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) th[i] -= d[i] * inv;
+    }
+    return dt_dp_set_weights(s->inner, th);
+}
+
+size_t dt_local_sgd_bytes(const dt_local_sgd *s) { return s ? (s->mom ? 3 : 2) * s->n * sizeof(float) : 0; }
+void dt_local_sgd_stats(const dt_local_sgd *s, double *seconds, double *sent) {
+    *seconds = s ? s->seconds : 0.0;
+    *sent = s ? s->sent : 0.0;
+}
