@@ -21,10 +21,11 @@ if "$DTRAIN" prepare --fortune --input "$SRC/tests/data/tiny_corpus.txt" --out "
 then pass "prepare the tiny corpus"
 else cat "$TMP/prepare.log"; fail "dtrain prepare"; finish; exit 1
 fi
-# check NAME CONFIG INIT EXPECTED TOL: dtrain's 10 steps from INIT against the reference's
+# check NAME CONFIG INIT EXPECTED TOL [NP]: dtrain's 10 steps from INIT (on NP ranks) against the reference's
 check() {
-local name=$1 config=$2 init=$3 expected=$4 tol=$5
-if "$DTRAIN" train --config "$config" --set data.train="$TMP/c_train.bin" --set data.val= \
+local name=$1 config=$2 init=$3 expected=$4 tol=$5 np=${6:-1}
+local run=("$DTRAIN"); [ "$np" -gt 1 ] && run=("${MPI[@]}" -np "$np" "$DTRAIN")
+if "${run[@]}" train --config "$config" --set data.train="$TMP/c_train.bin" --set data.val= \
     --set train.init_from="$init" --metrics "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1
 then pass "$name: train 10 steps from $(basename "$init")"
 else cat "$TMP/$name.log"; fail "$name: dtrain train"; return
@@ -105,4 +106,13 @@ for c in gqa1_tied gqa2_untied_bias gqa4_scaled; do
   check "llama-$c" "$ref/llama/$c.json" "$ref/llama/${c}_init.safetensors" "$ref/llama/${c}_expected.json" \
     "${PARITY_TOL_LLAMA:-1e-5}"
 done
+# local SGD (sync_every 4) and DiLoCo (sync_every 3, outer Nesterov 0.7/0.9) over 2 replicas
+# (issue 29): each replica's own AdamW on its share, the outer step every H steps and at the
+# last, against the reference's literal algorithm (--replicas 2), within 1e-5
+if command -v mpirun >/dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+  for c in local_sgd diloco; do
+    check "sync-$c" "$ref/sync/$c.json" "$ref/tiny_init.safetensors" "$ref/sync/${c}_expected.json" 1e-5 2
+  done
+fi
 finish

@@ -38,6 +38,7 @@ DEFAULTS = {
     "train.steps": 600, "train.seq_len": 0, "train.micro_batch": 16, "train.global_batch": 0,
     "train.lr": 1e-3, "train.min_lr": 1e-4, "train.warmup_steps": 30, "train.weight_decay": 0.1,
     "train.beta1": 0.9, "train.beta2": 0.95, "train.eps": 1e-8, "train.grad_clip": 1.0,
+    "parallel.sync": "every_step", "parallel.sync_every": 1, "parallel.outer_lr": 0.7, "parallel.outer_momentum": 0.9,
 }
 
 
@@ -166,7 +167,7 @@ def lr_at(cfg, s):
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
-def run(cfg, init_path, tokens_path, nsteps, dtype):
+def run(cfg, init_path, tokens_path, nsteps, dtype, replicas=1):
     n_layer, n_head = cfg["model.n_layer"], cfg["model.n_head"]
     C, V = cfg["model.n_embd"], cfg["model.vocab_size"]
     assert C % n_head == 0
@@ -193,15 +194,25 @@ def run(cfg, init_path, tokens_path, nsteps, dtype):
     if max(tokens) >= V:
         sys.exit("gpt2_reference: token %d >= vocab_size %d" % (max(tokens), V))
     loss_sum = lambda p, idx, tgt: forward_loss_sum(p, idx, tgt, n_layer, n_head)
-    return train(cfg, params, tokens, nsteps, loss_sum, dtype), len(tokens)
+    return train(cfg, params, tokens, nsteps, loss_sum, dtype, replicas), len(tokens)
 
 
-def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype):
+def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
     """The training loop both references share: dtrain's unshuffled batches (whole
     windows of T + 1 tokens, a new epoch when a global batch no longer fits), gradient
     accumulation over micro-batches, the pre-clip global norm, clipping, the schedule and
     AdamW with weight decay on 2-D weights. loss_sum_fn(params, idx, targets) is the
-    model: the sum of the micro-batch's per-token losses. Returns the per-step records."""
+    model: the sum of the micro-batch's per-token losses. Returns the per-step records.
+
+    With replicas R > 1 and parallel.sync local_sgd or diloco (sync_every H > 1 for
+    local_sgd): local SGD / DiLoCo as the literature states it. Each replica r trains
+    alone with its own AdamW on its share of every global batch (micro-batch k of the
+    step: sequences (k R + r) micro ...), its gradient the mean over its own tokens,
+    clipped by its own norm; after every H steps and the last one the replicas' change
+    delta = theta_sync - theta_r is averaged and the outer step (local_sgd: theta_sync -=
+    mean; diloco: Nesterov, m = mu m + mean, theta_sync -= lr (mean + mu m)) gives every
+    replica theta_sync. The record's loss is over the whole global batch, its grad_norm
+    replica 0's."""
     T = cfg["train.seq_len"] or cfg["model.seq_len"]
     micro = cfg["train.micro_batch"]
     gb = cfg["train.global_batch"] or micro
@@ -210,14 +221,26 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype):
     nseq = (len(tokens) - 1) // T
     if nseq < gb:
         sys.exit("reference: %d sequences < global batch %d" % (nseq, gb))
+    sync, H = cfg["parallel.sync"], cfg["parallel.sync_every"]
+    local = replicas > 1 and (sync == "diloco" or (sync == "local_sgd" and H > 1))
+    R = replicas if local else 1  # synchronous: one replica's view of the whole batch (DDP's average)
+    assert gb % (micro * R) == 0, "global_batch must split into the replicas' micro-batches"
 
     names = sorted(params)
-    decay = [params[n] for n in names if is_decayed(n, params[n])]
-    no_decay = [params[n] for n in names if not is_decayed(n, params[n])]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["train.weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["train.lr"], betas=(cfg["train.beta1"], cfg["train.beta2"]), eps=cfg["train.eps"])
+    reps = [params] if R == 1 else [{n: params[n].detach().clone().requires_grad_(True) for n in names}
+                                    for _ in range(R)]
+
+    def adamw(p):
+        decay = [p[n] for n in names if is_decayed(n, p[n])]
+        no_decay = [p[n] for n in names if not is_decayed(n, p[n])]
+        return torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg["train.weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg["train.lr"], betas=(cfg["train.beta1"], cfg["train.beta2"]), eps=cfg["train.eps"])
+    opts = [adamw(p) for p in reps]
     clip = cfg["train.grad_clip"]
+    if R > 1:
+        theta = {n: params[n].detach().clone() for n in names}
+        mom = {n: torch.zeros_like(theta[n]) for n in names}
 
     pos, epoch = 0, 0
     out = []
@@ -226,26 +249,44 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype):
             pos, epoch = 0, epoch + 1
         batch = list(range(pos, pos + gb))
         pos += gb
-        for prm in params.values():
-            prm.grad = None
-        scale = 1.0 / (gb * T)
-        loss_sum = 0.0
-        for k in range(0, gb, micro):
-            seqs = batch[k:k + micro]
-            win = torch.stack([tok[i * T:i * T + T + 1] for i in seqs])
-            ls = loss_sum_fn(params, win[:, :T], win[:, 1:])
-            (ls * scale).backward()
-            loss_sum += ls.item()
-        grads = [params[n].grad for n in names]
-        norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))
-        if clip > 0:
-            # torch's rule: coef = clip / (norm + 1e-6), applied when < 1; it returns the pre-clip norm
-            tnorm = float(torch.nn.utils.clip_grad_norm_([params[n] for n in names], clip))
-            assert abs(tnorm - norm) <= (1e-9 if dtype == torch.float64 else 1e-5) * max(1.0, norm), (tnorm, norm)
         lr = lr_at(cfg, s)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
+        loss_sum = 0.0
+        norms = []
+        for r, (p, opt) in enumerate(zip(reps, opts)):
+            rows = batch if R == 1 else [batch[(k * R + r) * micro + j] for k in range(gb // (micro * R))
+                                         for j in range(micro)]
+            for prm in p.values():
+                prm.grad = None
+            scale = 1.0 / (len(rows) * T)
+            for k in range(0, len(rows), micro):
+                seqs = rows[k:k + micro]
+                win = torch.stack([tok[i * T:i * T + T + 1] for i in seqs])
+                ls = loss_sum_fn(p, win[:, :T], win[:, 1:])
+                (ls * scale).backward()
+                loss_sum += ls.item()
+            grads = [p[n].grad for n in names]
+            norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))
+            if clip > 0:
+                # torch's rule: coef = clip / (norm + 1e-6), applied when < 1; it returns the pre-clip norm
+                tnorm = float(torch.nn.utils.clip_grad_norm_([p[n] for n in names], clip))
+                assert abs(tnorm - norm) <= (1e-9 if dtype == torch.float64 else 1e-5) * max(1.0, norm), (tnorm, norm)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.step()
+            norms.append(norm)
+        if R > 1 and ((s + 1) % H == 0 or s + 1 == cfg["train.steps"]):
+            lr_o, mu = cfg["parallel.outer_lr"], cfg["parallel.outer_momentum"]
+            with torch.no_grad():
+                for n in names:
+                    d = sum(theta[n] - p[n] for p in reps) / R
+                    if sync == "diloco":
+                        mom[n] = mu * mom[n] + d
+                        theta[n] -= lr_o * (d + mu * mom[n])
+                    else:
+                        theta[n] -= d
+                    for p in reps:
+                        p[n].copy_(theta[n])
+        norm = norms[0]
         rec = {"step": s + 1, "loss": loss_sum / (gb * T), "grad_norm": norm, "lr": lr,
                "clipped": bool(clip > 0 and clip / (norm + 1e-6) < 1.0), "epoch": epoch}
         out.append(rec)
@@ -269,15 +310,17 @@ def main():
     ap.add_argument("--steps", type=int, default=None, help="steps to run (default: train.steps)")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--out", default="-", help="output JSON (default stdout)")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="data-parallel replicas (dtrain's dp): local SGD / DiLoCo train them apart")
     a = ap.parse_args()
 
     torch.manual_seed(0)  # nothing random is drawn; set for good measure
     cfg = load_config(a.config, {})
     nsteps = a.steps if a.steps is not None else cfg["train.steps"]
     dtype = torch.float64 if a.dtype == "float64" else torch.float32
-    steps, ntok = run(cfg, a.init, a.tokens, nsteps, dtype)
+    steps, ntok = run(cfg, a.init, a.tokens, nsteps, dtype, a.replicas)
     doc = {
-        "config": dict(cfg, **{"dtype": a.dtype, "steps_run": nsteps, "token_count": ntok,
+        "config": dict(cfg, **{"dtype": a.dtype, "steps_run": nsteps, "token_count": ntok, "replicas": a.replicas,
                                "init_sha256": sha256(a.init), "torch": torch.__version__}),
         "steps": steps,
     }

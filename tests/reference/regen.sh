@@ -4,6 +4,7 @@
 #   tiny_expected.json     per-step loss / grad_norm of the independent PyTorch reference
 #   llama/NAME_init.safetensors, llama/NAME_expected.json   the same for each llama/NAME.json
 #                          (tests/reference/llama_reference.py)
+#   sync/NAME_expected.json  local SGD / DiLoCo over 2 replicas (gpt2_reference.py --replicas 2)
 # usage: bash tests/reference/regen.sh [path/to/dtrain]   (default: build/dtrain)
 # Needs /usr/bin/python3 with torch (Debian python3-torch). tests/test_reference_parity.sh
 # checks dtrain against these files; regenerate them only when the model, the optimizer
@@ -23,6 +24,14 @@ cp "$tmp/init/step_00000000/model.safetensors" "$here/tiny_init.safetensors"
 /usr/bin/python3 "$here/gpt2_reference.py" --config "$here/tiny_config.json" \
     --init "$here/tiny_init.safetensors" --tokens "$tmp/c_train.bin" --dtype float64 --out "$here/tiny_expected.json"
 echo "regen: wrote $here/tiny_init.safetensors and $here/tiny_expected.json"
+# local SGD and DiLoCo over 2 replicas from the same initial weights (sync/NAME.json)
+for cfg in "$here"/sync/*.json; do
+  case "$cfg" in *_expected.json) continue ;; esac
+  name=$(basename "$cfg" .json)
+  /usr/bin/python3 "$here/gpt2_reference.py" --config "$cfg" --init "$here/tiny_init.safetensors" \
+    --tokens "$tmp/c_train.bin" --dtype float64 --replicas 2 --out "$here/sync/${name}_expected.json"
+  echo "regen: wrote $here/sync/${name}_expected.json"
+done
 # the Llama family: each config's initial weights (dtrain's) and the reference's steps
 for cfg in "$here"/llama/*.json; do
   case "$cfg" in *_expected.json | *_export_config.json) continue ;; esac

@@ -26,9 +26,11 @@ dt_status dt_local_sgd_check(const dt_layout *L) {
     const char *mode = c->parallel.sync;
     if (L->world > 0 && L->dp < 2)
         return dt_fail(DT_EINPUT, "parallel.sync %s needs several data-parallel replicas (dp is %d)", mode, L->dp);
-    if (dt_layout_ps(L) || dt_layout_zero_enabled(L))
-        return dt_fail(DT_EINPUT, "parallel.sync %s: each replica runs DDP inside (not dp_mode ps or parallel.zero %d)",
-                       mode, L->zero);
+    if (dt_layout_ps(L))
+        return dt_fail(DT_EINPUT, "parallel.sync %s: each replica runs DDP inside (not dp_mode ps)", mode);
+    if (dt_layout_zero_enabled(L))
+        return dt_fail(DT_EINPUT, "parallel.sync %s: each replica runs DDP inside (ZeRO within a replica: not yet; "
+                       "parallel.zero is %d)", mode, L->zero);
     if (L->comm_backend == DT_COMM_NCCL)
         return dt_fail(DT_EINPUT, "parallel.sync %s: the synchronisation runs on the host (comm.backend mpi)", mode);
     if (!strcmp(c->data.layout, "budget"))

@@ -1,0 +1,48 @@
+# Local SGD and DiLoCo (parallel.sync; issue 29). The algorithm itself is checked against
+# an independent PyTorch reference in test_reference_parity (sync/*.json); here:
+# sync_every 1 is synchronous training bit for bit (DDP, bitwise mode too); each replica
+# may itself be model-parallel (dp2 x tp2, dp2 x pp2, dp2 x cp2 give the dp2 curve within
+# 1e-5); what is not carried is refused before any work.
+source "$(dirname "$0")/lib.sh"
+need_mpi
+prepare_tiny
+RUN=("${DP_RUN[@]}")
+DL=(--set parallel.sync=diloco --set parallel.sync_every=4)
+
+ddp=$(dp_run ddp 2)
+got=$(dp_run ls1 2 --set parallel.sync=local_sgd --set parallel.sync_every=1)
+[ -n "$ddp" ] && [ "$got" = "$ddp" ] && pass "local_sgd with sync_every 1 is DDP bit for bit ($got)" ||
+  fail "local_sgd H=1: '$got' vs DDP '$ddp'"
+if full; then
+  bw=$(dp_run ddp-bw 2 --set parallel.determinism=bitwise)
+  got=$(dp_run ls1-bw 2 --set parallel.determinism=bitwise --set parallel.sync=local_sgd --set parallel.sync_every=1)
+  [ -n "$bw" ] && [ "$got" = "$bw" ] && pass "... and in bitwise mode ($got)" || fail "local_sgd H=1 bitwise: '$got' vs '$bw'"
+fi
+
+dl=$(dp_run dl 2 "${DL[@]}")
+python3 - "$TMP/dl.jsonl" "$TMP/ddp.jsonl" <<'PY' && pass "diloco H=4 dp2: its own model ($dl), the same first step as DDP, the loss falls; the synchronisations' time in comm_ms" || fail "diloco curve"
+import json, sys
+d = [json.loads(l) for l in open(sys.argv[1]) if 'event' not in l]
+p = [json.loads(l) for l in open(sys.argv[2]) if 'event' not in l]
+assert d[0]['loss'] == p[0]['loss'], (d[0], p[0])  # the same first batch and weights
+assert d[-1]['loss'] != p[-1]['loss'], 'DDP trained'
+assert d[-1]['loss'] < d[0]['loss'] - 0.5, (d[0]['loss'], d[-1]['loss'])
+assert all('comm_ms' in r for r in d), d[0]
+PY
+[ -n "$dl" ] && [ "$dl" != "$ddp" ] || fail "diloco digest '$dl' (DDP's '$ddp')"
+
+# model-parallel replicas give the dp2 curve
+parity diloco-dp2xtp2 4 "$TMP/dl.jsonl" "${DL[@]}" --set parallel.tp=2
+if full; then
+  parity diloco-dp2xpp2 4 "$TMP/dl.jsonl" "${DL[@]}" --set parallel.pp=2
+  parity diloco-dp2xcp2 4 "$TMP/dl.jsonl" "${DL[@]}" --set parallel.cp=2
+fi
+
+# refused before any work, one line, exit 2
+refused "one replica" "several data-parallel replicas" 1 "${DL[@]}"
+refused "ZeRO inside a replica" "DDP inside" 2 "${DL[@]}" --set parallel.zero=1
+refused "the central rank" "DDP inside" 2 "${DL[@]}" --set parallel.dp_mode=ps
+refused "checkpoints" "checkpoints are not carried" 2 "${DL[@]}" --save "$TMP/ck"
+refused "budget rows" "data.layout budget" 2 "${DL[@]}" --set data.layout=budget
+refused "a zero outer lr" "outer_lr" 2 "${DL[@]}" --set parallel.outer_lr=0
+finish
