@@ -150,6 +150,9 @@ static const key_desc KEYS[] = {
          "outer Nesterov step on the averaged change)"),
     INT("parallel.sync_every", parallel.sync_every, 1, 1e9, "1",
         "local_sgd, diloco: inner steps between synchronisations (H); 1 with local_sgd is every_step"),
+    INT("parallel.staleness", parallel.staleness, 0, 1e6, "0",
+        "the deterministic delayed mode (dp_mode ddp or ps): the gradient applied at update t was computed at the "
+        "weights of update t - staleness, as an asynchronous parameter server would apply it; 0: synchronous"),
     FLT("parallel.outer_lr", parallel.outer_lr, 0, 1e3, "0.7", "diloco: the outer Nesterov step's learning rate"),
     FLT("parallel.outer_momentum", parallel.outer_momentum, 0, 0.999999, "0.9",
         "diloco: the outer Nesterov step's momentum"),

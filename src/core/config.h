@@ -61,6 +61,7 @@ typedef struct {
         char sync[16];         /* every_step | local_sgd | diloco (src/parallel/local_sgd.h) */
         int sync_every;        /* H: inner steps between synchronisations */
         double outer_lr, outer_momentum; /* DiLoCo's outer Nesterov step */
+        int staleness;         /* gradients applied this many steps late (the deterministic delayed mode) */
     } parallel;
     struct {
         char allreduce[8], reduce_scatter[8], allgather[8], bcast[8];

@@ -39,6 +39,7 @@ DEFAULTS = {
     "train.lr": 1e-3, "train.min_lr": 1e-4, "train.warmup_steps": 30, "train.weight_decay": 0.1,
     "train.beta1": 0.9, "train.beta2": 0.95, "train.eps": 1e-8, "train.grad_clip": 1.0,
     "parallel.sync": "every_step", "parallel.sync_every": 1, "parallel.outer_lr": 0.7, "parallel.outer_momentum": 0.9,
+    "parallel.staleness": 0,
 }
 
 
@@ -212,7 +213,12 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
     delta = theta_sync - theta_r is averaged and the outer step (local_sgd: theta_sync -=
     mean; diloco: Nesterov, m = mu m + mean, theta_sync -= lr (mean + mu m)) gives every
     replica theta_sync. The record's loss is over the whole global batch, its grad_norm
-    replica 0's."""
+    replica 0's.
+
+    With parallel.staleness s > 0 (one replica): delayed SGD. Step t's gradients are
+    computed at the current weights and queued; the update at step t applies step t - s's
+    (clipped by their own norm, the lr of step t; AdamW counts the updates it applies),
+    and the first s steps update nothing. The record's grad_norm is step t's."""
     T = cfg["train.seq_len"] or cfg["model.seq_len"]
     micro = cfg["train.micro_batch"]
     gb = cfg["train.global_batch"] or micro
@@ -237,6 +243,9 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
             [{"params": decay, "weight_decay": cfg["train.weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
             lr=cfg["train.lr"], betas=(cfg["train.beta1"], cfg["train.beta2"]), eps=cfg["train.eps"])
     opts = [adamw(p) for p in reps]
+    stale = cfg["parallel.staleness"]
+    assert stale == 0 or R == 1, "staleness with local SGD"
+    queue = []
     clip = cfg["train.grad_clip"]
     if R > 1:
         theta = {n: params[n].detach().clone() for n in names}
@@ -266,6 +275,15 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
                 loss_sum += ls.item()
             grads = [p[n].grad for n in names]
             norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))
+            norms.append(norm)
+            if stale:
+                queue.append([g.clone() for g in grads])
+                if len(queue) <= stale:
+                    continue  # nothing s steps old yet: no update
+                for n, g in zip(names, queue.pop(0)):
+                    p[n].grad = g
+                grads = [p[n].grad for n in names]
+                norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))
             if clip > 0:
                 # torch's rule: coef = clip / (norm + 1e-6), applied when < 1; it returns the pre-clip norm
                 tnorm = float(torch.nn.utils.clip_grad_norm_([p[n] for n in names], clip))
@@ -273,7 +291,6 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
             for g in opt.param_groups:
                 g["lr"] = lr
             opt.step()
-            norms.append(norm)
         if R > 1 and ((s + 1) % H == 0 or s + 1 == cfg["train.steps"]):
             lr_o, mu = cfg["parallel.outer_lr"], cfg["parallel.outer_momentum"]
             with torch.no_grad():

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dp_core.h"
+#include "staleness.h"
 
 /* ---- the model's hooks ---- */
 
@@ -41,6 +42,10 @@ dt_status dt_dp_create(dt_dp **out, dt_comm *comm, gpt_model *m, const dt_adamw_
     m->hooks = (gpt_hooks){h_before_forward, h_after_forward, h_before_backward, h_after_backward, d};
     dt_status s = dt_dp_strategy_for(o, &d->mode, &d->st);
     if (s == DT_OK) s = d->st.setup(d);
+    if (s == DT_OK && o->staleness > 0)
+        s = d->st.grads == DT_GRADS_FLAT ? dt_stale_create(&d->stale, d->ops, m->nparams, o->staleness)
+                                         : dt_fail(DT_EINPUT, "parallel.staleness: the %s mode's gradients are not "
+                                                   "whole on a rank (ddp or ps)", d->st.name);
     return dt_comm_agree(d->comm, s, NULL); /* what follows communicates */
 }
 
@@ -48,6 +53,7 @@ void dt_dp_destroy(dt_dp *d) {
     if (!d) return;
     for (int i = 0; i < d->ninflight; i++) dt_wait(d->inflight[i]);
     if (d->st.free) d->st.free(d);
+    dt_stale_free(d->stale);
     d->m->params = d->m->grads = NULL;
     memset(&d->m->hooks, 0, sizeof d->m->hooks);
     free(d);
@@ -71,10 +77,19 @@ dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm, int settle) {
     dt_status s = d->st.drain ? d->st.drain(d) : DT_OK;
     if (s == DT_OK) s = d->st.reduce(d, grad_norm);
     if (d->opt) dt_optimizer_delay_next(d->opt, !settle && d->step + 1 > d->o.delayed_warmup);
-    double t0 = dt_now();
-    if (s == DT_OK) s = d->st.update(d, lr, *grad_norm);
+    double t0 = dt_now(), norm = *grad_norm; /* the step's norm is reported; the applied one clips */
+    long long late = 0; /* staleness: the applied gradient's own step, which AdamW counts */
+    if (s == DT_OK && d->stale) {
+        late = d->o.staleness;
+        if (!dt_stale_exchange(d->stale, d->step, d->m->grads, &norm)) { /* the queue fills: no update yet */
+            d->step++;
+            return DT_OK;
+        }
+    }
+    d->step -= late;
+    if (s == DT_OK) s = d->st.update(d, lr, norm);
+    d->step += late + 1;
     d->update_s += dt_now() - t0;
-    d->step++;
     return s;
 }
 
@@ -136,4 +151,5 @@ double dt_dp_update_seconds(const dt_dp *d) { return d->update_s; }
 void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
     memset(r, 0, sizeof *r);
     d->st.memory(d, r);
+    r->workspace += dt_stale_bytes(d->stale);
 }

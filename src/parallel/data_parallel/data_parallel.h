@@ -38,6 +38,7 @@ typedef struct {
     long long delayed_warmup;     /* offload.delayed_update: the first steps' updates are not delayed */
     dt_store_opts offload_param;  /* ZeRO-3: where the parameter shard lives between uses (kind 0: the model's memory) */
     char offload_tag[48], param_tag[48]; /* name this rank's offload files (the stores' tags point here) */
+    int staleness;                /* the deterministic delayed mode: gradients applied s steps late (staleness.h) */
 } dt_dp_opts;
 
 /* ZeRO pads each unit to a multiple of shards x this many elements (a wrapper may ask for

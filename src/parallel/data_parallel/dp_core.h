@@ -32,6 +32,7 @@ struct dt_dp {
     size_t workspace_bytes; /* scratch the strategies hold (the memory report's workspace) */
     double comm_s;          /* wall time the steps waited on gradient/parameter communication */
     double update_s;        /* wall time of the updates (an offloaded optimizer's pass, its I/O included) */
+    struct dt_stale *stale; /* parallel.staleness > 0: the gradients waiting to be applied (staleness.h) */
 };
 
 /* A free slot in d->inflight for a new request (the oldest is finished first when full). */

@@ -30,6 +30,28 @@ static dt_status check_offload(const dt_layout *L) {
     return DT_OK;
 }
 
+/* The deterministic delayed mode queues whole reduced gradients (staleness.h) and its
+ * queue is not in checkpoints yet. */
+static dt_status check_staleness(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    int s = c->parallel.staleness;
+    if (s == 0) return DT_OK;
+    if (dt_layout_zero_enabled(L))
+        return dt_fail(DT_EINPUT, "parallel.staleness %d: runs dp_mode ddp or ps (ZeRO's gradients are sharded)", s);
+    if (dt_layout_local_sgd(L))
+        return dt_fail(DT_EINPUT, "parallel.staleness %d: not with parallel.sync %s", s, c->parallel.sync);
+    if (dt_layout_offload(L))
+        return dt_fail(DT_EINPUT, "parallel.staleness %d: not with offload (the update reads the gradients handed "
+                       "over during backward)", s);
+    if (c->checkpoint.dir[0] || c->checkpoint.resume[0])
+        return dt_fail(DT_EINPUT, "parallel.staleness %d: checkpoints are not carried yet (the queued gradients); "
+                       "unset checkpoint.dir", s);
+    if (s >= c->train.steps)
+        return dt_fail(DT_EINPUT, "parallel.staleness %d: no gradient would be applied in train.steps %d", s,
+                       c->train.steps);
+    return DT_OK;
+}
+
 dt_status dt_dp_check_config(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     /* bf16 and a device's state reduce through fp32 host copies (staging.h) in DDP, the
@@ -39,6 +61,7 @@ dt_status dt_dp_check_config(const dt_layout *L) {
         return dt_fail(DT_EINPUT, "parallel.determinism=bitwise runs on the CPU backend in fp32 only (backend %s, "
                        "precision %s)", c->backend, c->precision);
     DT_TRY(check_offload(L));
+    DT_TRY(check_staleness(L));
     if (!dt_layout_nccl(L)) return DT_OK;
     /* device collectives carry the data-parallel group of DDP and ZeRO so far */
     if (L->backend == DT_BACKEND_CPU)
@@ -85,6 +108,7 @@ void dt_dp_opts_of_layout(dt_dp_opts *o, const dt_layout *L) {
     o->ps = dt_layout_ps(L);
     o->zero = L->zero;
     o->bitwise = dt_layout_bitwise(L);
+    o->staleness = L->cfg.parallel.staleness;
 }
 
 dt_status dt_dp_strategy_of_layout(const dt_layout *L, const dt_dp_strategy **mode, dt_dp_strategy *run) {

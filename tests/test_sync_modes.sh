@@ -1,5 +1,7 @@
-# Local SGD and DiLoCo (parallel.sync; issue 29). The algorithm itself is checked against
-# an independent PyTorch reference in test_reference_parity (sync/*.json); here:
+# Synchronisation modes (issue 29): local SGD and DiLoCo (parallel.sync) and the
+# deterministic delayed mode (parallel.staleness). The algorithms themselves are checked
+# against an independent PyTorch reference in test_reference_parity (sync/*.json); here:
+# staleness 0 is synchronous training;
 # sync_every 1 is synchronous training bit for bit (DDP, bitwise mode too); each replica
 # may itself be model-parallel (dp2 x tp2, dp2 x pp2, dp2 x cp2 give the dp2 curve within
 # 1e-5); what is not carried is refused before any work.
@@ -38,6 +40,17 @@ if full; then
   parity diloco-dp2xcp2 4 "$TMP/dl.jsonl" "${DL[@]}" --set parallel.cp=2
 fi
 
+got=$(dp_run st0 2 --set parallel.staleness=0)
+[ "$got" = "$ddp" ] && pass "staleness 0 is DDP bit for bit" || fail "staleness 0: '$got' vs '$ddp'"
+st=$(dp_run st3 2 --set parallel.staleness=3)
+python3 - "$TMP/st3.jsonl" "$TMP/ddp.jsonl" <<'PY' && pass "staleness 3: the first 3 steps update nothing (their losses are the initial weights' on each batch), then it trains" || fail "staleness 3 curve"
+import json, sys
+d = [json.loads(l) for l in open(sys.argv[1]) if 'event' not in l]
+p = [json.loads(l) for l in open(sys.argv[2]) if 'event' not in l]
+assert d[0]['loss'] == p[0]['loss'] and d[1]['loss'] != p[1]['loss'], (d[:2], p[:2])
+assert d[-1]['loss'] < d[0]['loss'] - 0.5, (d[0]['loss'], d[-1]['loss'])
+PY
+
 # refused before any work, one line, exit 2
 refused "one replica" "several data-parallel replicas" 1 "${DL[@]}"
 refused "ZeRO inside a replica" "DDP inside" 2 "${DL[@]}" --set parallel.zero=1
@@ -45,4 +58,9 @@ refused "the central rank" "DDP inside" 2 "${DL[@]}" --set parallel.dp_mode=ps
 refused "checkpoints" "checkpoints are not carried" 2 "${DL[@]}" --save "$TMP/ck"
 refused "budget rows" "data.layout budget" 2 "${DL[@]}" --set data.layout=budget
 refused "a zero outer lr" "outer_lr" 2 "${DL[@]}" --set parallel.outer_lr=0
+refused "staleness with ZeRO" "ZeRO's gradients are sharded" 2 --set parallel.staleness=2 --set parallel.zero=2
+refused "staleness with offload" "not with offload" 2 --set parallel.staleness=2 --set offload.optimizer=cpu
+refused "staleness with checkpoints" "checkpoints are not carried" 2 --set parallel.staleness=2 --save "$TMP/ck"
+refused "staleness past the run" "no gradient would be applied" 2 --set parallel.staleness=20
+refused "staleness with DiLoCo" "not with parallel.sync" 2 --set parallel.staleness=2 "${DL[@]}"
 finish
