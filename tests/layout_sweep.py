@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Randomised layout parity: the project's central promise, tried on layouts nobody wrote down.
 
-Each case draws a model family (GPT-2, or Llama with grouped key/value heads, its own MLP
-width, a tied or untied head, q/k/v biases, rotary scaling), a model shape (layers, heads,
+Each case draws a model family (GPT-2, or Llama with grouped key/value heads, split by tp or
+replicated when fewer than tp, its own MLP width, a tied or untied head, q/k/v biases, rotary
+scaling), a model shape (layers, heads,
 head size, length, an odd vocabulary), a batch
 (micro-batch, gradient accumulation) and a layout (dp x tp x pp x cp up to 8 ranks, sp, ZeRO
 stage, ps or ddp, pipeline schedule and micro-batches, virtual stages, bitwise mode, fp32 or
@@ -64,6 +65,11 @@ def draw(rng):
                  "precision": prec}
         if rng.random() < 0.4:  # Llama: key/value heads and MLP columns split by tp too
             kv = tp * rng.choice([d for d in (1, 2, 4) if (n_head // tp) % d == 0])
+            # or fewer key/value heads than tp, each replicated over tp / n_kv_head ranks (drawn
+            # apart, from the case's seed, so the other draws stay those of earlier versions)
+            rep = random.Random(model["train.seed"])
+            if tp > 1 and rep.random() < 0.5:
+                kv = rep.choice([d for d in range(1, tp) if tp % d == 0])
             model.update({"model.family": "llama", "model.n_kv_head": kv,
                           "model.intermediate_size": tp * rng.choice([12, 20, 32]),
                           "model.tie_embeddings": rng.choice(["true", "false"]),
@@ -90,13 +96,18 @@ def draw_layout(rng, tp, pp, cp, vs, mb):
     return lay
 
 
+def kv_fits(kv, tp):
+    """Whether tp splits the key/value heads evenly or replicates each over tp / kv ranks."""
+    return kv % tp == 0 or tp % kv == 0
+
+
 def draw_resume_layout(rng, model):
     """Another layout of the same model and global batch, to resume a checkpoint on."""
     while True:
         tp = rng.choice([1, 2, 4]); pp = rng.choice([1, 2]); cp = rng.choice([1, 2]); dp = rng.choice([1, 2, 4])
         world = dp * tp * pp * cp
         if world > args.max_ranks or model["model.n_head"] % tp or model["model.n_layer"] < pp or \
-                model.get("model.n_kv_head", tp) % tp or model.get("model.intermediate_size", tp) % tp or \
+                not kv_fits(model.get("model.n_kv_head", tp), tp) or model.get("model.intermediate_size", tp) % tp or \
                 model["model.seq_len"] % (2 * cp) or model["train.global_batch"] % (model["train.micro_batch"] * dp):
             continue
         lay = draw_layout(rng, tp, pp, cp, 1, model["train.micro_batch"])

@@ -2,7 +2,8 @@
  * process: two models attached to the same group in one process, one fp32 and one bf16,
  * each reduce in their own precision (a process-wide group would reduce the first one's
  * fp32 activations as the last attached model's bf16), each counts only its own
- * collectives' time, and each detaches on its own. A group of one leaves the paired
+ * collectives' time, and each detaches on its own. A Llama model with fewer key/value
+ * heads than ranks gets kv_sum over each head's replicas. A group of one leaves the paired
  * functions identities. Usage: mpirun -np N mpi_test_tp_context [SOURCE_DIR] */
 #include <stdio.h>
 #include <string.h>
@@ -63,6 +64,30 @@ int main(int argc, char **argv) {
     CHECK(!bf16.tp_comm.ctx && !bf16.tp_comm.allreduce && f32.tp_comm.ctx, "detached one model only");
     dt_tp_detach(&f32);
     CHECK(!f32.tp_comm.ctx && dt_tp_comm_seconds(&f32) == 0.0, "detached");
+    CHECK(!f32.tp_comm.kv_sum, "no key/value replicas without a Llama shape");
+    /* Llama's key/value heads replicated (n_kv_head below the group's size): kv_sum sums
+     * over the ranks holding this rank's head, rank t holding head t / replicas */
+    gpt_model kv;
+    memset(&kv, 0, sizeof kv);
+    kv.ops = dt_ops_cpu();
+    kv.shape.family = GPT_FAMILY_LLAMA;
+    kv.shape.n_kv_head = n % 2 == 0 && n > 2 ? n / 2 : 1;
+    int r = n / kv.shape.n_kv_head;
+    CHECK(dt_tp_attach(&kv, world) == DT_OK && kv.tp_comm.kv_sum && kv.tp_comm.allreduce, "attach with replicas");
+    if (kv.tp_comm.kv_sum) {
+        float x[N];
+        for (int i = 0; i < N; i++) x[i] = (float)(g_rank + 1) + 10.0f * (float)i;
+        CHECK(kv.tp_comm.kv_sum(kv.tp_comm.ctx, x, N) == DT_OK, "kv_sum");
+        int first = g_rank / r * r;
+        for (int i = 0; i < N; i++) {
+            float want = 0.0f;
+            for (int q = first; q < first + r; q++) want += (float)(q + 1) + 10.0f * (float)i;
+            CHECK(x[i] == want, "kv_sum over %d replicas [%d] = %g, want %g", r, i, (double)x[i], (double)want);
+        }
+        CHECK(dt_tp_comm_seconds(&kv) > 0.0, "kv_sum's time charged");
+    }
+    dt_tp_detach(&kv);
+    CHECK(!kv.tp_comm.ctx && !kv.tp_comm.kv_sum, "detached with replicas");
     /* a group of one: identities, nothing attached */
     dt_comm *self = NULL;
     CHECK(dt_comm_split(world, g_rank, 0, &self) == DT_OK, "split");

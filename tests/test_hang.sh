@@ -49,7 +49,7 @@ stopped() {
   local took; took=$(calc "$t1 - $t0")
   local waited; waited=$(echo "$line" | grep -o "waited [0-9.]* s" | grep -o "[0-9.]*")
   if [ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 2 ] && [ $rc -ne 124 ] && [ "$(echo "$line" | wc -l)" -eq 1 ] &&
-     echo "$line" | grep -Eq "$DIAG" && echo "$line" | grep -Eq " on (dp|pp|cp|tp|dp_cp|embedding|world) group .*(at|after) step [0-9]+" &&
+     echo "$line" | grep -Eq "$DIAG" && echo "$line" | grep -Eq " on (dp|pp|cp|tp|kv|dp_cp|embedding|world) group .*(at|after) step [0-9]+" &&
      within "$took" "$(calc "$T * 1.1 + 0.5")" && within "$waited" "$(calc "$T * 1.1")" &&
      grep -q "^# flight recorder of rank 0" "$d/flight/dtrain-flight-rank0.tsv" &&
      grep -q "^# flight recorder of rank 1" "$d/flight/dtrain-flight-rank0.tsv" && ! kill -0 "$pid" 2>/dev/null; then

@@ -1,12 +1,16 @@
 # The Llama family in every layout (issue 28): a small model with grouped-query attention
 # (4 heads, 2 key/value heads), untied head and q/k/v biases trains the single process's
 # model with dp2 (ps, DDP, ZeRO-1/2/3), tp2 (with and without sp), pp2 under each schedule,
-# cp2, dp2 x pp2 x tp2, recompute and the emulated device: per-step loss, gradient norm
+# cp2, dp2 x pp2 x tp2, recompute and the emulated device, and tp above the key/value
+# heads (replicated: tp4 over 2, with sp; multi-query under tp2, tp4, pp2 x tp2 zb-h1, dp2
+# x tp2 ZeRO-3; its checkpoints across tp4 and one process): per-step loss, gradient norm
 # and validation loss within 1e-5 (fp32); bitwise mode gives the single process's weights
 # with dp2 (ZeRO-3) and pp2; packed documents restart the rotary positions in every
 # layout that splits them (dp2, tp2, cp2); bf16 follows the fp32 curve within 1%; a tied
-# variant too; optimizer offload (nvme) and frozen groups (dp2 ZeRO-3) as for GPT-2; every rank allocates what `dtrain estimate` says (ZeRO-3, pp2). Bad shapes are
-# refused with one line, exit 2.
+# variant too; optimizer offload (nvme) and frozen groups (dp2 ZeRO-3) as for GPT-2; every
+# rank allocates what `dtrain estimate` says (ZeRO-3, pp2, tp4 over 2 key/value heads).
+# Bad shapes (a tp neither dividing nor a multiple of the key/value heads) are refused
+# with one line, exit 2.
 source "$(dirname "$0")/lib.sh"
 need_mpi
 prepare_tiny
@@ -26,6 +30,46 @@ for lay in "${LAYOUTS[@]}"; do
   r=$(compare_curves "$TMP/ref.jsonl" "$TMP/$name.jsonl" 2>&1) && pass "$name = single process: $r" ||
     fail "$name: $r $(grep -m1 -i error "$TMP/$name.out")"
 done
+# tp above the key/value heads (Megatron's replication: rank t holds head t / (tp /
+# n_kv_head), the replicas sum its gradient): tp4 over 2 heads, with sp; multi-query (one
+# head) under tp2, tp4, a split backward (pp2 x tp2, zb-h1) and dp2 x tp2 ZeRO-3, each
+# the single process's curve
+KVREP=("tp4-kv2:4:--set parallel.tp=4" "tp4-kv2-sp:4:--set parallel.tp=4 --set parallel.sp=true")
+MQA=("mqa-tp2:2:--set parallel.tp=2" "mqa-tp4:4:--set parallel.tp=4"
+     "mqa-pp2xtp2-zbh1:4:--set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=zb-h1"
+     "mqa-dp2xtp2-zero3:4:--set parallel.tp=2 --set parallel.zero=3")
+full || { KVREP=("${KVREP[0]}"); MQA=("${MQA[2]}"); }
+dp_run mqa 1 --set model.n_kv_head=1 >/dev/null
+for lay in "${KVREP[@]}" "${MQA[@]}"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}; base=ref; kv=()
+  [ "${name#mqa}" != "$name" ] && base=mqa && kv=(--set model.n_kv_head=1)
+  # shellcheck disable=SC2086
+  dp_run "$name" "$np" "${kv[@]}" $args >/dev/null
+  r=$(compare_curves "$TMP/$base.jsonl" "$TMP/$name.jsonl" 2>&1) && pass "$name = single process: $r" ||
+    fail "$name: $r $(grep -m1 -i error "$TMP/$name.out")"
+done
+# checkpoints of replicated heads hold each head once: a tp4 (2 heads) checkpoint at step
+# 10 is the weights tp4 had (digest), and one process resuming it, or tp4 resuming a
+# single process's, continues the single process's curve
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.tp=4 --set train.stop_after=10 --save "$TMP/k4" \
+  --digest --metrics "$TMP/k4.jsonl" >"$TMP/k4.out" 2>&1 || fail "tp4 first half: $(tail -2 "$TMP/k4.out")"
+cp -r "$TMP/k4" "$TMP/k4w" && cp "$TMP/k4.jsonl" "$TMP/k4r.jsonl"
+d4=$(digest_of "$TMP/k4.out")
+d1=$("$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/k4w" --save "$TMP/k4w" --steps 10 --digest 2>&1 | grep -o 'digest sha256:[0-9a-f]*')
+[ -n "$d4" ] && [ "$d1" = "$d4" ] && pass "a tp4 checkpoint over 2 key/value heads loads in one process as tp4's weights ($d4)" ||
+  fail "tp4 checkpoint weights: $d1 vs $d4"
+"$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/k4" --save "$TMP/k4" --metrics "$TMP/k4r.jsonl" >"$TMP/k4r.out" 2>&1 ||
+  fail "one process resumes a tp4 checkpoint: $(tail -2 "$TMP/k4r.out")"
+r=$(compare_curves "$TMP/ref.jsonl" "$TMP/k4r.jsonl" 2>&1) && pass "tp4 save + single resume = single process: $r" ||
+  fail "tp4 -> single: $r"
+if full; then
+  "$DTRAIN" train "${DP_RUN[@]}" --set train.stop_after=10 --save "$TMP/k1" --metrics "$TMP/k1.jsonl" >/dev/null 2>&1 ||
+    fail "single first half"
+  "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/k1" --save "$TMP/k1" --set parallel.tp=4 \
+    --metrics "$TMP/k1.jsonl" >"$TMP/k1r.out" 2>&1 || fail "tp4 resumes a single process's checkpoint: $(tail -2 "$TMP/k1r.out")"
+  r=$(compare_curves "$TMP/ref.jsonl" "$TMP/k1.jsonl" 2>&1) && pass "single save + tp4 resume = single process: $r" ||
+    fail "single -> tp4: $r"
+fi
 # packed documents (rotary positions restart at each one; tests/test_documents_model checks
 # that against each document alone): dp2, tp2 and cp2 give the single process's curve
 prepare_prompt_docs
@@ -72,13 +116,14 @@ r=$(compare_curves "$TMP/freeze.jsonl" "$TMP/freeze-z3.jsonl" 2>&1) && pass "fro
   fail "freeze: $r $(grep -m1 -i error "$TMP/freeze-z3.out")"
 # the estimator knows the family: every rank allocates what `dtrain estimate` predicts, to
 # the byte (ZeRO-3 over dp2; a pipeline's stages with the untied head on the last)
-for lay in "z3:2:1:--set parallel.zero=3" "pp2:2:2:--set parallel.pp=2"; do
-  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; rest=${rest#*:}; pp=${rest%%:*}; args=${rest#*:}
+for lay in "z3:2:1:1:--set parallel.zero=3" "pp2:2:2:1:--set parallel.pp=2" "tp4:4:1:4:--set parallel.tp=4"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; rest=${rest#*:}; pp=${rest%%:*}; rest=${rest#*:}; tp=${rest%%:*}
+  args=${rest#*:}
   # shellcheck disable=SC2086
   "${MPI[@]}" -np "$np" "$DTRAIN" train "${DP_RUN[@]}" --steps 2 $args --metrics "$TMP/em_$name.jsonl" >"$TMP/em.out" 2>&1 ||
     { fail "memory run $name: $(tail -2 "$TMP/em.out")"; continue; }
   # shellcheck disable=SC2086
-  "$DTRAIN" estimate "${DP_RUN[@]}" $args -n $((np / pp)) --json >"$TMP/ee_$name.json" || fail "estimate $name"
+  "$DTRAIN" estimate "${DP_RUN[@]}" $args -n $((np / pp / tp)) --json >"$TMP/ee_$name.json" || fail "estimate $name"
   r=$(python3 - "$TMP/em_$name.jsonl" "$TMP/ee_$name.json" "$pp" <<'PY'
 import json, sys
 summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
@@ -100,13 +145,18 @@ expect() { # expect LABEL PATTERN ARGS...: exit 2 with the pattern, one line
     fail "$label: rc $rc: $(tail -1 "$TMP/bad.out")"
 }
 expect "kv heads not dividing heads" "n_kv_head" --set model.n_kv_head=3
-# the planner proposes only layouts whose tp divides the key/value heads
-"$DTRAIN" plan "${DP_RUN[@]}" -n 4 --json >"$TMP/plan.out" 2>&1 &&
-  python3 -c "import json, sys; t = {json.loads(l)['tp'] for l in open(sys.argv[1]) if l.strip()}; sys.exit(not t or max(t) > 2)" \
-    "$TMP/plan.out" && pass "plan -n 4: tp 2 at most (2 key/value heads)" || fail "plan: $(tail -2 "$TMP/plan.out")"
-timeout 120 "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.tp=4 >"$TMP/tp4.out" 2>&1
-[ $? -eq 2 ] && grep -q "n_kv_head 2" "$TMP/tp4.out" && pass "tp 4 over 2 key/value heads: refused (exit 2)" ||
-  fail "tp4: $(grep -m1 error "$TMP/tp4.out")"
+# the planner proposes tp 4 over the 2 key/value heads (replicated), and no tp that
+# neither divides nor is a multiple of them (tp 2 over 3 heads of 6) which train refuses
+"$DTRAIN" plan "${DP_RUN[@]}" -n 4 --top 100 --json >"$TMP/plan.out" 2>&1 &&
+  python3 -c "import json, sys; t = {json.loads(l)['tp'] for l in open(sys.argv[1]) if l.strip()}; sys.exit(4 not in t)" \
+    "$TMP/plan.out" && pass "plan -n 4: tp 4 over 2 key/value heads" || fail "plan: $(tail -2 "$TMP/plan.out")"
+KV3=(--set model.n_embd=36 --set model.n_head=6 --set model.n_kv_head=3)
+"$DTRAIN" plan "${DP_RUN[@]}" "${KV3[@]}" -n 2 --top 100 --json >"$TMP/plan3.out" 2>&1 &&
+  python3 -c "import json, sys; t = {json.loads(l)['tp'] for l in open(sys.argv[1]) if l.strip()}; sys.exit(t != {1})" \
+    "$TMP/plan3.out" && pass "plan -n 2: tp 1 only over 3 key/value heads" || fail "plan 3 heads: $(tail -2 "$TMP/plan3.out")"
+timeout 120 "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" "${KV3[@]}" --set parallel.tp=2 >"$TMP/tp2.out" 2>&1
+[ $? -eq 2 ] && [ "$(grep -c '^dtrain: error' "$TMP/tp2.out")" -eq 1 ] && grep -q "n_kv_head 3 or be a multiple" "$TMP/tp2.out" &&
+  pass "tp 2 over 3 key/value heads: refused (exit 2)" || fail "tp2 over 3: $(grep -m1 error "$TMP/tp2.out")"
 expect "an odd head size" "even" --set model.n_embd=36 --set model.n_head=4 --set model.n_kv_head=4
 expect "gpt2 with llama's keys" "llama" --set model.family=gpt2 --set model.tie_embeddings=true
 finish

@@ -1,6 +1,7 @@
 /* Shard specs: every real element of a tensor belongs to exactly one piece of any split
  * (rows, columns, fused q/k/v columns), runs agree element by element with
- * dt_shard_global_index, padding rows are never mapped, bad splits are refused. */
+ * dt_shard_global_index, padding rows are never mapped, replicated pieces map as their
+ * piece does, bad splits are refused. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,38 @@ int main(void) {
         check_split(320, 32, 300, 0, pieces, 1); /* vocabulary rows with padding (wte) */
         check_split(1, 96, 1, 1, pieces, 3);     /* a 1-D bias split like its weight */
     }
+    /* replicated pieces (Llama's 2 key/value heads under tp 4): ranks 2t and 2t+1 hold
+     * piece t, as its replicas 0 and 1, with the mapping and runs of the plain split; one
+     * piece (multi-query under tp 2) is the whole tensor on each rank, replicas 1 */
+    for (int rank = 0; rank < 4; rank++) {
+        dt_shard rs = dt_shard_full(16, 32, 16), ps = dt_shard_full(16, 32, 16);
+        CHECK(dt_shard_split_replicated(&rs, 0, 4, rank, 2, 1, "k_proj") == DT_OK &&
+                  dt_shard_split(&ps, 0, 2, rank / 2, 1, "k_proj") == DT_OK,
+              "replicated split, rank %d", rank);
+        CHECK(rs.dim == 0 && rs.pieces == 2 && rs.index == rank / 2 && rs.replicas == 2 && rs.replica == rank % 2 &&
+                  dt_shard_local_numel(&rs) == 8 * 32,
+              "rank %d: dim %d pieces %d index %d replicas %d replica %d", rank, rs.dim, rs.pieces, rs.index,
+              rs.replicas, rs.replica);
+        dt_shard_run a[1], b[1];
+        CHECK(dt_shard_runs(&rs, a, 1) == 1 && dt_shard_runs(&ps, b, 1) == 1 && a[0].global == b[0].global &&
+                  a[0].global == (int64_t)(rank / 2) * 8 * 32 && a[0].len == 8 * 32 &&
+                  dt_shard_global_index(&rs, 3, 5) == dt_shard_global_index(&ps, 3, 5),
+              "rank %d: the runs of piece %d", rank, rank / 2);
+        dt_shard bias = dt_shard_full(1, 16, 1);
+        CHECK(dt_shard_split_replicated(&bias, 1, 4, rank, 2, 1, "k_proj.bias") == DT_OK && bias.dim == 1 &&
+                  bias.index == rank / 2 && bias.replica == rank % 2 &&
+                  dt_shard_global_index(&bias, 0, 0) == (rank / 2) * 8,
+              "rank %d: the bias's piece", rank);
+        dt_shard one = dt_shard_full(8, 32, 8);
+        CHECK(dt_shard_split_replicated(&one, 0, 2, rank % 2, 2, 1, "mqa") == DT_OK && one.dim == -1 &&
+                  one.pieces == 1 && one.replicas == 1 && one.replica == 0 && dt_shard_local_numel(&one) == 8 * 32,
+              "one piece over 2 ranks: whole, replicas %d", one.replicas);
+    }
+    dt_shard plain = dt_shard_full(16, 32, 16);
+    CHECK(dt_shard_split(&plain, 0, 2, 1, 1, "x") == DT_OK && plain.replicas == 1 && plain.replica == 0,
+          "a plain split: replicas 1");
+    CHECK(dt_shard_split_replicated(&plain, 0, 4, 1, 3, 1, "x") == DT_EINPUT, "3 replicas over 4 ranks");
+    dt_error_clear();
     /* q|k|v: piece 1 of 2 of a [4, 3·8] tensor holds columns 4..7, 12..15, 20..23 */
     dt_shard s = dt_shard_full(4, 24, 4);
     CHECK(dt_shard_split(&s, 1, 2, 1, 3, "c_attn") == DT_OK, "qkv split");

@@ -136,6 +136,42 @@ static void check_layout(int tp, int r, int first, int n) {
     gpt_destroy(&m);
 }
 
+/* Llama's key/value heads under a tp above n_kv_head (C 16, 4 heads of 4, kv heads of
+ * 4 wide): rank t holds head t / r of the r = tp / n_kv replicas, k and v rows and biases
+ * alike; one head (multi-query) is whole on every rank; the counts the estimator reads
+ * are what the model holds. */
+static void check_llama_kv(int n_kv, int tp) {
+    gpt_shape s = {2, 4, 16, 8, 70, .family = GPT_FAMILY_LLAMA, .n_kv_head = n_kv, .intermediate = 32,
+                   .qkv_bias = 1};
+    CHECK(gpt_shape_check(&s) == DT_OK && gpt_tp_splits_heads(&s, tp), "llama shape, tp %d over %d kv heads", tp, n_kv);
+    int r = tp > n_kv ? tp / n_kv : 1, pieces = tp > n_kv ? n_kv : tp, rows = 4 * (n_kv / pieces);
+    for (int t = 0; t < tp; t++) {
+        gpt_layout lay = {.tp = tp, .tp_rank = t};
+        gpt_model m;
+        if (gpt_create_layout(&m, &s, dt_ops_cpu(), 1, 4, 1, &lay) != DT_OK) {
+            CHECK(0, "llama tp %d rank %d over %d kv heads: %s", tp, t, n_kv, dt_error_message());
+            continue;
+        }
+        static const char *const kv[] = {"k_proj.weight", "v_proj.weight", "k_proj.bias", "v_proj.bias"};
+        for (int k = 0; k < 4; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "model.layers.1.self_attn.%s", kv[k]);
+            const gpt_tensor *x = gpt_find(&m, name);
+            int vec = k >= 2, split = pieces > 1;
+            CHECK(x && x->shard.dim == (split ? (vec ? 1 : 0) : -1) && x->shard.pieces == pieces &&
+                      x->shard.index == (split ? t / r : 0) && x->shard.replicas == (split ? r : 1) &&
+                      x->shard.replica == (split ? t % r : 0) && x->numel == (size_t)(vec ? rows : rows * 16) &&
+                      x->shape[0] == rows && x->saved_rows == rows,
+                  "tp %d rank %d, %d kv heads: %s dim %d pieces %d index %d replicas %d replica %d numel %zu saved %d",
+                  tp, t, n_kv, name, x ? x->shard.dim : 9, x ? x->shard.pieces : 0, x ? x->shard.index : -1,
+                  x ? x->shard.replicas : 0, x ? x->shard.replica : -1, x ? x->numel : 0, x ? x->saved_rows : -1);
+        }
+        CHECK(gpt_param_count_layout(&s, &lay) == m.nparams, "llama tp %d over %d kv heads: counted %zu, holds %zu",
+              tp, n_kv, gpt_param_count_layout(&s, &lay), m.nparams);
+        gpt_destroy(&m);
+    }
+}
+
 int main(void) {
     CHECK(gpt_shape_check(&SHAPE) == DT_OK && SHAPE.padded_vocab == VP, "shape: padded vocabulary %d",
           SHAPE.padded_vocab);
@@ -146,6 +182,10 @@ int main(void) {
             check_layout(tp, r, 1, 1); /* a middle stage */
             check_layout(tp, r, 2, 1); /* a last stage: the tied wte and wpe's gap */
         }
+    check_llama_kv(2, 4);
+    check_llama_kv(1, 2);
+    check_llama_kv(1, 4);
+    check_llama_kv(4, 2); /* split, not replicated */
     /* every name of the whole model is a freeze pattern's candidate; an unknown one is refused */
     CHECK(gpt_freeze_check(&SHAPE, "h.2.mlp.c_proj.bias,ln_f.*,wpe.weight") == DT_OK, "known names refused");
     dt_error_clear();

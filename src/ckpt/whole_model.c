@@ -63,7 +63,8 @@ gpt_layout dt_whole_unpack_layout(const double *h) {
 
 /* Tensor t's pieces (local: this rank's, t->numel floats) assembled into the unsharded
  * tensor at the group's index 0: full receives [rows, cols] in the global layout (padding
- * rows untouched); scratch holds tp·numel floats there. Collective over tp. */
+ * rows untouched); scratch holds tp·numel floats there. Collective over tp. A piece held
+ * by several ranks (replicas: tp rank q holds piece q / replicas) is taken from its first. */
 static dt_status gather_pieces(dt_comm *tp, const gpt_tensor *t, const float *local, float *full, float *scratch) {
     int root = dt_comm_rank(tp) == 0;
     if (t->shard.pieces <= 1) { /* replicated: every rank has it whole */
@@ -78,10 +79,10 @@ static dt_status gather_pieces(dt_comm *tp, const gpt_tensor *t, const float *lo
     for (int p = 0; p < t->shard.pieces; p++) {
         dt_shard s = t->shard;
         s.index = p;
+        size_t q = (size_t)p * (size_t)t->shard.replicas; /* the tp rank of its first replica */
         int64_t n = dt_shard_runs(&s, runs, cap);
         for (int64_t k = 0; k < n; k++)
-            memcpy(full + runs[k].global, scratch + (size_t)p * t->numel + runs[k].local,
-                   (size_t)runs[k].len * sizeof(float));
+            memcpy(full + runs[k].global, scratch + q * t->numel + runs[k].local, (size_t)runs[k].len * sizeof(float));
     }
     free(runs);
     return DT_OK;

@@ -44,7 +44,8 @@ static const key_desc KEYS[] = {
     ENUM("model.family", model.family, "gpt2|llama", "gpt2",
          "gpt2: learned positions, LayerNorm, GELU MLP; llama: rotary positions, RMSNorm, SwiGLU, grouped-query "
          "attention (docs/models.md)"),
-    INT("model.n_kv_head", model.n_kv_head, 0, 1024, "0", "llama: key/value heads, dividing n_head (0: n_head)"),
+    INT("model.n_kv_head", model.n_kv_head, 0, 1024, "0",
+        "llama: key/value heads, dividing n_head (0: n_head); parallel.tp divides it or is a multiple of it"),
     INT("model.intermediate_size", model.intermediate_size, 0, 1 << 20, "0",
         "llama: the SwiGLU MLP's width (0: 8·n_embd/3 rounded up to a multiple of 256); gpt2: 4·n_embd"),
     FLT("model.rope_theta", model.rope_theta, 1, 1e12, "10000", "llama: rotary embedding base"),

@@ -95,8 +95,8 @@ size_t gpt_fcg_width(const gpt_shape *s, int tp) { return (size_t)s->intermediat
 size_t gpt_dbig_width(const gpt_shape *s, int tp) {
     size_t C = (size_t)s->n_embd, I = (size_t)s->intermediate, t = (size_t)tp;
     if (s->family != GPT_FAMILY_LLAMA) return 4 * C / t; /* c_fc's output gradient (c_attn's: 3C) */
-    size_t kv = (size_t)s->n_kv_head * (C / (size_t)s->n_head);
-    size_t mlp = 3 * I / t, att = (4 * C + 2 * kv) / t; /* d(silu·up) | dgate | dup; dqkv | dq | dk | dv */
+    size_t kv = (size_t)gpt_kv_heads_local(s, tp) * (C / (size_t)s->n_head); /* this rank's k (v) width */
+    size_t mlp = 3 * I / t, att = 4 * C / t + 2 * kv; /* d(silu·up) | dgate | dup; dqkv | dq | dk | dv */
     return mlp > att ? mlp : att;
 }
 

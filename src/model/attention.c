@@ -12,7 +12,8 @@ typedef struct {
     int NHl, Cl, NKVl, Ckv, HS;
 } widths;
 static widths widths_of(const gpt_model *m) {
-    int HS = m->shape.n_embd / m->shape.n_head, NHl = m->shape.n_head / m->tp, NKVl = m->shape.n_kv_head / m->tp;
+    int HS = m->shape.n_embd / m->shape.n_head, NHl = m->shape.n_head / m->tp;
+    int NKVl = gpt_kv_heads_local(&m->shape, m->tp); /* with replicas: the one its query heads use */
     return (widths){NHl, NHl * HS, NKVl, NKVl * HS, HS};
 }
 
@@ -47,16 +48,26 @@ dt_status gpt_attention_forward(gpt_model *m, const gpt_slot *a, const block_act
 }
 
 /* Llama's q, k, v weight gradients (and biases') from their output gradients raw (dq | dk
- * | dv); dx (NULL: none) receives the input gradient */
-static void qkv_t_bwd(gpt_model *m, float *dx, const float *raw, const float *in, int j, int split, int N, widths w) {
+ * | dv); dx (NULL: none) receives the input gradient. With replicated key/value heads
+ * (tp above n_kv_head) this rank's dk, dv are its own query heads' share: the input
+ * gradient takes them as they are (the tensor-parallel sum of dx then counts each share
+ * once), then they are summed over the head's replicas in place, in the pass that computes
+ * dx (a split backward's weight pass reads raw summed), so every replica's k and v weight
+ * gradients are the whole ones, the same on each. */
+static dt_status qkv_t_bwd(gpt_model *m, float *dx, float *raw, const float *in, int j, int split, int N, widths w) {
     int C = m->shape.n_embd;
-    const float *dq = raw, *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
-    int wg = !split || !dx; /* the weight gradients now (a whole backward, or the split's weight pass) */
-    float *gq = wg ? G(m, j, T_QW) : NULL, *gk = wg ? G(m, j, T_KW) : NULL, *gv = wg ? G(m, j, T_VW) : NULL;
-    float *bq = wg ? G(m, j, T_QB) : NULL, *bk = wg ? G(m, j, T_KB) : NULL, *bv = wg ? G(m, j, T_VB) : NULL;
-    gpt_linear_t_bwd(m, dx, gq, bq, dq, in, dx ? P(m, j, T_QW) : NULL, N, C, w.Cl, 0);
-    gpt_linear_t_bwd(m, dx, gk, bk, dk, in, dx ? P(m, j, T_KW) : NULL, N, C, w.Ckv, 1);
-    gpt_linear_t_bwd(m, dx, gv, bv, dv, in, dx ? P(m, j, T_VW) : NULL, N, C, w.Ckv, 1);
+    float *dq = raw, *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
+    if (dx) {
+        gpt_linear_t_bwd(m, dx, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl, 0);
+        gpt_linear_t_bwd(m, dx, NULL, NULL, dk, NULL, P(m, j, T_KW), N, C, w.Ckv, 1);
+        gpt_linear_t_bwd(m, dx, NULL, NULL, dv, NULL, P(m, j, T_VW), N, C, w.Ckv, 1);
+        DT_TRY(gpt_kv_sum(m, dk, 2 * (size_t)N * w.Ckv)); /* dk | dv */
+    }
+    if (split && dx) return DT_OK; /* the weight gradients in the split's weight pass */
+    gpt_linear_t_bwd(m, NULL, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl, 0);
+    gpt_linear_t_bwd(m, NULL, G(m, j, T_KW), G(m, j, T_KB), dk, in, NULL, N, C, w.Ckv, 0);
+    gpt_linear_t_bwd(m, NULL, G(m, j, T_VW), G(m, j, T_VB), dv, in, NULL, N, C, w.Ckv, 0);
+    return DT_OK;
 }
 
 /* The c_proj bias's gradient is computed on every tensor-parallel rank from the same
@@ -89,7 +100,7 @@ dt_status gpt_attention_backward(gpt_model *m, gpt_slot *s, const block_acts *b,
     if (ll) {
         float *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
         o->rope_qkv_bwd(raw, dk, dv, dqkv, s->pos, a->inv_freq, N, w.NHl, w.NKVl, w.HS);
-        qkv_t_bwd(m, a->dsmall, raw, in, j, split, N, w);
+        DT_TRY(qkv_t_bwd(m, a->dsmall, raw, in, j, split, N, w));
     } else {
         o->linear_bwd(a->dsmall, WG(m, j, T_QKVW, split), WG(m, j, T_QKVB, split), k->qkv, in, P(m, j, T_QKVW), N, C,
                       3 * w.Cl, 0);
@@ -105,7 +116,7 @@ dt_status gpt_attention_weight(gpt_model *m, const gpt_slot *s, const block_acts
     if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_APW), NULL, k->ap, b->atty, NULL, N, w.Cl, C, 0);
     else o->linear_bwd(NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
-    if (llama(m)) qkv_t_bwd(m, NULL, k->qkv, in, j, 1, N, w);
+    if (llama(m)) DT_TRY(qkv_t_bwd(m, NULL, k->qkv, in, j, 1, N, w));
     else o->linear_bwd(NULL, G(m, j, T_QKVW), G(m, j, T_QKVB), k->qkv, in, NULL, N, C, 3 * w.Cl, 0);
     return DT_OK;
 }

@@ -169,10 +169,11 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
             !ops->rope_qkv_bwd)
             return dt_fail(DT_EINPUT, "model.family llama: the %s backend has no RMSNorm, SwiGLU or rotary kernels",
                            ops->name);
-        if (m->shape.n_kv_head % tp != 0 || m->shape.intermediate % tp != 0)
-            return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_kv_head %d and model.intermediate_size %d "
-                           "(key/value heads and the MLP's columns are split; replicating key/value heads is not "
-                           "implemented)", tp, m->shape.n_kv_head, m->shape.intermediate);
+        if ((m->shape.n_kv_head % tp != 0 && tp % m->shape.n_kv_head != 0) || m->shape.intermediate % tp != 0)
+            return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_kv_head %d or be a multiple of it, and "
+                           "divide model.intermediate_size %d (key/value heads are split, or replicated over tp / "
+                           "n_kv_head ranks; the MLP's columns are split)", tp, m->shape.n_kv_head,
+                           m->shape.intermediate);
     }
     if (!gpt_tp_splits_heads(&m->shape, tp) || tp_rank < 0 || tp_rank >= tp)
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "

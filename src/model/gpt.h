@@ -111,6 +111,10 @@ typedef struct {
      * over ranks of full (tp·n). Storage precision. NULL without sp. */
     dt_status (*allgather)(void *ctx, float *full, const float *local, size_t n);
     dt_status (*reduce_scatter)(void *ctx, float *local, const float *full, size_t n);
+    /* Replicated key/value heads (gpt_kv_replicas > 1): in place, the sum of n elements
+     * (storage precision) over the ranks holding this rank's key/value head, whose
+     * gradients each rank's own query heads give in part. NULL without replicas. */
+    dt_status (*kv_sum)(void *ctx, float *x, size_t n);
     void *ctx;
 } gpt_tp_comm;
 enum { GPT_TP_SUM, GPT_TP_SUM_F32, GPT_TP_MAX_F32 };
@@ -214,11 +218,23 @@ gpt_shape gpt_shape_of_config(const dt_config *c);
  * and the family's defaults (GPT-2's fixed choices; llama's n_kv_head, intermediate). */
 dt_status gpt_shape_check(gpt_shape *s);
 /* Whether tp tensor-parallel ranks split the attention heads evenly, and for Llama its
- * key/value heads and MLP columns too (the one place of the rule; the padded vocabulary's
- * is checked with the shape's padded_vocab). */
+ * MLP columns too, and its key/value heads evenly or, tp being a multiple of them, into
+ * replicas (the one place of the rule; the padded vocabulary's is checked with the
+ * shape's padded_vocab). */
 static inline int gpt_tp_splits_heads(const gpt_shape *s, int tp) {
     return tp >= 1 && s->n_head % tp == 0 &&
-           (s->family != GPT_FAMILY_LLAMA || (s->n_kv_head % tp == 0 && s->intermediate % tp == 0));
+           (s->family != GPT_FAMILY_LLAMA || (s->n_kv_head >= 1 && s->intermediate % tp == 0 &&
+                                              (s->n_kv_head % tp == 0 || tp % s->n_kv_head == 0)));
+}
+/* Llama with tp above n_kv_head (Megatron's replicated key/value heads): the tp ranks
+ * holding each key/value head (tp / n_kv_head; tensor-parallel rank t holds head
+ * t / replicas, the one its query heads use), else 1; and the key/value heads a rank
+ * holds (n_kv_head / tp, or the one). */
+static inline int gpt_kv_replicas(const gpt_shape *s, int tp) {
+    return s->family == GPT_FAMILY_LLAMA && s->n_kv_head >= 1 && tp > s->n_kv_head ? tp / s->n_kv_head : 1;
+}
+static inline int gpt_kv_heads_local(const gpt_shape *s, int tp) {
+    return s->n_kv_head / (tp / gpt_kv_replicas(s, tp));
 }
 /* Builds the tensor table and allocates activations for B x T, and the flat params and
  * grads buffers when alloc_state (a sharding wrapper may provide its own). */
@@ -229,9 +245,12 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int
  * c_attn (q, k, v each) and c_fc split by output columns, attention heads split, the two
  * c_proj split by input rows (their bias added by piece 0 only); wte split by vocabulary
  * rows (vocabulary-parallel embedding and cross-entropy: no rank holds a whole row of
- * logits); LayerNorms and wpe replicated. Fails (DT_EINPUT) unless tp divides n_head
- * and the padded vocabulary, and with sp, max_B·max_T; every pass then needs B·T
- * divisible by tp too. */
+ * logits); LayerNorms and wpe replicated. Llama: q, k, v, gate and up by output rows,
+ * o and down by input columns; with tp above n_kv_head each key/value head's k and v rows
+ * are held by tp / n_kv_head ranks (gpt_kv_replicas). Fails (DT_EINPUT) unless tp
+ * divides n_head and the padded vocabulary (Llama: intermediate, and n_kv_head or a
+ * multiple of it), and with sp, max_B·max_T; every pass then needs B·T divisible by tp
+ * too. */
 dt_status gpt_create_layout(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T,
                             int alloc_state, const gpt_layout *layout);
 void gpt_destroy(gpt_model *m);

@@ -175,6 +175,9 @@ block_douts gpt_block_douts(const gpt_model *m, const gpt_slot *s, int j);
 /* Megatron's g (forward, after a row-parallel layer) and f (backward, before a
  * column-parallel one) without sp: an all-reduce of the partial sums x (n elements). */
 dt_status gpt_tp_sum(gpt_model *m, float *x, size_t n);
+/* Replicated key/value heads: x (n elements, this rank's share of its key/value head's
+ * gradient) summed over the head's replicas in place; identity without replicas. */
+dt_status gpt_kv_sum(gpt_model *m, float *x, size_t n);
 /* After a row-parallel layer (and the vocabulary-parallel embedding and head): partial
  * sums x over all N rows completed. Without sp in place (*done = x); with sp reduce-
  * scattered, this rank's rows into out (*done = out). */

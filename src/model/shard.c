@@ -1,7 +1,7 @@
 #include "shard.h"
 
 dt_shard dt_shard_full(int64_t rows, int64_t cols, int64_t real_rows) {
-    return (dt_shard){rows, cols, real_rows, -1, 1, 0, 1};
+    return (dt_shard){rows, cols, real_rows, -1, 1, 0, 1, 1, 0};
 }
 
 dt_status dt_shard_split(dt_shard *s, int dim, int pieces, int index, int parts, const char *what) {
@@ -16,6 +16,20 @@ dt_status dt_shard_split(dt_shard *s, int dim, int pieces, int index, int parts,
     s->pieces = pieces;
     s->index = pieces == 1 ? 0 : index;
     s->parts = pieces == 1 ? 1 : parts;
+    s->replicas = 1;
+    s->replica = 0;
+    return DT_OK;
+}
+
+dt_status dt_shard_split_replicated(dt_shard *s, int dim, int ranks, int rank, int replicas, int parts,
+                                    const char *what) {
+    if (replicas < 1 || ranks < 1 || ranks % replicas || rank < 0 || rank >= ranks)
+        return dt_fail(DT_EINPUT, "%s: bad split (rank %d of %d, %d replicas)", what, rank, ranks, replicas);
+    DT_TRY(dt_shard_split(s, dim, ranks / replicas, rank / replicas, parts, what));
+    if (s->pieces > 1) { /* one piece: every rank holds it whole, as any replicated tensor */
+        s->replicas = replicas;
+        s->replica = rank % replicas;
+    }
     return DT_OK;
 }
 

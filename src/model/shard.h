@@ -9,7 +9,14 @@
  * (so the local tensor is [q_i | k_i | v_i]). Rows beyond `real_rows` (the padded
  * vocabulary) exist in memory but not in the model: zero, never saved, never digested.
  * Pieces are equal-sized: the split extent (per part) must divide by `pieces`, which the
- * model guarantees by its shape checks (n_head % tp, padded vocabulary). */
+ * model guarantees by its shape checks (n_head % tp, padded vocabulary).
+ *
+ * A split piece may be held by `replicas` ranks (Llama's key/value heads under a tp above
+ * n_kv_head: n_kv_head pieces, tp / n_kv_head ranks each), this rank being replica
+ * `replica` of its piece; their values are the same. What counts each element once (the
+ * gradient norm, checkpoints, the digest) takes replica 0's; what reads a piece (loading,
+ * initialisation by global index) does so on every replica. A tensor of one piece is held
+ * whole by every rank anyway: replicas 1. */
 #ifndef DT_SHARD_H
 #define DT_SHARD_H
 #include <stddef.h>
@@ -23,6 +30,8 @@ typedef struct {
     int dim;            /* -1 replicated, 0 rows, 1 columns */
     int pieces, index;  /* split into `pieces`; this rank holds piece `index` */
     int parts;          /* fused parts split separately along dim (1 = none) */
+    int replicas;       /* ranks holding piece `index` (1 = this one alone) */
+    int replica;        /* which of them this rank is, 0 .. replicas-1 */
 } dt_shard;
 
 /* A replicated spec of a [rows, cols] tensor of which real_rows are real. */
@@ -30,6 +39,12 @@ dt_shard dt_shard_full(int64_t rows, int64_t cols, int64_t real_rows);
 /* The same tensor split along dim into pieces (parts fused parts), piece index. Fails
  * (DT_EINPUT, naming what) if the extent per part is not divisible by pieces. */
 dt_status dt_shard_split(dt_shard *s, int dim, int pieces, int index, int parts, const char *what);
+/* A split over `ranks` ranks of which this is `rank`, each piece held by `replicas` of
+ * them (ranks / replicas pieces, this rank holding piece rank / replicas as replica
+ * rank % replicas; replicas 1: dt_shard_split). Fails (DT_EINPUT) as dt_shard_split does,
+ * or if replicas does not divide ranks. */
+dt_status dt_shard_split_replicated(dt_shard *s, int dim, int ranks, int rank, int replicas, int parts,
+                                    const char *what);
 
 /* The local (held) shape, padding rows included. */
 void dt_shard_local_shape(const dt_shard *s, int64_t *rows, int64_t *cols);

@@ -123,6 +123,12 @@ static dt_shard full_spec(const gpt_shape *s, const plan_entry *e) {
     return dt_shard_full(rows, cols, e->real_rows == X_NONE ? rows : extent(s, e->real_rows));
 }
 
+/* The ranks of tp holding each piece of entry e: Llama's k and v rows, tp being above
+ * n_kv_head, replicate each key/value head over tp / n_kv_head ranks; else 1. */
+static int replicas_of(const gpt_shape *s, const plan_entry *e, int tp) {
+    return e->rows == X_KV && e->split >= 0 ? gpt_kv_replicas(s, tp) : 1;
+}
+
 /* Appends entry e, named name, as this rank holds it: the tensor-parallel piece of its
  * spec at offset *off of the flat layout. */
 static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, const plan_entry *e, int layer,
@@ -132,8 +138,9 @@ static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, co
     int vector = e->cols == X_NONE, split = e->split;
     t->ndim = vector ? 1 : 2;
     t->shard = full_spec(&m->shape, e);
-    if (split >= 0 && m->tp > 1) /* divisibility is checked with n_head % tp */
-        (void)dt_shard_split(&t->shard, split, m->tp, m->tp_rank, e->parts, name);
+    if (split >= 0 && m->tp > 1) /* divisibility is checked with n_head % tp (gpt_tp_splits_heads) */
+        (void)dt_shard_split_replicated(&t->shard, split, m->tp, m->tp_rank, replicas_of(&m->shape, e, m->tp),
+                                        e->parts, name);
     int64_t lr, lc;
     dt_shard_local_shape(&t->shard, &lr, &lc);
     if (!vector) { /* the local shape is what lives in memory */
@@ -141,7 +148,7 @@ static void add_tensor(gpt_model *m, int *idx, size_t *off, const char *name, co
         t->shape[0] = (int)lr;
         t->shape[1] = (int)lc;
         /* the real rows of this piece (split rows: those below real_rows of the whole) */
-        int64_t first = split == 0 && m->tp > 1 ? (int64_t)m->tp_rank * lr : 0, real = saved_rows - first;
+        int64_t first = t->shard.dim == 0 ? (int64_t)t->shard.index * lr : 0, real = saved_rows - first;
         t->saved_rows = split == 0 ? (int)(real < 0 ? 0 : real > lr ? lr : real) : (int)saved_rows;
     } else {
         t->shape[0] = (int)lc;
@@ -253,10 +260,10 @@ int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx
 }
 
 /* Elements of one unit kind's tensors on one rank of t: the split tensors' global sizes
- * summed and divided by t (their pieces are equal), the replicated ones whole; real: the
- * model's rows only (no vocabulary padding). */
+ * summed and divided by their pieces (t, or t / replicas; pieces are equal), the
+ * replicated ones whole; real: the model's rows only (no vocabulary padding). */
 static size_t kind_count(const gpt_shape *s, int kind, size_t t, int real) {
-    size_t split = 0, whole = 0;
+    size_t split = 0, kv = 0, whole = 0, r = (size_t)gpt_kv_replicas(s, (int)t);
     int np;
     const plan_entry *plan = plan_of(s, &np);
     for (int i = 0; i < np; i++) {
@@ -264,9 +271,10 @@ static size_t kind_count(const gpt_shape *s, int kind, size_t t, int real) {
         dt_shard sp = full_spec(s, &plan[i]);
         size_t n = (size_t)(real ? sp.real_rows : sp.rows) * (size_t)sp.cols;
         if (plan[i].split == SPLIT_NONE) whole += n;
+        else if (replicas_of(s, &plan[i], (int)t) > 1) kv += n;
         else split += n;
     }
-    return split / t + whole;
+    return split / t + kv / (t / r) + whole;
 }
 
 void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t *first, size_t *block, size_t *last,

@@ -7,6 +7,10 @@ dt_status gpt_tp_sum(gpt_model *m, float *x, size_t n) {
     return m->tp_comm.allreduce ? m->tp_comm.allreduce(m->tp_comm.ctx, x, n, GPT_TP_SUM) : DT_OK;
 }
 
+dt_status gpt_kv_sum(gpt_model *m, float *x, size_t n) {
+    return m->tp_comm.kv_sum ? m->tp_comm.kv_sum(m->tp_comm.ctx, x, n) : DT_OK;
+}
+
 dt_status gpt_tp_complete(gpt_model *m, float *x, float *out, int N, float **done) {
     size_t C = (size_t)m->shape.n_embd;
     if (!m->sp) {

@@ -8,6 +8,7 @@ int dt_state_model_parallel(const dt_model_groups *g) { return has(g->tp) || has
 
 int dt_state_norm_class(const gpt_model *m, const gpt_tensor *t) {
     if (t->unit == 0 && !m->has_embed) return -1; /* the last stage's copy of wte */
+    if (t->shard.replica != 0) return -1;           /* a replicated key/value head's other copies */
     return t->shard.pieces > 1 ? DT_NORM_SPLIT : DT_NORM_REPLICATED;
 }
 

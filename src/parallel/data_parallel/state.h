@@ -20,7 +20,8 @@ typedef struct {
 /* The gradient norm's partial sums: squares of split tensors (each rank holds a piece, so
  * they are summed over the group) and of replicated ones (the same on every rank of the
  * group, counted once); both summed over the pipeline stages. A tied copy (wte on the last
- * stage: the first stage's counts) is in no class (-1). */
+ * stage: the first stage's counts) and a piece's replica other than the first (Llama's
+ * key/value heads over a larger tp: replica 0's counts) are in no class (-1). */
 enum { DT_NORM_SPLIT, DT_NORM_REPLICATED, DT_NORM_NCLASSES };
 int dt_state_norm_class(const gpt_model *m, const gpt_tensor *t);
 /* Sums the gradients of tied tensors over the stages holding them (wte's, over emb), so

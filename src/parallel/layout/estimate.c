@@ -292,6 +292,9 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
     if (tp > 1)
         fprintf(out, "tensor parallel %d: each rank holds 1/%d of wte, c_attn, c_fc and the c_proj weights (%.0f of "
                 "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));
+    if (gpt_kv_replicas(&s, tp) > 1)
+        fprintf(out, "key/value heads: %d, each held by %d tensor-parallel ranks (k and v replicated)\n", s.n_kv_head,
+                gpt_kv_replicas(&s, tp));
     fprintf(out, "%-8s %-14s %12s   %-14s %12s %12s %12s %12s\n", "stage", "bf16+fp32", "per rank", "fp32 (cpu)",
             "params", "grads", "optimizer", "per rank");
     for (int z = 0; rows[z]; z++) {

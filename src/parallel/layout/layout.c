@@ -98,9 +98,9 @@ static dt_status check_estimate(const dt_layout *L) {
     DT_TRY(gpt_shape_check(&s));
     int tp = L->tp;
     if (!gpt_tp_splits_heads(&s, tp) || s.padded_vocab % tp != 0)
-        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d%s and the padded vocabulary %d", tp,
-                       s.n_head, s.family == GPT_FAMILY_LLAMA ? ", model.n_kv_head, model.intermediate_size" : "",
-                       s.padded_vocab);
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d%s and the padded vocabulary %d%s", tp,
+                       s.n_head, s.family == GPT_FAMILY_LLAMA ? ", model.intermediate_size" : "", s.padded_vocab,
+                       s.family == GPT_FAMILY_LLAMA ? ", and model.n_kv_head or be a multiple of it" : "");
     if (L->sp && tp <= 1) return dt_fail(DT_EINPUT, "parallel.sp needs parallel.tp > 1");
     if (L->pp > 1) DT_TRY(check_pipeline(L));
     if (L->pp > 1 && dt_layout_recompute(L) && dt_schedule_splits_backward(L->schedule))

@@ -126,9 +126,15 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
         lk[g] = &lks[g];
     }
     if (tp > 1) { /* per block and micro-batch: 2 all-reduces forward, 2 backward, of the block's rows */
-        double n = m * L * 4, bytes = n * 2.0 * (tp - 1) / tp * rows * C * f;
+        double n = m * L * 4, bytes = n * 2.0 * (tp - 1) / tp * rows * C * f, msgs = n * 2.0 * (tp - 1);
+        int r = gpt_kv_replicas(&s, tp);
+        if (r > 1) { /* replicated key/value heads: their dk | dv over the r replicas, once per block backward */
+            double nk = m * L, HS = C / s.n_head;
+            bytes += nk * 2.0 * (r - 1) / r * rows * 2 * HS * f;
+            msgs += nk * 2.0 * (r - 1);
+        }
         out->comm_bytes[DT_PLAN_TP] = bytes;
-        out->comm_s[DT_PLAN_TP] = link_time(lk[DT_PLAN_TP], n * 2.0 * (tp - 1), bytes);
+        out->comm_s[DT_PLAN_TP] = link_time(lk[DT_PLAN_TP], msgs, bytes);
     }
     if (cp > 1) { /* per block and micro-batch: q, k, v blocks cp-1 times forward; backward again, with dk, dv cp times */
         double n = m * L * (3.0 * cp - 2), bytes = n * rows * 3 * C / tp * f;

@@ -5,11 +5,12 @@
 
 #include "../../core/timer.h"
 
-/* The model's tensor-parallel context (gpt_tp_comm.ctx): the group, and for a model in
- * device memory a host buffer the collectives run in (MPI here works on host memory;
- * grown to the largest message, then reused). */
+/* The model's tensor-parallel context (gpt_tp_comm.ctx): the group, the key/value
+ * replica group (replicated key/value heads: the tp ranks holding this rank's head; else
+ * NULL), and for a model in device memory a host buffer the collectives run in (MPI here
+ * works on host memory; grown to the largest message, then reused). */
 typedef struct {
-    dt_comm *comm;
+    dt_comm *comm, *kv;
     const dt_ops *ops;
     void *host;
     size_t cap;    /* bytes */
@@ -29,33 +30,34 @@ static dt_status host_buffer(tp_ctx *x, size_t bytes) {
 
 enum { TP_SUM, TP_MAX, TP_ALLGATHER, TP_REDUCE_SCATTER };
 
-static dt_status run_coll(const tp_ctx *x, int op, dt_dtype t, const void *in, void *out, size_t n) {
+static dt_status run_coll(dt_comm *c, int op, dt_dtype t, const void *in, void *out, size_t n) {
     switch (op) {
     case TP_SUM:
-    case TP_MAX: return dt_allreduce(x->comm, out, n, t, op == TP_MAX ? DT_MAX : DT_SUM); /* in == out */
-    case TP_ALLGATHER: return dt_allgather(x->comm, in, out, n, t);
-    default: return dt_reduce_scatter(x->comm, in, out, n, t, DT_SUM);
+    case TP_MAX: return dt_allreduce(c, out, n, t, op == TP_MAX ? DT_MAX : DT_SUM); /* in == out */
+    case TP_ALLGATHER: return dt_allgather(c, in, out, n, t);
+    default: return dt_reduce_scatter(c, in, out, n, t, DT_SUM);
     }
 }
 
-/* One collective of the group from in (n_in elements of type t) to out (n_out; in == out
- * for the in-place all-reduce), n per rank as the collective counts it. bf16 activations
- * are reduced as DT_BF16 (each addition in fp32, rounded). A model in device memory goes
- * through the host buffer ([in | out], or one part in place): MPI works on host memory.
- * The wall time is charged to the context's counter. */
-static dt_status tp_coll(tp_ctx *x, int op, dt_dtype t, const float *in, size_t n_in, float *out, size_t n_out,
-                         size_t n) {
+/* One collective of group c (the tensor-parallel group or the key/value replicas) from
+ * in (n_in elements of type t) to out (n_out; in == out for the in-place all-reduce), n
+ * per rank as the collective counts it. bf16 activations are reduced as DT_BF16 (each
+ * addition in fp32, rounded). A model in device memory goes through the host buffer
+ * ([in | out], or one part in place): MPI works on host memory. The wall time is charged
+ * to the context's counter. */
+static dt_status tp_coll(tp_ctx *x, dt_comm *c, int op, dt_dtype t, const float *in, size_t n_in, float *out,
+                         size_t n_out, size_t n) {
     double t0 = dt_now();
     size_t e = t == DT_BF16 ? 2 : 4;
     dt_status s;
     if (!x->ops->on_device) {
-        s = run_coll(x, op, t, in, out, n);
+        s = run_coll(c, op, t, in, out, n);
     } else {
         size_t at = in == out ? 0 : n_in * e; /* where the result lies in the host buffer (bytes) */
         DT_TRY(host_buffer(x, at + n_out * e));
         char *h = x->host;
         x->ops->download(h, in, n_in * e);
-        s = run_coll(x, op, t, h, h + at, n);
+        s = run_coll(c, op, t, h, h + at, n);
         if (s == DT_OK) x->ops->upload(out, h + at, n_out * e);
     }
     x->comm_s += dt_now() - t0;
@@ -66,19 +68,25 @@ static dt_dtype storage(const tp_ctx *x) { return x->ops->bf16 ? DT_BF16 : DT_F3
 
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int op) {
     tp_ctx *c = ctx;
-    if (op == GPT_TP_MAX_F32) return tp_coll(c, TP_MAX, DT_F32, x, n, x, n, n);
-    return tp_coll(c, TP_SUM, op == GPT_TP_SUM_F32 ? DT_F32 : storage(c), x, n, x, n, n);
+    if (op == GPT_TP_MAX_F32) return tp_coll(c, c->comm, TP_MAX, DT_F32, x, n, x, n, n);
+    return tp_coll(c, c->comm, TP_SUM, op == GPT_TP_SUM_F32 ? DT_F32 : storage(c), x, n, x, n, n);
+}
+
+/* Replicated key/value heads' gradients over their replicas (storage precision). */
+static dt_status tp_kv_sum(void *ctx, float *x, size_t n) {
+    tp_ctx *c = ctx;
+    return tp_coll(c, c->kv, TP_SUM, storage(c), x, n, x, n, n);
 }
 
 /* Sequence parallelism's pair (n: this rank's elements; the group holds tp·n). */
 static dt_status tp_allgather(void *ctx, float *full, const float *local, size_t n) {
     tp_ctx *c = ctx;
-    return tp_coll(c, TP_ALLGATHER, storage(c), local, n, full, n * (size_t)dt_comm_size(c->comm), n);
+    return tp_coll(c, c->comm, TP_ALLGATHER, storage(c), local, n, full, n * (size_t)dt_comm_size(c->comm), n);
 }
 
 static dt_status tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
     tp_ctx *c = ctx;
-    return tp_coll(c, TP_REDUCE_SCATTER, storage(c), full, n * (size_t)dt_comm_size(c->comm), local, n, n);
+    return tp_coll(c, c->comm, TP_REDUCE_SCATTER, storage(c), full, n * (size_t)dt_comm_size(c->comm), local, n, n);
 }
 
 double dt_tp_comm_seconds(const gpt_model *m) {
@@ -92,13 +100,26 @@ dt_status dt_tp_attach(gpt_model *m, dt_comm *tp_comm) {
     if (!x) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel context)");
     x->comm = tp_comm;
     x->ops = m->ops;
-    m->tp_comm = (gpt_tp_comm){tp_allreduce, m->sp ? tp_allgather : NULL, m->sp ? tp_reduce_scatter : NULL, x};
+    /* replicated key/value heads: the group of the ranks holding this rank's head (they
+     * are consecutive: rank t holds head t / r); collective over the tensor-parallel group */
+    int tp = dt_comm_size(tp_comm), t = dt_comm_rank(tp_comm), r = gpt_kv_replicas(&m->shape, tp);
+    if (r > 1) {
+        dt_status s = dt_comm_split(tp_comm, t / r, t, &x->kv);
+        if (s != DT_OK) {
+            free(x);
+            return s;
+        }
+        dt_comm_set_name(x->kv, "kv");
+    }
+    m->tp_comm = (gpt_tp_comm){tp_allreduce, m->sp ? tp_allgather : NULL, m->sp ? tp_reduce_scatter : NULL,
+                               x->kv ? tp_kv_sum : NULL, x};
     return DT_OK;
 }
 
 void dt_tp_detach(gpt_model *m) {
     tp_ctx *x = m->tp_comm.ctx;
     if (!x) return;
+    if (x->kv) dt_comm_free(x->kv);
     free(x->host);
     free(x);
     memset(&m->tp_comm, 0, sizeof m->tp_comm);
@@ -111,10 +132,10 @@ dt_status dt_tp_check(const dt_layout *L) {
                        "group's LayerNorm and residual rows)");
     if (tp <= 1) return DT_OK;
     if (!gpt_tp_splits_heads(&L->shape, tp) && L->shape.family == GPT_FAMILY_LLAMA)
-        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d, model.n_kv_head %d and "
-                       "model.intermediate_size %d (heads, key/value heads and MLP columns are split; replicating "
-                       "key/value heads is not implemented)", tp, L->shape.n_head, L->shape.n_kv_head,
-                       L->shape.intermediate);
+        return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d and model.intermediate_size %d, and "
+                       "divide model.n_kv_head %d or be a multiple of it (heads and MLP columns are split; key/value "
+                       "heads are split, or replicated over tp / n_kv_head ranks)", tp, L->shape.n_head,
+                       L->shape.intermediate, L->shape.n_kv_head);
     if (!gpt_tp_splits_heads(&L->shape, tp))
         return dt_fail(DT_EINPUT, "parallel.tp %d must divide model.n_head %d (attention heads are split across "
                        "tensor-parallel ranks)", tp, L->shape.n_head);

@@ -13,7 +13,9 @@
 #include "../layout/layout.h"
 
 /* Connects the model's paired functions to the tensor-parallel communicator (a group
- * of one leaves them identities); the sequence-parallel pair when the model has sp.
+ * of one leaves them identities); the sequence-parallel pair when the model has sp; the
+ * key/value replicas' sum (kv_sum, over a group split from tp_comm: collective over it)
+ * when the model replicates Llama's key/value heads (gpt_kv_replicas).
  * The group and its host staging live in a context the model holds (gpt_tp_comm.ctx, as
  * context parallelism's ring): dt_tp_detach frees it, before gpt_destroy. */
 dt_status dt_tp_attach(gpt_model *m, dt_comm *tp_comm);
