@@ -51,16 +51,42 @@ assert d[0]['loss'] == p[0]['loss'] and d[1]['loss'] != p[1]['loss'], (d[:2], p[
 assert d[-1]['loss'] < d[0]['loss'] - 0.5, (d[0]['loss'], d[-1]['loss'])
 PY
 
+# checkpoints: every rank saves its own state (the replica's weights and moments between
+# synchronisations, the synchronised weights, DiLoCo's momentum; the delayed mode's queue)
+# and a resume on the same layout lands on the straight run's weights, bit for bit
+resume_case() { # NAME STOP ARGS...: stopped after STOP steps and resumed = straight
+  local name=$1 stop=$2; shift 2
+  local straight; straight=$(dp_run "$name-straight" 2 "$@")
+  dp_run "$name-a" 2 "$@" --set train.stop_after="$stop" --save "$TMP/$name-ck" >/dev/null
+  local got; got=$(dp_run "$name-b" 2 "$@" --resume "$TMP/$name-ck")
+  local files; files=$(ls "$TMP/$name-ck/rank_state/step_$(printf %08d "$stop")" 2>/dev/null | wc -l)
+  [ -n "$straight" ] && [ "$got" = "$straight" ] && [ "$files" = 2 ] &&
+    pass "$name: saved after step $stop ($files rank files), resumed: the straight run's weights ($got)" ||
+    fail "$name: resumed '$got' vs straight '$straight', $files rank files: $(grep -m1 error "$TMP/$name-b.out")"
+}
+resume_case diloco-mid 6 "${DL[@]}"        # between synchronisations (at 4 and 8)
+resume_case staleness 7 --set parallel.staleness=3
+full && resume_case local_sgd-at-sync 8 --set parallel.sync=local_sgd --set parallel.sync_every=4
+# another layout cannot take a replica's own state: refused; a run without it reads the
+# checkpoint as any (replica 0's weights)
+refused "a DiLoCo checkpoint on another layout" "belongs to the layout" 4 "${DL[@]}" --set parallel.tp=2 \
+  --resume "$TMP/diloco-mid-ck"
+"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/diloco-mid-ck" >"$TMP/plain.out" 2>&1 &&
+  pass "the DiLoCo checkpoint resumed by plain DDP" || fail "plain resume: $(grep -m1 error "$TMP/plain.out")"
+# the per-rank state of steps that are gone goes with them (keep_last 1)
+dp_run keep 2 "${DL[@]}" --set checkpoint.every=4 --set checkpoint.keep_last=1 --save "$TMP/keep" >/dev/null
+left=$(ls "$TMP/keep/rank_state" | tr '\n' ' ')
+[ "$left" = "step_00000020 " ] && pass "keep_last 1: only the last step's rank state is left ($left)" ||
+  fail "rank state left: '$left'"
+
 # refused before any work, one line, exit 2
 refused "one replica" "several data-parallel replicas" 1 "${DL[@]}"
 refused "ZeRO inside a replica" "DDP inside" 2 "${DL[@]}" --set parallel.zero=1
 refused "the central rank" "DDP inside" 2 "${DL[@]}" --set parallel.dp_mode=ps
-refused "checkpoints" "checkpoints are not carried" 2 "${DL[@]}" --save "$TMP/ck"
 refused "budget rows" "data.layout budget" 2 "${DL[@]}" --set data.layout=budget
 refused "a zero outer lr" "outer_lr" 2 "${DL[@]}" --set parallel.outer_lr=0
 refused "staleness with ZeRO" "ZeRO's gradients are sharded" 2 --set parallel.staleness=2 --set parallel.zero=2
 refused "staleness with offload" "not with offload" 2 --set parallel.staleness=2 --set offload.optimizer=cpu
-refused "staleness with checkpoints" "checkpoints are not carried" 2 --set parallel.staleness=2 --save "$TMP/ck"
 refused "staleness past the run" "no gradient would be applied" 2 --set parallel.staleness=20
 refused "staleness with DiLoCo" "not with parallel.sync" 2 --set parallel.staleness=2 "${DL[@]}"
 finish

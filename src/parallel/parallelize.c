@@ -186,7 +186,26 @@ dt_status dt_par_init_weights(dt_par *h, uint64_t seed, const char *init_from) {
     return dt_dp_init_weights(h->dpe, seed, init_from);
 }
 
-dt_status dt_par_load(dt_par *h, const char *step_dir, long long step) { return dt_dp_load(h->dpe, step_dir, step); }
+/* The layout a rank's own state belongs to (ckpt/rank_state.h): a resume must be this. */
+static void rank_state_layout(const dt_par *h, char *out, size_t cap) {
+    const dt_layout *L = h->L;
+    snprintf(out, cap, "world %d dp %d tp %d pp %d cp %d sync %s every %d staleness %d params %zu", L->world, L->dp,
+             L->tp, L->pp, L->cp, L->cfg.parallel.sync, L->cfg.parallel.sync_every, L->cfg.parallel.staleness,
+             h->model.nparams);
+}
+
+static int has_rank_state(const dt_par *h) { return h->outer || dt_dp_has_rank_state(h->dpe); }
+
+dt_status dt_par_load(dt_par *h, const char *step_dir, long long step) {
+    DT_TRY(dt_dp_load(h->dpe, step_dir, step));
+    if (!has_rank_state(h)) return DT_OK;
+    char layout[256];
+    rank_state_layout(h, layout, sizeof layout);
+    int rank = dt_comm_rank(h->world);
+    dt_status s = h->outer ? dt_local_sgd_load(h->outer, step_dir, step, rank, layout)
+                           : dt_dp_load_rank_state(h->dpe, step_dir, rank, layout);
+    return dt_comm_agree(h->world, s, NULL);
+}
 
 /* Context parallelism: of the micro-batch's whole sequences in inp/tgt (micro x T),
  * keep this rank's positions (micro x Tl, in place: every kept entry moves left). */
@@ -305,6 +324,14 @@ int dt_par_dp_rank(const dt_par *h) { return h->mesh.dp_rank; }
 
 dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb) {
     DT_TRY(dt_dp_settle(h->dpe)); /* a save the run did not plan (a signal): the update in flight applied */
+    if (has_rank_state(h)) { /* every rank's own, before the step commits */
+        char layout[256];
+        rank_state_layout(h, layout, sizeof layout);
+        int rank = dt_comm_rank(h->world);
+        dt_status s = h->outer ? dt_local_sgd_save(h->outer, dir, st->step, rank, layout)
+                               : dt_dp_save_rank_state(h->dpe, dir, rank, layout);
+        DT_TRY(dt_comm_agree(h->world, s, NULL));
+    }
     return dt_ckpt_save_distributed(&h->ckpt, dir, st, config_json, shard_mb);
 }
 

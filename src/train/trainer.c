@@ -11,6 +11,7 @@
 #include "../ckpt/checkpoint.h"
 #include "../ckpt/ckpt_verify.h"
 #include "../ckpt/ckpt_dir.h"
+#include "../ckpt/rank_state.h"
 #include "../core/mem.h"
 #include "../core/signals.h"
 #include "../core/timer.h"
@@ -341,6 +342,7 @@ static dt_status after_commit(trainer *t) {
                      &report));
         t->drop_old_run = 0;
     }
+    if (t->rank0) dt_rank_state_prune(c->checkpoint.dir); /* per-rank state of steps no longer there */
     return DT_OK;
 }
 

@@ -145,6 +145,26 @@ dt_status dt_dp_set_weights(dt_dp *d, const float *src) {
     return d->ops->sync();
 }
 
+dt_status dt_dp_get_moments(dt_dp *d, int which, float *dst) {
+    DT_TRY(whole_weights(d));
+    return dt_optimizer_get_moments(d->opt, which, 0, d->m->nparams, dst);
+}
+
+dt_status dt_dp_set_moments(dt_dp *d, int which, const float *src) {
+    DT_TRY(whole_weights(d));
+    return dt_optimizer_set_moments(d->opt, which, 0, d->m->nparams, src);
+}
+
+int dt_dp_has_rank_state(const dt_dp *d) { return d->stale != NULL; }
+
+dt_status dt_dp_save_rank_state(dt_dp *d, const char *dir, int rank, const char *layout) {
+    return d->stale ? dt_stale_save(d->stale, d->step, dir, rank, layout) : DT_OK;
+}
+
+dt_status dt_dp_load_rank_state(dt_dp *d, const char *step_dir, int rank, const char *layout) {
+    return d->stale ? dt_stale_load(d->stale, d->step, step_dir, rank, layout) : DT_OK;
+}
+
 double dt_dp_comm_seconds(const dt_dp *d) { return d->comm_s; }
 double dt_dp_update_seconds(const dt_dp *d) { return d->update_s; }
 

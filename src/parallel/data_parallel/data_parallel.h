@@ -80,6 +80,14 @@ void dt_dp_release_full(dt_dp *d);
  * them whole on a rank (DDP; DT_EINPUT otherwise). Local SGD's synchronisation. */
 dt_status dt_dp_get_weights(dt_dp *d, float *dst);
 dt_status dt_dp_set_weights(dt_dp *d, const float *src);
+/* The same for AdamW's moments (which: 0 first, 1 second). */
+dt_status dt_dp_get_moments(dt_dp *d, int which, float *dst);
+dt_status dt_dp_set_moments(dt_dp *d, int which, const float *src);
+/* The delayed mode's queued gradients (parallel.staleness) as this rank's checkpoint state
+ * (ckpt/rank_state.h) at the engine's step, and back after dt_dp_load; whether there is any. */
+int dt_dp_has_rank_state(const dt_dp *d);
+dt_status dt_dp_save_rank_state(dt_dp *d, const char *dir, int rank, const char *layout);
+dt_status dt_dp_load_rank_state(dt_dp *d, const char *step_dir, int rank, const char *layout);
 /* Seconds the training steps so far spent waiting on communication (exposed time). */
 double dt_dp_comm_seconds(const dt_dp *d);
 /* Seconds the steps so far spent in the optimizer update (clip, AdamW, re-distribution). */

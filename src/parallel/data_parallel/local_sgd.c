@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../ckpt/rank_state.h"
 #include "../../core/mem.h"
 #include "../../core/timer.h"
 
@@ -36,9 +37,6 @@ dt_status dt_local_sgd_check(const dt_layout *L) {
     if (!strcmp(c->data.layout, "budget"))
         return dt_fail(DT_EINPUT, "parallel.sync %s: data.layout budget is not carried (use stream, pack or pad)",
                        mode);
-    if (c->checkpoint.dir[0] || c->checkpoint.resume[0])
-        return dt_fail(DT_EINPUT, "parallel.sync %s: checkpoints are not carried yet (each replica's inner optimizer "
-                       "state); unset checkpoint.dir", mode);
     if (L->sync == DT_SYNC_DILOCO && c->parallel.outer_lr <= 0)
         return dt_fail(DT_EINPUT, "parallel.outer_lr must be > 0 for diloco");
     return DT_OK;
@@ -117,4 +115,43 @@ size_t dt_local_sgd_bytes(const dt_local_sgd *s) { return s ? (s->mom ? 3 : 2) *
 void dt_local_sgd_stats(const dt_local_sgd *s, double *seconds, double *sent) {
     *seconds = s ? s->seconds : 0.0;
     *sent = s ? s->sent : 0.0;
+}
+
+/* "weights", "exp_avg", "exp_avg_sq" (the replica's own), "theta_sync", "have_sync" and
+ * DiLoCo's "outer_momentum" */
+dt_status dt_local_sgd_save(dt_local_sgd *s, const char *dir, long long step, int rank, const char *layout) {
+    size_t n = s->n;
+    float *buf = malloc(3 * n * sizeof(float) + 1), have = (float)s->have_sync;
+    if (!buf) return dt_fail(DT_ERUNTIME, "out of memory (saving the local SGD state)");
+    dt_status st = dt_dp_get_weights(s->inner, buf);
+    if (st == DT_OK) st = dt_dp_get_moments(s->inner, 0, buf + n);
+    if (st == DT_OK) st = dt_dp_get_moments(s->inner, 1, buf + 2 * n);
+    st_tensor_ref t[] = {{"weights", ST_F32, 1, {(int64_t)n}, buf},
+                         {"exp_avg", ST_F32, 1, {(int64_t)n}, buf + n},
+                         {"exp_avg_sq", ST_F32, 1, {(int64_t)n}, buf + 2 * n},
+                         {"theta_sync", ST_F32, 1, {(int64_t)n}, s->theta},
+                         {"have_sync", ST_F32, 1, {1}, &have},
+                         {"outer_momentum", ST_F32, 1, {(int64_t)n}, s->mom}};
+    if (st == DT_OK) st = dt_rank_state_save(dir, step, rank, layout, t, s->mom ? 6 : 5);
+    free(buf);
+    return st;
+}
+
+dt_status dt_local_sgd_load(dt_local_sgd *s, const char *step_dir, long long step, int rank, const char *layout) {
+    size_t n = s->n;
+    st_file f = {0};
+    DT_TRY(dt_rank_state_open(step_dir, step, rank, layout, &f));
+    float have = 0.0f;
+    dt_status st = dt_rank_state_read(&f, "weights", s->delta, n);
+    if (st == DT_OK) st = dt_dp_set_weights(s->inner, s->delta);
+    if (st == DT_OK) st = dt_rank_state_read(&f, "exp_avg", s->delta, n);
+    if (st == DT_OK) st = dt_dp_set_moments(s->inner, 0, s->delta);
+    if (st == DT_OK) st = dt_rank_state_read(&f, "exp_avg_sq", s->delta, n);
+    if (st == DT_OK) st = dt_dp_set_moments(s->inner, 1, s->delta);
+    if (st == DT_OK) st = dt_rank_state_read(&f, "theta_sync", s->theta, n);
+    if (st == DT_OK) st = dt_rank_state_read(&f, "have_sync", &have, 1);
+    if (st == DT_OK && s->mom) st = dt_rank_state_read(&f, "outer_momentum", s->mom, n);
+    s->have_sync = have != 0.0f;
+    st_close(&f);
+    return st;
 }

@@ -36,6 +36,11 @@ dt_status dt_local_sgd_before_step(dt_local_sgd *s);
 dt_status dt_local_sgd_after_step(dt_local_sgd *s, long long step);
 /* Whether step `step` ends with a synchronisation. */
 int dt_local_sgd_syncs_at(const dt_local_sgd *s, long long step);
+/* This rank's state after `step` steps (the replica's own weights and inner moments, the
+ * synchronised weights, DiLoCo's momentum) as its checkpoint state (ckpt/rank_state.h),
+ * and back (after the checkpoint's own load). */
+dt_status dt_local_sgd_save(dt_local_sgd *s, const char *dir, long long step, int rank, const char *layout);
+dt_status dt_local_sgd_load(dt_local_sgd *s, const char *step_dir, long long step, int rank, const char *layout);
 /* Host bytes it holds (0 for NULL). */
 size_t dt_local_sgd_bytes(const dt_local_sgd *s);
 /* So far: seconds in the synchronisations' all-reduce, and the parameter bytes this rank

@@ -24,5 +24,9 @@ void dt_stale_free(dt_stale *q);
 int dt_stale_exchange(dt_stale *q, long long t, void *grads, double *norm);
 /* Bytes it holds. */
 size_t dt_stale_bytes(const dt_stale *q);
+/* The gradients still waiting after `steps` steps (those of steps steps - s .. steps - 1),
+ * as this rank's checkpoint state (ckpt/rank_state.h), and back. */
+dt_status dt_stale_save(dt_stale *q, long long steps, const char *dir, int rank, const char *layout);
+dt_status dt_stale_load(dt_stale *q, long long steps, const char *step_dir, int rank, const char *layout);
 
 #endif

@@ -30,8 +30,7 @@ static dt_status check_offload(const dt_layout *L) {
     return DT_OK;
 }
 
-/* The deterministic delayed mode queues whole reduced gradients (staleness.h) and its
- * queue is not in checkpoints yet. */
+/* The deterministic delayed mode queues whole reduced gradients (staleness.h). */
 static dt_status check_staleness(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     int s = c->parallel.staleness;
@@ -43,9 +42,6 @@ static dt_status check_staleness(const dt_layout *L) {
     if (dt_layout_offload(L))
         return dt_fail(DT_EINPUT, "parallel.staleness %d: not with offload (the update reads the gradients handed "
                        "over during backward)", s);
-    if (c->checkpoint.dir[0] || c->checkpoint.resume[0])
-        return dt_fail(DT_EINPUT, "parallel.staleness %d: checkpoints are not carried yet (the queued gradients); "
-                       "unset checkpoint.dir", s);
     if (s >= c->train.steps)
         return dt_fail(DT_EINPUT, "parallel.staleness %d: no gradient would be applied in train.steps %d", s,
                        c->train.steps);

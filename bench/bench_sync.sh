@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Synchronisation modes over a slow link (issue 29): 2 emulated hosts x 2 ranks
+# (tests/emulated_cluster.sh: network namespaces, each host's outgoing link capped with tc
+# tbf), a GPT-2-shaped model of ~10.8M parameters (6 layers, 384 wide, seq 128) on the
+# fortunes corpus (byte tokens), the same token budget for every contender: synchronous
+# DDP against DiLoCo with H = 10 and 50, at each link rate. For each run: the validation
+# loss at the end, the training wall time (the steps' ms summed), and the bytes the two
+# hosts sent over their capped links per step (tx counters of the namespaces' eth0).
+# Runs one contender at a time (nothing else may run: 4 ranks share the machine's cores).
+# usage: bench/bench_sync.sh [build/dtrain]      (root; prints a markdown table)
+# knobs: RATES="100mbit 1gbit", STEPS=60, MODES="ddp diloco10 diloco50", RESULTS=FILE (raw rows)
+set -euo pipefail
+source "$(dirname "$0")/common.sh" sync "${1:-}"
+source "$here/../tests/emulated_cluster.sh"
+trap 'cluster_down; rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 LSAN_OPTIONS= ASAN_OPTIONS=
+RATES=${RATES:-"100mbit 1gbit"}
+STEPS=${STEPS:-60}
+MODES=${MODES:-"ddp diloco10 diloco50"}
+corpus=/usr/share/games/fortunes
+inputs=()
+for f in "$corpus"/*; do case "$f" in *.dat | *.u8) continue ;; esac; [ -f "$f" ] && inputs+=(--input "$f"); done
+[ ${#inputs[@]} -gt 0 ] || { echo "bench_sync: no corpus in $corpus (apt-get install fortunes)" >&2; exit 2; }
+"$dtrain" prepare --fortune "${inputs[@]}" --out "$tmp/f" --val-fraction 0.02 >/dev/null
+MODEL=(--set model.n_layer=6 --set model.n_embd=384 --set model.n_head=6 --set model.seq_len=128
+       --set model.vocab_size=256 --set train.micro_batch=4 --set train.global_batch=16 --set train.lr=1e-3
+       --set train.warmup_steps=10 --set train.val_every="$STEPS" --set train.val_batches=8 --steps "$STEPS"
+       --set data.train="$tmp/f_train.bin" --set data.val="$tmp/f_val.bin" --set threads=1 --seed 1)
+args_of() {
+  case $1 in
+    ddp) ;;
+    diloco*) echo "--set parallel.sync=diloco --set parallel.sync_every=${1#diloco}" ;;
+  esac
+}
+tx() { # bytes the hosts have sent
+  local i s=0
+  for ((i = 1; i <= CLUSTER_N; i++)); do
+    s=$((s + $(ip netns exec "${CLUSTER_ID}h$i" cat /sys/class/net/eth0/statistics/tx_bytes)))
+  done
+  echo $s
+}
+echo "| link | mode | val loss | vs DDP | wall s | vs DDP | MB over the links / step | DDP / this | probe |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for rate in $RATES; do
+  cluster_up 2 "$rate" || { echo "bench_sync: cannot make network namespaces here (root?)" >&2; exit 77; }
+  MPI=("${CLUSTER_MPI[@]}" --host "$(cluster_hosts 2)" -np 4)
+  ref_loss= ref_s= ref_mb=
+  for mode in $MODES; do
+    p=$(probe)
+    t0=$(tx)
+    # shellcheck disable=SC2046
+    "${MPI[@]}" "${ENV[@]}" "$dtrain" train "${MODEL[@]}" $(args_of "$mode") --metrics "$tmp/$rate-$mode.jsonl" \
+      >"$tmp/$rate-$mode.out" 2>&1 || { echo "bench_sync: $rate $mode failed: $(tail -2 "$tmp/$rate-$mode.out")" >&2; exit 1; }
+    t1=$(tx)
+    read -r loss secs <<<"$(python3 -c "
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+print(r[[i for i, x in enumerate(r) if x.get('event') == 'val'][-1]]['val_loss'], sum(x['ms'] for x in r if 'event' not in x) / 1e3)" \
+      "$tmp/$rate-$mode.jsonl")"
+    mb=$(python3 -c "print('%.2f' % (($t1 - $t0) / 1e6 / $STEPS))")
+    [ "$mode" = ddp ] && ref_loss=$loss ref_s=$secs ref_mb=$mb
+    row=$(python3 -c "
+import sys
+loss, secs, mb = float('$loss'), float('$secs'), float('$mb')
+rl, rs, rm = (float(x) if x else None for x in ('$ref_loss', '$ref_s', '$ref_mb'))
+f = lambda a, b, fmt: (fmt % (a / b)) if b else '-'
+print('| %s | %s | %.4f | %s | %.1f | %s | %.2f | %s | %s |' % ('$rate', '$mode', loss, f(loss, rl, '%.4f'), secs,
+      f(rs, secs, '%.2fx faster') if rs else '-', mb, f(rm, mb, '%.1fx') if rm else '-', '$p'))")
+    echo "$row"
+    [ -n "${RESULTS:-}" ] && echo "$rate $mode $loss $secs $mb $p" >>"$RESULTS"
+  done
+  cluster_down
+done

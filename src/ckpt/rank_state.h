@@ -1,0 +1,29 @@
+/* Per-rank state that no other layout could reassemble: each local-SGD replica's own
+ * weights and inner moments between synchronisations, the delayed mode's queued
+ * gradients (parallel.sync, parallel.staleness). One safetensors file per world rank,
+ *   DIR/rank_state/step_%08lld/rank-%05d.safetensors
+ * written by every rank before the step's checkpoint commits (a committed step always
+ * has its files; a save that fails before its commit leaves files that the next commit's
+ * prune removes), and read at resume by the same layout only: each file records the
+ * layout it belongs to, and another layout is refused (DT_EINPUT, one line). A run in a
+ * mode without such state reads the checkpoint alone, as any checkpoint. */
+#ifndef DT_RANK_STATE_H
+#define DT_RANK_STATE_H
+#include "../core/status.h"
+#include "safetensors.h"
+
+/* Writes this rank's file for step `step` of the checkpoint directory dir (atomically);
+ * layout: a one-line description that a resume must match. */
+dt_status dt_rank_state_save(const char *dir, long long step, int rank, const char *layout, const st_tensor_ref *t,
+                             int n);
+/* Opens this rank's file for the step directory step_dir (DIR/step_N[.vK]) and checks its
+ * layout; st_close it after use. */
+dt_status dt_rank_state_open(const char *step_dir, long long step, int rank, const char *layout, st_file *f);
+/* Reads tensor `name` of n fp32 values into dst (its size checked, NaN/Inf refused); _f64:
+ * of n fp64 values. */
+dt_status dt_rank_state_read(st_file *f, const char *name, float *dst, size_t n);
+dt_status dt_rank_state_read_f64(st_file *f, const char *name, double *dst, size_t n);
+/* Rank 0 after a commit: removes the files of steps that have no step directory. */
+void dt_rank_state_prune(const char *dir);
+
+#endif
