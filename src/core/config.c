@@ -136,7 +136,9 @@ static const key_desc KEYS[] = {
     INT("parallel.cp", parallel.cp, 1, 4096, "1", "context-parallel size"),
     BOOL("parallel.sp", parallel.sp, "false", "sequence parallelism (with tp)"),
     INT("parallel.zero", parallel.zero, 0, 3, "0", "ZeRO stage"),
-    ENUM("parallel.dp_mode", parallel.dp_mode, "ddp|ps", "ddp", "data-parallel mode"),
+    ENUM("parallel.dp_mode", parallel.dp_mode, "ddp|ps|ps-async", "ddp",
+         "data-parallel mode: ddp, ps (a central rank, synchronous) or ps-async (a parameter server applying each "
+         "worker's gradient as it arrives, parallel.staleness bounding how far workers run apart)"),
     ENUM("parallel.schedule", parallel.schedule, "gpipe|1f1b|interleaved|zb-h1", "1f1b", "pipeline schedule"),
     INT("parallel.micro_batches", parallel.micro_batches, 0, 1e6, "0", "micro-batches per step, a pipeline's m: sets train.micro_batch to global_batch / (dp x m) (0: train.micro_batch decides)"),
     INT("parallel.virtual_stages", parallel.virtual_stages, 1, 1024, "1", "interleaved pipeline chunks per rank"),
@@ -152,8 +154,9 @@ static const key_desc KEYS[] = {
     INT("parallel.sync_every", parallel.sync_every, 1, 1e9, "1",
         "local_sgd, diloco: inner steps between synchronisations (H); 1 with local_sgd is every_step"),
     INT("parallel.staleness", parallel.staleness, 0, 1e6, "0",
-        "the deterministic delayed mode (dp_mode ddp or ps): the gradient applied at update t was computed at the "
-        "weights of update t - staleness, as an asynchronous parameter server would apply it; 0: synchronous"),
+        "dp_mode ddp or ps: the deterministic delayed mode (the gradient applied at update t was computed at the "
+        "weights of update t - staleness); ps-async: the bound (a worker waits while it is more than this many "
+        "updates ahead of the oldest gradient in progress); 0: synchronous"),
     FLT("parallel.outer_lr", parallel.outer_lr, 0, 1e3, "0.7", "diloco: the outer Nesterov step's learning rate"),
     FLT("parallel.outer_momentum", parallel.outer_momentum, 0, 0.999999, "0.9",
         "diloco: the outer Nesterov step's momentum"),

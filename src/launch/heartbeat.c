@@ -2,12 +2,14 @@
 #include "launch/heartbeat.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* One rank's file, opened at its first beat: "KIND S pid P", KIND "step" or "start". */
@@ -194,4 +196,15 @@ void dt_test_fault(long long step, int rank) {
     }
     if (!strcmp(kind, "hang"))
         for (;;) pause(); /* signals are recorded by the trainer's handlers and ignored here */
+}
+
+void dt_test_straggle(int rank, double seconds) {
+    const char *spec = getenv("DT_TEST_STRAGGLER");
+    int who;
+    double factor;
+    if (!spec || sscanf(spec, "%d:%lf", &who, &factor) != 2 || who != rank || !(factor > 1.0) || !(seconds > 0)) return;
+    double t = (factor - 1.0) * seconds;
+    struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
 }

@@ -7,6 +7,8 @@
 
 #include "../comm/device_comm.h"
 #include "../comm/watchdog.h"
+#include "../core/timer.h"
+#include "../launch/heartbeat.h"
 #include "../optim/optimizer.h"
 #include "data_parallel/data_parallel.h"
 #include "data_parallel/local_sgd.h"
@@ -144,7 +146,8 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
     DT_TRY(dt_mesh_create(&h->mesh, world, L->tp, L->pp, L->cp));
     h->data_comm = dt_layout_cp_enabled(L) ? h->mesh.dp_cp_comm : h->mesh.dp_comm;
     h->engine_comm = h->data_comm;
-    if (dt_layout_local_sgd(L)) { /* each replica reduces alone: over its context-parallel ranks, or nothing */
+    if (dt_layout_local_sgd(L) || dt_layout_ps_async(L)) { /* each replica's engine alone: over its context-parallel
+                                                              * ranks, or nothing */
         if (dt_layout_cp_enabled(L)) {
             h->engine_comm = h->mesh.cp_comm;
         } else {
@@ -251,11 +254,11 @@ static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((dt_par *)ctx)-
 
 /* Targets in the loss over this replica's micro-batches of the step (whole sequences:
  * every context-parallel rank counts them all). */
-static long long replica_tokens(dt_par *h) {
+static long long replica_tokens(dt_par *h, int share) {
     size_t n = (size_t)h->L->micro * h->L->T;
     long long count = 0;
     for (int k = 0; k < h->L->m; k++) {
-        h->fill(h->fill_ctx, (k * h->L->dp + h->mesh.dp_rank) * h->L->micro, h->inp, h->tgt, h->seg);
+        h->fill(h->fill_ctx, (k * h->L->dp + share) * h->L->micro, h->inp, h->tgt, h->seg);
         for (size_t i = 0; i < n; i++) count += h->tgt[i] != DT_IGNORE;
     }
     return count;
@@ -269,8 +272,9 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
     long long scale_tokens = loss_tokens;
     if (h->outer) { /* a replica's gradient is the mean over its own tokens: it updates alone */
         DT_TRY(dt_local_sgd_before_step(h->outer));
-        scale_tokens = replica_tokens(h);
+        scale_tokens = replica_tokens(h, h->mesh.dp_rank);
     }
+    double t_step = dt_now();
     dt_dp_begin_step(h->dpe);
     float grad_scale = scale_tokens > 0 ? 1.0f / (float)scale_tokens : 0.0f;
     double sum = 0.0;
@@ -289,6 +293,7 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
         DT_TRY(gpt_forward_backward(&h->model, h->inp, h->tgt, L->micro, L->Tl, grad_scale, &l));
         sum += l;
     }
+    dt_test_straggle(dt_comm_rank(h->world), dt_now() - t_step); /* a test's slow rank, before the gradients meet */
     *lr = dt_lr_at(&h->hp, step);
     DT_TRY(dt_dp_end_step(h->dpe, *lr, grad_norm, settle));
     if (h->outer) DT_TRY(dt_local_sgd_after_step(h->outer, step + 1));
@@ -439,3 +444,41 @@ void dt_par_print_report(const dt_par *h, long long steps, const double *mem_all
         fprintf(out, "communication: %.1f ms/step exposed (waiting on gradient/parameter collectives, rank 0)\n",
                 1e3 * dt_dp_comm_seconds(h->dpe) / (double)steps);
 }
+
+/* ---- the asynchronous parameter server's parts (dp_mode ps-async; src/train/async_ps.h) ---- */
+
+dt_status dt_par_task_gradients(dt_par *h, dt_par_fill fill, void *ctx, int share, double *loss_sum,
+                                long long *tokens) {
+    const dt_layout *L = h->L;
+    h->fill = fill;
+    h->fill_ctx = ctx;
+    double t0 = dt_now();
+    long long n = replica_tokens(h, share);
+    *tokens = n;
+    dt_dp_begin_step(h->dpe);
+    float grad_scale = n > 0 ? 1.0f / (float)n : 0.0f;
+    double sum = 0.0;
+    for (int k = 0; k < L->m; k++) {
+        h->fill(h->fill_ctx, (k * L->dp + share) * L->micro, h->inp, h->tgt, h->seg);
+        dt_dp_begin_micro(h->dpe, k == L->m - 1);
+        gpt_set_documents(&h->model, 0, documents(h), L->micro, L->Tl);
+        double l;
+        DT_TRY(gpt_forward_backward(&h->model, h->inp, h->tgt, L->micro, L->Tl, grad_scale, &l));
+        sum += l;
+    }
+    *loss_sum = sum;
+    DT_TRY(h->model.ops->sync());
+    dt_test_straggle(dt_comm_rank(h->world), dt_now() - t0);
+    return DT_OK;
+}
+
+dt_status dt_par_apply(dt_par *h, double lr, double *grad_norm) {
+    DT_TRY(dt_dp_end_step(h->dpe, lr, grad_norm, 1));
+    return h->model.ops->sync();
+}
+
+float *dt_par_grad_buffer(dt_par *h) { return h->model.grads; }
+size_t dt_par_nparams(const dt_par *h) { return h->model.nparams; }
+double dt_par_lr_at(const dt_par *h, long long step) { return dt_lr_at(&h->hp, step); }
+dt_status dt_par_get_weights(dt_par *h, float *dst) { return dt_dp_get_weights(h->dpe, dst); }
+dt_status dt_par_set_weights(dt_par *h, const float *src) { return dt_dp_set_weights(h->dpe, src); }

@@ -47,6 +47,19 @@ dt_status dt_par_load(dt_par *h, const char *step_dir, long long step);
  * under a token budget; a pipeline runs its schedule's m, the rest empty);
  * *grad_norm before clipping, *lr the rate applied. settle: the state is
  * read after this step (a checkpoint, the run's end): its update is not delayed. */
+/* The asynchronous parameter server's parts (dp_mode ps-async, src/train/async_ps.h; the
+ * engine is this rank's alone): a task's gradients, of the rows data-parallel rank `share`
+ * gets in each micro-step (the sum of its losses, the tokens in the loss: the gradient is
+ * their mean), left in dt_par_grad_buffer (the model's flat fp32 gradients); an update from
+ * the gradients there at rate lr (the pre-clip norm out); the fp32 weights, read or set. */
+dt_status dt_par_task_gradients(dt_par *h, dt_par_fill fill, void *ctx, int share, double *loss_sum,
+                                long long *tokens);
+dt_status dt_par_apply(dt_par *h, double lr, double *grad_norm);
+float *dt_par_grad_buffer(dt_par *h);
+size_t dt_par_nparams(const dt_par *h);
+double dt_par_lr_at(const dt_par *h, long long step);
+dt_status dt_par_get_weights(dt_par *h, float *dst);
+dt_status dt_par_set_weights(dt_par *h, const float *src);
 dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, void *ctx, long long loss_tokens,
                       int micro_steps, double *loss, double *grad_norm, double *lr);
 /* Forward only over one micro-batch (fill's seq0 is 0): *loss_sum over this rank's

@@ -12,6 +12,7 @@
 #include "../ckpt/ckpt_verify.h"
 #include "../ckpt/ckpt_dir.h"
 #include "../ckpt/rank_state.h"
+#include "async_ps.h"
 #include "../core/mem.h"
 #include "../core/signals.h"
 #include "../core/timer.h"
@@ -62,6 +63,8 @@ typedef struct {
     double *mem_all; /* the final memory report: MEM_NUMBERS per rank, allocated up front */
     double peak_flops; /* the whole job's peak FLOP/s, MFU's denominator (0: unknown) */
     const char *peak_source;
+    long long async_at; /* dp_mode ps-async: the global step whose batch the loader holds */
+    double async_loss;  /* and the last step's training loss the server reported */
 } trainer;
 
 static dt_status choose_ops(const dt_layout *L, const dt_ops **ops) {
@@ -460,6 +463,54 @@ static void print_model_ready(trainer *t, double seconds) {
     fflush(stdout);
 }
 
+/* ---- dp_mode ps-async (async_ps.h): its own loop over the same loader and metrics ---- */
+
+static void async_seek(void *ctx, long long step) {
+    trainer *t = ctx;
+    while (t->async_at < step) {
+        dt_loader_next_batch(&t->loader);
+        t->async_at++;
+    }
+    t->st.data_epoch = t->loader.epoch;
+    t->st.data_pos = t->loader.pos;
+}
+
+static void async_report(void *ctx, const dt_async_step *a) {
+    trainer *t = ctx;
+    double tps = a->seconds > 0 ? a->tokens / a->seconds : 0.0;
+    t->async_loss = a->loss;
+    dt_metrics_step(&t->metrics, a->step, a->loss, a->lr, a->grad_norm, a->step * (long long)t->L.global_batch * t->L.T,
+                    (long long)a->tokens, tps, a->seconds * 1e3, -1.0, -1.0, NULL);
+    dt_progress_step(&t->progress, a->step, a->loss, a->lr, a->grad_norm, tps, a->seconds * 1e3, 0.0);
+    if (a->step % (t->cfg->log.every > 0 ? t->cfg->log.every : 1) == 0)
+        dt_progress_note(&t->progress, "async: step %lld | staleness mean %.2f max %d", a->step, a->staleness_mean,
+                         a->staleness_max);
+}
+
+static int async_stopping(void *ctx) {
+    (void)ctx;
+    return dt_signal_pending() != 0;
+}
+
+/* Steps first .. stop under the parameter server; the loss and time for the summary. */
+static dt_status run_async(trainer *t, long long stop, double *loss, double *seconds, double *tokens, long long *steps) {
+    t->async_at = t->st.step - 1;
+    dt_async_opts o = {t->par, t->world, t->st.step, stop, t->cfg->parallel.staleness, fill_train, t,
+                       async_seek, t->rank0 ? async_report : NULL, async_stopping};
+    DT_TRY(dt_async_ps_run(&o, steps, seconds, tokens));
+    t->st.step += *steps;
+    *loss = t->async_loss; /* rank 0's (the summary's) */
+    if (t->val_path[0]) { /* the final weights' validation (every rank has them) */
+        double vl;
+        DT_TRY(validate(t, &vl));
+        if (t->rank0) {
+            dt_metrics_val(&t->metrics, t->st.step, vl);
+            dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
+        }
+    }
+    return DT_OK;
+}
+
 static dt_status run(trainer *t) {
     const dt_config *c = t->cfg;
     long long steps = c->train.steps;
@@ -470,7 +521,11 @@ static dt_status run(trainer *t) {
     double tokens_per_step = (double)t->L.global_batch * t->L.T, real_total = 0.0; /* positions; data tokens */
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
     int sig = 0;
-    while (t->st.step < stop) {
+    if (dt_layout_ps_async(&t->L)) {
+        DT_TRY(run_async(t, stop, &loss, &train_time, &real_total, &timed_steps));
+        DT_TRY(stop_requested(t, &sig));
+    }
+    while (!dt_layout_ps_async(&t->L) && t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[DT_OFFLOAD_IO_N], io1[DT_OFFLOAD_IO_N];
         dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};
         long long next = t->st.step + 1;

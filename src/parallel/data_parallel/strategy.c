@@ -30,10 +30,32 @@ static dt_status check_offload(const dt_layout *L) {
     return DT_OK;
 }
 
+/* The asynchronous parameter server (src/train/async_ps.h): rank 0 serves, the others
+ * compute, each with the whole model in fp32 on the CPU. */
+static dt_status check_ps_async(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    if (L->world > 0 && L->dp < 2)
+        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async needs 2 or more data-parallel ranks (a server and workers)");
+    if (L->tp > 1 || L->pp > 1 || L->cp > 1)
+        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async: pure data parallelism only so far (tp %d, pp %d, cp %d)",
+                       L->tp, L->pp, L->cp);
+    if (dt_layout_zero_enabled(L) || dt_layout_local_sgd(L) || dt_layout_bitwise(L) || dt_layout_offload(L))
+        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async: not with ZeRO, parallel.sync, bitwise mode or offload");
+    if (L->backend != DT_BACKEND_CPU || dt_layout_bf16(L))
+        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async runs on the CPU backend in fp32 so far");
+    if (!strcmp(c->data.layout, "budget"))
+        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async: data.layout budget is not carried");
+    if (c->checkpoint.every > 0)
+        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async saves at the end of the run only (checkpoint.every %d)",
+                       c->checkpoint.every);
+    return DT_OK;
+}
+
 /* The deterministic delayed mode queues whole reduced gradients (staleness.h). */
 static dt_status check_staleness(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     int s = c->parallel.staleness;
+    if (dt_layout_ps_async(L)) return check_ps_async(L);
     if (s == 0) return DT_OK;
     if (dt_layout_zero_enabled(L))
         return dt_fail(DT_EINPUT, "parallel.staleness %d: runs dp_mode ddp or ps (ZeRO's gradients are sharded)", s);
@@ -104,7 +126,7 @@ void dt_dp_opts_of_layout(dt_dp_opts *o, const dt_layout *L) {
     o->ps = dt_layout_ps(L);
     o->zero = L->zero;
     o->bitwise = dt_layout_bitwise(L);
-    o->staleness = L->cfg.parallel.staleness;
+    o->staleness = dt_layout_ps_async(L) ? 0 : L->cfg.parallel.staleness; /* ps-async: a bound, not a queue */
 }
 
 dt_status dt_dp_strategy_of_layout(const dt_layout *L, const dt_dp_strategy **mode, dt_dp_strategy *run) {

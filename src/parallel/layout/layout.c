@@ -49,7 +49,8 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     if (!L->shape_ok) dt_error_clear(); /* dt_layout_check says it */
     L->backend = (dt_backend_kind)PICK(k->backend, "cpu", "cuda", "emulated");
     L->precision = (dt_precision)PICK(k->precision, "fp32", "bf16");
-    L->dp_mode = (dt_dp_mode)PICK(k->parallel.dp_mode, "ddp", "ps");
+    L->dp_mode = (dt_dp_mode)PICK(k->parallel.dp_mode, "ddp", "ps", "ps-async");
+    if (L->dp_mode == DT_DPMODE_PS_ASYNC && k->parallel.staleness == 0) L->dp_mode = DT_DPMODE_PS; /* synchronous */
     L->determinism = (dt_determinism)PICK(k->parallel.determinism, "fast", "bitwise");
     L->recompute = (dt_recompute)PICK(k->train.recompute, "none", "full");
     L->comm_backend = (dt_comm_backend)PICK(k->comm.backend, "mpi", "nccl");
@@ -151,7 +152,7 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
 void dt_layout_print_batch(const dt_layout *L, const char *device, FILE *out) {
     fprintf(out, "dtrain: global batch %d x %d tokens (micro-batch %d x %d data-parallel x %d accumulation), %d "
             "steps, %s, %s%s, %s\n", L->global_batch, L->T, L->micro, L->dp, L->m, L->cfg.train.steps,
-            L->cfg.precision, dt_layout_ps(L) ? "ps" : "ddp", L->zero ? " + ZeRO" : "", device);
+            L->cfg.precision, dt_layout_ps(L) ? "ps" : dt_layout_ps_async(L) ? "ps-async" : "ddp", L->zero ? " + ZeRO" : "", device);
 }
 
 void dt_layout_print(const dt_layout *L, FILE *out) {

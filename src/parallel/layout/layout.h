@@ -21,7 +21,7 @@
 
 typedef enum { DT_BACKEND_CPU, DT_BACKEND_CUDA, DT_BACKEND_EMULATED } dt_backend_kind;
 typedef enum { DT_PREC_FP32, DT_PREC_BF16 } dt_precision;
-typedef enum { DT_DPMODE_DDP, DT_DPMODE_PS } dt_dp_mode;
+typedef enum { DT_DPMODE_DDP, DT_DPMODE_PS, DT_DPMODE_PS_ASYNC } dt_dp_mode;
 typedef enum { DT_DET_FAST, DT_DET_BITWISE } dt_determinism;
 typedef enum { DT_RECOMPUTE_NONE, DT_RECOMPUTE_FULL } dt_recompute;
 typedef enum { DT_COMM_MPI, DT_COMM_NCCL } dt_comm_backend;
@@ -78,6 +78,8 @@ static inline int dt_layout_dp_enabled(const dt_layout *L) { return L->dp > 1; }
 static inline int dt_layout_dp_cp_enabled(const dt_layout *L) { return L->dp * L->cp > 1; }
 static inline int dt_layout_zero_enabled(const dt_layout *L) { return L->zero > 0; }
 static inline int dt_layout_ps(const dt_layout *L) { return L->dp_mode == DT_DPMODE_PS; }
+/* The asynchronous parameter server (its own training loop: src/train/async_ps.h). */
+static inline int dt_layout_ps_async(const dt_layout *L) { return L->dp_mode == DT_DPMODE_PS_ASYNC; }
 /* The replicas train apart between synchronisations (local SGD, DiLoCo). */
 static inline int dt_layout_local_sgd(const dt_layout *L) { return L->sync != DT_SYNC_EVERY_STEP; }
 static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism == DT_DET_BITWISE; }

@@ -1,0 +1,202 @@
+#include "async_ps.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/timer.h"
+#include "../launch/heartbeat.h"
+
+enum { TAG_ASK = 71, TAG_GRAD = 72, TAG_TASK = 73, TAG_WEIGHTS = 74 };
+enum { H_LOSS, H_TOKENS, H_TASK, H_VERSION, H_N }; /* a worker's header */
+
+typedef struct {
+    double hdr[H_N];
+    dt_request *req; /* the posted receive of its next header (NULL: none) */
+    long long task;  /* in progress (-1: none) */
+    long long ver;   /* the server's update count when it got its weights */
+    int waiting;     /* asked, not answered yet */
+    int done;        /* told to stop */
+    long long tasks; /* applied */
+} worker;
+
+typedef struct {
+    const dt_async_opts *o;
+    int N;
+    size_t n;
+    float *w;         /* the weights sent with a task */
+    worker *wk;       /* wk[r], r = 1 .. N-1 */
+    long long next, total, applied; /* tasks: the next to hand out, the end, the updates done */
+    long long version;
+    /* the global step being reported */
+    double loss, ltok, norm, lr, stale_sum, t0, tokens, all_tokens;
+    int stale_max, in_step;
+} server;
+
+static dt_status post(server *S, int r) {
+    return dt_irecv(S->o->comm, S->wk[r].hdr, H_N, DT_F64, r, TAG_ASK, &S->wk[r].req);
+}
+
+/* Whether worker r may take a task now: the server is at most s updates past the weights
+ * of every other task in progress. */
+static int may_start(const server *S, int r) {
+    for (int q = 1; q < S->N; q++)
+        if (q != r && S->wk[q].task >= 0 && S->version - S->wk[q].ver > S->o->staleness) return 0;
+    return 1;
+}
+
+static dt_status answer(server *S, int r) {
+    worker *w = &S->wk[r];
+    double msg[2] = {-1.0, (double)S->version};
+    if (S->next < S->total) {
+        w->task = S->next++;
+        w->ver = S->version;
+        msg[0] = (double)w->task;
+    } else {
+        w->done = 1;
+    }
+    w->waiting = 0;
+    DT_TRY(dt_send(S->o->comm, msg, 2, DT_F64, r, TAG_TASK));
+    if (w->done) return DT_OK;
+    DT_TRY(dt_par_get_weights(S->o->par, S->w));
+    DT_TRY(dt_send(S->o->comm, S->w, S->n, DT_F32, r, TAG_WEIGHTS));
+    return post(S, r);
+}
+
+/* Worker r's gradient for its task: applied now, one update. */
+static dt_status apply(server *S, int r) {
+    worker *w = &S->wk[r];
+    const dt_async_opts *o = S->o;
+    DT_TRY(dt_recv(o->comm, dt_par_grad_buffer(o->par), S->n, DT_F32, r, TAG_GRAD));
+    long long k = (long long)w->hdr[H_TASK];
+    double lr = dt_par_lr_at(o->par, k / S->N), norm;
+    DT_TRY(dt_par_apply(o->par, lr, &norm));
+    int stale = (int)(S->version - w->ver);
+    S->version++;
+    S->applied++;
+    dt_heartbeat(S->applied, 0);
+    S->loss += w->hdr[H_LOSS];
+    S->ltok += w->hdr[H_TOKENS];
+    S->norm = norm;
+    S->lr = lr;
+    S->stale_sum += stale;
+    S->stale_max = stale > S->stale_max ? stale : S->stale_max;
+    S->in_step++;
+    w->tasks++;
+    w->task = -1;
+    if (S->in_step == S->N) { /* a global step's worth of data */
+        double now = dt_now();
+        dt_async_step st = {S->applied / S->N, S->ltok > 0 ? S->loss / S->ltok : 0.0, lr, norm,
+                            now - S->t0, S->ltok, S->stale_sum / S->N, S->stale_max};
+        if (o->report) o->report(o->ctx, &st);
+        S->all_tokens += S->ltok;
+        S->loss = S->ltok = S->stale_sum = 0.0;
+        S->stale_max = S->in_step = 0;
+        S->t0 = now;
+    }
+    return DT_OK;
+}
+
+static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens) {
+    server S = {.o = o, .N = dt_comm_size(o->comm), .n = dt_par_nparams(o->par)};
+    S.next = S.applied = o->first * S.N;
+    S.total = o->stop * S.N;
+    S.w = malloc(S.n * sizeof(float) + 1);
+    S.wk = calloc((size_t)S.N, sizeof *S.wk);
+    dt_status s = S.w && S.wk ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (parameter server)");
+    for (int r = 1; s == DT_OK && r < S.N; r++) {
+        S.wk[r].task = -1;
+        s = post(&S, r);
+    }
+    S.t0 = dt_now();
+    int alive = S.N - 1;
+    while (s == DT_OK && alive > 0) {
+        int progress = 0;
+        if (S.next < S.total && o->stopping && o->stopping(o->ctx)) /* finish the global step under way */
+            S.total = (S.next + S.N - 1) / S.N * S.N;
+        for (int r = 1; s == DT_OK && r < S.N; r++) {
+            worker *w = &S.wk[r];
+            if (!w->req) continue;
+            int done = 0;
+            s = dt_test(w->req, &done);
+            if (s != DT_OK || !done) continue;
+            s = dt_wait(w->req);
+            w->req = NULL;
+            if (s == DT_OK && w->hdr[H_TASK] >= 0) s = apply(&S, r);
+            w->waiting = 1;
+            progress = 1;
+        }
+        for (int r = 1; s == DT_OK && r < S.N; r++) {
+            worker *w = &S.wk[r];
+            if (!w->waiting || (S.next < S.total && !may_start(&S, r))) continue;
+            s = answer(&S, r);
+            if (w->done) alive--;
+            progress = 1;
+        }
+        if (!progress) sched_yield();
+    }
+    *steps = (S.applied - o->first * S.N) / S.N;
+    *tokens = S.all_tokens;
+    if (s == DT_OK && S.wk) { /* who did what: a slow worker takes fewer tasks */
+        printf("async: %lld updates; tasks per worker (rank 1..%d):", S.applied - o->first * S.N, S.N - 1);
+        for (int r = 1; r < S.N; r++) printf(" %lld", S.wk[r].tasks);
+        printf("\n");
+        fflush(stdout);
+    }
+    free(S.w);
+    free(S.wk);
+    return s;
+}
+
+static dt_status work(const dt_async_opts *o, long long *steps) {
+    dt_comm *c = o->comm;
+    int N = dt_comm_size(c);
+    size_t n = dt_par_nparams(o->par);
+    float *w = malloc(n * sizeof(float) + 1);
+    if (!w) return dt_fail(DT_ERUNTIME, "out of memory (parameter server worker)");
+    double hdr[H_N] = {0, 0, -1.0, 0}, msg[2];
+    dt_status s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
+    while (s == DT_OK) {
+        s = dt_recv(c, msg, 2, DT_F64, 0, TAG_TASK);
+        if (s != DT_OK || msg[0] < 0) break;
+        long long k = (long long)msg[0];
+        s = dt_recv(c, w, n, DT_F32, 0, TAG_WEIGHTS);
+        if (s == DT_OK) s = dt_par_set_weights(o->par, w);
+        if (s != DT_OK) break;
+        o->seek(o->ctx, k / N);
+        long long tokens;
+        s = dt_par_task_gradients(o->par, o->fill, o->ctx, (int)(k % N), &hdr[H_LOSS], &tokens);
+        hdr[H_TOKENS] = (double)tokens;
+        hdr[H_TASK] = (double)k;
+        hdr[H_VERSION] = msg[1];
+        if (s == DT_OK) s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
+        if (s == DT_OK) s = dt_send(c, dt_par_grad_buffer(o->par), n, DT_F32, 0, TAG_GRAD);
+        dt_heartbeat(k / N, dt_comm_rank(c));
+    }
+    free(w);
+    *steps = 0;
+    return s;
+}
+
+dt_status dt_async_ps_run(const dt_async_opts *o, long long *steps, double *seconds, double *tokens) {
+    double t0 = dt_now();
+    *tokens = 0.0;
+    dt_status s = dt_comm_rank(o->comm) == 0 ? serve(o, steps, tokens) : work(o, steps);
+    DT_TRY(dt_comm_agree(o->comm, s, NULL));
+    double done = (double)*steps;
+    DT_TRY(dt_bcast(o->comm, &done, 1, DT_F64, 0));
+    *steps = (long long)done;
+    /* every rank ends with the server's weights, its loader at the last step's batch */
+    size_t n = dt_par_nparams(o->par);
+    float *w = malloc(n * sizeof(float) + 1);
+    s = w ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (the final weights)");
+    if (s == DT_OK && dt_comm_rank(o->comm) == 0) s = dt_par_get_weights(o->par, w);
+    DT_TRY(dt_comm_agree(o->comm, s, NULL));
+    s = dt_bcast(o->comm, w, n, DT_F32, 0);
+    if (s == DT_OK && dt_comm_rank(o->comm) != 0) s = dt_par_set_weights(o->par, w);
+    free(w);
+    if (*steps > 0) o->seek(o->ctx, o->first + *steps - 1);
+    *seconds = dt_now() - t0;
+    return dt_comm_agree(o->comm, s, NULL);
+}

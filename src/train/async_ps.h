@@ -1,0 +1,46 @@
+/* The asynchronous parameter server (parallel.dp_mode ps-async; docs/parallelism.md,
+ * "Asynchronous parameter server"): data-parallel rank 0 serves, the other ranks work.
+ * The run's data is cut into tasks, N per global batch (N = the data-parallel size): task
+ * k is the rows data-parallel rank k mod N would train in global step k / N. A worker
+ * asks for a task, gets it with the newest weights, computes the task's gradient (the
+ * mean over its tokens) and sends it back; the server applies each gradient as it
+ * arrives, one AdamW update per task (the learning rate of the task's global step), and
+ * answers with the next task. No rank waits for the slowest: a fast worker takes more
+ * tasks. The staleness bound s (parallel.staleness) makes a worker wait while the server
+ * is more than s updates past the weights of the oldest task still in progress, so no
+ * gradient trails far behind; s = 0 runs the synchronous central rank instead (dp_mode
+ * ps, bit for bit). The server writes a metrics line every N updates (a global step's
+ * worth of data); at the end every rank gets the server's weights. Nondeterministic by
+ * nature (the order of arrivals); the delayed mode (parallel.staleness with dp_mode ps)
+ * is its reproducible model. */
+#ifndef DT_ASYNC_PS_H
+#define DT_ASYNC_PS_H
+#include "../comm/comm.h"
+#include "../parallel/parallelize.h"
+
+/* What the server reports per global step (every N updates). */
+typedef struct {
+    long long step;
+    double loss, lr, grad_norm; /* the loss over the step's tasks' tokens; the last update's rate and norm */
+    double seconds, tokens;     /* since the last report */
+    double staleness_mean;      /* updates between a gradient's weights and its application, over the step */
+    int staleness_max;
+} dt_async_step;
+
+typedef struct {
+    dt_par *par;
+    dt_comm *comm;         /* the data-parallel group (rank 0 serves) */
+    long long first, stop; /* the global steps to run: [first, stop) */
+    int staleness;         /* the bound s >= 1 */
+    dt_par_fill fill;      /* the rows of the loader's current global batch */
+    void *ctx;
+    void (*seek)(void *ctx, long long step); /* the loader to global step `step`'s batch (never backwards) */
+    void (*report)(void *ctx, const dt_async_step *s); /* the server's, per global step */
+    int (*stopping)(void *ctx); /* the server's: hand out no new step (a signal) */
+} dt_async_opts;
+
+/* Collective over comm. *steps: the global steps done (the run's state is at first +
+ * *steps); every rank ends with the server's weights. */
+dt_status dt_async_ps_run(const dt_async_opts *o, long long *steps, double *seconds, double *tokens);
+
+#endif
