@@ -3,12 +3,16 @@
 # (tests/emulated_cluster.sh: network namespaces, each host's outgoing link capped with tc
 # tbf), a GPT-2-shaped model of ~10.8M parameters (6 layers, 384 wide, seq 128) on the
 # fortunes corpus (byte tokens), the same token budget for every contender: synchronous
-# DDP against DiLoCo with H = 10 and 50, at each link rate. For each run: the validation
+# DDP against DiLoCo with H = 10 and 50 and the asynchronous parameter server with
+# staleness 1 and 4, at each link rate; then, at the last rate, DDP, the synchronous
+# central rank and ps-async s=4 with rank 1 computing 2x slower (DT_TEST_STRAGGLER=1:2):
+# the throughput each keeps. For each run: the validation
 # loss at the end, the training wall time (the steps' ms summed), and the bytes the two
 # hosts sent over their capped links per step (tx counters of the namespaces' eth0).
 # Runs one contender at a time (nothing else may run: 4 ranks share the machine's cores).
 # usage: bench/bench_sync.sh [build/dtrain]      (root; prints a markdown table)
-# knobs: RATES="100mbit 1gbit", STEPS=60, MODES="ddp diloco10 diloco50", RESULTS=FILE (raw rows)
+# knobs: RATES="100mbit 1gbit", STEPS=60, MODES="ddp diloco10 diloco50 ps-async1 ps-async4",
+#   STRAGGLE_MODES="ddp ps ps-async4" (empty: none), RESULTS=FILE (raw rows)
 set -euo pipefail
 source "$(dirname "$0")/common.sh" sync "${1:-}"
 source "$here/../tests/emulated_cluster.sh"
@@ -16,7 +20,8 @@ trap 'cluster_down; rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 LSAN_OPTIONS= ASAN_OPTIONS=
 RATES=${RATES:-"100mbit 1gbit"}
 STEPS=${STEPS:-60}
-MODES=${MODES:-"ddp diloco10 diloco50"}
+MODES=${MODES:-"ddp diloco10 diloco50 ps-async1 ps-async4"}
+STRAGGLE_MODES=${STRAGGLE_MODES-"ddp ps ps-async4"}
 corpus=/usr/share/games/fortunes
 inputs=()
 for f in "$corpus"/*; do case "$f" in *.dat | *.u8) continue ;; esac; [ -f "$f" ] && inputs+=(--input "$f"); done
@@ -30,6 +35,8 @@ args_of() {
   case $1 in
     ddp) ;;
     diloco*) echo "--set parallel.sync=diloco --set parallel.sync_every=${1#diloco}" ;;
+    ps) echo "--set parallel.dp_mode=ps" ;;
+    ps-async*) echo "--set parallel.dp_mode=ps-async --set parallel.staleness=${1#ps-async}" ;;
   esac
 }
 tx() { # bytes the hosts have sent
@@ -41,15 +48,21 @@ tx() { # bytes the hosts have sent
 }
 echo "| link | mode | val loss | vs DDP | wall s | vs DDP | MB over the links / step | DDP / this | probe |"
 echo "|---|---|---|---|---|---|---|---|---|"
+last_rate=${RATES##* }
 for rate in $RATES; do
   cluster_up 2 "$rate" || { echo "bench_sync: cannot make network namespaces here (root?)" >&2; exit 77; }
-  MPI=("${CLUSTER_MPI[@]}" --host "$(cluster_hosts 2)" -np 4)
+  MPI=("${CLUSTER_MPI[@]}" -x DT_TEST_STRAGGLER --host "$(cluster_hosts 2)" -np 4)
   ref_loss= ref_s= ref_mb=
-  for mode in $MODES; do
+  runs="$MODES"
+  [ "$rate" = "$last_rate" ] && for m in $STRAGGLE_MODES; do runs+=" $m+straggler"; done
+  for mode in $runs; do
+    export DT_TEST_STRAGGLER=
+    case $mode in *+straggler) export DT_TEST_STRAGGLER=1:2 ;; esac
+    [ "$mode" = ddp+straggler ] && ref_loss= ref_s= ref_mb= # the straggler rows against DDP straggled
     p=$(probe)
     t0=$(tx)
     # shellcheck disable=SC2046
-    "${MPI[@]}" "${ENV[@]}" "$dtrain" train "${MODEL[@]}" $(args_of "$mode") --metrics "$tmp/$rate-$mode.jsonl" \
+    "${MPI[@]}" "${ENV[@]}" "$dtrain" train "${MODEL[@]}" $(args_of "${mode%+straggler}") --metrics "$tmp/$rate-$mode.jsonl" \
       >"$tmp/$rate-$mode.out" 2>&1 || { echo "bench_sync: $rate $mode failed: $(tail -2 "$tmp/$rate-$mode.out")" >&2; exit 1; }
     t1=$(tx)
     read -r loss secs <<<"$(python3 -c "
@@ -58,7 +71,7 @@ r = [json.loads(l) for l in open(sys.argv[1])]
 print(r[[i for i, x in enumerate(r) if x.get('event') == 'val'][-1]]['val_loss'], sum(x['ms'] for x in r if 'event' not in x) / 1e3)" \
       "$tmp/$rate-$mode.jsonl")"
     mb=$(python3 -c "print('%.2f' % (($t1 - $t0) / 1e6 / $STEPS))")
-    [ "$mode" = ddp ] && ref_loss=$loss ref_s=$secs ref_mb=$mb
+    [ "$mode" = ddp ] || [ "$mode" = ddp+straggler ] && ref_loss=$loss ref_s=$secs ref_mb=$mb
     row=$(python3 -c "
 import sys
 loss, secs, mb = float('$loss'), float('$secs'), float('$mb')
