@@ -52,6 +52,18 @@ DT_TEST_FAULT=exit:2:0 "${L[@]}" -n 2 --max-restarts 1 -- train "${RUN[@]}" >"$T
   pass "restarts run out: exit 9 after 2 starts" || fail "give up: rc $rc: $(grep launch "$TMP/giveup.out")"
 
 if full; then
+  # DiLoCo (issue 29): one replica's rank dies after step 5; the job restarts from step 4
+  # (every rank's own state, rank_state/), the replica rejoins, the run ends on the
+  # straight run's weights bit for bit
+  DLR=(--set parallel.sync=diloco --set parallel.sync_every=2)
+  "${MPI[@]}" -np 2 "$DTRAIN_BIN" train "${RUN[@]}" "${DLR[@]}" >"$TMP/dl-straight.out" 2>&1 || fail "diloco straight run"
+  DT_TEST_FAULT=exit:5:1 DT_TEST_FAULT_ONCE=$TMP/once-dl timeout 300 "${L[@]}" -n 2 -- train "${RUN[@]}" "${DLR[@]}" \
+    --save "$TMP/ck-dl" --save-every 2 >"$TMP/dl-fault.out" 2>&1; rc=$?
+  [ $rc -eq 0 ] && [ "$(starts "$TMP/dl-fault.out")" -eq 2 ] && grep -q "resumed at step 4" "$TMP/dl-fault.out" &&
+    [ -n "$(digest_of "$TMP/dl-straight.out")" ] && [ "$(digest_of "$TMP/dl-fault.out")" = "$(digest_of "$TMP/dl-straight.out")" ] &&
+    pass "DiLoCo: a replica's rank dies, the job restarts from step 4 and ends on the straight run's weights" ||
+    fail "DiLoCo restart: rc $rc: $(grep -E 'launch|digest|resumed|error' "$TMP/dl-fault.out")"
+
   # elastic: 4 slots, then 3 after the failure: the restart takes 2 ranks (3 does not
   # divide the global batch 8), the global batch stays 8; bitwise mode gives the single
   # process's weights
