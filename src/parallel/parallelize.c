@@ -88,6 +88,7 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
     dt_dp_opts o = {.bucket_bytes = (size_t)(c->parallel.bucket_mb * 1024.0 * 1024.0),
                     .overlap = c->parallel.overlap, .leaves = L->m, .groups = groups, .gather_once = pp};
     dt_dp_opts_of_layout(&o, L); /* the mode */
+    o.no_update = dt_layout_ps_async(L) && h->mesh.dp_rank != 0; /* a worker: the server updates */
     /* offload (the layout's check: param offload with ZeRO-3 and optimizer offload): one
      * file per rank of the world for each */
     dt_store_opts st = {.dir = c->offload.nvme_path, .block_bytes = (size_t)(c->offload.block_mb * 1024.0 * 1024.0),

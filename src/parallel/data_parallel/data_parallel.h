@@ -39,6 +39,7 @@ typedef struct {
     dt_store_opts offload_param;  /* ZeRO-3: where the parameter shard lives between uses (kind 0: the model's memory) */
     char offload_tag[48], param_tag[48]; /* name this rank's offload files (the stores' tags point here) */
     int staleness;                /* the deterministic delayed mode: gradients applied s steps late (staleness.h) */
+    int no_update;                /* this rank never updates (an asynchronous worker): DDP keeps no moments */
 } dt_dp_opts;
 
 /* ZeRO pads each unit to a multiple of shards x this many elements (a wrapper may ask for

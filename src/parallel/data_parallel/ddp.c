@@ -141,7 +141,7 @@ static dt_status ddp_reduce(dt_dp *d, double *norm) {
     return DT_OK;
 }
 
-static dt_status ddp_setup(dt_dp *d) { return dt_flat_setup(d, 1); }
+static dt_status ddp_setup(dt_dp *d) { return dt_flat_setup(d, !d->o.no_update); }
 
 const dt_dp_strategy dt_dp_ddp = {
     DT_FLAT_SHARED_OPS,
