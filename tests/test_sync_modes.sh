@@ -73,6 +73,16 @@ refused "a DiLoCo checkpoint on another layout" "belongs to the layout" 4 "${DL[
   --resume "$TMP/diloco-mid-ck"
 "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/diloco-mid-ck" >"$TMP/plain.out" 2>&1 &&
   pass "the DiLoCo checkpoint resumed by plain DDP" || fail "plain resume: $(grep -m1 error "$TMP/plain.out")"
+# an elastic restart onto more (or fewer) replicas at a synchronisation: each replica takes
+# replica (rank mod W)'s state; between synchronisations it is refused
+dp_run dl-el-a 2 "${DL[@]}" --set train.stop_after=8 --save "$TMP/dl-el" >/dev/null
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${DL[@]}" --resume "$TMP/dl-el" >"$TMP/dl-el-b.out" 2>&1 &&
+  grep -q "resumed at step 8" "$TMP/dl-el-b.out" && pass "a DiLoCo checkpoint of 2 replicas (step 8, synchronised) resumed by 4" ||
+  fail "elastic DiLoCo resume: $(grep -m1 error "$TMP/dl-el-b.out")"
+dp_run dl-el-c 2 "${DL[@]}" --set train.stop_after=6 --save "$TMP/dl-el6" >/dev/null
+refused "a DiLoCo checkpoint between synchronisations on 4 replicas" "belongs to the layout" 4 "${DL[@]}" \
+  --resume "$TMP/dl-el6"
+
 # the per-rank state of steps that are gone goes with them (keep_last 1)
 dp_run keep 2 "${DL[@]}" --set checkpoint.every=4 --set checkpoint.keep_last=1 --save "$TMP/keep" >/dev/null
 left=$(ls "$TMP/keep/rank_state" | tr '\n' ' ')

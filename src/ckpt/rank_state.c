@@ -32,20 +32,28 @@ dt_status dt_rank_state_save(const char *dir, long long step, int rank, const ch
     return st_write(path, t, n, keys, vals, 1);
 }
 
-dt_status dt_rank_state_open(const char *step_dir, long long step, int rank, const char *layout, st_file *f) {
+dt_status dt_rank_state_open_from(const char *step_dir, long long step, int from, st_file *f, const char **layout) {
     char dir[1024], d[1100], path[1200];
     snprintf(dir, sizeof dir, "%s", step_dir);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
     step_dir_of(dir, step, d, sizeof d);
-    snprintf(path, sizeof path, "%s/rank-%05d.safetensors", d, rank);
+    snprintf(path, sizeof path, "%s/rank-%05d.safetensors", d, from);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return dt_fail(DT_EINPUT, "checkpoint '%s': no rank state for rank %d (%s): it was saved by a run without "
-                       "this mode's per-rank state, or by fewer ranks", step_dir, rank, path);
+                       "this mode's per-rank state, or by fewer ranks", step_dir, from, path);
     DT_TRY(st_open(f, path));
-    const char *saved = st_metadata(f, "layout");
+    *layout = st_metadata(f, "layout");
+    if (*layout) return DT_OK;
+    st_close(f);
+    return dt_fail(DT_EINPUT, "%s: no layout in its metadata", path);
+}
+
+dt_status dt_rank_state_open(const char *step_dir, long long step, int rank, const char *layout, st_file *f) {
+    const char *saved;
+    DT_TRY(dt_rank_state_open_from(step_dir, step, rank, f, &saved));
     if (!saved || strcmp(saved, layout) != 0) {
         dt_status s = dt_fail(DT_EINPUT, "checkpoint '%s': its per-rank state belongs to the layout '%s', this run is "
                               "'%s' (resume it with the same layout and mode)", step_dir, saved ? saved : "?", layout);

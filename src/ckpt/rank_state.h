@@ -4,9 +4,11 @@
  *   DIR/rank_state/step_%08lld/rank-%05d.safetensors
  * written by every rank before the step's checkpoint commits (a committed step always
  * has its files; a save that fails before its commit leaves files that the next commit's
- * prune removes), and read at resume by the same layout only: each file records the
- * layout it belongs to, and another layout is refused (DT_EINPUT, one line). A run in a
- * mode without such state reads the checkpoint alone, as any checkpoint. */
+ * prune removes), and read at resume by the same layout: each file records the layout it
+ * belongs to ("... | world W dp D": what must match, then the world), and another is
+ * refused (DT_EINPUT, one line) unless the mode can take another rank's state
+ * (dt_rank_state_open_from). A run in a mode without such state reads the checkpoint
+ * alone, as any checkpoint. */
 #ifndef DT_RANK_STATE_H
 #define DT_RANK_STATE_H
 #include "../core/status.h"
@@ -19,6 +21,10 @@ dt_status dt_rank_state_save(const char *dir, long long step, int rank, const ch
 /* Opens this rank's file for the step directory step_dir (DIR/step_N[.vK]) and checks its
  * layout; st_close it after use. */
 dt_status dt_rank_state_open(const char *step_dir, long long step, int rank, const char *layout, st_file *f);
+/* The file rank `from` wrote for the step, whatever its layout (*layout: it, in f's
+ * metadata): a mode that can take another rank's state (local SGD at a synchronisation,
+ * onto fewer or more replicas). */
+dt_status dt_rank_state_open_from(const char *step_dir, long long step, int from, st_file *f, const char **layout);
 /* Reads tensor `name` of n fp32 values into dst (its size checked, NaN/Inf refused); _f64:
  * of n fp64 values. */
 dt_status dt_rank_state_read(st_file *f, const char *name, float *dst, size_t n);

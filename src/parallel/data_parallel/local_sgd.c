@@ -137,10 +137,34 @@ dt_status dt_local_sgd_save(dt_local_sgd *s, const char *dir, long long step, in
     return st;
 }
 
+/* The saved run's layout differs from this one's only after " | " (its world and dp) and
+ * it synchronised at `step`: each replica takes replica (rank mod W)'s state (an elastic
+ * restart onto fewer or more replicas; a dropped replica's inner moments are lost). Pure
+ * data parallelism only (a rank's piece of the model is then the whole of it). */
+static dt_status open_resharded(dt_local_sgd *s, const char *step_dir, long long step, int rank, const char *layout,
+                                st_file *f) {
+    const char *saved, *bar = strchr(layout, '|');
+    int world = 0;
+    DT_TRY(dt_rank_state_open_from(step_dir, step, 0, f, &saved));
+    const char *sbar = strchr(saved, '|');
+    int same_model = bar && sbar && bar - layout == sbar - saved && !strncmp(layout, saved, (size_t)(bar - layout));
+    int pure = !strncmp(layout, "tp 1 pp 1 cp 1 ", 15);
+    if (!same_model || !pure || sscanf(sbar, "| world %d", &world) != 1 || world < 1 ||
+        !dt_local_sgd_syncs_at(s, step)) {
+        st_close(f);
+        return dt_rank_state_open(step_dir, step, rank, layout, f); /* its one-line refusal */
+    }
+    st_close(f);
+    return dt_rank_state_open_from(step_dir, step, rank % world, f, &saved);
+}
+
 dt_status dt_local_sgd_load(dt_local_sgd *s, const char *step_dir, long long step, int rank, const char *layout) {
     size_t n = s->n;
     st_file f = {0};
-    DT_TRY(dt_rank_state_open(step_dir, step, rank, layout, &f));
+    if (dt_rank_state_open(step_dir, step, rank, layout, &f) != DT_OK) {
+        dt_error_clear();
+        DT_TRY(open_resharded(s, step_dir, step, rank, layout, &f));
+    }
     float have = 0.0f;
     dt_status st = dt_rank_state_read(&f, "weights", s->delta, n);
     if (st == DT_OK) st = dt_dp_set_weights(s->inner, s->delta);
