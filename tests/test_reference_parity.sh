@@ -108,11 +108,13 @@ for c in gqa1_tied gqa2_untied_bias gqa4_scaled; do
 done
 # local SGD (sync_every 4) and DiLoCo (sync_every 3, outer Nesterov 0.7/0.9) over 2 replicas
 # (issue 29): each replica's own AdamW on its share, the outer step every H steps and at the
-# last, against the reference's literal algorithm (--replicas 2), within 1e-5; and the
-# deterministic delayed mode (staleness 2: each gradient applied 2 steps late) on 2 ranks
+# last, against the reference's literal algorithm (--replicas 2), within 1e-5; the
+# deterministic delayed mode (staleness 2: each gradient applied 2 steps late) on 2 ranks;
+# and the asynchronous parameter server's fixed order (ps-async, staleness 2, bitwise: each
+# task's gradient at the weights of 2 updates before its own) with a server and a worker
 if command -v mpirun >/dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-  for c in local_sgd diloco stale2; do
+  for c in local_sgd diloco stale2 async2; do
     check "sync-$c" "$ref/sync/$c.json" "$ref/tiny_init.safetensors" "$ref/sync/${c}_expected.json" 1e-5 2
   done
   # the delayed mode through the central rank (dp_mode ps) too

@@ -119,6 +119,21 @@ if 'straggler' in sys.argv[1]:
     assert t[1] < min(t[0], t[2]), t  # rank 2 computes 3 times slower: the others take more tasks
 PY
 done
+# the fixed order (bitwise determinism): the same weights with a worker three times slower
+fx=$(dp_run psa-fixed 4 --set parallel.dp_mode=ps-async --set parallel.staleness=3 --set parallel.determinism=bitwise)
+got=$(DT_TEST_STRAGGLER=2:3 dp_run psa-fixed-slow 4 --set parallel.dp_mode=ps-async --set parallel.staleness=3 \
+  --set parallel.determinism=bitwise)
+[ -n "$fx" ] && [ "$got" = "$fx" ] && grep -q "staleness mean 3.00 max 3" "$TMP/psa-fixed-slow.out" &&
+  pass "ps-async's fixed order (bitwise): the same weights with rank 2 three times slower, every gradient 3 updates old ($got)" ||
+  fail "ps-async fixed: '$got' vs '$fx'"
+# the real order against its fixed model: the same bound, validation losses within 5%
+dp_run psa-real3 4 --set parallel.dp_mode=ps-async --set parallel.staleness=3 >/dev/null
+python3 - "$TMP/psa-real3.jsonl" "$TMP/psa-fixed.jsonl" <<'PY' && pass "ps-async s=3 against its fixed order: validation losses within 5%" || fail "ps-async real vs fixed"
+import json, sys
+v = [[json.loads(l)['val_loss'] for l in open(p) if '"val"' in l][-1] for p in sys.argv[1:3]]
+print(v)
+assert abs(v[0] - v[1]) / v[1] < 0.05, v
+PY
 refused "ps-async on one rank" "2 or more data-parallel ranks" 1 --set parallel.dp_mode=ps-async --set parallel.staleness=2
 refused "ps-async with tp" "pure data parallelism" 4 --set parallel.dp_mode=ps-async --set parallel.staleness=2 --set parallel.tp=2
 refused "ps-async with periodic saves" "end of the run only" 2 --set parallel.dp_mode=ps-async --set parallel.staleness=2 \

@@ -29,6 +29,10 @@ typedef struct {
     worker *wk;       /* wk[r], r = 1 .. N-1 */
     long long next, total, applied; /* tasks: the next to hand out, the end, the updates done */
     long long version;
+    /* fixed order: gradients that arrived before their turn, task t in slot t mod (s + 1) */
+    float **early;
+    long long *early_task; /* the task a slot holds, -1: empty */
+    double (*early_hdr)[H_N];
     /* the global step being reported */
     double loss, ltok, norm, lr, stale_sum, t0, tokens, all_tokens;
     int stale_max, in_step;
@@ -41,6 +45,7 @@ static dt_status post(server *S, int r) {
 /* Whether worker r may take a task now: the server is at most s updates past the weights
  * of every other task in progress. */
 static int may_start(const server *S, int r) {
+    if (S->o->fixed) return S->next - S->o->first * S->N <= S->version + S->o->staleness;
     for (int q = 1; q < S->N; q++)
         if (q != r && S->wk[q].task >= 0 && S->version - S->wk[q].ver > S->o->staleness) return 0;
     return 1;
@@ -64,27 +69,24 @@ static dt_status answer(server *S, int r) {
     return post(S, r);
 }
 
-/* Worker r's gradient for its task: applied now, one update. */
-static dt_status apply(server *S, int r) {
-    worker *w = &S->wk[r];
+/* The gradient in the model's gradient buffer, of task k (header hdr) computed at update
+ * `ver`: applied now, one update. */
+static dt_status update(server *S, const double *hdr, long long ver) {
     const dt_async_opts *o = S->o;
-    DT_TRY(dt_recv(o->comm, dt_par_grad_buffer(o->par), S->n, DT_F32, r, TAG_GRAD));
-    long long k = (long long)w->hdr[H_TASK];
+    long long k = (long long)hdr[H_TASK];
     double lr = dt_par_lr_at(o->par, k / S->N), norm;
     DT_TRY(dt_par_apply(o->par, lr, &norm));
-    int stale = (int)(S->version - w->ver);
+    int stale = (int)(S->version - ver);
     S->version++;
     S->applied++;
     dt_heartbeat(S->applied, 0);
-    S->loss += w->hdr[H_LOSS];
-    S->ltok += w->hdr[H_TOKENS];
+    S->loss += hdr[H_LOSS];
+    S->ltok += hdr[H_TOKENS];
     S->norm = norm;
     S->lr = lr;
     S->stale_sum += stale;
     S->stale_max = stale > S->stale_max ? stale : S->stale_max;
     S->in_step++;
-    w->tasks++;
-    w->task = -1;
     if (S->in_step == S->N) { /* a global step's worth of data */
         double now = dt_now();
         dt_async_step st = {S->applied / S->N, S->ltok > 0 ? S->loss / S->ltok : 0.0, lr, norm,
@@ -98,13 +100,61 @@ static dt_status apply(server *S, int r) {
     return DT_OK;
 }
 
+/* Worker r's gradient for its task: applied at once; in the fixed order, kept until its
+ * turn (the updates so far are exactly the tasks before it) and until the task s after it
+ * has been handed out (so that one got the weights of exactly this turn). */
+static dt_status arrive(server *S, int r) {
+    worker *w = &S->wk[r];
+    const dt_async_opts *o = S->o;
+    long long k = (long long)w->hdr[H_TASK];
+    w->tasks++;
+    w->task = -1;
+    if (!o->fixed) {
+        DT_TRY(dt_recv(o->comm, dt_par_grad_buffer(o->par), S->n, DT_F32, r, TAG_GRAD));
+        return update(S, w->hdr, w->ver);
+    }
+    int slot = (int)(k % (o->staleness + 1));
+    DT_TRY(dt_recv(o->comm, S->early[slot], S->n, DT_F32, r, TAG_GRAD));
+    S->early_task[slot] = k;
+    memcpy(S->early_hdr[slot], w->hdr, sizeof w->hdr);
+    S->early_hdr[slot][H_VERSION] = (double)w->ver;
+    return DT_OK;
+}
+
+/* The fixed order's updates that are due. */
+static dt_status drain(server *S) {
+    const dt_async_opts *o = S->o;
+    long long base = o->first * S->N;
+    while (o->fixed) {
+        long long t = base + S->version; /* the task whose turn it is */
+        int slot = (int)(t % (o->staleness + 1));
+        if (S->early_task[slot] != t) return DT_OK;                             /* not here yet */
+        if (S->next < S->total && S->next <= t + o->staleness) return DT_OK; /* t + s not handed out yet */
+        memcpy(dt_par_grad_buffer(o->par), S->early[slot], S->n * sizeof(float));
+        S->early_task[slot] = -1;
+        DT_TRY(update(S, S->early_hdr[slot], (long long)S->early_hdr[slot][H_VERSION]));
+    }
+    return DT_OK;
+}
+
 static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens) {
     server S = {.o = o, .N = dt_comm_size(o->comm), .n = dt_par_nparams(o->par)};
     S.next = S.applied = o->first * S.N;
     S.total = o->stop * S.N;
     S.w = malloc(S.n * sizeof(float) + 1);
     S.wk = calloc((size_t)S.N, sizeof *S.wk);
-    dt_status s = S.w && S.wk ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (parameter server)");
+    int slots = o->fixed ? o->staleness + 1 : 0;
+    S.early = calloc((size_t)slots + 1, sizeof *S.early);
+    S.early_task = calloc((size_t)slots + 1, sizeof *S.early_task);
+    S.early_hdr = calloc((size_t)slots + 1, sizeof *S.early_hdr);
+    dt_status s = S.w && S.wk && S.early && S.early_task && S.early_hdr
+                      ? DT_OK
+                      : dt_fail(DT_ERUNTIME, "out of memory (parameter server)");
+    for (int i = 0; s == DT_OK && i < slots; i++) {
+        S.early_task[i] = -1;
+        if (!(S.early[i] = malloc(S.n * sizeof(float) + 1)))
+            s = dt_fail(DT_ERUNTIME, "out of memory (parameter server: gradients waiting their turn)");
+    }
     for (int r = 1; s == DT_OK && r < S.N; r++) {
         S.wk[r].task = -1;
         s = post(&S, r);
@@ -123,16 +173,18 @@ static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens)
             if (s != DT_OK || !done) continue;
             s = dt_wait(w->req);
             w->req = NULL;
-            if (s == DT_OK && w->hdr[H_TASK] >= 0) s = apply(&S, r);
+            if (s == DT_OK && w->hdr[H_TASK] >= 0) s = arrive(&S, r);
             w->waiting = 1;
             progress = 1;
         }
+        if (s == DT_OK) s = drain(&S);
         for (int r = 1; s == DT_OK && r < S.N; r++) {
             worker *w = &S.wk[r];
             if (!w->waiting || (S.next < S.total && !may_start(&S, r))) continue;
             s = answer(&S, r);
             if (w->done) alive--;
             progress = 1;
+            if (s == DT_OK) s = drain(&S); /* a hand-out may make an update due */
         }
         if (!progress) sched_yield();
     }
@@ -144,6 +196,10 @@ static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens)
         printf("\n");
         fflush(stdout);
     }
+    for (int i = 0; S.early && i < slots; i++) free(S.early[i]);
+    free(S.early);
+    free(S.early_task);
+    free(S.early_hdr);
     free(S.w);
     free(S.wk);
     return s;

@@ -11,8 +11,10 @@
  * gradient trails far behind; s = 0 runs the synchronous central rank instead (dp_mode
  * ps, bit for bit). The server writes a metrics line every N updates (a global step's
  * worth of data); at the end every rank gets the server's weights. Nondeterministic by
- * nature (the order of arrivals); the delayed mode (parallel.staleness with dp_mode ps)
- * is its reproducible model. */
+ * nature (the order of arrivals), except in its fixed mode (bitwise determinism): task t
+ * is handed out at update max(0, t - s) of the run exactly and the gradients are applied in
+ * task order (an early one waits in a buffer), so the run is delayed SGD with a fixed
+ * delay of s tasks: the same weights whatever the workers' speed, a straggler included. */
 #ifndef DT_ASYNC_PS_H
 #define DT_ASYNC_PS_H
 #include "../comm/comm.h"
@@ -32,6 +34,8 @@ typedef struct {
     dt_comm *comm;         /* the data-parallel group (rank 0 serves) */
     long long first, stop; /* the global steps to run: [first, stop) */
     int staleness;         /* the bound s >= 1 */
+    int fixed;             /* parallel.determinism bitwise: task t computed at the weights of update t - s exactly,
+                              updates applied in task order (reproducible, whatever the workers' speed) */
     dt_par_fill fill;      /* the rows of the loader's current global batch */
     void *ctx;
     void (*seek)(void *ctx, long long step); /* the loader to global step `step`'s batch (never backwards) */

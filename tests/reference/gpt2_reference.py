@@ -39,7 +39,7 @@ DEFAULTS = {
     "train.lr": 1e-3, "train.min_lr": 1e-4, "train.warmup_steps": 30, "train.weight_decay": 0.1,
     "train.beta1": 0.9, "train.beta2": 0.95, "train.eps": 1e-8, "train.grad_clip": 1.0,
     "parallel.sync": "every_step", "parallel.sync_every": 1, "parallel.outer_lr": 0.7, "parallel.outer_momentum": 0.9,
-    "parallel.staleness": 0,
+    "parallel.staleness": 0, "parallel.dp_mode": "ddp",
 }
 
 
@@ -219,6 +219,8 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
     computed at the current weights and queued; the update at step t applies step t - s's
     (clipped by their own norm, the lr of step t; AdamW counts the updates it applies),
     and the first s steps update nothing. The record's grad_norm is step t's."""
+    if cfg["parallel.dp_mode"] == "ps-async" and cfg["parallel.staleness"] > 0:
+        return train_ps_async(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas)
     T = cfg["train.seq_len"] or cfg["model.seq_len"]
     micro = cfg["train.micro_batch"]
     gb = cfg["train.global_batch"] or micro
@@ -309,6 +311,64 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
         out.append(rec)
         print("step %3d | loss %.9f | grad_norm %.9f | lr %.6g%s" % (
             rec["step"], rec["loss"], rec["grad_norm"], lr, " | clipped" if rec["clipped"] else ""), file=sys.stderr)
+    return out
+
+
+def train_ps_async(cfg, params, tokens, nsteps, loss_sum_fn, dtype, N):
+    """The asynchronous parameter server's fixed order (dp_mode ps-async, staleness s,
+    bitwise determinism) as delayed SGD over tasks: N tasks per global batch, task k the
+    rows data-parallel rank k mod N gets in step k // N; its gradient (the mean over its
+    tokens) is computed at the weights after max(0, k - s) updates and applied as update k
+    (clipped by its own norm, the lr of its step, AdamW counting updates). A record per
+    global step: the loss over its N tasks, the last update's grad_norm."""
+    T = cfg["train.seq_len"] or cfg["model.seq_len"]
+    micro = cfg["train.micro_batch"]
+    gb = cfg["train.global_batch"] or micro
+    assert gb % (micro * N) == 0, "global_batch must split into the ranks' micro-batches"
+    tok = torch.tensor(tokens, dtype=torch.long)
+    nseq = (len(tokens) - 1) // T
+    s = cfg["parallel.staleness"]
+    names = sorted(params)
+    decay = [params[n] for n in names if is_decayed(n, params[n])]
+    no_decay = [params[n] for n in names if not is_decayed(n, params[n])]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg["train.weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg["train.lr"], betas=(cfg["train.beta1"], cfg["train.beta2"]), eps=cfg["train.eps"])
+    clip = cfg["train.grad_clip"]
+    history = [{n: params[n].detach().clone() for n in names}]  # weights after 0, 1, ... updates
+    pos, epoch, out = 0, 0, []
+    for st in range(nsteps):
+        if pos + gb > nseq:
+            pos, epoch = 0, epoch + 1
+        batch = list(range(pos, pos + gb))
+        pos += gb
+        lr = lr_at(cfg, st)
+        loss_sum = 0.0
+        for share in range(N):
+            k = st * N + share
+            w = {n: history[max(0, k - s)][n].clone().requires_grad_(True) for n in names}
+            rows = [batch[(kk * N + share) * micro + j] for kk in range(gb // (micro * N)) for j in range(micro)]
+            scale = 1.0 / (len(rows) * T)
+            for i in range(0, len(rows), micro):
+                win = torch.stack([tok[q * T:q * T + T + 1] for q in rows[i:i + micro]])
+                ls = loss_sum_fn(w, win[:, :T], win[:, 1:])
+                (ls * scale).backward()
+                loss_sum += ls.item()
+            for n in names:
+                params[n].grad = w[n].grad
+            norm = math.sqrt(sum(float((params[n].grad.double() ** 2).sum()) for n in names))
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_([params[n] for n in names], clip)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.step()
+            history.append({n: params[n].detach().clone() for n in names})
+            if len(history) > s + 2:
+                history[len(history) - s - 3] = None  # no longer read
+        rec = {"step": st + 1, "loss": loss_sum / (gb * T), "grad_norm": norm, "lr": lr,
+               "clipped": bool(clip > 0 and clip / (norm + 1e-6) < 1.0), "epoch": epoch}
+        out.append(rec)
+        print("step %3d | loss %.9f | grad_norm %.9f | lr %.6g" % (rec["step"], rec["loss"], norm, lr), file=sys.stderr)
     return out
 
 

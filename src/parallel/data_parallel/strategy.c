@@ -39,8 +39,8 @@ static dt_status check_ps_async(const dt_layout *L) {
     if (L->tp > 1 || L->pp > 1 || L->cp > 1)
         return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async: pure data parallelism only so far (tp %d, pp %d, cp %d)",
                        L->tp, L->pp, L->cp);
-    if (dt_layout_zero_enabled(L) || dt_layout_local_sgd(L) || dt_layout_bitwise(L) || dt_layout_offload(L))
-        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async: not with ZeRO, parallel.sync, bitwise mode or offload");
+    if (dt_layout_zero_enabled(L) || dt_layout_local_sgd(L) || dt_layout_offload(L))
+        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async: not with ZeRO, parallel.sync or offload");
     if (L->backend != DT_BACKEND_CPU || dt_layout_bf16(L))
         return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async runs on the CPU backend in fp32 so far");
     if (!strcmp(c->data.layout, "budget"))
@@ -125,7 +125,7 @@ dt_status dt_dp_strategy_for(const dt_dp_opts *o, const dt_dp_strategy **mode, d
 void dt_dp_opts_of_layout(dt_dp_opts *o, const dt_layout *L) {
     o->ps = dt_layout_ps(L);
     o->zero = L->zero;
-    o->bitwise = dt_layout_bitwise(L);
+    o->bitwise = dt_layout_bitwise(L) && !dt_layout_ps_async(L); /* ps-async: one rank's engine, a fixed order */
     o->staleness = dt_layout_ps_async(L) ? 0 : L->cfg.parallel.staleness; /* ps-async: a bound, not a queue */
 }
 
