@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
     dt_barrier(world);
 
     /* data parallelism: every rank holds the whole state; rank 0 writes alone */
-    dt_ckpt_groups g = {world, {NULL, NULL}};
+    dt_ckpt_groups g = {world, {NULL, NULL}, NULL};
     dt_ckpt_roles r = dt_ckpt_roles_of(&g);
     CHECK(!r.split && r.replica0 == (g_rank == 0) && r.writer == (g_rank == 0) && !r.root, "dp roles");
     dt_ckpt_pieces p = {&whole, open_full, close_full, NULL, NULL};
@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
     /* tensor parallelism over every rank: rank 0 assembles and writes */
     held piece;
     CHECK(make(&piece, &s, n, g_rank) == DT_OK, "tp %d pieces", n);
-    g = (dt_ckpt_groups){NULL, {world, NULL}};
+    g = (dt_ckpt_groups){NULL, {world, NULL}, NULL};
     dt_comm *self = NULL;
     CHECK(dt_comm_split(world, g_rank, 0, &self) == DT_OK, "a group of one");
     g.dp = self;
@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
         CHECK(dt_comm_split(world, g_rank / 2, g_rank, &tp) == DT_OK, "tp groups");
         CHECK(dt_comm_split(world, g_rank % 2, g_rank, &dp) == DT_OK, "dp groups");
         CHECK(make(&piece, &s, 2, g_rank % 2) == DT_OK, "tp 2 pieces");
-        g = (dt_ckpt_groups){dp, {tp, NULL}};
+        g = (dt_ckpt_groups){dp, {tp, NULL}, NULL};
         r = dt_ckpt_roles_of(&g);
         CHECK(r.split && r.replica0 == (g_rank < 2) && r.writer == (g_rank == 0) && r.root == (g_rank == 0),
               "dp x tp roles");

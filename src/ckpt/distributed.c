@@ -5,7 +5,8 @@
 #include "stage_save.h"
 
 dt_ckpt_roles dt_ckpt_roles_of(const dt_ckpt_groups *g) {
-    dt_ckpt_roles r = {.split = dt_whole_split(&g->mp), .replica0 = dt_comm_rank(g->dp) == 0};
+    dt_ckpt_roles r = {.split = dt_whole_split(&g->mp),
+                       .replica0 = dt_comm_rank(g->dp) == 0 && (!g->replicas || dt_comm_rank(g->replicas) == 0)};
     /* the first replica's model-parallel groups write (a group's ranks share their
      * data-parallel rank); the other replicas take part in the gathers over dp only */
     r.writer = r.replica0 && (!r.split || dt_whole_is_stage_root(&g->mp));

@@ -27,6 +27,7 @@
 typedef struct {
     dt_comm *dp;        /* the data-parallel group: replicas, or ZeRO's shards */
     dt_whole_groups mp; /* the model-parallel groups the model's tensors are split over */
+    dt_comm *replicas;  /* HSDP: the other shard groups holding the same state (NULL: none); only the first writes */
 } dt_ckpt_groups;
 
 typedef struct {

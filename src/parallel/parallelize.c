@@ -24,7 +24,8 @@ struct dt_par {
     dt_mesh mesh;
     dt_comm *data_comm; /* where gradients, losses and validation sums are reduced: dp, or dp x cp */
     dt_comm *engine_comm; /* the data-parallel engine's: data_comm, or one replica's part of it (local SGD) */
-    dt_comm *own;         /* a group of one this handle made for the engine (local SGD without cp) */
+    dt_comm *own;         /* a group this handle made for the engine: of one (local SGD without cp), a shard group (HSDP) */
+    dt_comm *replicas;    /* HSDP: this rank's peers in the other shard groups */
     dt_local_sgd *outer;  /* local SGD / DiLoCo: the replicas' synchronisation (NULL: every step) */
     gpt_model model;
     dt_dp *dpe;
@@ -89,6 +90,7 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
                     .overlap = c->parallel.overlap, .leaves = L->m, .groups = groups, .gather_once = pp};
     dt_dp_opts_of_layout(&o, L); /* the mode */
     o.no_update = dt_layout_ps_async(L) && h->mesh.dp_rank != 0; /* a worker: the server updates */
+    o.replicas = h->replicas;
     /* offload (the layout's check: param offload with ZeRO-3 and optimizer offload): one
      * file per rank of the world for each */
     dt_store_opts st = {.dir = c->offload.nvme_path, .block_bytes = (size_t)(c->offload.block_mb * 1024.0 * 1024.0),
@@ -116,7 +118,8 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
     DT_TRY(dt_dp_create(&h->dpe, h->engine_comm, &h->model, &h->hp, &o));
     if (dt_layout_local_sgd(L)) /* the replicas meet over the data-parallel group */
         DT_TRY(dt_local_sgd_create(&h->outer, L, h->mesh.dp_comm, h->dpe, h->model.nparams, c->train.steps));
-    dt_ckpt_groups cg = {h->data_comm, {groups.tp, groups.pp}}; /* the ranks the engine's state spans */
+    /* the ranks the engine's state spans (HSDP: a shard group, the first of them writing) */
+    dt_ckpt_groups cg = {dt_layout_hsdp(L) ? h->engine_comm : h->data_comm, {groups.tp, groups.pp}, h->replicas};
     dt_ckpt_pieces pieces = dt_dp_ckpt_pieces(h->dpe);
     dt_ckpt_dist_init(&h->ckpt, &cg, &h->model, &pieces);
     /* a forked writer would share the offload stores' buffers and rings: saved synchronously */
@@ -147,6 +150,14 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
     DT_TRY(dt_mesh_create(&h->mesh, world, L->tp, L->pp, L->cp));
     h->data_comm = dt_layout_cp_enabled(L) ? h->mesh.dp_cp_comm : h->mesh.dp_comm;
     h->engine_comm = h->data_comm;
+    if (dt_layout_hsdp(L)) { /* ZeRO within a shard group of consecutive dp ranks, replicated across */
+        int g = h->mesh.dp_rank / L->dp_shard, i = h->mesh.dp_rank % L->dp_shard;
+        DT_TRY(dt_comm_split(h->mesh.dp_comm, g, i, &h->own));
+        dt_comm_set_name(h->own, "shard");
+        DT_TRY(dt_comm_split(h->mesh.dp_comm, i, g, &h->replicas));
+        dt_comm_set_name(h->replicas, "replica");
+        h->engine_comm = h->own;
+    }
     if (dt_layout_local_sgd(L) || dt_layout_ps_async(L)) { /* each replica's engine alone: over its context-parallel
                                                               * ranks, or nothing */
         if (dt_layout_cp_enabled(L)) {
@@ -175,6 +186,7 @@ void dt_par_destroy(dt_par *h, int failed) {
     dt_local_sgd_free(h->outer);
     dt_dp_destroy(h->dpe);
     if (h->own) dt_comm_free(h->own);
+    if (h->replicas) dt_comm_free(h->replicas);
     dt_cp_detach(&h->model);
     dt_tp_detach(&h->model);
     gpt_destroy(&h->model);
@@ -338,7 +350,8 @@ dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, cons
                                : dt_dp_save_rank_state(h->dpe, dir, rank, layout);
         DT_TRY(dt_comm_agree(h->world, s, NULL));
     }
-    return dt_ckpt_save_distributed(&h->ckpt, dir, st, config_json, shard_mb);
+    dt_status s = dt_ckpt_save_distributed(&h->ckpt, dir, st, config_json, shard_mb);
+    return dt_layout_hsdp(h->L) ? dt_comm_agree(h->world, s, NULL) : s; /* the other shard groups wrote nothing */
 }
 
 dt_status dt_par_save_wait(dt_par *h) { return dt_ckpt_save_wait(&h->ckpt); }

@@ -51,6 +51,28 @@ static dt_status check_ps_async(const dt_layout *L) {
     return DT_OK;
 }
 
+/* HSDP (parallel.dp_shard): ZeRO within shard groups, the groups' reduced shards summed
+ * across them (zero_shard.c); what it runs with so far. */
+static dt_status check_hsdp(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    int k = c->parallel.dp_shard;
+    if (k == 0) return DT_OK;
+    if (L->world > 0 && (k > L->dp || L->dp % k != 0))
+        return dt_fail(DT_EINPUT, "parallel.dp_shard %d must divide the data-parallel size %d", k, L->dp);
+    if (!dt_layout_hsdp(L)) return DT_OK; /* one group of all: plain ZeRO */
+    if (!dt_layout_zero_enabled(L))
+        return dt_fail(DT_EINPUT, "parallel.dp_shard %d: hybrid sharding shards ZeRO's state (set parallel.zero 1, 2 "
+                       "or 3)", k);
+    if (dt_layout_ps(L) || dt_layout_ps_async(L) || dt_layout_local_sgd(L) || c->parallel.staleness > 0)
+        return dt_fail(DT_EINPUT, "parallel.dp_shard %d: not with dp_mode %s, parallel.sync or parallel.staleness", k,
+                       c->parallel.dp_mode);
+    if (dt_layout_bitwise(L) || dt_layout_offload(L) || L->cp > 1 || dt_layout_nccl(L) ||
+        L->backend != DT_BACKEND_CPU)
+        return dt_fail(DT_EINPUT, "parallel.dp_shard %d: not yet with bitwise mode, offload, context parallelism, "
+                       "device collectives or a device backend", k);
+    return DT_OK;
+}
+
 /* The deterministic delayed mode queues whole reduced gradients (staleness.h). */
 static dt_status check_staleness(const dt_layout *L) {
     const dt_config *c = &L->cfg;
@@ -80,6 +102,7 @@ dt_status dt_dp_check_config(const dt_layout *L) {
                        "precision %s)", c->backend, c->precision);
     DT_TRY(check_offload(L));
     DT_TRY(check_staleness(L));
+    DT_TRY(check_hsdp(L));
     if (!dt_layout_nccl(L)) return DT_OK;
     /* device collectives carry the data-parallel group of DDP and ZeRO so far */
     if (L->backend == DT_BACKEND_CPU)

@@ -394,9 +394,26 @@ static dt_status tie_unit0(dt_dp *d) {
     return DT_OK;
 }
 
+/* HSDP: each shard group reduced its own ranks' gradients; the same shard of every group
+ * summed across them makes the whole sum (the host's memory: the layout's check). */
+static dt_status sum_replicas(dt_dp *d) {
+    dt_zero *z = dt_zero_of(d);
+    if (!d->o.replicas || dt_comm_size(d->o.replicas) < 2) return DT_OK;
+    dt_dtype t = d->ops->bf16 ? DT_BF16 : DT_F32;
+    dt_status s = DT_OK;
+    if (z->grad_shard) {
+        DP_COMM(d, s = dt_allreduce(d->o.replicas, z->grad_shard, z->shard_total, t, DT_SUM));
+        return s;
+    }
+    for (int u = 0; u < d->m->nunits && s == DT_OK; u++) /* zero 1: its slices lie apart, one per unit */
+        DP_COMM(d, s = dt_allreduce(d->o.replicas, dt_zero_grad_slice(d, u), z->S[u], t, DT_SUM));
+    return s;
+}
+
 dt_status dt_zero_norm(dt_dp *d, double *norm) {
     dt_zero *z = dt_zero_of(d);
     gpt_model *m = d->m;
+    DT_TRY(sum_replicas(d));
     DT_TRY(tie_unit0(d));
     if (dt_dp_tied(d)) /* final now: off the device (offload; the other units went as they became final) */
         dt_optimizer_grads_ready(&z->opt, z->soff[0], dt_zero_grad_slice(d, 0), z->S[0]);

@@ -109,7 +109,7 @@ static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
     gpt_layout lay = layout_of(L, stage);
     dt_dp_offload o = {0};
     /* ZeRO shards over the data- and context-parallel ranks together */
-    dt_dp_stage st = {L, &lay, stage_psi(L, stage), L->dp * L->cp, DT_SHARD_ALIGN, mode, &o};
+    dt_dp_stage st = {L, &lay, stage_psi(L, stage), dt_layout_shards(L), DT_SHARD_ALIGN, mode, &o};
     double state = 0, work = (double)dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
     run.estimate(&st, &state, &work);
     if (off) {
@@ -247,7 +247,7 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
     const gpt_shape s = L->shape;
     int n = L->dp, tp = L->tp, pp = L->pp, T = L->Tl; /* T: this rank's positions */
     double psi = stage_psi(L, 0);
-    int shards = n * L->cp; /* ZeRO shards over the data- and context-parallel ranks */
+    int shards = dt_layout_shards(L); /* ZeRO shards over a shard group's data- and context-parallel ranks */
     size_t reg[GPT_ACT_NREGIONS];
     double act = act_bytes_regions(L, 0, reg);
     /* the table's rows: the modes with a textbook formula, one per ZeRO stage in order */
@@ -289,6 +289,9 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
     fprintf(out, "model: %d layers, %d wide, vocab %d (padded %d): psi = %.0f parameters%s; N = %d data-parallel ranks%s\n",
             s.n_layer, s.n_embd, s.vocab_size, s.padded_vocab, psi, tp > 1 ? " per tensor-parallel rank" : "", shards,
             L->cp > 1 ? " (dp x cp: ZeRO shards over the context-parallel ranks too)" : "");
+    if (dt_layout_hsdp(L))
+        fprintf(out, "hsdp: ZeRO within groups of %d data-parallel ranks (parallel.dp_shard), %d replicas of them, "
+                "gradients all-reduced across\n", L->dp_shard, L->dp_replicas);
     if (tp > 1)
         fprintf(out, "tensor parallel %d: each rank holds 1/%d of wte, c_attn, c_fc and the c_proj weights (%.0f of "
                 "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));

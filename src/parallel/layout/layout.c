@@ -38,6 +38,9 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->zero = k->parallel.zero;
     int dp = dt_config_dp_size(world, L->tp, L->pp, L->cp);
     L->dp = dp > 0 ? dp : 1;
+    L->dp_shard = k->parallel.dp_shard > 0 && k->parallel.dp_shard <= L->dp && L->dp % k->parallel.dp_shard == 0
+                      ? k->parallel.dp_shard : L->dp; /* a bad one: dt_layout_check says it */
+    L->dp_replicas = L->dp / L->dp_shard;
     L->micro = k->train.micro_batch;
     int per_step = L->micro * L->dp;
     L->global_batch = k->train.global_batch > 0 ? k->train.global_batch : per_step;
