@@ -188,6 +188,91 @@ static void test_layernorm(int N, int C) {
     G->free(gdw), G->free(gdb);
 }
 
+/* The Llama family's kernels: RMSNorm (weight gradient reproducible, and the same bits when
+ * a split backward asks for dinp and dw in separate calls), SwiGLU (dup over dout, as the
+ * contract allows), rotary embeddings with grouped heads (pos and inv_freq in device memory;
+ * positions from p0, restarting every T rows). */
+static void test_rmsnorm(int N, int C) {
+    size_t NC = (size_t)N * C;
+    float *x = rnd(NC, 2), *w = rnd(C, 1), *dy = rnd(NC, 1), *y = rnd(NC, 1), *rstd = rnd32(N, 1);
+    float *dx = rnd(NC, 1), *dw = rnd(C, 1);
+    float *gx = dev(x, NC), *gw = dev(w, C), *gdy = dev(dy, NC), *gy = dev(NULL, NC), *gr = dev32(NULL, N);
+    float *gdx = dev(dx, NC), *gdw = dev(dw, C);
+    H->rmsnorm_fwd(y, rstd, x, w, N, C, 1e-5f);
+    G->rmsnorm_fwd(gy, gr, gx, gw, N, C, 1e-5f);
+    H->rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C);
+    G->rmsnorm_bwd(gdx, gdw, gdy, gx, gw, gr, N, C);
+    char name[64];
+    snprintf(name, sizeof name, "rmsnorm %dx%d: out", N, C);
+    check(name, gy, y, NC, 1e-5);
+    check32("rmsnorm: rstd", gr, rstd, N, 1e-5, 0);
+    check("rmsnorm: dinp (+=)", gdx, dx, NC, 1e-5);
+    check("rmsnorm: dw (+=)", gdw, dw, C, 1e-5);
+    /* reproducible bits, whole and split (dinp alone, then dw alone) */
+    float *dx0 = rnd(NC, 1), *dw0 = rnd(C, 1), *r[3][2];
+    for (int k = 0; k < 3; k++) {
+        G->upload(gdx, dx0, NC * E());
+        G->upload(gdw, dw0, C * E());
+        if (k < 2) G->rmsnorm_bwd(gdx, gdw, gdy, gx, gw, gr, N, C);
+        else {
+            G->rmsnorm_bwd(gdx, NULL, gdy, gx, gw, gr, N, C);
+            G->rmsnorm_bwd(NULL, gdw, gdy, gx, gw, gr, N, C);
+        }
+        r[k][0] = host(gdx, NC);
+        r[k][1] = host(gdw, C);
+    }
+    int same = !memcmp(r[0][1], r[1][1], C * E()), split = 1;
+    for (int j = 0; j < 2; j++) split &= !memcmp(r[0][j], r[2][j], (j ? (size_t)C : NC) * E());
+    printf("%-4s rmsnorm: dw bitwise reproducible\n", same ? "ok" : "FAIL");
+    printf("%-4s rmsnorm: dinp and dw in separate calls give the same bits\n", split ? "ok" : "FAIL");
+    failures += !same + !split;
+    for (int k = 0; k < 3; k++) free(r[k][0]), free(r[k][1]);
+    free(x), free(w), free(dy), free(y), free(rstd), free(dx), free(dw), free(dx0), free(dw0);
+    G->free(gx), G->free(gw), G->free(gdy), G->free(gy), G->free(gr), G->free(gdx), G->free(gdw);
+}
+
+static void test_swiglu(size_t n) {
+    float *g = rnd(n, 3), *u = rnd(n, 1), *d = rnd(n, 1), *y = rnd(n, 1), *dg = rnd(n, 1), *du = rnd(n, 1);
+    float *gg = dev(g, n), *gu = dev(u, n), *gy = dev(NULL, n), *gdg = dev(NULL, n), *gdu = dev(d, n);
+    H->swiglu_fwd(y, g, u, n);
+    G->swiglu_fwd(gy, gg, gu, n);
+    H->swiglu_bwd(dg, du, d, g, u, n);
+    G->swiglu_bwd(gdg, gdu, gdu, gg, gu, n); /* dup over dout */
+    char name[64];
+    snprintf(name, sizeof name, "swiglu n=%zu: out", n);
+    compare(name, gy, y, n, BF ? 1e-2 : 1e-6, 1.0, BF);
+    compare("swiglu: dgate", gdg, dg, n, BF ? 1e-2 : 1e-6, 1.0, BF);
+    compare("swiglu: dup (over dout)", gdu, du, n, BF ? 1e-2 : 1e-6, 1.0, BF);
+    free(g), free(u), free(d), free(y), free(dg), free(du);
+    G->free(gg), G->free(gu), G->free(gy), G->free(gdg), G->free(gdu);
+}
+
+static void test_rope(int N, int NH, int NKV, int HS, int T, int p0, double theta) {
+    size_t nq = (size_t)N * NH * HS, nk = (size_t)N * NKV * HS;
+    int *pos = malloc((size_t)N * sizeof *pos);
+    for (int i = 0; i < N; i++) pos[i] = p0 + i % T;
+    float *f = malloc((size_t)HS / 2 * sizeof *f);
+    for (int d = 0; d < HS / 2; d++) f[d] = (float)(1.0 / pow(theta, (double)(2 * d) / HS));
+    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *dqkv = rnd(3 * nq, 1), *qkv = rnd(3 * nq, 1);
+    float *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1);
+    int *gpos = (int *)dev32((const float *)pos, N);
+    float *gf = dev32(f, HS / 2), *gq = dev(q, nq), *gk = dev(k, nk), *gv = dev(v, nk), *gdqkv = dev(dqkv, 3 * nq);
+    float *gqkv = dev(NULL, 3 * nq), *gdq = dev(NULL, nq), *gdk = dev(NULL, nk), *gdv = dev(NULL, nk);
+    H->rope_qkv_fwd(qkv, q, k, v, pos, f, N, NH, NKV, HS);
+    G->rope_qkv_fwd(gqkv, gq, gk, gv, gpos, gf, N, NH, NKV, HS);
+    H->rope_qkv_bwd(dq, dk, dv, dqkv, pos, f, N, NH, NKV, HS);
+    G->rope_qkv_bwd(gdq, gdk, gdv, gdqkv, gpos, gf, N, NH, NKV, HS);
+    char name[96];
+    snprintf(name, sizeof name, "rope_qkv N%d NH%d NKV%d HS%d pos %d..: qkv", N, NH, NKV, HS, p0);
+    check(name, gqkv, qkv, 3 * nq, 1e-5);
+    check("rope_qkv: dq", gdq, dq, nq, 1e-5);
+    check("rope_qkv: dk (group summed)", gdk, dk, nk, 1e-5);
+    check("rope_qkv: dv (group summed)", gdv, dv, nk, 1e-5);
+    free(pos), free(f), free(q), free(k), free(v), free(dqkv), free(qkv), free(dq), free(dk), free(dv);
+    G->free(gpos), G->free(gf), G->free(gq), G->free(gk), G->free(gv), G->free(gdqkv), G->free(gqkv);
+    G->free(gdq), G->free(gdk), G->free(gdv);
+}
+
 static void test_elementwise(size_t n) {
     float *x = rnd(n, 3), *d = rnd(n, 1), *y = rnd(n, 1), *z = rnd(n, 1);
     float *gx = dev(x, n), *gd = dev(d, n), *gy = dev(NULL, n), *gz = dev(NULL, n);
@@ -360,6 +445,17 @@ static void all_ops(void) {
     test_layernorm(300, 96);
     test_layernorm(4096, 768);
     test_layernorm(64, 256); /* the vectorised kernels (C a multiple of 32 vectors) */
+    test_rmsnorm(1, 7);
+    test_rmsnorm(300, 96);
+    test_rmsnorm(37, 64);
+    test_rmsnorm(4096, 768); /* the vectorised kernels (C a multiple of 32 vectors) */
+    test_swiglu(1);
+    test_swiglu(1000003);
+    test_rope(37, 4, 4, 32, 16, 5, 1e4); /* query heads per key/value head: 1, 2, 4 */
+    test_rope(50, 4, 2, 64, 20, 1000, 5e5);
+    test_rope(29, 8, 2, 32, 29, 123, 1e4);
+    test_rope(40, 4, 1, 64, 8, 30000, 5e5);
+    test_rope(2048, 32, 8, 128, 1024, 0, 5e5);
     test_elementwise(1);
     test_elementwise(1000003);
     test_embed(3, 17, 40, 100);

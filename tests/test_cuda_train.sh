@@ -3,7 +3,8 @@
 # relative in fp32; a checkpoint saved on the GPU resumes on the CPU and the other way
 # round; bf16 tracks fp32; packed and padded documents follow the CPU. Several ranks on the one GPU (host-staged MPI): DDP, the
 # central rank, tp (with sp), pp, dp x pp, pp x tp, ZeRO 1-3 give the single-process GPU curve, in
-# fp32 within 1e-5 and bf16 within 1e-2; a pp x tp checkpoint resumes on the CPU.
+# fp32 within 1e-5 and bf16 within 1e-2; a pp x tp checkpoint resumes on the CPU. The Llama
+# family follows the CPU (fp32 within 1e-4, bf16 storage within 1e-2), and tp2 its GPU run.
 # Without a GPU: `backend: cuda` is a one-line error with exit 2, then skip (77).
 source "$(dirname "$0")/lib.sh"
 prepare_tiny
@@ -161,6 +162,30 @@ for lay in "z3:--set parallel.zero=3:gpu:1e-5" "z1_bf16:--set parallel.zero=1 --
   r=$(curves "$TMP/$ref.jsonl" "$TMP/n$name.jsonl" $tol loss) && pass "gpu nccl $name = gpu single process: $r" ||
     fail "gpu nccl $name: $r"
 done
+
+# the Llama family (RMSNorm, SwiGLU, rotary embeddings; test_llama_layouts' model: 4 heads
+# over 2 key/value heads, untied head, q/k/v biases): the CPU's curve in fp32, the CPU's
+# bf16 storage in bf16, and tp2 (the key/value heads split) the single GPU process's
+LLAMA=(--set model.family=llama --set model.n_head=4 --set model.n_kv_head=2 --set model.n_embd=32
+       --set model.intermediate_size=64 --set model.tie_embeddings=false --set model.qkv_bias=true
+       --set model.rope_theta=500000 --set model.n_layer=4)
+"$DTRAIN" train "${DP_RUN[@]}" "${LLAMA[@]}" --metrics "$TMP/lcpu.jsonl" > /dev/null 2>&1 || fail "cpu llama run"
+"$DTRAIN" train "${DP_RUN[@]}" "${LLAMA[@]}" --set backend=cuda --metrics "$TMP/lgpu.jsonl" > "$TMP/lgpu.log" 2>&1 ||
+  { tail -3 "$TMP/lgpu.log"; fail "gpu llama run"; }
+r=$(curves "$TMP/lcpu.jsonl" "$TMP/lgpu.jsonl" 1e-4) && pass "gpu llama = cpu llama curve: $r" || fail "gpu llama: $r"
+"$DTRAIN" train "${DP_RUN[@]}" "${LLAMA[@]}" --set precision=bf16 --metrics "$TMP/lcpu16.jsonl" > /dev/null 2>&1 ||
+  fail "cpu llama bf16 run"
+"$DTRAIN" train "${DP_RUN[@]}" "${LLAMA[@]}" --set backend=cuda --set precision=bf16 --metrics "$TMP/lgpu16.jsonl" \
+  > "$TMP/lgpu16.log" 2>&1 || { tail -3 "$TMP/lgpu16.log"; fail "gpu llama bf16 run"; }
+r=$(curves "$TMP/lcpu16.jsonl" "$TMP/lgpu16.jsonl" 0.01) && pass "gpu llama bf16 vs cpu llama bf16 storage: $r" ||
+  fail "gpu llama bf16 vs cpu bf16: $r"
+if command -v mpirun > /dev/null; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+    "$DTRAIN" train "${DP_RUN[@]}" "${LLAMA[@]}" --set backend=cuda --set parallel.tp=2 --metrics "$TMP/ltp2.jsonl" \
+    > "$TMP/ltp2.log" 2>&1 || { tail -3 "$TMP/ltp2.log"; fail "gpu llama tp2 run"; }
+  r=$(curves "$TMP/lgpu.jsonl" "$TMP/ltp2.jsonl" 1e-5) && pass "gpu llama tp2 = gpu llama single process: $r" ||
+    fail "gpu llama tp2: $r"
+fi
 
 # what the GPU backend does not run yet is refused before any work
 out=$("$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.determinism=bitwise 2>&1)

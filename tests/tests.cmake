@@ -18,6 +18,15 @@ target_compile_options(test_flash_sim PRIVATE -O2 -Wall -Wextra -Werror -Wno-unk
                        $<$<BOOL:${DT_SANITIZE}>:-fsanitize=address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>)
 target_link_libraries(test_flash_sim PRIVATE Threads::Threads)
 add_test(NAME test_flash_sim COMMAND test_flash_sim)
+# The same for the Llama family's kernels (src/backend/cuda/llama_kernels.cuh), against the
+# CPU backend's (linked from dtrain_lib: the CPU kernels and the bf16-storage adapter).
+add_executable(test_llama_sim ${CMAKE_SOURCE_DIR}/tests/test_llama_sim.cpp)
+set_target_properties(test_llama_sim PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON BUILD_RPATH ${DT_BLAS_DIR})
+target_compile_options(test_llama_sim PRIVATE -O2 -Wall -Wextra -Werror -Wno-unknown-pragmas -fno-strict-aliasing
+                       $<$<BOOL:${DT_SANITIZE}>:-fsanitize=address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>)
+target_link_libraries(test_llama_sim PRIVATE dtrain_lib Threads::Threads)
+add_test(NAME test_llama_sim COMMAND test_llama_sim)
+set_tests_properties(test_llama_sim PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
 file(GLOB DT_SH_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.sh)
 foreach(src ${DT_SH_TESTS})
   get_filename_component(name ${src} NAME_WE)

@@ -1,5 +1,6 @@
 /* A host simulator of the CUDA subset that src/backend/cuda/warp_mma.cuh names, so the
- * tensor-core kernels written against it run on a machine with no GPU (C++ only).
+ * tensor-core kernels written against it (and the Llama family's, llama_kernels.cuh) run
+ * on a machine with no GPU (C++ only).
  *
  * Each CUDA thread of a block is a host thread; blocks run one after another. The warp
  * primitives meet at a barrier of the warp's 32 threads and exchange operands through
@@ -57,6 +58,12 @@ static inline uint16_t sim_bf16_bits(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 static inline float sim_bf16_float(uint16_t b) { return sim_f32((uint32_t)b << 16); }
+/* cuda_internal.h's storage helpers: load fp32 or bf16 to fp32, store rounded to T */
+static inline float ld(float x) { return x; }
+static inline float ld(bf16 x) { return sim_bf16_float(x.bits); }
+template <typename T> static inline T st(float x);
+template <> inline float st<float>(float x) { return x; }
+template <> inline bf16 st<bf16>(float x) { return bf16{sim_bf16_bits(x)}; }
 
 /* A warp's exchange slots, two sets used alternately: a lane writes set k%2 for its k-th
  * exchange, waits at the barrier and reads; it can only write that set again after every

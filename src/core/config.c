@@ -447,9 +447,6 @@ dt_status dt_config_validate(const dt_config *c) {
         if ((c->model.n_embd / c->model.n_head) % 2 != 0)
             return dt_fail(DT_EINPUT, "config: model.family llama: the head size n_embd / n_head (%d) must be even "
                            "(rotary embeddings rotate pairs)", c->model.n_embd / c->model.n_head);
-        if (!strcmp(c->backend, "cuda"))
-            return dt_fail(DT_EINPUT, "config: model.family llama is not implemented on the cuda backend yet (use "
-                           "backend cpu or emulated)");
     }
     if (c->train.seq_len > c->model.seq_len)
         return dt_fail(DT_EINPUT, "config: train.seq_len (%d) exceeds the position table (model.seq_len %d)",

@@ -84,6 +84,21 @@ void cuda_xent_finish(T *logits, float *losses, const float *mx, const float *st
 void dt_cuda_to_bf16(void *dst, const float *src, size_t n);
 void dt_cuda_from_bf16(float *dst, const void *src, size_t n);
 
+/* llama.cu: the Llama family's kernels (llama_kernels.cuh); rstd, pos and inv_freq as ops.h
+ * says (fp32, ints, fp32), device memory */
+template <typename T>
+void cuda_rmsnorm_fwd(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps);
+template <typename T>
+void cuda_rmsnorm_bwd(T *dinp, T *dw, const T *dout, const T *inp, const T *w, const float *rstd, int N, int C);
+template <typename T> void cuda_swiglu_fwd(T *out, const T *gate, const T *up, size_t n);
+template <typename T> void cuda_swiglu_bwd(T *dgate, T *dup, const T *dout, const T *gate, const T *up, size_t n);
+template <typename T>
+void cuda_rope_qkv_fwd(T *qkv, const T *q, const T *k, const T *v, const int *pos, const float *inv_freq, int N,
+                       int NH, int NKV, int HS);
+template <typename T>
+void cuda_rope_qkv_bwd(T *dq, T *dk, T *dv, const T *dqkv, const int *pos, const float *inv_freq, int N, int NH,
+                       int NKV, int HS);
+
 /* attention_tc.cu: tensor-core attention for bf16 (head size 32/64/128, C % 8 == 0) */
 int dt_cuda_attention_tc_ok(int C, int NH);
 void dt_cuda_attention_tc_fwd(bf16 *out, float *lse, const bf16 *qkv, int B, int Tn, int C, int NH);

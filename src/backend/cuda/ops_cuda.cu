@@ -229,6 +229,28 @@ template <typename T> struct wrap {
                       float eps, float wd, float c1, float c2, float gs) {
         cuda_adamw<T>(p, P(ps), P(g), m, v, n, lr, b1, b2, eps, wd, c1, c2, gs);
     }
+    /* the Llama family's (llama.cu) */
+    static void rms_f(float *o, float *r, const float *i, const float *w, int N, int C, float eps) {
+        cuda_rmsnorm_fwd<T>(P(o), r, P(i), P(w), N, C, eps);
+    }
+    static void rms_b(float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N,
+                      int C) {
+        cuda_rmsnorm_bwd<T>(P(di), P(dw), P(d), P(i), P(w), r, N, C);
+    }
+    static void swiglu_f(float *o, const float *g, const float *u, size_t n) {
+        cuda_swiglu_fwd<T>(P(o), P(g), P(u), n);
+    }
+    static void swiglu_b(float *dg, float *du, const float *d, const float *g, const float *u, size_t n) {
+        cuda_swiglu_bwd<T>(P(dg), P(du), P(d), P(g), P(u), n);
+    }
+    static void rope_f(float *qkv, const float *q, const float *k, const float *v, const int *pos, const float *f,
+                       int N, int NH, int NKV, int HS) {
+        cuda_rope_qkv_fwd<T>(P(qkv), P(q), P(k), P(v), pos, f, N, NH, NKV, HS);
+    }
+    static void rope_b(float *dq, float *dk, float *dv, const float *dqkv, const int *pos, const float *f, int N,
+                       int NH, int NKV, int HS) {
+        cuda_rope_qkv_bwd<T>(P(dq), P(dk), P(dv), P(dqkv), pos, f, N, NH, NKV, HS);
+    }
     static dt_ops table(const char *name, int bf16) {
         dt_ops o = {};
         o.name = name;
@@ -265,6 +287,12 @@ template <typename T> struct wrap {
         o.sumsq = sumsq;
         o.sum = dt_cuda_sum;
         o.adamw = adamw;
+        o.rmsnorm_fwd = rms_f; /* the Llama family */
+        o.rmsnorm_bwd = rms_b;
+        o.swiglu_fwd = swiglu_f;
+        o.swiglu_bwd = swiglu_b;
+        o.rope_qkv_fwd = rope_f;
+        o.rope_qkv_bwd = rope_b;
         if (bf16 && !getenv("DT_CUDA_NO_GELU_FUSION")) { /* (set: the separate GELU kernels, to compare) */
             o.linear_gelu_fwd = lin_gelu_f;
             o.linear_dgelu_bwd = lin_dgelu_b;
