@@ -495,7 +495,7 @@ static int async_stopping(void *ctx) {
 /* Steps first .. stop under the parameter server; the loss and time for the summary. */
 static dt_status run_async(trainer *t, long long stop, double *loss, double *seconds, double *tokens, long long *steps) {
     t->async_at = t->st.step - 1;
-    dt_async_opts o = {t->par,      t->world,   t->st.step, stop, t->cfg->parallel.staleness, dt_layout_bitwise(&t->L),
+    dt_async_opts o = {t->par,      t->world,   t->st.step, stop, t->cfg->parallel.staleness, dt_layout_async_fixed_order(&t->L),
                        fill_train,  t,          async_seek, t->rank0 ? async_report : NULL, async_stopping};
     DT_TRY(dt_async_ps_run(&o, steps, seconds, tokens));
     t->st.step += *steps;

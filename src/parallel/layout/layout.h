@@ -84,6 +84,10 @@ static inline int dt_layout_zero_enabled(const dt_layout *L) { return L->zero > 
 static inline int dt_layout_ps(const dt_layout *L) { return L->dp_mode == DT_DPMODE_PS; }
 /* The asynchronous parameter server (its own training loop: src/train/async_ps.h). */
 static inline int dt_layout_ps_async(const dt_layout *L) { return L->dp_mode == DT_DPMODE_PS_ASYNC; }
+/* The asynchronous parameter server's reproducible order (async_ps.h: with bitwise determinism). */
+static inline int dt_layout_async_fixed_order(const dt_layout *L) {
+    return L->dp_mode == DT_DPMODE_PS_ASYNC && L->determinism == DT_DET_BITWISE;
+}
 /* The replicas train apart between synchronisations (local SGD, DiLoCo). */
 static inline int dt_layout_local_sgd(const dt_layout *L) { return L->sync != DT_SYNC_EVERY_STEP; }
 static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism == DT_DET_BITWISE; }
