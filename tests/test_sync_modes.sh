@@ -83,6 +83,12 @@ dp_run dl-el-c 2 "${DL[@]}" --set train.stop_after=6 --save "$TMP/dl-el6" >/dev/
 refused "a DiLoCo checkpoint between synchronisations on 4 replicas" "belongs to the layout" 4 "${DL[@]}" \
   --resume "$TMP/dl-el6"
 
+# asynchronous saves every 2 steps: each committed step keeps both ranks' files (rank 0's
+# prune after one commit never takes the next save's)
+dp_run dl-async 2 "${DL[@]}" --set checkpoint.every=2 --set checkpoint.async=true --save "$TMP/dl-async" >/dev/null
+n=$(for d in "$TMP"/dl-async/step_*; do ls "$TMP/dl-async/rank_state/$(basename "$d")" 2>/dev/null | wc -l; done | sort -u | tr '\n' ' ')
+[ "$n" = "2 " ] && pass "checkpoint.async every 2 steps: every step has both ranks' files" || fail "async saves' rank files: '$n'"
+
 # the per-rank state of steps that are gone goes with them (keep_last 1)
 dp_run keep 2 "${DL[@]}" --set checkpoint.every=4 --set checkpoint.keep_last=1 --save "$TMP/keep" >/dev/null
 left=$(ls "$TMP/keep/rank_state" | tr '\n' ' ')

@@ -35,6 +35,7 @@ dt_status dt_rank_state_save(const char *dir, long long step, int rank, const ch
 dt_status dt_rank_state_open_from(const char *step_dir, long long step, int from, st_file *f, const char **layout) {
     char dir[1024], d[1100], path[1200];
     snprintf(dir, sizeof dir, "%s", step_dir);
+    for (size_t k = strlen(dir); k > 1 && dir[k - 1] == '/'; k--) dir[k - 1] = 0; /* "ckpt/step_N/" */
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
@@ -84,6 +85,12 @@ dt_status dt_rank_state_read_f64(st_file *f, const char *name, double *dst, size
     return DT_OK;
 }
 
+void dt_rank_state_clear(const char *dir, long long step) {
+    char d[1100];
+    step_dir_of(dir, step, d, sizeof d);
+    dt_ckpt_remove_flat_dir(d);
+}
+
 void dt_rank_state_prune(const char *dir) {
     char root[1100];
     snprintf(root, sizeof root, "%s/rank_state", dir);
@@ -97,10 +104,12 @@ void dt_rank_state_prune(const char *dir) {
         closedir(dp);
         return;
     }
+    long long newest = -1; /* a step above it may be a save under way (other ranks write first) */
+    for (int i = 0; i < count; i++) newest = steps[i] > newest ? steps[i] : newest;
     struct dirent *ent;
     while ((ent = readdir(dp))) {
         long long step = dt_ckpt_step_of(ent->d_name);
-        if (step < 0) continue;
+        if (step < 0 || step >= newest) continue;
         int kept = 0;
         for (int i = 0; i < count && !kept; i++) kept = steps[i] == step;
         if (kept) continue;

@@ -29,7 +29,11 @@ dt_status dt_rank_state_open_from(const char *step_dir, long long step, int from
  * of n fp64 values. */
 dt_status dt_rank_state_read(st_file *f, const char *name, float *dst, size_t n);
 dt_status dt_rank_state_read_f64(st_file *f, const char *name, double *dst, size_t n);
-/* Rank 0 after a commit: removes the files of steps that have no step directory. */
+/* Rank 0 before a save's files are written (then every rank agrees): removes the step's
+ * files of an earlier save of the same step, so none of another run or world stays. */
+void dt_rank_state_clear(const char *dir, long long step);
+/* Rank 0 after a commit: removes the files of steps below the newest committed one that
+ * have no step directory (a step above it may be a save under way). */
 void dt_rank_state_prune(const char *dir);
 
 #endif

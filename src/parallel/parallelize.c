@@ -11,6 +11,7 @@
 #include "../launch/heartbeat.h"
 #include "../optim/optimizer.h"
 #include "data_parallel/data_parallel.h"
+#include "../ckpt/rank_state.h"
 #include "data_parallel/local_sgd.h"
 #include "data_parallel/strategy.h"
 #include "layout/mesh.h"
@@ -205,9 +206,9 @@ dt_status dt_par_init_weights(dt_par *h, uint64_t seed, const char *init_from) {
 /* The layout a rank's own state belongs to (ckpt/rank_state.h): a resume must be this. */
 static void rank_state_layout(const dt_par *h, char *out, size_t cap) {
     const dt_layout *L = h->L;
-    snprintf(out, cap, "tp %d pp %d cp %d sync %s every %d staleness %d params %zu | world %d dp %d", L->tp, L->pp,
-             L->cp, L->cfg.parallel.sync, L->cfg.parallel.sync_every, L->cfg.parallel.staleness, h->model.nparams,
-             L->world, L->dp);
+    snprintf(out, cap, "tp %d pp %d cp %d %s %s sync %s every %d staleness %d params %zu | world %d dp %d", L->tp,
+             L->pp, L->cp, L->cfg.parallel.dp_mode, L->cfg.precision, L->cfg.parallel.sync, L->cfg.parallel.sync_every,
+             L->cfg.parallel.staleness, h->model.nparams, L->world, L->dp);
 }
 
 static int has_rank_state(const dt_par *h) { return h->outer || dt_dp_has_rank_state(h->dpe); }
@@ -346,6 +347,8 @@ dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, cons
         char layout[256];
         rank_state_layout(h, layout, sizeof layout);
         int rank = dt_comm_rank(h->world);
+        if (rank == 0) dt_rank_state_clear(dir, st->step); /* an earlier save's files of this step */
+        DT_TRY(dt_comm_agree(h->world, DT_OK, NULL));
         dt_status s = h->outer ? dt_local_sgd_save(h->outer, dir, st->step, rank, layout)
                                : dt_dp_save_rank_state(h->dpe, dir, rank, layout);
         DT_TRY(dt_comm_agree(h->world, s, NULL));
@@ -354,7 +357,10 @@ dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, cons
     return dt_layout_hsdp(h->L) ? dt_comm_agree(h->world, s, NULL) : s; /* the other shard groups wrote nothing */
 }
 
-dt_status dt_par_save_wait(dt_par *h) { return dt_ckpt_save_wait(&h->ckpt); }
+dt_status dt_par_save_wait(dt_par *h) {
+    dt_status s = dt_ckpt_save_wait(&h->ckpt);
+    return dt_layout_hsdp(h->L) ? dt_comm_agree(h->world, s, NULL) : s; /* only the first shard group wrote */
+}
 
 int dt_par_async_save(const dt_par *h) { return h->ckpt.async; }
 
@@ -491,6 +497,7 @@ dt_status dt_par_apply(dt_par *h, double lr, double *grad_norm) {
     return h->model.ops->sync();
 }
 
+void dt_par_set_updates(dt_par *h, long long updates) { dt_dp_set_updates(h->dpe, updates); }
 float *dt_par_grad_buffer(dt_par *h) { return h->model.grads; }
 size_t dt_par_nparams(const dt_par *h) { return h->model.nparams; }
 double dt_par_lr_at(const dt_par *h, long long step) { return dt_lr_at(&h->hp, step); }

@@ -55,6 +55,7 @@ dt_status dt_par_load(dt_par *h, const char *step_dir, long long step);
 dt_status dt_par_task_gradients(dt_par *h, dt_par_fill fill, void *ctx, int share, double *loss_sum,
                                 long long *tokens);
 dt_status dt_par_apply(dt_par *h, double lr, double *grad_norm);
+void dt_par_set_updates(dt_par *h, long long updates); /* the updates so far (the server's N per global step) */
 float *dt_par_grad_buffer(dt_par *h);
 size_t dt_par_nparams(const dt_par *h);
 double dt_par_lr_at(const dt_par *h, long long step);

@@ -33,10 +33,20 @@ typedef struct {
     float **early;
     long long *early_task; /* the task a slot holds, -1: empty */
     double (*early_hdr)[H_N];
+    int failed;   /* a rank failed (a worker's notice, or the server's own error): no new tasks, wind down */
+    dt_status err; /* the server's own first error */
     /* the global step being reported */
     double loss, ltok, norm, lr, stale_sum, t0, tokens, all_tokens;
     int stale_max, in_step;
 } server;
+
+/* A failure that leaves the protocol intact (the server's own update, a worker's notice):
+ * no new task; every worker is told to stop when it next asks, so no rank waits for ever. */
+static void wind_down(server *S, dt_status own) {
+    if (own != DT_OK && S->err == DT_OK) S->err = own;
+    S->failed = 1;
+    S->total = S->next;
+}
 
 static dt_status post(server *S, int r) {
     return dt_irecv(S->o->comm, S->wk[r].hdr, H_N, DT_F64, r, TAG_ASK, &S->wk[r].req);
@@ -55,6 +65,10 @@ static dt_status answer(server *S, int r) {
     worker *w = &S->wk[r];
     double msg[2] = {-1.0, (double)S->version};
     if (S->next < S->total) {
+        dt_status g = dt_par_get_weights(S->o->par, S->w);
+        if (g != DT_OK) wind_down(S, g);
+    }
+    if (S->next < S->total) {
         w->task = S->next++;
         w->ver = S->version;
         msg[0] = (double)w->task;
@@ -64,7 +78,6 @@ static dt_status answer(server *S, int r) {
     w->waiting = 0;
     DT_TRY(dt_send(S->o->comm, msg, 2, DT_F64, r, TAG_TASK));
     if (w->done) return DT_OK;
-    DT_TRY(dt_par_get_weights(S->o->par, S->w));
     DT_TRY(dt_send(S->o->comm, S->w, S->n, DT_F32, r, TAG_WEIGHTS));
     return post(S, r);
 }
@@ -107,11 +120,18 @@ static dt_status arrive(server *S, int r) {
     worker *w = &S->wk[r];
     const dt_async_opts *o = S->o;
     long long k = (long long)w->hdr[H_TASK];
-    w->tasks++;
     w->task = -1;
-    if (!o->fixed) {
+    if (k < 0) { /* its notice of a failure: it sends nothing more */
+        wind_down(S, DT_OK);
+        return DT_OK;
+    }
+    w->tasks++;
+    if (!o->fixed || S->failed) { /* winding down: received, not applied */
         DT_TRY(dt_recv(o->comm, dt_par_grad_buffer(o->par), S->n, DT_F32, r, TAG_GRAD));
-        return update(S, w->hdr, w->ver);
+        if (S->failed) return DT_OK;
+        dt_status u = update(S, w->hdr, w->ver);
+        if (u != DT_OK) wind_down(S, u);
+        return DT_OK;
     }
     int slot = (int)(k % (o->staleness + 1));
     DT_TRY(dt_recv(o->comm, S->early[slot], S->n, DT_F32, r, TAG_GRAD));
@@ -125,14 +145,15 @@ static dt_status arrive(server *S, int r) {
 static dt_status drain(server *S) {
     const dt_async_opts *o = S->o;
     long long base = o->first * S->N;
-    while (o->fixed) {
+    while (o->fixed && !S->failed) {
         long long t = base + S->version; /* the task whose turn it is */
         int slot = (int)(t % (o->staleness + 1));
         if (S->early_task[slot] != t) return DT_OK;                             /* not here yet */
         if (S->next < S->total && S->next <= t + o->staleness) return DT_OK; /* t + s not handed out yet */
         memcpy(dt_par_grad_buffer(o->par), S->early[slot], S->n * sizeof(float));
         S->early_task[slot] = -1;
-        DT_TRY(update(S, S->early_hdr[slot], (long long)S->early_hdr[slot][H_VERSION]));
+        dt_status u = update(S, S->early_hdr[slot], (long long)S->early_hdr[slot][H_VERSION]);
+        if (u != DT_OK) wind_down(S, u);
     }
     return DT_OK;
 }
@@ -160,6 +181,7 @@ static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens)
         s = post(&S, r);
     }
     S.t0 = dt_now();
+    dt_par_set_updates(o->par, S.applied); /* N updates per global step before this run's first */
     int alive = S.N - 1;
     while (s == DT_OK && alive > 0) {
         int progress = 0;
@@ -173,7 +195,7 @@ static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens)
             if (s != DT_OK || !done) continue;
             s = dt_wait(w->req);
             w->req = NULL;
-            if (s == DT_OK && w->hdr[H_TASK] >= 0) s = arrive(&S, r);
+            if (s == DT_OK && w->hdr[H_TASK] != -1) s = arrive(&S, r); /* -1: its first ask */
             w->waiting = 1;
             progress = 1;
         }
@@ -188,9 +210,12 @@ static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens)
         }
         if (!progress) sched_yield();
     }
+    if (s != DT_OK) /* the exchange itself broke: receives may still be posted into wk, so nothing is freed */
+        return s;
+    s = S.err;
     *steps = (S.applied - o->first * S.N) / S.N;
     *tokens = S.all_tokens;
-    if (s == DT_OK && S.wk) { /* who did what: a slow worker takes fewer tasks */
+    if (s == DT_OK && !S.failed && S.wk) { /* who did what: a slow worker takes fewer tasks */
         printf("async: %lld updates; tasks per worker (rank 1..%d):", S.applied - o->first * S.N, S.N - 1);
         for (int r = 1; r < S.N; r++) printf(" %lld", S.wk[r].tasks);
         printf("\n");
@@ -218,15 +243,23 @@ static dt_status work(const dt_async_opts *o, long long *steps) {
         if (s != DT_OK || msg[0] < 0) break;
         long long k = (long long)msg[0];
         s = dt_recv(c, w, n, DT_F32, 0, TAG_WEIGHTS);
-        if (s == DT_OK) s = dt_par_set_weights(o->par, w);
         if (s != DT_OK) break;
-        o->seek(o->ctx, k / N);
         long long tokens;
-        s = dt_par_task_gradients(o->par, o->fill, o->ctx, (int)(k % N), &hdr[H_LOSS], &tokens);
+        dt_status own = dt_par_set_weights(o->par, w);
+        if (own == DT_OK) {
+            o->seek(o->ctx, k / N);
+            own = dt_par_task_gradients(o->par, o->fill, o->ctx, (int)(k % N), &hdr[H_LOSS], &tokens);
+        }
+        if (own != DT_OK) { /* told to the server, which stops handing out tasks: no rank waits for ever */
+            double notice[H_N] = {0, 0, -2.0, 0};
+            if (dt_send(c, notice, H_N, DT_F64, 0, TAG_ASK) == DT_OK) (void)dt_recv(c, msg, 2, DT_F64, 0, TAG_TASK);
+            s = own;
+            break;
+        }
         hdr[H_TOKENS] = (double)tokens;
         hdr[H_TASK] = (double)k;
         hdr[H_VERSION] = msg[1];
-        if (s == DT_OK) s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
+        s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
         if (s == DT_OK) s = dt_send(c, dt_par_grad_buffer(o->par), n, DT_F32, 0, TAG_GRAD);
         dt_heartbeat(k / N, dt_comm_rank(c));
     }
@@ -248,7 +281,11 @@ dt_status dt_async_ps_run(const dt_async_opts *o, long long *steps, double *seco
     float *w = malloc(n * sizeof(float) + 1);
     s = w ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (the final weights)");
     if (s == DT_OK && dt_comm_rank(o->comm) == 0) s = dt_par_get_weights(o->par, w);
-    DT_TRY(dt_comm_agree(o->comm, s, NULL));
+    s = dt_comm_agree(o->comm, s, NULL);
+    if (s != DT_OK) {
+        free(w);
+        return s;
+    }
     s = dt_bcast(o->comm, w, n, DT_F32, 0);
     if (s == DT_OK && dt_comm_rank(o->comm) != 0) s = dt_par_set_weights(o->par, w);
     free(w);

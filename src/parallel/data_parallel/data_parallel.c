@@ -70,6 +70,8 @@ dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step) {
 
 void dt_dp_begin_step(dt_dp *d) { d->st.begin_step(d); }
 
+void dt_dp_set_updates(dt_dp *d, long long updates) { d->step = updates; }
+
 void dt_dp_begin_micro(dt_dp *d, int last) { d->last_micro = last; }
 
 dt_status dt_dp_end_step(dt_dp *d, double lr, double *grad_norm, int settle) {

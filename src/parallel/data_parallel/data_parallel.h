@@ -58,6 +58,9 @@ void dt_dp_destroy(dt_dp *d);
 dt_status dt_dp_init_weights(dt_dp *d, uint64_t seed, const char *init_from);
 /* Weights, optimizer moments and step count from a checkpoint step directory. */
 dt_status dt_dp_load(dt_dp *d, const char *step_dir, long long step);
+/* The optimizer's update count (AdamW's bias correction counts from it): the asynchronous
+ * server's, which updates N times per global step. */
+void dt_dp_set_updates(dt_dp *d, long long updates);
 /* Before the first micro-step of an optimizer step. */
 void dt_dp_begin_step(dt_dp *d);
 /* Before each micro-step; last = the final accumulation micro-step of this step. */

@@ -89,7 +89,7 @@ dt_status dt_local_sgd_after_step(dt_local_sgd *s, long long step) {
     if (!dt_local_sgd_syncs_at(s, step)) return DT_OK;
     float *th = s->theta, *d = s->delta;
     size_t n = s->n;
-    DT_TRY(dt_dp_get_weights(s->inner, d));
+    DT_TRY(dt_comm_agree(s->replicas, dt_dp_get_weights(s->inner, d), NULL)); /* before the collective */
     for (size_t i = 0; i < n; i++) d[i] = th[i] - d[i];
     /* every replica gets the same bits of the sum (the collectives' contract), so the
      * replicas leave with the same weights */

@@ -399,14 +399,23 @@ static dt_status tie_unit0(dt_dp *d) {
 static dt_status sum_replicas(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     if (!d->o.replicas || dt_comm_size(d->o.replicas) < 2) return DT_OK;
-    dt_dtype t = d->ops->bf16 ? DT_BF16 : DT_F32;
     dt_status s = DT_OK;
-    if (z->grad_shard) {
-        DP_COMM(d, s = dt_allreduce(d->o.replicas, z->grad_shard, z->shard_total, t, DT_SUM));
+    if (z->grad_shard && !d->ops->bf16) {
+        DP_COMM(d, s = dt_allreduce(d->o.replicas, z->grad_shard, z->shard_total, DT_F32, DT_SUM));
         return s;
     }
-    for (int u = 0; u < d->m->nunits && s == DT_OK; u++) /* zero 1: its slices lie apart, one per unit */
-        DP_COMM(d, s = dt_allreduce(d->o.replicas, dt_zero_grad_slice(d, u), z->S[u], t, DT_SUM));
+    /* a unit's slice at a time (zero 1's lie apart); bf16 summed in fp32 and rounded once,
+     * as the reduce-scatter within the group was */
+    for (int u = 0; u < d->m->nunits && s == DT_OK; u++) {
+        float *slice = dt_zero_grad_slice(d, u);
+        if (!d->ops->bf16) {
+            DP_COMM(d, s = dt_allreduce(d->o.replicas, slice, z->S[u], DT_F32, DT_SUM));
+            continue;
+        }
+        dt_stage_widen(d->ops, z->zslice, slice, z->S[u]);
+        DP_COMM(d, s = dt_allreduce(d->o.replicas, z->zslice, z->S[u], DT_F32, DT_SUM));
+        dt_stage_narrow(d->ops, slice, z->zslice, z->S[u]);
+    }
     return s;
 }
 
