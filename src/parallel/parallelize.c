@@ -205,10 +205,7 @@ dt_status dt_par_init_weights(dt_par *h, uint64_t seed, const char *init_from) {
 
 /* The layout a rank's own state belongs to (ckpt/rank_state.h): a resume must be this. */
 static void rank_state_layout(const dt_par *h, char *out, size_t cap) {
-    const dt_layout *L = h->L;
-    snprintf(out, cap, "tp %d pp %d cp %d %s %s sync %s every %d staleness %d params %zu | world %d dp %d", L->tp,
-             L->pp, L->cp, L->cfg.parallel.dp_mode, L->cfg.precision, L->cfg.parallel.sync, L->cfg.parallel.sync_every,
-             L->cfg.parallel.staleness, h->model.nparams, L->world, L->dp);
+    dt_layout_state_key(h->L, h->model.nparams, out, cap);
 }
 
 static int has_rank_state(const dt_par *h) { return h->outer || dt_dp_has_rank_state(h->dpe); }

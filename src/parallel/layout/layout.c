@@ -75,6 +75,13 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     }
 }
 
+void dt_layout_state_key(const dt_layout *L, size_t nparams, char *out, size_t cap) {
+    const dt_config *k = &L->cfg;
+    snprintf(out, cap, "tp %d pp %d cp %d %s %s sync %s every %d staleness %d params %zu | world %d dp %d", L->tp, L->pp,
+             L->cp, k->parallel.dp_mode, k->precision, k->parallel.sync, k->parallel.sync_every, k->parallel.staleness,
+             nparams, L->world, L->dp);
+}
+
 /* Pipeline parallelism: the stages (and chunks) each get a block, the schedule suits
  * (p, v, m), parallel.pp_split lists the pieces; without a pipeline, no pipeline keys. */
 static dt_status check_pipeline(const dt_layout *L) {

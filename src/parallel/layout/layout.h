@@ -84,6 +84,9 @@ static inline int dt_layout_zero_enabled(const dt_layout *L) { return L->zero > 
 static inline int dt_layout_ps(const dt_layout *L) { return L->dp_mode == DT_DPMODE_PS; }
 /* The asynchronous parameter server (its own training loop: src/train/async_ps.h). */
 static inline int dt_layout_ps_async(const dt_layout *L) { return L->dp_mode == DT_DPMODE_PS_ASYNC; }
+/* A one-line description of what a rank's own training state depends on (ckpt/rank_state.h):
+ * "tp .. pp .. cp .. MODE PRECISION sync .. every .. staleness .. params N | world W dp D". */
+void dt_layout_state_key(const dt_layout *L, size_t nparams, char *out, size_t cap);
 /* The asynchronous parameter server's reproducible order (async_ps.h: with bitwise determinism). */
 static inline int dt_layout_async_fixed_order(const dt_layout *L) {
     return L->dp_mode == DT_DPMODE_PS_ASYNC && L->determinism == DT_DET_BITWISE;
