@@ -86,7 +86,7 @@ parity bf16-single 1 --set precision=bf16
 parity bf16-zero3-dp2 2 --set precision=bf16 --set parallel.zero=3
 parity bf16-ddp2 2 --set precision=bf16
 parity bf16-zero1-dp2 2 --set precision=bf16 --set parallel.zero=1
-parity bf16-pp2 2 --set precision=bf16 --set parallel.pp=2
+full && parity bf16-pp2 2 --set precision=bf16 --set parallel.pp=2
 parity bf16-zero2-dp2xpp2 4 --set precision=bf16 --set parallel.zero=2 --set parallel.pp=2
 if full; then
   parity emulated-single 1 --set backend=emulated

@@ -65,16 +65,17 @@ resume_case() { # NAME STOP ARGS...: stopped after STOP steps and resumed = stra
     fail "$name: resumed '$got' vs straight '$straight', $files rank files: $(grep -m1 error "$TMP/$name-b.out")"
 }
 resume_case diloco-mid 6 "${DL[@]}"        # between synchronisations (at 4 and 8)
-resume_case staleness 7 --set parallel.staleness=3
+full && resume_case staleness 7 --set parallel.staleness=3
 full && resume_case local_sgd-at-sync 8 --set parallel.sync=local_sgd --set parallel.sync_every=4
 # another layout cannot take a replica's own state: refused; a run without it reads the
 # checkpoint as any (replica 0's weights)
-refused "a DiLoCo checkpoint on another layout" "belongs to the layout" 4 "${DL[@]}" --set parallel.tp=2 \
+full && refused "a DiLoCo checkpoint on another layout" "belongs to the layout" 4 "${DL[@]}" --set parallel.tp=2 \
   --resume "$TMP/diloco-mid-ck"
-"${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/diloco-mid-ck" >"$TMP/plain.out" 2>&1 &&
-  pass "the DiLoCo checkpoint resumed by plain DDP" || fail "plain resume: $(grep -m1 error "$TMP/plain.out")"
+full && { "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --resume "$TMP/diloco-mid-ck" >"$TMP/plain.out" 2>&1 &&
+  pass "the DiLoCo checkpoint resumed by plain DDP" || fail "plain resume: $(grep -m1 error "$TMP/plain.out")"; }
 # an elastic restart onto more (or fewer) replicas at a synchronisation: each replica takes
 # replica (rank mod W)'s state; between synchronisations it is refused
+ if full; then
 dp_run dl-el-a 2 "${DL[@]}" --set train.stop_after=8 --save "$TMP/dl-el" >/dev/null
 "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${DL[@]}" --resume "$TMP/dl-el" >"$TMP/dl-el-b.out" 2>&1 &&
   grep -q "resumed at step 8" "$TMP/dl-el-b.out" && pass "a DiLoCo checkpoint of 2 replicas (step 8, synchronised) resumed by 4" ||
@@ -88,6 +89,8 @@ refused "a DiLoCo checkpoint between synchronisations on 4 replicas" "belongs to
 dp_run dl-async 2 "${DL[@]}" --set checkpoint.every=2 --set checkpoint.async=true --save "$TMP/dl-async" >/dev/null
 n=$(for d in "$TMP"/dl-async/step_*; do ls "$TMP/dl-async/rank_state/$(basename "$d")" 2>/dev/null | wc -l; done | sort -u | tr '\n' ' ')
 [ "$n" = "2 " ] && pass "checkpoint.async every 2 steps: every step has both ranks' files" || fail "async saves' rank files: '$n'"
+
+fi
 
 # the per-rank state of steps that are gone goes with them (keep_last 1)
 dp_run keep 2 "${DL[@]}" --set checkpoint.every=4 --set checkpoint.keep_last=1 --save "$TMP/keep" >/dev/null
@@ -105,7 +108,7 @@ ps=$(dp_run ps4 4 --set parallel.dp_mode=ps)
 got=$(dp_run psa0 4 --set parallel.dp_mode=ps-async)
 [ -n "$ps" ] && [ "$got" = "$ps" ] && pass "ps-async with staleness 0 is the central rank bit for bit" ||
   fail "ps-async s=0: '$got' vs ps '$ps'"
-for slow in "" "2:3"; do
+for slow in "" $(full && echo 2:3); do
   name=psa4${slow:+-straggler}
   got=$(DT_TEST_STRAGGLER=$slow dp_run "$name" 4 --set parallel.dp_mode=ps-async --set parallel.staleness=4)
   python3 - "$TMP/$name.jsonl" "$TMP/ps4.jsonl" "$TMP/$name.out" <<'PY' && pass "ps-async s=4${slow:+ (rank 2 three times slower)}: 20 steps of 4 tasks, staleness within reach, val loss near the central rank's ($got)" || fail "ps-async s=4 $slow: $(tail -3 "$TMP/$name.out")"
@@ -133,6 +136,7 @@ got=$(DT_TEST_STRAGGLER=2:3 dp_run psa-fixed-slow 4 --set parallel.dp_mode=ps-as
   pass "ps-async's fixed order (bitwise): the same weights with rank 2 three times slower, every gradient 3 updates old ($got)" ||
   fail "ps-async fixed: '$got' vs '$fx'"
 # the real order against its fixed model: the same bound, validation losses within 5%
+if full; then
 dp_run psa-real3 4 --set parallel.dp_mode=ps-async --set parallel.staleness=3 >/dev/null
 python3 - "$TMP/psa-real3.jsonl" "$TMP/psa-fixed.jsonl" <<'PY' && pass "ps-async s=3 against its fixed order: validation losses within 5%" || fail "ps-async real vs fixed"
 import json, sys
@@ -140,16 +144,19 @@ v = [[json.loads(l)['val_loss'] for l in open(p) if '"val"' in l][-1] for p in s
 print(v)
 assert abs(v[0] - v[1]) / v[1] < 0.05, v
 PY
+fi
 refused "ps-async on one rank" "2 or more data-parallel ranks" 1 --set parallel.dp_mode=ps-async --set parallel.staleness=2
 refused "ps-async with tp" "pure data parallelism" 4 --set parallel.dp_mode=ps-async --set parallel.staleness=2 --set parallel.tp=2
 refused "ps-async with periodic saves" "end of the run only" 2 --set parallel.dp_mode=ps-async --set parallel.staleness=2 \
   --set checkpoint.every=5 --save "$TMP/x"
+if full; then
 PSA3=(--set parallel.dp_mode=ps-async --set parallel.staleness=2 --set train.global_batch=12)
 dp_run psa-a 3 "${PSA3[@]}" --set train.stop_after=10 --save "$TMP/psa" >/dev/null
 got=$(dp_run psa-b 3 "${PSA3[@]}" --resume "$TMP/psa")
 grep -q "resumed at step 10" "$TMP/psa-b.out" && [ -n "$got" ] &&
   [ "$(python3 -c "import json,sys; print([json.loads(l)['step'] for l in open(sys.argv[1]) if 'event' not in l][0])" "$TMP/psa-b.jsonl")" = 11 ] &&
   pass "ps-async saved at its end (step 10) and resumed to 20" || fail "ps-async resume: $(tail -2 "$TMP/psa-b.out")"
+fi
 
 # refused before any work, one line, exit 2
 refused "one replica" "several data-parallel replicas" 1 "${DL[@]}"
