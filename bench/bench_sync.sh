@@ -12,7 +12,8 @@
 # Runs one contender at a time (nothing else may run: 4 ranks share the machine's cores).
 # usage: bench/bench_sync.sh [build/dtrain]      (root; prints a markdown table)
 # knobs: RATES="100mbit 1gbit", STEPS=60, MODES="ddp diloco10 diloco50 ps-async1 ps-async4",
-#   STRAGGLE_MODES="ddp ps ps-async4" (empty: none), RESULTS=FILE (raw rows)
+#   STRAGGLE_MODES="ddp ps ps-async4" (empty: none), RESULTS=FILE (raw rows), VAL_EVERY=STEPS,
+#   KEEP=DIR (each run's metrics there as RATE-MODE.jsonl, for `dtrain report`)
 set -euo pipefail
 source "$(dirname "$0")/common.sh" sync "${1:-}"
 source "$here/../tests/emulated_cluster.sh"
@@ -29,7 +30,7 @@ for f in "$corpus"/*; do case "$f" in *.dat | *.u8) continue ;; esac; [ -f "$f" 
 "$dtrain" prepare --fortune "${inputs[@]}" --out "$tmp/f" --val-fraction 0.02 >/dev/null
 MODEL=(--set model.n_layer=6 --set model.n_embd=384 --set model.n_head=6 --set model.seq_len=128
        --set model.vocab_size=256 --set train.micro_batch=4 --set train.global_batch=16 --set train.lr=1e-3
-       --set train.warmup_steps=10 --set train.val_every="$STEPS" --set train.val_batches=8 --steps "$STEPS"
+       --set train.warmup_steps=10 --set train.val_every="${VAL_EVERY:-$STEPS}" --set train.val_batches=8 --steps "$STEPS"
        --set data.train="$tmp/f_train.bin" --set data.val="$tmp/f_val.bin" --set threads=1 --seed 1)
 args_of() {
   case $1 in
@@ -65,6 +66,7 @@ for rate in $RATES; do
     "${MPI[@]}" "${ENV[@]}" "$dtrain" train "${MODEL[@]}" $(args_of "${mode%+straggler}") --metrics "$tmp/$rate-$mode.jsonl" \
       >"$tmp/$rate-$mode.out" 2>&1 || { echo "bench_sync: $rate $mode failed: $(tail -2 "$tmp/$rate-$mode.out")" >&2; exit 1; }
     t1=$(tx)
+    [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$tmp/$rate-$mode.jsonl" "$KEEP/"
     read -r loss secs <<<"$(python3 -c "
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
