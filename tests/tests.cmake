@@ -39,7 +39,8 @@ endforeach()
 # The slow tier: long multi-process runs whose code paths the other tests also cover.
 # `make test` runs them in the Release pass and leaves them out of the ASan pass
 # (`make test-asan-slow` runs them there), keeping the suite within its time budget.
-set_tests_properties(test_multinode test_kill test_layout_sweep test_chaos test_llama_sim test_signals PROPERTIES LABELS slow)
+set_tests_properties(test_multinode test_kill test_layout_sweep test_chaos test_llama_sim test_signals test_first_use test_hang
+                     PROPERTIES LABELS slow)
 # Every tests/mpi_test_*.c is a multi-rank test, run under mpirun with 2, 3 and 4 ranks
 # (oversubscribed on small machines, hence yield_when_idle). Open MPI leaks by design at
 # exit: tests/lsan.supp keeps LeakSanitizer to our own leaks in the ASan build (the slow
