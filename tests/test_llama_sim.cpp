@@ -62,7 +62,7 @@ static sim_dim3 grid1(size_t x) { return sim_dim3{(unsigned)x, 1, 1}; }
 static sim_dim3 stride_grid(size_t n, size_t cap) { return grid1(n / 256 + 1 < cap ? n / 256 + 1 : cap); }
 
 template <typename T> static void test_rmsnorm(int N, int C, bool vectorised) {
-    if (vectorised && C % (32 * vec<T>::N) != 0) return;
+    if (vectorised && C % (32 * dt_vec<T>::N) != 0) return;
     const float eps = 1e-5f;
     size_t NC = (size_t)N * C;
     auto x = rnd<T>(NC, 2.0f), w = rnd<T>(C, 0.2f, 1.0f), dy = rnd<T>(NC, 1.0f);

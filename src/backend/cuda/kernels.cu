@@ -5,13 +5,9 @@
 #include <math.h>
 
 #include "cuda_internal.h"
+#include "warp_vec.cuh"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 static int blocks_for(size_t n, int threads) {
     size_t b = (n + threads - 1) / threads;
@@ -95,13 +91,13 @@ __global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T
     const T *x = inp + (size_t)row * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) s += ld(x[c]);
-    float m = warp_sum(s) / C;
+    float m = dt_warp_sum(s) / C;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float d = ld(x[c]) - m;
         v += d * d;
     }
-    float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    float r = 1.0f / sqrtf(dt_warp_sum(v) / C + 1e-5f);
     T *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32) o[c] = st<T>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
     if (lane == 0) {
@@ -110,51 +106,35 @@ __global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T
     }
 }
 
-/* 16-byte vectors: 8 bf16 or 4 fp32 elements per load */
-template <typename T> struct vec { enum { N = 16 / sizeof(T) }; };
-template <typename T> static __device__ __forceinline__ void load_vec(const T *p, float (&f)[vec<T>::N]) {
-    uint4 u = *(const uint4 *)p;
-    const T *e = (const T *)&u;
-#pragma unroll
-    for (int i = 0; i < vec<T>::N; i++) f[i] = ld(e[i]);
-}
-template <typename T> static __device__ __forceinline__ void store_vec(T *p, const float (&f)[vec<T>::N]) {
-    uint4 u;
-    T *e = (T *)&u;
-#pragma unroll
-    for (int i = 0; i < vec<T>::N; i++) e[i] = st<T>(f[i]);
-    *(uint4 *)p = u;
-}
-
 /* rows whose length is a multiple of 32 vectors, all pointers 16-byte aligned */
 template <typename T>
 __global__ void ln_fwd_vec_k(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C) {
-    enum { V = vec<T>::N };
+    enum { V = dt_vec<T>::N };
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const T *x = inp + (size_t)row * C;
     float xv[V], s = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
-        load_vec(x + c, xv);
+        dt_load_vec(x + c, xv);
 #pragma unroll
         for (int i = 0; i < V; i++) s += xv[i];
     }
-    float m = warp_sum(s) / C, v = 0.0f;
+    float m = dt_warp_sum(s) / C, v = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
-        load_vec(x + c, xv);
+        dt_load_vec(x + c, xv);
 #pragma unroll
         for (int i = 0; i < V; i++) v += (xv[i] - m) * (xv[i] - m);
     }
-    float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    float r = 1.0f / sqrtf(dt_warp_sum(v) / C + 1e-5f);
     T *o = out + (size_t)row * C;
     for (int c = lane * V; c < C; c += 32 * V) {
         float wv[V], bv[V];
-        load_vec(x + c, xv);
-        load_vec(w + c, wv);
-        load_vec(b + c, bv);
+        dt_load_vec(x + c, xv);
+        dt_load_vec(w + c, wv);
+        dt_load_vec(b + c, bv);
 #pragma unroll
         for (int i = 0; i < V; i++) xv[i] = (xv[i] - m) * r * wv[i] + bv[i];
-        store_vec(o + c, xv);
+        dt_store_vec(o + c, xv);
     }
     if (lane == 0) {
         mean[row] = m;
@@ -165,16 +145,16 @@ __global__ void ln_fwd_vec_k(T *out, float *mean, float *rstd, const T *inp, con
 template <typename T>
 __global__ void ln_bwd_dx_vec_k(T *dinp, const T *dout, const T *inp, const T *w, const float *mean,
                                 const float *rstd, int N, int C) {
-    enum { V = vec<T>::N };
+    enum { V = dt_vec<T>::N };
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float m = mean[row], r = rstd[row], a = 0.0f, bsum = 0.0f;
     float xv[V], dv[V], wv[V];
     for (int c = lane * V; c < C; c += 32 * V) {
-        load_vec(x + c, xv);
-        load_vec(dy + c, dv);
-        load_vec(w + c, wv);
+        dt_load_vec(x + c, xv);
+        dt_load_vec(dy + c, dv);
+        dt_load_vec(w + c, wv);
 #pragma unroll
         for (int i = 0; i < V; i++) {
             float dn = wv[i] * dv[i];
@@ -182,18 +162,18 @@ __global__ void ln_bwd_dx_vec_k(T *dinp, const T *dout, const T *inp, const T *w
             bsum += dn * (xv[i] - m) * r;
         }
     }
-    a = warp_sum(a) / C;
-    bsum = warp_sum(bsum) / C;
+    a = dt_warp_sum(a) / C;
+    bsum = dt_warp_sum(bsum) / C;
     T *dx = dinp + (size_t)row * C;
     for (int c = lane * V; c < C; c += 32 * V) {
         float ov[V];
-        load_vec(x + c, xv);
-        load_vec(dy + c, dv);
-        load_vec(w + c, wv);
-        load_vec(dx + c, ov);
+        dt_load_vec(x + c, xv);
+        dt_load_vec(dy + c, dv);
+        dt_load_vec(w + c, wv);
+        dt_load_vec(dx + c, ov);
 #pragma unroll
         for (int i = 0; i < V; i++) ov[i] += (wv[i] * dv[i] - a - (xv[i] - m) * r * bsum) * r;
-        store_vec(dx + c, ov);
+        dt_store_vec(dx + c, ov);
     }
 }
 
@@ -201,7 +181,7 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 template <typename T>
 void cuda_layernorm_fwd(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C) {
-    if (C % (32 * vec<T>::N) == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b)) {
+    if (C % (32 * dt_vec<T>::N) == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b)) {
         ln_fwd_vec_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, dt_cuda_stream()>>>(out, mean, rstd, inp, w, b,
                                                                                           N, C);
         DT_CUDA_LAUNCHED("layernorm_fwd");
@@ -224,8 +204,8 @@ __global__ void ln_bwd_dx_k(T *dinp, const T *dout, const T *inp, const T *w, co
         a += dn;
         bsum += dn * (ld(x[c]) - m) * r;
     }
-    a = warp_sum(a) / C;
-    bsum = warp_sum(bsum) / C;
+    a = dt_warp_sum(a) / C;
+    bsum = dt_warp_sum(bsum) / C;
     T *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
         float n = (ld(x[c]) - m) * r;
@@ -291,7 +271,7 @@ void cuda_layernorm_bwd(T *dinp, T *dw, T *db, const T *dout, const T *inp, cons
                         const float *rstd, int N, int C) {
     cudaStream_t s = dt_cuda_stream();
     if (!dinp) { /* a split backward's weight half */
-    } else if (C % (32 * vec<T>::N) == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w)) {
+    } else if (C % (32 * dt_vec<T>::N) == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w)) {
         ln_bwd_dx_vec_k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
         DT_CUDA_LAUNCHED("layernorm_bwd_dx");
     } else {

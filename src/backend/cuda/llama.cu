@@ -20,7 +20,7 @@ template <typename T>
 void cuda_rmsnorm_fwd(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps) {
     if (N <= 0) return;
     int grid = (N + WARPS - 1) / WARPS;
-    if (C % (32 * vec<T>::N) == 0 && aligned16(out) && aligned16(inp) && aligned16(w))
+    if (C % (32 * dt_vec<T>::N) == 0 && aligned16(out) && aligned16(inp) && aligned16(w))
         rms_fwd_vec_k<<<grid, THREADS, 0, dt_cuda_stream()>>>(out, rstd, inp, w, N, C, eps);
     else
         rms_fwd_k<<<grid, THREADS, 0, dt_cuda_stream()>>>(out, rstd, inp, w, N, C, eps);
@@ -33,7 +33,7 @@ void cuda_rmsnorm_bwd(T *dinp, T *dw, const T *dout, const T *inp, const T *w, c
     cudaStream_t s = dt_cuda_stream();
     int grid = (N + WARPS - 1) / WARPS;
     if (!dinp) { /* a split backward's weight half */
-    } else if (C % (32 * vec<T>::N) == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w)) {
+    } else if (C % (32 * dt_vec<T>::N) == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w)) {
         rms_bwd_dx_vec_k<<<grid, THREADS, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
         DT_CUDA_LAUNCHED("rmsnorm_bwd_dx");
     } else {

@@ -18,7 +18,7 @@
  * these very kernels on host threads (tests/warp_sim.h) against the CPU backend. */
 #ifndef DT_LLAMA_KERNELS_CUH
 #define DT_LLAMA_KERNELS_CUH
-#include "warp_mma.cuh"
+#include "warp_vec.cuh"
 
 namespace dt_llama {
 
@@ -32,27 +32,6 @@ static inline int dw_chunks(int N) { return (N + dw_rows_per_chunk(N) - 1) / dw_
 /* dynamic shared memory of the weight-gradient kernels */
 static const size_t DW_SMEM = sizeof(float) * ROW_LANES * COL_TILE;
 
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o /= 2) v += dt_shfl_xor(v, o);
-    return v;
-}
-
-/* 16-byte vectors: 8 bf16 or 4 fp32 elements per load */
-template <typename T> struct vec { enum { N = 16 / sizeof(T) }; };
-template <typename T> static __device__ __forceinline__ void load_vec(const T *p, float (&f)[vec<T>::N]) {
-    uint4 u = *(const uint4 *)p;
-    const T *e = (const T *)&u;
-#pragma unroll
-    for (int i = 0; i < vec<T>::N; i++) f[i] = ld(e[i]);
-}
-template <typename T> static __device__ __forceinline__ void store_vec(T *p, const float (&f)[vec<T>::N]) {
-    uint4 u;
-    T *e = (T *)&u;
-#pragma unroll
-    for (int i = 0; i < vec<T>::N; i++) e[i] = st<T>(f[i]);
-    *(uint4 *)p = u;
-}
-
 /* ---- RMSNorm: out = x·r·w, r = 1/sqrt(mean(x²) + eps); one warp per row ---- */
 
 template <typename T>
@@ -65,7 +44,7 @@ __global__ void rms_fwd_k(T *out, float *rstd, const T *inp, const T *w, int N, 
         float v = ld(x[c]);
         ss += v * v;
     }
-    float r = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+    float r = 1.0f / sqrtf(dt_warp_sum(ss) / C + eps);
     T *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32) o[c] = st<T>(ld(x[c]) * r * ld(w[c]));
     if (lane == 0) rstd[row] = r;
@@ -74,25 +53,25 @@ __global__ void rms_fwd_k(T *out, float *rstd, const T *inp, const T *w, int N, 
 /* rows whose length is a multiple of 32 vectors, all pointers 16-byte aligned */
 template <typename T>
 __global__ void rms_fwd_vec_k(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps) {
-    enum { V = vec<T>::N };
+    enum { V = dt_vec<T>::N };
     int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const T *x = inp + (size_t)row * C;
     float xv[V], ss = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
-        load_vec(x + c, xv);
+        dt_load_vec(x + c, xv);
 #pragma unroll
         for (int i = 0; i < V; i++) ss += xv[i] * xv[i];
     }
-    float r = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+    float r = 1.0f / sqrtf(dt_warp_sum(ss) / C + eps);
     T *o = out + (size_t)row * C;
     for (int c = lane * V; c < C; c += 32 * V) {
         float wv[V];
-        load_vec(x + c, xv);
-        load_vec(w + c, wv);
+        dt_load_vec(x + c, xv);
+        dt_load_vec(w + c, wv);
 #pragma unroll
         for (int i = 0; i < V; i++) xv[i] = xv[i] * r * wv[i];
-        store_vec(o + c, xv);
+        dt_store_vec(o + c, xv);
     }
     if (lane == 0) rstd[row] = r;
 }
@@ -105,37 +84,37 @@ __global__ void rms_bwd_dx_k(T *dinp, const T *dout, const T *inp, const T *w, c
     const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float r = rstd[row], dot = 0.0f;
     for (int c = lane; c < C; c += 32) dot += ld(x[c]) * ld(w[c]) * ld(dy[c]);
-    float k = warp_sum(dot) / C * r * r * r;
+    float k = dt_warp_sum(dot) / C * r * r * r;
     T *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += 32) dx[c] = st<T>(ld(dx[c]) + (ld(w[c]) * ld(dy[c]) * r - ld(x[c]) * k));
 }
 
 template <typename T>
 __global__ void rms_bwd_dx_vec_k(T *dinp, const T *dout, const T *inp, const T *w, const float *rstd, int N, int C) {
-    enum { V = vec<T>::N };
+    enum { V = dt_vec<T>::N };
     int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float r = rstd[row], dot = 0.0f;
     float xv[V], dv[V], wv[V];
     for (int c = lane * V; c < C; c += 32 * V) {
-        load_vec(x + c, xv);
-        load_vec(dy + c, dv);
-        load_vec(w + c, wv);
+        dt_load_vec(x + c, xv);
+        dt_load_vec(dy + c, dv);
+        dt_load_vec(w + c, wv);
 #pragma unroll
         for (int i = 0; i < V; i++) dot += xv[i] * wv[i] * dv[i];
     }
-    float k = warp_sum(dot) / C * r * r * r;
+    float k = dt_warp_sum(dot) / C * r * r * r;
     T *dx = dinp + (size_t)row * C;
     for (int c = lane * V; c < C; c += 32 * V) {
         float ov[V];
-        load_vec(x + c, xv);
-        load_vec(dy + c, dv);
-        load_vec(w + c, wv);
-        load_vec(dx + c, ov);
+        dt_load_vec(x + c, xv);
+        dt_load_vec(dy + c, dv);
+        dt_load_vec(w + c, wv);
+        dt_load_vec(dx + c, ov);
 #pragma unroll
         for (int i = 0; i < V; i++) ov[i] += wv[i] * dv[i] * r - xv[i] * k;
-        store_vec(dx + c, ov);
+        dt_store_vec(dx + c, ov);
     }
 }
 
