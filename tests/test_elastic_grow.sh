@@ -41,9 +41,13 @@ wait
   pass "--grow: 2 ranks, then 4 ($(grep -o 'resumed at step [0-9]*' "$TMP/grow.out")), global batch 8, the single process's weights ($(digest_of "$TMP/grow.out"))" ||
   fail "--grow: rc $rc: $(grep -E 'launch|micro-batch|resumed|digest' "$TMP/grow.out") vs $(digest_of "$TMP/single.out")"
 
-# waiting: 1 slot of the 2 wanted; a second appears after 2 s and the job starts
+# waiting: 1 slot of the 2 wanted; a second appears once the launcher says it waits (not
+# after a fixed delay: a loaded machine can start the launcher later than that) and the
+# job starts
 echo "localhost slots=1" >"$TMP/hosts"
-(sleep 2; echo "localhost slots=2" >"$TMP/hosts") &
+: >"$TMP/wait.out"
+(for i in $(seq 1200); do grep -q "waiting up to" "$TMP/wait.out" && break; sleep 0.1; done
+ echo "localhost slots=2" >"$TMP/hosts") &
 timeout 300 "${L[@]}" -n 2 --hostfile "$TMP/hosts" --wait-timeout 120 -- train "${RUN[@]}" --steps 2 >"$TMP/wait.out" 2>&1; rc=$?
 wait
 [ $rc -eq 0 ] && grep -q "offers 1 slot, fewer than a world of at least --min-ranks 2 needs: waiting up to 120 s" "$TMP/wait.out" &&
