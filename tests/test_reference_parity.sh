@@ -117,6 +117,10 @@ if command -v mpirun >/dev/null; then
   for c in local_sgd diloco stale2 async2; do
     check "sync-$c" "$ref/sync/$c.json" "$ref/tiny_init.safetensors" "$ref/sync/${c}_expected.json" 1e-5 2
   done
+  # DiLoCo over 2 replicas of 2 ranks each (parallel.dp_shard 2: DDP inside a replica, the
+  # outer step in slices over the replicas, gathered inside)
+  check sync-diloco_shard2 "$ref/sync/diloco_shard2.json" "$ref/tiny_init.safetensors" \
+    "$ref/sync/diloco_shard2_expected.json" 1e-5 4
   # the delayed mode through the central rank (dp_mode ps) too
   sed 's/"staleness": 2/"staleness": 2, "dp_mode": "ps"/' "$ref/sync/stale2.json" >"$TMP/stale2-ps.json"
   check sync-stale2-ps "$TMP/stale2-ps.json" "$ref/tiny_init.safetensors" "$ref/sync/stale2_expected.json" 1e-5 2

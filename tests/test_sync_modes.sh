@@ -54,18 +54,21 @@ PY
 # checkpoints: every rank saves its own state (the replica's weights and moments between
 # synchronisations, the synchronised weights, DiLoCo's momentum; the delayed mode's queue)
 # and a resume on the same layout lands on the straight run's weights, bit for bit
-resume_case() { # NAME STOP ARGS...: stopped after STOP steps and resumed = straight
-  local name=$1 stop=$2; shift 2
-  local straight; straight=$(dp_run "$name-straight" 2 "$@")
-  dp_run "$name-a" 2 "$@" --set train.stop_after="$stop" --save "$TMP/$name-ck" >/dev/null
-  local got; got=$(dp_run "$name-b" 2 "$@" --resume "$TMP/$name-ck")
+resume_case() { # NAME STOP ARGS...: stopped after STOP steps and resumed = straight (NP: ranks, 2)
+  local name=$1 stop=$2 np=${NP:-2}; shift 2
+  local straight; straight=$(dp_run "$name-straight" "$np" "$@")
+  dp_run "$name-a" "$np" "$@" --set train.stop_after="$stop" --save "$TMP/$name-ck" >/dev/null
+  local got; got=$(dp_run "$name-b" "$np" "$@" --resume "$TMP/$name-ck")
   local files; files=$(ls "$TMP/$name-ck/rank_state/step_$(printf %08d "$stop")" 2>/dev/null | wc -l)
-  [ -n "$straight" ] && [ "$got" = "$straight" ] && [ "$files" = 2 ] &&
+  [ -n "$straight" ] && [ "$got" = "$straight" ] && [ "$files" = "$np" ] &&
     pass "$name: saved after step $stop ($files rank files), resumed: the straight run's weights ($got)" ||
     fail "$name: resumed '$got' vs straight '$straight', $files rank files: $(grep -m1 error "$TMP/$name-b.out")"
 }
 resume_case diloco-mid 6 "${DL[@]}"        # between synchronisations (at 4 and 8)
 full && resume_case staleness 7 --set parallel.staleness=3
+# replicas of 2 ranks (parallel.dp_shard 2, DDP inside; the algorithm itself is checked in
+# test_reference_parity's sync-diloco_shard2): resumed between synchronisations
+full && NP=4 resume_case diloco-shard2 6 "${DL[@]}" --set parallel.dp_shard=2
 full && resume_case local_sgd-at-sync 8 --set parallel.sync=local_sgd --set parallel.sync_every=4
 # another layout cannot take a replica's own state: refused; a run without it reads the
 # checkpoint as any (replica 0's weights)
@@ -80,6 +83,12 @@ dp_run dl-el-a 2 "${DL[@]}" --set train.stop_after=8 --save "$TMP/dl-el" >/dev/n
 "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${DL[@]}" --resume "$TMP/dl-el" >"$TMP/dl-el-b.out" 2>&1 &&
   grep -q "resumed at step 8" "$TMP/dl-el-b.out" && pass "a DiLoCo checkpoint of 2 replicas (step 8, synchronised) resumed by 4" ||
   fail "elastic DiLoCo resume: $(grep -m1 error "$TMP/dl-el-b.out")"
+# ... replicas of 2 ranks: 2 replicas onto 4, each new replica's ranks from one saved replica
+SH=("${DL[@]}" --set parallel.dp_shard=2 --set train.global_batch=16)
+dp_run dl-sh-a 4 "${SH[@]}" --set train.stop_after=8 --save "$TMP/dl-sh" >/dev/null
+"${MPI[@]}" -np 8 "$DTRAIN" train "${DP_RUN[@]}" "${SH[@]}" --resume "$TMP/dl-sh" >"$TMP/dl-sh-b.out" 2>&1 &&
+  grep -q "resumed at step 8" "$TMP/dl-sh-b.out" && pass "a DiLoCo checkpoint of 2 replicas x 2 ranks resumed by 4 x 2" ||
+  fail "elastic DiLoCo dp_shard 2: $(grep -m1 error "$TMP/dl-sh-b.out")"
 dp_run dl-el-c 2 "${DL[@]}" --set train.stop_after=6 --save "$TMP/dl-el6" >/dev/null
 refused "a DiLoCo checkpoint between synchronisations on 4 replicas" "belongs to the layout" 4 "${DL[@]}" \
   --resume "$TMP/dl-el6"
@@ -160,6 +169,9 @@ fi
 
 # refused before any work, one line, exit 2
 refused "one replica" "several data-parallel replicas" 1 "${DL[@]}"
+refused "one replica of all ranks" "several data-parallel replicas" 2 "${DL[@]}" --set parallel.dp_shard=2
+refused "replicas of 2 ranks with cp" "not yet with context parallelism" 4 "${DL[@]}" --set parallel.dp_shard=2 \
+  --set parallel.cp=2
 refused "ZeRO inside a replica" "DDP inside" 2 "${DL[@]}" --set parallel.zero=1
 refused "the central rank" "DDP inside" 2 "${DL[@]}" --set parallel.dp_mode=ps
 refused "budget rows" "data.layout budget" 2 "${DL[@]}" --set data.layout=budget

@@ -91,7 +91,7 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
                     .overlap = c->parallel.overlap, .leaves = L->m, .groups = groups, .gather_once = pp};
     dt_dp_opts_of_layout(&o, L); /* the mode */
     o.no_update = dt_layout_ps_async(L) && h->mesh.dp_rank != 0; /* a worker: the server updates */
-    o.replicas = h->replicas;
+    o.replicas = dt_layout_hsdp(L) ? h->replicas : NULL; /* local SGD's replicas meet below, not every step */
     /* offload (the layout's check: param offload with ZeRO-3 and optimizer offload): one
      * file per rank of the world for each */
     dt_store_opts st = {.dir = c->offload.nvme_path, .block_bytes = (size_t)(c->offload.block_mb * 1024.0 * 1024.0),
@@ -117,10 +117,12 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
         o.dcomm = h->dcomm;
     }
     DT_TRY(dt_dp_create(&h->dpe, h->engine_comm, &h->model, &h->hp, &o));
-    if (dt_layout_local_sgd(L)) /* the replicas meet over the data-parallel group */
-        DT_TRY(dt_local_sgd_create(&h->outer, L, h->mesh.dp_comm, h->dpe, h->model.nparams, c->train.steps));
+    if (dt_layout_local_sgd(L)) /* the replicas meet over the data-parallel group, or their peers' in it */
+        DT_TRY(dt_local_sgd_create(&h->outer, L, h->replicas ? h->replicas : h->mesh.dp_comm,
+                                   h->replicas ? h->own : NULL, h->dpe, h->model.nparams, c->train.steps));
     /* the ranks the engine's state spans (HSDP: a shard group, the first of them writing) */
-    dt_ckpt_groups cg = {dt_layout_hsdp(L) ? h->engine_comm : h->data_comm, {groups.tp, groups.pp}, h->replicas};
+    dt_ckpt_groups cg = {dt_layout_hsdp(L) ? h->engine_comm : h->data_comm, {groups.tp, groups.pp},
+                         dt_layout_hsdp(L) ? h->replicas : NULL};
     dt_ckpt_pieces pieces = dt_dp_ckpt_pieces(h->dpe);
     dt_ckpt_dist_init(&h->ckpt, &cg, &h->model, &pieces);
     /* a forked writer would share the offload stores' buffers and rings: saved synchronously */
@@ -151,7 +153,9 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
     DT_TRY(dt_mesh_create(&h->mesh, world, L->tp, L->pp, L->cp));
     h->data_comm = dt_layout_cp_enabled(L) ? h->mesh.dp_cp_comm : h->mesh.dp_comm;
     h->engine_comm = h->data_comm;
-    if (dt_layout_hsdp(L)) { /* ZeRO within a shard group of consecutive dp ranks, replicated across */
+    /* HSDP: ZeRO within a shard group of consecutive dp ranks, replicated across; local
+     * SGD: replicas of dp_shard consecutive dp ranks, DDP within each */
+    if (dt_layout_hsdp(L) || (dt_layout_local_sgd(L) && L->dp_shard > 1)) {
         int g = h->mesh.dp_rank / L->dp_shard, i = h->mesh.dp_rank % L->dp_shard;
         DT_TRY(dt_comm_split(h->mesh.dp_comm, g, i, &h->own));
         dt_comm_set_name(h->own, "shard");
@@ -159,8 +163,8 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
         dt_comm_set_name(h->replicas, "replica");
         h->engine_comm = h->own;
     }
-    if (dt_layout_local_sgd(L) || dt_layout_ps_async(L)) { /* each replica's engine alone: over its context-parallel
-                                                              * ranks, or nothing */
+    if ((dt_layout_local_sgd(L) && L->dp_shard == 1) || dt_layout_ps_async(L)) { /* each replica's engine alone: over
+                                                                                   * its context-parallel ranks, or nothing */
         if (dt_layout_cp_enabled(L)) {
             h->engine_comm = h->mesh.cp_comm;
         } else {
@@ -263,15 +267,17 @@ static void fill_step(void *ctx, int mb, dt_token *tokens, dt_token *targets, in
 }
 static void micro_step(void *ctx, int last) { dt_dp_begin_micro(((dt_par *)ctx)->dpe, last); }
 
-/* Targets in the loss over this replica's micro-batches of the step (whole sequences:
- * every context-parallel rank counts them all). */
-static long long replica_tokens(dt_par *h, int share) {
+/* Targets in the loss over this replica's micro-batches of the step, those of data-parallel
+ * ranks share .. share + shares - 1 (whole sequences: every context-parallel rank counts
+ * them all). */
+static long long replica_tokens(dt_par *h, int share, int shares) {
     size_t n = (size_t)h->L->micro * h->L->T;
     long long count = 0;
-    for (int k = 0; k < h->L->m; k++) {
-        h->fill(h->fill_ctx, (k * h->L->dp + share) * h->L->micro, h->inp, h->tgt, h->seg);
-        for (size_t i = 0; i < n; i++) count += h->tgt[i] != DT_IGNORE;
-    }
+    for (int k = 0; k < h->L->m; k++)
+        for (int r = share; r < share + shares; r++) {
+            h->fill(h->fill_ctx, (k * h->L->dp + r) * h->L->micro, h->inp, h->tgt, h->seg);
+            for (size_t i = 0; i < n; i++) count += h->tgt[i] != DT_IGNORE;
+        }
     return count;
 }
 
@@ -283,7 +289,8 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
     long long scale_tokens = loss_tokens;
     if (h->outer) { /* a replica's gradient is the mean over its own tokens: it updates alone */
         DT_TRY(dt_local_sgd_before_step(h->outer));
-        scale_tokens = replica_tokens(h, h->mesh.dp_rank);
+        int k = h->L->dp_shard; /* the replica's ranks */
+        scale_tokens = replica_tokens(h, h->mesh.dp_rank / k * k, k);
     }
     double t_step = dt_now();
     dt_dp_begin_step(h->dpe);
@@ -470,7 +477,7 @@ dt_status dt_par_task_gradients(dt_par *h, dt_par_fill fill, void *ctx, int shar
     h->fill = fill;
     h->fill_ctx = ctx;
     double t0 = dt_now();
-    long long n = replica_tokens(h, share);
+    long long n = replica_tokens(h, share, 1);
     *tokens = n;
     dt_dp_begin_step(h->dpe);
     float grad_scale = n > 0 ? 1.0f / (float)n : 0.0f;

@@ -39,7 +39,7 @@ DEFAULTS = {
     "train.lr": 1e-3, "train.min_lr": 1e-4, "train.warmup_steps": 30, "train.weight_decay": 0.1,
     "train.beta1": 0.9, "train.beta2": 0.95, "train.eps": 1e-8, "train.grad_clip": 1.0,
     "parallel.sync": "every_step", "parallel.sync_every": 1, "parallel.outer_lr": 0.7, "parallel.outer_momentum": 0.9,
-    "parallel.staleness": 0, "parallel.dp_mode": "ddp",
+    "parallel.staleness": 0, "parallel.dp_mode": "ddp", "parallel.dp_shard": 0,
 }
 
 
@@ -231,8 +231,13 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
         sys.exit("reference: %d sequences < global batch %d" % (nseq, gb))
     sync, H = cfg["parallel.sync"], cfg["parallel.sync_every"]
     local = replicas > 1 and (sync == "diloco" or (sync == "local_sgd" and H > 1))
-    R = replicas if local else 1  # synchronous: one replica's view of the whole batch (DDP's average)
-    assert gb % (micro * R) == 0, "global_batch must split into the replicas' micro-batches"
+    # replicas: dtrain's dp ranks; under local SGD, groups of parallel.dp_shard of them
+    # (default 1) are one replica each, training on their ranks' rows together (DDP)
+    D = replicas if local else 1
+    K = (cfg["parallel.dp_shard"] or 1) if local else 1
+    assert D % K == 0, "dp_shard must divide the ranks"
+    R = D // K  # synchronous: one replica's view of the whole batch (DDP's average)
+    assert gb % (micro * D) == 0, "global_batch must split into the ranks' micro-batches"
 
     names = sorted(params)
     reps = [params] if R == 1 else [{n: params[n].detach().clone().requires_grad_(True) for n in names}
@@ -264,8 +269,8 @@ def train(cfg, params, tokens, nsteps, loss_sum_fn, dtype, replicas=1):
         loss_sum = 0.0
         norms = []
         for r, (p, opt) in enumerate(zip(reps, opts)):
-            rows = batch if R == 1 else [batch[(k * R + r) * micro + j] for k in range(gb // (micro * R))
-                                         for j in range(micro)]
+            rows = batch if R == 1 else [batch[(k * D + q) * micro + j] for k in range(gb // (micro * D))
+                                         for q in range(r * K, r * K + K) for j in range(micro)]
             for prm in p.values():
                 prm.grad = None
             scale = 1.0 / (len(rows) * T)

@@ -4,7 +4,8 @@
 #   tiny_expected.json     per-step loss / grad_norm of the independent PyTorch reference
 #   llama/NAME_init.safetensors, llama/NAME_expected.json   the same for each llama/NAME.json
 #                          (tests/reference/llama_reference.py)
-#   sync/NAME_expected.json  local SGD / DiLoCo over 2 replicas (gpt2_reference.py --replicas 2)
+#   sync/NAME_expected.json  local SGD / DiLoCo over 2 replicas (gpt2_reference.py --replicas 2; *_shard2:
+#                            4 ranks, 2 replicas of 2)
 # usage: bash tests/reference/regen.sh [path/to/dtrain]   (default: build/dtrain)
 # Needs /usr/bin/python3 with torch (Debian python3-torch). tests/test_reference_parity.sh
 # checks dtrain against these files; regenerate them only when the model, the optimizer
@@ -28,8 +29,9 @@ echo "regen: wrote $here/tiny_init.safetensors and $here/tiny_expected.json"
 for cfg in "$here"/sync/*.json; do
   case "$cfg" in *_expected.json) continue ;; esac
   name=$(basename "$cfg" .json)
+  ranks=2; case "$name" in *_shard2) ranks=4 ;; esac # two replicas of dp_shard 2 ranks each
   /usr/bin/python3 "$here/gpt2_reference.py" --config "$cfg" --init "$here/tiny_init.safetensors" \
-    --tokens "$tmp/c_train.bin" --dtype float64 --replicas 2 --out "$here/sync/${name}_expected.json"
+    --tokens "$tmp/c_train.bin" --dtype float64 --replicas "$ranks" --out "$here/sync/${name}_expected.json"
   echo "regen: wrote $here/sync/${name}_expected.json"
 done
 # the Llama family: each config's initial weights (dtrain's) and the reference's steps

@@ -9,8 +9,10 @@
 
 struct dt_local_sgd {
     dt_comm *replicas;
+    dt_comm *group; /* the replica's own ranks (dp_shard > 1; NULL: one) */
     dt_dp *inner;
-    size_t n;
+    size_t n, part; /* the model's parameters; each of the replica's k ranks' slice of them */
+    int k, i;       /* the replica's ranks, this one's index among them */
     int R, diloco, every;
     long long last_step;
     float outer_lr, mu;
@@ -25,8 +27,9 @@ dt_status dt_local_sgd_check(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     if (!dt_layout_local_sgd(L)) return DT_OK;
     const char *mode = c->parallel.sync;
-    if (L->world > 0 && L->dp < 2)
-        return dt_fail(DT_EINPUT, "parallel.sync %s needs several data-parallel replicas (dp is %d)", mode, L->dp);
+    if (L->world > 0 && L->dp_replicas < 2)
+        return dt_fail(DT_EINPUT, "parallel.sync %s needs several data-parallel replicas (dp %d, parallel.dp_shard "
+                       "%d ranks per replica)", mode, L->dp, L->dp_shard);
     if (dt_layout_ps(L))
         return dt_fail(DT_EINPUT, "parallel.sync %s: each replica runs DDP inside (not dp_mode ps)", mode);
     if (dt_layout_zero_enabled(L))
@@ -42,8 +45,8 @@ dt_status dt_local_sgd_check(const dt_layout *L) {
     return DT_OK;
 }
 
-dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *replicas, dt_dp *inner, size_t n,
-                              long long last_step) {
+dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *replicas, dt_comm *group, dt_dp *inner,
+                              size_t n, long long last_step) {
     dt_local_sgd *s = calloc(1, sizeof *s);
     *out = s;
     if (!s) return dt_fail(DT_ERUNTIME, "out of memory (local SGD)");
@@ -51,18 +54,22 @@ dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *r
     s->replicas = replicas;
     s->inner = inner;
     s->n = n;
+    s->group = group;
+    s->k = group ? dt_comm_size(group) : 1;
+    s->i = group ? dt_comm_rank(group) : 0;
+    s->part = (n + (size_t)s->k - 1) / (size_t)s->k;
+    size_t len = s->part * (size_t)s->k; /* padded to k slices: the padding stays 0 */
     s->R = dt_comm_size(replicas);
     s->diloco = L->sync == DT_SYNC_DILOCO;
     s->every = c->parallel.sync_every;
     s->last_step = last_step;
     s->outer_lr = (float)c->parallel.outer_lr;
     s->mu = (float)c->parallel.outer_momentum;
-    dt_status st = dt_alloc((void **)&s->theta, s->n * sizeof(float), "local SGD: synchronised weights");
-    if (st == DT_OK) st = dt_alloc((void **)&s->delta, s->n * sizeof(float), "local SGD: the replicas' change");
-    if (st == DT_OK && s->diloco) {
-        st = dt_alloc((void **)&s->mom, s->n * sizeof(float), "DiLoCo: outer momentum");
-        for (size_t i = 0; st == DT_OK && i < s->n; i++) s->mom[i] = 0.0f;
-    }
+    dt_status st = dt_alloc((void **)&s->theta, len * sizeof(float), "local SGD: synchronised weights");
+    if (st == DT_OK) st = dt_alloc((void **)&s->delta, len * sizeof(float), "local SGD: the replicas' change");
+    if (st == DT_OK && s->diloco) st = dt_alloc((void **)&s->mom, len * sizeof(float), "DiLoCo: outer momentum");
+    for (size_t i = s->n; st == DT_OK && i < len; i++) s->theta[i] = s->delta[i] = 0.0f;
+    for (size_t i = 0; st == DT_OK && s->mom && i < len; i++) s->mom[i] = 0.0f;
     return dt_comm_agree(replicas, st, NULL);
 }
 
@@ -85,33 +92,50 @@ int dt_local_sgd_syncs_at(const dt_local_sgd *s, long long step) {
     return step % s->every == 0 || step == s->last_step;
 }
 
+/* A replica of k ranks (which hold the same weights) splits the work: rank i averages
+ * and steps slice i only, over its peers in the other replicas, and the replica's ranks
+ * then gather the slices over their own (fast) link; the slow link carries the model
+ * once per replica, not k times. */
+static dt_status gather_slices(dt_local_sgd *s, float *x) {
+    if (s->k == 1) return DT_OK;
+    DT_TRY(dt_allgather(s->group, x + s->part * (size_t)s->i, s->delta, s->part, DT_F32));
+    memcpy(x, s->delta, s->n * sizeof(float));
+    return DT_OK;
+}
+
 dt_status dt_local_sgd_after_step(dt_local_sgd *s, long long step) {
     if (!dt_local_sgd_syncs_at(s, step)) return DT_OK;
     float *th = s->theta, *d = s->delta;
-    size_t n = s->n;
+    size_t lo = s->part * (size_t)s->i, hi = lo + s->part < s->n ? lo + s->part : s->n, n = hi > lo ? hi - lo : 0;
     DT_TRY(dt_comm_agree(s->replicas, dt_dp_get_weights(s->inner, d), NULL)); /* before the collective */
-    for (size_t i = 0; i < n; i++) d[i] = th[i] - d[i];
+    for (size_t i = lo; i < hi; i++) d[i] = th[i] - d[i];
     /* every replica gets the same bits of the sum (the collectives' contract), so the
      * replicas leave with the same weights */
     double t0 = dt_now();
-    DT_TRY(dt_allreduce(s->replicas, d, n, DT_F32, DT_SUM));
+    DT_TRY(dt_allreduce(s->replicas, d + lo, n, DT_F32, DT_SUM));
     s->seconds += dt_now() - t0;
     s->sent += 2.0 * (double)(s->R - 1) / (double)s->R * (double)(n * sizeof(float)); /* a ring's share */
     float inv = 1.0f / (float)s->R;
     if (s->diloco) {
         float lr = s->outer_lr, mu = s->mu, *m = s->mom;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = lo; i < hi; i++) {
             float g = d[i] * inv;
             m[i] = mu * m[i] + g;
             th[i] -= lr * (g + mu * m[i]);
         }
     } else {
-        for (size_t i = 0; i < n; i++) th[i] -= d[i] * inv;
+        for (size_t i = lo; i < hi; i++) th[i] -= d[i] * inv;
     }
+    t0 = dt_now();
+    DT_TRY(gather_slices(s, th));
+    if (s->mom) DT_TRY(gather_slices(s, s->mom)); /* every rank holds the whole state: its checkpoint is its own */
+    s->seconds += dt_now() - t0;
     return dt_dp_set_weights(s->inner, th);
 }
 
-size_t dt_local_sgd_bytes(const dt_local_sgd *s) { return s ? (s->mom ? 3 : 2) * s->n * sizeof(float) : 0; }
+size_t dt_local_sgd_bytes(const dt_local_sgd *s) {
+    return s ? (s->mom ? 3 : 2) * s->part * (size_t)s->k * sizeof(float) : 0;
+}
 void dt_local_sgd_stats(const dt_local_sgd *s, double *seconds, double *sent) {
     *seconds = s ? s->seconds : 0.0;
     *sent = s ? s->sent : 0.0;
@@ -138,7 +162,7 @@ dt_status dt_local_sgd_save(dt_local_sgd *s, const char *dir, long long step, in
 }
 
 /* The saved run's layout differs from this one's only after " | " (its world and dp) and
- * it synchronised at `step`: each replica takes replica (rank mod W)'s state (an elastic
+ * it synchronised at `step`: each replica takes replica (its index mod W)'s state (an elastic
  * restart onto fewer or more replicas; a dropped replica's inner moments are lost). Pure
  * data parallelism only (a rank's piece of the model is then the whole of it). */
 static dt_status open_resharded(dt_local_sgd *s, const char *step_dir, long long step, int rank, const char *layout,
@@ -149,13 +173,14 @@ static dt_status open_resharded(dt_local_sgd *s, const char *step_dir, long long
     const char *sbar = strchr(saved, '|');
     int same_model = bar && sbar && bar - layout == sbar - saved && !strncmp(layout, saved, (size_t)(bar - layout));
     int pure = !strncmp(layout, "tp 1 pp 1 cp 1 ", 15);
-    if (!same_model || !pure || sscanf(sbar, "| world %d", &world) != 1 || world < 1 ||
+    if (!same_model || !pure || sscanf(sbar, "| world %d", &world) != 1 || world < 1 || world % s->k ||
         !dt_local_sgd_syncs_at(s, step)) {
         st_close(f);
         return dt_rank_state_open(step_dir, step, rank, layout, f); /* its one-line refusal */
     }
     st_close(f);
-    return dt_rank_state_open_from(step_dir, step, rank % world, f, &saved);
+    int k = s->k, src = rank / k % (world / k) * k + rank % k; /* a whole replica's ranks from one saved replica */
+    return dt_rank_state_open_from(step_dir, step, src, f, &saved);
 }
 
 dt_status dt_local_sgd_load(dt_local_sgd *s, const char *step_dir, long long step, int rank, const char *layout) {

@@ -24,10 +24,12 @@ typedef struct dt_local_sgd dt_local_sgd;
 dt_status dt_local_sgd_check(const dt_layout *L);
 /* The synchronisation of the inner engine's weights over the replicas' group (this
  * rank's peers holding the same piece of the model; n: the parameters of this rank's
- * model); host buffers allocated once.
+ * model); host buffers allocated once. group: the replica's own ranks when it has
+ * several (parallel.dp_shard; DDP inside, so they hold the same weights), which split
+ * the synchronisation into slices and gather them after; NULL for one.
  * last_step: the run's last step (train.steps). */
-dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *replicas, dt_dp *inner, size_t n,
-                              long long last_step);
+dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *replicas, dt_comm *group, dt_dp *inner,
+                              size_t n, long long last_step);
 void dt_local_sgd_free(dt_local_sgd *s);
 /* Before a step: the first one takes the weights as the synchronised ones. */
 dt_status dt_local_sgd_before_step(dt_local_sgd *s);

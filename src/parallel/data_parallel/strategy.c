@@ -59,6 +59,12 @@ static dt_status check_hsdp(const dt_layout *L) {
     if (k == 0) return DT_OK;
     if (L->world > 0 && (k > L->dp || L->dp % k != 0))
         return dt_fail(DT_EINPUT, "parallel.dp_shard %d must divide the data-parallel size %d", k, L->dp);
+    if (dt_layout_local_sgd(L)) { /* replicas of k ranks, DDP inside (local_sgd.h) */
+        if (k > 1 && L->cp > 1)
+            return dt_fail(DT_EINPUT, "parallel.dp_shard %d with parallel.sync %s: not yet with context parallelism",
+                           k, c->parallel.sync);
+        return DT_OK;
+    }
     if (!dt_layout_hsdp(L)) return DT_OK; /* one group of all: plain ZeRO */
     if (!dt_layout_zero_enabled(L))
         return dt_fail(DT_EINPUT, "parallel.dp_shard %d: hybrid sharding shards ZeRO's state (set parallel.zero 1, 2 "

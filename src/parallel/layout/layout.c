@@ -38,9 +38,6 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->zero = k->parallel.zero;
     int dp = dt_config_dp_size(world, L->tp, L->pp, L->cp);
     L->dp = dp > 0 ? dp : 1;
-    L->dp_shard = k->parallel.dp_shard > 0 && k->parallel.dp_shard <= L->dp && L->dp % k->parallel.dp_shard == 0
-                      ? k->parallel.dp_shard : L->dp; /* a bad one: dt_layout_check says it */
-    L->dp_replicas = L->dp / L->dp_shard;
     L->micro = k->train.micro_batch;
     int per_step = L->micro * L->dp;
     L->global_batch = k->train.global_batch > 0 ? k->train.global_batch : per_step;
@@ -65,6 +62,12 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
      * (DDP's gradient average; averaging weights after each replica's own AdamW step
      * would be another algorithm at the same cost) */
     if (L->sync == DT_SYNC_LOCAL_SGD && k->parallel.sync_every <= 1) L->sync = DT_SYNC_EVERY_STEP;
+    /* dp_shard: the ranks that meet every step (a ZeRO shard group under HSDP, one
+     * replica's DDP group under local SGD, where each rank is a replica by default) */
+    int shard_default = L->sync != DT_SYNC_EVERY_STEP ? 1 : L->dp;
+    L->dp_shard = k->parallel.dp_shard > 0 && k->parallel.dp_shard <= L->dp && L->dp % k->parallel.dp_shard == 0
+                      ? k->parallel.dp_shard : shard_default; /* a bad one: dt_layout_check says it */
+    L->dp_replicas = L->dp / L->dp_shard;
     /* offloaded parameters are updated on the host, where they are: the optimizer's state
      * is kept there too (docs/offload.md) */
     if (L->offload_param != DT_OFFLOAD_NONE && L->offload_optimizer == DT_OFFLOAD_NONE)
@@ -77,9 +80,9 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
 
 void dt_layout_state_key(const dt_layout *L, size_t nparams, char *out, size_t cap) {
     const dt_config *k = &L->cfg;
-    snprintf(out, cap, "tp %d pp %d cp %d %s %s sync %s every %d staleness %d params %zu | world %d dp %d", L->tp, L->pp,
-             L->cp, k->parallel.dp_mode, k->precision, k->parallel.sync, k->parallel.sync_every, k->parallel.staleness,
-             nparams, L->world, L->dp);
+    snprintf(out, cap, "tp %d pp %d cp %d %s %s sync %s every %d shard %d staleness %d params %zu | world %d dp %d",
+             L->tp, L->pp, L->cp, k->parallel.dp_mode, k->precision, k->parallel.sync, k->parallel.sync_every,
+             k->parallel.dp_shard, k->parallel.staleness, nparams, L->world, L->dp);
 }
 
 /* Pipeline parallelism: the stages (and chunks) each get a block, the schedule suits

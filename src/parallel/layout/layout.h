@@ -34,7 +34,8 @@ typedef struct {
     int world;     /* 0: not known (`dtrain config` without -n); the sizes below then assume dp = 1 */
     int dp, tp, pp, cp, sp, v; /* v: virtual stages (interleaved chunks per pipeline rank) */
     int zero;                  /* ZeRO stage 0..3 */
-    int dp_shard, dp_replicas; /* HSDP: ZeRO within groups of dp_shard data-parallel ranks, dp_replicas of them (1: none) */
+    int dp_shard, dp_replicas; /* HSDP: ZeRO within groups of dp_shard data-parallel ranks, dp_replicas of them (1: none);
+                                * local SGD: replicas of dp_shard ranks each (DDP inside) */
     int micro;                 /* sequences per rank per micro-step */
     int m;                     /* micro-steps per optimizer step on each data-parallel rank (accumulation) */
     int global_batch;          /* sequences per optimizer step */
@@ -77,7 +78,7 @@ static inline int dt_layout_cp_enabled(const dt_layout *L) { return L->cp > 1; }
 static inline int dt_layout_dp_enabled(const dt_layout *L) { return L->dp > 1; }
 /* Ranks ZeRO shards a state over: a shard group's data-parallel ranks, with the context-parallel ones. */
 static inline int dt_layout_shards(const dt_layout *L) { return L->dp_shard * L->cp; }
-static inline int dt_layout_hsdp(const dt_layout *L) { return L->dp_replicas > 1; }
+static inline int dt_layout_hsdp(const dt_layout *L) { return L->dp_replicas > 1 && L->sync == DT_SYNC_EVERY_STEP; }
 /* Gradients are reduced over the data- and context-parallel ranks together. */
 static inline int dt_layout_dp_cp_enabled(const dt_layout *L) { return L->dp * L->cp > 1; }
 static inline int dt_layout_zero_enabled(const dt_layout *L) { return L->zero > 0; }
