@@ -35,6 +35,7 @@ MODEL=(--set model.n_layer=6 --set model.n_embd=384 --set model.n_head=6 --set m
 args_of() {
   case $1 in
     ddp) ;;
+    diloco*h) local h=${1#diloco}; echo "--set parallel.sync=diloco --set parallel.sync_every=${h%h} --set parallel.dp_shard=2" ;;
     diloco*) echo "--set parallel.sync=diloco --set parallel.sync_every=${1#diloco}" ;;
     ps) echo "--set parallel.dp_mode=ps" ;;
     ps-async*) echo "--set parallel.dp_mode=ps-async --set parallel.staleness=${1#ps-async}" ;;

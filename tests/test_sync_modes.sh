@@ -120,7 +120,7 @@ got=$(dp_run psa0 4 --set parallel.dp_mode=ps-async)
 for slow in "" $(full && echo 2:3); do
   name=psa4${slow:+-straggler}
   got=$(DT_TEST_STRAGGLER=$slow dp_run "$name" 4 --set parallel.dp_mode=ps-async --set parallel.staleness=4)
-  python3 - "$TMP/$name.jsonl" "$TMP/ps4.jsonl" "$TMP/$name.out" <<'PY' && pass "ps-async s=4${slow:+ (rank 2 three times slower)}: 20 steps of 4 tasks, staleness within reach, val loss near the central rank's ($got)" || fail "ps-async s=4 $slow: $(tail -3 "$TMP/$name.out")"
+  python3 - "$TMP/$name.jsonl" "$TMP/ps4.jsonl" "$TMP/$name.out" 2>"$TMP/why" <<'PY' && pass "ps-async s=4${slow:+ (rank 2 three times slower)}: 20 steps of 4 tasks, staleness within reach, val loss near the central rank's ($got)" || fail "ps-async s=4 $slow: $(tail -1 "$TMP/why"); $(grep -E 'tasks per worker|staleness mean' "$TMP/$name.out" | tail -2)"
 import json, re, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 p = [json.loads(l) for l in open(sys.argv[2])]
@@ -156,8 +156,31 @@ PY
 fi
 refused "ps-async on one rank" "2 or more data-parallel ranks" 1 --set parallel.dp_mode=ps-async --set parallel.staleness=2
 refused "ps-async with tp" "pure data parallelism" 4 --set parallel.dp_mode=ps-async --set parallel.staleness=2 --set parallel.tp=2
-refused "ps-async with periodic saves" "end of the run only" 2 --set parallel.dp_mode=ps-async --set parallel.staleness=2 \
-  --set checkpoint.every=5 --save "$TMP/x"
+# periodic checkpoints: each ends a run of the server at a global step's boundary; in the
+# fixed order the next s tasks are handed out ahead and their gradients saved (the server's
+# rank state), so a run stopped at step 10 and resumed ends on the straight run's weights
+PSF=(--set parallel.dp_mode=ps-async --set parallel.staleness=3 --set parallel.determinism=bitwise)
+got=$(dp_run psa-fixed-ck 4 "${PSF[@]}" --set checkpoint.every=5 --save "$TMP/psf-all")
+[ -n "$got" ] && [ "$got" = "$fx" ] && pass "ps-async fixed order with a checkpoint every 5 steps: the same weights ($got)" ||
+  fail "ps-async fixed with checkpoints: '$got' vs '$fx'"
+dp_run psf-a 4 "${PSF[@]}" --set checkpoint.every=5 --set train.stop_after=10 --save "$TMP/psf" >/dev/null
+pend=$(python3 -c "
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+print(h['pending_gradients']['shape'][0])" "$TMP/psf/rank_state/step_00000010/rank-00000.safetensors" 2>&1)
+got=$(DT_TEST_STRAGGLER=1:3 dp_run psf-b 4 "${PSF[@]}" --set checkpoint.every=5 --resume "$TMP/psf")
+[ -n "$got" ] && [ "$got" = "$fx" ] && [ "$pend" = 3 ] &&
+  pass "ps-async fixed order stopped at step 10 (3 gradients handed out ahead, saved) and resumed with a straggler: the straight run's weights" ||
+  fail "ps-async fixed resume: '$got' vs '$fx', pending '$pend': $(grep -m1 error "$TMP/psf-b.out")"
+# a failing task or update ends every rank with the error, none waits (under a timeout)
+for point in async_task:9 async_update:9; do
+  DT_TEST_FAIL_AT=$point timeout 60 "${MPI[@]}" -x DT_TEST_FAIL_AT -np 4 "$DTRAIN" train "${DP_RUN[@]}" \
+    --set parallel.dp_mode=ps-async --set parallel.staleness=2 >"$TMP/fail.out" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "test hook DT_TEST_FAIL_AT" "$TMP/fail.out" &&
+    pass "ps-async with $point failing: every rank left (rc $rc): $(grep -m1 'error' "$TMP/fail.out")" ||
+    fail "ps-async $point: rc $rc: $(tail -3 "$TMP/fail.out")"
+done
 if full; then
 PSA3=(--set parallel.dp_mode=ps-async --set parallel.staleness=2 --set train.global_batch=12)
 dp_run psa-a 3 "${PSA3[@]}" --set train.stop_after=10 --save "$TMP/psa" >/dev/null

@@ -32,14 +32,27 @@ dt_status dt_rank_state_save(const char *dir, long long step, int rank, const ch
     return st_write(path, t, n, keys, vals, 1);
 }
 
-dt_status dt_rank_state_open_from(const char *step_dir, long long step, int from, st_file *f, const char **layout) {
-    char dir[1024], d[1100], path[1200];
+/* The rank-state directory of the checkpoint that step_dir (DIR/step_N[.vK]) belongs to. */
+static void files_of(const char *step_dir, long long step, char *out, size_t cap) {
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s", step_dir);
     for (size_t k = strlen(dir); k > 1 && dir[k - 1] == '/'; k--) dir[k - 1] = 0; /* "ckpt/step_N/" */
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
-    step_dir_of(dir, step, d, sizeof d);
+    step_dir_of(dir, step, out, cap);
+}
+
+int dt_rank_state_present(const char *step_dir, long long step) {
+    char d[1100];
+    struct stat sb;
+    files_of(step_dir, step, d, sizeof d);
+    return stat(d, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+dt_status dt_rank_state_open_from(const char *step_dir, long long step, int from, st_file *f, const char **layout) {
+    char d[1100], path[1200];
+    files_of(step_dir, step, d, sizeof d);
     snprintf(path, sizeof path, "%s/rank-%05d.safetensors", d, from);
     struct stat sb;
     if (stat(path, &sb) != 0)

@@ -25,6 +25,9 @@ dt_status dt_rank_state_open(const char *step_dir, long long step, int rank, con
  * metadata): a mode that can take another rank's state (local SGD at a synchronisation,
  * onto fewer or more replicas). */
 dt_status dt_rank_state_open_from(const char *step_dir, long long step, int from, st_file *f, const char **layout);
+/* Whether the checkpoint of step_dir has rank state for the step at all (a mode that can
+ * start afresh reads a checkpoint of another mode as any). */
+int dt_rank_state_present(const char *step_dir, long long step);
 /* Reads tensor `name` of n fp32 values into dst (its size checked, NaN/Inf refused); _f64:
  * of n fp64 values. */
 dt_status dt_rank_state_read(st_file *f, const char *name, float *dst, size_t n);

@@ -28,6 +28,7 @@ struct dt_par {
     dt_comm *own;         /* a group this handle made for the engine: of one (local SGD without cp), a shard group (HSDP) */
     dt_comm *replicas;    /* HSDP: this rank's peers in the other shard groups */
     dt_local_sgd *outer;  /* local SGD / DiLoCo: the replicas' synchronisation (NULL: every step) */
+    dt_par_rank_state extra; /* a mode's per-rank state outside the engine (dt_par_set_rank_state) */
     gpt_model model;
     dt_dp *dpe;
     dt_dcomm *dcomm;   /* comm.backend nccl: the data group's device collectives */
@@ -212,7 +213,9 @@ static void rank_state_layout(const dt_par *h, char *out, size_t cap) {
     dt_layout_state_key(h->L, h->model.nparams, out, cap);
 }
 
-static int has_rank_state(const dt_par *h) { return h->outer || dt_dp_has_rank_state(h->dpe); }
+static int has_rank_state(const dt_par *h) { return h->outer || h->extra.save || dt_dp_has_rank_state(h->dpe); }
+
+void dt_par_set_rank_state(dt_par *h, const dt_par_rank_state *rs) { h->extra = *rs; }
 
 dt_status dt_par_load(dt_par *h, const char *step_dir, long long step) {
     DT_TRY(dt_dp_load(h->dpe, step_dir, step));
@@ -220,8 +223,9 @@ dt_status dt_par_load(dt_par *h, const char *step_dir, long long step) {
     char layout[256];
     rank_state_layout(h, layout, sizeof layout);
     int rank = dt_comm_rank(h->world);
-    dt_status s = h->outer ? dt_local_sgd_load(h->outer, step_dir, step, rank, layout)
-                           : dt_dp_load_rank_state(h->dpe, step_dir, rank, layout);
+    dt_status s = h->outer        ? dt_local_sgd_load(h->outer, step_dir, step, rank, layout)
+                  : h->extra.load ? h->extra.load(h->extra.ctx, step_dir, step, rank, layout)
+                                  : dt_dp_load_rank_state(h->dpe, step_dir, rank, layout);
     return dt_comm_agree(h->world, s, NULL);
 }
 
@@ -353,8 +357,9 @@ dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, cons
         int rank = dt_comm_rank(h->world);
         if (rank == 0) dt_rank_state_clear(dir, st->step); /* an earlier save's files of this step */
         DT_TRY(dt_comm_agree(h->world, DT_OK, NULL));
-        dt_status s = h->outer ? dt_local_sgd_save(h->outer, dir, st->step, rank, layout)
-                               : dt_dp_save_rank_state(h->dpe, dir, rank, layout);
+        dt_status s = h->outer        ? dt_local_sgd_save(h->outer, dir, st->step, rank, layout)
+                      : h->extra.save ? h->extra.save(h->extra.ctx, dir, st->step, rank, layout)
+                                      : dt_dp_save_rank_state(h->dpe, dir, rank, layout);
         DT_TRY(dt_comm_agree(h->world, s, NULL));
     }
     dt_status s = dt_ckpt_save_distributed(&h->ckpt, dir, st, config_json, shard_mb);

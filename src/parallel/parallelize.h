@@ -37,6 +37,16 @@ void dt_par_destroy(dt_par *h, int failed);
 dt_status dt_par_init_weights(dt_par *h, uint64_t seed, const char *init_from);
 /* Weights, optimizer state and step count from a checkpoint step directory. */
 dt_status dt_par_load(dt_par *h, const char *step_dir, long long step);
+/* The per-rank state of a mode that runs outside the engine (the asynchronous parameter
+ * server's gradients handed out ahead of a checkpoint, train/async_ps.h): written by every
+ * rank with each checkpoint before it commits, and read by dt_par_load, as the engine's
+ * own (ckpt/rank_state.h). Set before dt_par_load. */
+typedef struct {
+    dt_status (*save)(void *ctx, const char *dir, long long step, int rank, const char *layout);
+    dt_status (*load)(void *ctx, const char *step_dir, long long step, int rank, const char *layout);
+    void *ctx;
+} dt_par_rank_state;
+void dt_par_set_rank_state(dt_par *h, const dt_par_rank_state *rs);
 
 /* One optimizer step `step` (0-based: the learning rate's schedule position) over the
  * layout's m micro-batches of this rank; loss_tokens: the global batch's targets in the

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ckpt/ckpt_dir.h"
+#include "../ckpt/rank_state.h"
 #include "../core/timer.h"
 #include "../launch/heartbeat.h"
 
@@ -21,22 +23,35 @@ typedef struct {
     long long tasks; /* applied */
 } worker;
 
-typedef struct {
-    const dt_async_opts *o;
+struct dt_async_ps {
+    dt_async_opts o;
     int N;
     size_t n;
-    float *w;         /* the weights sent with a task */
-    worker *wk;       /* wk[r], r = 1 .. N-1 */
-    long long next, total, applied; /* tasks: the next to hand out, the end, the updates done */
-    long long version;
+    float *w;     /* the weights sent with a task (a worker: received) */
+    worker *wk;   /* wk[r], r = 1 .. N-1 */
+    int broken;   /* the exchange broke with receives posted into wk: kept, never freed */
+    long long next; /* the server's next task to hand out: past the updates by the tasks handed out ahead */
     /* fixed order: gradients that arrived before their turn, task t in slot t mod (s + 1) */
+    int slots;
     float **early;
     long long *early_task; /* the task a slot holds, -1: empty */
     double (*early_hdr)[H_N];
-    int failed;   /* a rank failed (a worker's notice, or the server's own error): no new tasks, wind down */
+};
+
+/* One run of the server (dt_async_ps_run). Updates count from the run's start (every
+ * update is one task's gradient: after `applied` updates, task `applied` is due). */
+typedef struct {
+    dt_async_ps *P;
+    const dt_async_opts *o;
+    int N;
+    size_t n;
+    long long total;     /* tasks are handed out below this */
+    long long apply_end; /* the run stops after this many updates */
+    long long applied;
+    int failed;    /* a rank failed (a worker's notice, or the server's own error): no new tasks, wind down */
     dt_status err; /* the server's own first error */
     /* the global step being reported */
-    double loss, ltok, norm, lr, stale_sum, t0, tokens, all_tokens;
+    double loss, ltok, stale_sum, t0, all_tokens;
     int stale_max, in_step;
 } server;
 
@@ -45,32 +60,35 @@ typedef struct {
 static void wind_down(server *S, dt_status own) {
     if (own != DT_OK && S->err == DT_OK) S->err = own;
     S->failed = 1;
-    S->total = S->next;
+    S->total = S->P->next;
 }
 
 static dt_status post(server *S, int r) {
-    return dt_irecv(S->o->comm, S->wk[r].hdr, H_N, DT_F64, r, TAG_ASK, &S->wk[r].req);
+    return dt_irecv(S->o->comm, S->P->wk[r].hdr, H_N, DT_F64, r, TAG_ASK, &S->P->wk[r].req);
 }
 
 /* Whether worker r may take a task now: the server is at most s updates past the weights
- * of every other task in progress. */
+ * of every other task in progress (fixed order: task t exactly at update t - s). */
 static int may_start(const server *S, int r) {
-    if (S->o->fixed) return S->next - S->o->first * S->N <= S->version + S->o->staleness;
-    for (int q = 1; q < S->N; q++)
-        if (q != r && S->wk[q].task >= 0 && S->version - S->wk[q].ver > S->o->staleness) return 0;
+    if (S->o->fixed) return S->P->next <= S->applied + S->o->staleness;
+    for (int q = 1; q < S->N; q++) {
+        const worker *w = &S->P->wk[q];
+        if (q != r && w->task >= 0 && S->applied - w->ver > S->o->staleness) return 0;
+    }
     return 1;
 }
 
 static dt_status answer(server *S, int r) {
-    worker *w = &S->wk[r];
-    double msg[2] = {-1.0, (double)S->version};
-    if (S->next < S->total) {
-        dt_status g = dt_par_get_weights(S->o->par, S->w);
+    dt_async_ps *P = S->P;
+    worker *w = &P->wk[r];
+    double msg[2] = {-1.0, (double)S->applied};
+    if (P->next < S->total) {
+        dt_status g = dt_par_get_weights(S->o->par, P->w);
         if (g != DT_OK) wind_down(S, g);
     }
-    if (S->next < S->total) {
-        w->task = S->next++;
-        w->ver = S->version;
+    if (P->next < S->total) {
+        w->task = P->next++;
+        w->ver = S->applied;
         msg[0] = (double)w->task;
     } else {
         w->done = 1;
@@ -78,7 +96,7 @@ static dt_status answer(server *S, int r) {
     w->waiting = 0;
     DT_TRY(dt_send(S->o->comm, msg, 2, DT_F64, r, TAG_TASK));
     if (w->done) return DT_OK;
-    DT_TRY(dt_send(S->o->comm, S->w, S->n, DT_F32, r, TAG_WEIGHTS));
+    DT_TRY(dt_send(S->o->comm, P->w, S->n, DT_F32, r, TAG_WEIGHTS));
     return post(S, r);
 }
 
@@ -87,16 +105,15 @@ static dt_status answer(server *S, int r) {
 static dt_status update(server *S, const double *hdr, long long ver) {
     const dt_async_opts *o = S->o;
     long long k = (long long)hdr[H_TASK];
+    if (dt_ckpt_test_fail("async_update", S->applied))
+        return dt_fail(DT_ERUNTIME, "update %lld failed (test hook DT_TEST_FAIL_AT)", S->applied);
     double lr = dt_par_lr_at(o->par, k / S->N), norm;
     DT_TRY(dt_par_apply(o->par, lr, &norm));
-    int stale = (int)(S->version - ver);
-    S->version++;
+    int stale = (int)(S->applied - ver);
     S->applied++;
     dt_heartbeat(S->applied, 0);
     S->loss += hdr[H_LOSS];
     S->ltok += hdr[H_TOKENS];
-    S->norm = norm;
-    S->lr = lr;
     S->stale_sum += stale;
     S->stale_max = stale > S->stale_max ? stale : S->stale_max;
     S->in_step++;
@@ -117,7 +134,8 @@ static dt_status update(server *S, const double *hdr, long long ver) {
  * turn (the updates so far are exactly the tasks before it) and until the task s after it
  * has been handed out (so that one got the weights of exactly this turn). */
 static dt_status arrive(server *S, int r) {
-    worker *w = &S->wk[r];
+    dt_async_ps *P = S->P;
+    worker *w = &P->wk[r];
     const dt_async_opts *o = S->o;
     long long k = (long long)w->hdr[H_TASK];
     w->task = -1;
@@ -133,62 +151,71 @@ static dt_status arrive(server *S, int r) {
         if (u != DT_OK) wind_down(S, u);
         return DT_OK;
     }
-    int slot = (int)(k % (o->staleness + 1));
-    DT_TRY(dt_recv(o->comm, S->early[slot], S->n, DT_F32, r, TAG_GRAD));
-    S->early_task[slot] = k;
-    memcpy(S->early_hdr[slot], w->hdr, sizeof w->hdr);
-    S->early_hdr[slot][H_VERSION] = (double)w->ver;
+    int slot = (int)(k % P->slots);
+    DT_TRY(dt_recv(o->comm, P->early[slot], S->n, DT_F32, r, TAG_GRAD));
+    P->early_task[slot] = k;
+    memcpy(P->early_hdr[slot], w->hdr, sizeof w->hdr);
+    P->early_hdr[slot][H_VERSION] = (double)w->ver;
     return DT_OK;
 }
 
-/* The fixed order's updates that are due. */
+/* The fixed order's updates that are due, up to the run's end. */
 static dt_status drain(server *S) {
+    dt_async_ps *P = S->P;
     const dt_async_opts *o = S->o;
-    long long base = o->first * S->N;
-    while (o->fixed && !S->failed) {
-        long long t = base + S->version; /* the task whose turn it is */
-        int slot = (int)(t % (o->staleness + 1));
-        if (S->early_task[slot] != t) return DT_OK;                             /* not here yet */
-        if (S->next < S->total && S->next <= t + o->staleness) return DT_OK; /* t + s not handed out yet */
-        memcpy(dt_par_grad_buffer(o->par), S->early[slot], S->n * sizeof(float));
-        S->early_task[slot] = -1;
-        dt_status u = update(S, S->early_hdr[slot], (long long)S->early_hdr[slot][H_VERSION]);
+    while (o->fixed && !S->failed && S->applied < S->apply_end) {
+        long long t = S->applied; /* the task whose turn it is */
+        int slot = (int)(t % P->slots);
+        if (P->early_task[slot] != t) return DT_OK;                             /* not here yet */
+        if (P->next < S->total && P->next <= t + o->staleness) return DT_OK; /* t + s not handed out yet */
+        memcpy(dt_par_grad_buffer(o->par), P->early[slot], S->n * sizeof(float));
+        P->early_task[slot] = -1;
+        dt_status u = update(S, P->early_hdr[slot], (long long)P->early_hdr[slot][H_VERSION]);
         if (u != DT_OK) wind_down(S, u);
     }
     return DT_OK;
 }
 
-static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens) {
-    server S = {.o = o, .N = dt_comm_size(o->comm), .n = dt_par_nparams(o->par)};
-    S.next = S.applied = o->first * S.N;
-    S.total = o->stop * S.N;
-    S.w = malloc(S.n * sizeof(float) + 1);
-    S.wk = calloc((size_t)S.N, sizeof *S.wk);
-    int slots = o->fixed ? o->staleness + 1 : 0;
-    S.early = calloc((size_t)slots + 1, sizeof *S.early);
-    S.early_task = calloc((size_t)slots + 1, sizeof *S.early_task);
-    S.early_hdr = calloc((size_t)slots + 1, sizeof *S.early_hdr);
-    dt_status s = S.w && S.wk && S.early && S.early_task && S.early_hdr
-                      ? DT_OK
-                      : dt_fail(DT_ERUNTIME, "out of memory (parameter server)");
-    for (int i = 0; s == DT_OK && i < slots; i++) {
-        S.early_task[i] = -1;
-        if (!(S.early[i] = malloc(S.n * sizeof(float) + 1)))
-            s = dt_fail(DT_ERUNTIME, "out of memory (parameter server: gradients waiting their turn)");
+/* Where a run that must stop now (a signal) ends: the next global step's boundary; in the
+ * fixed order, the first one no task handed out lies s or more past. */
+static void stop_early(server *S) {
+    long long N = S->N, s = S->o->staleness, next = S->P->next;
+    if (!S->o->fixed) {
+        S->total = S->apply_end = (next + N - 1) / N * N;
+        return;
     }
+    long long from = next - s > S->applied ? next - s : S->applied;
+    long long end = (from + N - 1) / N * N, hand = end + s;
+    if (end < S->apply_end) {
+        S->apply_end = end;
+        S->total = hand < S->total ? hand : S->total;
+    }
+}
+
+static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *steps, double *tokens) {
+    const dt_async_opts *o = &P->o;
+    server S = {.P = P, .o = o, .N = P->N, .n = P->n};
+    S.applied = at * S.N;
+    S.apply_end = stop * S.N;
+    if (P->next < S.applied) P->next = S.applied; /* none handed out ahead (a fresh start) */
+    long long ahead = o->fixed ? stop * S.N + o->staleness : stop * S.N, last = o->last * S.N;
+    S.total = ahead < last ? ahead : last;
+    dt_status s = DT_OK;
     for (int r = 1; s == DT_OK && r < S.N; r++) {
-        S.wk[r].task = -1;
+        P->wk[r] = (worker){.task = -1, .tasks = P->wk[r].tasks};
         s = post(&S, r);
     }
     S.t0 = dt_now();
     dt_par_set_updates(o->par, S.applied); /* N updates per global step before this run's first */
-    int alive = S.N - 1;
+    int alive = S.N - 1, stopped = 0;
     while (s == DT_OK && alive > 0) {
         int progress = 0;
-        if (S.next < S.total && o->stopping && o->stopping(o->ctx)) /* finish the global step under way */
-            S.total = (S.next + S.N - 1) / S.N * S.N;
+        if (!stopped && P->next < S.total && o->stopping && o->stopping(o->ctx)) { /* finish the step under way */
+            stop_early(&S);
+            stopped = 1;
+        }
         for (int r = 1; s == DT_OK && r < S.N; r++) {
-            worker *w = &S.wk[r];
+            worker *w = &P->wk[r];
             if (!w->req) continue;
             int done = 0;
             s = dt_test(w->req, &done);
@@ -201,8 +228,8 @@ static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens)
         }
         if (s == DT_OK) s = drain(&S);
         for (int r = 1; s == DT_OK && r < S.N; r++) {
-            worker *w = &S.wk[r];
-            if (!w->waiting || (S.next < S.total && !may_start(&S, r))) continue;
+            worker *w = &P->wk[r];
+            if (!w->waiting || (P->next < S.total && !may_start(&S, r))) continue;
             s = answer(&S, r);
             if (w->done) alive--;
             progress = 1;
@@ -210,32 +237,33 @@ static dt_status serve(const dt_async_opts *o, long long *steps, double *tokens)
         }
         if (!progress) sched_yield();
     }
-    if (s != DT_OK) /* the exchange itself broke: receives may still be posted into wk, so nothing is freed */
+    if (s == DT_OK) s = drain(&S);
+    if (s != DT_OK) { /* the exchange itself broke */
+        P->broken = 1;
         return s;
+    }
     s = S.err;
-    *steps = (S.applied - o->first * S.N) / S.N;
+    if (s == DT_OK && !S.failed && S.applied != S.apply_end)
+        s = dt_fail(DT_ERUNTIME, "parameter server: %lld updates at the end, %lld expected", S.applied, S.apply_end);
+    *steps = (S.applied - at * S.N) / S.N;
     *tokens = S.all_tokens;
-    if (s == DT_OK && !S.failed && S.wk) { /* who did what: a slow worker takes fewer tasks */
-        printf("async: %lld updates; tasks per worker (rank 1..%d):", S.applied - o->first * S.N, S.N - 1);
-        for (int r = 1; r < S.N; r++) printf(" %lld", S.wk[r].tasks);
+    if (s == DT_OK && !S.failed && stop == o->last) { /* who did what: a slow worker takes fewer tasks */
+        long long all = 0;
+        for (int r = 1; r < S.N; r++) all += P->wk[r].tasks;
+        printf("async: %lld updates; tasks per worker (rank 1..%d):", all, S.N - 1);
+        for (int r = 1; r < S.N; r++) printf(" %lld", P->wk[r].tasks);
         printf("\n");
         fflush(stdout);
     }
-    for (int i = 0; S.early && i < slots; i++) free(S.early[i]);
-    free(S.early);
-    free(S.early_task);
-    free(S.early_hdr);
-    free(S.w);
-    free(S.wk);
     return s;
 }
 
-static dt_status work(const dt_async_opts *o, long long *steps) {
+static dt_status work(dt_async_ps *P) {
+    const dt_async_opts *o = &P->o;
     dt_comm *c = o->comm;
-    int N = dt_comm_size(c);
-    size_t n = dt_par_nparams(o->par);
-    float *w = malloc(n * sizeof(float) + 1);
-    if (!w) return dt_fail(DT_ERUNTIME, "out of memory (parameter server worker)");
+    int N = P->N;
+    size_t n = P->n;
+    float *w = P->w;
     double hdr[H_N] = {0, 0, -1.0, 0}, msg[2];
     dt_status s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
     while (s == DT_OK) {
@@ -250,6 +278,8 @@ static dt_status work(const dt_async_opts *o, long long *steps) {
             o->seek(o->ctx, k / N);
             own = dt_par_task_gradients(o->par, o->fill, o->ctx, (int)(k % N), &hdr[H_LOSS], &tokens);
         }
+        if (own == DT_OK && dt_ckpt_test_fail("async_task", k))
+            own = dt_fail(DT_ERUNTIME, "task %lld failed on rank %d (test hook DT_TEST_FAIL_AT)", k, dt_comm_rank(c));
         if (own != DT_OK) { /* told to the server, which stops handing out tasks: no rank waits for ever */
             double notice[H_N] = {0, 0, -2.0, 0};
             if (dt_send(c, notice, H_N, DT_F64, 0, TAG_ASK) == DT_OK) (void)dt_recv(c, msg, 2, DT_F64, 0, TAG_TASK);
@@ -263,33 +293,125 @@ static dt_status work(const dt_async_opts *o, long long *steps) {
         if (s == DT_OK) s = dt_send(c, dt_par_grad_buffer(o->par), n, DT_F32, 0, TAG_GRAD);
         dt_heartbeat(k / N, dt_comm_rank(c));
     }
-    free(w);
-    *steps = 0;
     return s;
 }
 
-dt_status dt_async_ps_run(const dt_async_opts *o, long long *steps, double *seconds, double *tokens) {
+dt_status dt_async_ps_create(dt_async_ps **out, const dt_async_opts *o) {
+    dt_async_ps *P = calloc(1, sizeof *P);
+    *out = P;
+    dt_status s = P ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (parameter server)");
+    if (s == DT_OK) {
+        P->o = *o;
+        P->N = dt_comm_size(o->comm);
+        P->n = dt_par_nparams(o->par);
+        P->slots = o->fixed && dt_comm_rank(o->comm) == 0 ? o->staleness + 1 : 0;
+        P->w = malloc(P->n * sizeof(float) + 1);
+        P->wk = calloc((size_t)P->N, sizeof *P->wk);
+        P->early = calloc((size_t)P->slots + 1, sizeof *P->early);
+        P->early_task = calloc((size_t)P->slots + 1, sizeof *P->early_task);
+        P->early_hdr = calloc((size_t)P->slots + 1, sizeof *P->early_hdr);
+        if (!P->w || !P->wk || !P->early || !P->early_task || !P->early_hdr)
+            s = dt_fail(DT_ERUNTIME, "out of memory (parameter server)");
+    }
+    for (int i = 0; s == DT_OK && i < P->slots; i++) {
+        P->early_task[i] = -1;
+        if (!(P->early[i] = malloc(P->n * sizeof(float) + 1)))
+            s = dt_fail(DT_ERUNTIME, "out of memory (parameter server: gradients waiting their turn)");
+    }
+    return dt_comm_agree(o->comm, s, NULL);
+}
+
+void dt_async_ps_free(dt_async_ps *P) {
+    if (!P) return;
+    for (int i = 0; P->early && i < P->slots; i++) free(P->early[i]);
+    free(P->early);
+    free(P->early_task);
+    free(P->early_hdr);
+    free(P->w);
+    if (!P->broken) free(P->wk);
+    free(P);
+}
+
+/* The tasks handed out ahead of update u (fixed order, at a run's end): u .. next - 1. */
+static int pending(const dt_async_ps *P, long long u) { return P->slots && P->next > u ? (int)(P->next - u) : 0; }
+
+dt_status dt_async_ps_save(dt_async_ps *P, const char *dir, long long step, int rank, const char *layout) {
+    if (rank != 0) return DT_OK;
+    long long u = step * P->N;
+    int k = pending(P, u);
+    double count = (double)k, hdr[(size_t)k * H_N + 1];
+    float *g = malloc((size_t)k * P->n * sizeof(float) + 1);
+    if (!g) return dt_fail(DT_ERUNTIME, "out of memory (saving the parameter server's gradients)");
+    dt_status s = DT_OK;
+    for (int i = 0; s == DT_OK && i < k; i++) { /* in task order */
+        int slot = (int)((u + i) % P->slots);
+        if (P->early_task[slot] != u + i)
+            s = dt_fail(DT_ERUNTIME, "parameter server: task %lld's gradient missing at the save", u + i);
+        else {
+            memcpy(g + (size_t)i * P->n, P->early[slot], P->n * sizeof(float));
+            memcpy(hdr + (size_t)i * H_N, P->early_hdr[slot], sizeof P->early_hdr[slot]);
+        }
+    }
+    st_tensor_ref t[] = {{"pending_count", ST_F64, 1, {1}, &count},
+                         {"pending_headers", ST_F64, 2, {k, H_N}, hdr},
+                         {"pending_gradients", ST_F32, 2, {k, (int64_t)P->n}, g}};
+    if (s == DT_OK) s = dt_rank_state_save(dir, step, rank, layout, t, k > 0 ? 3 : 1);
+    free(g);
+    return s;
+}
+
+dt_status dt_async_ps_load(dt_async_ps *P, const char *step_dir, long long step, int rank, const char *layout) {
+    long long u = step * P->N;
+    P->next = u;
+    for (int i = 0; i < P->slots; i++) P->early_task[i] = -1;
+    if (rank != 0 || !dt_rank_state_present(step_dir, step)) return DT_OK; /* another mode's checkpoint: none */
+    st_file f = {0};
+    DT_TRY(dt_rank_state_open(step_dir, step, rank, layout, &f));
+    double count = 0.0;
+    dt_status s = dt_rank_state_read_f64(&f, "pending_count", &count, 1);
+    int k = (int)count;
+    if (s == DT_OK && (count != (double)k || k < 0 || k > P->o.staleness || (k > 0 && !P->slots)))
+        s = dt_fail(DT_EINPUT, "%s: pending_count %g is not 0 .. parallel.staleness %d", f.path, count,
+                    P->slots ? P->o.staleness : 0);
+    double hdr[(size_t)(k > 0 ? k : 0) * H_N + 1];
+    float *g = s == DT_OK ? malloc((size_t)k * P->n * sizeof(float) + 1) : NULL;
+    if (s == DT_OK && !g) s = dt_fail(DT_ERUNTIME, "out of memory (the parameter server's gradients)");
+    if (s == DT_OK && k > 0) s = dt_rank_state_read_f64(&f, "pending_headers", hdr, (size_t)k * H_N);
+    if (s == DT_OK && k > 0) s = dt_rank_state_read(&f, "pending_gradients", g, (size_t)k * P->n);
+    for (int i = 0; s == DT_OK && i < k; i++) {
+        int slot = (int)((u + i) % P->slots);
+        if ((long long)hdr[(size_t)i * H_N + H_TASK] != u + i) {
+            s = dt_fail(DT_EINPUT, "%s: pending gradient %d is task %g, not %lld", f.path, i,
+                        hdr[(size_t)i * H_N + H_TASK], u + i);
+            break;
+        }
+        memcpy(P->early_hdr[slot], hdr + (size_t)i * H_N, sizeof P->early_hdr[slot]);
+        memcpy(P->early[slot], g + (size_t)i * P->n, P->n * sizeof(float));
+        P->early_task[slot] = u + i;
+    }
+    free(g);
+    if (s == DT_OK) P->next = u + k;
+    st_close(&f);
+    return s;
+}
+
+dt_status dt_async_ps_run(dt_async_ps *P, long long at, long long stop, long long *steps, double *seconds,
+                          double *tokens) {
+    const dt_async_opts *o = &P->o;
     double t0 = dt_now();
     *tokens = 0.0;
-    dt_status s = dt_comm_rank(o->comm) == 0 ? serve(o, steps, tokens) : work(o, steps);
+    *steps = 0;
+    dt_status s = dt_comm_rank(o->comm) == 0 ? serve(P, at, stop, steps, tokens) : work(P);
     DT_TRY(dt_comm_agree(o->comm, s, NULL));
     double done = (double)*steps;
     DT_TRY(dt_bcast(o->comm, &done, 1, DT_F64, 0));
     *steps = (long long)done;
     /* every rank ends with the server's weights, its loader at the last step's batch */
-    size_t n = dt_par_nparams(o->par);
-    float *w = malloc(n * sizeof(float) + 1);
-    s = w ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (the final weights)");
-    if (s == DT_OK && dt_comm_rank(o->comm) == 0) s = dt_par_get_weights(o->par, w);
-    s = dt_comm_agree(o->comm, s, NULL);
-    if (s != DT_OK) {
-        free(w);
-        return s;
-    }
-    s = dt_bcast(o->comm, w, n, DT_F32, 0);
-    if (s == DT_OK && dt_comm_rank(o->comm) != 0) s = dt_par_set_weights(o->par, w);
-    free(w);
-    if (*steps > 0) o->seek(o->ctx, o->first + *steps - 1);
+    s = dt_comm_rank(o->comm) == 0 ? dt_par_get_weights(o->par, P->w) : DT_OK;
+    DT_TRY(dt_comm_agree(o->comm, s, NULL));
+    s = dt_bcast(o->comm, P->w, P->n, DT_F32, 0);
+    if (s == DT_OK && dt_comm_rank(o->comm) != 0) s = dt_par_set_weights(o->par, P->w);
+    if (*steps > 0) o->seek(o->ctx, at + *steps - 1);
     *seconds = dt_now() - t0;
     return dt_comm_agree(o->comm, s, NULL);
 }

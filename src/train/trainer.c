@@ -65,6 +65,7 @@ typedef struct {
     const char *peak_source;
     long long async_at; /* dp_mode ps-async: the global step whose batch the loader holds */
     double async_loss;  /* and the last step's training loss the server reported */
+    dt_async_ps *aps;   /* its server and workers */
 } trainer;
 
 static dt_status choose_ops(const dt_layout *L, const dt_ops **ops) {
@@ -238,8 +239,10 @@ static dt_status measure_peak(trainer *t) {
 }
 
 /* Model, engine and weights (the engine's collectives run only after all ranks agreed). */
+static dt_status setup_async(trainer *t);
 static dt_status setup_model(trainer *t, const dt_config *c) {
     DT_TRY(dt_parallelize(&t->par, &t->L, t->world, t->ops));
+    DT_TRY(setup_async(t));
     if (c->checkpoint.resume[0]) { /* the trainer state was read in setup_local */
         DT_TRY(dt_par_load(t->par, t->resume_dir, t->st.step));
         DT_TRY(dt_loader_seek(&t->loader, t->st.data_epoch, (size_t)t->st.data_pos));
@@ -255,6 +258,7 @@ static void teardown(trainer *t) {
     dt_tokenizer_free(t->tok);
     free(t->mem_all);
     free(t->config_json);
+    dt_async_ps_free(t->aps);
     dt_par_destroy(t->par, t->failed);
     dt_loader_free(&t->loader);
     dt_tokenfile_free(&t->train_tokens);
@@ -493,20 +497,60 @@ static int async_stopping(void *ctx) {
 }
 
 /* Steps first .. stop under the parameter server; the loss and time for the summary. */
-static dt_status run_async(trainer *t, long long stop, double *loss, double *seconds, double *tokens, long long *steps) {
+static dt_status async_save(void *ctx, const char *dir, long long step, int rank, const char *layout) {
+    return dt_async_ps_save(((trainer *)ctx)->aps, dir, step, rank, layout);
+}
+static dt_status async_load(void *ctx, const char *step_dir, long long step, int rank, const char *layout) {
+    return dt_async_ps_load(((trainer *)ctx)->aps, step_dir, step, rank, layout);
+}
+
+/* Before a resume's load: the server's state is part of the checkpoint. */
+static dt_status setup_async(trainer *t) {
+    if (!dt_layout_ps_async(&t->L)) return DT_OK;
+    dt_async_opts o = {t->par,      t->world, t->cfg->train.steps, t->cfg->parallel.staleness, dt_layout_async_fixed_order(&t->L),
+                       fill_train,  t,        async_seek, t->rank0 ? async_report : NULL, async_stopping};
+    DT_TRY(dt_async_ps_create(&t->aps, &o));
+    dt_par_set_rank_state(t->par, &(dt_par_rank_state){async_save, async_load, t});
+    return DT_OK;
+}
+
+/* The next step after `at` that is a multiple of `every` (none: stop). */
+static long long next_multiple(long long at, int every, long long stop) {
+    long long m = every > 0 ? (at / every + 1) * every : stop;
+    return m < stop ? m : stop;
+}
+
+/* Steps first .. stop under the parameter server, in runs that end where a validation or
+ * a checkpoint is due; the loss and time for the summary. */
+static dt_status run_async(trainer *t, long long stop, double *loss, double *seconds, double *tokens, long long *steps,
+                           int *sig) {
+    const dt_config *c = t->cfg;
     t->async_at = t->st.step - 1;
-    dt_async_opts o = {t->par,      t->world,   t->st.step, stop, t->cfg->parallel.staleness, dt_layout_async_fixed_order(&t->L),
-                       fill_train,  t,          async_seek, t->rank0 ? async_report : NULL, async_stopping};
-    DT_TRY(dt_async_ps_run(&o, steps, seconds, tokens));
-    t->st.step += *steps;
-    *loss = t->async_loss; /* rank 0's (the summary's) */
-    if (t->val_path[0]) { /* the final weights' validation (every rank has them) */
-        double vl;
-        DT_TRY(validate(t, &vl));
-        if (t->rank0) {
-            dt_metrics_val(&t->metrics, t->st.step, vl);
-            dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
+    *seconds = *tokens = 0.0;
+    *steps = 0;
+    while (t->st.step < stop) {
+        long long at = t->st.step, end = stop, n;
+        if (t->val_path[0]) end = next_multiple(at, c->train.val_every, end);
+        if (c->checkpoint.dir[0]) end = next_multiple(at, c->checkpoint.every, end);
+        double sec, tok;
+        DT_TRY(dt_async_ps_run(t->aps, at, end, &n, &sec, &tok));
+        t->st.step += n;
+        *steps += n;
+        *seconds += sec;
+        *tokens += tok;
+        *loss = t->async_loss; /* rank 0's (the summary's) */
+        int last = t->st.step == stop || t->st.step < end;
+        if (t->val_path[0] && ((c->train.val_every > 0 && t->st.step % c->train.val_every == 0) || last)) {
+            double vl; /* every rank has the server's weights */
+            DT_TRY(validate(t, &vl));
+            if (t->rank0) {
+                dt_metrics_val(&t->metrics, t->st.step, vl);
+                dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
+            }
         }
+        DT_TRY(stop_requested(t, sig));
+        if (*sig || last) break;
+        if (c->checkpoint.dir[0] && c->checkpoint.every > 0 && t->st.step % c->checkpoint.every == 0) DT_TRY(save(t));
     }
     return DT_OK;
 }
@@ -521,10 +565,7 @@ static dt_status run(trainer *t) {
     double tokens_per_step = (double)t->L.global_batch * t->L.T, real_total = 0.0; /* positions; data tokens */
     long long stop = c->train.stop_after > 0 && first + c->train.stop_after < steps ? first + c->train.stop_after : steps;
     int sig = 0;
-    if (dt_layout_ps_async(&t->L)) {
-        DT_TRY(run_async(t, stop, &loss, &train_time, &real_total, &timed_steps));
-        DT_TRY(stop_requested(t, &sig));
-    }
+    if (dt_layout_ps_async(&t->L)) DT_TRY(run_async(t, stop, &loss, &train_time, &real_total, &timed_steps, &sig));
     while (!dt_layout_ps_async(&t->L) && t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[DT_OFFLOAD_IO_N], io1[DT_OFFLOAD_IO_N];
         dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};

@@ -45,9 +45,6 @@ static dt_status check_ps_async(const dt_layout *L) {
         return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async runs on the CPU backend in fp32 so far");
     if (!strcmp(c->data.layout, "budget"))
         return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async: data.layout budget is not carried");
-    if (c->checkpoint.every > 0)
-        return dt_fail(DT_EINPUT, "parallel.dp_mode ps-async saves at the end of the run only (checkpoint.every %d)",
-                       c->checkpoint.every);
     return DT_OK;
 }
 
