@@ -149,7 +149,8 @@ static const key_desc KEYS[] = {
     FLT("parallel.bucket_mb", parallel.bucket_mb, 0, 1e6, "25", "DDP gradient bucket size in MiB"),
     INT("parallel.dp_shard", parallel.dp_shard, 0, 1e6, "0",
         "hybrid sharding (HSDP): ZeRO shards the state within groups of this many consecutive data-parallel ranks "
-        "(usually a node's) and the groups are replicas, their gradients all-reduced across (0: one group of all)"),
+        "(usually a node's) and the groups are replicas, their gradients all-reduced across (0: one group of all); "
+        "with parallel.sync local_sgd or diloco: the ranks of one replica, DDP inside (0: 1)"),
     ENUM("parallel.sync", parallel.sync, "every_step|local_sgd|diloco", "every_step",
          "how the data-parallel replicas synchronise: every_step (gradients every step), local_sgd (each replica "
          "trains alone for sync_every steps, then the replicas' weights are averaged) or diloco (the same with an "

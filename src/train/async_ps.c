@@ -335,7 +335,8 @@ void dt_async_ps_free(dt_async_ps *P) {
 /* The tasks handed out ahead of update u (fixed order, at a run's end): u .. next - 1. */
 static int pending(const dt_async_ps *P, long long u) { return P->slots && P->next > u ? (int)(P->next - u) : 0; }
 
-dt_status dt_async_ps_save(dt_async_ps *P, const char *dir, long long step, int rank, const char *layout) {
+dt_status dt_async_ps_save(void *ps, const char *dir, long long step, int rank, const char *layout) {
+    dt_async_ps *P = ps;
     if (rank != 0) return DT_OK;
     long long u = step * P->N;
     int k = pending(P, u);
@@ -360,7 +361,8 @@ dt_status dt_async_ps_save(dt_async_ps *P, const char *dir, long long step, int 
     return s;
 }
 
-dt_status dt_async_ps_load(dt_async_ps *P, const char *step_dir, long long step, int rank, const char *layout) {
+dt_status dt_async_ps_load(void *ps, const char *step_dir, long long step, int rank, const char *layout) {
+    dt_async_ps *P = ps;
     long long u = step * P->N;
     P->next = u;
     for (int i = 0; i < P->slots; i++) P->early_task[i] = -1;

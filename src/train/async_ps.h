@@ -60,8 +60,8 @@ dt_status dt_async_ps_run(dt_async_ps *ps, long long at, long long stop, long lo
                           double *tokens);
 /* The server's gradients waiting for their turn (fixed order) as this rank's checkpoint
  * state (ckpt/rank_state.h; workers write none), and back; a checkpoint without rank
- * state (another mode's) starts with none. */
-dt_status dt_async_ps_save(dt_async_ps *ps, const char *dir, long long step, int rank, const char *layout);
-dt_status dt_async_ps_load(dt_async_ps *ps, const char *step_dir, long long step, int rank, const char *layout);
+ * state (another mode's) starts with none. ps: the dt_async_ps (dt_par_rank_state's hooks). */
+dt_status dt_async_ps_save(void *ps, const char *dir, long long step, int rank, const char *layout);
+dt_status dt_async_ps_load(void *ps, const char *step_dir, long long step, int rank, const char *layout);
 
 #endif

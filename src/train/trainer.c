@@ -310,6 +310,17 @@ static dt_status validate(trainer *t, double *out) {
     return DT_OK;
 }
 
+/* A validation now, in the metrics and the progress. */
+static dt_status validate_logged(trainer *t) {
+    double vl;
+    DT_TRY(validate(t, &vl));
+    if (t->rank0) {
+        dt_metrics_val(&t->metrics, t->st.step, vl);
+        dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
+    }
+    return DT_OK;
+}
+
 /* Rank 0: the batch of the coming step starts a new pass over the training file. */
 static void note_epoch(trainer *t) {
     long long step = t->st.step + 1, epoch = t->loader.epoch + 1; /* both 1-based, as printed */
@@ -491,18 +502,7 @@ static void async_report(void *ctx, const dt_async_step *a) {
                          a->staleness_max);
 }
 
-static int async_stopping(void *ctx) {
-    (void)ctx;
-    return dt_signal_pending() != 0;
-}
-
-/* Steps first .. stop under the parameter server; the loss and time for the summary. */
-static dt_status async_save(void *ctx, const char *dir, long long step, int rank, const char *layout) {
-    return dt_async_ps_save(((trainer *)ctx)->aps, dir, step, rank, layout);
-}
-static dt_status async_load(void *ctx, const char *step_dir, long long step, int rank, const char *layout) {
-    return dt_async_ps_load(((trainer *)ctx)->aps, step_dir, step, rank, layout);
-}
+static int async_stopping(void *ctx) { return ctx && dt_signal_pending() != 0; }
 
 /* Before a resume's load: the server's state is part of the checkpoint. */
 static dt_status setup_async(trainer *t) {
@@ -510,14 +510,13 @@ static dt_status setup_async(trainer *t) {
     dt_async_opts o = {t->par,      t->world, t->cfg->train.steps, t->cfg->parallel.staleness, dt_layout_async_fixed_order(&t->L),
                        fill_train,  t,        async_seek, t->rank0 ? async_report : NULL, async_stopping};
     DT_TRY(dt_async_ps_create(&t->aps, &o));
-    dt_par_set_rank_state(t->par, &(dt_par_rank_state){async_save, async_load, t});
+    dt_par_set_rank_state(t->par, &(dt_par_rank_state){dt_async_ps_save, dt_async_ps_load, t->aps});
     return DT_OK;
 }
 
 /* The next step after `at` that is a multiple of `every` (none: stop). */
 static long long next_multiple(long long at, int every, long long stop) {
-    long long m = every > 0 ? (at / every + 1) * every : stop;
-    return m < stop ? m : stop;
+    return every > 0 && (at / every + 1) * every < stop ? (at / every + 1) * every : stop;
 }
 
 /* Steps first .. stop under the parameter server, in runs that end where a validation or
@@ -526,8 +525,7 @@ static dt_status run_async(trainer *t, long long stop, double *loss, double *sec
                            int *sig) {
     const dt_config *c = t->cfg;
     t->async_at = t->st.step - 1;
-    *seconds = *tokens = 0.0;
-    *steps = 0;
+    *seconds = *tokens = 0.0, *steps = 0;
     while (t->st.step < stop) {
         long long at = t->st.step, end = stop, n;
         if (t->val_path[0]) end = next_multiple(at, c->train.val_every, end);
@@ -540,14 +538,8 @@ static dt_status run_async(trainer *t, long long stop, double *loss, double *sec
         *tokens += tok;
         *loss = t->async_loss; /* rank 0's (the summary's) */
         int last = t->st.step == stop || t->st.step < end;
-        if (t->val_path[0] && ((c->train.val_every > 0 && t->st.step % c->train.val_every == 0) || last)) {
-            double vl; /* every rank has the server's weights */
-            DT_TRY(validate(t, &vl));
-            if (t->rank0) {
-                dt_metrics_val(&t->metrics, t->st.step, vl);
-                dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
-            }
-        }
+        if (t->val_path[0] && ((c->train.val_every > 0 && t->st.step % c->train.val_every == 0) || last))
+            DT_TRY(validate_logged(t)); /* every rank has the server's weights */
         DT_TRY(stop_requested(t, sig));
         if (*sig || last) break;
         if (c->checkpoint.dir[0] && c->checkpoint.every > 0 && t->st.step % c->checkpoint.every == 0) DT_TRY(save(t));
@@ -596,14 +588,8 @@ static dt_status run(trainer *t) {
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
         int last = t->st.step == stop;
-        if (t->val_path[0] && c->train.val_every > 0 && (t->st.step % c->train.val_every == 0 || last)) {
-            double vl;
-            DT_TRY(validate(t, &vl));
-            if (t->rank0) {
-                dt_metrics_val(&t->metrics, t->st.step, vl);
-                dt_progress_note(&t->progress, "val: step %lld | val_loss %.4f", t->st.step, vl);
-            }
-        }
+        if (t->val_path[0] && c->train.val_every > 0 && (t->st.step % c->train.val_every == 0 || last))
+            DT_TRY(validate_logged(t));
         DT_TRY(stop_requested(t, &sig));
         if (sig) break;
         if (c->checkpoint.dir[0] && c->checkpoint.every > 0 && t->st.step % c->checkpoint.every == 0 && !last)
