@@ -90,6 +90,32 @@ int main(void) {
     mc.cores = 0;
     mc.optim_s = 0;
 
+    /* hybrid sharding: ZeRO-3 within each node's 4 ranks (their ring passes over the
+     * intra link), each rank's quarter of the gradients all-reduced with its peer on the
+     * other node: every rank of a node crosses the link, with a quarter of the model each */
+    dt_plan_entry z3;
+    CHECK(dt_plan_layout(&c, &mc, 8, 1, 1, 1, 3, &z3) == DT_OK, "dp 8 ZeRO-3");
+    CHECK(dt_plan_layout_hsdp(&c, &mc, 8, 1, 1, 1, 3, 4, &e) == DT_OK && e.shard == 4, "dp 8 ZeRO-3, dp_shard 4");
+    double passes = z3.comm_bytes[DT_PLAN_DP] / (7.0 / 8 * psi * 4), inside = passes * 3.0 / 4 * psi * 4;
+    double across = 2.0 * 1 / 2 * psi / 4 * 4;
+    CHECK(near(e.comm_bytes[DT_PLAN_DP], inside + across) && near(e.cross_bytes, 4 * across) &&
+              near(z3.cross_bytes, z3.comm_bytes[DT_PLAN_DP]) && e.comm_s[DT_PLAN_DP] < z3.comm_s[DT_PLAN_DP],
+          "HSDP: %.0f passes inside, the shard across (%.0f bytes over a node's link, ZeRO-3 over 8: %.0f)", passes,
+          e.cross_bytes, z3.cross_bytes);
+    lc = c;
+    lc.parallel.zero = 3;
+    lc.parallel.dp_shard = 4;
+    CHECK(near(e.memory, dt_estimate_rank_bytes(&lc, 8)) && e.memory > z3.memory, "HSDP memory = the estimator's");
+    CHECK(dt_plan_layout_hsdp(&c, &mc, 8, 1, 1, 1, 0, 4, &e) == DT_EINPUT &&
+              dt_plan_layout_hsdp(&c, &mc, 8, 1, 1, 1, 3, 3, &e) == DT_EINPUT,
+          "HSDP needs a ZeRO stage and a group size dividing dp");
+    {
+        static dt_plan_entry every[4096];
+        int k = dt_plan_all(&c, &mc, every, 4096), shards = 0;
+        for (int i = 0; i < k; i++) shards += every[i].shard > 0;
+        CHECK(shards > 0, "the plan offers HSDP layouts (%d of %d)", shards, k);
+    }
+
     /* a measured rate per shard shape: tp 2's smaller GEMMs at half the rate */
     mc.rates[mc.nrates++] = (dt_plan_rate){2, 1, 5e9};
     CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 0, &e) == DT_OK && near(e.compute_s, 2 * flops), "tp 2 at its rate");

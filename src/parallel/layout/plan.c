@@ -66,7 +66,38 @@ int dt_plan_shard_ok(const dt_config *c, const gpt_shape *s, int tp, int cp) {
 
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
                          dt_plan_entry *out) {
+    return dt_plan_layout_hsdp(c, mc, dp, pp, cp, tp, zero, 0, out);
+}
+
+/* Hybrid sharding's data-parallel traffic (strategy.h's ring passes inside a shard group
+ * of k ranks, then each rank's gradient shard all-reduced over the R = dp / k replicas). */
+static void hsdp_comm(const dt_machine *mc, dt_plan_entry *out, int k, double passes, double psi, double f, double units) {
+    int dp = out->dp, stride = out->pp * out->cp * out->tp, rpn = mc->ranks_per_node, R = dp / k;
+    int world = dp * stride, span = k * stride; /* a shard group: consecutive ranks */
+    int intra = world <= rpn || (span <= rpn && rpn % span == 0);
+    dt_link in = intra ? mc->intra : mc->inter;
+    if (!intra) in.beta /= dt_plan_link_share(DT_PLAN_DP, k, out->pp, out->cp, out->tp, rpn);
+    double vol = passes * (k - 1.0) / k * psi * f, msgs = passes * (k - 1) * units;
+    /* the replicas of a shard: one rank in each shard group; every rank of a node is in a
+     * different one while the node holds at most one group's span, each crossing the link */
+    int across = world > rpn;
+    dt_link out_l = across ? mc->inter : mc->intra;
+    int groups = span < rpn ? span : rpn;
+    if (across) out_l.beta /= groups;
+    double rvol = 2.0 * (R - 1.0) / R * psi / k * f, rmsgs = 2.0 * (R - 1) * units;
+    out->comm_bytes[DT_PLAN_DP] = vol + rvol;
+    out->comm_s[DT_PLAN_DP] = link_time(&in, msgs, vol) + link_time(&out_l, rmsgs, rvol);
+    out->intra[DT_PLAN_DP] = intra && !across;
+    out->cross_bytes = (intra ? 0.0 : vol * dt_plan_link_share(DT_PLAN_DP, k, out->pp, out->cp, out->tp, rpn)) +
+                       (across ? rvol * groups : 0.0);
+}
+
+dt_status dt_plan_layout_hsdp(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
+                              int shard, dt_plan_entry *out) {
     memset(out, 0, sizeof *out);
+    if (shard && (zero < 1 || shard <= 1 || shard >= dp || dp % shard))
+        return dt_fail(DT_EINPUT, "plan: dp_shard %d: ZeRO 1-3 within groups that divide dp %d (1 < dp_shard < dp)",
+                       shard, dp);
     dt_layout base; /* the config's model */
     dt_layout_derive(&base, c, 0);
     gpt_shape s = base.shape;
@@ -79,6 +110,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     lc.parallel.tp = tp;
     lc.parallel.pp = pp;
     lc.parallel.cp = cp;
+    lc.parallel.dp_shard = shard;
     DT_TRY(dt_config_resolve_micro_batch(&lc, mc->world)); /* parallel.micro_batches fixes m, not the micro-batch */
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, micro = lc.train.micro_batch;
     long long gb = lc.train.global_batch > 0 ? lc.train.global_batch : (long long)micro * dp;
@@ -102,7 +134,7 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     DT_TRY(dt_layout_build(&run, &lc, mc->world));
     if (!mc->any_feature && dt_layout_check(&run, DT_CHECK_FEATURES) != DT_OK)
         return dt_fail(DT_EINPUT, "plan: dp %d pp %d cp %d tp %d does not run (dtrain train says why)", dp, pp, cp, tp);
-    *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m};
+    *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m, .shard = shard};
     out->memory = dt_estimate_layout_bytes(&run);
 
     /* compute: the step's FLOPs spread evenly, at the rate of this rank's shard shape; a
@@ -150,8 +182,11 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
     gpt_layout lay = {.tp = tp, .sp = run.sp, .recompute = dt_layout_recompute(&run)};
     /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
     double psi = (double)gpt_param_count_layout(&s, &lay) / pp;
-    out->optim_s = psi / (mode->sharded ? N : 1) * mc->optim_s;
-    if (N > 1) { /* gradients over dp x cp, in ring passes of part each ((N-1) messages per unit),
+    out->optim_s = psi / (mode->sharded ? (shard ? shard : N) : 1) * mc->optim_s;
+    if (shard) { /* the layout's check: cp 1 */
+        const double *ring = mode->ring[pp > 1];
+        hsdp_comm(mc, out, shard, ring[0] + ring[1] * m, psi, f, s.n_layer / pp + 2);
+    } else if (N > 1) { /* gradients over dp x cp, in ring passes of part each ((N-1) messages per unit),
                     as many as the mode makes (strategy.h); a pipeline gathers ZeRO-3's parameters once */
         double part = (N - 1.0) / N * psi * f;
         const double *ring = mode->ring[pp > 1];
@@ -160,6 +195,11 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
         out->comm_bytes[DT_PLAN_DP] = vol;
         out->comm_s[DT_PLAN_DP] = link_time(lk[DT_PLAN_DP], msgs, vol);
     }
+    /* what a node sends across its link: a ring spanning nodes crosses each node's link
+     * once, so each crossing group sends one rank's volume (HSDP: hsdp_comm's) */
+    for (int g = 0; g < DT_PLAN_NGROUPS; g++)
+        if (!out->intra[g] && !(g == DT_PLAN_DP && shard))
+            out->cross_bytes += out->comm_bytes[g] * dt_plan_link_share(g, dp, pp, cp, tp, mc->ranks_per_node);
     double piped = out->compute_s * (m + pp - 1.0) / m, shared = out->compute_s * out->share;
     out->step_s = (piped > shared ? piped : shared) + out->optim_s * out->share;
     for (int g = 0; g < DT_PLAN_NGROUPS; g++) out->step_s += out->comm_s[g];
@@ -173,6 +213,15 @@ static int by_step(const void *a, const void *b) {
     return x->memory < y->memory ? -1 : x->memory > y->memory;
 }
 
+/* The shard group sizes tried after k (0: none, then each divisor of dp between 1 and
+ * dp; dp ends the loop): ZeRO stages only. */
+static int next_shard(int zero, int dp, int k) {
+    if (zero < 1) return dp;
+    for (k = k < 2 ? 2 : k + 1; k < dp; k++)
+        if (dp % k == 0) return k;
+    return dp;
+}
+
 int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, int cap) {
     int n = 0, W = mc->world;
     for (int tp = 1; tp <= W; tp++)
@@ -180,15 +229,16 @@ int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, in
             for (int cp = 1; (W / tp) % pp == 0 && cp <= W / tp / pp; cp++) {
                 if ((W / tp / pp) % cp) continue;
                 int dp = W / tp / pp / cp;
-                for (int z = 0; z <= 3 && n < cap; z++) {
-                    dt_plan_entry e;
-                    if (dt_plan_layout(c, mc, dp, pp, cp, tp, z, &e) != DT_OK) {
-                        dt_error_clear(); /* a layout that does not run: not an error of the plan */
-                        continue;
+                for (int z = 0; z <= 3; z++)
+                    for (int k = 0; k < dp && n < cap; k = next_shard(z, dp, k)) { /* 0: one group; HSDP's */
+                        dt_plan_entry e;
+                        if (dt_plan_layout_hsdp(c, mc, dp, pp, cp, tp, z, k, &e) != DT_OK) {
+                            dt_error_clear(); /* a layout that does not run: not an error of the plan */
+                            continue;
+                        }
+                        if (mc->memory > 0 && e.memory > mc->memory) continue;
+                        out[n++] = e;
                     }
-                    if (mc->memory > 0 && e.memory > mc->memory) continue;
-                    out[n++] = e;
-                }
             }
     qsort(out, (size_t)n, sizeof *out, by_step);
     return n;
@@ -203,18 +253,20 @@ static int scan(const dt_config *c, const dt_machine *mc, dt_plan_entry *fit, dt
         for (int pp = 1; W % tp == 0 && pp <= W / tp; pp++)
             for (int cp = 1; (W / tp) % pp == 0 && cp <= W / tp / pp; cp++) {
                 if ((W / tp / pp) % cp) continue;
-                for (int z = 0; z <= 3; z++) {
-                    dt_plan_entry e;
-                    if (dt_plan_layout(c, mc, W / tp / pp / cp, pp, cp, tp, z, &e) != DT_OK) {
-                        dt_error_clear();
-                        continue;
+                int dp = W / tp / pp / cp;
+                for (int z = 0; z <= 3; z++)
+                    for (int k = 0; k < dp; k = next_shard(z, dp, k)) {
+                        dt_plan_entry e;
+                        if (dt_plan_layout_hsdp(c, mc, dp, pp, cp, tp, z, k, &e) != DT_OK) {
+                            dt_error_clear();
+                            continue;
+                        }
+                        if (low && (!*runs || e.memory < low->memory)) *low = e;
+                        (*runs)++;
+                        if (mc->memory > 0 && e.memory > mc->memory) continue;
+                        if (fit && (!n || by_step(&e, fit) < 0)) *fit = e;
+                        n++;
                     }
-                    if (low && (!*runs || e.memory < low->memory)) *low = e;
-                    (*runs)++;
-                    if (mc->memory > 0 && e.memory > mc->memory) continue;
-                    if (fit && (!n || by_step(&e, fit) < 0)) *fit = e;
-                    n++;
-                }
             }
     return n;
 }
@@ -327,13 +379,14 @@ static const char *const fix_key[DT_FIX_N] = {"ranks", "recompute", "micro_batch
                                                "offload_nvme"};
 
 static void layout_name(const dt_plan_entry *x, char *buf, size_t cap) {
-    snprintf(buf, cap, "dp%d pp%d cp%d tp%d z%d", x->dp, x->pp, x->cp, x->tp, x->zero);
+    int n = snprintf(buf, cap, "dp%d pp%d cp%d tp%d z%d", x->dp, x->pp, x->cp, x->tp, x->zero);
+    if (x->shard && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " s%d", x->shard);
 }
 
 static void layout_json(FILE *f, const dt_plan_entry *x) {
-    fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"m\": %d, \"memory\": %.0f, "
-            "\"step_s\": %.6g, \"tokens_per_s\": %.6g}", x->dp, x->pp, x->cp, x->tp, x->zero, x->m, x->memory,
-            x->step_s, x->tokens_per_s);
+    fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"dp_shard\": %d, \"m\": %d, "
+            "\"memory\": %.0f, \"step_s\": %.6g, \"tokens_per_s\": %.6g}", x->dp, x->pp, x->cp, x->tp, x->zero,
+            x->shard, x->m, x->memory, x->step_s, x->tokens_per_s);
 }
 
 void dt_plan_print_advice(FILE *f, const dt_plan_advice *a, const dt_machine *mc, int json) {
@@ -396,11 +449,11 @@ void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
     for (int i = 0; i < n; i++) {
         const dt_plan_entry *x = &e[i];
         if (json) {
-            fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"m\": %d, \"memory\": %.0f, "
-                    "\"bubble\": %.4f, \"compute_s\": %.6g, \"share\": %.4g, \"optim_s\": %.6g, \"step_s\": %.6g, "
-                    "\"tokens_per_s\": %.6g",
-                    x->dp, x->pp, x->cp, x->tp, x->zero, x->m, x->memory, x->bubble, x->compute_s, x->share, x->optim_s,
-                    x->step_s, x->tokens_per_s);
+            fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"dp_shard\": %d, \"m\": %d, "
+                    "\"memory\": %.0f, \"bubble\": %.4f, \"compute_s\": %.6g, \"share\": %.4g, \"optim_s\": %.6g, "
+                    "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"cross_bytes\": %.0f",
+                    x->dp, x->pp, x->cp, x->tp, x->zero, x->shard, x->m, x->memory, x->bubble, x->compute_s, x->share,
+                    x->optim_s, x->step_s, x->tokens_per_s, x->cross_bytes);
             for (int g = 0; g < DT_PLAN_NGROUPS; g++)
                 fprintf(f, ", \"%s_bytes\": %.0f, \"%s_s\": %.6g, \"%s_intra\": %s", gn[g], x->comm_bytes[g], gn[g],
                         x->comm_s[g], gn[g], x->intra[g] ? "true" : "false");
@@ -408,7 +461,7 @@ void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
             continue;
         }
         char lay[64];
-        snprintf(lay, sizeof lay, "dp%d pp%d cp%d tp%d z%d", x->dp, x->pp, x->cp, x->tp, x->zero);
+        layout_name(x, lay, sizeof lay);
         fprintf(f, "%-4d %-22s %4d %10.1f %7.3f %9.2f %9.2f %9.2f %9.2f %9.2f %10.0f\n", i + 1, lay, x->m,
                 x->memory / 1e6, x->bubble, 1e3 * x->comm_s[DT_PLAN_TP], 1e3 * x->comm_s[DT_PLAN_CP],
                 1e3 * x->comm_s[DT_PLAN_PP], 1e3 * x->comm_s[DT_PLAN_DP], 1e3 * x->step_s, x->tokens_per_s);

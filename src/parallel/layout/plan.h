@@ -43,6 +43,8 @@ enum { DT_PLAN_TP, DT_PLAN_CP, DT_PLAN_PP, DT_PLAN_DP, DT_PLAN_NGROUPS };
 
 typedef struct {
     int dp, pp, cp, tp, zero, m; /* m: micro-batches per step per data-parallel rank */
+    int shard;                   /* HSDP: ZeRO within groups of this many dp ranks, replicas across (0: one group) */
+    double cross_bytes;          /* what a node sends across its link per step (every group of it that crosses) */
     double memory;               /* bytes per rank (the estimator's) */
     double compute_s;            /* this rank's FLOPs over its rate, without bubble or core sharing */
     double optim_s;              /* this rank's optimizer update */
@@ -67,6 +69,11 @@ int dt_plan_shard_ok(const dt_config *c, const gpt_shape *s, int tp, int cp);
  * with one line when the layout cannot run (a divisibility rule). */
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
                          dt_plan_entry *out);
+/* ... with hybrid sharding (parallel.dp_shard): ZeRO stage zero >= 1 within groups of
+ * `shard` consecutive data-parallel ranks (1 < shard < dp; 0: one group of all), the
+ * groups' gradient shards all-reduced across once per step. */
+dt_status dt_plan_layout_hsdp(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
+                              int shard, dt_plan_entry *out);
 /* Every layout of mc->world that runs and fits, best first, into out (at most cap);
  * returns how many. */
 int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, int cap);
