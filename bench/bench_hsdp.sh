@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Hybrid sharding across hosts (issue 30): 2 emulated hosts x 4 ranks (tests/emulated_cluster.sh:
+# network namespaces, each host's outgoing link capped with tc tbf at RATE, default 1gbit),
+# a model whose ZeRO-3 gathers dominate the step (8 blocks x 512, ~25M parameters, a short
+# sequence and a small batch: little compute per byte). Contenders: DDP over the 8 ranks,
+# ZeRO-3 over the 8 ranks (every gather and reduce-scatter crosses the link), and HSDP
+# (ZeRO-3 within each host's 4 ranks, parallel.dp_shard 4: only each rank's quarter of the
+# gradients crosses, once per step), with HSDP ZeRO-2 too. For each: the median step time
+# (steps 3 on), the bytes the two hosts sent over their capped links per step (tx counters
+# of the namespaces' eth0), the largest per-rank allocation, and `dtrain plan`'s prediction
+# of each (step time and bytes across a node's link, from links fitted here by
+# `dtrain bench comm` and the rate `dtrain plan` calibrates); the ring for every
+# collective, as the planner models it.
+# usage: bench/bench_hsdp.sh [build/dtrain]     (root; prints a markdown table)
+# knobs: RATE=1gbit STEPS=8 LAYOUTS="ddp zero3 hsdp3 hsdp2"
+set -euo pipefail
+source "$(dirname "$0")/common.sh" hsdp "${1:-}"
+source "$here/../tests/emulated_cluster.sh"
+trap 'cluster_down; rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1 LSAN_OPTIONS= ASAN_OPTIONS=
+RATE=${RATE:-1gbit} STEPS=${STEPS:-8} LAYOUTS=${LAYOUTS:-"ddp zero3 hsdp3 hsdp2"}
+random_tokens "$tmp/rand.bin" 256 200000
+S=(--set model.n_layer=8 --set model.n_head=8 --set model.n_embd=512 --set model.seq_len=64
+   --set model.vocab_size=256 --set train.global_batch=8 --set train.micro_batch=1 --set log.sample_tokens=0)
+RING=(--set comm.allreduce=ring --set comm.reduce_scatter=ring --set comm.allgather=ring)
+args_of() {
+  case $1 in
+    ddp) echo "--set parallel.zero=0" ;;
+    zero3) echo "--set parallel.zero=3" ;;
+    hsdp*) echo "--set parallel.zero=${1#hsdp} --set parallel.dp_shard=4" ;;
+  esac
+}
+key_of() { # the plan's key of a contender
+  case $1 in ddp) echo z0s0 ;; zero3) echo z3s0 ;; hsdp*) echo "z${1#hsdp}s4" ;; esac
+}
+fit() { # mpirun args... -> "alpha:GBPS" of the ring all-reduce
+  "${ENV[@]}" "$@" "$dtrain" bench comm --ops allreduce --algos ring --sizes 4K:4M | grep -oE '[0-9.e+-]+:[0-9.e+-]+\)$' | tr -d ')'
+}
+tx() { # bytes the hosts have sent
+  local i s=0
+  for ((i = 1; i <= CLUSTER_N; i++)); do
+    s=$((s + $(ip netns exec "${CLUSTER_ID}h$i" cat /sys/class/net/eth0/statistics/tx_bytes)))
+  done
+  echo $s
+}
+cluster_up 2 "$RATE" || { echo "bench_hsdp: cannot make network namespaces here (root?)" >&2; exit 77; }
+EMU=("${CLUSTER_MPI[@]}" -x GLIBC_TUNABLES -x OMP_NUM_THREADS=1 --bind-to none)
+p0=$(probe)
+intra=$(fit "${EMU[@]}" --host "$(cluster_hosts 4 | cut -d, -f1)" -np 4)
+inter=$(fit "${EMU[@]}" --host "$(cluster_hosts 1)" -np 2)
+CORES=$(nproc)
+"${ENV[@]}" "$dtrain" plan "${S[@]}" -n 8 --ranks-per-node 4 --cores $((CORES / 2 > 0 ? CORES / 2 : 1)) --threads 1 \
+  --intra "$intra" --inter "$inter" --top 100000 --json >"$tmp/plan.json"
+: >"$tmp/rows.txt"
+for lay in $LAYOUTS; do
+  t0=$(tx)
+  # shellcheck disable=SC2046
+  "${ENV[@]}" "${EMU[@]}" --host "$(cluster_hosts 4)" -np 8 "$dtrain" train "${S[@]}" "${RING[@]}" $(args_of "$lay") \
+    --set data.train="$tmp/rand.bin" --set data.val= --steps "$STEPS" --threads 1 --metrics "$tmp/$lay.jsonl" \
+    >"$tmp/$lay.out" 2>&1 || { echo "bench_hsdp: $lay failed: $(tail -2 "$tmp/$lay.out")" >&2; exit 1; }
+  t1=$(tx)
+  echo "$lay $(key_of "$lay") $((t1 - t0))" >>"$tmp/rows.txt"
+done
+python3 - "$tmp" "$STEPS" "$p0" "$(probe)" "$intra" "$inter" "$RATE" <<'PY'
+import json, sys
+tmp, steps, p0, p1, intra, inter, rate = sys.argv[1:]
+steps = int(steps)
+plan = {}
+for l in open(tmp + "/plan.json"):
+    x = json.loads(l)
+    if x["dp"] == 8: plan["z%ds%d" % (x["zero"], x["dp_shard"])] = x
+rows = []
+for line in open(tmp + "/rows.txt"):
+    lay, key, tx = line.split()
+    r = [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, lay))]
+    ms = sorted(x["ms"] for x in r if "step" in x and "event" not in x and x["step"] >= 3)
+    s = [x for x in r if x.get("event") == "summary"][0]
+    mem = max(q["params"] + q["grads"] + q["optim"] + q["activations"] + q["workspace"] for q in s["mem"])
+    rows.append((lay, plan.get(key), ms[len(ms) // 2], int(tx) / steps / 2, mem))
+print("2 emulated hosts x 4 ranks, link %s (tc tbf), %s; cpu-share probe %s before, %s after; links intra %s, inter %s\n"
+      % (rate, __import__("time").strftime("%Y-%m-%d"), p0, p1, intra, inter))
+print("| layout | step ms | predicted | ratio | MB across a host's link / step | predicted | max MB per rank | estimate | throughput vs ZeRO-3 |")
+print("|---|---|---|---|---|---|---|---|---|")
+z3 = [r for r in rows if r[0] == "zero3"]
+for lay, x, ms, cross, mem in rows:
+    pms = 1e3 * x["step_s"] if x else float("nan")
+    pcross = x["cross_bytes"] / 1e6 if x else float("nan")
+    pmem = x["memory"] / 1e6 if x else float("nan")
+    vs = "%.2fx" % (z3[0][2] / ms) if z3 else "-"
+    print("| %s | %.0f | %.0f | %.2f | %.1f | %.1f | %.1f | %.1f | %s |" % (lay, ms, pms, ms / pms, cross / 1e6, pcross,
+          mem / 1e6, pmem, vs))
+PY
