@@ -114,7 +114,7 @@ done
 # task's gradient at the weights of 2 updates before its own) with a server and a worker
 if command -v mpirun >/dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-  for c in local_sgd diloco stale2 async2; do
+  for c in local_sgd diloco stale2 async2 async2_inverse; do
     check "sync-$c" "$ref/sync/$c.json" "$ref/tiny_init.safetensors" "$ref/sync/${c}_expected.json" 1e-5 2
   done
   # DiLoCo over 2 replicas of 2 ranks each (parallel.dp_shard 2: DDP inside a replica, the

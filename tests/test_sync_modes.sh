@@ -203,4 +203,5 @@ refused "staleness with ZeRO" "ZeRO's gradients are sharded" 2 --set parallel.st
 refused "staleness with offload" "not with offload" 2 --set parallel.staleness=2 --set offload.optimizer=cpu
 refused "staleness past the run" "no gradient would be applied" 2 --set parallel.staleness=20
 refused "staleness with DiLoCo" "not with parallel.sync" 2 --set parallel.staleness=2 "${DL[@]}"
+refused "an inverse rate without ps-async" "ps-async with a staleness only" 2 --set parallel.staleness_lr=inverse
 finish

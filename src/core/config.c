@@ -161,6 +161,9 @@ static const key_desc KEYS[] = {
         "dp_mode ddp or ps: the deterministic delayed mode (the gradient applied at update t was computed at the "
         "weights of update t - staleness); ps-async: the bound (a worker waits while it is more than this many "
         "updates ahead of the oldest gradient in progress); 0: synchronous"),
+    ENUM("parallel.staleness_lr", parallel.staleness_lr, "constant|inverse", "constant",
+         "ps-async: each update's learning rate: constant (the schedule's) or inverse (the schedule's divided by the "
+         "gradient's staleness, when above 1: Zhang et al. 2016)"),
     FLT("parallel.outer_lr", parallel.outer_lr, 0, 1e3, "0.7", "diloco: the outer Nesterov step's learning rate"),
     FLT("parallel.outer_momentum", parallel.outer_momentum, 0, 0.999999, "0.9",
         "diloco: the outer Nesterov step's momentum"),

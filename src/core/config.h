@@ -62,6 +62,7 @@ typedef struct {
         int sync_every;        /* H: inner steps between synchronisations */
         double outer_lr, outer_momentum; /* DiLoCo's outer Nesterov step */
         int staleness;         /* gradients applied this many steps late (the deterministic delayed mode) */
+        char staleness_lr[12]; /* ps-async: constant | inverse (the rate over the gradient's staleness) */
         int dp_shard;          /* HSDP: ZeRO within groups of this many data-parallel ranks, replicated across (0: all) */
     } parallel;
     struct {

@@ -107,9 +107,9 @@ static dt_status update(server *S, const double *hdr, long long ver) {
     long long k = (long long)hdr[H_TASK];
     if (dt_ckpt_test_fail("async_update", S->applied))
         return dt_fail(DT_ERUNTIME, "update %lld failed (test hook DT_TEST_FAIL_AT)", S->applied);
-    double lr = dt_par_lr_at(o->par, k / S->N), norm;
-    DT_TRY(dt_par_apply(o->par, lr, &norm));
     int stale = (int)(S->applied - ver);
+    double lr = dt_par_lr_at(o->par, k / S->N) / (o->inverse_lr && stale > 1 ? stale : 1), norm;
+    DT_TRY(dt_par_apply(o->par, lr, &norm));
     S->applied++;
     dt_heartbeat(S->applied, 0);
     S->loss += hdr[H_LOSS];

@@ -35,6 +35,7 @@ typedef struct {
     dt_comm *comm;     /* the data-parallel group (rank 0 serves) */
     long long last;    /* the run's last global step (train.steps): no task past it */
     int staleness;     /* the bound s >= 1 */
+    int inverse_lr;    /* parallel.staleness_lr inverse: each update's rate over its gradient's staleness (>= 1) */
     int fixed;         /* parallel.determinism bitwise: task t computed at the weights of update t - s exactly,
                           updates applied in task order (reproducible, whatever the workers' speed) */
     dt_par_fill fill;  /* the rows of the loader's current global batch */

@@ -507,8 +507,9 @@ static int async_stopping(void *ctx) { return ctx && dt_signal_pending() != 0; }
 /* Before a resume's load: the server's state is part of the checkpoint. */
 static dt_status setup_async(trainer *t) {
     if (!dt_layout_ps_async(&t->L)) return DT_OK;
-    dt_async_opts o = {t->par,      t->world, t->cfg->train.steps, t->cfg->parallel.staleness, dt_layout_async_fixed_order(&t->L),
-                       fill_train,  t,        async_seek, t->rank0 ? async_report : NULL, async_stopping};
+    dt_async_opts o = {t->par, t->world, t->cfg->train.steps, t->cfg->parallel.staleness, dt_layout_async_inverse_lr(&t->L),
+                       dt_layout_async_fixed_order(&t->L), fill_train, t, async_seek, t->rank0 ? async_report : NULL,
+                       async_stopping};
     DT_TRY(dt_async_ps_create(&t->aps, &o));
     dt_par_set_rank_state(t->par, &(dt_par_rank_state){dt_async_ps_save, dt_async_ps_load, t->aps});
     return DT_OK;
@@ -532,10 +533,8 @@ static dt_status run_async(trainer *t, long long stop, double *loss, double *sec
         if (c->checkpoint.dir[0]) end = next_multiple(at, c->checkpoint.every, end);
         double sec, tok;
         DT_TRY(dt_async_ps_run(t->aps, at, end, &n, &sec, &tok));
-        t->st.step += n;
-        *steps += n;
-        *seconds += sec;
-        *tokens += tok;
+        t->st.step += n, *steps += n;
+        *seconds += sec, *tokens += tok;
         *loss = t->async_loss; /* rank 0's (the summary's) */
         int last = t->st.step == stop || t->st.step < end;
         if (t->val_path[0] && ((c->train.val_every > 0 && t->st.step % c->train.val_every == 0) || last))

@@ -40,6 +40,7 @@ DEFAULTS = {
     "train.beta1": 0.9, "train.beta2": 0.95, "train.eps": 1e-8, "train.grad_clip": 1.0,
     "parallel.sync": "every_step", "parallel.sync_every": 1, "parallel.outer_lr": 0.7, "parallel.outer_momentum": 0.9,
     "parallel.staleness": 0, "parallel.dp_mode": "ddp", "parallel.dp_shard": 0,
+    "parallel.staleness_lr": "constant",
 }
 
 
@@ -364,16 +365,19 @@ def train_ps_async(cfg, params, tokens, nsteps, loss_sum_fn, dtype, N):
             norm = math.sqrt(sum(float((params[n].grad.double() ** 2).sum()) for n in names))
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_([params[n] for n in names], clip)
+            stale = k - max(0, k - s)  # updates between its weights and its application
+            inverse = cfg["parallel.staleness_lr"] == "inverse" and stale > 1
+            used = lr / stale if inverse else lr  # the last update's is reported, as dtrain does
             for g in opt.param_groups:
-                g["lr"] = lr
+                g["lr"] = used
             opt.step()
             history.append({n: params[n].detach().clone() for n in names})
             if len(history) > s + 2:
                 history[len(history) - s - 3] = None  # no longer read
-        rec = {"step": st + 1, "loss": loss_sum / (gb * T), "grad_norm": norm, "lr": lr,
+        rec = {"step": st + 1, "loss": loss_sum / (gb * T), "grad_norm": norm, "lr": used,
                "clipped": bool(clip > 0 and clip / (norm + 1e-6) < 1.0), "epoch": epoch}
         out.append(rec)
-        print("step %3d | loss %.9f | grad_norm %.9f | lr %.6g" % (rec["step"], rec["loss"], norm, lr), file=sys.stderr)
+        print("step %3d | loss %.9f | grad_norm %.9f | lr %.6g" % (rec["step"], rec["loss"], norm, used), file=sys.stderr)
     return out
 
 

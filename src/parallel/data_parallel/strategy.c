@@ -81,6 +81,8 @@ static dt_status check_staleness(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     int s = c->parallel.staleness;
     if (dt_layout_ps_async(L)) return check_ps_async(L);
+    if (dt_layout_async_inverse_lr(L))
+        return dt_fail(DT_EINPUT, "parallel.staleness_lr inverse: dp_mode ps-async with a staleness only");
     if (s == 0) return DT_OK;
     if (dt_layout_zero_enabled(L))
         return dt_fail(DT_EINPUT, "parallel.staleness %d: runs dp_mode ddp or ps (ZeRO's gradients are sharded)", s);

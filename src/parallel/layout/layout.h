@@ -89,6 +89,8 @@ static inline int dt_layout_ps_async(const dt_layout *L) { return L->dp_mode == 
  * "tp .. pp .. cp .. MODE PRECISION sync .. every .. staleness .. params N | world W dp D". */
 void dt_layout_state_key(const dt_layout *L, size_t nparams, char *out, size_t cap);
 /* The asynchronous parameter server's reproducible order (async_ps.h: with bitwise determinism). */
+/* ps-async's updates at the schedule's rate over their gradients' staleness. */
+static inline int dt_layout_async_inverse_lr(const dt_layout *L) { return L->cfg.parallel.staleness_lr[0] == 'i'; }
 static inline int dt_layout_async_fixed_order(const dt_layout *L) {
     return L->dp_mode == DT_DPMODE_PS_ASYNC && L->determinism == DT_DET_BITWISE;
 }
