@@ -201,6 +201,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     }
     m->has_embed = st.embed;
     m->has_head = st.head;
+    m->first_trainable = -1; /* everything trains until gpt_freeze */
     m->ops = ops;
     m->esz = dt_elem_bytes(ops);
     m->max_B = max_B;
