@@ -100,3 +100,23 @@ ln_grads gpt_norm_grads(gpt_model *m, int iw, int ib) {
     if (fw && fb) return (ln_grads){NULL, NULL};
     return (ln_grads){tg(m, iw), ib >= 0 ? tg(m, ib) : NULL};
 }
+
+int gpt_trainable_run(const gpt_model *m, size_t a, size_t b, size_t *lo, size_t *hi) {
+    size_t top = b;
+    for (int i = m->ntensors - 1; i >= 0 && top > a; i--) { /* tensors lie in ascending offsets */
+        const gpt_tensor *t = &m->tensors[i];
+        size_t s = t->offset, e = s + t->numel;
+        if (!t->frozen || s >= top) continue;
+        if (e <= a) break;
+        if (e < top) {
+            *lo = e;
+            *hi = top;
+            return 1;
+        }
+        top = s > a ? s : a;
+    }
+    if (top <= a) return 0;
+    *lo = a;
+    *hi = top;
+    return 1;
+}

@@ -221,6 +221,10 @@ void gpt_freeze(gpt_model *m, const char *patterns, size_t *n);
 int gpt_unit_frozen(const gpt_model *m, int u);
 /* Elements of this rank's frozen tensors. */
 size_t gpt_frozen_count(const gpt_model *m);
+/* The highest run of [a, b) (flat offsets) outside frozen tensors: [*lo, *hi); 0 when
+ * there is none. Walking down from b (b = *lo each time) gives every trainable run; with
+ * nothing frozen, [a, b) itself. */
+int gpt_trainable_run(const gpt_model *m, size_t a, size_t b, size_t *lo, size_t *hi);
 
 /* The shape the config's model keys give (unchecked). */
 gpt_shape gpt_shape_of_config(const dt_config *c);
@@ -264,6 +268,10 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int
 dt_status gpt_create_layout(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T,
                             int alloc_state, const gpt_layout *layout);
 void gpt_destroy(gpt_model *m);
+/* The tensor table and units of one rank of a layout (piece tp_rank) on paper, with the
+ * freeze patterns applied (NULL or "": none), nothing else allocated (no backend): what
+ * the estimator reads of frozen tensors; gpt_destroy frees it. */
+dt_status gpt_table_layout(gpt_model *m, const gpt_shape *s, const gpt_layout *layout, const char *freeze);
 /* GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer),
  * LayerNorm weight 1, biases 0, padded vocab rows 0. Element i (row-major index in the
  * unsharded tensor) of a tensor is gpt_init_at(rule, i) with the tensor's rule, a pure

@@ -3,7 +3,51 @@
  * sharded, for `dtrain estimate` and the planner (no engine). */
 #include <math.h>
 
+#include <stdlib.h>
+
 #include "zero_shard.h"
+
+double dt_dp_frozen_flat(const dt_dp_stage *s) {
+    gpt_model m;
+    if (!s->L->cfg.train.freeze[0]) return 0;
+    if (gpt_table_layout(&m, &s->L->shape, s->lay, s->L->cfg.train.freeze) != DT_OK) {
+        dt_error_clear(); /* a layout the check refuses: it says so */
+        return 0;
+    }
+    double n = (double)gpt_frozen_count(&m);
+    gpt_destroy(&m);
+    return n;
+}
+
+double dt_dp_frozen_shard(const dt_dp_stage *s) {
+    gpt_model m;
+    if (!s->L->cfg.train.freeze[0]) return 0;
+    if (gpt_table_layout(&m, &s->L->shape, s->lay, s->L->cfg.train.freeze) != DT_OK) {
+        dt_error_clear();
+        return 0;
+    }
+    size_t N = (size_t)s->shards, A = N * s->align;
+    double fewest = -1;
+    for (size_t r = 0; r < N; r++) { /* as zero_shard.c's setup lists them for rank r */
+        double f = 0;
+        for (int u = 0; u < m.nunits; u++) {
+            size_t S = (m.units[u].count + A - 1) / A * A / N, lo = r * S, hi = lo + S;
+            if (gpt_unit_frozen(&m, u)) {
+                f += (double)S;
+                continue;
+            }
+            for (int i = 0; i < m.ntensors; i++) {
+                const gpt_tensor *t = &m.tensors[i];
+                size_t a = t->offset - m.units[u].offset, b = a + t->numel;
+                if (t->unit != u || !t->frozen || b <= lo || a >= hi) continue;
+                f += (double)((b < hi ? b : hi) - (a > lo ? a : lo));
+            }
+        }
+        if (fewest < 0 || f < fewest) fewest = f;
+    }
+    gpt_destroy(&m);
+    return fewest < 0 ? 0 : fewest;
+}
 
 dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
     dt_zero_units u;
@@ -39,7 +83,8 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
     int bf16 = dt_layout_bf16(L);
     double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
     double f = sizeof(float), e = bf16 ? 2 : f;
-    double b = ((params_shard ? u.shard : u.padded) + (grads_shard ? u.shard : u.padded)) * e + 2 * u.shard * f;
+    double fz = dt_dp_frozen_shard(s); /* no moments for them */
+    double b = ((params_shard ? u.shard : u.padded) + (grads_shard ? u.shard : u.padded)) * e + 2 * (u.shard - fz) * f;
     if (bf16) b += u.shard * f;
     if (grads_shard) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
     if (params_shard) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
@@ -49,8 +94,9 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
      * so each unit's reduce-scatter overlaps the next unit's backward */
     if (!bf16 && grads_shard && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
     if (L->offload_optimizer != DT_OFFLOAD_NONE) {
-        b -= (bf16 ? 3 : 2) * u.shard * f;
-        if (s->off) s->off->optim_n = u.shard, s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
+        b -= 2 * (u.shard - fz) * f + (bf16 ? u.shard * f : 0);
+        if (s->off) s->off->optim_n = u.shard - fz, s->off->optim_frozen = fz;
+        if (s->off) s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
         if (s->off) s->off->grads_early = 1;
     }
     if (L->offload_param != DT_OFFLOAD_NONE && params_shard) {
