@@ -19,6 +19,29 @@ double dt_dp_frozen_flat(const dt_dp_stage *s) {
     return n;
 }
 
+double dt_zero_frozen_ranges(const gpt_model *m, const size_t *S, const size_t *soff, size_t r, dt_opt_range *out,
+                             int *nout) {
+    double f = 0;
+    int n = 0;
+    for (int u = 0, i = 0; u < m->nunits; u++) {
+        size_t lo = r * S[u], hi = lo + S[u];
+        int whole = gpt_unit_frozen(m, u);
+        if (whole && S[u]) {
+            if (out) out[n] = (dt_opt_range){soff[u], S[u]};
+            n++, f += (double)S[u];
+        }
+        for (; i < m->ntensors && m->tensors[i].unit == u; i++) {
+            const gpt_tensor *t = &m->tensors[i];
+            size_t a = t->offset - m->units[u].offset, b = a + t->numel, x = a > lo ? a : lo, y = b < hi ? b : hi;
+            if (whole || !t->frozen || x >= y) continue;
+            if (out) out[n] = (dt_opt_range){soff[u] + (x - lo), y - x};
+            n++, f += (double)(y - x);
+        }
+    }
+    if (nout) *nout = n;
+    return f;
+}
+
 double dt_dp_frozen_shard(const dt_dp_stage *s) {
     gpt_model m;
     if (!s->L->cfg.train.freeze[0]) return 0;
@@ -26,25 +49,18 @@ double dt_dp_frozen_shard(const dt_dp_stage *s) {
         dt_error_clear();
         return 0;
     }
-    size_t N = (size_t)s->shards, A = N * s->align;
+    size_t N = (size_t)s->shards, A = N * s->align, *S = calloc((size_t)m.nunits * 2, sizeof(size_t)), at = 0;
     double fewest = -1;
-    for (size_t r = 0; r < N; r++) { /* as zero_shard.c's setup lists them for rank r */
-        double f = 0;
-        for (int u = 0; u < m.nunits; u++) {
-            size_t S = (m.units[u].count + A - 1) / A * A / N, lo = r * S, hi = lo + S;
-            if (gpt_unit_frozen(&m, u)) {
-                f += (double)S;
-                continue;
-            }
-            for (int i = 0; i < m.ntensors; i++) {
-                const gpt_tensor *t = &m.tensors[i];
-                size_t a = t->offset - m.units[u].offset, b = a + t->numel;
-                if (t->unit != u || !t->frozen || b <= lo || a >= hi) continue;
-                f += (double)((b < hi ? b : hi) - (a > lo ? a : lo));
-            }
-        }
+    for (int u = 0; S && u < m.nunits; u++) { /* as zero_shard.c lays the units out */
+        S[u] = (m.units[u].count + A - 1) / A * A / N;
+        S[m.nunits + u] = at;
+        at += S[u];
+    }
+    for (size_t r = 0; S && r < N; r++) {
+        double f = dt_zero_frozen_ranges(&m, S, S + m.nunits, r, NULL, NULL);
         if (fewest < 0 || f < fewest) fewest = f;
     }
+    free(S);
     gpt_destroy(&m);
     return fewest < 0 ? 0 : fewest;
 }

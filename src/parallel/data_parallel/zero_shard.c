@@ -136,20 +136,10 @@ static dt_status zero_setup_local(dt_dp *d) {
      * (zero2.c), a pipeline's tied unit 0 after its sum over the stages, zero 1's slices
      * after their reduce-scatters (dt_zero_norm) */
     off.grads_early = 1;
-    /* no moments for a frozen unit's slices (its padding too, so every rank saves alike),
-     * nor for the frozen tensors' parts of the others (dt_zero_estimate's count) */
-    dt_opt_range *frozen = malloc((size_t)(m->ntensors + U) * sizeof *frozen);
+    dt_opt_range *frozen = malloc((size_t)(m->ntensors + U) * sizeof *frozen); /* they get no moments */
     if (!frozen) return dt_fail(DT_ERUNTIME, "out of memory (frozen ranges)");
     int nf = 0;
-    for (int u = 0, i = 0; u < U; u++) {
-        int whole = gpt_unit_frozen(m, u);
-        if (whole) frozen[nf++] = (dt_opt_range){z->soff[u], z->S[u]};
-        for (; i < m->ntensors && m->tensors[i].unit == u; i++) {
-            size_t x0, n, k;
-            if (!whole && m->tensors[i].frozen && shard_segment(d, &m->tensors[i], &x0, &n, &k))
-                frozen[nf++] = (dt_opt_range){k, n};
-        }
-    }
+    dt_zero_frozen_ranges(m, z->S, z->soff, (size_t)d->rank, frozen, &nf);
     dt_status s = dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &off, frozen, nf);
     free(frozen);
     DT_TRY(s);
