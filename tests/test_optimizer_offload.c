@@ -67,8 +67,8 @@ static void compare(const dt_ops *ops, const char *label, dt_store_kind kind, in
     dt_optimizer a, b;
     dt_optimizer_offload off = {.store = store_of(kind, "test-optimizer")};
     off.params_host = params_host;
-    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
-    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (offloaded)", &off) == DT_OK, "%s: offloaded", label);
+    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL, NULL, 0) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (offloaded)", &off, NULL, 0) == DT_OK, "%s: offloaded", label);
     float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float)),
           *y = malloc(N * sizeof(float));
     CHECK(ops->alloc((void **)&pa, bytes, "params a") == DT_OK && ops->alloc((void **)&g, bytes, "grads") == DT_OK,
@@ -133,8 +133,8 @@ static void delayed(const dt_ops *ops, const char *label, dt_store_kind kind) {
     dt_optimizer a, b;
     dt_optimizer_offload off = {.store = store_of(kind, "test-delayed")};
     off.delayed = 1;
-    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
-    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (delayed)", &off) == DT_OK && b.delayed, "%s: delayed", label);
+    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL, NULL, 0) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (delayed)", &off, NULL, 0) == DT_OK && b.delayed, "%s: delayed", label);
     float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float)),
           *y = malloc(N * sizeof(float));
     CHECK(ops->alloc((void **)&pa, bytes, "params a") == DT_OK && ops->alloc((void **)&pb, bytes, "params b") == DT_OK &&
@@ -172,7 +172,7 @@ static void delayed(const dt_ops *ops, const char *label, dt_store_kind kind) {
     off.delayed = 0;
     off.store.tag = "test-not-delayed"; /* b's file is still open */
     dt_optimizer c;
-    CHECK(dt_optimizer_create(&c, ops, &HP, N, 1, " (not delayed)", &off) == DT_OK, "%s: not delayed", label);
+    CHECK(dt_optimizer_create(&c, ops, &HP, N, 1, " (not delayed)", &off, NULL, 0) == DT_OK, "%s: not delayed", label);
     dt_optimizer_offload_bytes(&c, &hst0, &file);
     CHECK(hst == hst0 + 2 * N * sizeof(float), "%s: the delayed update's copies counted (%zu = %zu + 8N)", label, hst,
           hst0);
@@ -200,8 +200,8 @@ static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
     dt_optimizer a, b;
     dt_optimizer_offload off = {.store = store_of(kind, "test-early")};
     off.grads_early = 1;
-    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL) == DT_OK, "%s: in memory", label);
-    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (early)", &off) == DT_OK && b.ghost, "%s: early", label);
+    CHECK(dt_optimizer_create(&a, ops, &HP, N, 1, "", NULL, NULL, 0) == DT_OK, "%s: in memory", label);
+    CHECK(dt_optimizer_create(&b, ops, &HP, N, 1, " (early)", &off, NULL, 0) == DT_OK && b.ghost, "%s: early", label);
     float *pa = NULL, *pb = NULL, *g = NULL, *host = malloc(N * sizeof(float)), *zero = calloc(N, sizeof(float));
     void *gh = malloc(bytes);
     CHECK(ops->alloc((void **)&pa, bytes, "a") == DT_OK && ops->alloc((void **)&pb, bytes, "b") == DT_OK &&
@@ -241,7 +241,7 @@ static void early(const dt_ops *ops, const char *label, dt_store_kind kind) {
     off.grads_early = 0;
     off.store.tag = "test-late";
     dt_optimizer c;
-    CHECK(dt_optimizer_create(&c, ops, &HP, N, 1, " (late)", &off) == DT_OK && !c.ghost, "%s: late", label);
+    CHECK(dt_optimizer_create(&c, ops, &HP, N, 1, " (late)", &off, NULL, 0) == DT_OK && !c.ghost, "%s: late", label);
     dt_optimizer_offload_bytes(&c, &hst0, &file);
     CHECK(hst == hst0 + bytes, "%s: the host copy counted (%zu = %zu + %zu)", label, hst, hst0, bytes);
     dt_optimizer_free(&c);
@@ -266,7 +266,7 @@ static void pinned(const dt_ops *ops, const char *label, dt_store_kind kind) {
     off.store.host_alloc = ops->host_alloc, off.store.host_free = ops->host_free;
     size_t before = dt_emulated_pinned_bytes(), host, file;
     dt_optimizer o;
-    CHECK(dt_optimizer_create(&o, ops, &HP, N, 1, " (pinned)", &off) == DT_OK, "%s: create", label);
+    CHECK(dt_optimizer_create(&o, ops, &HP, N, 1, " (pinned)", &off, NULL, 0) == DT_OK, "%s: create", label);
     dt_optimizer_offload_bytes(&o, &host, &file);
     size_t pinned = dt_emulated_pinned_bytes() - before;
     CHECK(host > 0 && pinned == host, "%s: every host byte page-locked (%zu of %zu)", label, pinned, host);

@@ -209,7 +209,7 @@ static void check_optimizer(const dt_ops *f32) {
     float g[N], p[N], want[N], wm[N] = {0}, wv[N] = {0};
     for (int i = 0; i < N; i++) g[i] = 0.1f * (float)(i - 3), p[i] = want[i] = 0.5f - 0.05f * (float)i;
     dt_optimizer o;
-    CHECK(dt_optimizer_create(&o, f32, &hp, 2 * N, 1, " (test)", NULL) == DT_OK, "create");
+    CHECK(dt_optimizer_create(&o, f32, &hp, 2 * N, 1, " (test)", NULL, NULL, 0) == DT_OK, "create");
     if (!o.m) return;
     CHECK(!o.master && o.n == 2 * N, "fp32: no master weights");
     /* owned elements [N, 2N): the moments there move, those before stay zero */
@@ -224,9 +224,9 @@ static void check_optimizer(const dt_ops *f32) {
     dt_optimizer_free(&o);
     /* bf16 storage: the fp32 master weights are updated, the parameters get their bf16 copy */
     const dt_ops *b16 = dt_ops_bf16_storage(f32);
-    CHECK(dt_optimizer_create(&o, b16, &hp, N, 0, "", NULL) == DT_OK && o.master && !o.m, "bf16 peer: master weights only");
+    CHECK(dt_optimizer_create(&o, b16, &hp, N, 0, "", NULL, NULL, 0) == DT_OK && o.master && !o.m, "bf16 peer: master weights only");
     dt_optimizer_free(&o);
-    CHECK(dt_optimizer_create(&o, b16, &hp, N, 1, "", NULL) == DT_OK && o.master && o.m, "bf16: master weights and moments");
+    CHECK(dt_optimizer_create(&o, b16, &hp, N, 1, "", NULL, NULL, 0) == DT_OK && o.master && o.m, "bf16: master weights and moments");
     if (!o.master || !o.m) return;
     uint16_t store[N], gb[N];
     for (int i = 0; i < N; i++) o.master[i] = want[i], gb[i] = 0;

@@ -20,10 +20,25 @@ dt_status gpt_block_forward(gpt_model *m, const gpt_slot *a, int j) {
     return DT_OK;
 }
 
+/* Block j's two norms' gradient targets (gpt_norm_grads: NULL where frozen). */
+static void block_norm_grads(gpt_model *m, int j, ln_grads *n2, ln_grads *n1) {
+    *n2 = gpt_norm_grads(m, TI(m, j, T_LN2W), TI(m, j, T_LN2B));
+    *n1 = gpt_norm_grads(m, TI(m, j, T_LN1W), TI(m, j, T_LN1B));
+}
+
+/* The norms' gradients completed (summed over tp with sp), a frozen half of a pair undone. */
+static dt_status block_norm_finish(gpt_model *m, int j, const ln_grads *n2, const ln_grads *n1) {
+    const ln_grads g[2] = {*n2, *n1};
+    DT_TRY(gpt_ln_grad_finish(m, g, 2));
+    if (n2->w) gpt_zero_frozen(m, TI(m, j, T_LN2W), NULL), gpt_zero_frozen(m, TI(m, j, T_LN2B), NULL);
+    if (n1->w) gpt_zero_frozen(m, TI(m, j, T_LN1W), NULL), gpt_zero_frozen(m, TI(m, j, T_LN1B), NULL);
+    return DT_OK;
+}
+
 /* The input gradient of block j; its weight gradients too unless split, else the output
  * gradients of its linears and LayerNorms kept for gpt_block_weight (so every weight
  * gradient of a block is written by one call: a sharding wrapper reduces a unit once per
- * micro-batch, and the bitwise mode folds it per micro-batch). */
+ * micro-batch, and the bitwise mode folds it per micro-batch). Frozen tensors get none. */
 dt_status gpt_block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
@@ -34,8 +49,10 @@ dt_status gpt_block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     float *dln;
     /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
     DT_TRY(gpt_mlp_backward(m, s, &b, &k, j, split, &dln));
-    ln_grads ln2 = gpt_ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
-    ln_grads ln1 = gpt_ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
+    ln_grads n2, n1;
+    block_norm_grads(m, j, &n2, &n1);
+    ln_grads ln2 = gpt_ln_grad_target(m, n2.w, n2.b, 0);
+    ln_grads ln1 = gpt_ln_grad_target(m, n1.w, n1.b, 1);
     if (split) {
         ln2 = ln1 = (ln_grads){NULL, NULL};
         o->copy(k.ln2, dln, RCb);
@@ -47,8 +64,7 @@ dt_status gpt_block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     if (split) o->copy(k.ln1, dln, RCb);
     gpt_norm_bwd(m, s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl);
     if (split) return DT_OK;
-    float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
-    return gpt_ln_grad_finish(m, ln_dw, 2);
+    return block_norm_finish(m, j, &n2, &n1);
 }
 
 /* Block j's LayerNorm weight gradients from their kept output gradients (split W). */
@@ -57,13 +73,14 @@ static dt_status block_ln_weight(gpt_model *m, gpt_slot *s, int j) {
     int C = m->shape.n_embd, Nl = local_rows(m, s->B * s->T);
     block_acts b = gpt_block_acts(m, s, j);
     block_douts k = gpt_block_douts(m, s, j);
-    ln_grads ln2 = gpt_ln_grad_target(m, G(m, j, T_LN2W), G(m, j, T_LN2B), 0);
-    ln_grads ln1 = gpt_ln_grad_target(m, G(m, j, T_LN1W), G(m, j, T_LN1B), 1);
+    ln_grads n2, n1;
+    block_norm_grads(m, j, &n2, &n1);
+    ln_grads ln2 = gpt_ln_grad_target(m, n2.w, n2.b, 0);
+    ln_grads ln1 = gpt_ln_grad_target(m, n1.w, n1.b, 1);
     if (m->sp) o->zero(m->acts->lngrad, 4 * (size_t)C * m->esz);
-    gpt_norm_bwd(m, NULL, ln2.w, ln2.b, k.ln2, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl);
-    gpt_norm_bwd(m, NULL, ln1.w, ln1.b, k.ln1, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl);
-    float *const ln_dw[2] = {G(m, j, T_LN2W), G(m, j, T_LN1W)};
-    return gpt_ln_grad_finish(m, ln_dw, 2);
+    if (ln2.w) gpt_norm_bwd(m, NULL, ln2.w, ln2.b, k.ln2, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl);
+    if (ln1.w) gpt_norm_bwd(m, NULL, ln1.w, ln1.b, k.ln1, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl);
+    return block_norm_finish(m, j, &n2, &n1);
 }
 
 dt_status gpt_block_weight(gpt_model *m, gpt_slot *s, int j) {

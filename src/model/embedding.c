@@ -48,27 +48,32 @@ dt_status gpt_embed_forward(gpt_model *m, gpt_slot *a, const dt_token *tokens, i
     return gpt_tp_complete(m, emb, a->encoded, N, &done);
 }
 
-/* The embeddings' gradients (first stage) from the residual stream's gradient. */
+/* The embeddings' gradients (first stage) from the residual stream's gradient; none when
+ * both are frozen (a frozen wte under a trainable wpe: computed by the one kernel, undone). */
 dt_status gpt_embed_backward(gpt_model *m, gpt_slot *s) {
     int C = m->shape.n_embd, N = s->B * s->T;
     if (!m->has_head || !m->shape.tie) HOOK(before_backward, 0); /* else the head asked for it */
+    if (m->tensors[0].frozen && (m->t_wpe < 0 || m->tensors[m->t_wpe].frozen)) {
+        HOOK(after_backward, 0);
+        return DT_OK;
+    }
     int Vl = m->shape.padded_vocab / m->tp;     /* dwpe on every rank: dres is replicated (or gathered) */
     float *dall;
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dall));
+    float *wpe_g = m->t_wpe >= 0 ? tgt(m, m->t_wpe) : NULL;
     if (!in_runs(m, s)) {
-        float *dwpe = m->t_wpe >= 0 ? S(m, tg(m, m->t_wpe), (size_t)s->pos0 * C) : NULL;
+        float *dwpe = wpe_g ? S(m, wpe_g, (size_t)s->pos0 * C) : NULL;
         m->ops->embed_bwd(tg(m, 0), dwpe, dall, s->tok, s->B, s->T, C, m->tp_rank * Vl, Vl);
     } else {
         for (int b = 0; b < s->B; b++) /* as in the forward, run by run */
             for (int t0 = 0, t1; t0 < s->T; t0 = t1) {
                 t1 = run_end(m, s, b, t0);
                 size_t r = (size_t)b * s->T + t0;
-                m->ops->embed_bwd(tg(m, 0), S(m, tg(m, m->t_wpe), run_position(m, s, b, t0) * C), S(m, dall, r * C),
-                                  s->tok + r, 1, t1 - t0, C, m->tp_rank * Vl, Vl);
+                m->ops->embed_bwd(tg(m, 0), wpe_g ? S(m, wpe_g, run_position(m, s, b, t0) * C) : NULL,
+                                  S(m, dall, r * C), s->tok + r, 1, t1 - t0, C, m->tp_rank * Vl, Vl);
             }
     }
     gpt_zero_frozen(m, 0, NULL);
-    if (m->t_wpe >= 0) gpt_zero_frozen(m, m->t_wpe, NULL);
     HOOK(after_backward, 0);
     return DT_OK;
 }

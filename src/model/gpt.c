@@ -88,6 +88,57 @@ static dt_status stage_check(const gpt_shape *s, const gpt_layout *lay, const gp
     return DT_OK;
 }
 
+/* The stage the layout gives m (its blocks, chunks and ends). */
+static dt_status set_stage(gpt_model *m, const gpt_layout *layout, gpt_stage_info *st) {
+    *st = gpt_stage_of(&m->shape, layout);
+    DT_TRY(stage_check(&m->shape, layout, st));
+    m->first_layer = st->first[0];
+    m->nblocks = st->n;
+    m->nchunks = st->nchunks;
+    for (int c = 0; c < st->nchunks; c++) {
+        m->chunk_layer0[c] = st->first[c];
+        m->chunk_block0[c + 1] = m->chunk_block0[c] + st->count[c];
+    }
+    m->has_embed = st->embed;
+    m->has_head = st->head;
+    m->first_trainable = -1; /* everything trains until gpt_freeze */
+    return DT_OK;
+}
+
+/* The tensor table and the units over it. */
+static dt_status build_units(gpt_model *m) {
+    DT_TRY(gpt_build_table(m));
+    m->nunits = m->nblocks + 2;
+    m->units = calloc((size_t)m->nunits, sizeof(gpt_unit));
+    m->unit_params = calloc((size_t)m->nunits, sizeof(float *));
+    m->unit_grads = calloc((size_t)m->nunits, sizeof(float *));
+    if (!m->units || !m->unit_params || !m->unit_grads) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
+    size_t next = 0; /* an empty unit (no embeddings or no ln_f on this stage) sits where it would be */
+    for (int u = 0, i = 0; u < m->nunits; u++) {
+        m->units[u].offset = next;
+        for (; i < m->ntensors && m->tensors[i].unit == u; i++) m->units[u].count += m->tensors[i].numel;
+        if (u == 0) m->units[0].count += m->tied_gap;
+        next = m->units[u].offset + m->units[u].count;
+    }
+    return DT_OK;
+}
+
+dt_status gpt_table_layout(gpt_model *m, const gpt_shape *shape, const gpt_layout *layout, const char *freeze) {
+    memset(m, 0, sizeof *m);
+    if (!layout) layout = &gpt_one_rank;
+    m->shape = *shape;
+    m->tp = layout->tp > 0 ? layout->tp : 1;
+    m->tp_rank = layout->tp_rank;
+    DT_TRY(gpt_shape_check(&m->shape));
+    if (!gpt_tp_splits_heads(&m->shape, m->tp) || m->shape.padded_vocab % m->tp != 0)
+        return dt_fail(DT_EINPUT, "parallel.tp %d does not split the model", m->tp);
+    gpt_stage_info st;
+    DT_TRY(set_stage(m, layout, &st));
+    DT_TRY(build_units(m));
+    if (freeze && *freeze) gpt_freeze(m, freeze, NULL);
+    return DT_OK;
+}
+
 dt_status gpt_create(gpt_model *m, const gpt_shape *shape, const dt_ops *ops, int max_B, int max_T) {
     return gpt_create_ex(m, shape, ops, max_B, max_T, 1);
 }
@@ -190,17 +241,8 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     if (max_T > m->shape.seq_len)
         return dt_fail(DT_EINPUT, "sequence length %d exceeds the position table (model.seq_len %d)", max_T,
                        m->shape.seq_len);
-    gpt_stage_info st = gpt_stage_of(&m->shape, layout);
-    DT_TRY(stage_check(&m->shape, layout, &st));
-    m->first_layer = st.first[0];
-    m->nblocks = st.n;
-    m->nchunks = st.nchunks;
-    for (int c = 0; c < st.nchunks; c++) {
-        m->chunk_layer0[c] = st.first[c];
-        m->chunk_block0[c + 1] = m->chunk_block0[c] + st.count[c];
-    }
-    m->has_embed = st.embed;
-    m->has_head = st.head;
+    gpt_stage_info st;
+    DT_TRY(set_stage(m, layout, &st));
     m->ops = ops;
     m->esz = dt_elem_bytes(ops);
     m->max_B = max_B;
@@ -212,19 +254,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     for (int k = 0; m->documents && k < st.slots; k++)
         if (!(m->acts->slot[k].seg_host = malloc((size_t)max_B * max_T * sizeof(int))))
             return dt_fail(DT_ERUNTIME, "out of memory (document starts)");
-    DT_TRY(gpt_build_table(m));
-    m->nunits = m->nblocks + 2;
-    m->units = calloc((size_t)m->nunits, sizeof(gpt_unit));
-    m->unit_params = calloc((size_t)m->nunits, sizeof(float *));
-    m->unit_grads = calloc((size_t)m->nunits, sizeof(float *));
-    if (!m->units || !m->unit_params || !m->unit_grads) return dt_fail(DT_ERUNTIME, "out of memory (model tables)");
-    size_t next = 0; /* an empty unit (no embeddings or no ln_f on this stage) sits where it would be */
-    for (int u = 0, i = 0; u < m->nunits; u++) {
-        m->units[u].offset = next;
-        for (; i < m->ntensors && m->tensors[i].unit == u; i++) m->units[u].count += m->tensors[i].numel;
-        if (u == 0) m->units[0].count += m->tied_gap;
-        next = m->units[u].offset + m->units[u].count;
-    }
+    DT_TRY(build_units(m));
     if (alloc_state) {
         DT_TRY(ops->alloc((void **)&m->params, m->nparams * m->esz, "parameters"));
         DT_TRY(ops->alloc((void **)&m->grads, m->nparams * m->esz, "gradients"));

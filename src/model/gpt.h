@@ -48,7 +48,7 @@ typedef struct {
     size_t offset;     /* in floats, into params/grads */
     size_t numel;
     int decay;         /* weight decay applies (2-D weights) */
-    int frozen;        /* gpt_freeze: no gradient (zeroed), no update */
+    int frozen;        /* gpt_freeze: no gradient (none computed), no update, no optimizer moments */
     int layer;         /* block index, -1 for embeddings and ln_f */
     int unit;          /* the unit holding it (see gpt_unit) */
 } gpt_tensor;
@@ -201,16 +201,30 @@ typedef struct {
     int sp;             /* sequence parallelism: LayerNorm/residual rows split over tp (gpt_layout) */
     gpt_tp_comm tp_comm;
     gpt_cp_comm cp_comm;
+    int first_trainable;  /* gpt_freeze: the lowest trainable place of the whole model (-1: the embeddings, a
+                             block, n_layer: above the blocks); the backward stops below it */
+    long long dw_skipped; /* weight-gradient GEMMs not run so far because their weight is frozen (a weight
+                             matrix's per micro-batch pass, the head's too) */
 } gpt_model;
 
 /* Frozen parameter groups (train.freeze): `patterns` is a comma-separated list of shell
  * globs over the Hugging Face names ("wte.weight,wpe.weight,h.0.*"). gpt_freeze_check
  * fails (DT_EINPUT) on a pattern no tensor of the whole model matches; gpt_freeze marks
- * this rank's matching tensors frozen: the backward zeroes their gradients before handing
- * a unit's gradients over (every strategy reduces and norms zeros) and the optimizers skip
- * them. *n (optional): elements frozen here. */
+ * this rank's matching tensors frozen: the backward computes no gradient for them (their
+ * gradient buffers are left as they are: the strategies zero them each step) and stops
+ * below the lowest trainable tensor of the whole model (a pipeline's earlier stages
+ * included); the strategies neither reduce their gradients nor keep moments for them.
+ * *n (optional): elements frozen here. */
 dt_status gpt_freeze_check(const gpt_shape *s, const char *patterns);
 void gpt_freeze(gpt_model *m, const char *patterns, size_t *n);
+/* Every tensor of unit u is frozen (an empty unit is not). */
+int gpt_unit_frozen(const gpt_model *m, int u);
+/* Elements of this rank's frozen tensors. */
+size_t gpt_frozen_count(const gpt_model *m);
+/* The highest run of [a, b) (flat offsets) outside frozen tensors: [*lo, *hi); 0 when
+ * there is none. Walking down from b (b = *lo each time) gives every trainable run; with
+ * nothing frozen, [a, b) itself. */
+int gpt_trainable_run(const gpt_model *m, size_t a, size_t b, size_t *lo, size_t *hi);
 
 /* The shape the config's model keys give (unchecked). */
 gpt_shape gpt_shape_of_config(const dt_config *c);
@@ -254,6 +268,10 @@ dt_status gpt_create_ex(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int
 dt_status gpt_create_layout(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T,
                             int alloc_state, const gpt_layout *layout);
 void gpt_destroy(gpt_model *m);
+/* The tensor table and units of one rank of a layout (piece tp_rank) on paper, with the
+ * freeze patterns applied (NULL or "": none), nothing else allocated (no backend): what
+ * the estimator reads of frozen tensors; gpt_destroy frees it. */
+dt_status gpt_table_layout(gpt_model *m, const gpt_shape *s, const gpt_layout *layout, const char *freeze);
 /* GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer),
  * LayerNorm weight 1, biases 0, padded vocab rows 0. Element i (row-major index in the
  * unsharded tensor) of a tensor is gpt_init_at(rule, i) with the tensor's rule, a pure

@@ -81,6 +81,9 @@ dt_status gpt_build_table(gpt_model *m);
 /* Calls fn(name, ctx) for every tensor name of the whole model, until it returns nonzero
  * (then returns 1). */
 int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx);
+/* The same with each tensor's place: its block, -1 for unit 0's (the embeddings), n_layer
+ * for the last unit's. */
+int gpt_each_tensor(const gpt_shape *s, int (*fn)(const char *, int, void *), void *ctx);
 
 /* ---- the stage (gpt.c) ---- */
 
@@ -113,7 +116,10 @@ static inline float *tg(const gpt_model *m, int i) {
 static inline int block_tensor(const gpt_model *m, int j, int k) { return m->block0 + j * m->layer_tensors + m->role[k]; }
 /* (a role the family lacks gives NULL) */
 static inline float *P(const gpt_model *m, int j, int k) { return m->role[k] < 0 ? NULL : tp(m, block_tensor(m, j, k)); }
-static inline float *G(const gpt_model *m, int j, int k) { return m->role[k] < 0 ? NULL : tg(m, block_tensor(m, j, k)); }
+/* Tensor i's gradient, NULL when it is frozen: nothing computes it. */
+static inline float *tgt(const gpt_model *m, int i) { return m->tensors[i].frozen ? NULL : tg(m, i); }
+static inline float *G(const gpt_model *m, int j, int k) { return m->role[k] < 0 ? NULL : tgt(m, block_tensor(m, j, k)); }
+static inline int TI(const gpt_model *m, int j, int k) { return m->role[k] < 0 ? -1 : block_tensor(m, j, k); }
 /* A weight's gradient now, or NULL in a split backward's B pass (written later, by W). */
 static inline float *WG(const gpt_model *m, int j, int k, int split) { return split ? NULL : G(m, j, k); }
 static inline int llama(const gpt_model *m) { return m->shape.family == GPT_FAMILY_LLAMA; }
@@ -127,9 +133,15 @@ static inline dt_status gpt_hook(const gpt_model *m, dt_status (*fn)(void *, int
 
 /* ---- frozen tensors (freeze.c) ---- */
 
-/* A frozen tensor's gradient (at g, or where tg says) zeroed, before its unit's after_backward. */
+/* Tensor i's gradient (at g, or where tg says) zeroed if it is frozen (i < 0: nothing): a
+ * norm whose weight trains but not its bias (or the reverse), or wte frozen under a
+ * trainable wpe, computes both gradients in one kernel, and the frozen one is undone. */
 void gpt_zero_frozen(gpt_model *m, int i, float *g);
-void gpt_zero_frozen_block(gpt_model *m, int j);
+/* Local block j lies below every trainable tensor of the whole model (the embeddings
+ * frozen too): its backward is skipped, input gradient included. */
+int gpt_block_skipped(const gpt_model *m, int j);
+/* Adds local block j's frozen weight matrices to the skipped weight-gradient GEMMs. */
+void gpt_count_skipped(gpt_model *m, int j);
 
 /* ---- activations (activations.c) ---- */
 
@@ -188,14 +200,18 @@ dt_status gpt_tp_complete(gpt_model *m, float *x, float *out, int N, float **don
 dt_status gpt_seq_gather(gpt_model *m, float *x, int N, float **all);
 /* With sp a LayerNorm's weight and bias gradients come from this rank's rows only: they
  * are computed into part k of acts->lngrad (weight then bias), summed over the
- * tensor-parallel group and added to the gradients dw[k] (weight, bias contiguous after
- * it) by gpt_ln_grad_finish, so the replicated LayerNorms stay equal. Without sp they go
- * to dw, db directly (and finish does nothing). */
+ * tensor-parallel group and added to the gradients dw[k] (weight, bias; NULL: a frozen
+ * norm's, none) by gpt_ln_grad_finish, so the replicated LayerNorms stay equal. Without
+ * sp they go to dw, db directly (and finish does nothing). */
 typedef struct {
     float *w, *b;
 } ln_grads;
 ln_grads gpt_ln_grad_target(gpt_model *m, float *dw, float *db, int part);
-dt_status gpt_ln_grad_finish(gpt_model *m, float *const *dw, int nparts);
+dt_status gpt_ln_grad_finish(gpt_model *m, const ln_grads *dw, int nparts);
+/* A norm's weight and bias gradients (tensors iw, ib; ib < 0: none), which its kernel
+ * computes together: both where either trains, neither (NULL) where both are frozen
+ * (freeze.c; the frozen one of a pair is zeroed after: gpt_zero_frozen). */
+ln_grads gpt_norm_grads(gpt_model *m, int iw, int ib);
 
 /* ---- the building blocks ---- */
 

@@ -36,7 +36,8 @@ static dt_status head(gpt_model *m, gpt_slot *b, const dt_token *targets, float 
     int N = b->B * b->T, C = m->shape.n_embd, V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp;
     const float *wte = tp(m, m->t_head); /* this rank's vocabulary rows */
     int vocab_parallel = m->tp_comm.allreduce != NULL;
-    float *lnf, *dwte = m->head_grad && m->shape.tie ? m->head_grad : tg(m, m->t_head);
+    /* a frozen head: no weight gradient (its GEMM skipped) */
+    float *lnf, *dwte = m->tensors[m->t_head].frozen ? NULL : m->head_grad && m->shape.tie ? m->head_grad : tg(m, m->t_head);
     DT_TRY(gpt_seq_gather(m, b->lnf, N, &lnf));
     o->upload(a->tgt, targets, (size_t)N * sizeof(dt_token));
     targets = a->tgt;
@@ -48,9 +49,10 @@ static dt_status head(gpt_model *m, gpt_slot *b, const dt_token *targets, float 
         else o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vl, grad_scale);
         if (grad_scale != 0.0f) { /* dlnf: a partial sum over the vocabulary pieces (completed below) */
             o->gemm(0, 0, R, C, Vl, 1.0f, a->logits, Vl, wte, C, 0.0f, S(m, a->dsmall, (size_t)r0 * C), C);
-            o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, dwte, C);
+            if (dwte) o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, dwte, C);
         }
     }
+    if (grad_scale != 0.0f && !dwte) m->dw_skipped++;
     if (grad_scale != 0.0f) DT_TRY(gpt_tp_complete(m, a->dsmall, a->rows, N, dlnf));
     *loss = o->sum(a->losses, (size_t)N);
     return DT_OK;
@@ -77,18 +79,16 @@ dt_status gpt_loss(gpt_model *m, int slot, const dt_token *targets, float grad_s
     double loss;
     float *dlnf;
     DT_TRY(head(m, b, targets, grad_scale, &loss, &dlnf));
-    gpt_zero_frozen(m, m->t_head, tied ? m->head_grad : NULL); /* the head's weight gradient */
     if (tied && m->head_grad) HOOK(after_backward, GPT_HEAD_PART);
     int lnw = m->t_norm_w, lnb = m->t_norm_b;
     o->zero(b->dres, (size_t)Nl * C * m->esz);
     if (tied) HOOK(before_backward, lnf_unit);
-    ln_grads lnf = gpt_ln_grad_target(m, tg(m, lnw), lnb >= 0 ? tg(m, lnb) : NULL, 0);
+    ln_grads g = gpt_norm_grads(m, lnw, lnb); /* NULL: frozen */
+    ln_grads lnf = gpt_ln_grad_target(m, g.w, g.b, 0);
     if (m->sp) o->zero(m->acts->lngrad, 2 * (size_t)C * m->esz);
     gpt_norm_bwd(m, b->dres, lnf.w, lnf.b, dlnf, slot_out(m, b), tp(m, lnw), b->lnf_mean, b->lnf_rstd, Nl);
-    float *const lnf_grads[1] = {tg(m, lnw)};
-    DT_TRY(gpt_ln_grad_finish(m, lnf_grads, 1));
-    gpt_zero_frozen(m, lnw, NULL);
-    if (lnb >= 0) gpt_zero_frozen(m, lnb, NULL);
+    DT_TRY(gpt_ln_grad_finish(m, &g, 1));
+    if (g.w) gpt_zero_frozen(m, lnw, NULL), gpt_zero_frozen(m, lnb, NULL);
     HOOK(after_backward, lnf_unit);
     if (!m->has_embed && tied) HOOK(after_backward, 0); /* a last stage's wte: the head alone adds to it */
     *loss_out = loss;

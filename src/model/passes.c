@@ -106,6 +106,14 @@ static dt_status check_split(const gpt_model *m, int slot, int want) {
     return DT_OK;
 }
 
+/* The embeddings' backward where the slot's chunk holds them and something trains there
+ * (wte or wpe; else only its hooks: gpt_embed_backward). */
+static dt_status embed_backward(gpt_model *m, gpt_slot *s) {
+    return embeds(m, s->chunk) ? gpt_embed_backward(m, s) : DT_OK;
+}
+
+/* Below the lowest trainable tensor of the model nothing is computed, input gradients
+ * included (gpt_block_skipped; the hooks still run, so a strategy sees every unit). */
 dt_status gpt_backward(gpt_model *m, int slot) {
     DT_TRY(gpt_check_slot(m, slot));
     if (m->split) { /* both halves, one after the other */
@@ -115,14 +123,16 @@ dt_status gpt_backward(gpt_model *m, int slot) {
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j);
-        /* recompute: the block's inner activations again, from its kept input (the same
-         * kernels on the same inputs: the same bits; with tp or cp the same collectives) */
-        if (m->recompute) DT_TRY(gpt_block_forward(m, s, j));
-        DT_TRY(gpt_block_backward(m, s, j, 0));
-        gpt_zero_frozen_block(m, j);
+        gpt_count_skipped(m, j);
+        if (!gpt_block_skipped(m, j)) {
+            /* recompute: the block's inner activations again, from its kept input (the same
+             * kernels on the same inputs: the same bits; with tp or cp the same collectives) */
+            if (m->recompute) DT_TRY(gpt_block_forward(m, s, j));
+            DT_TRY(gpt_block_backward(m, s, j, 0));
+        }
         HOOK(after_backward, 1 + j);
     }
-    return embeds(m, s->chunk) ? gpt_embed_backward(m, s) : DT_OK;
+    return embed_backward(m, s);
 }
 
 dt_status gpt_backward_input(gpt_model *m, int slot) {
@@ -130,7 +140,7 @@ dt_status gpt_backward_input(gpt_model *m, int slot) {
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j);
-        DT_TRY(gpt_block_backward(m, s, j, 1));
+        if (!gpt_block_skipped(m, j)) DT_TRY(gpt_block_backward(m, s, j, 1));
     }
     return DT_OK;
 }
@@ -140,11 +150,11 @@ dt_status gpt_backward_weight(gpt_model *m, int slot) {
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         HOOK(before_backward, 1 + j); /* again: its gradients are written now */
-        DT_TRY(gpt_block_weight(m, s, j));
-        gpt_zero_frozen_block(m, j);
+        gpt_count_skipped(m, j);
+        if (!gpt_block_skipped(m, j) && !gpt_unit_frozen(m, 1 + j)) DT_TRY(gpt_block_weight(m, s, j));
         HOOK(after_backward, 1 + j);
     }
-    return embeds(m, s->chunk) ? gpt_embed_backward(m, s) : DT_OK;
+    return embed_backward(m, s);
 }
 
 dt_status gpt_forward_backward(gpt_model *m, const dt_token *tokens, const dt_token *targets, int B, int T,

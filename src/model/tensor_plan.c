@@ -245,18 +245,34 @@ dt_status gpt_build_table(gpt_model *m) {
     return DT_OK;
 }
 
-int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx) {
+int gpt_each_tensor(const gpt_shape *s, int (*fn)(const char *, int, void *), void *ctx) {
     char name[64];
     int n;
     const plan_entry *plan = plan_of(s, &n);
     for (int i = 0; i < n; i++) {
         if (!has_option(s, &plan[i])) continue;
-        for (int l = 0; l < (plan[i].where == ON_BLOCK ? s->n_layer : 1); l++) {
+        int block = plan[i].where == ON_BLOCK;
+        for (int l = 0; l < (block ? s->n_layer : 1); l++) {
             entry_name(name, sizeof name, s, &plan[i], l);
-            if (fn(name, ctx)) return 1;
+            if (fn(name, block ? l : kind_of(plan[i].where) == ON_FIRST ? -1 : s->n_layer, ctx)) return 1;
         }
     }
     return 0;
+}
+
+typedef struct {
+    int (*fn)(const char *, void *);
+    void *ctx;
+} name_fn;
+static int name_only(const char *name, int layer, void *ctx) {
+    (void)layer;
+    const name_fn *f = ctx;
+    return f->fn(name, f->ctx);
+}
+
+int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx) {
+    name_fn f = {fn, ctx};
+    return gpt_each_tensor(s, name_only, &f);
 }
 
 /* Elements of one unit kind's tensors on one rank of t: the split tensors' global sizes

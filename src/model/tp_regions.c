@@ -31,16 +31,22 @@ dt_status gpt_seq_gather(gpt_model *m, float *x, int N, float **all) {
 }
 
 ln_grads gpt_ln_grad_target(gpt_model *m, float *dw, float *db, int part) {
-    if (!m->sp) return (ln_grads){dw, db};
+    if (!m->sp || !dw) return (ln_grads){dw, db};
     float *w = S(m, m->acts->lngrad, (size_t)part * 2 * m->shape.n_embd);
     return (ln_grads){w, S(m, w, (size_t)m->shape.n_embd)};
 }
 
-dt_status gpt_ln_grad_finish(gpt_model *m, float *const *dw, int nparts) {
+dt_status gpt_ln_grad_finish(gpt_model *m, const ln_grads *dw, int nparts) {
     if (!m->sp) return DT_OK;
-    size_t C2 = 2 * (size_t)m->shape.n_embd;
-    DT_TRY(gpt_tp_sum(m, m->acts->lngrad, (size_t)nparts * C2));
-    size_t n = llama(m) ? C2 / 2 : C2; /* RMSNorm: a weight, no bias after it */
-    for (int k = 0; k < nparts; k++) m->ops->add(dw[k], dw[k], S(m, m->acts->lngrad, (size_t)k * C2), n);
+    int any = 0;
+    for (int k = 0; k < nparts; k++) any |= dw[k].w != NULL;
+    if (!any) return DT_OK; /* every one frozen (on every tensor-parallel rank alike): nothing to sum */
+    size_t C = (size_t)m->shape.n_embd;
+    DT_TRY(gpt_tp_sum(m, m->acts->lngrad, (size_t)nparts * 2 * C));
+    for (int k = 0; k < nparts; k++) {
+        const float *part = S(m, m->acts->lngrad, (size_t)k * 2 * C);
+        if (dw[k].w) m->ops->add(dw[k].w, dw[k].w, part, C);
+        if (dw[k].w && dw[k].b) m->ops->add(dw[k].b, dw[k].b, S(m, part, C), C); /* RMSNorm: no bias */
+    }
     return DT_OK;
 }

@@ -22,14 +22,55 @@ static const dt_ops *host_ops(void) { return dt_ops_cpu(); }
  * fp32 and of parameters in storage precision to move them. */
 static int needs_staging(const dt_ops *ops) { return ops->on_device || ops->bf16; }
 
+/* ---- frozen elements: no moments ---- */
+
+/* Frozen owned elements below k. */
+static size_t frozen_below(const dt_optimizer *o, size_t k) {
+    size_t f = 0;
+    for (int i = 0; i < o->nfrozen && o->frozen[i].k < k; i++) {
+        size_t e = o->frozen[i].k + o->frozen[i].n;
+        f += (e < k ? e : k) - o->frozen[i].k;
+    }
+    return f;
+}
+/* Where trainable element k's moments (and offloaded state) are. */
+static size_t mom_at(const dt_optimizer *o, size_t k) { return k - frozen_below(o, k); }
+/* The run of [k, k + n) from k that is all frozen (*frozen) or all trainable: its length. */
+static size_t run_from(const dt_optimizer *o, size_t k, size_t n, int *frozen) {
+    *frozen = 0;
+    for (int i = 0; i < o->nfrozen; i++) {
+        const dt_opt_range *r = &o->frozen[i];
+        if (r->k + r->n <= k) continue;
+        size_t e = r->k <= k ? r->k + r->n - k : r->k - k;
+        *frozen = r->k <= k;
+        return e < n ? e : n;
+    }
+    return n;
+}
+
+static dt_status note_frozen(dt_optimizer *o, const dt_opt_range *frozen, int nfrozen) {
+    o->nt = o->n;
+    if (!o->moments || nfrozen <= 0) return DT_OK;
+    o->frozen = malloc((size_t)nfrozen * sizeof *frozen);
+    if (!o->frozen) return dt_fail(DT_ERUNTIME, "out of memory (frozen ranges)");
+    for (int i = 0; i < nfrozen; i++) {
+        if (frozen[i].n == 0) continue;
+        o->frozen[o->nfrozen++] = frozen[i];
+        o->nt -= frozen[i].n;
+    }
+    return DT_OK;
+}
+
 dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw_hparams *hp, size_t n, int moments,
-                              const char *what, const dt_optimizer_offload *off) {
+                              const char *what, const dt_optimizer_offload *off, const dt_opt_range *frozen,
+                              int nfrozen) {
     memset(o, 0, sizeof *o);
     o->hp = *hp;
     o->ops = ops;
     o->n = n;
     o->moments = moments;
     o->f_master = o->f_m = o->f_v = -1;
+    DT_TRY(note_frozen(o, frozen, nfrozen));
     char name[96];
     if (off && off->store.kind) {
         /* the host holds fp32 weights whenever the parameters are not fp32 host memory
@@ -43,10 +84,14 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
             o->f_v = nf++;
         }
         if (!nf) return DT_OK;
+        if (o->has_master && o->nt < n) { /* frozen weights: never updated, so not streamed */
+            snprintf(name, sizeof name, "frozen master weights%s", what);
+            DT_TRY(dt_optimizer_host_alloc(o, &off->store, (void **)&o->fmaster, (n - o->nt) * sizeof(float), name));
+        }
         snprintf(name, sizeof name, "optimizer state%s", what);
         dt_store_opts so = off->store;
-        so.block_bytes = dt_store_block_for(&so, n, sizeof(float));
-        DT_TRY(dt_store_open(&o->store, n, nf, sizeof(float), &so, name));
+        so.block_bytes = dt_store_block_for(&so, o->nt, sizeof(float));
+        if (o->nt) DT_TRY(dt_store_open(&o->store, o->nt, nf, sizeof(float), &so, name));
         size_t blk = off->store.kind == DT_STORE_NVME ? off->store.block_bytes / sizeof(float) : (size_t)1 << 18;
         o->chunk = blk < n ? blk : n;
         if (o->chunk == 0) o->chunk = 1;
@@ -62,11 +107,11 @@ dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw
         }
         return DT_OK;
     }
-    if (moments) {
+    if (moments && o->nt) {
         snprintf(name, sizeof name, "AdamW first moments%s", what);
-        DT_TRY(ops->alloc((void **)&o->m, n * sizeof(float), name));
+        DT_TRY(ops->alloc((void **)&o->m, o->nt * sizeof(float), name));
         snprintf(name, sizeof name, "AdamW second moments%s", what);
-        DT_TRY(ops->alloc((void **)&o->v, n * sizeof(float), name));
+        DT_TRY(ops->alloc((void **)&o->v, o->nt * sizeof(float), name));
     }
     if (ops->bf16) {
         o->has_master = 1;
@@ -86,6 +131,11 @@ void dt_optimizer_free(dt_optimizer *o) {
     dt_optimizer_host_free(o, o->gbuf);
     dt_optimizer_host_free(o, o->pbuf);
     dt_optimizer_host_free(o, o->ghost);
+    dt_optimizer_host_free(o, o->fmaster);
+    free(o->frozen);
+    o->frozen = NULL;
+    o->nfrozen = 0;
+    o->fmaster = NULL;
     o->ghost = NULL;
     o->m = o->v = o->master = o->gbuf = NULL;
     o->pbuf = NULL;
@@ -207,8 +257,9 @@ dt_status dt_optimizer_put_params(const dt_optimizer *o, void *dst, const float 
     return ops->on_device ? ops->sync() : DT_OK;
 }
 
+/* k: the owned elements' index (the handed-over gradients'), c: the store's */
 static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
-                                float *param, const float *g, size_t n) {
+                                size_t c0, float *param, const float *g, size_t n) {
     size_t e = dt_elem_bytes(o->ops);
     int staged = needs_staging(o->ops);
     for (size_t i = 0; i < n;) {
@@ -216,7 +267,7 @@ static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, doub
         size_t got;
         /* the store hands out a block (nvme) or the whole range (cpu), used whole before the
          * next range is asked: a pass only moves forward */
-        DT_TRY(dt_store_pass_range(o->store, k + i, n - i, f, &got));
+        DT_TRY(dt_store_pass_range(o->store, c0 + i, n - i, f, &got));
         for (size_t j = 0; j < got;) {
             size_t c = got - j < o->chunk || !staged ? got - j : o->chunk, at = i + j;
             const float *gi = (const float *)((const char *)g + at * e);
@@ -245,10 +296,11 @@ static dt_status step_offloaded(dt_optimizer *o, long long step, int decay, doub
 
 dt_status dt_optimizer_step_range(dt_optimizer *o, long long step, int decay, double lr, float gscale, size_t k,
                                   float *param, const float *g, size_t n) {
-    if (o->delaying) return dt_delayed_record(o, step, decay, lr, gscale, k, param, g, n);
-    if (o->store) return step_offloaded(o, step, decay, lr, gscale, k, param, g, n);
+    size_t c = mom_at(o, k); /* the moments skip the frozen elements below */
+    if (o->delaying) return dt_delayed_record(o, step, decay, lr, gscale, c, param, g, n);
+    if (o->store) return step_offloaded(o, step, decay, lr, gscale, k, c, param, g, n);
     float *p = o->master ? o->master + k : param, *store = o->master ? param : NULL;
-    dt_adamw_range(&o->hp, o->ops, step, decay, lr, gscale, p, store, g, o->m + k, o->v + k, n);
+    dt_adamw_range(&o->hp, o->ops, step, decay, lr, gscale, p, store, g, o->m + c, o->v + c, n);
     return DT_OK;
 }
 
@@ -267,19 +319,34 @@ dt_status dt_optimizer_step_model(dt_optimizer *o, long long step, const gpt_mod
 
 /* ---- random access ---- */
 
+/* Owned elements [k, k + n) piece by piece, each all frozen or all trainable. */
+#define EACH_RUN(o, k, n, i, len, fz) \
+    for (size_t i = 0, len = 0; i < (n); i += len) \
+        if ((len = run_from((o), (k) + i, (n) - i, &(fz))) > 0)
+
 dt_status dt_optimizer_get_weights(dt_optimizer *o, size_t k, size_t n, const float *param, float *dst) {
     DT_TRY(dt_delayed_settle(o));
-    if (o->store && o->has_master) return dt_store_read(o->store, o->f_master, k, n, dst);
-    if (o->master) o->ops->download(dst, o->master + k, n * sizeof(float));
-    else o->ops->download(dst, param, n * sizeof(float)); /* the parameters are the fp32 weights */
+    int fz;
+    EACH_RUN(o, k, n, i, len, fz) {
+        if (fz && o->fmaster) memcpy(dst + i, o->fmaster + frozen_below(o, k + i), len * sizeof(float));
+        else if (o->store && o->has_master) DT_TRY(dt_store_read(o->store, o->f_master, mom_at(o, k + i), len, dst + i));
+        else if (o->master) o->ops->download(dst + i, o->master + k + i, len * sizeof(float));
+        else o->ops->download(dst + i, param + i, len * sizeof(float)); /* the parameters are the fp32 weights */
+    }
     return DT_OK;
 }
 
 dt_status dt_optimizer_set_weights(dt_optimizer *o, size_t k, size_t n, const float *src, float *param) {
     const dt_ops *ops = o->ops;
     DT_TRY(dt_delayed_settle(o));
-    if (o->store && o->has_master) {
-        DT_TRY(dt_store_write(o->store, o->f_master, k, n, src));
+    if (o->store || o->fmaster) {
+        int fz;
+        EACH_RUN(o, k, n, i, len, fz) {
+            if (fz && o->fmaster) memcpy(o->fmaster + frozen_below(o, k + i), src + i, len * sizeof(float));
+            else if (!fz && o->has_master) DT_TRY(dt_store_write(o->store, o->f_master, mom_at(o, k + i), len, src + i));
+        }
+    }
+    if ((o->store || o->fmaster) && o->has_master) {
         if (!param) return DT_OK;
         for (size_t i = 0; i < n; i += o->chunk) {
             size_t c = n - i < o->chunk ? n - i : o->chunk;
@@ -300,21 +367,33 @@ static float *moment_in_memory(const dt_optimizer *o, int which) { return which 
 
 dt_status dt_optimizer_get_moments(dt_optimizer *o, int which, size_t k, size_t n, float *dst) {
     DT_TRY(dt_delayed_settle(o));
-    if (o->store) return dt_store_read(o->store, which ? o->f_v : o->f_m, k, n, dst);
-    o->ops->download(dst, moment_in_memory(o, which) + k, n * sizeof(float));
+    int fz;
+    EACH_RUN(o, k, n, i, len, fz) {
+        if (fz) memset(dst + i, 0, len * sizeof(float)); /* a frozen tensor's moments: zero, as never updated */
+        else if (o->store) DT_TRY(dt_store_read(o->store, which ? o->f_v : o->f_m, mom_at(o, k + i), len, dst + i));
+        else o->ops->download(dst + i, moment_in_memory(o, which) + mom_at(o, k + i), len * sizeof(float));
+    }
     return DT_OK;
 }
 
 dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t n, const float *src) {
     DT_TRY(dt_delayed_settle(o));
-    if (o->store) return dt_store_write(o->store, which ? o->f_v : o->f_m, k, n, src);
-    o->ops->upload(moment_in_memory(o, which) + k, src, n * sizeof(float));
-    return o->ops->sync();
+    int fz;
+    EACH_RUN(o, k, n, i, len, fz) {
+        if (fz) continue; /* none kept */
+        if (o->store) DT_TRY(dt_store_write(o->store, which ? o->f_v : o->f_m, mom_at(o, k + i), len, src + i));
+        else o->ops->upload(moment_in_memory(o, which) + mom_at(o, k + i), src + i, len * sizeof(float));
+    }
+    return o->store ? DT_OK : o->ops->sync();
 }
 
 void dt_optimizer_offload_bytes(const dt_optimizer *o, size_t *host, size_t *file) {
-    *host = o->store ? dt_store_host_bytes(o->store) + (o->gbuf ? 2 * o->chunk * sizeof(float) : 0) +
-                           dt_delayed_host_bytes(o) + (o->ghost ? o->n * dt_elem_bytes(o->ops) : 0)
-                     : 0;
+    int off = o->store || o->fmaster;
+    *host = off ? (o->store ? dt_store_host_bytes(o->store) : 0) + (o->gbuf ? 2 * o->chunk * sizeof(float) : 0) +
+                      dt_delayed_host_bytes(o) + (o->ghost ? o->n * dt_elem_bytes(o->ops) : 0) +
+                      (o->fmaster ? (o->n - o->nt) * sizeof(float) : 0)
+                : 0;
     *file = o->store ? dt_store_file_bytes(o->store) : 0;
 }
+
+size_t dt_optimizer_moment_bytes(const dt_optimizer *o) { return o->moments ? 2 * o->nt * sizeof(float) : 0; }

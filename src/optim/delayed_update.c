@@ -28,7 +28,7 @@ typedef struct {
 } piece;
 
 typedef struct dt_delayed {
-    float *grads;   /* fp32 host: the recorded gradients, at their owned offsets */
+    float *grads;   /* fp32 host: the recorded gradients, at their moments' offsets (frozen ones skipped) */
     float *weights; /* fp32 host: the updated weights (without master weights: the weights the pass updates) */
     piece *pieces;
     int npieces, cap;
@@ -88,8 +88,8 @@ dt_status dt_delayed_create(dt_optimizer *o, const dt_store_opts *so) {
     pthread_cond_init(&dl->cv, NULL);
     /* two fp32 copies of the owned elements: what the thread reads and what it writes
      * (page-locked for a device with offload.pin_memory: they cross to and from it) */
-    DT_TRY(dt_optimizer_host_alloc(o, so, (void **)&dl->grads, o->n * sizeof(float), "delayed update: gradients"));
-    return dt_optimizer_host_alloc(o, so, (void **)&dl->weights, o->n * sizeof(float), "delayed update: weights");
+    DT_TRY(dt_optimizer_host_alloc(o, so, (void **)&dl->grads, o->nt * sizeof(float), "delayed update: gradients"));
+    return dt_optimizer_host_alloc(o, so, (void **)&dl->weights, o->nt * sizeof(float), "delayed update: weights");
 }
 
 void dt_delayed_free(dt_optimizer *o) {
@@ -182,5 +182,5 @@ dt_status dt_delayed_settle(dt_optimizer *o) {
 int dt_delayed_pending(const dt_optimizer *o) { return o->delayed && o->delayed->unapplied; }
 
 size_t dt_delayed_host_bytes(const dt_optimizer *o) {
-    return o->delayed ? 2 * o->n * sizeof(float) : 0;
+    return o->delayed ? 2 * o->nt * sizeof(float) : 0; /* the trainable elements (adamw.c's moment order) */
 }

@@ -24,11 +24,24 @@ typedef struct {
  * where the update runs on the host, streamed block by block, with the same arithmetic
  * (the CPU's AdamW kernel), so a run with offload has the same bits as one without (fp32
  * on the CPU and the emulated device; bf16 widened and rounded as the bf16 kernels do). */
+/* A range [k, k + n) of an optimizer's owned elements. */
+typedef struct {
+    size_t k, n;
+} dt_opt_range;
+
 typedef struct {
     dt_adamw_hparams hp;
     const dt_ops *ops;
     size_t n;
     int moments;    /* this rank updates (ps's peers keep no moments) */
+    /* Frozen elements (train.freeze): no moments. The moments (and an offload store's
+     * fields) hold the nt others in order, element k at k minus the frozen ones below it;
+     * an offloaded state's frozen master weights are apart, in fmaster (host fp32, in
+     * order). */
+    size_t nt;
+    dt_opt_range *frozen; /* sorted, disjoint (nfrozen of them) */
+    int nfrozen;
+    float *fmaster;
     int has_master; /* fp32 master weights apart from the parameters */
     float *m, *v;   /* first and second moments in the backend's memory (NULL: offloaded or none) */
     float *master;  /* fp32 master weights in the backend's memory (NULL: offloaded, or the parameters are the weights) */
@@ -61,10 +74,13 @@ typedef struct {
 
 /* moments: this rank updates (else only the master weights, which bf16 keeps on every
  * rank); what: appended to the buffers' names (" (shard)"); off: where the state lives
- * (NULL or store kind 0: the backend's memory). Zero-filled; on failure
- * dt_optimizer_free releases what was allocated. */
+ * (NULL or store kind 0: the backend's memory); frozen (nfrozen ranges, sorted and
+ * disjoint; NULL: none): owned elements of frozen tensors, which get no moments (their
+ * weights are kept; updates never touch them, and their moments read as zeros). Zero-filled;
+ * on failure dt_optimizer_free releases what was allocated. */
 dt_status dt_optimizer_create(dt_optimizer *o, const dt_ops *ops, const dt_adamw_hparams *hp, size_t n, int moments,
-                              const char *what, const dt_optimizer_offload *off);
+                              const char *what, const dt_optimizer_offload *off, const dt_opt_range *frozen,
+                              int nfrozen);
 void dt_optimizer_free(dt_optimizer *o);
 /* An update is a pass over owned elements in ascending order: begin, step_range or
  * step_model calls, end (offloaded: the blocks are read ahead and written back; nothing
@@ -100,7 +116,7 @@ void dt_optimizer_delay_next(dt_optimizer *o, int allow);
 dt_status dt_optimizer_settle(dt_optimizer *o);
 /* A delayed update has been handed to the thread and not applied yet. */
 int dt_optimizer_pending(const dt_optimizer *o);
-/* One AdamW step at 1-based step `step` on owned elements [k, k + n) (decay: a 2-D
+/* One AdamW step at 1-based step `step` on owned elements [k, k + n), none of them frozen (decay: a 2-D
  * weight), gradient g·gscale (storage precision, the backend's memory): the weights are
  * the master weights' [k, k + n) with param their copy in storage precision, or param
  * itself (fp32). */
@@ -123,8 +139,11 @@ dt_status dt_optimizer_put_params(const dt_optimizer *o, void *param, const floa
 dt_status dt_optimizer_get_moments(dt_optimizer *o, int which, size_t k, size_t n, float *dst);
 dt_status dt_optimizer_set_moments(dt_optimizer *o, int which, size_t k, size_t n, const float *src);
 /* Bytes of the offloaded state in host memory (the state, or NVMe's buffers, the staging
- * of a chunk, the delayed update's copies) and in the offload file (0, 0: not offloaded). */
+ * of a chunk, the delayed update's copies, the frozen master weights) and in the offload
+ * file (0, 0: not offloaded). */
 void dt_optimizer_offload_bytes(const dt_optimizer *o, size_t *host, size_t *file);
+/* Bytes of the moments (in the backend's memory or offloaded). */
+size_t dt_optimizer_moment_bytes(const dt_optimizer *o);
 
 /* Learning rate for 0-based step s. */
 double dt_lr_at(const dt_adamw_hparams *hp, long long s);

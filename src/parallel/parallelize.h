@@ -105,6 +105,10 @@ double dt_par_comm_seconds(const dt_par *h);
  * handed to the host as they became final (dt_optimizer_grads_early_bytes), io[5] those
  * handed over during backward; 0 when nothing is offloaded to files. */
 enum { DT_OFFLOAD_IO_N = 6 };
+/* This rank's totals so far: gradient bytes put into data-parallel reductions
+ * (dt_dp_grad_bytes) and weight-gradient GEMMs skipped for frozen tensors (gpt_model's
+ * dw_skipped); a step's are the difference across it. */
+void dt_par_traffic(const dt_par *h, double *grad_bytes, double *gemms_skipped);
 int dt_par_offload_io(const dt_par *h, double io[DT_OFFLOAD_IO_N]);
 /* This rank's memory: state, workspace and activations (peak_rss is the caller's). */
 void dt_par_memory(const dt_par *h, dt_mem_report *r);

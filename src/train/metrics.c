@@ -50,7 +50,8 @@ static void end_line(dt_metrics *m, long long step) {
 }
 
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
-                     long long loss_tokens, double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io) {
+                     long long loss_tokens, double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io,
+                     const dt_metrics_traffic *tr) {
     if (!m->fp) return;
     char a[40], b[40], c[40];
     fprintf(m->fp, "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"tokens\": %lld, ", step,
@@ -67,6 +68,9 @@ void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, doub
         fprintf(m->fp, ", \"offload_ms\": %s, \"offload_grads_early_mb\": %s, \"offload_grads_backward_mb\": %s",
                 num(a, sizeof a, "%.3f", io->update_ms), num(b, sizeof b, "%.3f", io->grads_early_mb),
                 num(c, sizeof c, "%.3f", io->grads_backward_mb));
+    if (tr && tr->on)
+        fprintf(m->fp, ", \"grad_comm_bytes\": %s, \"dw_gemms_skipped\": %s", num(a, sizeof a, "%.0f", tr->grad_comm_bytes),
+                num(b, sizeof b, "%.0f", tr->dw_gemms_skipped));
     end_line(m, step);
 }
 

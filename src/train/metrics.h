@@ -31,8 +31,16 @@ typedef struct {
     int on;
     double read_mb, write_mb, wait_ms, update_ms, grads_early_mb, grads_backward_mb;
 } dt_metrics_io;
+/* A step's gradient traffic (written when on): bytes of gradients this rank put into the
+ * data-parallel reductions (fp32, what they reduce in; frozen tensors' are not among
+ * them), and the weight-gradient GEMMs it skipped because their weights are frozen. */
+typedef struct {
+    int on;
+    double grad_comm_bytes, dw_gemms_skipped;
+} dt_metrics_traffic;
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
-                     long long loss_tokens, double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io);
+                     long long loss_tokens, double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io,
+                     const dt_metrics_traffic *tr);
 void dt_metrics_val(dt_metrics *m, long long step, double val_loss);
 /* The batch of `step` starts pass `epoch` (1-based) over the training file. */
 void dt_metrics_epoch(dt_metrics *m, long long step, long long epoch);

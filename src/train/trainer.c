@@ -472,7 +472,8 @@ static void print_model_ready(trainer *t, double seconds) {
             all += m->tensors[i].numel;
             if (m->tensors[i].frozen) n += m->tensors[i].numel;
         }
-        printf("dtrain: frozen (train.freeze %s): %zu of rank 0's %zu parameters\n", c->train.freeze, n, all);
+        printf("dtrain: frozen (train.freeze %s): %zu of rank 0's %zu parameters (no gradients, reductions or "
+               "optimizer moments for them)\n", c->train.freeze, n, all);
     }
     printf("dtrain: model ready in %.1f s\n", seconds);
     fflush(stdout);
@@ -495,7 +496,7 @@ static void async_report(void *ctx, const dt_async_step *a) {
     double tps = a->seconds > 0 ? a->tokens / a->seconds : 0.0;
     t->async_loss = a->loss;
     dt_metrics_step(&t->metrics, a->step, a->loss, a->lr, a->grad_norm, a->step * (long long)t->L.global_batch * t->L.T,
-                    (long long)a->tokens, tps, a->seconds * 1e3, -1.0, -1.0, NULL);
+                    (long long)a->tokens, tps, a->seconds * 1e3, -1.0, -1.0, NULL, NULL);
     dt_progress_step(&t->progress, a->step, a->loss, a->lr, a->grad_norm, tps, a->seconds * 1e3, 0.0);
     if (a->step % (t->cfg->log.every > 0 ? t->cfg->log.every : 1) == 0)
         dt_progress_note(&t->progress, "async: step %lld | staleness mean %.2f max %d", a->step, a->staleness_mean,
@@ -560,6 +561,8 @@ static dt_status run(trainer *t) {
     while (!dt_layout_ps_async(&t->L) && t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[DT_OFFLOAD_IO_N], io1[DT_OFFLOAD_IO_N];
         dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};
+        double tr0[2], tr1[2];
+        dt_par_traffic(t->par, &tr0[0], &tr0[1]);
         long long next = t->st.step + 1;
         /* the state read after the step (checkpoint, validation, the end): its update not delayed */
         int settle = next == stop || (c->checkpoint.dir[0] && c->checkpoint.every > 0 && next % c->checkpoint.every == 0) ||
@@ -572,6 +575,8 @@ static dt_status run(trainer *t) {
         if (io.on && dt_par_offload_io(t->par, io1))
             io = (dt_metrics_io){1, (io1[0] - io0[0]) / 1e6, (io1[1] - io0[1]) / 1e6, (io1[2] - io0[2]) * 1e3,
                                  (io1[3] - io0[3]) * 1e3, (io1[4] - io0[4]) / 1e6, (io1[5] - io0[5]) / 1e6};
+        dt_par_traffic(t->par, &tr1[0], &tr1[1]);
+        dt_metrics_traffic tr = {1, tr1[0] - tr0[0], tr1[1] - tr0[1]};
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
         train_time += dt;
@@ -583,7 +588,7 @@ static dt_status run(trainer *t) {
             dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step,
                             t->loss_tokens, tps,
                             dt * 1e3, c0 >= 0 ? 1e3 * (dt_par_comm_seconds(t->par) - c0) : -1.0,
-                            t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0, &io);
+                            t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0, &io, &tr);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
         int last = t->st.step == stop;

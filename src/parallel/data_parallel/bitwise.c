@@ -173,11 +173,14 @@ static dt_status bw_after_backward(dt_dp *d, int u) {
     int part = u == GPT_HEAD_PART ? head_part(d) : u;
     if (b->fold.len[part] == 0) return DT_OK;
     dt_status s = DT_OK;
+    /* frozen: the leaf is zeros on every rank (its sum too), nothing to exchange */
+    int frozen = u == GPT_HEAD_PART ? d->m->tensors[0].frozen : gpt_unit_frozen(d->m, u);
     if (sharded(d)) {
         size_t S = dt_zero_of(d)->S[u == GPT_HEAD_PART ? 0 : u];
         float *full = u == GPT_HEAD_PART ? b->head : d->m->unit_grads[u];
         size_t count = u == GPT_HEAD_PART ? wte_numel(d) : dt_zero_of(d)->P[u];
-        DP_COMM(d, s = dt_tree_allreduce(d->comm, full, count, b->tree_tmp));
+        if (!frozen) DP_COMM(d, s = dt_tree_allreduce(d->comm, full, count, b->tree_tmp));
+        if (!frozen && d->N > 1) d->grad_bytes += (double)count * sizeof(float);
         DT_TRY(s);
         float *leaf = dt_fold_next(&b->fold, part) + b->fold.off[part];
         size_t lo = (size_t)d->rank * S, n = lo >= count ? 0 : count - lo < S ? count - lo : S;
@@ -185,7 +188,8 @@ static dt_status bw_after_backward(dt_dp *d, int u) {
     } else {
         if (!b->open[part]) return DT_OK;
         float *leaf = b->fold.buf[b->fold.perm[(size_t)part * (b->fold.cap + 1) + b->fold.cap]] + b->fold.off[part];
-        DP_COMM(d, s = dt_tree_allreduce(d->comm, leaf, b->fold.len[part], b->tree_tmp));
+        if (!frozen) DP_COMM(d, s = dt_tree_allreduce(d->comm, leaf, b->fold.len[part], b->tree_tmp));
+        if (!frozen && d->N > 1) d->grad_bytes += (double)b->fold.len[part] * sizeof(float);
         DT_TRY(s);
         b->open[part] = 0;
     }

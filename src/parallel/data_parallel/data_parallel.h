@@ -96,6 +96,11 @@ dt_status dt_dp_save_rank_state(dt_dp *d, const char *dir, int rank, const char 
 dt_status dt_dp_load_rank_state(dt_dp *d, const char *step_dir, int rank, const char *layout);
 /* Seconds the training steps so far spent waiting on communication (exposed time). */
 double dt_dp_comm_seconds(const dt_dp *d);
+/* Gradient bytes the steps so far put into the data-parallel reductions (all-reduce,
+ * reduce-scatter, reduce to the central rank, the bitwise tree, HSDP's sum over the
+ * replicas), as this rank's input in fp32, the element type they reduce in; frozen
+ * tensors' gradients are not among them. */
+double dt_dp_grad_bytes(const dt_dp *d);
 /* Seconds the steps so far spent in the optimizer update (clip, AdamW, re-distribution). */
 double dt_dp_update_seconds(const dt_dp *d);
 /* Bytes this rank holds for parameters, gradients, optimizer state and workspace. */

@@ -9,6 +9,7 @@
 static dt_status launch_bucket(dt_dp *d) {
     dt_flat *f = dt_flat_of(d);
     if (f->bucket_hi <= f->bucket_lo) return DT_OK;
+    d->grad_bytes += (double)(f->bucket_hi - f->bucket_lo) * sizeof(float); /* reduced in fp32 */
     if (d->o.dcomm) { /* queued on the device communicator's stream; end_step joins */
         size_t n = f->bucket_hi - f->bucket_lo;
         float *g = dt_dp_at(d, f->grads, f->bucket_lo);
@@ -68,12 +69,16 @@ static dt_status ddp_after_backward(dt_dp *d, int u) {
      * reduced there */
     if (!d->last_micro || d->N == 1 || f->grads_host || !d->o.overlap || f->bucket32) return DT_OK;
     if (un->count == 0) return DT_OK;
-    /* a unit below a gap (a pipeline's last stage finishes ln_f and wte in its loss, its
-     * blocks later) sends the bucket so far first */
-    if (f->bucket_hi > f->bucket_lo && un->offset + un->count != f->bucket_lo) DT_TRY(launch_bucket(d));
-    if (f->bucket_hi <= f->bucket_lo) f->bucket_hi = un->offset + un->count;
-    f->bucket_lo = un->offset;
-    if ((f->bucket_hi - f->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) return launch_bucket(d);
+    /* each run of the unit outside frozen tensors (the whole unit when none is), top down;
+     * a run below a gap (a frozen tensor; a pipeline's last stage finishes ln_f and wte in
+     * its loss, its blocks later) sends the bucket so far first */
+    size_t lo, hi;
+    for (size_t top = un->offset + un->count; gpt_trainable_run(d->m, un->offset, top, &lo, &hi); top = lo) {
+        if (f->bucket_hi > f->bucket_lo && hi != f->bucket_lo) DT_TRY(launch_bucket(d));
+        if (f->bucket_hi <= f->bucket_lo) f->bucket_hi = hi;
+        f->bucket_lo = lo;
+        if ((f->bucket_hi - f->bucket_lo) * sizeof(float) >= d->o.bucket_bytes) DT_TRY(launch_bucket(d));
+    }
     return DT_OK;
 }
 
@@ -91,14 +96,15 @@ static dt_status ddp_allreduce(dt_dp *d) {
         f->bucket_lo = 0;
         f->bucket_hi = d->m->nparams;
     }
-    if (!d->o.overlap || f->grads_host || f->bucket32) {
-        size_t lo = f->bucket_lo, hi = f->bucket_hi, step = d->o.bucket_bytes / sizeof(float) + 1;
-        for (size_t top = hi; top > lo && s == DT_OK;) {
-            f->bucket_hi = top;
-            f->bucket_lo = top - lo > step ? top - step : lo;
-            top = f->bucket_lo;
-            s = launch_bucket(d);
-        }
+    if (!d->o.overlap || f->grads_host || f->bucket32) { /* each trainable run, in buckets, top down */
+        size_t lo, hi, step = d->o.bucket_bytes / sizeof(float) + 1;
+        for (size_t run = f->bucket_hi; s == DT_OK && gpt_trainable_run(d->m, f->bucket_lo, run, &lo, &hi); run = lo)
+            for (size_t top = hi; top > lo && s == DT_OK;) {
+                f->bucket_hi = top;
+                f->bucket_lo = top - lo > step ? top - step : lo;
+                top = f->bucket_lo;
+                s = launch_bucket(d);
+            }
     } else {
         s = launch_bucket(d);
     }

@@ -32,6 +32,7 @@ struct dt_dp {
     size_t workspace_bytes; /* scratch the strategies hold (the memory report's workspace) */
     double comm_s;          /* wall time the steps waited on gradient/parameter communication */
     double update_s;        /* wall time of the updates (an offloaded optimizer's pass, its I/O included) */
+    double grad_bytes;      /* gradient bytes the steps so far put into data-parallel reductions (fp32) */
     struct dt_stale *stale; /* parallel.staleness > 0: the gradients waiting to be applied (staleness.h) */
 };
 

@@ -54,9 +54,18 @@ dt_status dt_flat_setup(dt_dp *d, int moments) {
     if (!f->norm_parts || !f->pieces) return dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
     dt_optimizer_offload off = d->o.offload;
     off.grads_early = 1; /* DDP hands them over as they become final (ddp.c) */
-    DT_TRY(dt_optimizer_create(&f->opt, d->ops, &d->hp, n, moments, "", &off));
+    /* frozen tensors get no moments (the optimizer's order skips them) */
+    dt_opt_range *frozen = malloc((size_t)m->ntensors * sizeof *frozen + 1);
+    if (!frozen) return dt_fail(DT_ERUNTIME, "out of memory (frozen ranges)");
+    int nf = 0;
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].frozen) frozen[nf++] = (dt_opt_range){m->tensors[i].offset, m->tensors[i].numel};
+    dt_status s = dt_optimizer_create(&f->opt, d->ops, &d->hp, n, moments, "", &off, frozen, nf);
+    free(frozen);
+    DT_TRY(s);
     d->opt = &f->opt;
-    if (f->opt.m) { /* in memory: the views for saves are the state itself (offloaded: host copies, host_open) */
+    /* in memory, none frozen: the views for saves are the state itself (else host copies, host_open) */
+    if (f->opt.m && !f->opt.nfrozen) {
         DT_TRY(gpt_unit_views(m, f->opt.m, &f->m_view));
         DT_TRY(gpt_unit_views(m, f->opt.v, &f->v_view));
     }
@@ -128,7 +137,10 @@ dt_status dt_flat_update(dt_dp *d, double lr, double norm) {
  * in bf16 or offloaded they work on a host copy, made at save/load time only (never per
  * step): the model's unit views (and the moment views) point at it in between. */
 
-static int host_copy_needed(const dt_dp *d) { return dt_stage_needed(d->ops) || dt_flat_of(d)->opt.store; }
+static int host_copy_needed(const dt_dp *d) {
+    const dt_flat *f = dt_flat_of(d);
+    return dt_stage_needed(d->ops) || f->opt.store || f->opt.fmaster || f->opt.nfrozen;
+}
 
 static dt_status host_open(dt_dp *d, int moments, int fetch, dt_flat_host *h) {
     memset(h, 0, sizeof *h);
@@ -284,7 +296,7 @@ void dt_flat_memory(const dt_dp *d, dt_mem_report *r) {
     size_t n = d->m->nparams * sizeof(float), e = d->m->nparams * dt_elem_bytes(d->ops);
     r->params = e + (f->opt.master ? n : 0); /* bf16: the compute copy and the fp32 master */
     r->grads = e;
-    r->optim = f->opt.m ? 2 * n : 0;
+    r->optim = f->opt.store || f->opt.fmaster ? 0 : dt_optimizer_moment_bytes(&f->opt); /* offloaded: elsewhere */
     r->workspace = d->workspace_bytes + f->bucket32_bytes; /* bitwise mode's folds; bf16's fp32 bucket */
     dt_optimizer_offload_bytes(&f->opt, &r->offload_host, &r->offload_file);
     if (f->grads_host && !d->ops->on_device) r->workspace += n; /* bf16's fp32 gradients for the reduction */
@@ -292,12 +304,14 @@ void dt_flat_memory(const dt_dp *d, dt_mem_report *r) {
 
 void dt_flat_estimate(const dt_dp_stage *s, double *state, double *work) {
     const dt_layout *L = s->L;
-    *state = 16 * s->psi;
+    double fz = dt_dp_frozen_flat(s); /* frozen: no moments */
+    *state = 16 * s->psi - 8 * fz;
     /* optimizer offload: the moments and bf16's fp32 master copy leave the device (fp32's
      * parameters are the model's weights and stay; the store keeps its own master copy) */
     if (L->offload_optimizer != DT_OFFLOAD_NONE) {
-        *state -= (dt_layout_bf16(L) ? 12 : 8) * s->psi;
-        if (s->off) s->off->optim_n = s->psi, s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
+        *state -= 8 * (s->psi - fz) + (dt_layout_bf16(L) ? 4 * s->psi : 0);
+        if (s->off) s->off->optim_n = s->psi - fz, s->off->optim_frozen = fz;
+        if (s->off) s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
         if (s->off) s->off->grads_early = 1;
     }
     /* the reduction's fp32 copy; the device's is host memory, which the estimate of device

@@ -13,7 +13,11 @@ static dt_status ps_reduce(dt_dp *d, double *norm) {
     double sum = 0.0;
     float *g = f->grads_host ? f->grads_host : f->grads;
     if (f->grads_host) DP_COMM(d, dt_flat_grads_to_host(d));
-    DP_COMM(d, s = dt_reduce(d->comm, g, d->m->nparams, DT_F32, DT_SUM, 0));
+    size_t lo, hi; /* the runs outside frozen tensors (all of it when none is) */
+    for (size_t top = d->m->nparams; s == DT_OK && gpt_trainable_run(d->m, 0, top, &lo, &hi); top = lo) {
+        DP_COMM(d, s = dt_reduce(d->comm, g + lo, hi - lo, DT_F32, DT_SUM, 0));
+        d->grad_bytes += (double)(hi - lo) * sizeof(float);
+    }
     if (s == DT_OK && d->rank == 0 && f->grads_host) dt_flat_grads_from_host(d);
     /* the roots of the model-parallel groups are such groups themselves */
     if (s == DT_OK && d->rank == 0) s = dt_flat_local_norm(d, &sum);

@@ -28,8 +28,8 @@ size_t dt_state_tie_bytes(const dt_model_groups *g, const gpt_model *m) {
 /* bf16 gradients are summed as bf16 (DT_BF16 adds in fp32 and rounds): over the two end
  * stages that is one rounding of the fp32 sum, the fp32 reduction's result. */
 dt_status dt_state_tie_grads(const dt_model_groups *g, const gpt_model *m, float *grads, float *host) {
-    if (!has(g->pp) || !g->emb) return DT_OK;
     const gpt_tensor *wte = &m->tensors[0]; /* unit 0 on both ends starts with wte */
+    if (!has(g->pp) || !g->emb || wte->frozen) return DT_OK; /* frozen: no gradient on either end */
     size_t esz = dt_elem_bytes(m->ops), bytes = wte->numel * esz;
     dt_dtype t = m->ops->bf16 ? DT_BF16 : DT_F32;
     void *x = (char *)grads + wte->offset * esz;

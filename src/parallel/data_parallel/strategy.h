@@ -29,6 +29,8 @@ typedef struct {
     double param_fetch; /* elements of its read-ahead buffer (store.h's fetch_max; 0: none) */
     int grads_early;    /* the gradients are handed to the optimizer during backward (a host copy of them
                          * where they are not fp32 host memory: a device's, bf16's) */
+    double optim_frozen; /* elements it owns without moments (train.freeze): not in the store; their fp32
+                          * master weights in host memory apart (where the store keeps master weights) */
 } dt_dp_offload;
 
 /* What the estimator asks a strategy about (layout/estimate.c): one rank of one pipeline
@@ -122,6 +124,12 @@ typedef struct dt_dp_strategy {
 } dt_dp_strategy;
 
 extern const dt_dp_strategy dt_dp_ps, dt_dp_ddp, dt_dp_zero1, dt_dp_zero2, dt_dp_zero3;
+/* The stage's frozen elements on one rank (train.freeze; zero_estimate.c): of the whole
+ * stage (the flat layout's), and of a rank's ZeRO slices with the units padded to
+ * shards x align (a frozen unit's slices whole, padding too; elsewhere the frozen
+ * tensors' parts; the rank with the fewest, so the most moments). 0 without a freeze. */
+double dt_dp_frozen_flat(const dt_dp_stage *s);
+double dt_dp_frozen_shard(const dt_dp_stage *s);
 /* Refuses (one line, DT_EINPUT) what the modes do not run for this precision, backend and
  * communicator: bitwise mode off the CPU or in bf16; offload (offload.*) with the central
  * rank, parameter offload below ZeRO-3, nvme without offload.nvme_path, offload with device

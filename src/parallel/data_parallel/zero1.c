@@ -17,6 +17,8 @@ static void zero1_begin_step(dt_dp *d) {
  * Backward never touches a unit again after its after_backward hook. */
 static dt_status reduce_scatter(dt_dp *d, int u, dt_request **req) {
     dt_zero *z = dt_zero_of(d);
+    if (gpt_unit_frozen(d->m, u)) return DT_OK; /* zeros (begin_step) that no one needs summed */
+    if (d->N > 1) d->grad_bytes += (double)z->P[u] * sizeof(float); /* the reduce-scatter's input */
     float *unit = dt_dp_at(d, z->grads_pad, z->poff[u]);
     if (d->o.dcomm) return dt_zero_direct_reduce_scatter(d, u, unit, dt_zero_grad_slice(d, u), 0); /* end_step joins */
     if (dt_zero_staged(d)) return dt_zero_staged_reduce_scatter(d, u, unit, dt_zero_grad_slice(d, u));
@@ -31,7 +33,7 @@ static dt_status reduce_scatter(dt_dp *d, int u, dt_request **req) {
  * queued on its stream, and end_step joins it. */
 static dt_status zero1_after_backward(dt_dp *d, int u) {
     dt_zero *z = dt_zero_of(d);
-    if (!d->last_micro || d->N == 1 || !d->o.overlap || dt_zero_staged(d)) return DT_OK;
+    if (!d->last_micro || d->N == 1 || !d->o.overlap || dt_zero_staged(d) || gpt_unit_frozen(d->m, u)) return DT_OK;
     if (d->o.dcomm) {
         if (d->ops->bf16) return DT_OK;
         DT_TRY(reduce_scatter(d, u, NULL));

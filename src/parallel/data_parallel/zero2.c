@@ -47,6 +47,11 @@ dt_status dt_zero2_before_backward(dt_dp *d, int u) {
 dt_status dt_zero2_after_backward(dt_dp *d, int u) {
     dt_zero *z = dt_zero_of(d);
     dt_status s;
+    if (gpt_unit_frozen(d->m, u)) { /* no gradient: its slice of the shard stays zero (begin_step) */
+        hand_over(d, u, d->last_micro);
+        return DT_OK;
+    }
+    if (d->N > 1) d->grad_bytes += (double)z->P[u] * sizeof(float); /* the reduce-scatter's input */
     if (dt_zero_rs_overlap(d)) { /* the previous unit's slice added, this unit's queued behind its backward */
         DT_TRY(dt_zero2_finish_pending(d));
         DP_COMM(d, s = dt_zero_direct_reduce_scatter(d, u, d->m->unit_grads[u], z->rs_tmp, 0));

@@ -3,7 +3,67 @@
  * sharded, for `dtrain estimate` and the planner (no engine). */
 #include <math.h>
 
+#include <stdlib.h>
+
 #include "zero_shard.h"
+
+double dt_dp_frozen_flat(const dt_dp_stage *s) {
+    gpt_model m;
+    if (!s->L->cfg.train.freeze[0]) return 0;
+    if (gpt_table_layout(&m, &s->L->shape, s->lay, s->L->cfg.train.freeze) != DT_OK) {
+        dt_error_clear(); /* a layout the check refuses: it says so */
+        return 0;
+    }
+    double n = (double)gpt_frozen_count(&m);
+    gpt_destroy(&m);
+    return n;
+}
+
+double dt_zero_frozen_ranges(const gpt_model *m, const size_t *S, const size_t *soff, size_t r, dt_opt_range *out,
+                             int *nout) {
+    double f = 0;
+    int n = 0;
+    for (int u = 0, i = 0; u < m->nunits; u++) {
+        size_t lo = r * S[u], hi = lo + S[u];
+        int whole = gpt_unit_frozen(m, u);
+        if (whole && S[u]) {
+            if (out) out[n] = (dt_opt_range){soff[u], S[u]};
+            n++, f += (double)S[u];
+        }
+        for (; i < m->ntensors && m->tensors[i].unit == u; i++) {
+            const gpt_tensor *t = &m->tensors[i];
+            size_t a = t->offset - m->units[u].offset, b = a + t->numel, x = a > lo ? a : lo, y = b < hi ? b : hi;
+            if (whole || !t->frozen || x >= y) continue;
+            if (out) out[n] = (dt_opt_range){soff[u] + (x - lo), y - x};
+            n++, f += (double)(y - x);
+        }
+    }
+    if (nout) *nout = n;
+    return f;
+}
+
+double dt_dp_frozen_shard(const dt_dp_stage *s) {
+    gpt_model m;
+    if (!s->L->cfg.train.freeze[0]) return 0;
+    if (gpt_table_layout(&m, &s->L->shape, s->lay, s->L->cfg.train.freeze) != DT_OK) {
+        dt_error_clear();
+        return 0;
+    }
+    size_t N = (size_t)s->shards, A = N * s->align, *S = calloc((size_t)m.nunits * 2, sizeof(size_t)), at = 0;
+    double fewest = -1;
+    for (int u = 0; S && u < m.nunits; u++) { /* as zero_shard.c lays the units out */
+        S[u] = (m.units[u].count + A - 1) / A * A / N;
+        S[m.nunits + u] = at;
+        at += S[u];
+    }
+    for (size_t r = 0; S && r < N; r++) {
+        double f = dt_zero_frozen_ranges(&m, S, S + m.nunits, r, NULL, NULL);
+        if (fewest < 0 || f < fewest) fewest = f;
+    }
+    free(S);
+    gpt_destroy(&m);
+    return fewest < 0 ? 0 : fewest;
+}
 
 dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
     dt_zero_units u;
@@ -39,7 +99,8 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
     int bf16 = dt_layout_bf16(L);
     double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
     double f = sizeof(float), e = bf16 ? 2 : f;
-    double b = ((params_shard ? u.shard : u.padded) + (grads_shard ? u.shard : u.padded)) * e + 2 * u.shard * f;
+    double fz = dt_dp_frozen_shard(s); /* no moments for them */
+    double b = ((params_shard ? u.shard : u.padded) + (grads_shard ? u.shard : u.padded)) * e + 2 * (u.shard - fz) * f;
     if (bf16) b += u.shard * f;
     if (grads_shard) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
     if (params_shard) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
@@ -49,8 +110,9 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
      * so each unit's reduce-scatter overlaps the next unit's backward */
     if (!bf16 && grads_shard && L->cfg.parallel.overlap && dt_layout_nccl(L)) b += (maxS + u.P[1]) * f;
     if (L->offload_optimizer != DT_OFFLOAD_NONE) {
-        b -= (bf16 ? 3 : 2) * u.shard * f;
-        if (s->off) s->off->optim_n = u.shard, s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
+        b -= 2 * (u.shard - fz) * f + (bf16 ? u.shard * f : 0);
+        if (s->off) s->off->optim_n = u.shard - fz, s->off->optim_frozen = fz;
+        if (s->off) s->off->optim_fields = dt_layout_offload_master(L) ? 3 : 2;
         if (s->off) s->off->grads_early = 1;
     }
     if (L->offload_param != DT_OFFLOAD_NONE && params_shard) {

@@ -136,7 +136,13 @@ static dt_status zero_setup_local(dt_dp *d) {
      * (zero2.c), a pipeline's tied unit 0 after its sum over the stages, zero 1's slices
      * after their reduce-scatters (dt_zero_norm) */
     off.grads_early = 1;
-    DT_TRY(dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &off));
+    dt_opt_range *frozen = malloc((size_t)(m->ntensors + U) * sizeof *frozen); /* they get no moments */
+    if (!frozen) return dt_fail(DT_ERUNTIME, "out of memory (frozen ranges)");
+    int nf = 0;
+    dt_zero_frozen_ranges(m, z->S, z->soff, (size_t)d->rank, frozen, &nf);
+    dt_status s = dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &off, frozen, nf);
+    free(frozen);
+    DT_TRY(s);
     d->opt = &z->opt;
     if (z->stage <= 2) {
         z->ag_pending = calloc((size_t)U, sizeof(dt_request *));
@@ -384,7 +390,7 @@ static dt_status gather_units_f32(dt_dp *d, int set, float *full) {
 static dt_status tie_unit0(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     const dt_model_groups *g = &d->o.groups;
-    if (!dt_dp_tied(d)) return DT_OK;
+    if (!dt_dp_tied(d) || d->m->tensors[0].frozen) return DT_OK; /* frozen wte: no share to add (wpe's alone) */
     float *slice = dt_zero_grad_slice(d, 0);
     if (!dt_zero_devmem(d)) return dt_allreduce(g->emb, slice, z->S[0], DT_F32, DT_SUM);
     if (d->o.dcomm) return dt_fail(DT_EINPUT, "comm.backend nccl: pipelines are not carried yet");
@@ -400,14 +406,23 @@ static dt_status sum_replicas(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     if (!d->o.replicas || dt_comm_size(d->o.replicas) < 2) return DT_OK;
     dt_status s = DT_OK;
-    if (z->grad_shard && !d->ops->bf16) {
-        DP_COMM(d, s = dt_allreduce(d->o.replicas, z->grad_shard, z->shard_total, DT_F32, DT_SUM));
+    int U = d->m->nunits;
+    if (z->grad_shard && !d->ops->bf16) { /* runs of units not frozen (the whole shard when none is) */
+        for (int u = 0, v; u < U && s == DT_OK; u = v) {
+            for (v = u; v < U && !gpt_unit_frozen(d->m, v); v++) {}
+            size_t n = v > u ? z->soff[v - 1] + z->S[v - 1] - z->soff[u] : 0;
+            if (n) DP_COMM(d, s = dt_allreduce(d->o.replicas, at(d, z->grad_shard, z->soff[u]), n, DT_F32, DT_SUM));
+            d->grad_bytes += (double)n * sizeof(float);
+            if (v == u) v++;
+        }
         return s;
     }
     /* a unit's slice at a time (zero 1's lie apart); bf16 summed in fp32 and rounded once,
      * as the reduce-scatter within the group was */
-    for (int u = 0; u < d->m->nunits && s == DT_OK; u++) {
+    for (int u = 0; u < U && s == DT_OK; u++) {
         float *slice = dt_zero_grad_slice(d, u);
+        if (gpt_unit_frozen(d->m, u)) continue;
+        d->grad_bytes += (double)z->S[u] * sizeof(float);
         if (!d->ops->bf16) {
             DP_COMM(d, s = dt_allreduce(d->o.replicas, slice, z->S[u], DT_F32, DT_SUM));
             continue;
@@ -472,6 +487,7 @@ static dt_status allgather_params(dt_dp *d) {
     for (int u = 0; u < d->m->nunits; u++) {
         float *unit = at(d, z->params_pad, z->poff[u]);
         float *own = at(d, unit, (size_t)d->rank * z->S[u]);
+        if (gpt_unit_frozen(d->m, u)) continue; /* unchanged since init or load, which gathered it */
         if (!dt_zero_devmem(d) && d->o.overlap && d->N > 1)
             DT_TRY(dt_iallgather(d->comm, own, unit, z->S[u], DT_F32, &z->ag_pending[u]));
         else
@@ -671,7 +687,7 @@ void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {
     r->params = (z->stage <= 2 ? z->padded_total : z->param_shard ? z->shard_total : 0) * e +
                 (z->opt.master ? z->shard_total * f : 0);
     r->grads = (z->stage == 1 ? z->padded_total : z->shard_total) * e; /* zero 1: reduced in place */
-    r->optim = z->opt.m ? 2 * z->shard_total * f : 0; /* offloaded: off the model's memory */
+    r->optim = z->opt.store || z->opt.fmaster ? 0 : dt_optimizer_moment_bytes(&z->opt); /* offloaded: elsewhere */
     r->workspace = d->workspace_bytes;
     dt_optimizer_offload_bytes(&z->opt, &r->offload_host, &r->offload_file);
     if (z->pstore) {

@@ -128,6 +128,13 @@ typedef struct {
     int nb;                     /* blocks (every stage holds one: dt_pp_split) */
 } dt_zero_units;
 dt_zero_units dt_zero_units_of(const dt_dp_stage *s);
+/* Rank r's frozen elements among its slices (unit u's S[u] at shard offset soff[u]): the
+ * whole slices of a unit whose tensors are all frozen (padding too, so every rank holds
+ * alike), else the frozen tensors' parts; as ranges in shard order into out (NULL: only
+ * counted; room for ntensors + nunits), *n of them. Returns the elements: what gets no
+ * optimizer moments (zero_shard.c's setup, and the estimate). */
+double dt_zero_frozen_ranges(const gpt_model *m, const size_t *S, const size_t *soff, size_t r, dt_opt_range *out,
+                             int *n);
 /* The estimate of a ZeRO stage (strategy.h), from what its table says it keeps whole (in
  * the padded layout) or as this rank's shard: the gradients (grads), the parameters
  * (params_shard: then gathered for use). All of it state: the buffers count there. */

@@ -121,15 +121,18 @@ static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
             off->host += ceil(fmin(o.param_fetch, o.param_n) * o.param_elem / 4096) * 4096 + 4096;
         /* a device's or bf16's gradients and parameters cross to the host's update through
          * two fp32 buffers of a chunk (a block, or 2^18 elements in host memory) */
-        if (o.optim_n > 0 && (dt_layout_bf16(L) || L->backend != DT_BACKEND_CPU)) {
+        double owned = o.optim_n + o.optim_frozen;
+        if (owned > 0 && (dt_layout_bf16(L) || L->backend != DT_BACKEND_CPU)) {
             double chunk = L->offload_optimizer == DT_OFFLOAD_NVME
                                ? fmin(ceil(L->cfg.offload.block_mb * 1048576.0 / 4096) * 4096,
-                                      ceil(o.optim_n * 4 / 4096) * 4096) / 4
+                                      ceil(owned * 4 / 4096) * 4096) / 4
                                : 262144;
-            off->host += 2 * sizeof(float) * fmin(chunk, o.optim_n);
+            off->host += 2 * sizeof(float) * fmin(chunk, owned);
             /* and, handed over during backward, a host copy of the gradients (storage precision) */
-            if (o.grads_early) off->host += (dt_layout_bf16(L) ? 2 : 4) * o.optim_n;
+            if (o.grads_early) off->host += (dt_layout_bf16(L) ? 2 : 4) * owned;
         }
+        /* the frozen elements' fp32 master weights, apart from the store */
+        if (o.optim_frozen > 0 && dt_layout_offload_master(L)) off->host += sizeof(float) * o.optim_frozen;
         /* the delayed update's fp32 copies of the gradients and the weights it produces */
         if (o.optim_n > 0 && L->cfg.offload.delayed_update) off->host += 2 * sizeof(float) * o.optim_n;
     }
