@@ -403,3 +403,13 @@ void gpt_stage_layout(const gpt_model *m, gpt_layout *out) {
         }
     }
 }
+
+void gpt_shape_print(const gpt_shape *s, int T, FILE *out) {
+    if (s->family == GPT_FAMILY_LLAMA)
+        fprintf(out, "dtrain: Llama %d layers, %d heads (%d key/value), %d wide, MLP %d, seq %d, vocab %d (padded %d), "
+                "head %s: %.2fM parameters\n", s->n_layer, s->n_head, s->n_kv_head, s->n_embd, s->intermediate, T,
+                s->vocab_size, s->padded_vocab, s->tie ? "tied" : "untied", (double)gpt_shape_params(s) / 1e6);
+    else
+        fprintf(out, "dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
+                s->n_layer, s->n_head, s->n_embd, T, s->vocab_size, s->padded_vocab, (double)gpt_shape_params(s) / 1e6);
+}

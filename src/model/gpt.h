@@ -13,6 +13,7 @@
 #define DT_GPT_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../backend/ops.h"
 #include "../core/config.h"
@@ -377,6 +378,8 @@ size_t gpt_activation_bytes_layout(const gpt_shape *s, int B, int T, size_t elem
 size_t gpt_num_params(const gpt_model *m);
 /* The same from the shape alone (before any model is built). */
 size_t gpt_shape_params(const gpt_shape *s);
+/* One line for the log: the family, its dimensions at sequence length T, the parameters. */
+void gpt_shape_print(const gpt_shape *s, int T, FILE *out);
 /* FLOPs of one training token (forward + backward), for tokens/s -> FLOP/s. */
 double gpt_flops_per_token(const gpt_shape *s, int T);
 

@@ -440,16 +440,7 @@ static void print_header(trainer *t) {
     const dt_layout *L = &t->L;
     char thr[256];
     dt_threads_describe(&t->threads, thr, sizeof thr);
-    if (L->shape.family == GPT_FAMILY_LLAMA)
-        printf("dtrain: Llama %d layers, %d heads (%d key/value), %d wide, MLP %d, seq %d, vocab %d (padded %d), "
-               "head %s: %.2fM parameters\n",
-               c->model.n_layer, c->model.n_head, L->shape.n_kv_head, c->model.n_embd, L->shape.intermediate, L->T,
-               c->model.vocab_size, L->shape.padded_vocab, L->shape.tie ? "tied" : "untied",
-               (double)gpt_shape_params(&L->shape) / 1e6);
-    else
-        printf("dtrain: GPT-2 %d layers, %d heads, %d wide, seq %d, vocab %d (padded %d): %.2fM parameters\n",
-               c->model.n_layer, c->model.n_head, c->model.n_embd, L->T, c->model.vocab_size, L->shape.padded_vocab,
-               (double)gpt_shape_params(&L->shape) / 1e6);
+    gpt_shape_print(&L->shape, L->T, stdout);
     dt_layout_print_batch(L, L->backend == DT_BACKEND_CUDA ? dt_gpu_name() : dt_cpu_blas_info(), stdout);
     printf("dtrain: threads %s\n", thr); /* the count, and where it came from */
     printf("dtrain: data %s (%zu tokens), validation %s\n", c->data.train, t->train_tokens.count,
@@ -561,8 +552,8 @@ static dt_status run(trainer *t) {
     while (!dt_layout_ps_async(&t->L) && t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[DT_OFFLOAD_IO_N], io1[DT_OFFLOAD_IO_N];
         dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};
-        double tr0[2], tr1[2];
-        dt_par_traffic(t->par, &tr0[0], &tr0[1]);
+        dt_metrics_traffic tr = {1, 0, 0}, tr0 = tr;
+        dt_par_traffic(t->par, &tr0.grad_comm_bytes, &tr0.dw_gemms_skipped);
         long long next = t->st.step + 1;
         /* the state read after the step (checkpoint, validation, the end): its update not delayed */
         int settle = next == stop || (c->checkpoint.dir[0] && c->checkpoint.every > 0 && next % c->checkpoint.every == 0) ||
@@ -575,8 +566,8 @@ static dt_status run(trainer *t) {
         if (io.on && dt_par_offload_io(t->par, io1))
             io = (dt_metrics_io){1, (io1[0] - io0[0]) / 1e6, (io1[1] - io0[1]) / 1e6, (io1[2] - io0[2]) * 1e3,
                                  (io1[3] - io0[3]) * 1e3, (io1[4] - io0[4]) / 1e6, (io1[5] - io0[5]) / 1e6};
-        dt_par_traffic(t->par, &tr1[0], &tr1[1]);
-        dt_metrics_traffic tr = {1, tr1[0] - tr0[0], tr1[1] - tr0[1]};
+        dt_par_traffic(t->par, &tr.grad_comm_bytes, &tr.dw_gemms_skipped);
+        tr.grad_comm_bytes -= tr0.grad_comm_bytes, tr.dw_gemms_skipped -= tr0.dw_gemms_skipped;
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
         train_time += dt;
@@ -586,8 +577,7 @@ static dt_status run(trainer *t) {
         double eta = train_time / (double)timed_steps * (double)(steps - t->st.step);
         if (t->rank0) {
             dt_metrics_step(&t->metrics, t->st.step, loss, lr, norm, t->st.step * (long long)tokens_per_step,
-                            t->loss_tokens, tps,
-                            dt * 1e3, c0 >= 0 ? 1e3 * (dt_par_comm_seconds(t->par) - c0) : -1.0,
+                            t->loss_tokens, tps, dt * 1e3, c0 >= 0 ? 1e3 * (dt_par_comm_seconds(t->par) - c0) : -1.0,
                             t->peak_flops > 0 ? tps * flops_tok / t->peak_flops : -1.0, &io, &tr);
             dt_progress_step(&t->progress, t->st.step, loss, lr, norm, tps, dt * 1e3, eta);
         }
