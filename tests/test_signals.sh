@@ -76,5 +76,27 @@ if command -v mpirun >/dev/null; then
     "$DTRAIN" train "${LONG[@]}" --resume "$TMP/ckm" --set train.stop_after=1 >/dev/null 2>&1 \
       && pass "mpirun SIG$sig: the saved step resumes" || fail "mpirun SIG$sig: resume failed"
   done
+  # the asynchronous parameter server's fixed order (bitwise, staleness 3): SIGUSR1 to mpirun
+  # stops it at a global step's boundary with the next 3 tasks handed out ahead; their
+  # gradients are saved with the step, so the resume ends on an uninterrupted run's weights
+  PSA=("${LONG[@]}" --set parallel.dp_mode=ps-async --set parallel.staleness=3 --set parallel.determinism=bitwise
+       --set train.micro_batch=2 --set train.global_batch=12
+       --set log.every=1000000)
+  PMPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca odls_base_sigkill_timeout 3 -np 3 "$DTRAIN" train)
+  rm -rf "$TMP/ckp" "$TMP/mp.jsonl"
+  "${PMPI[@]}" "${PSA[@]}" --save "$TMP/ckp" --metrics "$TMP/mp.jsonl" >"$TMP/outp" 2>"$TMP/errp" &
+  pid=$!
+  wait_for_step "$TMP/mp.jsonl" 3 || fail "ps-async: run did not start"
+  kill -USR1 $pid
+  wait $pid; rc=$?
+  step=$(python3 -c 'import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if "event" not in r][-1]["step"])' "$TMP/mp.jsonl")
+  [ "$rc" -eq 138 ] && [ "$(cat "$TMP/ckp/latest")" = "$(printf 'step_%08d' "$step")" ] &&
+    pass "ps-async (fixed order), SIGUSR1 to mpirun: stopped after step $step, saved (exit $rc)" ||
+    fail "ps-async SIGUSR1: rc $rc, latest $(cat "$TMP/ckp/latest" 2>/dev/null), step $step: $(tail -2 "$TMP/errp")"
+  "${PMPI[@]}" "${PSA[@]}" --resume "$TMP/ckp" --set train.stop_after=4 --digest >"$TMP/resp" 2>&1
+  "${PMPI[@]}" "${PSA[@]}" --set train.stop_after=$((step + 4)) --digest >"$TMP/strp" 2>&1
+  [ -n "$(digest_of "$TMP/strp")" ] && [ "$(digest_of "$TMP/resp")" = "$(digest_of "$TMP/strp")" ] &&
+    pass "ps-async: resumed after the signal = $((step + 4)) straight steps (bitwise)" ||
+    fail "ps-async signal resume: '$(digest_of "$TMP/resp")' vs '$(digest_of "$TMP/strp")': $(grep -m1 error "$TMP/resp")"
 fi
 finish
