@@ -36,13 +36,6 @@ key_of() { # the plan's key of a contender
 fit() { # mpirun args... -> "alpha:GBPS" of the ring all-reduce
   "${ENV[@]}" "$@" "$dtrain" bench comm --ops allreduce --algos ring --sizes 4K:4M | grep -oE '[0-9.e+-]+:[0-9.e+-]+\)$' | tr -d ')'
 }
-tx() { # bytes the hosts have sent
-  local i s=0
-  for ((i = 1; i <= CLUSTER_N; i++)); do
-    s=$((s + $(ip netns exec "${CLUSTER_ID}h$i" cat /sys/class/net/eth0/statistics/tx_bytes)))
-  done
-  echo $s
-}
 cluster_up 2 "$RATE" || { echo "bench_hsdp: cannot make network namespaces here (root?)" >&2; exit 77; }
 EMU=("${CLUSTER_MPI[@]}" -x GLIBC_TUNABLES -x OMP_NUM_THREADS=1 --bind-to none)
 p0=$(probe)
@@ -53,12 +46,12 @@ CORES=$(nproc)
   --intra "$intra" --inter "$inter" --top 100000 --json >"$tmp/plan.json"
 : >"$tmp/rows.txt"
 for lay in $LAYOUTS; do
-  t0=$(tx)
+  t0=$(cluster_tx)
   # shellcheck disable=SC2046
   "${ENV[@]}" "${EMU[@]}" --host "$(cluster_hosts 4)" -np 8 "$dtrain" train "${S[@]}" "${RING[@]}" $(args_of "$lay") \
     --set data.train="$tmp/rand.bin" --set data.val= --steps "$STEPS" --threads 1 --metrics "$tmp/$lay.jsonl" \
     >"$tmp/$lay.out" 2>&1 || { echo "bench_hsdp: $lay failed: $(tail -2 "$tmp/$lay.out")" >&2; exit 1; }
-  t1=$(tx)
+  t1=$(cluster_tx)
   echo "$lay $(key_of "$lay") $((t1 - t0))" >>"$tmp/rows.txt"
 done
 python3 - "$tmp" "$STEPS" "$p0" "$(probe)" "$intra" "$inter" "$RATE" <<'PY'

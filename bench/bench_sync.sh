@@ -41,13 +41,6 @@ args_of() {
     ps-async*) echo "--set parallel.dp_mode=ps-async --set parallel.staleness=${1#ps-async}" ;;
   esac
 }
-tx() { # bytes the hosts have sent
-  local i s=0
-  for ((i = 1; i <= CLUSTER_N; i++)); do
-    s=$((s + $(ip netns exec "${CLUSTER_ID}h$i" cat /sys/class/net/eth0/statistics/tx_bytes)))
-  done
-  echo $s
-}
 echo "| link | mode | val loss | vs DDP | wall s | vs DDP | MB over the links / step | DDP / this | probe |"
 echo "|---|---|---|---|---|---|---|---|---|"
 last_rate=${RATES##* }
@@ -62,11 +55,11 @@ for rate in $RATES; do
     case $mode in *+straggler) export DT_TEST_STRAGGLER=1:2 ;; esac
     [ "$mode" = ddp+straggler ] && ref_loss= ref_s= ref_mb= # the straggler rows against DDP straggled
     p=$(probe)
-    t0=$(tx)
+    t0=$(cluster_tx)
     # shellcheck disable=SC2046
     "${MPI[@]}" "${ENV[@]}" "$dtrain" train "${MODEL[@]}" $(args_of "${mode%+straggler}") --metrics "$tmp/$rate-$mode.jsonl" \
       >"$tmp/$rate-$mode.out" 2>&1 || { echo "bench_sync: $rate $mode failed: $(tail -2 "$tmp/$rate-$mode.out")" >&2; exit 1; }
-    t1=$(tx)
+    t1=$(cluster_tx)
     [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$tmp/$rate-$mode.jsonl" "$KEEP/"
     read -r loss secs <<<"$(python3 -c "
 import json, sys

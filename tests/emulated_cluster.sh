@@ -58,3 +58,11 @@ cluster_hosts() {
   for ((i = 1; i <= CLUSTER_N; i++)); do out+="${out:+,}$CLUSTER_NET.$i:$k"; done
   echo "$out"
 }
+# cluster_tx: the bytes the hosts have sent on their (capped) links so far
+cluster_tx() {
+  local i s=0
+  for ((i = 1; i <= CLUSTER_N; i++)); do
+    s=$((s + $(ip netns exec "${CLUSTER_ID}h$i" cat /sys/class/net/eth0/statistics/tx_bytes)))
+  done
+  echo $s
+}
