@@ -20,7 +20,7 @@ trap 'cluster_down; rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 LSAN_OPTIONS= ASAN_OPTIONS=
 RATE=${RATE:-1gbit} STEPS=${STEPS:-8} LAYOUTS=${LAYOUTS:-"ddp zero3 hsdp3 hsdp2"}
 random_tokens "$tmp/rand.bin" 256 200000
-S=(--set model.n_layer=8 --set model.n_head=8 --set model.n_embd=512 --set model.seq_len=64
+S=(--set model.n_layer=8 --set model.n_head=8 --set model.n_embd=512 --set model.seq_len=32
    --set model.vocab_size=256 --set train.global_batch=8 --set train.micro_batch=1 --set log.sample_tokens=0)
 RING=(--set comm.allreduce=ring --set comm.reduce_scatter=ring --set comm.allgather=ring)
 args_of() {
