@@ -366,7 +366,8 @@ dt_status dt_async_ps_load(void *ps, const char *step_dir, long long step, int r
     long long u = step * P->N;
     P->next = u;
     for (int i = 0; i < P->slots; i++) P->early_task[i] = -1;
-    if (rank != 0 || !dt_rank_state_present(step_dir, step)) return DT_OK; /* another mode's checkpoint: none */
+    /* the real order holds nothing between runs; another mode's checkpoint: none either */
+    if (rank != 0 || !P->slots || !dt_rank_state_present(step_dir, step)) return DT_OK;
     st_file f = {0};
     DT_TRY(dt_rank_state_open(step_dir, step, rank, layout, &f));
     double count = 0.0;
