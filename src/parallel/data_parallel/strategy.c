@@ -69,10 +69,9 @@ static dt_status check_hsdp(const dt_layout *L) {
     if (dt_layout_ps(L) || dt_layout_ps_async(L) || dt_layout_local_sgd(L) || c->parallel.staleness > 0)
         return dt_fail(DT_EINPUT, "parallel.dp_shard %d: not with dp_mode %s, parallel.sync or parallel.staleness", k,
                        c->parallel.dp_mode);
-    if (dt_layout_bitwise(L) || dt_layout_offload(L) || L->cp > 1 || dt_layout_nccl(L) ||
-        L->backend != DT_BACKEND_CPU)
-        return dt_fail(DT_EINPUT, "parallel.dp_shard %d: not yet with bitwise mode, offload, context parallelism, "
-                       "device collectives or a device backend", k);
+    if (dt_layout_offload(L) || L->cp > 1 || dt_layout_nccl(L) || L->backend != DT_BACKEND_CPU)
+        return dt_fail(DT_EINPUT, "parallel.dp_shard %d: not yet with offload, context parallelism, device "
+                       "collectives or a device backend", k);
     return DT_OK;
 }
 

@@ -5,7 +5,8 @@
  * parameters once per step instead (gather_once). Gradients as in ZeRO-2 (zero2.c). */
 #include "zero_shard.h"
 
-static int nblocks(const dt_dp *d) { return d->m->nblocks; }
+/* the block units (parallel.unit_blocks: several blocks each): units 1 .. nblocks(d) */
+static int nblocks(const dt_dp *d) { return d->m->nunits - 2; }
 
 int dt_zero3_gbuf(const dt_dp *d, int u) { return u == 0 ? 0 : u == dt_zero_lnf(d) ? 1 : 2 + (u - 1) % 2; }
 

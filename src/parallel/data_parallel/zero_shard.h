@@ -61,7 +61,7 @@ int dt_zero_rs_overlap(const dt_dp *d);
 /* zero 2/3: which gradient scratch unit u writes */
 int dt_zero_gscratch_of(const dt_dp *d, int u);
 /* ln_f's unit */
-static inline int dt_zero_lnf(const dt_dp *d) { return d->m->nblocks + 1; }
+static inline int dt_zero_lnf(const dt_dp *d) { return gpt_lnf_unit(d->m); }
 
 /* zero_shard.c */
 dt_status dt_zero_setup(dt_dp *d, int stage);

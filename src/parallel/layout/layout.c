@@ -144,6 +144,10 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
         }
     }
     /* the order is the trainer's of old: the same config gives the same first refusal */
+    int ub = c->parallel.unit_blocks;
+    if ((what & DT_CHECK_FEATURES) && ub > 1 && (L->pp > 1 || L->shape.n_layer % ub != 0))
+        return dt_fail(DT_EINPUT, "parallel.unit_blocks %d must divide the model's %d blocks (and pp 1 so far; pp is "
+                       "%d)", ub, L->shape.n_layer, L->pp);
     if (what & DT_CHECK_FEATURES) DT_TRY(dt_dp_check_config(L));
     if (what & DT_CHECK_FEATURES) DT_TRY(dt_local_sgd_check(L));
     long long mp = dt_layout_model_ranks(L);
