@@ -198,7 +198,7 @@ static dt_status bw_after_backward(dt_dp *d, int u) {
         size_t S = dt_zero_of(d)->S[u == GPT_HEAD_PART ? 0 : u];
         float *full = u == GPT_HEAD_PART ? b->head : d->m->unit_grads[u];
         size_t count = u == GPT_HEAD_PART ? wte_numel(d) : dt_zero_of(d)->P[u];
-        size_t lo = (size_t)d->rank * S, n = lo >= count ? 0 : count - lo < S ? count - lo : S;
+        size_t lo = dt_zero_lo(d, u == GPT_HEAD_PART ? 0 : u), n = lo >= count ? 0 : count - lo < S ? count - lo : S;
         if (!frozen) DP_COMM(d, s = tree_all(d, full, count, lo, n, b->tree_tmp));
         if (!frozen && d->N > 1) d->grad_bytes += (double)count * sizeof(float);
         DT_TRY(s);
@@ -227,6 +227,11 @@ static dt_status unit_partials(dt_dp *d, int u, double *out, size_t *count) {
     }
     size_t S = dt_zero_of(d)->S[u], per = S / DT_CANON_CHUNK;
     double *mine = out + (size_t)d->rank * per;
+    if (dt_zero_repl(d, u)) { /* parallel.policy's ddp unit: whole here, its partials too */
+        dt_chunk_sumsq(dt_zero_grad_slice(d, u), S, out);
+        *count = per;
+        return DT_OK;
+    }
     dt_chunk_sumsq(dt_zero_grad_slice(d, u), S, mine);
     *count = per * (size_t)d->N;
     return dt_allgather(d->comm, mine, out, per, DT_F64);
@@ -294,7 +299,7 @@ static float *wte_grads(dt_dp *d, size_t *n) {
         *n = wte_numel(d);
         return dt_flat_of(d)->grads + d->m->tensors[0].offset;
     }
-    size_t S = dt_zero_of(d)->S[0], lo = (size_t)d->rank * S, w = wte_numel(d);
+    size_t S = dt_zero_of(d)->S[0], lo = dt_zero_lo(d, 0), w = wte_numel(d);
     *n = lo >= w ? 0 : w - lo < S ? w - lo : S;
     return dt_zero_grad_slice(d, 0);
 }
@@ -311,11 +316,11 @@ static dt_status bw_reduce(dt_dp *d, double *norm) {
     else if (sharded(d)) memcpy(z->grad_shard, root, z->shard_total * sizeof(float));
     else /* padded: the root is the full reduced gradient: this rank's slices */
         for (int u = 0; u < m->nunits; u++)
-            memcpy(dt_zero_grad_slice(d, u), root + z->poff[u] + (size_t)d->rank * z->S[u], z->S[u] * sizeof(float));
+            memcpy(dt_zero_grad_slice(d, u), root + z->poff[u] + dt_zero_lo(d, u), z->S[u] * sizeof(float));
     size_t n;
     float *wte = wte_grads(d, &n);
     if (head_apart(d)) { /* wte = the embedding's share + the head's */
-        size_t at = d->mode->grads == DT_GRADS_PADDED ? (size_t)d->rank * z->S[0] : 0;
+        size_t at = d->mode->grads == DT_GRADS_PADDED ? dt_zero_lo(d, 0) : 0;
         const float *h = root + b->fold.off[head_part(d)] + at;
         for (size_t i = 0; i < n; i++) wte[i] += h[i];
     }

@@ -5,6 +5,7 @@
 
 #include "../data_parallel/local_sgd.h"
 #include "../data_parallel/strategy.h"
+#include "policy.h"
 #include "../model_parallel/context_parallel.h"
 #include "../model_parallel/pipeline.h"
 #include "../model_parallel/tensor_parallel.h"
@@ -47,6 +48,13 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->shape = gpt_shape_of_config(k);
     L->shape_ok = gpt_shape_check(&L->shape) == DT_OK;
     if (!L->shape_ok) dt_error_clear(); /* dt_layout_check says it */
+    if (L->shape_ok && k->parallel.policy[0] &&
+        dt_policy_stage(k->parallel.policy, k->parallel.zero, &L->shape, k->parallel.unit_blocks, &L->zero,
+                        &L->replicated) != DT_OK) {
+        dt_error_clear(); /* dt_layout_check says it */
+        L->zero = k->parallel.zero;
+        L->replicated = 0;
+    }
     L->backend = (dt_backend_kind)PICK(k->backend, "cpu", "cuda", "emulated");
     L->precision = (dt_precision)PICK(k->precision, "fp32", "bf16");
     L->dp_mode = (dt_dp_mode)PICK(k->parallel.dp_mode, "ddp", "ps", "ps-async");
@@ -141,6 +149,13 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
             gpt_shape fs = L->shape;
             DT_TRY(gpt_shape_check(&fs));
             DT_TRY(gpt_freeze_check(&fs, c->train.freeze));
+        }
+        if (c->parallel.policy[0]) {
+            gpt_shape ps = L->shape;
+            int stage, repl;
+            DT_TRY(gpt_shape_check(&ps));
+            if (c->parallel.unit_blocks <= 1 || ps.n_layer % c->parallel.unit_blocks == 0) /* else refused below */
+                DT_TRY(dt_policy_stage(c->parallel.policy, c->parallel.zero, &ps, c->parallel.unit_blocks, &stage, &repl));
         }
     }
     /* the order is the trainer's of old: the same config gives the same first refusal */
