@@ -295,6 +295,11 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
     if (dt_layout_hsdp(L))
         fprintf(out, "hsdp: ZeRO within groups of %d data-parallel ranks (parallel.dp_shard), %d replicas of them, "
                 "gradients all-reduced across\n", L->dp_shard, L->dp_replicas);
+    if (L->cfg.parallel.policy[0] || L->cfg.parallel.unit_blocks > 1)
+        fprintf(out, "units: %d block%s per unit (parallel.unit_blocks)%s%s%s; the ZeRO rows' bytes count them\n",
+                L->cfg.parallel.unit_blocks, L->cfg.parallel.unit_blocks > 1 ? "s" : "",
+                L->cfg.parallel.policy[0] ? ", policy " : "", L->cfg.parallel.policy,
+                L->replicated ? " (its ddp units replicated, the others ZeRO)" : "");
     if (tp > 1)
         fprintf(out, "tensor parallel %d: each rank holds 1/%d of wte, c_attn, c_fc and the c_proj weights (%.0f of "
                 "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));

@@ -141,6 +141,17 @@ static dt_status check_estimate(const dt_layout *L) {
     return DT_OK;
 }
 
+/* parallel.policy's rules over the whole model (layout/policy.h): refused as the run would. */
+static dt_status check_policy_rules(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    if (!c->parallel.policy[0]) return DT_OK;
+    gpt_shape ps = L->shape;
+    int stage, repl;
+    DT_TRY(gpt_shape_check(&ps));
+    if (c->parallel.unit_blocks > 1 && ps.n_layer % c->parallel.unit_blocks != 0) return DT_OK; /* refused below */
+    return dt_policy_stage(c->parallel.policy, c->parallel.zero, &ps, c->parallel.unit_blocks, &stage, &repl);
+}
+
 dt_status dt_layout_check(const dt_layout *L, int what) {
     const dt_config *c = &L->cfg;
     if (what & DT_CHECK_CONFIG) {
@@ -150,13 +161,7 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
             DT_TRY(gpt_shape_check(&fs));
             DT_TRY(gpt_freeze_check(&fs, c->train.freeze));
         }
-        if (c->parallel.policy[0]) {
-            gpt_shape ps = L->shape;
-            int stage, repl;
-            DT_TRY(gpt_shape_check(&ps));
-            if (c->parallel.unit_blocks <= 1 || ps.n_layer % c->parallel.unit_blocks == 0) /* else refused below */
-                DT_TRY(dt_policy_stage(c->parallel.policy, c->parallel.zero, &ps, c->parallel.unit_blocks, &stage, &repl));
-        }
+        DT_TRY(check_policy_rules(L));
     }
     /* the order is the trainer's of old: the same config gives the same first refusal */
     int ub = c->parallel.unit_blocks;
@@ -178,6 +183,7 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
                        L->micro, L->dp, L->global_batch);
     if (what & DT_CHECK_FEATURES) DT_TRY(check_pipeline(L));
     if (what & DT_CHECK_ESTIMATE) DT_TRY(check_estimate(L));
+    if (what & DT_CHECK_ESTIMATE) DT_TRY(check_policy_rules(L));
     return DT_OK;
 }
 
