@@ -75,6 +75,25 @@ assert pol > z3, (pol, z3)
 PY
   fail "the policy's estimate is not above plain ZeRO-3's"
 
+# checkpoints across: saved under a policy (HSDP), resumed under plain ZeRO-2, landing on
+# the straight run's curve (steps 11-20)
+if full; then
+  "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" "${HS[@]}" --set parallel.zero=3 --set parallel.unit_blocks=2 \
+    --set parallel.policy=w?e.weight:ddp --set train.stop_after=10 --save "$TMP/ck" >"$TMP/ck.out" 2>&1 ||
+    fail "policy save: $(tail -2 "$TMP/ck.out")"
+  "${MPI[@]}" -np 2 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.zero=2 --resume "$TMP/ck" --metrics "$TMP/res.jsonl" \
+    >"$TMP/res.out" 2>&1 || fail "resume under zero2: $(tail -2 "$TMP/res.out")"
+  r=$(python3 - "$TMP/ref.jsonl" "$TMP/res.jsonl" <<'PY'
+import json, sys
+ref, got = ({r["step"]: r for r in map(json.loads, open(p)) if "event" not in r} for p in sys.argv[1:3])
+assert sorted(got) == list(range(11, 21)), sorted(got)
+worst = max(abs(got[s][k] - ref[s][k]) / abs(ref[s][k]) for s in got for k in ("loss", "grad_norm"))
+print("steps 11-20 within %.2e" % worst)
+sys.exit(worst > 1e-5)
+PY
+) && pass "saved under the policy, resumed under zero2: $r" || fail "policy save/resume: $r"
+fi
+
 refused "a policy glob matching nothing" "'x\.\*' matches no tensor" 4 --set parallel.zero=3 --set 'parallel.policy=x.*:ddp'
 refused "a rule splitting a unit" "splits a unit between modes" 4 --set parallel.zero=3 --set parallel.policy=wte.weight:ddp
 refused "unit_blocks not dividing the blocks" "unit_blocks 3 must divide" 4 --set parallel.zero=3 --set parallel.unit_blocks=3

@@ -155,9 +155,10 @@ static const key_desc KEYS[] = {
         "consecutive transformer blocks per wrap unit (FSDP's wrap policy): ZeRO gathers, reduce-scatters and pads "
         "them as one unit (1: each block its own unit); must divide the blocks, pp 1 only"),
     STR("parallel.policy", parallel.policy, "",
-        "per-unit sharding policy: comma-separated GLOB:MODE rules over tensor names (train.freeze's globs), MODE one "
-        "of ddp, zero1, zero2, zero3; first match wins, a unit matches when one of its tensors does and every tensor "
-        "of it must match the same rule; unmatched units take parallel.zero (empty: every unit parallel.zero)"),
+        "per-unit sharding policy (FSDP's per-module wrapping): comma-separated GLOB:MODE rules over tensor names "
+        "(train.freeze's globs), MODE ddp (replicated), zero1, zero2 or zero3; a tensor takes its first matching "
+        "rule's mode, else parallel.zero, and a unit's tensors must take one mode; ddp units with one ZeRO stage "
+        "(empty: every unit parallel.zero)"),
     ENUM("parallel.sync", parallel.sync, "every_step|local_sgd|diloco", "every_step",
          "how the data-parallel replicas synchronise: every_step (gradients every step), local_sgd (each replica "
          "trains alone for sync_every steps, then the replicas' weights are averaged) or diloco (the same with an "

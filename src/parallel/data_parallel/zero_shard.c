@@ -58,10 +58,7 @@ static float *slice_param(const dt_dp *d, int u, size_t x) {
     return at(d, z->param_shard, z->soff[u] + (x - dt_zero_lo(d, u)));
 }
 
-/* This rank's slice of unit u as fp32 host values, set 0: the weights AdamW updates (the
- * master weights, or the parameters), 1 and 2: the moments; wherever the optimizer keeps
- * them (the backend's memory or an offload store). */
-static dt_status get_slice(dt_dp *d, int set, int u, float *dst) {
+dt_status dt_zero_get_slice(dt_dp *d, int set, int u, float *dst) {
     dt_zero *z = dt_zero_of(d);
     size_t k = z->soff[u], n = z->S[u];
     if (set == 0) /* offloaded parameters: the optimizer's master weights are the weights */
@@ -386,13 +383,13 @@ dt_status dt_zero_gather_units(dt_dp *d, float *full) {
     return d->o.dcomm ? dt_dcomm_join(d->o.dcomm) : DT_OK;
 }
 
-/* Every rank's slices of set (get_slice) gathered whole into fp32 host memory full
+/* Every rank's slices of set (dt_zero_get_slice) gathered whole into fp32 host memory full
  * (padded layout): each rank's slice copied to its place, then gathered in place. */
 static dt_status gather_units_f32(dt_dp *d, int set, float *full) {
     dt_zero *z = dt_zero_of(d);
     for (int u = 0; u < d->m->nunits; u++) {
         float *mine = full + z->poff[u] + dt_zero_lo(d, u);
-        DT_TRY(get_slice(d, set, u, mine));
+        DT_TRY(dt_zero_get_slice(d, set, u, mine));
         if (!dt_zero_repl(d, u)) DT_TRY(dt_allgather(d->comm, mine, full + z->poff[u], z->S[u], DT_F32));
     }
     return DT_OK;
@@ -535,18 +532,18 @@ dt_status dt_zero_redistribute(dt_dp *d) {
  * model's memory and precision. */
 static dt_status push_full_view(dt_dp *d, int host) {
     dt_zero *z = dt_zero_of(d);
-    z->full_host = host;
-    if (host) DT_TRY(dt_alloc((void **)&z->full_tmp, z->padded_total * sizeof(float), "full parameters"));
-    else DT_TRY(d->ops->alloc((void **)&z->full_tmp, z->padded_total * esz(d), "full parameters"));
-    return dt_dp_views_push(d, &z->full_view, z->full_tmp, z->poff, host ? sizeof(float) : esz(d));
+    z->full.host = host;
+    if (host) DT_TRY(dt_alloc((void **)&z->full.tmp, z->padded_total * sizeof(float), "full parameters"));
+    else DT_TRY(d->ops->alloc((void **)&z->full.tmp, z->padded_total * esz(d), "full parameters"));
+    return dt_dp_views_push(d, &z->full.view, z->full.tmp, z->poff, host ? sizeof(float) : esz(d));
 }
 
 void dt_zero_release_full(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
-    dt_dp_views_pop(d, &z->full_view);
-    if (z->full_host) dt_free(z->full_tmp);
-    else d->ops->free(z->full_tmp);
-    z->full_tmp = NULL;
+    dt_dp_views_pop(d, &z->full.view);
+    if (z->full.host) dt_free(z->full.tmp);
+    else d->ops->free(z->full.tmp);
+    z->full.tmp = NULL;
 }
 
 /* Unit u from dt_dp_by_unit: this rank's slices kept, and zero 1/2's full parameters. */
@@ -590,11 +587,11 @@ static dt_status gather_host(dt_dp *d, int host) {
     /* allocated here, so every rank must know before the gathers whether all could */
     DT_TRY(dt_comm_agree(d->comm, push_full_view(d, host), NULL));
     if (snapshot && !dt_zero_devmem(d) && z->stage <= 2) { /* node-shared: a fork's child would see later steps */
-        memcpy(z->full_tmp, z->params_pad, z->padded_total * sizeof(float));
+        memcpy(z->full.tmp, z->params_pad, z->padded_total * sizeof(float));
         return DT_OK;
     }
-    if (host) return gather_units_f32(d, 0, z->full_tmp);
-    return dt_zero_gather_units(d, z->full_tmp);
+    if (host) return gather_units_f32(d, 0, z->full.tmp);
+    return dt_zero_gather_units(d, z->full.tmp);
 }
 
 dt_status dt_zero_gather_full(dt_dp *d) { return gather_host(d, 0); }
@@ -641,63 +638,6 @@ dt_status dt_zero_close_full(dt_dp *d, float **mv, float **vv) {
     free_views(mv, vv);
     dt_zero_release_full(d);
     return DT_OK;
-}
-
-/* ---- streamed saves and digests: one unit whole at a time ---- */
-
-typedef struct {
-    dt_dp *d;
-    float *buf;
-    int set, unit; /* what buf holds (-1: nothing) */
-} zero_stream;
-
-static dt_status stream_get(void *ctx, int set, int i, const float **data) {
-    zero_stream *zs = ctx;
-    dt_dp *d = zs->d;
-    dt_zero *z = dt_zero_of(d);
-    const gpt_tensor *t = &d->m->tensors[i];
-    int u = t->unit;
-    size_t at_u = t->offset - d->m->units[u].offset;
-    if (set == 0 && z->stage <= 2 && !dt_zero_devmem(d)) { /* full parameters in fp32 host memory already */
-        *data = z->params_pad + z->poff[u] + at_u;
-        return DT_OK;
-    }
-    if (zs->set != set || zs->unit != u) { /* every rank's slice of the unit: this rank's copied to its place */
-        float *mine = zs->buf + dt_zero_lo(d, u);
-        zs->set = zs->unit = -1;
-        DT_TRY(get_slice(d, set, u, mine));
-        if (!dt_zero_repl(d, u)) DT_TRY(dt_allgather(d->comm, mine, zs->buf, z->S[u], DT_F32));
-        zs->set = set;
-        zs->unit = u;
-    }
-    *data = zs->buf + at_u;
-    return DT_OK;
-}
-
-dt_status dt_zero_source_open(dt_dp *d, int moments, int reader, dt_ckpt_source *src) {
-    dt_zero *z = dt_zero_of(d);
-    (void)reader; /* every rank's slices are gathered: every rank takes part */
-    zero_stream *zs = calloc(1, sizeof *zs);
-    *src = (dt_ckpt_source){.get = stream_get, .ctx = zs, .moments = moments};
-    if (!zs) return dt_fail(DT_ERUNTIME, "out of memory (save buffer)");
-    zs->d = d;
-    zs->set = zs->unit = -1;
-    DT_TRY(d->mode->drain(d)); /* zero 1/2: the last update's parameters are in place */
-    size_t most = 0;
-    for (int u = 0; u < d->m->nunits; u++)
-        if (z->P[u] > most) most = z->P[u];
-    /* allocated here, so every rank must know before the gathers whether all could */
-    return dt_comm_agree(d->comm, dt_alloc((void **)&zs->buf, most * sizeof(float) + 1, "save buffer (one unit)"),
-                         NULL);
-}
-
-void dt_zero_source_close(dt_dp *d, dt_ckpt_source *src) {
-    (void)d;
-    zero_stream *zs = src->ctx;
-    if (!zs) return;
-    dt_free(zs->buf);
-    free(zs);
-    src->ctx = NULL;
 }
 
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {

@@ -43,9 +43,11 @@ typedef struct {
     int rs_pending_final;      /* ... queued in the last micro-step: the slice is final once added */
     unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
     dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
-    int full_host;             /* full_tmp is fp32 host memory (else the model's) */
-    float *full_tmp;           /* gather_full: temporary full padded parameters */
-    dt_dp_views full_view;     /* the model's units at full_tmp */
+    struct {
+        int host;              /* tmp is fp32 host memory (else the model's) */
+        float *tmp;            /* gather_full: temporary full padded parameters */
+        dt_dp_views view;      /* the model's units at tmp */
+    } full;
     dt_grad_piece *pieces;     /* the norm's pieces (max(tensors, units)): allocated once, so no rank fails alone */
     unsigned char *repl;       /* per unit: replicated (parallel.policy's ddp): S = P, every rank owns the whole
                                   unit, its gradients all-reduced, nothing gathered (NULL: none) */
@@ -77,6 +79,10 @@ static inline int dt_zero_lnf(const dt_dp *d) { return gpt_lnf_unit(d->m); }
 /* zero_shard.c */
 dt_status dt_zero_setup(dt_dp *d, int stage);
 void dt_zero_free(dt_dp *d);
+/* This rank's slice of unit u as fp32 host values, set 0: the weights AdamW updates (the
+ * master weights, or the parameters), 1 and 2: the moments, wherever the optimizer keeps
+ * them (the backend's memory or an offload store). */
+dt_status dt_zero_get_slice(dt_dp *d, int set, int u, float *dst);
 /* This rank's S[u] reduced gradients of unit u after the step's reduction: its slice of
  * the padded full gradients (zero 1, reduced there in place) or of the shard (zero 2/3). */
 float *dt_zero_grad_slice(const dt_dp *d, int u);
@@ -112,7 +118,7 @@ dt_status dt_zero_gather_full(dt_dp *d);
 void dt_zero_release_full(dt_dp *d);
 dt_status dt_zero_open_full(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv);
 dt_status dt_zero_close_full(dt_dp *d, float **mv, float **vv);
-/* A streamed save's or digest's source: the fp32 weights (bf16: the master weights) or
+/* A streamed save's or digest's source (zero_stream.c): the fp32 weights (bf16: the master weights) or
  * moments of one unit at a time, gathered whole over the data-parallel group into one
  * buffer of the largest unit when its first tensor is asked for, so a save needs that
  * much more memory, not the model's; collective. */
