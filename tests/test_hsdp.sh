@@ -1,6 +1,7 @@
 # Hybrid sharding (HSDP, parallel.dp_shard; issue 30): ZeRO-1/2/3 within shard groups of 2
 # consecutive data-parallel ranks, 2 replicas of them, the groups' reduced gradient shards
-# all-reduced across: the single process's curve within 1e-5; every rank allocates what
+# all-reduced across: the single process's curve within 1e-5, and in bitwise mode its
+# digest (the canonical tree over the group, then over the replicas); every rank allocates what
 # `dtrain estimate` says (ZeRO's 1/2 of the state, not 1/4); a checkpoint saved under HSDP
 # (only the first shard group writes) resumes under plain ZeRO-3 and the reverse, landing
 # on the straight run's weights; what is not carried is refused before any work.
@@ -34,8 +35,17 @@ PY
 grep -q "^hsdp: ZeRO within groups of 2 data-parallel ranks" <("$DTRAIN" estimate "${DP_RUN[@]}" --set parallel.zero=3 \
   --set parallel.dp_shard=2 -n 4) && pass "estimate names the shard groups" || fail "estimate's hsdp line"
 
+# bitwise mode: the single process's digest under HSDP, each stage
+ref_bw=$(dp_run bw1 1 --set parallel.determinism=bitwise)
+for z in 1 2 3; do
+  if ! full && [ $z = 2 ]; then continue; fi
+  got=$(dp_run "bw-hsdp-zero$z" 4 --set parallel.determinism=bitwise --set parallel.zero=$z --set parallel.dp_shard=2)
+  [ -n "$ref_bw" ] && [ "$got" = "$ref_bw" ] && pass "bitwise hsdp-zero$z-2x2: the single process's digest" ||
+    fail "bitwise hsdp-zero$z: $got against $ref_bw $(tail -2 "$TMP/bw-hsdp-zero$z.out")"
+done
+
 # checkpoints across: HSDP saves (the first shard group writes), plain ZeRO-3 resumes, and
-# the reverse; bitwise mode is refused under HSDP, so the fast mode's curves within 1e-5
+# the reverse, the curves within 1e-5
 "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --set parallel.zero=3 --set parallel.dp_shard=2 \
   --set train.stop_after=10 --save "$TMP/ck" >"$TMP/ck.out" 2>&1 || fail "hsdp save: $(tail -2 "$TMP/ck.out")"
 # resumed NAME NP ARGS...: steps 11-20 of the resumed run = the straight single process's
@@ -60,6 +70,6 @@ resumed zero2-save-hsdp-resume 4 --set parallel.zero=1 --set parallel.dp_shard=2
 
 refused "dp_shard not dividing dp" "must divide the data-parallel size 4" 4 --set parallel.zero=3 --set parallel.dp_shard=3
 refused "dp_shard without ZeRO" "set parallel.zero 1, 2" 4 --set parallel.dp_shard=2
-refused "dp_shard in bitwise mode" "not yet with bitwise" 4 --set parallel.zero=2 --set parallel.dp_shard=2 \
-  --set parallel.determinism=bitwise
+refused "dp_shard in bitwise mode, 3 replicas" "power-of-two data-parallel size" 6 --set parallel.zero=2 \
+  --set parallel.dp_shard=2 --set parallel.determinism=bitwise --set train.global_batch=12
 finish

@@ -151,6 +151,14 @@ static const key_desc KEYS[] = {
         "hybrid sharding (HSDP): ZeRO shards the state within groups of this many consecutive data-parallel ranks "
         "(usually a node's) and the groups are replicas, their gradients all-reduced across (0: one group of all); "
         "with parallel.sync local_sgd or diloco: the ranks of one replica, DDP inside (0: 1)"),
+    INT("parallel.unit_blocks", parallel.unit_blocks, 1, 1e6, "1",
+        "consecutive transformer blocks per wrap unit (FSDP's wrap policy): ZeRO gathers, reduce-scatters and pads "
+        "them as one unit (1: each block its own unit); must divide the blocks, pp 1 only"),
+    STR("parallel.policy", parallel.policy, "",
+        "per-unit sharding policy (FSDP's per-module wrapping): comma-separated GLOB:MODE rules over tensor names "
+        "(train.freeze's globs), MODE ddp (replicated), zero1, zero2 or zero3; a tensor takes its first matching "
+        "rule's mode, else parallel.zero, and a unit's tensors must take one mode; ddp units with one ZeRO stage "
+        "(empty: every unit parallel.zero)"),
     ENUM("parallel.sync", parallel.sync, "every_step|local_sgd|diloco", "every_step",
          "how the data-parallel replicas synchronise: every_step (gradients every step), local_sgd (each replica "
          "trains alone for sync_every steps, then the replicas' weights are averaged) or diloco (the same with an "

@@ -64,6 +64,8 @@ typedef struct {
         int staleness;         /* gradients applied this many steps late (the deterministic delayed mode) */
         char staleness_lr[12]; /* ps-async: constant | inverse (the rate over the gradient's staleness) */
         int dp_shard;          /* HSDP: ZeRO within groups of this many data-parallel ranks, replicated across (0: all) */
+        int unit_blocks;       /* consecutive blocks per wrap unit (ZeRO gathers and reduce-scatters them together) */
+        char policy[DT_PATH_MAX]; /* per-unit sharding: comma-separated GLOB:MODE rules (layout/policy.c) */
     } parallel;
     struct {
         char allreduce[8], reduce_scatter[8], allgather[8], bcast[8];

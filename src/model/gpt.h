@@ -55,8 +55,9 @@ typedef struct {
 } gpt_tensor;
 
 /* Units are the groups of contiguous tensors that a sharding wrapper gathers, reduces
- * and frees together: unit 0 = wte + wpe, unit 1+j = local block j (the stage's blocks in
- * order, chunk after chunk), unit nblocks+1 = ln_f. On a pipeline stage unit 0 holds what the stage
+ * and frees together: unit 0 = wte + wpe, unit 1+j/k = local block j (the stage's blocks in
+ * order, chunk after chunk, k = gpt_layout.unit_blocks consecutive ones per unit, 1 by
+ * default), the last unit (nunits - 1) = ln_f. On a pipeline stage unit 0 holds what the stage
  * has of the embeddings (wte + wpe first, wte alone last, nothing in between) and ln_f's
  * unit is empty except on the last stage; empty units have count 0.
  * The model reads a unit's parameters and writes its gradients through
@@ -66,7 +67,9 @@ typedef struct {
     size_t offset, count; /* in floats, in the flat layout */
 } gpt_unit;
 
-/* Called around each unit's use (L = nblocks). Order in gpt_forward_backward:
+/* Called around each unit's use (L = nblocks; with unit_blocks k the blocks' hooks are
+ * their unit's, before the first of its blocks and after the last in each pass, and ln_f's
+ * unit is L/k+1). Order in gpt_forward_backward:
  * before_forward(0), then per block before_forward(1+l) / after_forward(1+l),
  * before/after_forward(L+1) for ln_f; backward: before_backward(0) (the head needs wte),
  * before_backward(L+1), after_backward(L+1), blocks L..1 (before/after),
@@ -162,6 +165,9 @@ typedef struct {
                                   block's worth and are recomputed by its backward (not with split_backward) */
     int documents;             /* rows hold documents (data.layout pack, pad): each slot keeps its
                                   micro-batch's document starts (gpt_set_documents) */
+    int unit_blocks;           /* consecutive blocks per unit (parallel.unit_blocks; 0: 1): a sharding
+                                  wrapper gathers and reduces them together; must divide the stage's blocks,
+                                  one chunk, no split backward */
 } gpt_layout;
 
 typedef struct {
@@ -184,6 +190,7 @@ typedef struct {
                          storage precision), between before_backward(GPT_HEAD_PART) and its after_backward,
                          which a wrapper may use to point it elsewhere */
     int first_layer, nblocks; /* this stage's blocks: nblocks in all, the first being block first_layer */
+    int unit_blocks;          /* blocks per unit (gpt_layout.unit_blocks; at least 1) */
     int nchunks;              /* model chunks (gpt_layout.chunks; 1 for a plain stage) */
     int chunk_block0[GPT_MAX_CHUNKS + 1]; /* chunk c: local blocks [chunk_block0[c], chunk_block0[c + 1]) */
     int chunk_layer0[GPT_MAX_CHUNKS];     /* chunk c's first block in the model */
@@ -218,6 +225,9 @@ typedef struct {
  * *n (optional): elements frozen here. */
 dt_status gpt_freeze_check(const gpt_shape *s, const char *patterns);
 void gpt_freeze(gpt_model *m, const char *patterns, size_t *n);
+/* The unit of local block j; ln_f's unit (the last). */
+static inline int gpt_block_unit(const gpt_model *m, int j) { return 1 + j / m->unit_blocks; }
+static inline int gpt_lnf_unit(const gpt_model *m) { return m->nunits - 1; }
 /* Every tensor of unit u is frozen (an empty unit is not). */
 int gpt_unit_frozen(const gpt_model *m, int u);
 /* Elements of this rank's frozen tensors. */

@@ -63,7 +63,7 @@ dt_status gpt_loss(gpt_model *m, int slot, const dt_token *targets, float grad_s
     const dt_ops *o = m->ops;
     gpt_slot *b = slot_at(m, slot);
     if (!heads(m, b->chunk)) return dt_fail(DT_EINPUT, "model: the loss is computed on the last stage only");
-    int C = m->shape.n_embd, Nl = local_rows(m, b->B * b->T), lnf_unit = m->nblocks + 1, tied = m->shape.tie;
+    int C = m->shape.n_embd, Nl = local_rows(m, b->B * b->T), lnf_unit = gpt_lnf_unit(m), tied = m->shape.tie;
     /* an untied head's weight is in the last unit, which the forward left open */
     if (grad_scale == 0.0f) {
         DT_TRY(head(m, b, targets, 0.0f, loss_out, NULL));
@@ -106,7 +106,7 @@ dt_status gpt_last_logits(gpt_model *m, int slot, float *logits) {
     m->ops->gemm(0, 1, 1, Vl, C, 1.0f, S(m, a->lnf, (size_t)(a->B * T - 1) * C), C, tp(m, m->t_head), C, 0.0f,
                  S(m, row, (size_t)m->tp_rank * Vl), Vl);
     DT_TRY(gpt_tp_sum(m, row, (size_t)Vp));
-    HOOK(after_forward, m->shape.tie ? 0 : m->nblocks + 1);
+    HOOK(after_forward, m->shape.tie ? 0 : gpt_lnf_unit(m));
     size_t V = (size_t)m->shape.vocab_size;
     if (!m->ops->bf16) {
         m->ops->download(logits, m->acts->logits, V * sizeof(float));

@@ -60,12 +60,12 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *t
     if (llama(m)) rotary_positions(m, a);
     if (embeds(m, chunk)) DT_TRY(gpt_embed_forward(m, a, tokens, B, T, pos0));
     for (int j = m->chunk_block0[chunk]; j < m->chunk_block0[chunk + 1]; j++) {
-        HOOK(before_forward, 1 + j);
+        if (j % m->unit_blocks == 0) HOOK(before_forward, gpt_block_unit(m, j)); /* its unit's first block */
         DT_TRY(gpt_block_forward(m, a, j));
-        HOOK(after_forward, 1 + j);
+        if ((j + 1) % m->unit_blocks == 0) HOOK(after_forward, gpt_block_unit(m, j));
     }
     if (heads(m, chunk)) {
-        int lnf_unit = m->nblocks + 1;
+        int lnf_unit = gpt_lnf_unit(m);
         HOOK(before_forward, lnf_unit);
         gpt_norm_fwd(m, a->lnf, a->lnf_mean, a->lnf_rstd, slot_out(m, a), tp(m, m->t_norm_w),
                      m->t_norm_b >= 0 ? tp(m, m->t_norm_b) : NULL, Nl);
@@ -122,7 +122,8 @@ dt_status gpt_backward(gpt_model *m, int slot) {
     }
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
-        HOOK(before_backward, 1 + j);
+        /* a unit of several blocks: before its last block's backward, after its first's */
+        if ((j + 1) % m->unit_blocks == 0) HOOK(before_backward, gpt_block_unit(m, j));
         gpt_count_skipped(m, j);
         if (!gpt_block_skipped(m, j)) {
             /* recompute: the block's inner activations again, from its kept input (the same
@@ -130,7 +131,7 @@ dt_status gpt_backward(gpt_model *m, int slot) {
             if (m->recompute) DT_TRY(gpt_block_forward(m, s, j));
             DT_TRY(gpt_block_backward(m, s, j, 0));
         }
-        HOOK(after_backward, 1 + j);
+        if (j % m->unit_blocks == 0) HOOK(after_backward, gpt_block_unit(m, j));
     }
     return embed_backward(m, s);
 }
@@ -139,7 +140,7 @@ dt_status gpt_backward_input(gpt_model *m, int slot) {
     DT_TRY(check_split(m, slot, 1));
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
-        HOOK(before_backward, 1 + j);
+        HOOK(before_backward, gpt_block_unit(m, j)); /* one block per unit here (gpt_layout.unit_blocks) */
         if (!gpt_block_skipped(m, j)) DT_TRY(gpt_block_backward(m, s, j, 1));
     }
     return DT_OK;

@@ -237,9 +237,9 @@ dt_status gpt_build_table(gpt_model *m) {
     for (int k = 0; k < T_NROLES; k++) m->role[k] = -1;
     add_unit(m, ON_FIRST, -1, 0, &idx, &off);
     m->block0 = idx;
-    for (int j = 0; j < m->nblocks; j++) add_unit(m, ON_BLOCK, layer_of(m, j), 1 + j, &idx, &off);
+    for (int j = 0; j < m->nblocks; j++) add_unit(m, ON_BLOCK, layer_of(m, j), gpt_block_unit(m, j), &idx, &off);
     m->layer_tensors = m->nblocks ? (idx - m->block0) / m->nblocks : 0;
-    add_unit(m, ON_LAST, -1, m->nblocks + 1, &idx, &off);
+    add_unit(m, ON_LAST, -1, m->nblocks / m->unit_blocks + 1, &idx, &off);
     m->ntensors = idx;
     m->nparams = off;
     return DT_OK;
@@ -297,11 +297,12 @@ void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t
                             int *nblocks) {
     gpt_stage_info st = gpt_stage_of(s, layout ? layout : &gpt_one_rank);
     size_t t = (size_t)(layout && layout->tp > 0 ? layout->tp : 1);
-    *block = kind_count(s, ON_BLOCK, t, 0);
+    int k = layout && layout->unit_blocks > 1 ? layout->unit_blocks : 1;
+    *block = (size_t)k * kind_count(s, ON_BLOCK, t, 0); /* a block unit: k blocks */
     /* a last stage's tied wte and its gap (an untied head is in the last unit) */
     *first = st.embed || (st.head && tied(s)) ? kind_count(s, ON_FIRST, t, 0) : 0;
     *last = st.head ? kind_count(s, ON_LAST, t, 0) : 0;               /* ln_f */
-    *nblocks = st.n;
+    *nblocks = st.n / k;
 }
 
 size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout) {

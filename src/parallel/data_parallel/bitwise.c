@@ -6,7 +6,10 @@
  * is the sum of two folds, the head's share and the embedding's, on one rank as on a
  * pipeline's last and first stage. The norm sums fixed 1024-element chunks of the whole
  * model in its unit order, whichever ranks hold them. The leaves lie in the mode's
- * gradient layout (strategy.h: flat, padded or shard). */
+ * gradient layout (strategy.h: flat, padded or shard). Under HSDP (parallel.dp_shard) the
+ * tree runs over the shard group (consecutive dp ranks: the tree's lower levels) and then
+ * over the replicas (the same slot of every group: its upper levels), which is the same
+ * tree over all the data-parallel ranks, so the same bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,21 @@ typedef struct {
 static dt_bw *bw_of(const dt_dp *d) { return d->wrap; }
 static int flat(const dt_dp *d) { return d->mode->grads == DT_GRADS_FLAT; }
 static int sharded(const dt_dp *d) { return d->mode->grads == DT_GRADS_SHARD; }
+/* HSDP: the same shard of the other shard groups (NULL: none) */
+static dt_comm *replicas(const dt_dp *d) {
+    return d->o.replicas && dt_comm_size(d->o.replicas) > 1 ? d->o.replicas : NULL;
+}
+/* The canonical tree over every data-parallel rank: over the shard group, then (HSDP) over
+ * the replicas; the tree's nodes are summed alike whichever rank holds them, so a slice
+ * (lo, n) of the group's result is all the replicas need to sum. */
+static dt_status tree_all(dt_dp *d, float *buf, size_t count, size_t lo, size_t n, float *tmp) {
+    DT_TRY(dt_tree_allreduce(d->comm, buf, count, tmp));
+    if (replicas(d) && n) {
+        DT_TRY(dt_tree_allreduce(replicas(d), buf + lo, n, tmp));
+        d->grad_bytes += (double)n * sizeof(float);
+    }
+    return DT_OK;
+}
 static int has_pp(const dt_dp *d) { return d->o.groups.pp && dt_comm_size(d->o.groups.pp) > 1; }
 /* The head's share of wte is kept apart on a model holding both ends. */
 static int head_apart(const dt_dp *d) { return d->m->has_embed && d->m->has_head && d->m->shape.tie; }
@@ -107,9 +125,10 @@ static dt_status bw_setup_fold(dt_dp *d) {
 }
 
 static dt_status bw_setup(dt_dp *d) {
-    if (d->N & (d->N - 1))
+    int R = replicas(d) ? dt_comm_size(d->o.replicas) : 1;
+    if ((d->N & (d->N - 1)) || (R & (R - 1)))
         return dt_fail(DT_EINPUT, "parallel.determinism=bitwise needs a power-of-two data-parallel size (got %d)",
-                       d->N);
+                       d->N * R);
     if (d->o.leaves < 1 || (d->o.leaves & (d->o.leaves - 1)))
         return dt_fail(DT_EINPUT,
                        "parallel.determinism=bitwise needs a power-of-two number of accumulation steps (got %d)",
@@ -179,16 +198,17 @@ static dt_status bw_after_backward(dt_dp *d, int u) {
         size_t S = dt_zero_of(d)->S[u == GPT_HEAD_PART ? 0 : u];
         float *full = u == GPT_HEAD_PART ? b->head : d->m->unit_grads[u];
         size_t count = u == GPT_HEAD_PART ? wte_numel(d) : dt_zero_of(d)->P[u];
-        if (!frozen) DP_COMM(d, s = dt_tree_allreduce(d->comm, full, count, b->tree_tmp));
+        size_t lo = dt_zero_lo(d, u == GPT_HEAD_PART ? 0 : u), n = lo >= count ? 0 : count - lo < S ? count - lo : S;
+        if (!frozen) DP_COMM(d, s = tree_all(d, full, count, lo, n, b->tree_tmp));
         if (!frozen && d->N > 1) d->grad_bytes += (double)count * sizeof(float);
         DT_TRY(s);
         float *leaf = dt_fold_next(&b->fold, part) + b->fold.off[part];
-        size_t lo = (size_t)d->rank * S, n = lo >= count ? 0 : count - lo < S ? count - lo : S;
         memcpy(leaf, full + lo, n * sizeof(float));
     } else {
         if (!b->open[part]) return DT_OK;
         float *leaf = b->fold.buf[b->fold.perm[(size_t)part * (b->fold.cap + 1) + b->fold.cap]] + b->fold.off[part];
-        if (!frozen) DP_COMM(d, s = dt_tree_allreduce(d->comm, leaf, b->fold.len[part], b->tree_tmp));
+        /* ZeRO-1 (HSDP): the replicas sum the whole padded unit, each element of it alike */
+        if (!frozen) DP_COMM(d, s = tree_all(d, leaf, b->fold.len[part], 0, b->fold.len[part], b->tree_tmp));
         if (!frozen && d->N > 1) d->grad_bytes += (double)b->fold.len[part] * sizeof(float);
         DT_TRY(s);
         b->open[part] = 0;
@@ -207,6 +227,11 @@ static dt_status unit_partials(dt_dp *d, int u, double *out, size_t *count) {
     }
     size_t S = dt_zero_of(d)->S[u], per = S / DT_CANON_CHUNK;
     double *mine = out + (size_t)d->rank * per;
+    if (dt_zero_repl(d, u)) { /* parallel.policy's ddp unit: whole here, its partials too */
+        dt_chunk_sumsq(dt_zero_grad_slice(d, u), S, out);
+        *count = per;
+        return DT_OK;
+    }
     dt_chunk_sumsq(dt_zero_grad_slice(d, u), S, mine);
     *count = per * (size_t)d->N;
     return dt_allgather(d->comm, mine, out, per, DT_F64);
@@ -274,7 +299,7 @@ static float *wte_grads(dt_dp *d, size_t *n) {
         *n = wte_numel(d);
         return dt_flat_of(d)->grads + d->m->tensors[0].offset;
     }
-    size_t S = dt_zero_of(d)->S[0], lo = (size_t)d->rank * S, w = wte_numel(d);
+    size_t S = dt_zero_of(d)->S[0], lo = dt_zero_lo(d, 0), w = wte_numel(d);
     *n = lo >= w ? 0 : w - lo < S ? w - lo : S;
     return dt_zero_grad_slice(d, 0);
 }
@@ -291,11 +316,11 @@ static dt_status bw_reduce(dt_dp *d, double *norm) {
     else if (sharded(d)) memcpy(z->grad_shard, root, z->shard_total * sizeof(float));
     else /* padded: the root is the full reduced gradient: this rank's slices */
         for (int u = 0; u < m->nunits; u++)
-            memcpy(dt_zero_grad_slice(d, u), root + z->poff[u] + (size_t)d->rank * z->S[u], z->S[u] * sizeof(float));
+            memcpy(dt_zero_grad_slice(d, u), root + z->poff[u] + dt_zero_lo(d, u), z->S[u] * sizeof(float));
     size_t n;
     float *wte = wte_grads(d, &n);
     if (head_apart(d)) { /* wte = the embedding's share + the head's */
-        size_t at = d->mode->grads == DT_GRADS_PADDED ? (size_t)d->rank * z->S[0] : 0;
+        size_t at = d->mode->grads == DT_GRADS_PADDED ? dt_zero_lo(d, 0) : 0;
         const float *h = root + b->fold.off[head_part(d)] + at;
         for (size_t i = 0; i < n; i++) wte[i] += h[i];
     }

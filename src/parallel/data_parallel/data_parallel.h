@@ -40,6 +40,9 @@ typedef struct {
     char offload_tag[48], param_tag[48]; /* name this rank's offload files (the stores' tags point here) */
     int staleness;                /* the deterministic delayed mode: gradients applied s steps late (staleness.h) */
     int no_update;                /* this rank never updates (an asynchronous worker): DDP keeps no moments */
+    const char *policy;           /* parallel.policy with ddp units among ZeRO's (layout/policy.h; NULL: none):
+                                     those units replicated, whole on every rank (zero_shard.c) */
+    int policy_zero;              /* its unmatched units' mode (parallel.zero) */
     dt_comm *replicas;            /* HSDP: the same shard of the other shard groups (NULL: none); ZeRO's reduced
                                      gradient shard is summed over it before the norm (zero_shard.c) */
 } dt_dp_opts;

@@ -69,10 +69,23 @@ static dt_status check_hsdp(const dt_layout *L) {
     if (dt_layout_ps(L) || dt_layout_ps_async(L) || dt_layout_local_sgd(L) || c->parallel.staleness > 0)
         return dt_fail(DT_EINPUT, "parallel.dp_shard %d: not with dp_mode %s, parallel.sync or parallel.staleness", k,
                        c->parallel.dp_mode);
-    if (dt_layout_bitwise(L) || dt_layout_offload(L) || L->cp > 1 || dt_layout_nccl(L) ||
-        L->backend != DT_BACKEND_CPU)
-        return dt_fail(DT_EINPUT, "parallel.dp_shard %d: not yet with bitwise mode, offload, context parallelism, "
-                       "device collectives or a device backend", k);
+    if (dt_layout_offload(L) || L->cp > 1 || dt_layout_nccl(L) || L->backend != DT_BACKEND_CPU)
+        return dt_fail(DT_EINPUT, "parallel.dp_shard %d: not yet with offload, context parallelism, device "
+                       "collectives or a device backend", k);
+    return DT_OK;
+}
+
+/* parallel.policy with ddp units among ZeRO's (zero_shard.c's replicated units): what it
+ * runs with so far. */
+static dt_status check_policy(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    if (!L->replicated) return DT_OK;
+    if (L->tp > 1 || L->pp > 1 || L->cp > 1 || L->backend != DT_BACKEND_CPU || dt_layout_bf16(L) ||
+        dt_layout_offload(L) || dt_layout_nccl(L) || dt_layout_ps(L) || dt_layout_ps_async(L) ||
+        dt_layout_local_sgd(L) || c->parallel.staleness > 0)
+        return dt_fail(DT_EINPUT, "parallel.policy '%s' (ddp units with zero%d): data parallelism only (HSDP "
+                       "included) on the CPU in fp32 so far: not with tp, pp, cp, bf16, offload, comm.backend nccl, "
+                       "dp_mode ps, parallel.sync or parallel.staleness", c->parallel.policy, L->zero);
     return DT_OK;
 }
 
@@ -108,6 +121,7 @@ dt_status dt_dp_check_config(const dt_layout *L) {
     DT_TRY(check_offload(L));
     DT_TRY(check_staleness(L));
     DT_TRY(check_hsdp(L));
+    DT_TRY(check_policy(L));
     if (!dt_layout_nccl(L)) return DT_OK;
     /* device collectives carry the data-parallel group of DDP and ZeRO so far */
     if (L->backend == DT_BACKEND_CPU)
@@ -153,6 +167,8 @@ dt_status dt_dp_strategy_for(const dt_dp_opts *o, const dt_dp_strategy **mode, d
 void dt_dp_opts_of_layout(dt_dp_opts *o, const dt_layout *L) {
     o->ps = dt_layout_ps(L);
     o->zero = L->zero;
+    o->policy = L->replicated ? L->cfg.parallel.policy : NULL;
+    o->policy_zero = L->cfg.parallel.zero;
     o->bitwise = dt_layout_bitwise(L) && !dt_layout_ps_async(L); /* ps-async: one rank's engine, a fixed order */
     o->staleness = dt_layout_ps_async(L) ? 0 : L->cfg.parallel.staleness; /* ps-async: a bound, not a queue */
 }

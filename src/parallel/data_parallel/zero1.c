@@ -20,6 +20,10 @@ static dt_status reduce_scatter(dt_dp *d, int u, dt_request **req) {
     if (gpt_unit_frozen(d->m, u)) return DT_OK; /* zeros (begin_step) that no one needs summed */
     if (d->N > 1) d->grad_bytes += (double)z->P[u] * sizeof(float); /* the reduce-scatter's input */
     float *unit = dt_dp_at(d, z->grads_pad, z->poff[u]);
+    if (dt_zero_repl(d, u)) { /* parallel.policy's ddp unit: all-reduced in place, whole on every rank */
+        if (req) return dt_iallreduce(d->comm, unit, z->P[u], DT_F32, DT_SUM, req);
+        return dt_allreduce(d->comm, unit, z->P[u], DT_F32, DT_SUM);
+    }
     if (d->o.dcomm) return dt_zero_direct_reduce_scatter(d, u, unit, dt_zero_grad_slice(d, u), 0); /* end_step joins */
     if (dt_zero_staged(d)) return dt_zero_staged_reduce_scatter(d, u, unit, dt_zero_grad_slice(d, u));
     if (req) return dt_ireduce_scatter(d->comm, unit, dt_zero_grad_slice(d, u), z->S[u], DT_F32, DT_SUM, req);

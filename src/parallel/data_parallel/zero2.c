@@ -63,7 +63,16 @@ dt_status dt_zero2_after_backward(dt_dp *d, int u) {
         z->rs_pending_final = d->last_micro;
         return DT_OK;
     }
-    /* reduce-scatter this unit's gradients now and keep only this rank's slice */
+    /* reduce-scatter this unit's gradients now and keep only this rank's slice; a replicated
+     * unit (parallel.policy's ddp) all-reduced in its scratch and kept whole */
+    if (dt_zero_repl(d, u)) {
+        DP_COMM(d, s = dt_allreduce(d->comm, d->m->unit_grads[u], z->P[u], DT_F32, DT_SUM));
+        DT_TRY(s);
+        float *dst = dt_dp_at(d, z->grad_shard, z->soff[u]);
+        d->ops->add(dst, dst, d->m->unit_grads[u], z->S[u]);
+        hand_over(d, u, d->last_micro);
+        return DT_OK;
+    }
     if (d->o.dcomm) DP_COMM(d, s = dt_zero_direct_reduce_scatter(d, u, d->m->unit_grads[u], z->rs_tmp, 1));
     else if (dt_zero_staged(d)) DP_COMM(d, s = dt_zero_staged_reduce_scatter(d, u, d->m->unit_grads[u], z->rs_tmp));
     else DP_COMM(d, s = dt_reduce_scatter(d->comm, d->m->unit_grads[u], z->rs_tmp, z->S[u], DT_F32, DT_SUM));

@@ -5,7 +5,8 @@
  * parameters once per step instead (gather_once). Gradients as in ZeRO-2 (zero2.c). */
 #include "zero_shard.h"
 
-static int nblocks(const dt_dp *d) { return d->m->nblocks; }
+/* the block units (parallel.unit_blocks: several blocks each): units 1 .. nblocks(d) */
+static int nblocks(const dt_dp *d) { return d->m->nunits - 2; }
 
 int dt_zero3_gbuf(const dt_dp *d, int u) { return u == 0 ? 0 : u == dt_zero_lnf(d) ? 1 : 2 + (u - 1) % 2; }
 
@@ -30,7 +31,7 @@ static dt_status finish_prefetch(dt_dp *d) {
 static dt_status gather_unit(dt_dp *d, int u) {
     dt_zero *z = dt_zero_of(d);
     dt_zero3_gathers *g = &z->g3;
-    if (d->o.gather_once) return DT_OK; /* the whole stage is in place */
+    if (d->o.gather_once || dt_zero_repl(d, u)) return DT_OK; /* the whole stage is in place; a replicated unit too */
     int b = dt_zero3_gbuf(d, u);
     if ((g->prefetch || g->dprefetch) && g->prefetch_unit == u) return finish_prefetch(d);
     if (g->held[b] == u) return DT_OK;
@@ -51,7 +52,9 @@ static void prefetch_unit(dt_dp *d, int u, int next) {
     dt_zero *z = dt_zero_of(d);
     dt_zero3_gathers *g = &z->g3;
     /* staged gathers are not prefetched (their upload follows the collective) */
-    if (u < 1 || u > nblocks(d) || g->prefetch || g->dprefetch || d->o.gather_once || dt_zero_staged(d)) return;
+    if (u < 1 || u > nblocks(d) || g->prefetch || g->dprefetch || d->o.gather_once || dt_zero_staged(d) ||
+        dt_zero_repl(d, u))
+        return;
     int b = dt_zero3_gbuf(d, u);
     if (g->held[b] == u) return;
     g->held[b] = -1;

@@ -7,6 +7,10 @@
 
 #include "zero_shard.h"
 
+#include <string.h>
+
+#include "../layout/policy.h"
+
 double dt_dp_frozen_flat(const dt_dp_stage *s) {
     gpt_model m;
     if (!s->L->cfg.train.freeze[0]) return 0;
@@ -19,12 +23,23 @@ double dt_dp_frozen_flat(const dt_dp_stage *s) {
     return n;
 }
 
-double dt_zero_frozen_ranges(const gpt_model *m, const size_t *S, const size_t *soff, size_t r, dt_opt_range *out,
-                             int *nout) {
+dt_status dt_zero_policy_repl(const char *policy, int zero, const gpt_model *m, unsigned char *repl) {
+    memset(repl, 0, (size_t)m->nunits);
+    if (!policy || !policy[0]) return DT_OK;
+    signed char *mode = malloc((size_t)m->nunits);
+    if (!mode) return dt_fail(DT_ERUNTIME, "out of memory (parallel.policy)");
+    dt_status s = dt_policy_units(policy, zero, m, mode);
+    for (int u = 0; s == DT_OK && u < m->nunits; u++) repl[u] = mode[u] == 0;
+    free(mode);
+    return s;
+}
+
+double dt_zero_frozen_ranges(const gpt_model *m, const size_t *S, const size_t *soff, const unsigned char *repl,
+                             size_t r, dt_opt_range *out, int *nout) {
     double f = 0;
     int n = 0;
     for (int u = 0, i = 0; u < m->nunits; u++) {
-        size_t lo = r * S[u], hi = lo + S[u];
+        size_t lo = repl && repl[u] ? 0 : r * S[u], hi = lo + S[u];
         int whole = gpt_unit_frozen(m, u);
         if (whole && S[u]) {
             if (out) out[n] = (dt_opt_range){soff[u], S[u]};
@@ -50,17 +65,21 @@ double dt_dp_frozen_shard(const dt_dp_stage *s) {
         return 0;
     }
     size_t N = (size_t)s->shards, A = N * s->align, *S = calloc((size_t)m.nunits * 2, sizeof(size_t)), at = 0;
+    unsigned char *repl = calloc((size_t)m.nunits, 1);
     double fewest = -1;
-    for (int u = 0; S && u < m.nunits; u++) { /* as zero_shard.c lays the units out */
-        S[u] = (m.units[u].count + A - 1) / A * A / N;
+    if (repl && s->L->replicated && dt_zero_policy_repl(s->L->cfg.parallel.policy, s->L->cfg.parallel.zero, &m, repl))
+        dt_error_clear(); /* a policy the check refuses: it says so */
+    for (int u = 0; S && repl && u < m.nunits; u++) { /* as zero_shard.c lays the units out */
+        S[u] = (m.units[u].count + A - 1) / A * A / (repl[u] ? 1 : N);
         S[m.nunits + u] = at;
         at += S[u];
     }
-    for (size_t r = 0; S && r < N; r++) {
-        double f = dt_zero_frozen_ranges(&m, S, S + m.nunits, r, NULL, NULL);
+    for (size_t r = 0; S && repl && r < N; r++) {
+        double f = dt_zero_frozen_ranges(&m, S, S + m.nunits, repl, r, NULL, NULL);
         if (fewest < 0 || f < fewest) fewest = f;
     }
     free(S);
+    free(repl);
     gpt_destroy(&m);
     return fewest < 0 ? 0 : fewest;
 }
@@ -78,6 +97,33 @@ dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
     u.flat = u.cnt[0] + u.nb * u.cnt[1] + u.cnt[2];
     u.padded = u.P[0] + u.nb * u.P[1] + u.P[2];
     u.shard = u.S[0] + u.nb * u.S[1] + u.S[2];
+    u.maxS = fmax(u.S[0], fmax(u.S[1], u.S[2]));
+    u.gather = u.P[0] + u.P[2] + 2 * u.P[1];
+    if (!s->L->replicated) return u;
+    /* parallel.policy's replicated units: whole on every rank (S = P), not gathered */
+    gpt_model m;
+    if (gpt_table_layout(&m, &s->L->shape, s->lay, NULL) != DT_OK) {
+        dt_error_clear(); /* a layout the check refuses: it says so */
+        return u;
+    }
+    unsigned char *repl = malloc((size_t)m.nunits);
+    if (repl && dt_zero_policy_repl(s->L->cfg.parallel.policy, s->L->cfg.parallel.zero, &m, repl) == DT_OK) {
+        int last = m.nunits - 1, sharded_blocks = 0;
+        for (int k = 0; k < m.nunits; k++) {
+            int kind = k == 0 ? 0 : k == last ? 2 : 1;
+            if (!repl[k]) sharded_blocks |= kind == 1;
+            if (!repl[k] || m.units[k].count == 0) continue;
+            u.shard += u.P[kind] - u.S[kind];
+            u.maxS = fmax(u.maxS, u.P[kind]);
+        }
+        u.gather = (repl[0] ? 0 : u.P[0]) + (repl[last] ? 0 : u.P[2]) + (sharded_blocks ? 2 * u.P[1] : 0);
+        if (repl[0]) u.S[0] = u.P[0];
+        if (repl[last]) u.S[2] = u.P[2];
+    } else {
+        dt_error_clear();
+    }
+    free(repl);
+    gpt_destroy(&m);
     return u;
 }
 
@@ -97,13 +143,13 @@ void dt_zero_estimate(const dt_dp_stage *s, double *state, double *work) {
     int params_shard = s->mode->params_shard, grads_shard = s->mode->grads == DT_GRADS_SHARD;
     dt_zero_units u = dt_zero_units_of(s);
     int bf16 = dt_layout_bf16(L);
-    double maxS = fmax(u.S[0], fmax(u.S[1], u.S[2])), maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
+    double maxS = u.maxS, maxP = fmax(u.P[0], fmax(u.P[1], u.P[2]));
     double f = sizeof(float), e = bf16 ? 2 : f;
     double fz = dt_dp_frozen_shard(s); /* no moments for them */
     double b = ((params_shard ? u.shard : u.padded) + (grads_shard ? u.shard : u.padded)) * e + 2 * (u.shard - fz) * f;
     if (bf16) b += u.shard * f;
     if (grads_shard) b += (maxS + u.P[0] + u.P[2] + u.P[1]) * e;
-    if (params_shard) b += (L->pp > 1 ? u.padded : u.P[0] + u.P[2] + 2 * u.P[1]) * e;
+    if (params_shard) b += (L->pp > 1 ? u.padded : u.gather) * e;
     if (bf16 && L->backend == DT_BACKEND_CPU) b += (maxP + maxS) * f;
     if (bf16 && dt_layout_nccl(L)) b += (maxP + maxS) * f; /* the fp32 device copies */
     /* fp32 on the device communicator: a second block scratch and reduce-scatter buffer,

@@ -31,7 +31,7 @@ static int shard_segment(const dt_dp *d, const gpt_tensor *t, size_t *x0, size_t
     const dt_zero *z = dt_zero_of(d);
     int u = t->unit;
     size_t a = t->offset - d->m->units[u].offset, b = a + t->numel;
-    size_t lo = (size_t)d->rank * z->S[u], hi = lo + z->S[u];
+    size_t lo = dt_zero_lo(d, u), hi = lo + z->S[u];
     size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
     if (s >= e) return 0;
     *x0 = s;
@@ -42,30 +42,27 @@ static int shard_segment(const dt_dp *d, const gpt_tensor *t, size_t *x0, size_t
 
 float *dt_zero_grad_slice(const dt_dp *d, int u) {
     const dt_zero *z = dt_zero_of(d);
-    if (z->stage == 1) return at(d, z->grads_pad, z->poff[u] + (size_t)d->rank * z->S[u]);
+    if (z->stage == 1) return at(d, z->grads_pad, z->poff[u] + dt_zero_lo(d, u));
     return at(d, z->grad_shard, z->soff[u]);
 }
 
 /* Reduced gradient at unit-relative element x of this rank's slice of unit u. */
 static float *slice_grad(const dt_dp *d, int u, size_t x) {
-    return at(d, dt_zero_grad_slice(d, u), x - (size_t)d->rank * dt_zero_of(d)->S[u]);
+    return at(d, dt_zero_grad_slice(d, u), x - dt_zero_lo(d, u));
 }
 
 /* Parameters (storage precision) of this rank's slice of unit u, at unit-relative element x. */
 static float *slice_param(const dt_dp *d, int u, size_t x) {
     const dt_zero *z = dt_zero_of(d);
     if (z->stage <= 2) return at(d, z->params_pad, z->poff[u] + x);
-    return at(d, z->param_shard, z->soff[u] + (x - (size_t)d->rank * z->S[u]));
+    return at(d, z->param_shard, z->soff[u] + (x - dt_zero_lo(d, u)));
 }
 
-/* This rank's slice of unit u as fp32 host values, set 0: the weights AdamW updates (the
- * master weights, or the parameters), 1 and 2: the moments; wherever the optimizer keeps
- * them (the backend's memory or an offload store). */
-static dt_status get_slice(dt_dp *d, int set, int u, float *dst) {
+dt_status dt_zero_get_slice(dt_dp *d, int set, int u, float *dst) {
     dt_zero *z = dt_zero_of(d);
     size_t k = z->soff[u], n = z->S[u];
     if (set == 0) /* offloaded parameters: the optimizer's master weights are the weights */
-        return dt_optimizer_get_weights(&z->opt, k, n, z->pstore ? NULL : slice_param(d, u, (size_t)d->rank * n), dst);
+        return dt_optimizer_get_weights(&z->opt, k, n, z->pstore ? NULL : slice_param(d, u, dt_zero_lo(d, u)), dst);
     return dt_optimizer_get_moments(&z->opt, set - 1, k, n, dst);
 }
 
@@ -76,7 +73,7 @@ static dt_status put_slice(dt_dp *d, int set, int u, const float *src, int with_
     size_t k = z->soff[u], n = z->S[u];
     if (set != 0) return dt_optimizer_set_moments(&z->opt, set - 1, k, n, src);
     if (!z->pstore || !with_params)
-        return dt_optimizer_set_weights(&z->opt, k, n, src, with_params ? slice_param(d, u, (size_t)d->rank * n) : NULL);
+        return dt_optimizer_set_weights(&z->opt, k, n, src, with_params ? slice_param(d, u, dt_zero_lo(d, u)) : NULL);
     DT_TRY(dt_optimizer_set_weights(&z->opt, k, n, src, NULL));
     DT_TRY(dt_optimizer_put_params(&z->opt, z->ptmp, src, n)); /* params_host: the host copy */
     return dt_store_write(z->pstore, 0, k, n, z->ptmp);
@@ -110,10 +107,14 @@ static dt_status zero_setup_local(dt_dp *d) {
     z->soff = calloc((size_t)U, sizeof(size_t));
     z->pieces = calloc((size_t)(m->ntensors > U ? m->ntensors : U), sizeof *z->pieces);
     if (!z->P || !z->S || !z->poff || !z->soff || !z->pieces) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+    if (d->o.policy) {
+        if (!(z->repl = calloc((size_t)U, 1))) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+        DT_TRY(dt_zero_policy_repl(d->o.policy, d->o.policy_zero, m, z->repl));
+    }
     size_t A = (size_t)N * d->align, maxS = 0;
     for (int u = 0; u < U; u++) {
         z->P[u] = (m->units[u].count + A - 1) / A * A;
-        z->S[u] = z->P[u] / (size_t)N;
+        z->S[u] = z->repl && z->repl[u] ? z->P[u] : z->P[u] / (size_t)N; /* replicated: the whole unit */
         z->poff[u] = z->padded_total;
         z->soff[u] = z->shard_total;
         z->padded_total += z->P[u];
@@ -139,7 +140,7 @@ static dt_status zero_setup_local(dt_dp *d) {
     dt_opt_range *frozen = malloc((size_t)(m->ntensors + U) * sizeof *frozen); /* they get no moments */
     if (!frozen) return dt_fail(DT_ERUNTIME, "out of memory (frozen ranges)");
     int nf = 0;
-    dt_zero_frozen_ranges(m, z->S, z->soff, (size_t)d->rank, frozen, &nf);
+    dt_zero_frozen_ranges(m, z->S, z->soff, z->repl, (size_t)d->rank, frozen, &nf);
     dt_status s = dt_optimizer_create(&z->opt, d->ops, &d->hp, z->shard_total, 1, " (shard)", &off, frozen, nf);
     free(frozen);
     DT_TRY(s);
@@ -192,13 +193,19 @@ static dt_status alloc_model_buffers(dt_dp *d) {
         d->workspace_bytes += z->padded_total * e;
         for (int u = 0; u < U; u++) m->unit_params[u] = at(d, g->stage_full, z->poff[u]);
     } else {
-        size_t sizes[4] = {z->P[0], z->P[dt_zero_lnf(d)], z->P[1], z->P[1]};
+        size_t sizes[4] = {0};
+        for (int u = 0; u < U; u++) { /* a gather buffer per kind of unit (two for blocks), none for replicated ones */
+            int b = dt_zero3_gbuf(d, u) == 3 ? 2 : dt_zero3_gbuf(d, u);
+            if (!dt_zero_repl(d, u) && z->P[u] > sizes[b]) sizes[b] = z->P[u];
+        }
+        sizes[3] = sizes[2];
         for (int b = 0; b < 4; b++) {
-            DT_TRY(alloc_unit(d, sizes[b] * e, "gathered parameters", &g->pgather[b]));
+            if (sizes[b]) DT_TRY(alloc_unit(d, sizes[b] * e, "gathered parameters", &g->pgather[b]));
             d->workspace_bytes += sizes[b] * e;
             g->held[b] = -1;
         }
-        for (int u = 0; u < U; u++) m->unit_params[u] = g->pgather[dt_zero3_gbuf(d, u)];
+        for (int u = 0; u < U; u++) /* a replicated unit is used where it lives */
+            m->unit_params[u] = dt_zero_repl(d, u) ? at(d, z->param_shard, z->soff[u]) : g->pgather[dt_zero3_gbuf(d, u)];
         g->prefetch_unit = -1;
     }
     if (z->stage == 1) {
@@ -287,6 +294,7 @@ void dt_zero_free(dt_dp *d) {
     free(z->poff);
     free(z->soff);
     free(z->pieces);
+    free(z->repl);
     free(z);
     d->priv = NULL;
 }
@@ -333,6 +341,10 @@ dt_status dt_zero_direct_reduce_scatter(dt_dp *d, int u, const float *unit, floa
 
 dt_status dt_zero_gather_one(dt_dp *d, int u, const float *own, float *unit) {
     dt_zero *z = dt_zero_of(d);
+    if (dt_zero_repl(d, u)) { /* every rank holds it whole (the policy's refusals: fp32 host memory) */
+        if (own != unit) memmove(unit, own, z->P[u] * esz(d));
+        return DT_OK;
+    }
     if (d->o.dcomm) return dt_dcomm_allgather(d->o.dcomm, own, unit, z->S[u], storage_dtype(d));
     if (dt_zero_staged(d)) return staged_gather(d, u, own, unit);
     return dt_allgather(d->comm, own, unit, z->S[u], DT_F32);
@@ -340,7 +352,7 @@ dt_status dt_zero_gather_one(dt_dp *d, int u, const float *own, float *unit) {
 
 dt_status dt_zero3_fetch_own(dt_dp *d, int u, float *unit) {
     dt_zero *z = dt_zero_of(d);
-    return dt_store_fetch_take(z->pstore, z->soff[u], z->S[u], at(d, unit, (size_t)d->rank * z->S[u]));
+    return dt_store_fetch_take(z->pstore, z->soff[u], z->S[u], at(d, unit, dt_zero_lo(d, u)));
 }
 
 dt_status dt_zero3_gather_own(dt_dp *d, int u, float *unit) {
@@ -371,14 +383,14 @@ dt_status dt_zero_gather_units(dt_dp *d, float *full) {
     return d->o.dcomm ? dt_dcomm_join(d->o.dcomm) : DT_OK;
 }
 
-/* Every rank's slices of set (get_slice) gathered whole into fp32 host memory full
+/* Every rank's slices of set (dt_zero_get_slice) gathered whole into fp32 host memory full
  * (padded layout): each rank's slice copied to its place, then gathered in place. */
 static dt_status gather_units_f32(dt_dp *d, int set, float *full) {
     dt_zero *z = dt_zero_of(d);
     for (int u = 0; u < d->m->nunits; u++) {
-        float *mine = full + z->poff[u] + (size_t)d->rank * z->S[u];
-        DT_TRY(get_slice(d, set, u, mine));
-        DT_TRY(dt_allgather(d->comm, mine, full + z->poff[u], z->S[u], DT_F32));
+        float *mine = full + z->poff[u] + dt_zero_lo(d, u);
+        DT_TRY(dt_zero_get_slice(d, set, u, mine));
+        if (!dt_zero_repl(d, u)) DT_TRY(dt_allgather(d->comm, mine, full + z->poff[u], z->S[u], DT_F32));
     }
     return DT_OK;
 }
@@ -449,6 +461,9 @@ dt_status dt_zero_norm(dt_dp *d, double *norm) {
             if (shard_segment(d, &m->tensors[i], &x0, &n, &k))
                 p[np++] = (dt_grad_piece){slice_grad(d, m->tensors[i].unit, x0), n,
                                           dt_state_norm_class(m, &m->tensors[i])};
+    } else if (z->repl) { /* a replicated unit is whole on every rank: counted by rank 0 of the sum alone */
+        for (int u = 0; u < m->nunits; u++)
+            if (!z->repl[u] || d->rank == 0) p[np++] = (dt_grad_piece){dt_zero_grad_slice(d, u), z->S[u], 0};
     } else if (z->grad_shard) {
         p[np++] = (dt_grad_piece){z->grad_shard, z->shard_total, 0};
     } else { /* zero 1: its slices lie apart, one per unit of the full buffer */
@@ -486,8 +501,9 @@ static dt_status allgather_params(dt_dp *d) {
     double t0 = dt_now();
     for (int u = 0; u < d->m->nunits; u++) {
         float *unit = at(d, z->params_pad, z->poff[u]);
-        float *own = at(d, unit, (size_t)d->rank * z->S[u]);
-        if (gpt_unit_frozen(d->m, u)) continue; /* unchanged since init or load, which gathered it */
+        float *own = at(d, unit, dt_zero_lo(d, u));
+        /* unchanged since init or load, which gathered it; a replicated unit updated whole on every rank */
+        if (gpt_unit_frozen(d->m, u) || dt_zero_repl(d, u)) continue;
         if (!dt_zero_devmem(d) && d->o.overlap && d->N > 1)
             DT_TRY(dt_iallgather(d->comm, own, unit, z->S[u], DT_F32, &z->ag_pending[u]));
         else
@@ -516,25 +532,25 @@ dt_status dt_zero_redistribute(dt_dp *d) {
  * model's memory and precision. */
 static dt_status push_full_view(dt_dp *d, int host) {
     dt_zero *z = dt_zero_of(d);
-    z->full_host = host;
-    if (host) DT_TRY(dt_alloc((void **)&z->full_tmp, z->padded_total * sizeof(float), "full parameters"));
-    else DT_TRY(d->ops->alloc((void **)&z->full_tmp, z->padded_total * esz(d), "full parameters"));
-    return dt_dp_views_push(d, &z->full_view, z->full_tmp, z->poff, host ? sizeof(float) : esz(d));
+    z->full.host = host;
+    if (host) DT_TRY(dt_alloc((void **)&z->full.tmp, z->padded_total * sizeof(float), "full parameters"));
+    else DT_TRY(d->ops->alloc((void **)&z->full.tmp, z->padded_total * esz(d), "full parameters"));
+    return dt_dp_views_push(d, &z->full.view, z->full.tmp, z->poff, host ? sizeof(float) : esz(d));
 }
 
 void dt_zero_release_full(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
-    dt_dp_views_pop(d, &z->full_view);
-    if (z->full_host) dt_free(z->full_tmp);
-    else d->ops->free(z->full_tmp);
-    z->full_tmp = NULL;
+    dt_dp_views_pop(d, &z->full.view);
+    if (z->full.host) dt_free(z->full.tmp);
+    else d->ops->free(z->full.tmp);
+    z->full.tmp = NULL;
 }
 
 /* Unit u from dt_dp_by_unit: this rank's slices kept, and zero 1/2's full parameters. */
 static dt_status put_unit(dt_dp *d, void *ctx, int u, float *const *sets, int nsets) {
     dt_zero *z = dt_zero_of(d);
     (void)ctx;
-    size_t mine = (size_t)d->rank * z->S[u];
+    size_t mine = dt_zero_lo(d, u);
     DT_TRY(put_slice(d, 0, u, sets[0] + mine, z->stage >= 3));
     for (int k = 1; k < nsets; k++) DT_TRY(put_slice(d, k, u, sets[k] + mine, 0));
     /* last: with bf16 storage the narrowing rounds in sets[0] */
@@ -571,11 +587,11 @@ static dt_status gather_host(dt_dp *d, int host) {
     /* allocated here, so every rank must know before the gathers whether all could */
     DT_TRY(dt_comm_agree(d->comm, push_full_view(d, host), NULL));
     if (snapshot && !dt_zero_devmem(d) && z->stage <= 2) { /* node-shared: a fork's child would see later steps */
-        memcpy(z->full_tmp, z->params_pad, z->padded_total * sizeof(float));
+        memcpy(z->full.tmp, z->params_pad, z->padded_total * sizeof(float));
         return DT_OK;
     }
-    if (host) return gather_units_f32(d, 0, z->full_tmp);
-    return dt_zero_gather_units(d, z->full_tmp);
+    if (host) return gather_units_f32(d, 0, z->full.tmp);
+    return dt_zero_gather_units(d, z->full.tmp);
 }
 
 dt_status dt_zero_gather_full(dt_dp *d) { return gather_host(d, 0); }
@@ -622,63 +638,6 @@ dt_status dt_zero_close_full(dt_dp *d, float **mv, float **vv) {
     free_views(mv, vv);
     dt_zero_release_full(d);
     return DT_OK;
-}
-
-/* ---- streamed saves and digests: one unit whole at a time ---- */
-
-typedef struct {
-    dt_dp *d;
-    float *buf;
-    int set, unit; /* what buf holds (-1: nothing) */
-} zero_stream;
-
-static dt_status stream_get(void *ctx, int set, int i, const float **data) {
-    zero_stream *zs = ctx;
-    dt_dp *d = zs->d;
-    dt_zero *z = dt_zero_of(d);
-    const gpt_tensor *t = &d->m->tensors[i];
-    int u = t->unit;
-    size_t at_u = t->offset - d->m->units[u].offset;
-    if (set == 0 && z->stage <= 2 && !dt_zero_devmem(d)) { /* full parameters in fp32 host memory already */
-        *data = z->params_pad + z->poff[u] + at_u;
-        return DT_OK;
-    }
-    if (zs->set != set || zs->unit != u) { /* every rank's slice of the unit: this rank's copied to its place */
-        float *mine = zs->buf + (size_t)d->rank * z->S[u];
-        zs->set = zs->unit = -1;
-        DT_TRY(get_slice(d, set, u, mine));
-        DT_TRY(dt_allgather(d->comm, mine, zs->buf, z->S[u], DT_F32));
-        zs->set = set;
-        zs->unit = u;
-    }
-    *data = zs->buf + at_u;
-    return DT_OK;
-}
-
-dt_status dt_zero_source_open(dt_dp *d, int moments, int reader, dt_ckpt_source *src) {
-    dt_zero *z = dt_zero_of(d);
-    (void)reader; /* every rank's slices are gathered: every rank takes part */
-    zero_stream *zs = calloc(1, sizeof *zs);
-    *src = (dt_ckpt_source){.get = stream_get, .ctx = zs, .moments = moments};
-    if (!zs) return dt_fail(DT_ERUNTIME, "out of memory (save buffer)");
-    zs->d = d;
-    zs->set = zs->unit = -1;
-    DT_TRY(d->mode->drain(d)); /* zero 1/2: the last update's parameters are in place */
-    size_t most = 0;
-    for (int u = 0; u < d->m->nunits; u++)
-        if (z->P[u] > most) most = z->P[u];
-    /* allocated here, so every rank must know before the gathers whether all could */
-    return dt_comm_agree(d->comm, dt_alloc((void **)&zs->buf, most * sizeof(float) + 1, "save buffer (one unit)"),
-                         NULL);
-}
-
-void dt_zero_source_close(dt_dp *d, dt_ckpt_source *src) {
-    (void)d;
-    zero_stream *zs = src->ctx;
-    if (!zs) return;
-    dt_free(zs->buf);
-    free(zs);
-    src->ctx = NULL;
 }
 
 void dt_zero_memory(const dt_dp *d, dt_mem_report *r) {

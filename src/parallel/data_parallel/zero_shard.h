@@ -43,10 +43,14 @@ typedef struct {
     int rs_pending_final;      /* ... queued in the last micro-step: the slice is final once added */
     unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
     dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
-    int full_host;             /* full_tmp is fp32 host memory (else the model's) */
-    float *full_tmp;           /* gather_full: temporary full padded parameters */
-    dt_dp_views full_view;     /* the model's units at full_tmp */
+    struct {
+        int host;              /* tmp is fp32 host memory (else the model's) */
+        float *tmp;            /* gather_full: temporary full padded parameters */
+        dt_dp_views view;      /* the model's units at tmp */
+    } full;
     dt_grad_piece *pieces;     /* the norm's pieces (max(tensors, units)): allocated once, so no rank fails alone */
+    unsigned char *repl;       /* per unit: replicated (parallel.policy's ddp): S = P, every rank owns the whole
+                                  unit, its gradients all-reduced, nothing gathered (NULL: none) */
     dt_zero3_gathers g3;
 } dt_zero;
 
@@ -60,12 +64,25 @@ int dt_zero_staged(const dt_dp *d);
 int dt_zero_rs_overlap(const dt_dp *d);
 /* zero 2/3: which gradient scratch unit u writes */
 int dt_zero_gscratch_of(const dt_dp *d, int u);
+/* Where this rank's slice of unit u starts in it: rank x S[u], or 0 for a replicated unit. */
+static inline size_t dt_zero_lo(const dt_dp *d, int u) {
+    const dt_zero *z = d->priv;
+    return z->repl && z->repl[u] ? 0 : (size_t)d->rank * z->S[u];
+}
+static inline int dt_zero_repl(const dt_dp *d, int u) {
+    const dt_zero *z = d->priv;
+    return z->repl && z->repl[u];
+}
 /* ln_f's unit */
-static inline int dt_zero_lnf(const dt_dp *d) { return d->m->nblocks + 1; }
+static inline int dt_zero_lnf(const dt_dp *d) { return gpt_lnf_unit(d->m); }
 
 /* zero_shard.c */
 dt_status dt_zero_setup(dt_dp *d, int stage);
 void dt_zero_free(dt_dp *d);
+/* This rank's slice of unit u as fp32 host values, set 0: the weights AdamW updates (the
+ * master weights, or the parameters), 1 and 2: the moments, wherever the optimizer keeps
+ * them (the backend's memory or an offload store). */
+dt_status dt_zero_get_slice(dt_dp *d, int set, int u, float *dst);
 /* This rank's S[u] reduced gradients of unit u after the step's reduction: its slice of
  * the padded full gradients (zero 1, reduced there in place) or of the shard (zero 2/3). */
 float *dt_zero_grad_slice(const dt_dp *d, int u);
@@ -74,7 +91,8 @@ float *dt_zero_grad_slice(const dt_dp *d, int u);
  * communicator (joined if join; else the caller joins before compute touches out). */
 dt_status dt_zero_staged_reduce_scatter(dt_dp *d, int u, const float *unit, float *out);
 dt_status dt_zero_direct_reduce_scatter(dt_dp *d, int u, const float *unit, float *out, int join);
-/* Unit u all-gathered from each rank's slice own into unit (the caller joins). */
+/* Unit u all-gathered from each rank's slice own into unit (the caller joins); a
+ * replicated unit: own copied (nothing when it is unit). */
 dt_status dt_zero_gather_one(dt_dp *d, int u, const float *own, float *unit);
 /* zero 3: unit u's parameters from each rank's slice of the parameter shard (in the
  * model's memory, or read from the offload store first) into unit (the caller joins). */
@@ -100,7 +118,7 @@ dt_status dt_zero_gather_full(dt_dp *d);
 void dt_zero_release_full(dt_dp *d);
 dt_status dt_zero_open_full(dt_dp *d, int moments, int snapshot, int reader, float ***mv, float ***vv);
 dt_status dt_zero_close_full(dt_dp *d, float **mv, float **vv);
-/* A streamed save's or digest's source: the fp32 weights (bf16: the master weights) or
+/* A streamed save's or digest's source (zero_stream.c): the fp32 weights (bf16: the master weights) or
  * moments of one unit at a time, gathered whole over the data-parallel group into one
  * buffer of the largest unit when its first tensor is asked for, so a save needs that
  * much more memory, not the model's; collective. */
@@ -125,7 +143,10 @@ dt_status dt_zero_redistribute(dt_dp *d);
 typedef struct {
     double cnt[3], P[3], S[3];
     double flat, padded, shard; /* the stage's elements: as they are, padded, one rank's slices */
-    int nb;                     /* blocks (every stage holds one: dt_pp_split) */
+    int nb;                     /* block units (every stage holds one: dt_pp_split) */
+    double maxS;                /* the largest slice */
+    double gather;              /* ZeRO-3's gather buffers: the embeddings', ln_f's, two blocks' (none for a
+                                   replicated unit: parallel.policy's ddp; S = P for those) */
 } dt_zero_units;
 dt_zero_units dt_zero_units_of(const dt_dp_stage *s);
 /* Rank r's frozen elements among its slices (unit u's S[u] at shard offset soff[u]): the
@@ -133,8 +154,11 @@ dt_zero_units dt_zero_units_of(const dt_dp_stage *s);
  * alike), else the frozen tensors' parts; as ranges in shard order into out (NULL: only
  * counted; room for ntensors + nunits), *n of them. Returns the elements: what gets no
  * optimizer moments (zero_shard.c's setup, and the estimate). */
-double dt_zero_frozen_ranges(const gpt_model *m, const size_t *S, const size_t *soff, size_t r, dt_opt_range *out,
-                             int *n);
+double dt_zero_frozen_ranges(const gpt_model *m, const size_t *S, const size_t *soff, const unsigned char *repl,
+                             size_t r, dt_opt_range *out, int *n);
+/* parallel.policy's replicated units of m (repl[u] = 1 for a ddp unit) from policy's rules
+ * (zero: the unmatched units' mode); policy NULL: none. */
+dt_status dt_zero_policy_repl(const char *policy, int zero, const gpt_model *m, unsigned char *repl);
 /* The estimate of a ZeRO stage (strategy.h), from what its table says it keeps whole (in
  * the padded layout) or as this rank's shard: the gradients (grads), the parameters
  * (params_shard: then gathered for use). All of it state: the buffers count there. */

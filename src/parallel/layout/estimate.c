@@ -29,7 +29,7 @@ static double mixed_state(const dt_dp_formula *f, double psi, int n) { return f-
  * tensor-parallel pieces, the activation slots its schedule keeps. */
 static gpt_layout layout_of(const dt_layout *L, int stage) {
     gpt_layout lay = {.tp = L->tp, .sp = L->sp, .recompute = dt_layout_recompute(L),
-                      .documents = dt_layout_documents(L)};
+                      .documents = dt_layout_documents(L), .unit_blocks = L->cfg.parallel.unit_blocks};
     if (L->pp > 1 && dt_pp_layout(L->shape.n_layer, L->pp, L->v, stage, L->cfg.parallel.pp_split, &lay) == DT_OK) {
         lay.slots = dt_pp_slots(L->schedule, L->pp, L->v, stage, L->m);
         lay.split_backward = dt_schedule_splits_backward(L->schedule);
@@ -295,6 +295,11 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
     if (dt_layout_hsdp(L))
         fprintf(out, "hsdp: ZeRO within groups of %d data-parallel ranks (parallel.dp_shard), %d replicas of them, "
                 "gradients all-reduced across\n", L->dp_shard, L->dp_replicas);
+    if (L->cfg.parallel.policy[0] || L->cfg.parallel.unit_blocks > 1)
+        fprintf(out, "units: %d block%s per unit (parallel.unit_blocks)%s%s%s; the ZeRO rows' bytes count them\n",
+                L->cfg.parallel.unit_blocks, L->cfg.parallel.unit_blocks > 1 ? "s" : "",
+                L->cfg.parallel.policy[0] ? ", policy " : "", L->cfg.parallel.policy,
+                L->replicated ? " (its ddp units replicated, the others ZeRO)" : "");
     if (tp > 1)
         fprintf(out, "tensor parallel %d: each rank holds 1/%d of wte, c_attn, c_fc and the c_proj weights (%.0f of "
                 "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));

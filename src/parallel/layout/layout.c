@@ -5,6 +5,7 @@
 
 #include "../data_parallel/local_sgd.h"
 #include "../data_parallel/strategy.h"
+#include "policy.h"
 #include "../model_parallel/context_parallel.h"
 #include "../model_parallel/pipeline.h"
 #include "../model_parallel/tensor_parallel.h"
@@ -47,6 +48,13 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->shape = gpt_shape_of_config(k);
     L->shape_ok = gpt_shape_check(&L->shape) == DT_OK;
     if (!L->shape_ok) dt_error_clear(); /* dt_layout_check says it */
+    if (L->shape_ok && k->parallel.policy[0] &&
+        dt_policy_stage(k->parallel.policy, k->parallel.zero, &L->shape, k->parallel.unit_blocks, &L->zero,
+                        &L->replicated) != DT_OK) {
+        dt_error_clear(); /* dt_layout_check says it */
+        L->zero = k->parallel.zero;
+        L->replicated = 0;
+    }
     L->backend = (dt_backend_kind)PICK(k->backend, "cpu", "cuda", "emulated");
     L->precision = (dt_precision)PICK(k->precision, "fp32", "bf16");
     L->dp_mode = (dt_dp_mode)PICK(k->parallel.dp_mode, "ddp", "ps", "ps-async");
@@ -133,6 +141,17 @@ static dt_status check_estimate(const dt_layout *L) {
     return DT_OK;
 }
 
+/* parallel.policy's rules over the whole model (layout/policy.h): refused as the run would. */
+static dt_status check_policy_rules(const dt_layout *L) {
+    const dt_config *c = &L->cfg;
+    if (!c->parallel.policy[0]) return DT_OK;
+    gpt_shape ps = L->shape;
+    int stage, repl;
+    DT_TRY(gpt_shape_check(&ps));
+    if (c->parallel.unit_blocks > 1 && ps.n_layer % c->parallel.unit_blocks != 0) return DT_OK; /* refused below */
+    return dt_policy_stage(c->parallel.policy, c->parallel.zero, &ps, c->parallel.unit_blocks, &stage, &repl);
+}
+
 dt_status dt_layout_check(const dt_layout *L, int what) {
     const dt_config *c = &L->cfg;
     if (what & DT_CHECK_CONFIG) {
@@ -142,8 +161,13 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
             DT_TRY(gpt_shape_check(&fs));
             DT_TRY(gpt_freeze_check(&fs, c->train.freeze));
         }
+        DT_TRY(check_policy_rules(L));
     }
     /* the order is the trainer's of old: the same config gives the same first refusal */
+    int ub = c->parallel.unit_blocks;
+    if ((what & DT_CHECK_FEATURES) && ub > 1 && (L->pp > 1 || L->shape.n_layer % ub != 0))
+        return dt_fail(DT_EINPUT, "parallel.unit_blocks %d must divide the model's %d blocks (and pp 1 so far; pp is "
+                       "%d)", ub, L->shape.n_layer, L->pp);
     if (what & DT_CHECK_FEATURES) DT_TRY(dt_dp_check_config(L));
     if (what & DT_CHECK_FEATURES) DT_TRY(dt_local_sgd_check(L));
     long long mp = dt_layout_model_ranks(L);
@@ -159,6 +183,7 @@ dt_status dt_layout_check(const dt_layout *L, int what) {
                        L->micro, L->dp, L->global_batch);
     if (what & DT_CHECK_FEATURES) DT_TRY(check_pipeline(L));
     if (what & DT_CHECK_ESTIMATE) DT_TRY(check_estimate(L));
+    if (what & DT_CHECK_ESTIMATE) DT_TRY(check_policy_rules(L));
     return DT_OK;
 }
 

@@ -33,7 +33,8 @@ typedef struct {
     dt_config cfg; /* the config it was built from, micro-batch and batch keys resolved for the world */
     int world;     /* 0: not known (`dtrain config` without -n); the sizes below then assume dp = 1 */
     int dp, tp, pp, cp, sp, v; /* v: virtual stages (interleaved chunks per pipeline rank) */
-    int zero;                  /* ZeRO stage 0..3 */
+    int zero;                  /* ZeRO stage 0..3 (parallel.policy: its units' highest) */
+    int replicated;            /* parallel.policy: some units ddp (replicated), the others ZeRO stage zero */
     int dp_shard, dp_replicas; /* HSDP: ZeRO within groups of dp_shard data-parallel ranks, dp_replicas of them (1: none);
                                 * local SGD: replicas of dp_shard ranks each (DDP inside) */
     int micro;                 /* sequences per rank per micro-step */

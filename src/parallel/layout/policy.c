@@ -1,0 +1,106 @@
+/* The per-unit sharding policy (policy.h): parsed over the model's tensor names. */
+#include "policy.h"
+
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_RULES = 64 };
+typedef struct {
+    char glob[256];
+    int mode;
+    int used;
+} rule;
+
+static const char *const mode_names[] = {"ddp", "zero1", "zero2", "zero3"};
+
+static dt_status parse(const char *policy, rule *r, int *n) {
+    *n = 0;
+    for (const char *p = policy; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 0) { /* empty entries between commas: nothing */
+            p += e ? 1 : 0;
+            if (!e) break;
+            continue;
+        }
+        const char *colon = memchr(p, ':', len);
+        if (!colon || colon == p)
+            return dt_fail(DT_EINPUT, "parallel.policy: rule '%.*s' is not GLOB:MODE (MODE ddp, zero1, zero2 or zero3)",
+                           (int)len, p);
+        if (*n == MAX_RULES) return dt_fail(DT_EINPUT, "parallel.policy: more than %d rules", MAX_RULES);
+        size_t gl = (size_t)(colon - p), ml = len - gl - 1;
+        if (gl >= sizeof r->glob) return dt_fail(DT_EINPUT, "parallel.policy: glob '%.*s' too long", (int)gl, p);
+        rule *x = &r[(*n)++];
+        memcpy(x->glob, p, gl);
+        x->glob[gl] = 0;
+        x->mode = -1;
+        x->used = 0;
+        for (int k = 0; k < 4; k++)
+            if (strlen(mode_names[k]) == ml && !strncmp(colon + 1, mode_names[k], ml)) x->mode = k;
+        if (x->mode < 0)
+            return dt_fail(DT_EINPUT, "parallel.policy: mode '%.*s' of '%s' is not ddp, zero1, zero2 or zero3", (int)ml,
+                           colon + 1, x->glob);
+        if (!e) break;
+        p = e + 1;
+    }
+    return DT_OK;
+}
+
+dt_status dt_policy_units(const char *policy, int zero, const gpt_model *m, signed char *mode) {
+    rule *r = calloc(MAX_RULES, sizeof *r);
+    if (!r) return dt_fail(DT_ERUNTIME, "out of memory (parallel.policy)");
+    int n;
+    dt_status s = parse(policy, r, &n);
+    for (int u = 0; s == DT_OK && u < m->nunits; u++) {
+        int um = -1;
+        const char *first = NULL;
+        for (int i = 0; s == DT_OK && i < m->ntensors; i++) {
+            const gpt_tensor *t = &m->tensors[i];
+            if (t->unit != u) continue;
+            int tm = zero;
+            for (int k = 0; k < n; k++)
+                if (fnmatch(r[k].glob, t->name, 0) == 0) {
+                    tm = r[k].mode;
+                    r[k].used = 1;
+                    break;
+                }
+            if (um >= 0 && tm != um)
+                s = dt_fail(DT_EINPUT, "parallel.policy splits a unit between modes: %s is %s, %s is %s (a rule must "
+                            "cover the whole unit: the embeddings, a block or parallel.unit_blocks of them, ln_f)",
+                            first, mode_names[um], t->name, mode_names[tm]);
+            if (um < 0) um = tm, first = t->name;
+        }
+        if (mode) mode[u] = (signed char)(um < 0 ? zero : um);
+    }
+    for (int k = 0; s == DT_OK && k < n; k++)
+        if (!r[k].used) s = dt_fail(DT_EINPUT, "parallel.policy: '%s' matches no tensor of the model", r[k].glob);
+    free(r);
+    return s;
+}
+
+dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, int *stage,
+                          int *replicated) {
+    *stage = zero;
+    *replicated = 0;
+    if (!policy[0]) return DT_OK;
+    gpt_model m;
+    gpt_layout lay = {.unit_blocks = unit_blocks};
+    DT_TRY(gpt_table_layout(&m, shape, &lay, NULL));
+    signed char *mode = malloc((size_t)m.nunits);
+    dt_status s = mode ? dt_policy_units(policy, zero, &m, mode) : dt_fail(DT_ERUNTIME, "out of memory (policy)");
+    int hi = 0, lo = 4, ddp = 0;
+    for (int u = 0; s == DT_OK && u < m.nunits; u++) {
+        if (m.units[u].count == 0) continue;
+        if (mode[u] == 0) ddp = 1;
+        else if (mode[u] > hi) hi = mode[u];
+        if (mode[u] > 0 && mode[u] < lo) lo = mode[u];
+    }
+    if (s == DT_OK && hi > 0 && lo != hi)
+        s = dt_fail(DT_EINPUT, "parallel.policy mixes zero%d and zero%d: one ZeRO stage (with ddp units) so far", lo, hi);
+    *stage = hi;
+    *replicated = s == DT_OK && ddp && hi > 0;
+    free(mode);
+    gpt_destroy(&m);
+    return s;
+}

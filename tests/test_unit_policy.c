@@ -1,0 +1,79 @@
+/* Wrap units and the per-unit sharding policy (src/parallel/layout/policy.c,
+ * parallel.unit_blocks): units of k blocks in the tensor table (block j in unit 1 + j/k,
+ * ln_f last, the counts the estimator reads); a policy's mode per unit (first matching
+ * rule per tensor, else parallel.zero), its stage and whether it replicates some units;
+ * the refusals: a glob matching nothing, a rule splitting a unit, two ZeRO stages, a rule
+ * without a mode or with an unknown one. */
+#include <string.h>
+
+#include "check.h"
+#include "model/gpt.h"
+#include "parallel/layout/policy.h"
+
+/* 4 blocks, C = 8, 2 heads, vocabulary 70, 8 positions */
+static gpt_shape SHAPE = {4, 2, 8, 8, 70, .padded_vocab = 0};
+
+static void units_of_blocks(int k) {
+    gpt_model m;
+    gpt_layout lay = {.unit_blocks = k};
+    CHECK(gpt_table_layout(&m, &SHAPE, &lay, NULL) == DT_OK, "table with unit_blocks %d", k);
+    CHECK(m.nunits == 2 + 4 / k, "unit_blocks %d: %d units", k, m.nunits);
+    for (int i = 0; i < m.ntensors; i++) {
+        const gpt_tensor *t = &m.tensors[i];
+        int want = t->layer >= 0 ? 1 + t->layer / k : !strncmp(t->name, "ln_f", 4) ? m.nunits - 1 : 0;
+        CHECK(t->unit == want, "unit_blocks %d: %s in unit %d, want %d", k, t->name, t->unit, want);
+    }
+    size_t first, block, last, one;
+    int nb;
+    gpt_unit_counts_layout(&SHAPE, &lay, &first, &block, &last, &nb);
+    gpt_unit_counts_layout(&SHAPE, NULL, &first, &one, &last, &nb);
+    gpt_unit_counts_layout(&SHAPE, &lay, &first, &block, &last, &nb);
+    CHECK(block == (size_t)k * one && nb == 4 / k && m.units[1].count == block, "unit_blocks %d: block unit %zu", k,
+          block);
+    gpt_destroy(&m);
+}
+
+static void modes(const char *policy, int zero, int k, const signed char *want, int n) {
+    gpt_model m;
+    gpt_layout lay = {.unit_blocks = k};
+    signed char got[8];
+    CHECK(gpt_table_layout(&m, &SHAPE, &lay, NULL) == DT_OK, "table");
+    CHECK(m.nunits == n && dt_policy_units(policy, zero, &m, got) == DT_OK, "policy '%s'", policy);
+    for (int u = 0; u < n; u++) CHECK(got[u] == want[u], "'%s': unit %d mode %d, want %d", policy, u, got[u], want[u]);
+    gpt_destroy(&m);
+}
+
+static void refused(const char *policy, int zero, int k, const char *why) {
+    int stage, repl;
+    CHECK(dt_policy_stage(policy, zero, &SHAPE, k, &stage, &repl) == DT_EINPUT, "'%s' accepted", policy);
+    CHECK(strstr(dt_error_message(), why) != NULL, "'%s': %s, want %s", policy, dt_error_message(), why);
+    dt_error_clear();
+}
+
+int main(void) {
+    CHECK(gpt_shape_check(&SHAPE) == DT_OK, "shape");
+    units_of_blocks(1);
+    units_of_blocks(2);
+    units_of_blocks(4);
+    /* the embeddings ddp, the rest ZeRO-3; the blocks ZeRO-2, the rest ddp; two blocks per unit */
+    modes("w?e.weight:ddp", 3, 1, (const signed char[]){0, 3, 3, 3, 3, 3}, 6);
+    modes("wte.weight:ddp,wpe.weight:ddp", 3, 1, (const signed char[]){0, 3, 3, 3, 3, 3}, 6);
+    modes("h.*:zero2", 0, 1, (const signed char[]){0, 2, 2, 2, 2, 0}, 6);
+    modes("h.[01].*:ddp", 3, 2, (const signed char[]){3, 0, 3, 3}, 4);
+    modes("h.0.*:zero3,h.*:ddp", 0, 1, (const signed char[]){0, 3, 0, 0, 0, 0}, 6); /* first match wins */
+    int stage, repl;
+    CHECK(dt_policy_stage("w?e.weight:ddp", 3, &SHAPE, 1, &stage, &repl) == DT_OK && stage == 3 && repl,
+          "embeddings ddp: stage %d, replicated %d", stage, repl);
+    CHECK(dt_policy_stage("h.*:ddp", 0, &SHAPE, 1, &stage, &repl) == DT_OK && stage == 0 && !repl,
+          "every unit ddp: plain DDP (stage %d, replicated %d)", stage, repl);
+    CHECK(dt_policy_stage("h.*:zero1,w?e.weight:zero1,ln_f.*:zero1", 3, &SHAPE, 1, &stage, &repl) == DT_OK &&
+              stage == 1 && !repl,
+          "every unit zero1: plain ZeRO-1 (stage %d)", stage);
+    refused("x.*:ddp", 3, 1, "matches no tensor");
+    refused("wte.weight:ddp", 3, 1, "splits a unit");
+    refused("h.0.*:ddp", 3, 2, "splits a unit"); /* half of a two-block unit */
+    refused("h.0.*:zero1", 3, 1, "mixes zero1 and zero3");
+    refused("h.*", 3, 1, "is not GLOB:MODE");
+    refused("h.*:fsdp", 3, 1, "is not ddp, zero1");
+    return check_finish();
+}
