@@ -11,7 +11,8 @@ bf16), runs it under mpirun and checks it against the single process on the same
   - the initial weights' digest equals the single process's (every layout, bit for bit);
   - fp32: every step's loss and gradient norm within 1e-5 relative;
   - bf16: every step's loss within 1e-3 relative of the bf16 single process;
-  - bitwise mode: the final digest equals the single process's in bitwise mode;
+  - bitwise mode: the final digest equals the single process's in bitwise mode, the two runs
+    on 1 to 3 threads per rank drawn apart (the bits do not depend on the thread count);
   - half the cases stop after k steps and resume on another random layout (any dp, tp, pp,
     cp, ZeRO): the resumed steps give the single-process curve too (checkpoints reshard).
 A layout the trainer refuses must exit 2 with one `dtrain: error` line (counted, not a failure).
@@ -125,9 +126,14 @@ def sets(d):
     return out
 
 
-def run(cmd, log):
+def run(cmd, log, threads=1):
+    """cmd with `threads` OpenMP threads per rank (OMP_NUM_THREADS overrides --threads)."""
+    if threads != 1:
+        cmd = cmd[:1] + ["-x", "OMP_NUM_THREADS=%d" % threads] + cmd[1:] if cmd[0] == "mpirun" else cmd
+        cmd = cmd + ["--threads", str(threads)]
     try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=args.timeout)
+        p = subprocess.run(cmd, env=dict(env, OMP_NUM_THREADS=str(threads)), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=args.timeout)
         rc, out = p.returncode, p.stdout.decode(errors="replace")
     except subprocess.TimeoutExpired as e:
         rc, out = "timeout", (e.stdout or b"").decode(errors="replace")
@@ -157,6 +163,12 @@ for i in range(args.cases):
     name = "case%03d" % i
     desc = " ".join("%s=%s" % (k.split(".")[-1], v) for k, v in list(model.items()) + list(lay.items()))
     bitwise = lay.get("parallel.determinism") == "bitwise"
+    # bitwise mode's digest does not depend on the threads: its reference and its layout run
+    # draw theirs apart (from the case's seed, so the other draws stay those of earlier versions)
+    trng = random.Random(model["train.seed"] * 31 + 7)
+    ref_threads, run_threads = (trng.choice([1, 2, 3]), trng.choice([1, 2])) if bitwise else (1, 1)
+    if bitwise:
+        desc += " threads=%d/ref %d" % (run_threads, ref_threads)
     ref_model = dict(model)
     m = lay.get("parallel.micro_batches", 0)
     if bitwise and m:
@@ -165,12 +177,12 @@ for i in range(args.cases):
         dp = world // (lay["parallel.tp"] * lay["parallel.pp"] * lay["parallel.cp"])
         if model["train.global_batch"] % (dp * m) == 0:
             ref_model["train.micro_batch"] = model["train.global_batch"] // (dp * m)
-    key = json.dumps(ref_model, sort_keys=True) + (" bitwise" if bitwise else "")
+    key = json.dumps(ref_model, sort_keys=True) + (" bitwise %d" % ref_threads if bitwise else "")
     if key not in refs:
         extra = ["--set", "parallel.determinism=bitwise"] if bitwise else []
         rj = "%s/%s.ref.jsonl" % (tmp, name)
         rc, out = run([args.dtrain, "train"] + base + sets(ref_model) + extra + ["--metrics", rj, "--digest"],
-                      "%s/%s.ref.log" % (tmp, name))
+                      "%s/%s.ref.log" % (tmp, name), ref_threads)
         rc0, out0 = run([args.dtrain, "train"] + base + sets(model) + ["--steps", "0", "--digest"],
                         "%s/%s.ref0.log" % (tmp, name))
         refs[key] = (rc, rj, digest(out), digest(out0), out)
@@ -181,7 +193,7 @@ for i in range(args.cases):
         continue
     gj = "%s/%s.jsonl" % (tmp, name)
     rc, out = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) +
-                  ["--metrics", gj, "--digest"], "%s/%s.log" % (tmp, name))
+                  ["--metrics", gj, "--digest"], "%s/%s.log" % (tmp, name), run_threads)
     errs = [l for l in out.splitlines() if l.startswith("dtrain: error")]
     if rc == 2 and len(errs) == 1:
         print("refused  %s np %d: %s | %s" % (name, world, desc, errs[0]))

@@ -166,6 +166,11 @@ static inline void dt_linear_dgelu_bwd(const dt_ops *o, float *dinp, const float
 }
 
 const dt_ops *dt_ops_cpu(void);
+/* The CPU table whose results do not depend on the thread count (parallel.determinism
+ * bitwise: an elastic restart on other cores keeps the bits): its GEMMs run over fixed
+ * tiles, one single-threaded BLAS call each (cpu/gemm_tiles.c); its other kernels are
+ * dt_ops_cpu()'s, which already sum in an order set by the shapes alone. */
+const dt_ops *dt_ops_cpu_fixed(void);
 /* bf16 storage around an fp32 table: each kernel converts its bf16 arguments to fp32
  * scratch (the inner backend's memory, grown once, reused), runs the fp32 kernel and
  * rounds what it wrote back to bf16. The CPU backend's bf16 mode (bf16 storage, fp32

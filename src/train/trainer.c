@@ -70,9 +70,10 @@ typedef struct {
 
 static dt_status choose_ops(const dt_layout *L, const dt_ops **ops) {
     int bf16 = dt_layout_bf16(L);
+    const dt_ops *cpu = dt_layout_fixed_kernels(L) ? dt_ops_cpu_fixed() : dt_ops_cpu();
     if (L->backend == DT_BACKEND_CUDA) DT_TRY(dt_ops_cuda(ops, bf16)); /* its GPU: dt_gpu_select */
-    else if (L->backend == DT_BACKEND_EMULATED) *ops = dt_ops_emulated(bf16 ? dt_ops_bf16_storage(dt_ops_cpu()) : dt_ops_cpu());
-    else *ops = bf16 ? dt_ops_bf16_storage(dt_ops_cpu()) : dt_ops_cpu();
+    else if (L->backend == DT_BACKEND_EMULATED) *ops = dt_ops_emulated(bf16 ? dt_ops_bf16_storage(cpu) : cpu);
+    else *ops = bf16 ? dt_ops_bf16_storage(cpu) : cpu;
     if (L->cfg.log.profile) *ops = dt_ops_profiled(*ops);
     return DT_OK;
 }

@@ -19,7 +19,8 @@ void cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const fl
                 A, lda, B, ldb, beta, C, ldc);
 }
 
-void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC) {
+void cpu_linear_fwd_by(cpu_gemm_fn *gemm, float *out, const float *inp, const float *w, const float *bias, int N,
+                       int IC, int OC) {
     float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for schedule(static)
@@ -27,14 +28,23 @@ void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *b
             for (int o = 0; o < OC; o++) out[(size_t)i * OC + o] = bias[o];
         beta = 1.0f;
     }
-    cpu_gemm(0, 0, N, OC, IC, 1.0f, inp, IC, w, OC, beta, out, OC);
+    gemm(0, 0, N, OC, IC, 1.0f, inp, IC, w, OC, beta, out, OC);
+}
+
+void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC) {
+    cpu_linear_fwd_by(cpu_gemm, out, inp, w, bias, N, IC, OC);
+}
+
+void cpu_linear_bwd_by(cpu_gemm_fn *gemm, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                       const float *w, int N, int IC, int OC, int acc_dinp) {
+    if (dinp) gemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, acc_dinp ? 1.0f : 0.0f, dinp, IC);
+    if (dw) gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    if (dbias) cpu_colsum_acc(dbias, dout, N, OC);
 }
 
 void cpu_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
                     int IC, int OC, int acc_dinp) {
-    if (dinp) cpu_gemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, acc_dinp ? 1.0f : 0.0f, dinp, IC);
-    if (dw) cpu_gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
-    if (dbias) cpu_colsum_acc(dbias, dout, N, OC);
+    cpu_linear_bwd_by(cpu_gemm, dinp, dw, dbias, dout, inp, w, N, IC, OC, acc_dinp);
 }
 
 /* dst[c] += sum_i src[i][c]; split by columns so the order of additions does not

@@ -6,8 +6,17 @@
 
 #include "../../core/token.h"
 
-void cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
-              int ldb, float beta, float *C, int ldc);
+typedef void cpu_gemm_fn(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc);
+cpu_gemm_fn cpu_gemm;
+/* The same product over fixed tiles of C, one single-threaded BLAS call each (gemm_tiles.c):
+ * its bits do not depend on the thread count. */
+cpu_gemm_fn cpu_gemm_tiled;
+/* The linear layers over either GEMM */
+void cpu_linear_fwd_by(cpu_gemm_fn *gemm, float *out, const float *inp, const float *w, const float *bias, int N,
+                       int IC, int OC);
+void cpu_linear_bwd_by(cpu_gemm_fn *gemm, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                       const float *w, int N, int IC, int OC, int acc_dinp);
 void cpu_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
 void cpu_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
                     int IC, int OC, int acc_dinp);

@@ -64,3 +64,25 @@ static const dt_ops CPU_OPS = {
 };
 
 const dt_ops *dt_ops_cpu(void) { return &CPU_OPS; }
+
+/* The GEMMs over fixed tiles; every other kernel already sums in an order set by the
+ * shapes (rows on one thread each, column blocks, fixed chunks), whatever the threads. */
+static void fixed_linear_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC) {
+    cpu_linear_fwd_by(cpu_gemm_tiled, out, inp, w, bias, N, IC, OC);
+}
+static void fixed_linear_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                             int N, int IC, int OC, int acc_dinp) {
+    cpu_linear_bwd_by(cpu_gemm_tiled, dinp, dw, dbias, dout, inp, w, N, IC, OC, acc_dinp);
+}
+
+const dt_ops *dt_ops_cpu_fixed(void) {
+    static dt_ops fixed;
+    if (!fixed.gemm) { /* built on the first call, from the trainer's thread */
+        dt_ops t = CPU_OPS;
+        t.gemm = cpu_gemm_tiled;
+        t.linear_fwd = fixed_linear_fwd;
+        t.linear_bwd = fixed_linear_bwd;
+        fixed = t;
+    }
+    return &fixed;
+}

@@ -98,6 +98,9 @@ static inline int dt_layout_async_fixed_order(const dt_layout *L) {
 /* The replicas train apart between synchronisations (local SGD, DiLoCo). */
 static inline int dt_layout_local_sgd(const dt_layout *L) { return L->sync != DT_SYNC_EVERY_STEP; }
 static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism == DT_DET_BITWISE; }
+/* Kernels whose sums do not depend on the thread count (dt_ops_cpu_fixed): bitwise mode's
+ * bits then hold across thread counts too (an elastic restart on other cores). */
+static inline int dt_layout_fixed_kernels(const dt_layout *L) { return dt_layout_bitwise(L); }
 static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT_PREC_BF16; }
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
 static inline int dt_layout_nccl(const dt_layout *L) { return L->comm_backend == DT_COMM_NCCL; }

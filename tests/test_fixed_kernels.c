@@ -1,0 +1,187 @@
+/* Bitwise mode's kernels (dt_ops_cpu_fixed) give the same bits with 1, 2 and 3 threads:
+ * every kernel that sums (GEMMs over K, the linear layers' weight and bias gradients,
+ * LayerNorm and RMSNorm statistics and weight gradients, the softmax cross-entropy and
+ * its vocabulary-parallel steps, attention's row sums and its ring blocks, the embedding
+ * gradient, the sum of squares of the gradient norm, rotary's group sums), at shapes
+ * whose K passes OpenBLAS's K block (360, 1000 > 320) and whose outputs span several
+ * GEMM tiles with ragged edges. Also prints whether plain OpenBLAS differs here (why the
+ * tiles exist; not asserted: it is the library's business). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backend/ops.h"
+#include "check.h"
+
+enum { CAP = 1 << 21 }; /* floats of output a case may write */
+
+static uint64_t g_rng;
+static float rnd(void) { /* deterministic inputs in [-1, 1) */
+    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((g_rng >> 40) & 0xFFFFFF) / (float)(1 << 23) - 1.0f;
+}
+static float *fill(size_t n) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = rnd();
+    return p;
+}
+static size_t put(float *out, size_t at, const float *x, size_t n) {
+    memcpy(out + at, x, n * sizeof(float));
+    return at + n;
+}
+
+static size_t case_gemm(const dt_ops *o, float *out) {
+    static const int shapes[][3] = {{300, 700, 360}, {40, 520, 1000}, {257, 513, 333}};
+    size_t at = 0;
+    for (int s = 0; s < 3; s++)
+        for (int tA = 0; tA < 2; tA++)
+            for (int tB = 0; tB < 2; tB++) {
+                int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                float *A = fill((size_t)M * K), *B = fill((size_t)K * N), *C = fill((size_t)M * N);
+                o->gemm(tA, tB, M, N, K, 0.5f, A, tA ? M : K, B, tB ? K : N, 1.0f, C, N);
+                at = put(out, at, C, (size_t)M * N);
+                free(A), free(B), free(C);
+            }
+    return at;
+}
+
+static size_t case_linear(const dt_ops *o, float *out) {
+    int N = 360, IC = 72, OC = 600;
+    float *x = fill((size_t)N * IC), *w = fill((size_t)IC * OC), *b = fill(OC), *y = fill((size_t)N * OC);
+    float *dx = fill((size_t)N * IC), *dw = fill((size_t)IC * OC), *db = fill(OC);
+    o->linear_fwd(y, x, w, b, N, IC, OC);
+    o->linear_bwd(dx, dw, db, y, x, w, N, IC, OC, 1);
+    size_t at = put(out, 0, y, (size_t)N * OC);
+    at = put(out, at, dx, (size_t)N * IC);
+    at = put(out, at, dw, (size_t)IC * OC);
+    at = put(out, at, db, OC);
+    free(x), free(w), free(b), free(y), free(dx), free(dw), free(db);
+    return at;
+}
+
+static size_t case_norms(const dt_ops *o, float *out) {
+    int N = 360, C = 200;
+    size_t n = (size_t)N * C;
+    float *x = fill(n), *w = fill(C), *b = fill(C), *y = fill(n), *mean = fill(N), *rstd = fill(N);
+    float *dy = fill(n), *dx = fill(n), *dw = fill(C), *db = fill(C);
+    o->layernorm_fwd(y, mean, rstd, x, w, b, N, C);
+    o->layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    size_t at = put(out, 0, y, n);
+    at = put(out, at, mean, N), at = put(out, at, rstd, N);
+    at = put(out, at, dx, n), at = put(out, at, dw, C), at = put(out, at, db, C);
+    o->rmsnorm_fwd(y, rstd, x, w, N, C, 1e-5f);
+    o->rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C);
+    at = put(out, at, y, n), at = put(out, at, rstd, N);
+    at = put(out, at, dx, n), at = put(out, at, dw, C);
+    free(x), free(w), free(b), free(y), free(mean), free(rstd), free(dy), free(dx), free(dw), free(db);
+    return at;
+}
+
+static size_t case_xent(const dt_ops *o, float *out) {
+    int N = 96, V = 1000, Vp = 1024, Vl = 512, real = 500, v0 = 500;
+    float *lg = fill((size_t)N * Vp), *loss = fill(N), *mx = fill(N), *st = fill(2 * (size_t)N);
+    dt_token *t = malloc(N * sizeof(dt_token));
+    for (int i = 0; i < N; i++) t[i] = i % 7 == 3 ? -1 : (dt_token)((i * 37) % V);
+    for (int i = 0; i < N; i++) lg[(size_t)i * Vp + 5] *= 8.0f;
+    size_t at = 0;
+    float *l2 = malloc((size_t)N * Vp * sizeof(float));
+    memcpy(l2, lg, (size_t)N * Vp * sizeof(float));
+    o->softmax_xent(lg, loss, t, N, V, Vp, 0.25f);
+    at = put(out, at, lg, (size_t)N * Vp), at = put(out, at, loss, N);
+    /* the vocabulary-parallel steps, on one slice of Vl columns (the rows of l2 as [N, Vl]) */
+    o->xent_rowmax(l2, mx, N, Vl, real);
+    o->xent_rowsum(l2, mx, t, st, N, Vl, real, v0);
+    o->xent_finish(l2, loss, mx, st, t, N, Vl, real, v0, 0.25f);
+    at = put(out, at, mx, N), at = put(out, at, st, 2 * (size_t)N);
+    at = put(out, at, l2, (size_t)N * Vl), at = put(out, at, loss, N);
+    free(lg), free(loss), free(mx), free(st), free(t), free(l2);
+    return at;
+}
+
+static size_t case_attention(const dt_ops *o, float *out) {
+    int B = 2, T = 80, C = 64, NH = 4;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = fill(nq), *y = fill(no), *lse = fill(nl), *dy = fill(no), *dqkv = fill(nq);
+    int *seg = malloc((size_t)B * T * sizeof(int));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) seg[b * T + t] = b == 0 ? 0 : t < 30 ? 0 : t < 71 ? 30 : 71; /* documents */
+    size_t at = 0;
+    for (int s = 0; s < 2; s++) {
+        const int *sg = s ? seg : NULL;
+        o->attention_fwd(y, lse, qkv, sg, B, T, C, NH);
+        o->attention_bwd(dqkv, dy, qkv, y, lse, sg, B, T, C, NH);
+        at = put(out, at, y, no), at = put(out, at, lse, nl), at = put(out, at, dqkv, nq);
+    }
+    /* ring attention: the second half of the rows' queries against the first half's keys */
+    int Tq = T / 2, Tk = T / 2;
+    int *qpos = malloc(Tq * sizeof(int)), *kpos = malloc(Tk * sizeof(int));
+    for (int i = 0; i < Tq; i++) qpos[i] = Tk + i, kpos[i] = i;
+    size_t pq = (size_t)B * Tq * 3 * C, po = (size_t)B * Tq * C, pl = (size_t)B * NH * Tq;
+    float *q = fill(pq), *kv = fill(pq), *po_ = calloc(po, sizeof(float)), *pl_ = malloc(pl * sizeof(float));
+    float *pdy = fill(po), *dq = calloc(pq, sizeof(float)), *dkv = calloc(pq, sizeof(float));
+    for (size_t i = 0; i < pl; i++) pl_[i] = -INFINITY;
+    o->attention_part_fwd(po_, pl_, q, kv, qpos, NULL, kpos, B, Tq, Tk, C, NH);
+    o->attention_part_bwd(dq, dkv, pdy, q, kv, po_, pl_, qpos, NULL, kpos, B, Tq, Tk, C, NH);
+    at = put(out, at, po_, po), at = put(out, at, pl_, pl), at = put(out, at, dq, pq), at = put(out, at, dkv, pq);
+    free(qkv), free(y), free(lse), free(dy), free(dqkv), free(seg), free(qpos), free(kpos);
+    free(q), free(kv), free(po_), free(pl_), free(pdy), free(dq), free(dkv);
+    return at;
+}
+
+static size_t case_rest(const dt_ops *o, float *out) {
+    int B = 3, T = 50, C = 96, rows = 40;
+    float *dwte = fill((size_t)rows * C), *dwpe = fill((size_t)T * C), *dout = fill((size_t)B * T * C);
+    dt_token *tok = malloc((size_t)B * T * sizeof(dt_token));
+    for (int i = 0; i < B * T; i++) tok[i] = (dt_token)(i * i % 53); /* repeats; some outside the rows */
+    o->embed_bwd(dwte, dwpe, dout, tok, B, T, C, 3, rows);
+    size_t at = put(out, 0, dwte, (size_t)rows * C);
+    at = put(out, at, dwpe, (size_t)T * C);
+    size_t n = 300001;
+    float *g = fill(n);
+    double ss = o->sumsq(g, n);
+    memcpy(out + at, &ss, sizeof ss);
+    at += 2;
+    int N = 70, NH = 8, NKV = 2, HS = 16;
+    float *dqkv = fill((size_t)N * 3 * NH * HS), *inv = fill(HS / 2), *dq = fill((size_t)N * NH * HS);
+    float *dk = fill((size_t)N * NKV * HS), *dv = fill((size_t)N * NKV * HS);
+    int *pos = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) pos[i] = i;
+    o->rope_qkv_bwd(dq, dk, dv, dqkv, pos, inv, N, NH, NKV, HS);
+    at = put(out, at, dq, (size_t)N * NH * HS), at = put(out, at, dk, (size_t)N * NKV * HS);
+    at = put(out, at, dv, (size_t)N * NKV * HS);
+    free(dwte), free(dwpe), free(dout), free(tok), free(g), free(dqkv), free(inv), free(dq), free(dk), free(dv), free(pos);
+    return at;
+}
+
+typedef size_t (*kernel_case)(const dt_ops *o, float *out);
+
+/* The case's outputs with t threads, from the same inputs each time. */
+static size_t run(kernel_case c, const dt_ops *o, int t, float *out) {
+    dt_cpu_set_threads(t);
+    g_rng = 42;
+    return c(o, out);
+}
+
+int main(void) {
+    static const struct {
+        const char *name;
+        kernel_case fn;
+    } cases[] = {{"gemm", case_gemm},     {"linear", case_linear},       {"layernorm/rmsnorm", case_norms},
+                 {"cross-entropy", case_xent}, {"attention", case_attention}, {"embedding/sumsq/rope", case_rest}};
+    const dt_ops *o = dt_ops_cpu_fixed();
+    float *ref = malloc(CAP * sizeof(float)), *got = malloc(CAP * sizeof(float));
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t n = run(cases[c].fn, o, 1, ref);
+        CHECK(n <= CAP, "%s: %zu floats", cases[c].name, n);
+        for (int t = 2; t <= 3; t++) {
+            size_t m = run(cases[c].fn, o, t, got);
+            CHECK(m == n && !memcmp(ref, got, n * sizeof(float)), "%s: %d threads differ from 1 (rel %.2e)",
+                  cases[c].name, t, check_rel_diff(ref, got, n));
+        }
+    }
+    /* plain OpenBLAS at the same GEMMs: information only */
+    size_t n = run(case_gemm, dt_ops_cpu(), 1, ref), m = run(case_gemm, dt_ops_cpu(), 2, got);
+    printf("plain OpenBLAS GEMM, 1 vs 2 threads: %s\n",
+           m == n && !memcmp(ref, got, n * sizeof(float)) ? "same bits" : "different bits (what the tiles fix)");
+    free(ref), free(got);
+    return check_finish();
+}
