@@ -14,10 +14,11 @@ void dt_zero2_begin_step(dt_dp *d) {
 
 /* Unit u's slice is final (last micro-step): off the device now (offload); a pipeline's
  * tied unit 0 after its sum over the stages (dt_zero_norm) */
-static void hand_over(dt_dp *d, int u, int last_micro) {
+static dt_status hand_over(dt_dp *d, int u, int last_micro) {
     dt_zero *z = dt_zero_of(d);
     if (last_micro && !(u == 0 && dt_dp_tied(d)))
         dt_optimizer_grads_ready(&z->opt, z->soff[u], dt_dp_at(d, z->grad_shard, z->soff[u]), z->S[u]);
+    return last_micro ? dt_zero_replicas_post(d, u) : DT_OK;
 }
 
 dt_status dt_zero2_finish_pending(dt_dp *d) {
@@ -30,7 +31,7 @@ dt_status dt_zero2_finish_pending(dt_dp *d) {
     DT_TRY(s);
     float *dst = dt_dp_at(d, z->grad_shard, z->soff[p]);
     d->ops->add(dst, dst, z->rs_alt, z->S[p]);
-    hand_over(d, p, z->rs_pending_final);
+    DT_TRY(hand_over(d, p, z->rs_pending_final));
     return DT_OK;
 }
 
@@ -48,8 +49,7 @@ dt_status dt_zero2_after_backward(dt_dp *d, int u) {
     dt_zero *z = dt_zero_of(d);
     dt_status s;
     if (gpt_unit_frozen(d->m, u)) { /* no gradient: its slice of the shard stays zero (begin_step) */
-        hand_over(d, u, d->last_micro);
-        return DT_OK;
+        return hand_over(d, u, d->last_micro);
     }
     if (d->N > 1) d->grad_bytes += (double)z->P[u] * sizeof(float); /* the reduce-scatter's input */
     if (dt_zero_rs_overlap(d)) { /* the previous unit's slice added, this unit's queued behind its backward */
@@ -70,8 +70,7 @@ dt_status dt_zero2_after_backward(dt_dp *d, int u) {
         DT_TRY(s);
         float *dst = dt_dp_at(d, z->grad_shard, z->soff[u]);
         d->ops->add(dst, dst, d->m->unit_grads[u], z->S[u]);
-        hand_over(d, u, d->last_micro);
-        return DT_OK;
+        return hand_over(d, u, d->last_micro);
     }
     if (d->o.dcomm) DP_COMM(d, s = dt_zero_direct_reduce_scatter(d, u, d->m->unit_grads[u], z->rs_tmp, 1));
     else if (dt_zero_staged(d)) DP_COMM(d, s = dt_zero_staged_reduce_scatter(d, u, d->m->unit_grads[u], z->rs_tmp));
@@ -79,8 +78,7 @@ dt_status dt_zero2_after_backward(dt_dp *d, int u) {
     DT_TRY(s);
     float *dst = dt_dp_at(d, z->grad_shard, z->soff[u]);
     d->ops->add(dst, dst, z->rs_tmp, z->S[u]);
-    hand_over(d, u, d->last_micro);
-    return DT_OK;
+    return hand_over(d, u, d->last_micro);
 }
 
 /* the shard is reduced already (each unit as its backward ended) */

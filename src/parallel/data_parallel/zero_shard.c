@@ -145,6 +145,8 @@ static dt_status zero_setup_local(dt_dp *d) {
     free(frozen);
     DT_TRY(s);
     d->opt = &z->opt;
+    if (d->o.replicas && !(z->rep_pending = calloc((size_t)U, sizeof(dt_request *))))
+        return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
     if (z->stage <= 2) {
         z->ag_pending = calloc((size_t)U, sizeof(dt_request *));
         if (!z->ag_pending) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
@@ -271,6 +273,7 @@ void dt_zero_free(dt_dp *d) {
     dt_zero_settle_all(d);
     dt_zero_release_full(d);
     free(z->ag_pending);
+    free(z->rep_pending);
     /* collective for node-shared buffers: every rank frees in this order */
     free_unit_buffer(d, z->params_pad);
     free_unit_buffer(d, z->grads_pad);
@@ -413,15 +416,35 @@ static dt_status tie_unit0(dt_dp *d) {
 }
 
 /* HSDP: each shard group reduced its own ranks' gradients; the same shard of every group
- * summed across them makes the whole sum (the host's memory: the layout's check). */
+ * summed across them makes the whole sum (the host's memory: the layout's check). A unit's
+ * slice final during backward was posted then, overlapping the backward of the units
+ * before it (dt_zero_replicas_post); it is waited on here. */
+dt_status dt_zero_replicas_post(dt_dp *d, int u) {
+    dt_zero *z = dt_zero_of(d);
+    if (!z->rep_pending || dt_comm_size(d->o.replicas) < 2 || d->ops->bf16 || !z->grad_shard ||
+        gpt_unit_frozen(d->m, u) || (u == 0 && dt_dp_tied(d)) || !z->S[u])
+        return DT_OK; /* summed in the norm (the tied unit 0 after its sum over the stages) */
+    d->grad_bytes += (double)z->S[u] * sizeof(float);
+    dt_status s;
+    DP_COMM(d, s = dt_iallreduce(d->o.replicas, at(d, z->grad_shard, z->soff[u]), z->S[u], DT_F32, DT_SUM,
+                                 &z->rep_pending[u]));
+    return s;
+}
+
 static dt_status sum_replicas(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     if (!d->o.replicas || dt_comm_size(d->o.replicas) < 2) return DT_OK;
     dt_status s = DT_OK;
     int U = d->m->nunits;
-    if (z->grad_shard && !d->ops->bf16) { /* runs of units not frozen (the whole shard when none is) */
+    if (z->grad_shard && !d->ops->bf16) { /* the units posted during backward waited; runs of the others not frozen */
         for (int u = 0, v; u < U && s == DT_OK; u = v) {
-            for (v = u; v < U && !gpt_unit_frozen(d->m, v); v++) {}
+            if (z->rep_pending && z->rep_pending[u]) {
+                DP_COMM(d, s = dt_wait(z->rep_pending[u]));
+                z->rep_pending[u] = NULL;
+                v = u + 1;
+                continue;
+            }
+            for (v = u; v < U && !gpt_unit_frozen(d->m, v) && !(z->rep_pending && z->rep_pending[v]); v++) {}
             size_t n = v > u ? z->soff[v - 1] + z->S[v - 1] - z->soff[u] : 0;
             if (n) DP_COMM(d, s = dt_allreduce(d->o.replicas, at(d, z->grad_shard, z->soff[u]), n, DT_F32, DT_SUM));
             d->grad_bytes += (double)n * sizeof(float);

@@ -43,6 +43,7 @@ typedef struct {
     int rs_pending_final;      /* ... queued in the last micro-step: the slice is final once added */
     unsigned char *rs_started; /* zero 1: unit's reduce-scatter started during backward */
     dt_request **ag_pending;   /* zero 1/2: unit's parameter all-gather still in flight */
+    dt_request **rep_pending;  /* HSDP, zero 2/3: unit's final slice summed over the replicas, in flight */
     struct {
         int host;              /* tmp is fp32 host memory (else the model's) */
         float *tmp;            /* gather_full: temporary full padded parameters */
@@ -175,5 +176,9 @@ dt_status dt_zero2_reduce(dt_dp *d, double *norm);
 /* zero3.c */
 /* which gather buffer holds unit u */
 int dt_zero3_gbuf(const dt_dp *d, int u);
+
+/* HSDP: unit u's slice of the shard is final (its last micro-step's reduce-scatter added):
+ * its sum over the replicas posted now, waited on in the norm (zero 2/3). */
+dt_status dt_zero_replicas_post(dt_dp *d, int u);
 
 #endif
