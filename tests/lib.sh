@@ -106,6 +106,18 @@ refused() {
   [ $rc -eq 2 ] && [ "$n" -eq 1 ] && grep -q "$pat" "$TMP/bad.out" && pass "$name: $(grep '^dtrain: error' "$TMP/bad.out")" ||
     fail "$name: rc $rc, $n error lines: $(tail -3 "$TMP/bad.out")"
 }
+# compare_resumed REF GOT: a run resumed after step 10 (GOT) has REF's steps 11-20, loss and
+# grad norm within 1e-5 relative; prints the worst difference.
+compare_resumed() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+ref, got = ({r["step"]: r for r in map(json.loads, open(p)) if "event" not in r} for p in sys.argv[1:3])
+assert sorted(got) == list(range(11, 21)), sorted(got)
+worst = max(abs(got[s][k] - ref[s][k]) / abs(ref[s][k]) for s in got for k in ("loss", "grad_norm"))
+print("steps 11-20 within %.2e" % worst)
+sys.exit(worst > 1e-5)
+PY
+}
 # parity NAME NP REF ARGS...: RUN with ARGS on NP ranks (metrics and output in $TMP/NAME.*)
 # gives the curve of the metrics file REF (compare_curves: within 1e-5 relative).
 parity() {

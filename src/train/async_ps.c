@@ -340,9 +340,13 @@ dt_status dt_async_ps_save(void *ps, const char *dir, long long step, int rank, 
     if (rank != 0) return DT_OK;
     long long u = step * P->N;
     int k = pending(P, u);
-    double count = (double)k, hdr[(size_t)k * H_N + 1];
+    double count = (double)k, *hdr = malloc((size_t)k * H_N * sizeof(double) + 1);
     float *g = malloc((size_t)k * P->n * sizeof(float) + 1);
-    if (!g) return dt_fail(DT_ERUNTIME, "out of memory (saving the parameter server's gradients)");
+    if (!g || !hdr) {
+        free(g);
+        free(hdr);
+        return dt_fail(DT_ERUNTIME, "out of memory (saving the parameter server's gradients)");
+    }
     dt_status s = DT_OK;
     for (int i = 0; s == DT_OK && i < k; i++) { /* in task order */
         int slot = (int)((u + i) % P->slots);
@@ -358,6 +362,7 @@ dt_status dt_async_ps_save(void *ps, const char *dir, long long step, int rank, 
                          {"pending_gradients", ST_F32, 2, {k, (int64_t)P->n}, g}};
     if (s == DT_OK) s = dt_rank_state_save(dir, step, rank, layout, t, k > 0 ? 3 : 1);
     free(g);
+    free(hdr);
     return s;
 }
 
@@ -372,13 +377,13 @@ dt_status dt_async_ps_load(void *ps, const char *step_dir, long long step, int r
     DT_TRY(dt_rank_state_open(step_dir, step, rank, layout, &f));
     double count = 0.0;
     dt_status s = dt_rank_state_read_f64(&f, "pending_count", &count, 1);
-    int k = (int)count;
-    if (s == DT_OK && (count != (double)k || k < 0 || k > P->o.staleness || (k > 0 && !P->slots)))
+    int in_range = count >= 0 && count <= P->o.staleness, k = in_range ? (int)count : 0; /* no cast of a wild value */
+    if (s == DT_OK && (!in_range || count != (double)k))
         s = dt_fail(DT_EINPUT, "%s: pending_count %g is not 0 .. parallel.staleness %d", f.path, count,
                     P->slots ? P->o.staleness : 0);
-    double hdr[(size_t)(k > 0 ? k : 0) * H_N + 1];
+    double *hdr = s == DT_OK ? malloc((size_t)k * H_N * sizeof(double) + 1) : NULL;
     float *g = s == DT_OK ? malloc((size_t)k * P->n * sizeof(float) + 1) : NULL;
-    if (s == DT_OK && !g) s = dt_fail(DT_ERUNTIME, "out of memory (the parameter server's gradients)");
+    if (s == DT_OK && (!g || !hdr)) s = dt_fail(DT_ERUNTIME, "out of memory (the parameter server's gradients)");
     if (s == DT_OK && k > 0) s = dt_rank_state_read_f64(&f, "pending_headers", hdr, (size_t)k * H_N);
     if (s == DT_OK && k > 0) s = dt_rank_state_read(&f, "pending_gradients", g, (size_t)k * P->n);
     for (int i = 0; s == DT_OK && i < k; i++) {
@@ -393,6 +398,7 @@ dt_status dt_async_ps_load(void *ps, const char *step_dir, long long step, int r
         P->early_task[slot] = u + i;
     }
     free(g);
+    free(hdr);
     if (s == DT_OK) P->next = u + k;
     st_close(&f);
     return s;
