@@ -3,7 +3,8 @@
 # a bf16 run resumes bitwise (the checkpoint holds the fp32 master weights), the
 # estimator counts bf16 state, DDP and pipelines with bf16 follow the bf16 single-process
 # run, ZeRO 1-3 with bf16 hold the seed's 16 bytes per parameter as its formulas shard
-# them, and bitwise mode (fp32 only) is refused.
+# them, and bitwise mode gives the bf16 single process's weights for every data-parallel
+# mode and pipeline (its leaves are the bf16 gradients widened, its root rounded back).
 source "$(dirname "$0")/lib.sh"
 prepare_tiny
 curves_loss() {
@@ -30,8 +31,6 @@ r=$(curves_loss "$TMP/f32.jsonl" "$TMP/b16.jsonl" 1e-7) && fail "bf16 equals fp3
 grep -q "precision bf16\|bf16" "$TMP/h.log" && pass "resume keeps precision bf16" || fail "resume lost precision"
 e=$("$DTRAIN" estimate --config "$SRC/tests/data/tiny.json" --set precision=bf16 2>&1)
 echo "$e" | grep -q "bf16" && pass "estimate reports bf16 activations" || fail "estimate: $e"
-out=$("$DTRAIN" train "${DP_RUN[@]}" --set precision=bf16 --set parallel.determinism=bitwise 2>&1)
-[ $? -eq 2 ] && pass "bf16 + bitwise mode refused: $out" || fail "bf16 + bitwise: $out"
 
 # bf16 layouts train the bf16 single-process model: DDP (gradients widened to fp32, reduced,
 # rounded back), pipelines (bf16 activations sent as they are, the tied wte summed over
@@ -114,5 +113,44 @@ PY
     --metrics "$TMP/ps.jsonl" > "$TMP/ps.log" 2>&1 || fail "bf16 ps run: $(grep -v '^\[' "$TMP/ps.log" | tail -2)"
   r=$(curves_loss "$TMP/b16.jsonl" "$TMP/ps.jsonl" 1e-3) && pass "bf16 ps dp2 = bf16 single process: $r" ||
     fail "bf16 ps dp2: $r"
+  # bitwise mode in bf16: each micro-batch's bf16 gradients widened into a leaf, the fixed
+  # tree in fp32, the root rounded to bf16 where the mode keeps its gradients and the norm
+  # read from that: the bf16 single process's weights bit for bit, for any dp size, mode
+  # and pipeline, any thread count, and each rank allocates the estimate to the byte
+  BWB=("${DP_RUN[@]}" --set precision=bf16 --set parallel.determinism=bitwise --digest)
+  "$DTRAIN" train "${BWB[@]}" > "$TMP/bwb1.log" 2>&1 || fail "bf16 bitwise single: $(tail -2 "$TMP/bwb1.log")"
+  ref=$(digest_of "$TMP/bwb1.log")
+  [ -n "$ref" ] && [ "$ref" != "$(digest_of "$TMP/b16.log")" ] && pass "bf16 bitwise single process: $ref" ||
+    fail "bf16 bitwise single process: no digest, or fast mode's ($ref)"
+  for lay in "ddp:2:" "z1:4:--set parallel.zero=1" "z2:2:--set parallel.zero=2" "z3:4:--set parallel.zero=3" \
+             "ps:2:--set parallel.dp_mode=ps" "pp2:2:--set parallel.pp=2" "dp2_pp2_z1:4:--set parallel.pp=2 --set parallel.zero=1" \
+             "pp2_zbh1:2:--set parallel.pp=2 --set parallel.schedule=zb-h1" \
+             "hsdp_z3:4:--set parallel.zero=3 --set parallel.dp_shard=2" "threads2:1:--threads 2"; do
+    name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+    case $name in ddp|z3|pp2|threads2) ;; *) full || continue ;; esac
+    cmd=("$DTRAIN" train "${BWB[@]}" $args)
+    [ "$np" -gt 1 ] && cmd=("${MPI[@]}" -np "$np" "${cmd[@]}")
+    OMP_NUM_THREADS=$([ $name = threads2 ] && echo 2 || echo 1) "${cmd[@]}" > "$TMP/bwb.log" 2>&1
+    [ "$(digest_of "$TMP/bwb.log")" = "$ref" ] && pass "bf16 bitwise $name: the single process's digest" ||
+      fail "bf16 bitwise $name: $(digest_of "$TMP/bwb.log") $(grep -m1 error "$TMP/bwb.log")"
+  done
+  for z in 0 2; do
+    "${MPI[@]}" -np 2 "$DTRAIN" train "${TINY[@]}" "${MEM[@]}" --set parallel.zero=$z --set parallel.determinism=bitwise \
+      --metrics "$TMP/bwm$z.jsonl" > "$TMP/bwm.log" 2>&1 || { fail "bf16 bitwise zero $z memory run"; continue; }
+    "$DTRAIN" estimate "${TINY[@]}" "${MEM[@]}" --set parallel.zero=$z --set parallel.determinism=bitwise -n 2 --json \
+      > "$TMP/bwe$z.json" || fail "estimate bf16 bitwise zero $z"
+    r=$(python3 - "$TMP/bwm$z.jsonl" "$TMP/bwe$z.json" <<'PY'
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+want = json.load(open(sys.argv[2]))["stages"][0]["rank_bytes"]
+got = [m["params"] + m["grads"] + m["optim"] + m["activations"] + m["workspace"] for m in summ["mem"]]
+print("allocated %s, estimate %d" % (got, want))
+sys.exit(0 if all(g == want for g in got) else 1)
+PY
+) && pass "bf16 bitwise zero $z: $r" || fail "bf16 bitwise zero $z memory: $r"
+  done
 fi
+out=$("$DTRAIN" train "${DP_RUN[@]}" --set backend=cuda --set parallel.determinism=bitwise 2>&1)
+[ $? -eq 2 ] && [ "$(echo "$out" | grep -c '^dtrain: error')" = 1 ] && echo "$out" | grep -q "CPU and emulated backends" &&
+  pass "bitwise mode on a GPU refused: $out" || fail "bitwise on a GPU: $out"
 finish

@@ -1,6 +1,6 @@
 # Bitwise mode's weights do not depend on the thread count: the digest after 20 steps is
 # the same with 1, 2 and 3 threads in a single process and with 1 and 2 threads per rank
-# at dp 2 (an elastic restart on a machine with other cores keeps the bits). The shape
+# at dp 2 (an elastic restart on a machine with other cores keeps the bits), in fp32 and bf16. The shape
 # makes the weight-gradient GEMMs sum K = 9 x 40 = 360 rows: past OpenBLAS's K block
 # (320 here), where its threaded driver splits K otherwise than its serial one, so
 # without the fixed tiles (src/backend/cpu/gemm_tiles.c) 1 and 2 threads differ.
@@ -26,5 +26,11 @@ for case in "1 2" "1 3" "2 1" "2 2"; do
   [ -n "$ref" ] && [ "$d" = "$ref" ] && pass "np $1, $2 threads per rank: the 1-thread digest" ||
     fail "np $1, $2 threads per rank: $d vs $ref"
 done
+# bf16 storage runs the same fixed kernels on widened copies: 1 thread against 2 per rank at dp 2
+BW+=(--set precision=bf16)
+ref16=$(run_threads 1 1 "$TMP/b1.out"); echo "bf16 single process, 1 thread: $ref16"
+d=$(run_threads 2 2 "$TMP/b22.out")
+[ -n "$ref16" ] && [ "$ref16" != "$ref" ] && [ "$d" = "$ref16" ] && pass "bf16: np 2, 2 threads per rank: the 1-thread digest" ||
+  fail "bf16: np 2, 2 threads per rank: $d vs $ref16 (fp32 $ref)"
 # fast mode keeps OpenBLAS's own threading (not asserted: its bits may differ, by design)
 finish

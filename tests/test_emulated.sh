@@ -147,9 +147,24 @@ for lay in "pp2:--set parallel.pp=2" "z3:--set parallel.zero=3"; do
     fail "$name sample: $(cat "$TMP/s2.txt") vs $(cat "$TMP/s1.txt")"
 done
 
+# bitwise mode on the device: the leaves are the device gradients copied to the host, the
+# root copied back: the CPU's bitwise weights for DDP, ZeRO-1/2/3 and a pipeline, fp32 and bf16
+for prec in fp32 bf16; do
+  BWR=("${RUN[@]}" --set precision=$prec --set parallel.determinism=bitwise)
+  "$DTRAIN" train "${BWR[@]}" >"$TMP/bwc.out" 2>&1 || fail "CPU bitwise $prec: $(tail -2 "$TMP/bwc.out")"
+  ref=$(digest_of "$TMP/bwc.out")
+  for lay in "single:1:" "ddp:2:" "z1:2:--set parallel.zero=1" "z2:2:--set parallel.zero=2" "z3:4:--set parallel.zero=3" \
+             "pp2:2:--set parallel.pp=2"; do
+    name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+    case $name in single|z3|pp2) ;; *) full || continue ;; esac
+    "${MPI[@]}" -np "$np" "$DTRAIN" train "${BWR[@]}" "${EMU[@]}" $args >"$TMP/bwe.out" 2>&1
+    [ -n "$ref" ] && [ "$(digest_of "$TMP/bwe.out")" = "$ref" ] && pass "bitwise $prec $name on the device: the CPU's digest" ||
+      fail "bitwise $prec $name on the device: $(digest_of "$TMP/bwe.out") vs $ref $(grep -m1 error "$TMP/bwe.out")"
+  done
+done
+
 # what the GPU paths do not run yet is refused as on a GPU: one line, exit 2
 RUN=("${DP_RUN[@]}" "${EMU[@]}")
-refused "bitwise mode on a device" "bitwise" 2 --set parallel.determinism=bitwise
 refused "device collectives with tp" "data parallelism only" 2 --set comm.backend=nccl --set parallel.tp=2
 refused "device collectives with the central rank" "not dp_mode ps" 2 --set comm.backend=nccl --set parallel.dp_mode=ps
 refused "context parallelism on a device" "backend other than cpu" 2 --set parallel.cp=2

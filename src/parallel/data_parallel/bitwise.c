@@ -9,7 +9,12 @@
  * gradient layout (strategy.h: flat, padded or shard). Under HSDP (parallel.dp_shard) the
  * tree runs over the shard group (consecutive dp ranks: the tree's lower levels) and then
  * over the replicas (the same slot of every group: its upper levels), which is the same
- * tree over all the data-parallel ranks, so the same bits. */
+ * tree over all the data-parallel ranks, so the same bits. Where the model's gradients
+ * are not fp32 host memory (bf16 storage, a device's: staging.h) the model writes them
+ * where the mode keeps them and each leaf is their fp32 widening; the root, rounded to
+ * the storage precision, is what the mode updates from, and the norm reads it widened
+ * back: the same arithmetic for every layout, so bf16 and the emulated device keep the
+ * guarantee. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,7 @@
 #include "../../core/mem.h"
 #include "canonical.h"
 #include "flat.h"
+#include "staging.h"
 #include "state.h"
 #include "zero_shard.h"
 
@@ -32,6 +38,9 @@ typedef struct {
     size_t global_n;
     double *cnt;        /* with a pipeline: partials per key of the whole model */
     size_t *first, *num; /* per unit: where its partials start in part, how many */
+    int staged;         /* the model's gradients are bf16 or a device's: written there, widened into leaves */
+    float *hbuf;        /* staged, the head apart: the head's share of wte in the model's memory and precision */
+    float *wide;        /* staged shard layout: a unit's (or the head's) whole gradient widened, fp32 host */
 } dt_bw;
 
 static dt_bw *bw_of(const dt_dp *d) { return d->wrap; }
@@ -85,11 +94,15 @@ static dt_status bw_setup_fold(dt_dp *d) {
     size_t maxunit = 0;
     for (int u = 0; s == DT_OK && u < nu; u++)
         if (unit_len(d, u) > maxunit) maxunit = unit_len(d, u);
+    b->staged = dt_stage_needed(d->ops);
     if (s == DT_OK && head_apart(d)) { /* the head part: wte in full, or this rank's slice of unit 0 (zero 2/3) */
         off[nu] = n;
         len[nu] = sharded(d) ? z->S[0] : wte_numel(d);
         n += len[nu];
-        if (sharded(d)) {
+        if (b->staged) { /* the model writes it in its own memory and precision */
+            s = d->ops->alloc((void **)&b->hbuf, wte_numel(d) * dt_elem_bytes(d->ops), "bitwise head gradient");
+            d->workspace_bytes += wte_numel(d) * dt_elem_bytes(d->ops);
+        } else if (sharded(d)) {
             s = dt_alloc((void **)&b->head, wte_numel(d) * sizeof(float), "bitwise head gradient");
             d->workspace_bytes += wte_numel(d) * sizeof(float);
         }
@@ -114,13 +127,16 @@ static dt_status bw_setup_fold(dt_dp *d) {
     }
     size_t tmp = maxunit / 2 + 1;
     DT_TRY(dt_alloc((void **)&b->tree_tmp, tmp * sizeof(float), "bitwise exchange buffer"));
+    if (b->staged && sharded(d)) {
+        DT_TRY(dt_alloc((void **)&b->wide, maxunit * sizeof(float), "bitwise widened gradient"));
+        d->workspace_bytes += maxunit * sizeof(float);
+    }
     size_t parts_n = 0;
     for (int u = 0; u < nu; u++) parts_n += (unit_len(d, u) + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
     DT_TRY(dt_alloc((void **)&b->part, (parts_n + 1) * sizeof(double), "gradient norm partials"));
     d->workspace_bytes += dt_fold_bytes(&b->fold) + tmp * sizeof(float);
     /* re-pointed per micro-batch; until then at the head part's own range */
-    if (head_apart(d) && !sharded(d)) m->head_grad = b->fold.buf[0] + b->fold.off[head_part(d)];
-    if (head_apart(d) && sharded(d)) m->head_grad = b->head;
+    if (head_apart(d)) m->head_grad = b->staged ? b->hbuf : sharded(d) ? b->head : b->fold.buf[0] + b->fold.off[head_part(d)];
     return DT_OK;
 }
 
@@ -145,6 +161,8 @@ static void bw_free(dt_dp *d) {
         dt_free(b->tree_tmp);
         dt_free(b->part);
         dt_free(b->head);
+        dt_free(b->wide);
+        if (b->hbuf) d->ops->free(b->hbuf);
         free(b->global);
         free(b->open);
         free(b->key);
@@ -174,12 +192,15 @@ static dt_status bw_before_backward(dt_dp *d, int u) {
     if (u != GPT_HEAD_PART && d->mode->before_backward) DT_TRY(d->mode->before_backward(d, u));
     int part = u == GPT_HEAD_PART ? head_part(d) : u;
     if (u == GPT_HEAD_PART && sharded(d)) {
-        memset(b->head, 0, wte_numel(d) * sizeof(float));
+        if (b->staged) d->ops->zero(b->hbuf, wte_numel(d) * dt_elem_bytes(d->ops));
+        else memset(b->head, 0, wte_numel(d) * sizeof(float));
         return DT_OK;
     }
     if (sharded(d) || b->open[part] || b->fold.len[part] == 0) return DT_OK;
     float *at = dt_fold_next(&b->fold, part) + b->fold.off[part];
-    if (u == GPT_HEAD_PART) m->head_grad = at;
+    if (b->staged) /* written where the model keeps it, widened into the leaf when final */
+        d->ops->zero(u == GPT_HEAD_PART ? b->hbuf : m->unit_grads[u], b->fold.len[part] * dt_elem_bytes(d->ops));
+    else if (u == GPT_HEAD_PART) m->head_grad = at;
     else m->unit_grads[u] = at;
     b->open[part] = 1; /* a split backward asks again before its W: the same leaf */
     return DT_OK;
@@ -198,6 +219,10 @@ static dt_status bw_after_backward(dt_dp *d, int u) {
         size_t S = dt_zero_of(d)->S[u == GPT_HEAD_PART ? 0 : u];
         float *full = u == GPT_HEAD_PART ? b->head : d->m->unit_grads[u];
         size_t count = u == GPT_HEAD_PART ? wte_numel(d) : dt_zero_of(d)->P[u];
+        if (b->staged) {
+            dt_stage_widen(d->ops, b->wide, u == GPT_HEAD_PART ? b->hbuf : d->m->unit_grads[u], count);
+            full = b->wide;
+        }
         size_t lo = dt_zero_lo(d, u == GPT_HEAD_PART ? 0 : u), n = lo >= count ? 0 : count - lo < S ? count - lo : S;
         if (!frozen) DP_COMM(d, s = tree_all(d, full, count, lo, n, b->tree_tmp));
         if (!frozen && d->N > 1) d->grad_bytes += (double)count * sizeof(float);
@@ -207,6 +232,8 @@ static dt_status bw_after_backward(dt_dp *d, int u) {
     } else {
         if (!b->open[part]) return DT_OK;
         float *leaf = b->fold.buf[b->fold.perm[(size_t)part * (b->fold.cap + 1) + b->fold.cap]] + b->fold.off[part];
+        if (b->staged)
+            dt_stage_widen(d->ops, leaf, u == GPT_HEAD_PART ? b->hbuf : d->m->unit_grads[u], b->fold.len[part]);
         /* ZeRO-1 (HSDP): the replicas sum the whole padded unit, each element of it alike */
         if (!frozen) DP_COMM(d, s = tree_all(d, leaf, b->fold.len[part], 0, b->fold.len[part], b->tree_tmp));
         if (!frozen && d->N > 1) d->grad_bytes += (double)b->fold.len[part] * sizeof(float);
@@ -217,22 +244,30 @@ static dt_status bw_after_backward(dt_dp *d, int u) {
     return DT_OK;
 }
 
+/* Where unit u's final gradient (this rank's slice of it under ZeRO) lies in the root,
+ * which has the mode's gradient layout: flat, padded or shard. */
+static float *root_unit(const dt_dp *d, float *root, int u) {
+    if (flat(d)) return root + d->m->units[u].offset;
+    const dt_zero *z = dt_zero_of(d);
+    return sharded(d) ? root + z->soff[u] : root + z->poff[u] + dt_zero_lo(d, u);
+}
+
 /* Sums of squares of unit u's final gradient in 1024-element chunks, in order, over the
  * data-parallel ranks (a ZeRO slice holds whole chunks: every rank's partials gathered). */
-static dt_status unit_partials(dt_dp *d, int u, double *out, size_t *count) {
+static dt_status unit_partials(dt_dp *d, float *root, int u, double *out, size_t *count) {
     if (flat(d)) {
-        dt_chunk_sumsq(dt_flat_of(d)->grads + d->m->units[u].offset, d->m->units[u].count, out);
+        dt_chunk_sumsq(root_unit(d, root, u), d->m->units[u].count, out);
         *count = (d->m->units[u].count + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
         return DT_OK;
     }
     size_t S = dt_zero_of(d)->S[u], per = S / DT_CANON_CHUNK;
     double *mine = out + (size_t)d->rank * per;
     if (dt_zero_repl(d, u)) { /* parallel.policy's ddp unit: whole here, its partials too */
-        dt_chunk_sumsq(dt_zero_grad_slice(d, u), S, out);
+        dt_chunk_sumsq(root_unit(d, root, u), S, out);
         *count = per;
         return DT_OK;
     }
-    dt_chunk_sumsq(dt_zero_grad_slice(d, u), S, mine);
+    dt_chunk_sumsq(root_unit(d, root, u), S, mine);
     *count = per * (size_t)d->N;
     return dt_allgather(d->comm, mine, out, per, DT_F64);
 }
@@ -242,7 +277,7 @@ static dt_status unit_partials(dt_dp *d, int u, double *out, size_t *count) {
  * units' partials at their place in the whole list and the lists are summed over the
  * stages (each entry has one non-zero contributor, so the sum is exact), then added up
  * alike on every rank. Zero partials (ZeRO's padding) leave the sum unchanged. */
-static dt_status bw_norm(dt_dp *d, double *norm) {
+static dt_status bw_norm(dt_dp *d, float *root, double *norm) {
     dt_bw *b = bw_of(d);
     gpt_model *m = d->m;
     int nu = m->nunits, keys = m->shape.n_layer + 2;
@@ -250,7 +285,7 @@ static dt_status bw_norm(dt_dp *d, double *norm) {
     if (!has_pp(d)) {
         for (int u = 0; u < nu; u++) {
             size_t c;
-            DT_TRY(unit_partials(d, u, b->part + k, &c));
+            DT_TRY(unit_partials(d, root, u, b->part + k, &c));
             k += c;
         }
         double sum = 0.0;
@@ -264,7 +299,7 @@ static dt_status bw_norm(dt_dp *d, double *norm) {
     dt_status s = DT_OK;
     for (int u = 0; s == DT_OK && u < nu; u++) {
         first[u] = k;
-        s = unit_partials(d, u, b->part + k, &num[u]);
+        s = unit_partials(d, root, u, b->part + k, &num[u]);
         k += num[u];
         if (b->key[u] >= 0) cnt[b->key[u]] = (double)num[u];
     }
@@ -293,48 +328,50 @@ static dt_status bw_norm(dt_dp *d, double *norm) {
     return s;
 }
 
-/* wte's elements in this rank's gradient: the flat wte, or its part of unit 0's slice. */
-static float *wte_grads(dt_dp *d, size_t *n) {
-    if (flat(d)) {
-        *n = wte_numel(d);
-        return dt_flat_of(d)->grads + d->m->tensors[0].offset;
+/* n floats of the root at src into the mode's storage at dst: copied, or (staged) rounded
+ * to the storage precision there and widened back into src, so src holds what the mode
+ * updates from. */
+static void store(dt_dp *d, void *dst, float *src, size_t n) {
+    if (!bw_of(d)->staged) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
     }
-    size_t S = dt_zero_of(d)->S[0], lo = dt_zero_lo(d, 0), w = wte_numel(d);
-    *n = lo >= w ? 0 : w - lo < S ? w - lo : S;
-    return dt_zero_grad_slice(d, 0);
+    dt_stage_narrow(d->ops, dst, src, n);
+    dt_stage_widen(d->ops, src, dst, n);
 }
 
-/* After the step's micro-batches: this rank's reduced gradients (flat, padded slices or
- * shard) from the folds, the tied wte's shares added, and the canonical norm. */
+/* After the step's micro-batches: the tied wte's shares added in the root, the root into
+ * the mode's gradients (flat, padded slices or shard), and the canonical norm. */
 static dt_status bw_reduce(dt_dp *d, double *norm) {
     dt_bw *b = bw_of(d);
     gpt_model *m = d->m;
-    const float *root = dt_fold_root(&b->fold);
+    float *root = dt_fold_root(&b->fold);
     if (!root) return dt_fail(DT_ERUNTIME, "bitwise reduction: a unit's micro-batch gradients are missing");
     const dt_zero *z = flat(d) ? NULL : dt_zero_of(d);
-    if (flat(d)) memcpy(dt_flat_of(d)->grads, root, m->nparams * sizeof(float));
-    else if (sharded(d)) memcpy(z->grad_shard, root, z->shard_total * sizeof(float));
-    else /* padded: the root is the full reduced gradient: this rank's slices */
-        for (int u = 0; u < m->nunits; u++)
-            memcpy(dt_zero_grad_slice(d, u), root + z->poff[u] + dt_zero_lo(d, u), z->S[u] * sizeof(float));
-    size_t n;
-    float *wte = wte_grads(d, &n);
+    /* wte's elements among this rank's gradients: the flat wte, or its part of unit 0's slice */
+    size_t lo = flat(d) ? 0 : dt_zero_lo(d, 0), w = wte_numel(d);
+    size_t n = flat(d) ? w : lo >= w ? 0 : w - lo < z->S[0] ? w - lo : z->S[0];
+    float *wte = flat(d) ? root + m->tensors[0].offset : root_unit(d, root, 0);
     if (head_apart(d)) { /* wte = the embedding's share + the head's */
-        size_t at = d->mode->grads == DT_GRADS_PADDED ? dt_zero_lo(d, 0) : 0;
-        const float *h = root + b->fold.off[head_part(d)] + at;
+        const float *h = root + b->fold.off[head_part(d)] + (d->mode->grads == DT_GRADS_PADDED ? lo : 0);
         for (size_t i = 0; i < n; i++) wte[i] += h[i];
     }
     /* a pipeline: the first stage holds the embedding's share, the last the head's; one
      * addition, the same on both (wte only: where the first stage has wpe, the last a gap) */
     if (has_pp(d) && d->o.groups.emb && n > 0) DT_TRY(dt_allreduce(d->o.groups.emb, wte, n, DT_F32, DT_SUM));
-    return bw_norm(d, norm);
+    if (flat(d)) store(d, dt_flat_of(d)->grads, root, m->nparams);
+    else if (sharded(d)) store(d, z->grad_shard, root, z->shard_total);
+    else /* padded: the root is the full reduced gradient: this rank's slices */
+        for (int u = 0; u < m->nunits; u++) store(d, dt_zero_grad_slice(d, u), root_unit(d, root, u), z->S[u]);
+    return bw_norm(d, root, norm);
 }
 
 /* The mode's bytes with units padded to the canonical chunk (bw_setup's alignment), plus
  * the reduction's workspace: the fold's ceil(log2 m) + 2 buffers over the leaf layout (the
  * flat units; ZeRO-1's padded ones; ZeRO-2/3's shard), plus the head's share of wte where
- * one rank holds both ends; the exchange buffer (half the largest unit); with a gradient
- * shard and both ends, the head's wte gradient. */
+ * one rank holds both ends; the exchange buffer (half the largest unit); with both ends,
+ * the head's wte gradient (fp32, with a gradient shard; staged: in the storage precision,
+ * every layout); staged with a gradient shard, the largest unit widened. */
 static void bw_estimate(const dt_dp_stage *s, double *state, double *work) {
     dt_dp_stage c = *s;
     c.align = DT_CANON_CHUNK;
@@ -351,9 +388,11 @@ static void bw_estimate(const dt_dp_stage *s, double *state, double *work) {
         maxunit = fmax(maxunit, wte);
         if (lay == DT_GRADS_SHARD) head = wte;
     }
-    int h = 0;
+    int staged = dt_layout_bf16(s->L) || s->L->backend != DT_BACKEND_CPU, h = 0;
+    double wide = staged && lay == DT_GRADS_SHARD ? maxunit : 0;
+    if (staged && s->L->pp <= 1) head = wte * (dt_layout_bf16(s->L) ? 0.5 : 1.0); /* in floats */
     while ((1 << h) < s->L->m) h++; /* the leaves: one per micro-step */
-    *work += ((h + 2) * n + floor(maxunit / 2) + 1 + head) * sizeof(float);
+    *work += ((h + 2) * n + floor(maxunit / 2) + 1 + head + wide) * sizeof(float);
 }
 
 void dt_bitwise_wrap(dt_dp_strategy *s) {

@@ -113,11 +113,11 @@ static dt_status check_staleness(const dt_layout *L) {
 dt_status dt_dp_check_config(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     /* bf16 and a device's state reduce through fp32 host copies (staging.h) in DDP, the
-     * central rank and ZeRO; bitwise mode's folds still assume fp32 host gradients (cp
-     * refuses bf16 and devices itself) */
-    if (dt_layout_bitwise(L) && (dt_layout_bf16(L) || L->backend != DT_BACKEND_CPU))
-        return dt_fail(DT_EINPUT, "parallel.determinism=bitwise runs on the CPU backend in fp32 only (backend %s, "
-                       "precision %s)", c->backend, c->precision);
+     * central rank, ZeRO and bitwise mode's folds; bitwise mode needs the CPU's fixed-tile
+     * kernels (the emulated device runs them; cp refuses bf16 and devices itself) */
+    if (dt_layout_bitwise(L) && L->backend == DT_BACKEND_CUDA)
+        return dt_fail(DT_EINPUT, "parallel.determinism=bitwise runs on the CPU and emulated backends (their "
+                       "thread-invariant kernels), not backend %s", c->backend);
     DT_TRY(check_offload(L));
     DT_TRY(check_staleness(L));
     DT_TRY(check_hsdp(L));
