@@ -16,6 +16,7 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
     size_t R = sp ? BT / tp : BT;                     /* rows of the residual stream held here */
     size_t FC = gpt_fc_width(s, (int)tp), FG = gpt_fcg_width(s, (int)tp), DB = gpt_dbig_width(s, (int)tp);
     size_t ll = s->family == GPT_FAMILY_LLAMA, bias = ll && s->qkv_bias, half = (size_t)(s->n_embd / s->n_head) / 2;
+    size_t L = lay->canon > 1 ? (size_t)lay->canon / tp : 0; /* canonical chunks of this rank (tp_chunks.c) */
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
      * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
      * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
@@ -71,8 +72,9 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
     part shared[] = {
         {&a->logits, head * head_rows * Vp, E, OTH}, {&a->losses, head * BT, F32, OTH},  {&a->proj, BT * C, E, OTH},
         {&a->dsmall, BT * C, E, OTH},                {&a->dbig, BT * DB, E, TPR},         {(float **)&a->tgt, head * BT, TOK, OTH},
-        {&a->xstat, head * 3 * head_rows, F32, OTH}, {&a->full, sp * BT * C, E, OTH},      {&a->rows, sp * R * C, E, SEQ},
-        {&a->lngrad, sp * 4 * C, E, OTH},            {&a->inv_freq, ll * half, F32, OTH}, {&a->ones, bias * BT, E, OTH},
+        {&a->xstat, head * (3 + 2 * L) * head_rows, F32, OTH}, {&a->full, sp * BT * C, E, OTH},
+        {&a->rows, sp * R * C, E, SEQ},              {&a->lngrad, sp * 4 * C, E, OTH},    {&a->inv_freq, ll * half, F32, OTH},
+        {&a->ones, (bias || L) * BT, E, OTH},       {&a->leaves, (L ? L - 1 : 0) * BT * C, E, OTH},
     };
     LAY(shared)
 #undef LAY

@@ -181,7 +181,13 @@ static dt_status llama_tables(gpt_model *m) {
     gpt_rope_frequencies(&m->shape, f);
     m->ops->upload(a->inv_freq, f, half * sizeof(float));
     free(f);
-    if (!m->shape.qkv_bias) return DT_OK; /* (an empty part of the arena still has an address) */
+    if (!m->shape.qkv_bias && !m->canon) return DT_OK; /* (an empty part of the arena still has an address) */
+    return gpt_fill_ones(m);
+}
+
+dt_status gpt_fill_ones(gpt_model *m) {
+    gpt_acts *a = m->acts;
+    size_t BT = (size_t)m->max_B * m->max_T;
     void *h = malloc(BT * m->esz);
     if (!h) return dt_fail(DT_ERUNTIME, "out of memory (bias ones)");
     for (size_t i = 0; i < BT; i++) {
@@ -207,6 +213,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     m->tp = tp;
     m->tp_rank = tp_rank;
     m->sp = layout->sp && tp > 1;
+    m->canon = layout->canon > 1 ? layout->canon : 0;
     m->split = layout->split_backward != 0;
     m->recompute = layout->recompute != 0;
     m->documents = layout->documents != 0;
@@ -239,6 +246,11 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     if (tp > 1 && (!ops->xent_rowmax || !ops->xent_rowsum || !ops->xent_finish))
         return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
                        ops->name);
+    if (m->canon && (m->shape.family != GPT_FAMILY_GPT2 || m->sp || m->canon % tp || m->shape.n_embd % m->canon ||
+                     m->shape.padded_vocab % m->canon || dt_elem_bytes(ops) != 4))
+        return dt_fail(DT_EINPUT, "model: canonical chunks %d (bitwise mode with tensor parallelism) need the GPT-2 "
+                       "family in fp32 without sp, and divide the width %d and the padded vocabulary %d, tp %d "
+                       "dividing them", m->canon, m->shape.n_embd, m->shape.padded_vocab, tp);
     if (m->sp && ((long long)max_B * max_T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", max_B, max_T, tp);
@@ -273,6 +285,7 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     DT_TRY(ops->alloc(&a->arena, m->act_bytes, "activations"));
     gpt_act_layout(&m->shape, max_B, max_T, m->esz, layout, a, NULL);
     if (m->shape.family == GPT_FAMILY_LLAMA) DT_TRY(llama_tables(m));
+    else if (m->canon) DT_TRY(gpt_fill_ones(m));
     return DT_OK;
 }
 

@@ -151,6 +151,9 @@ typedef struct {
 #define GPT_MAX_CHUNKS 16
 typedef struct {
     int tp, tp_rank, sp;
+    int canon;                 /* > 1: the canonical chunks of every tensor-parallel sum (bitwise mode; tp_chunks.c):
+                                  this many column blocks, K chunks and vocabulary chunks, whatever tp (which
+                                  divides it) is, so one process computes the same partial sums; 0: none */
     int first_layer, n_layers; /* a pipeline stage: blocks [first_layer, first_layer + n_layers) (0: to the
                                   end); the first stage holds the embeddings, the last ln_f and the tied wte */
     int chunks;                /* > 1: an interleaved pipeline rank's model chunks (first_layer/n_layers unused):
@@ -207,6 +210,7 @@ typedef struct {
                                  stage has wpe), so unit 0 has the same size on both ends of the tie */
     int tp, tp_rank;    /* tensor-parallel size and this rank's index: heads and MLP columns split */
     int sp;             /* sequence parallelism: LayerNorm/residual rows split over tp (gpt_layout) */
+    int canon;          /* gpt_layout.canon: canonical chunks of the tensor-parallel sums (0: none) */
     gpt_tp_comm tp_comm;
     gpt_cp_comm cp_comm;
     int first_trainable;  /* gpt_freeze: the lowest trainable place of the whole model (-1: the embeddings, a

@@ -45,13 +45,39 @@ struct gpt_acts {
     float *rows;   /* sp: RC, this rank's rows of a reduce-scattered sum */
     float *lngrad; /* sp: 4C, one block's LayerNorm gradients from this rank's rows, summed over tp */
     dt_token *tgt; /* BT: the targets, in the backend's memory */
-    float *xstat;  /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit) */
+    float *xstat;  /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit); canon:
+                      then the local chunks' sums and target logits, 2 x head_rows each */
     float *inv_freq; /* llama: the rotary frequencies (head size / 2, fp32) */
-    float *ones;     /* llama with q/k/v biases: BT ones (storage precision), the bias GEMMs' other factor */
+    float *ones;     /* llama with q/k/v biases, canon: BT ones (storage precision), the bias GEMMs' other factor */
+    float *leaves;   /* canon: the local chunks' partial sums but the first, (canon / tp - 1) x BTC (tp_chunks.c) */
     int *pos_host;   /* llama: BT, a slot's positions built on the host */
     int head_rows;
     void *arena;
 };
+
+/* BT ones in the backend's memory and precision (the bias GEMMs' other factor; gpt.c) */
+dt_status gpt_fill_ones(gpt_model *m);
+
+/* ---- canonical chunks of the tensor-parallel sums (tp_chunks.c; m->canon > 1) ---- */
+
+/* Column-parallel [N, IC] x [IC, OCl] (+ bias): one GEMM per canonical column block
+ * (OCl / sections / (canon / tp) wide; sections: c_attn's q | k | v). */
+void gpt_col_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IC, int OCl,
+                 int sections);
+/* Its weight and bias gradients (+=, per block; NULL: skipped) and input gradient (dx =,
+ * NULL: skipped): the local chunks' partial sums, summed by the canonical tree (the
+ * tensor-parallel sum completes it). */
+void gpt_col_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w, int N,
+                 int IC, int OCl, int sections);
+/* Row-parallel [N, ICl] x [ICl, OC]: the local K chunks' products summed by the tree (no
+ * bias: gpt_add_bias after the tensor-parallel sum). */
+void gpt_row_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int ICl, int OC);
+void gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w, int N,
+                 int ICl, int OC);
+/* out[N, n] += bias (the row-parallel bias, added once to the completed sum) */
+void gpt_add_bias(gpt_model *m, float *out, const float *bias, int N, int n);
+/* The canonical tree over L leaves of n floats: leaf[0] (the result) and leaf[1..L-1] */
+void gpt_canon_tree(gpt_model *m, float *const *leaf, int L, size_t n);
 
 /* Rotary frequencies of the shape (head size / 2 floats; gpt.c) */
 void gpt_rope_frequencies(const gpt_shape *s, float *inv_freq);

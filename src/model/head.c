@@ -26,6 +26,51 @@ static dt_status xent_tp(gpt_model *m, int R, int r0, const dt_token *targets, f
     return DT_OK;
 }
 
+/* The same in the canonical chunks (tp_chunks.c): the row max over the whole local row
+ * (a maximum is exact in any order), the sums of exponentials and target logits per
+ * vocabulary chunk, summed by the tree, then over the group. */
+static dt_status xent_canon(gpt_model *m, int R, int r0, const dt_token *targets, float grad_scale) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp, v0 = m->tp_rank * Vl, L = m->canon / m->tp;
+    int vb = Vl / L, real = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+    float *mx = a->xstat, *leaf[64];
+    for (int l = 0; l < L; l++) leaf[l] = a->xstat + (size_t)a->head_rows * (l ? 1 + 2 * (size_t)l : 1);
+    o->xent_rowmax(a->logits, mx, R, Vl, real);
+    if (m->tp_comm.allreduce) DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, mx, (size_t)R, GPT_TP_MAX_F32));
+    for (int l = 0; l < L; l++) {
+        int c0 = v0 + l * vb, rl = V - c0 < 0 ? 0 : V - c0 > vb ? vb : V - c0;
+        o->xent_rowsum(S(m, a->logits, (size_t)l * vb), mx, targets + r0, leaf[l], R, Vl, rl, c0);
+    }
+    gpt_canon_tree(m, leaf, L, 2 * (size_t)R);
+    if (m->tp_comm.allreduce) DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, leaf[0], 2 * (size_t)R, GPT_TP_SUM_F32));
+    o->xent_finish(a->logits, a->losses + r0, mx, leaf[0], targets + r0, R, Vl, real, v0, grad_scale);
+    return DT_OK;
+}
+
+/* The head's GEMMs of one row chunk in the canonical chunks: logits per vocabulary block,
+ * dlnf's leaves summed by the tree, dwte per block of rows. */
+static dt_status head_canon(gpt_model *m, const float *x, const float *wte, float *dwte, int R, int r0,
+                            const dt_token *targets, float grad_scale) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, Vl = m->shape.padded_vocab / m->tp, L = m->canon / m->tp, vb = Vl / L;
+    for (int l = 0; l < L; l++)
+        o->gemm(0, 1, R, vb, C, 1.0f, x, C, S(m, wte, (size_t)l * vb * C), C, 0.0f, S(m, a->logits, (size_t)l * vb), Vl);
+    DT_TRY(xent_canon(m, R, r0, targets, grad_scale));
+    if (grad_scale == 0.0f) return DT_OK;
+    float *leaf[64];
+    leaf[0] = S(m, a->dsmall, (size_t)r0 * C);
+    for (int l = 1; l < L; l++) leaf[l] = S(m, a->leaves, (size_t)(l - 1) * R * C);
+    for (int l = 0; l < L; l++) {
+        const float *g = S(m, a->logits, (size_t)l * vb);
+        o->gemm(0, 0, R, C, vb, 1.0f, g, Vl, S(m, wte, (size_t)l * vb * C), C, 0.0f, leaf[l], C);
+        if (dwte) o->gemm(1, 0, vb, C, R, 1.0f, g, Vl, x, C, 1.0f, S(m, dwte, (size_t)l * vb * C), C);
+    }
+    gpt_canon_tree(m, leaf, L, (size_t)R * C);
+    return DT_OK;
+}
+
 /* LM head over row chunks of all N rows of slot b: logits = lnf·wteᵀ, softmax
  * cross-entropy, and when grad_scale != 0 its backward (dwte +=) while the chunk is hot;
  * *dlnf receives this rank's rows of the gradient of lnf. */
@@ -44,6 +89,10 @@ static dt_status head(gpt_model *m, gpt_slot *b, const dt_token *targets, float 
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
         const float *x = S(m, lnf, (size_t)r0 * C);
+        if (m->canon) {
+            DT_TRY(head_canon(m, x, wte, dwte, R, r0, targets, grad_scale));
+            continue;
+        }
         o->gemm(0, 1, R, Vl, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vl);
         if (vocab_parallel) DT_TRY(xent_tp(m, R, r0, targets, grad_scale));
         else o->softmax_xent(a->logits, a->losses + r0, targets + r0, R, V, Vl, grad_scale);

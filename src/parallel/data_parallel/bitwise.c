@@ -33,11 +33,6 @@ typedef struct {
     int *key;           /* per unit: its place in the whole model's order (-1: not counted here) */
     float *head;        /* shard layout: the head's share of wte in full, reduced when final */
     float *tree_tmp;    /* dt_tree_allreduce exchange buffer */
-    double *part;       /* partial sums of squares for the canonical norm */
-    double *global;     /* with a pipeline: the whole model's partials */
-    size_t global_n;
-    double *cnt;        /* with a pipeline: partials per key of the whole model */
-    size_t *first, *num; /* per unit: where its partials start in part, how many */
     int staged;         /* the model's gradients are bf16 or a device's: written there, widened into leaves */
     float *hbuf;        /* staged, the head apart: the head's share of wte in the model's memory and precision */
     float *wide;        /* staged shard layout: a unit's (or the head's) whole gradient widened, fp32 host */
@@ -76,15 +71,12 @@ static dt_status bw_setup_fold(dt_dp *d) {
     d->wrap = b;
     gpt_model *m = d->m;
     const dt_zero *z = flat(d) ? NULL : dt_zero_of(d);
-    int nu = m->nunits, parts = nu + head_apart(d), keys = m->shape.n_layer + 2;
+    int nu = m->nunits, parts = nu + head_apart(d);
     size_t *off = calloc((size_t)parts, sizeof(size_t)), *len = calloc((size_t)parts, sizeof(size_t)), n = 0;
     b->open = calloc((size_t)parts, 1);
     b->key = calloc((size_t)nu, sizeof(int));
-    b->cnt = calloc((size_t)keys, sizeof(double));
-    b->first = calloc((size_t)nu, sizeof(size_t));
-    b->num = calloc((size_t)nu, sizeof(size_t));
     dt_status s = DT_OK;
-    if (!off || !len || !b->open || !b->key || !b->cnt || !b->first || !b->num)
+    if (!off || !len || !b->open || !b->key)
         s = dt_fail(DT_ERUNTIME, "out of memory (bitwise reduction)");
     for (int u = 0; s == DT_OK && u < nu; u++) { /* the leaf layout: flat, padded (zero 1) or shard (zero 2/3) */
         off[u] = flat(d) ? m->units[u].offset : sharded(d) ? z->soff[u] : z->poff[u];
@@ -131,9 +123,6 @@ static dt_status bw_setup_fold(dt_dp *d) {
         DT_TRY(dt_alloc((void **)&b->wide, maxunit * sizeof(float), "bitwise widened gradient"));
         d->workspace_bytes += maxunit * sizeof(float);
     }
-    size_t parts_n = 0;
-    for (int u = 0; u < nu; u++) parts_n += (unit_len(d, u) + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
-    DT_TRY(dt_alloc((void **)&b->part, (parts_n + 1) * sizeof(double), "gradient norm partials"));
     d->workspace_bytes += dt_fold_bytes(&b->fold) + tmp * sizeof(float);
     /* re-pointed per micro-batch; until then at the head part's own range */
     if (head_apart(d)) m->head_grad = b->staged ? b->hbuf : sharded(d) ? b->head : b->fold.buf[0] + b->fold.off[head_part(d)];
@@ -159,16 +148,11 @@ static void bw_free(dt_dp *d) {
     if (b) {
         dt_fold_destroy(&b->fold);
         dt_free(b->tree_tmp);
-        dt_free(b->part);
         dt_free(b->head);
         dt_free(b->wide);
         if (b->hbuf) d->ops->free(b->hbuf);
-        free(b->global);
         free(b->open);
         free(b->key);
-        free(b->cnt);
-        free(b->first);
-        free(b->num);
         free(b);
         d->wrap = NULL;
         d->m->head_grad = NULL;
@@ -252,80 +236,101 @@ static float *root_unit(const dt_dp *d, float *root, int u) {
     return sharded(d) ? root + z->soff[u] : root + z->poff[u] + dt_zero_lo(d, u);
 }
 
-/* Sums of squares of unit u's final gradient in 1024-element chunks, in order, over the
- * data-parallel ranks (a ZeRO slice holds whole chunks: every rank's partials gathered). */
-static dt_status unit_partials(dt_dp *d, float *root, int u, double *out, size_t *count) {
-    if (flat(d)) {
-        dt_chunk_sumsq(root_unit(d, root, u), d->m->units[u].count, out);
-        *count = (d->m->units[u].count + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
-        return DT_OK;
+/* The canonical norm, exact in any layout: every gradient element is counted once (a
+ * ZeRO slice by its rank, a flat layout's 1/N by each rank, a tensor replicated over tp
+ * by tp rank 0, a policy's replicated unit by dp rank 0, wte by the first stage), each
+ * square (exact in double) truncated to an integer multiple of 2^e0 and the integers
+ * summed exactly: e0 = 2E - 60 from the largest |g| of all (2^E above it), so every term
+ * is below 2^60 and what the truncation drops is below 2^-60 of the largest square per
+ * element. Integer sums do not depend on the order, so any split over ranks, tensor
+ * pieces, slices and threads gives the same bits: what tp needs, its pieces of a tensor
+ * being strided in the whole. */
+__extension__ typedef unsigned __int128 dt_u128;
+
+/* Per tensor of unit u: the part of [lo, hi) (unit-relative) this rank counts, at base
+ * (the unit's first element in the root), passed to fn. */
+typedef void (*norm_fn)(const float *x, size_t n, void *acc);
+static void unit_ranges(const dt_dp *d, int u, const float *base, size_t lo, size_t hi, norm_fn fn, void *acc) {
+    const gpt_model *m = d->m;
+    size_t u0 = m->units[u].offset;
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor *t = &m->tensors[i];
+        if (t->unit != u || t->numel == 0) continue;
+        if (t->shard.dim < 0 && m->tp_rank != 0) continue; /* replicated over tp: tp rank 0 counts it */
+        if (t->shard.replicas > 1 && t->shard.replica != 0) continue;
+        size_t a = t->offset - u0, b = a + t->numel;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a < b) fn(base + (a - lo), b - a, acc);
     }
-    size_t S = dt_zero_of(d)->S[u], per = S / DT_CANON_CHUNK;
-    double *mine = out + (size_t)d->rank * per;
-    if (dt_zero_repl(d, u)) { /* parallel.policy's ddp unit: whole here, its partials too */
-        dt_chunk_sumsq(root_unit(d, root, u), S, out);
-        *count = per;
-        return DT_OK;
-    }
-    dt_chunk_sumsq(root_unit(d, root, u), S, mine);
-    *count = per * (size_t)d->N;
-    return dt_allgather(d->comm, mine, out, per, DT_F64);
 }
 
-/* The canonical norm: the partials of the whole model's units in its order (unit 0, the
- * blocks, ln_f), summed in that order in double. With a pipeline every stage places its
- * units' partials at their place in the whole list and the lists are summed over the
- * stages (each entry has one non-zero contributor, so the sum is exact), then added up
- * alike on every rank. Zero partials (ZeRO's padding) leave the sum unchanged. */
-static dt_status bw_norm(dt_dp *d, float *root, double *norm) {
+/* Each unit's counted elements of the root (see above) to fn. */
+static void counted(dt_dp *d, float *root, norm_fn fn, void *acc) {
     dt_bw *b = bw_of(d);
-    gpt_model *m = d->m;
-    int nu = m->nunits, keys = m->shape.n_layer + 2;
-    size_t k = 0;
-    if (!has_pp(d)) {
-        for (int u = 0; u < nu; u++) {
-            size_t c;
-            DT_TRY(unit_partials(d, root, u, b->part + k, &c));
-            k += c;
+    const gpt_model *m = d->m;
+    for (int u = 0; u < m->nunits; u++) {
+        if (b->key[u] < 0) continue; /* a last stage's copy of wte */
+        size_t n = m->units[u].count;
+        if (flat(d)) { /* every rank holds all: rank r counts its 1/N */
+            size_t lo = n * (size_t)d->rank / (size_t)d->N, hi = n * (size_t)(d->rank + 1) / (size_t)d->N;
+            unit_ranges(d, u, root_unit(d, root, u) + lo, lo, hi, fn, acc);
+        } else if (dt_zero_repl(d, u)) { /* parallel.policy's ddp unit: whole on every rank */
+            if (d->rank == 0) unit_ranges(d, u, root_unit(d, root, u), 0, n, fn, acc);
+        } else {
+            size_t lo = dt_zero_lo(d, u), hi = lo + dt_zero_of(d)->S[u];
+            unit_ranges(d, u, root_unit(d, root, u), lo, hi < n ? hi : n, fn, acc);
         }
-        double sum = 0.0;
-        for (size_t i = 0; i < k; i++) sum += b->part[i];
-        *norm = sqrt(sum);
+    }
+}
+
+static void max_of(const float *x, size_t n, void *acc) {
+    double *mx = acc;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs((double)x[i]);
+        if (!(a <= *mx)) *mx = isfinite(a) ? a : INFINITY; /* NaN and Inf: the norm is not finite */
+    }
+}
+
+typedef struct {
+    double scale;
+    dt_u128 sum;
+} sum_acc;
+static void sum_of(const float *x, size_t n, void *acc) {
+    sum_acc *s = acc;
+    dt_u128 t = 0;
+    for (size_t i = 0; i < n; i++) t += (uint64_t)((double)x[i] * (double)x[i] * s->scale);
+    s->sum += t;
+}
+
+/* over this rank's data-parallel, tensor-parallel and pipeline groups */
+static dt_status over_groups(dt_dp *d, double *v, size_t n, dt_redop op) {
+    DT_TRY(dt_allreduce(d->comm, v, n, DT_F64, op));
+    if (d->o.groups.tp && dt_comm_size(d->o.groups.tp) > 1) DT_TRY(dt_allreduce(d->o.groups.tp, v, n, DT_F64, op));
+    if (has_pp(d)) DT_TRY(dt_allreduce(d->o.groups.pp, v, n, DT_F64, op));
+    return DT_OK;
+}
+
+static dt_status bw_norm(dt_dp *d, float *root, double *norm) {
+    double mx = 0.0;
+    counted(d, root, max_of, &mx);
+    DT_TRY(over_groups(d, &mx, 1, DT_MAX));
+    if (!isfinite(mx) || mx == 0.0) {
+        *norm = mx == 0.0 ? 0.0 : NAN;
         return DT_OK;
     }
-    double *cnt = b->cnt;
-    size_t *first = b->first, *num = b->num;
-    memset(cnt, 0, (size_t)keys * sizeof(double));
-    dt_status s = DT_OK;
-    for (int u = 0; s == DT_OK && u < nu; u++) {
-        first[u] = k;
-        s = unit_partials(d, root, u, b->part + k, &num[u]);
-        k += num[u];
-        if (b->key[u] >= 0) cnt[b->key[u]] = (double)num[u];
-    }
-    if (s == DT_OK) s = dt_allreduce(d->o.groups.pp, cnt, (size_t)keys, DT_F64, DT_SUM);
-    size_t total = 0;
-    for (int q = 0; q < keys; q++) total += (size_t)cnt[q];
-    if (s == DT_OK && total > b->global_n) {
-        free(b->global); /* sized once: the whole model's partials do not change */
-        b->global = malloc(total * sizeof(double));
-        b->global_n = b->global ? total : 0;
-        if (!b->global) s = dt_fail(DT_ERUNTIME, "out of memory (gradient norm)");
-    }
-    if (s == DT_OK) {
-        memset(b->global, 0, total * sizeof(double));
-        for (int u = 0; u < nu; u++) {
-            if (b->key[u] < 0) continue;
-            size_t pos = 0;
-            for (int q = 0; q < b->key[u]; q++) pos += (size_t)cnt[q];
-            memcpy(b->global + pos, b->part + first[u], num[u] * sizeof(double));
-        }
-        s = dt_allreduce(d->o.groups.pp, b->global, total, DT_F64, DT_SUM);
-    }
-    double sum = 0.0;
-    for (size_t i = 0; s == DT_OK && i < total; i++) sum += b->global[i];
-    *norm = sqrt(sum);
-    return s;
+    int E;
+    frexp(mx, &E); /* mx < 2^E */
+    int e0 = 2 * E - 60;
+    sum_acc s = {ldexp(1.0, -e0), 0};
+    counted(d, root, sum_of, &s);
+    double limb[4]; /* 32-bit limbs: their sums over the ranks stay exact in double */
+    for (int k = 0; k < 4; k++) limb[k] = (double)(uint32_t)(s.sum >> (32 * k));
+    DT_TRY(over_groups(d, limb, 4, DT_SUM));
+    dt_u128 total = 0;
+    for (int k = 3; k >= 0; k--) total = (total << 32) + (dt_u128)(uint64_t)limb[k];
+    *norm = sqrt(ldexp((double)total, e0));
+    return DT_OK;
 }
 
 /* n floats of the root at src into the mode's storage at dst: copied, or (staged) rounded

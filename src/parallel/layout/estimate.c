@@ -29,7 +29,8 @@ static double mixed_state(const dt_dp_formula *f, double psi, int n) { return f-
  * tensor-parallel pieces, the activation slots its schedule keeps. */
 static gpt_layout layout_of(const dt_layout *L, int stage) {
     gpt_layout lay = {.tp = L->tp, .sp = L->sp, .recompute = dt_layout_recompute(L),
-                      .documents = dt_layout_documents(L), .unit_blocks = L->cfg.parallel.unit_blocks};
+                      .documents = dt_layout_documents(L), .unit_blocks = L->cfg.parallel.unit_blocks,
+                      .canon = dt_layout_canon(L)};
     if (L->pp > 1 && dt_pp_layout(L->shape.n_layer, L->pp, L->v, stage, L->cfg.parallel.pp_split, &lay) == DT_OK) {
         lay.slots = dt_pp_slots(L->schedule, L->pp, L->v, stage, L->m);
         lay.split_backward = dt_schedule_splits_backward(L->schedule);
