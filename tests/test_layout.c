@@ -126,7 +126,7 @@ static void feature_refusals(void) {
         const char *want;
     } cases[] = {
         /* data parallelism */
-        {2, {"parallel.determinism=bitwise", "precision=bf16"}, "parallel.determinism=bitwise runs on the CPU backend"},
+        {2, {"parallel.determinism=bitwise", "backend=cuda"}, "parallel.determinism=bitwise runs on the CPU and emulated"},
         {2, {"comm.backend=nccl"}, "comm.backend nccl needs a device backend"},
         {4, {"comm.backend=nccl", "backend=emulated", "parallel.tp=2"}, "comm.backend nccl carries data parallelism only"},
         {2, {"comm.backend=nccl", "backend=emulated", "parallel.dp_mode=ps"}, "comm.backend nccl runs DDP and ZeRO"},
@@ -145,7 +145,8 @@ static void feature_refusals(void) {
         {3, {"parallel.tp=3"}, "parallel.tp 3 must divide model.n_head 4"},
         {2, {"parallel.tp=2", "parallel.sp=true", "train.micro_batch=1", "train.seq_len=1"},
          "parallel.sp: the micro-batch's 1 x 1 tokens do not split into parallel.tp 2"},
-        {2, {"parallel.tp=2", "parallel.determinism=bitwise"}, "parallel.tp 2: parallel.determinism bitwise"},
+        {2, {"parallel.tp=2", "parallel.determinism=bitwise", "parallel.sp=true"}, "parallel.tp 2: parallel.determinism bitwise"},
+        {8, {"parallel.tp=8", "model.n_head=8", "parallel.determinism=bitwise"}, "parallel.tp 8: bitwise mode cuts"},
         {2, {"parallel.tp=2", "parallel.sp=true", "log.sample_tokens=5"}, "parallel.tp 2: the final sample with sequence"},
         /* pipeline parallelism */
         {1, {"parallel.virtual_stages=2"}, "parallel.virtual_stages 2 needs parallel.pp > 1"},

@@ -3,7 +3,9 @@
 # and without sp, gradient accumulation 4 or 2) give the single-process loss curve
 # (per-step loss and grad norm, both validation losses) within 1e-5 relative; each rank
 # holds 1/tp of the split tensors (exactly the bytes the layout implies) and with sp
-# about 1/tp of the LayerNorm/residual activations; invalid layouts fail before any work.
+# about 1/tp of the LayerNorm/residual activations; in bitwise mode tp 2 and 4 with dp, ZeRO,
+# the central rank and pipelines give the single process's weights bit for bit; invalid
+# layouts fail before any work.
 source "$(dirname "$0")/lib.sh"
 need_mpi
 prepare_tiny
@@ -144,6 +146,51 @@ s1=$(sed -n '/^--- sample/,/^---$/p' "$TMP/s1.out"); s4=$(sed -n '/^--- sample/,
 [ -n "$s1" ] && [ "$s1" = "$s4" ] && pass "dp2 tp2 zero3 samples the single-process text" ||
   fail "samples differ: '$s1' vs '$s4'"
 
+# bitwise mode (src/model/tp_chunks.c): every tensor-parallel sum in 4 canonical chunks
+# summed by one tree, the same in one process: tp 2 and 4, with dp and each ZeRO stage,
+# the central rank, pipelines, recompute and other thread counts end on the single
+# process's weights bit for bit, and each rank allocates the estimate to the byte
+H4=(--set model.n_head=4)
+bref=$(dp_run bw1 1 "${H4[@]}" --set parallel.determinism=bitwise)
+[ -n "$bref" ] && pass "bitwise single process: $bref" || fail "bitwise single process: $(tail -2 "$TMP/bw1.out")"
+for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3" \
+           "pp2_tp2:4:--set parallel.tp=2 --set parallel.pp=2" "dp2_tp2:4:--set parallel.tp=2" \
+           "dp2_tp2_zero1:4:--set parallel.tp=2 --set parallel.zero=1" "dp2_tp2_zero2:4:--set parallel.tp=2 --set parallel.zero=2" \
+           "dp2_tp2_ps:4:--set parallel.tp=2 --set parallel.dp_mode=ps" \
+           "pp2_tp2_zbh1:4:--set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=zb-h1" \
+           "tp2_recompute:2:--set parallel.tp=2 --set train.recompute=full" \
+           "tp2_threads2:2:--set parallel.tp=2 --threads 2"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+  case $name in tp2|tp4|dp2_tp2_zero3|pp2_tp2|tp2_threads2) ;; *) full || continue ;; esac
+  got=$(OMP_NUM_THREADS=$([ $name = tp2_threads2 ] && echo 2 || echo 1) dp_run "bw_$name" "$np" "${H4[@]}" \
+        --set parallel.determinism=bitwise $args)
+  [ -n "$bref" ] && [ "$got" = "$bref" ] && pass "bitwise $name: the single process's digest" ||
+    fail "bitwise $name: $got vs $bref $(grep -m1 error "$TMP/bw_$name.out")"
+done
+"$DTRAIN" estimate "${DP_RUN[@]}" "${H4[@]}" --set parallel.determinism=bitwise --set parallel.tp=2 --set parallel.zero=3 \
+  -n 2 --json >"$TMP/bwe.json" || fail "estimate bitwise dp2 tp2 zero3"
+python3 - "$TMP/bw_dp2_tp2_zero3.jsonl" "$TMP/bwe.json" <<'PY' && pass "bitwise dp2 tp2 zero3: allocation = estimate" ||
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+want = json.load(open(sys.argv[2]))["stages"][0]["rank_bytes"]
+got = [m["params"] + m["grads"] + m["optim"] + m["activations"] + m["workspace"] for m in summ["mem"]]
+print(got, want)
+sys.exit(0 if len(got) == 4 and all(g == want for g in got) else 1)
+PY
+  fail "bitwise dp2 tp2 zero3 memory"
+refused "bitwise tp 8 (4 chunks)" "4 canonical chunks, which tp must divide" 8 --set parallel.tp=8 --set model.n_head=8 \
+  --set parallel.determinism=bitwise
+# bf16: each leaf and tree node rounded to bf16, in one process as across the ranks
+bref16=$(dp_run bw16 1 "${H4[@]}" --set parallel.determinism=bitwise --set precision=bf16)
+for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+  case $name in tp2) ;; *) full || continue ;; esac
+  got=$(dp_run "bw16_$name" "$np" "${H4[@]}" --set parallel.determinism=bitwise --set precision=bf16 $args)
+  [ -n "$bref16" ] && [ "$got" = "$bref16" ] && [ "$bref16" != "$bref" ] && pass "bitwise bf16 $name: the bf16 single process's digest" ||
+    fail "bitwise bf16 $name: $got vs $bref16 $(grep -m1 error "$TMP/bw16_$name.out")"
+done
+refused "bitwise tp with sp" "bitwise with the Llama family, sp" 2 --set parallel.tp=2 --set parallel.sp=true \
+  --set parallel.determinism=bitwise
 refused "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
 refused "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
 refused "world % tp" "not divisible by tp" 3 --set parallel.tp=2

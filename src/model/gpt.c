@@ -247,10 +247,10 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
         return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
                        ops->name);
     if (m->canon && (m->shape.family != GPT_FAMILY_GPT2 || m->sp || m->canon % tp || m->shape.n_embd % m->canon ||
-                     m->shape.padded_vocab % m->canon || dt_elem_bytes(ops) != 4))
+                     m->shape.padded_vocab % m->canon || m->canon > 64))
         return dt_fail(DT_EINPUT, "model: canonical chunks %d (bitwise mode with tensor parallelism) need the GPT-2 "
-                       "family in fp32 without sp, and divide the width %d and the padded vocabulary %d, tp %d "
-                       "dividing them", m->canon, m->shape.n_embd, m->shape.padded_vocab, tp);
+                       "family without sp, and divide the width %d and the padded vocabulary %d, tp %d dividing "
+                       "them", m->canon, m->shape.n_embd, m->shape.padded_vocab, tp);
     if (m->sp && ((long long)max_B * max_T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", max_B, max_T, tp);
@@ -286,6 +286,8 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     gpt_act_layout(&m->shape, max_B, max_T, m->esz, layout, a, NULL);
     if (m->shape.family == GPT_FAMILY_LLAMA) DT_TRY(llama_tables(m));
     else if (m->canon) DT_TRY(gpt_fill_ones(m));
+    if (m->canon && !(a->xstat_host = malloc((size_t)2 * m->canon / tp * a->head_rows * sizeof(float))))
+        return dt_fail(DT_ERUNTIME, "out of memory (canonical chunks' statistics)");
     return DT_OK;
 }
 
@@ -296,7 +298,7 @@ void gpt_destroy(gpt_model *m) {
         m->ops->free(m->grads);
     }
     for (int k = 0; m->acts && m->acts->slot && k < m->acts->nslots; k++) free(m->acts->slot[k].seg_host);
-    if (m->acts) free(m->acts->slot), free(m->acts->pos_host);
+    if (m->acts) free(m->acts->slot), free(m->acts->pos_host), free(m->acts->xstat_host);
     free(m->acts);
     free(m->tensors);
     free(m->units);

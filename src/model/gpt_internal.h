@@ -51,6 +51,7 @@ struct gpt_acts {
     float *ones;     /* llama with q/k/v biases, canon: BT ones (storage precision), the bias GEMMs' other factor */
     float *leaves;   /* canon: the local chunks' partial sums but the first, (canon / tp - 1) x BTC (tp_chunks.c) */
     int *pos_host;   /* llama: BT, a slot's positions built on the host */
+    float *xstat_host; /* canon: the chunks' row statistics (fp32: the storage's add would round them) */
     int head_rows;
     void *arena;
 };

@@ -42,7 +42,15 @@ static dt_status xent_canon(gpt_model *m, int R, int r0, const dt_token *targets
         int c0 = v0 + l * vb, rl = V - c0 < 0 ? 0 : V - c0 > vb ? vb : V - c0;
         o->xent_rowsum(S(m, a->logits, (size_t)l * vb), mx, targets + r0, leaf[l], R, Vl, rl, c0);
     }
-    gpt_canon_tree(m, leaf, L, 2 * (size_t)R);
+    if (L > 1) { /* fp32 statistics: their tree on the host (the backend's add is the storage's) */
+        float *h = a->xstat_host;
+        size_t n = 2 * (size_t)R;
+        for (int l = 0; l < L; l++) o->download(h + l * n, leaf[l], n * sizeof(float));
+        for (int w = 1; w < L; w *= 2)
+            for (int i = 0; i + w < L; i += 2 * w)
+                for (size_t e = 0; e < n; e++) h[i * n + e] += h[(i + w) * n + e];
+        o->upload(leaf[0], h, n * sizeof(float));
+    }
     if (m->tp_comm.allreduce) DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, leaf[0], 2 * (size_t)R, GPT_TP_SUM_F32));
     o->xent_finish(a->logits, a->losses + r0, mx, leaf[0], targets + r0, R, Vl, real, v0, grad_scale);
     return DT_OK;

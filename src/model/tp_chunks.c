@@ -8,7 +8,8 @@
  * upper levels, so one process computing all Q leaves gets the same bits. The other
  * products (a column-parallel output, every weight gradient) have no such sum, but a
  * GEMM's bits depend on its shape, so they are issued per canonical column (or row)
- * block too: the same calls in every layout. fp32 only (the layout refuses the rest). */
+ * block too: the same calls in every layout. In bf16 each leaf and each tree node is
+ * rounded to bf16 (the backend's add; tensor_parallel.c's tree rounds alike). */
 #include "gpt_internal.h"
 
 static int local_chunks(const gpt_model *m) { return m->canon / m->tp; }

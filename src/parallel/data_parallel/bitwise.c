@@ -387,7 +387,7 @@ static void bw_estimate(const dt_dp_stage *s, double *state, double *work) {
     const double *unit = lay != DT_GRADS_FLAT ? u.P : u.cnt;
     double maxunit = fmax(unit[0], fmax(unit[1], unit[2]));
     double n = lay == DT_GRADS_FLAT ? u.flat : lay == DT_GRADS_PADDED ? u.padded : u.shard;
-    double wte = (double)sh->padded_vocab * sh->n_embd, head = 0;
+    double wte = (double)sh->padded_vocab / s->L->tp * sh->n_embd, head = 0; /* this rank's vocabulary rows */
     if (s->L->pp <= 1) { /* one rank holds both ends: the head's share of wte apart */
         n += lay == DT_GRADS_SHARD ? u.S[0] : wte;
         maxunit = fmax(maxunit, wte);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../core/bf16.h"
 #include "../../core/mem.h"
 
 static size_t block_start(size_t count, int N, int b) { return count * (size_t)b / (size_t)N; }
@@ -18,7 +19,7 @@ static dt_status exchange(dt_comm *c, int partner, const float *send, size_t ns,
     return dt_send(c, send, ns, DT_F32, partner, 7);
 }
 
-dt_status dt_tree_allreduce(dt_comm *c, float *buf, size_t count, float *tmp) {
+static dt_status tree(dt_comm *c, float *buf, size_t count, float *tmp, int bf16) {
     int N = dt_comm_size(c), r = dt_comm_rank(c), steps = 0;
     if (N == 1) return DT_OK;
     if (N & (N - 1)) return dt_fail(DT_EINPUT, "bitwise reduction needs a power-of-two number of ranks (got %d)", N);
@@ -32,6 +33,7 @@ dt_status dt_tree_allreduce(dt_comm *c, float *buf, size_t count, float *tmp) {
         size_t s0 = block_start(count, N, slo), s1 = block_start(count, N, shi);
         DT_TRY(exchange(c, partner, buf + s0, s1 - s0, tmp, k1 - k0));
         for (size_t i = 0; i < k1 - k0; i++) buf[k0 + i] += tmp[i];
+        for (size_t i = 0; bf16 && i < k1 - k0; i++) buf[k0 + i] = dt_bf16_to_f32(dt_f32_to_bf16(buf[k0 + i]));
         lo = klo;
         hi = khi;
     }
@@ -47,16 +49,8 @@ dt_status dt_tree_allreduce(dt_comm *c, float *buf, size_t count, float *tmp) {
     return DT_OK;
 }
 
-void dt_chunk_sumsq(const float *x, size_t n, double *out) {
-    size_t nc = (n + DT_CANON_CHUNK - 1) / DT_CANON_CHUNK;
-#pragma omp parallel for schedule(static)
-    for (size_t k = 0; k < nc; k++) {
-        size_t i0 = k * DT_CANON_CHUNK, i1 = i0 + DT_CANON_CHUNK < n ? i0 + DT_CANON_CHUNK : n;
-        double s = 0.0;
-        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
-        out[k] = s;
-    }
-}
+dt_status dt_tree_allreduce(dt_comm *c, float *buf, size_t count, float *tmp) { return tree(c, buf, count, tmp, 0); }
+dt_status dt_tree_allreduce_bf16(dt_comm *c, float *buf, size_t count, float *tmp) { return tree(c, buf, count, tmp, 1); }
 
 dt_status dt_fold_create(dt_fold *f, size_t n, int leaves, int nparts, const size_t *off, const size_t *len) {
     memset(f, 0, sizeof *f);

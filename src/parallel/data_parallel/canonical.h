@@ -13,9 +13,8 @@
  * bitwise.c applies it per unit (each unit's gradient of a micro-batch is a leaf), and
  * defines the tied wte's gradient as the head's fold plus the embedding's fold.
  *
- * The gradient norm is summed in double over fixed 1024-element chunks of each unit
- * (unit-relative), in unit then chunk order; ZeRO shards are aligned to the chunks, so
- * each partial is computed whole by one rank. */
+ * The gradient norm is exact (bitwise.c: an integer sum of truncated squares, the same
+ * for any split of the elements). ZeRO's units are padded to DT_CANON_CHUNK elements. */
 #ifndef DT_CANONICAL_H
 #define DT_CANONICAL_H
 #include <stddef.h>
@@ -27,8 +26,9 @@
 
 /* In place over ranks (N a power of two); tmp holds count/2 + 1 floats. */
 dt_status dt_tree_allreduce(dt_comm *c, float *buf, size_t count, float *tmp);
-/* Sums of squares of x[0..n) per DT_CANON_CHUNK chunk into out[ceil(n/chunk)]. */
-void dt_chunk_sumsq(const float *x, size_t n, double *out);
+/* ... each node rounded to bf16 (fp32 values bf16 holds exactly: bf16 storage's sums,
+ * each addition in fp32 then rounded, as the bf16 backend's add). */
+dt_status dt_tree_allreduce_bf16(dt_comm *c, float *buf, size_t count, float *tmp);
 
 /* Binary-counter fold of leaves into tree nodes, over buffers of n floats cut into parts
  * (element ranges) that fold independently: a part's leaves arrive in order, but parts

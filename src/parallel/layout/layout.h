@@ -104,10 +104,10 @@ static inline int dt_layout_fixed_kernels(const dt_layout *L) { return dt_layout
 static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT_PREC_BF16; }
 /* Bitwise mode's canonical chunks of the tensor-parallel sums (src/model/tp_chunks.c),
  * in every layout of a model alike, one process included, so tp (dividing it) keeps the
- * bits: GPT-2 in fp32 without sp, its width a multiple of them; else 0 (tp refused). */
+ * bits: GPT-2 without sp, its width a multiple of them; else 0 (tp refused). */
 #define DT_TP_CANON 4
 static inline int dt_layout_canon(const dt_layout *L) {
-    return dt_layout_bitwise(L) && L->shape.family == GPT_FAMILY_GPT2 && !dt_layout_bf16(L) && !L->sp &&
+    return dt_layout_bitwise(L) && L->shape.family == GPT_FAMILY_GPT2 && !L->sp &&
                    L->shape.n_embd % DT_TP_CANON == 0 ? DT_TP_CANON : 0;
 }
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }

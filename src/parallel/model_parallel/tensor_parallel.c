@@ -5,6 +5,7 @@
 
 #include "../../core/timer.h"
 #include "../data_parallel/canonical.h"
+#include "../data_parallel/staging.h"
 
 /* The model's tensor-parallel context (gpt_tp_comm.ctx): the group, the key/value
  * replica group (replicated key/value heads: the tp ranks holding this rank's head; else
@@ -32,18 +33,10 @@ static dt_status host_buffer(tp_ctx *x, size_t bytes) {
     return DT_OK;
 }
 
-enum { TP_SUM, TP_MAX, TP_ALLGATHER, TP_REDUCE_SCATTER, TP_TREE };
+enum { TP_SUM, TP_MAX, TP_ALLGATHER, TP_REDUCE_SCATTER };
 
-static dt_status run_coll(tp_ctx *x, dt_comm *c, int op, dt_dtype t, const void *in, void *out, size_t n) {
+static dt_status run_coll(dt_comm *c, int op, dt_dtype t, const void *in, void *out, size_t n) {
     switch (op) {
-    case TP_TREE: /* fp32: the canonical tree's levels above the ranks' own chunks (tp_chunks.c) */
-        if (n / 2 + 1 > x->tree_cap) {
-            float *t2 = realloc(x->tree_tmp, (n / 2 + 1) * sizeof(float));
-            if (!t2) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel tree)");
-            x->tree_tmp = t2;
-            x->tree_cap = n / 2 + 1;
-        }
-        return dt_tree_allreduce(c, out, n, x->tree_tmp);
     case TP_SUM:
     case TP_MAX: return dt_allreduce(c, out, n, t, op == TP_MAX ? DT_MAX : DT_SUM); /* in == out */
     case TP_ALLGATHER: return dt_allgather(c, in, out, n, t);
@@ -63,13 +56,13 @@ static dt_status tp_coll(tp_ctx *x, dt_comm *c, int op, dt_dtype t, const float 
     size_t e = t == DT_BF16 ? 2 : 4;
     dt_status s;
     if (!x->ops->on_device) {
-        s = run_coll(x, c, op, t, in, out, n);
+        s = run_coll(c, op, t, in, out, n);
     } else {
         size_t at = in == out ? 0 : n_in * e; /* where the result lies in the host buffer (bytes) */
         DT_TRY(host_buffer(x, at + n_out * e));
         char *h = x->host;
         x->ops->download(h, in, n_in * e);
-        s = run_coll(x, c, op, t, h, h + at, n);
+        s = run_coll(c, op, t, h, h + at, n);
         if (s == DT_OK) x->ops->upload(out, h + at, n_out * e);
     }
     x->comm_s += dt_now() - t0;
@@ -78,10 +71,35 @@ static dt_status tp_coll(tp_ctx *x, dt_comm *c, int op, dt_dtype t, const float 
 
 static dt_dtype storage(const tp_ctx *x) { return x->ops->bf16 ? DT_BF16 : DT_F32; }
 
+/* Bitwise mode's sum (tp_chunks.c): the canonical tree's levels above the ranks' own
+ * chunks, in fp32 host memory (bf16: widened, each node rounded to bf16, narrowed back:
+ * exact, its values being bf16's). */
+static dt_status tp_tree(tp_ctx *x, float *v, size_t n, int bf16) {
+    double t0 = dt_now();
+    if (n / 2 + 1 > x->tree_cap) {
+        float *t2 = realloc(x->tree_tmp, (n / 2 + 1) * sizeof(float));
+        if (!t2) return dt_fail(DT_ERUNTIME, "out of memory (tensor-parallel tree)");
+        x->tree_tmp = t2;
+        x->tree_cap = n / 2 + 1;
+    }
+    float *h = v;
+    if (bf16 || x->ops->on_device) {
+        DT_TRY(host_buffer(x, n * sizeof(float)));
+        h = x->host;
+        if (bf16) dt_stage_widen(x->ops, h, v, n);
+        else x->ops->download(h, v, n * sizeof(float));
+    }
+    dt_status s = bf16 ? dt_tree_allreduce_bf16(x->comm, h, n, x->tree_tmp) : dt_tree_allreduce(x->comm, h, n, x->tree_tmp);
+    if (s == DT_OK && bf16) dt_stage_narrow(x->ops, v, h, n);
+    else if (s == DT_OK && h != v) x->ops->upload(v, h, n * sizeof(float));
+    x->comm_s += dt_now() - t0;
+    return s;
+}
+
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int op) {
     tp_ctx *c = ctx;
     if (op == GPT_TP_MAX_F32) return tp_coll(c, c->comm, TP_MAX, DT_F32, x, n, x, n, n);
-    if (c->canon) return tp_coll(c, c->comm, TP_TREE, DT_F32, x, n, x, n, n);
+    if (c->canon) return tp_tree(c, x, n, op == GPT_TP_SUM && c->ops->bf16);
     return tp_coll(c, c->comm, TP_SUM, op == GPT_TP_SUM_F32 ? DT_F32 : storage(c), x, n, x, n, n);
 }
 
@@ -158,11 +176,12 @@ dt_status dt_tp_check(const dt_layout *L) {
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", L->micro, L->Tl, tp);
     const char *what = NULL;
-    if (dt_layout_bitwise(L) && !dt_layout_canon(L))
-        what = "parallel.determinism bitwise with the Llama family, sp, bf16 or a width not a multiple of 4";
-    else if (dt_layout_bitwise(L) && DT_TP_CANON % tp)
+    int canon = dt_layout_canon(L); /* bitwise mode's chunks of the sums (0: none, or it cannot cut them) */
+    if (canon && canon % tp)
         return dt_fail(DT_EINPUT, "parallel.tp %d: bitwise mode cuts the tensor-parallel sums into %d canonical "
-                       "chunks, which tp must divide", tp, DT_TP_CANON);
+                       "chunks, which tp must divide", tp, canon);
+    if (dt_layout_bitwise(L) && !canon)
+        what = "parallel.determinism bitwise with the Llama family, sp or a width not a multiple of 4";
     else if (L->cfg.log.sample_tokens > 0 && L->sp)
         what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";
     if (what) return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet", tp, what);
