@@ -189,6 +189,10 @@ static const key_desc KEYS[] = {
          "data-parallel collectives of a device's state: mpi (host memory, staged) or nccl (device memory; "
          "DDP and ZeRO without tp/pp/cp)"),
     ENUM("parallel.determinism", parallel.determinism, "fast|bitwise", "fast", "reduction order guarantee"),
+    ENUM("parallel.tp_chunks", parallel.tp_chunks, "1|2|4|8", "4",
+         "bitwise mode: the canonical chunks every tensor-parallel sum is cut into, in every layout alike (one "
+         "process included), so any tp dividing it gives the same weights; 1: none (faster, tp refused in bitwise "
+         "mode); runs that must share bits use the same value"),
     ENUM("offload.optimizer", offload.optimizer, "none|cpu|nvme", "none",
          "where the fp32 master weights and AdamW moments live (ZeRO-Offload / ZeRO-Infinity; DeepSpeed's "
          "zero_optimization.offload_optimizer.device): none = with the parameters, cpu = host memory, nvme = files "

@@ -11,6 +11,7 @@
  * them here cannot fail. */
 #ifndef DT_LAYOUT_H
 #define DT_LAYOUT_H
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -102,13 +103,14 @@ static inline int dt_layout_bitwise(const dt_layout *L) { return L->determinism 
  * bits then hold across thread counts too (an elastic restart on other cores). */
 static inline int dt_layout_fixed_kernels(const dt_layout *L) { return dt_layout_bitwise(L); }
 static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT_PREC_BF16; }
-/* Bitwise mode's canonical chunks of the tensor-parallel sums (src/model/tp_chunks.c),
- * in every layout of a model alike, one process included, so tp (dividing it) keeps the
- * bits: GPT-2 without sp, its width a multiple of them; else 0 (tp refused). */
-#define DT_TP_CANON 4
+/* Bitwise mode's canonical chunks of the tensor-parallel sums (parallel.tp_chunks;
+ * src/model/tp_chunks.c), in every layout of a model alike, one process included, so tp
+ * (dividing them) keeps the bits: GPT-2 without sp, its width a multiple of them; else 0
+ * (tp refused in bitwise mode). */
 static inline int dt_layout_canon(const dt_layout *L) {
-    return dt_layout_bitwise(L) && L->shape.family == GPT_FAMILY_GPT2 && !L->sp &&
-                   L->shape.n_embd % DT_TP_CANON == 0 ? DT_TP_CANON : 0;
+    int q = atoi(L->cfg.parallel.tp_chunks);
+    return dt_layout_bitwise(L) && q > 1 && L->shape.family == GPT_FAMILY_GPT2 && !L->sp && L->shape.n_embd % q == 0
+               ? q : 0;
 }
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
 static inline int dt_layout_nccl(const dt_layout *L) { return L->comm_backend == DT_COMM_NCCL; }
