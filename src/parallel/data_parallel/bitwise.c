@@ -284,12 +284,19 @@ static void counted(dt_dp *d, float *root, norm_fn fn, void *acc) {
     }
 }
 
+/* Both passes over threads: a maximum and integer sums do not depend on the order, so
+ * the threads change nothing. */
+enum { PAR_MIN = 1 << 12 };
 static void max_of(const float *x, size_t n, void *acc) {
-    double *mx = acc;
+    double *mx = acc, m = *mx;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(max : m) reduction(| : bad) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         double a = fabs((double)x[i]);
-        if (!(a <= *mx)) *mx = isfinite(a) ? a : INFINITY; /* NaN and Inf: the norm is not finite */
+        if (a > m) m = a;
+        bad |= !isfinite(a); /* NaN and Inf: the norm is not finite */
     }
+    *mx = bad ? INFINITY : m;
 }
 
 typedef struct {
@@ -298,9 +305,17 @@ typedef struct {
 } sum_acc;
 static void sum_of(const float *x, size_t n, void *acc) {
     sum_acc *s = acc;
-    dt_u128 t = 0;
-    for (size_t i = 0; i < n; i++) t += (uint64_t)((double)x[i] * (double)x[i] * s->scale);
-    s->sum += t;
+    dt_u128 total = 0;
+    double scale = s->scale;
+#pragma omp parallel if (n >= PAR_MIN)
+    {
+        dt_u128 t = 0;
+#pragma omp for schedule(static) nowait
+        for (size_t i = 0; i < n; i++) t += (uint64_t)((double)x[i] * (double)x[i] * scale);
+#pragma omp critical
+        total += t;
+    }
+    s->sum += total;
 }
 
 /* over this rank's data-parallel, tensor-parallel and pipeline groups */
