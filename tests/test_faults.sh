@@ -49,7 +49,7 @@ if command -v mpirun >/dev/null; then
   Z3=(--set parallel.zero=3 --set parallel.determinism=bitwise)
   cases=(
     "activations@1|${Z3[*]}" "AdamW second moments (shard)@1|${Z3[*]}" "parameter shard@1|${Z3[*]}"
-    "load buffer (one unit)@1|${Z3[*]}" "save buffer (one unit)@1|${Z3[*]}" "gradient norm partials@1|${Z3[*]}"
+    "load buffer (one unit)@1|${Z3[*]}" "save buffer (one unit)@1|${Z3[*]}" "bitwise head gradient@1|${Z3[*]}"
     "full optimizer state@1|${Z3[*]} --set checkpoint.async=true"
     "bitwise reduction@1|${Z3[*]}" "bitwise exchange buffer@1|${Z3[*]}" "token file@1|${Z3[*]}"
     "gradient shard@1|--set parallel.zero=2" "reduce-scatter buffer@1|--set parallel.zero=2"
