@@ -296,13 +296,14 @@ static dt_status cmd_estimate(int argc, char **argv) {
 
 static const char *PLAN_USAGE =
     "usage: dtrain plan [--deepspeed DS.json] [--config FILE] [--set K=V]... -n WORLD [--ranks-per-node R]\n"
-    "                   [--cores C] [--memory GB] [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS] [--top K] [--json]\n"
-    "                   [--any-feature]\n"
+    "                   [--cores C | --load N] [--memory GB] [--flops F] [--intra ALPHA:GBPS] [--inter ALPHA:GBPS]\n"
+    "                   [--top K] [--json] [--any-feature]\n"
     "  every dp x pp x cp x tp layout (and ZeRO stage) of WORLD ranks that fits in memory, ranked by\n"
     "  predicted step time (docs/parallelism.md, the planner): compute at F FLOP/s per rank (default:\n"
     "  measured here, with --threads, for each rank's shard shape of the config's model, and the\n"
     "  optimizer's time per parameter), the ranks of a node sharing its C cores (default: a core\n"
-    "  each), communication by the alpha-beta model of each group's\n"
+    "  each; --load N: measured with N copies at once, the processes that will share this machine's\n"
+    "  cores, so the rate is a loaded rank's), communication by the alpha-beta model of each group's\n"
     "  link (inside a node of R ranks: --intra, default 5e-6:10; across: --inter, default 2e-5:1.25;\n"
     "  seconds per message : GB/s), memory by the estimator (default limit: this machine's available\n"
     "  memory over R); --any-feature: also layouts this build refuses for a feature (cp with\n"
@@ -322,7 +323,7 @@ static dt_status cmd_plan(int argc, char **argv) {
         fputs(PLAN_USAGE, stdout);
         return DT_OK;
     }
-    long long world = 0, rpn = 0, top = 10, cores = 0;
+    long long world = 0, rpn = 0, top = 10, cores = 0, load = 0;
     double mem_gb = 0, flops = 0;
     int json = 0, k = 0;
     dt_machine mc = {.intra = {5e-6, 10e9}, .inter = {2e-5, 1.25e9}};
@@ -332,7 +333,7 @@ static dt_status cmd_plan(int argc, char **argv) {
     for (int i = 0; i < argc && s == DT_OK; i++) {
         const char *a = argv[i];
         int val = !strcmp(a, "-n") || !strcmp(a, "--ranks-per-node") || !strcmp(a, "--memory") ||
-                  !strcmp(a, "--cores") ||
+                  !strcmp(a, "--cores") || !strcmp(a, "--load") ||
                   !strcmp(a, "--flops") || !strcmp(a, "--intra") || !strcmp(a, "--inter") || !strcmp(a, "--top");
         if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--any-feature")) mc.any_feature = 1;
@@ -344,6 +345,7 @@ static dt_status cmd_plan(int argc, char **argv) {
             else if (!strcmp(a, "--ranks-per-node")) s = parse_long(a, v, 1, 1 << 20, &rpn);
             else if (!strcmp(a, "--top")) s = parse_long(a, v, 1, 1 << 20, &top);
             else if (!strcmp(a, "--cores")) s = parse_long(a, v, 1, 1 << 20, &cores);
+            else if (!strcmp(a, "--load")) s = parse_long(a, v, 1, 4096, &load);
             else if (!strcmp(a, "--intra")) s = parse_link(a, v, &mc.intra);
             else if (!strcmp(a, "--inter")) s = parse_link(a, v, &mc.inter);
             else {
@@ -363,25 +365,15 @@ static dt_status cmd_plan(int argc, char **argv) {
     DT_TRY(dt_layout_build(&L, &c, 0));
     DT_TRY(dt_layout_check(&L, DT_CHECK_CONFIG));
     if (world < 1) return dt_fail(DT_EINPUT, "plan: -n WORLD is required");
+    if (load && (cores || flops > 0))
+        return dt_fail(DT_EINPUT, "plan: --load measures the rate under the node's load: not with --cores or --flops");
     mc.world = (int)world;
     mc.ranks_per_node = rpn > 0 ? (int)rpn : (int)world;
     mc.memory = mem_gb > 0 ? mem_gb * 1e9 : dt_memory_available() / mc.ranks_per_node;
     dt_cpu_set_threads(c.threads);
     mc.cores = (int)cores;
-    if (flops <= 0) { /* every shard shape a layout of this world gives a rank */
-        gpt_shape shape = L.shape;
-        DT_TRY(gpt_shape_check(&shape));
-        DT_TRY(dt_plan_calibrate(&c, 1, 1, &flops, &mc.optim_s));
-        for (int tp = 1; tp <= mc.world; tp++)
-            for (int cp = 1; mc.world % tp == 0 && cp <= mc.world / tp; cp++) {
-                if ((mc.world / tp) % cp || !dt_plan_shard_ok(&c, &shape, tp, cp) || mc.nrates == DT_PLAN_MAX_RATES)
-                    continue;
-                dt_plan_rate *r = &mc.rates[mc.nrates++];
-                *r = (dt_plan_rate){tp, cp, flops};
-                if (tp > 1 || cp > 1) DT_TRY(dt_plan_calibrate(&c, tp, cp, &r->flops, NULL));
-            }
-    }
-    mc.flops = flops;
+    if (flops <= 0) DT_TRY(dt_plan_calibrate_machine(&c, &mc, (int)load)); /* every shard shape of the world */
+    else mc.flops = flops;
     enum { CAP = 1 << 16 }; /* layouts x ZeRO stages: a few thousand for any world up to 2^20 */
     dt_plan_entry *e = malloc(sizeof *e * CAP);
     if (!e) return dt_fail(DT_ERUNTIME, "out of memory");

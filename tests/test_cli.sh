@@ -45,6 +45,17 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) > 5 and all(r["dp"] * r["pp"] * r["cp"] * r["tp"] == 4 for r in rows), rows
 assert all(r["share"] == 2 and r["optim_s"] > 0 and r["step_s"] >= 2 * r["compute_s"] for r in rows), rows[0]
 PY
+# --load 2: the rates measured with 2 copies at once (a loaded rank's), so no core sharing
+# is counted on top; with --cores it is refused
+"$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 2 --load 2 --threads 1 --json --top 100 >"$TMP/plan.json" 2>&1 &&
+python3 - "$TMP/plan.json" <<'PY' && pass "plan --load 2: calibrated under load" || fail "plan --load: $(tail -2 "$TMP/plan.json")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) > 2 and all(r["share"] == 1 and r["compute_s"] > 0 and r["optim_s"] > 0 for r in rows), rows
+PY
+"$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --load 4 --cores 2 >/dev/null 2>"$TMP/plan.err"
+[ $? -eq 2 ] && [ "$(wc -l <"$TMP/plan.err")" -eq 1 ] && grep -q "not with --cores" "$TMP/plan.err" &&
+  pass "plan: --load with --cores refused" || fail "plan --load --cores: $(cat "$TMP/plan.err")"
 # `bench comm` fits alpha-beta per sweep and prints what `plan --intra/--inter` takes
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if command -v mpirun >/dev/null; then
@@ -54,6 +65,14 @@ link=$(grep -oE '^# fit allreduce ring: alpha .* \(dtrain plan --intra or --inte
        grep -oE '[0-9.e+-]+:[0-9.e+-]+')
 [ -n "$link" ] && "$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --flops 1e10 --intra "$link" --top 1 >/dev/null &&
   pass "bench comm's fit ($link) feeds plan --intra" || fail "bench comm fit: $(grep fit "$TMP/bc.txt")"
+# --group 2 of 4 ranks: two all-reduces of 2 ranks at once (a link under its layout's load)
+mpirun --oversubscribe --mca btl self,vader -np 4 "$DTRAIN" bench comm --ops allreduce --algos ring --sizes 4K:64K \
+  --group 2 >"$TMP/bc.txt" 2>&1 && grep -q "^# bench comm: 2 ranks in each of 2 groups at once" "$TMP/bc.txt" &&
+  grep -q "^# fit allreduce ring" "$TMP/bc.txt" && pass "bench comm --group 2 of 4" ||
+  fail "bench comm --group: $(tail -2 "$TMP/bc.txt")"
+mpirun --oversubscribe --mca btl self,vader -np 4 "$DTRAIN" bench comm --group 3 >/dev/null 2>"$TMP/bc.err"
+[ $? -eq 2 ] && grep -q "group 3 does not divide the 4 ranks" "$TMP/bc.err" && pass "bench comm: --group 3 of 4 refused" ||
+  fail "bench comm --group 3: $(cat "$TMP/bc.err")"
 fi
 # nothing fits: that one line (not a refused layout's), exit 2
 "$DTRAIN" plan --config "$SRC/tests/data/tiny.json" -n 4 --flops 1e10 --memory 0.000001 >/dev/null 2>"$TMP/plan.err"

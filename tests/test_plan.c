@@ -116,6 +116,40 @@ int main(void) {
         CHECK(shards > 0, "the plan offers HSDP layouts (%d of %d)", shards, k);
     }
 
+    /* the planner's per-unit policies: ZeRO-3 with the embeddings replicated (wte + wpe, one
+     * unit) all-reduces them per micro-batch (2 passes) where ZeRO-3 passes 3 times over
+     * them, gathers nothing for them, and updates them whole; memory the estimator's */
+    {
+        double emb = 256.0 * 64 + 64.0 * 64, mb = 1; /* m: 16 / (2 x 8) */
+        CHECK(dt_plan_layout_policy(&c, &mc, 8, 1, 1, 1, 3, 0, 1, &e) == DT_OK && e.policy == 1,
+              "ZeRO-3 with %s", dt_plan_policies[1]);
+        CHECK(near(e.comm_bytes[DT_PLAN_DP], (3 * mb * (psi - emb) + 2 * mb * emb) * 7.0 / 8 * 4) &&
+                  near(e.comm_s[DT_PLAN_DP], (3 * mb * 5 + 2 * mb * 1) * 7 * 1e-5 + e.comm_bytes[DT_PLAN_DP] / 1e9),
+              "replicated embeddings: all-reduced, not gathered (%.0f bytes)", e.comm_bytes[DT_PLAN_DP]);
+        lc = c;
+        lc.parallel.zero = 3;
+        strcpy(lc.parallel.policy, dt_plan_policies[1]);
+        CHECK(near(e.memory, dt_estimate_rank_bytes(&lc, 8)) && e.memory > z3.memory, "policy memory = the estimator's");
+        CHECK(dt_plan_layout_policy(&c, &mc, 4, 1, 1, 2, 3, 0, 1, &e) == DT_EINPUT,
+              "a replicated unit with tp: refused as the run refuses it");
+        CHECK(dt_plan_layout_policy(&c, &mc, 8, 1, 1, 1, 3, 4, 3, &e) == DT_OK &&
+                  near(e.cross_bytes, 4 * (2.0 / 2 * (psi - emb - 128) / 4 * 4) + 4 * (2.0 / 2 * (emb + 128) * 4)),
+              "HSDP with replicated units: their whole gradient across (%.0f bytes)", e.cross_bytes);
+        static dt_plan_entry every[4096];
+        int k = dt_plan_all(&c, &mc, every, 4096), pol = 0, other = 0;
+        for (int i = 0; i < k; i++) {
+            pol += every[i].policy > 0;
+            other += every[i].policy > 0 && (every[i].zero == 0 || every[i].tp * every[i].pp * every[i].cp > 1);
+        }
+        CHECK(pol > 0 && other == 0, "the plan offers policies (%d of %d), with ZeRO stages of dp alone", pol, k);
+        lc = c;
+        strcpy(lc.parallel.policy, "ln_f.*:ddp");
+        k = dt_plan_all(&lc, &mc, every, 4096), pol = 0;
+        for (int i = 0; i < k; i++) pol += every[i].policy > 0;
+        CHECK(k > 0 && pol == 0 && dt_plan_layout_policy(&lc, &mc, 8, 1, 1, 1, 3, 0, 1, &e) == DT_EINPUT,
+              "a config's own policy is the only one planned");
+    }
+
     /* a measured rate per shard shape: tp 2's smaller GEMMs at half the rate */
     mc.rates[mc.nrates++] = (dt_plan_rate){2, 1, 5e9};
     CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 0, &e) == DT_OK && near(e.compute_s, 2 * flops), "tp 2 at its rate");

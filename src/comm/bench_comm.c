@@ -4,7 +4,10 @@
  * algbw · (N-1)/N for reduce-scatter and all-gather. f32 data; all-reduce uses DT_AVG on
  * ones so values stay finite and normal however many iterations run. The shm algorithm
  * runs twice: on ordinary buffers ("shm") and on node-shared ones from
- * dt_comm_alloc_shared ("shm-reg", as DDP's gradient buckets and ZeRO's buffers are). */
+ * dt_comm_alloc_shared ("shm-reg", as DDP's gradient buckets and ZeRO's buffers are).
+ * --group K runs the collectives in groups of K consecutive ranks, all groups at once: a
+ * link measured under the load a layout puts on it (every rank of an oversubscribed node
+ * busy, as in a hybrid-sharded step), not on an idle machine. */
 #include "bench_comm.h"
 
 #include <stdio.h>
@@ -94,9 +97,12 @@ static void fit_print(const double *ne, const char *op, const char *algo) {
 
 static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int nsizes, const int *ops,
                        const int *algos, int fixed_iters, float *plain, float *shared, float *b, double *all) {
-    int n = dt_comm_size(world), rank = dt_comm_rank(world);
+    int n = dt_comm_size(world), rank = dt_comm_rank(ctl);
     if (rank == 0) {
-        printf("# bench comm: %d ranks (%d on this node), f32; time = slowest rank's mean per call\n", n,
+        int groups = dt_comm_size(ctl) / n;
+        char by[64] = "";
+        if (groups > 1) snprintf(by, sizeof by, " in each of %d groups at once", groups);
+        printf("# bench comm: %d ranks%s (%d on this node), f32; time = slowest rank's mean per call\n", n, by,
                dt_comm_local_size(world));
         printf("%-15s %10s  %-7s %6s %12s %12s %12s\n", "op", "bytes", "algo", "iters", "time_us", "algbw_GB/s",
                "busbw_GB/s");
@@ -107,9 +113,12 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
         if (!ops[oi]) continue;
         for (int ai = 0; ai < DT_ALGO_N; ai++) {
             if (!algos[ai] || ai == DT_ALGO_AUTO || !dt_algo_supports((dt_algo)ai, op)) continue;
-            if (dt_comm_set_algo(world, op, (dt_algo)ai) != DT_OK) { /* e.g. shm across nodes */
+            /* e.g. shm across nodes; every group skips if one must (all run at once) */
+            double bad = dt_comm_set_algo(world, op, (dt_algo)ai) != DT_OK, any;
+            DT_TRY(max_over_ranks(ctl, bad, all, &any));
+            if (any > 0) {
                 if (rank == 0) printf("# %s: %s skipped: %s\n", dt_coll_name(op), dt_algo_name((dt_algo)ai),
-                                      dt_error_message());
+                                      bad ? dt_error_message() : "not on every group");
                 dt_error_clear();
                 continue;
             }
@@ -155,12 +164,14 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
 
 dt_status dt_bench_comm(dt_comm *world, int argc, char **argv) {
     size_t lo = 4u << 10, hi = 256u << 20;
-    int ops[3] = {1, 1, 1}, algos[DT_ALGO_N], iters = 0;
+    int ops[3] = {1, 1, 1}, algos[DT_ALGO_N], iters = 0, group = 0;
     for (int i = 0; i < DT_ALGO_N; i++) algos[i] = 1;
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i];
-        int known = !strcmp(o, "--sizes") || !strcmp(o, "--ops") || !strcmp(o, "--algos") || !strcmp(o, "--iters");
-        if (!known) return dt_fail(DT_EINPUT, "bench comm: unknown option '%s' (--sizes, --ops, --algos, --iters)", o);
+        int known = !strcmp(o, "--sizes") || !strcmp(o, "--ops") || !strcmp(o, "--algos") || !strcmp(o, "--iters") ||
+                    !strcmp(o, "--group");
+        if (!known)
+            return dt_fail(DT_EINPUT, "bench comm: unknown option '%s' (--sizes, --ops, --algos, --iters, --group)", o);
         if (i + 1 >= argc) return dt_fail(DT_EINPUT, "bench comm: option %s needs a value", o);
         const char *v = argv[++i];
         if (!strcmp(o, "--sizes")) {
@@ -183,8 +194,9 @@ dt_status dt_bench_comm(dt_comm *world, int argc, char **argv) {
         } else {
             char *end;
             long n = strtol(v, &end, 10);
-            if (*end || n < 1 || n > 1000000) return dt_fail(DT_EINPUT, "bench comm: --iters '%s' is not in 1..1000000", v);
-            iters = (int)n;
+            if (*end || n < 1 || n > 1000000) return dt_fail(DT_EINPUT, "bench comm: %s '%s' is not in 1..1000000", o, v);
+            if (!strcmp(o, "--group")) group = (int)n;
+            else iters = (int)n;
         }
     }
     /* 4 KiB · 4^k within [lo, hi], plus the bounds themselves */
@@ -195,30 +207,37 @@ dt_status dt_bench_comm(dt_comm *world, int argc, char **argv) {
         if (s > lo && s < hi) sizes[ns++] = s;
     if (hi > lo) sizes[ns++] = hi;
 
-    int n = dt_comm_size(world);
+    int W = dt_comm_size(world), wr = dt_comm_rank(world);
+    if (group && W % group)
+        return dt_fail(DT_EINPUT, "bench comm: --group %d does not divide the %d ranks", group, W);
+    dt_comm *grp = NULL; /* the ranks each collective runs over: the world, or its group */
+    dt_status st = group ? dt_comm_split(world, wr / group, wr, &grp) : DT_OK;
+    dt_comm *on = grp ? grp : world;
+    int n = dt_comm_size(on);
     dt_algo saved[DT_COLL_N];
-    for (int k = 0; k < DT_COLL_N; k++) saved[k] = dt_comm_get_algo(world, (dt_coll)k);
-    dt_comm *ctl = NULL; /* control traffic (barriers, timings) on MPI's algorithms */
+    for (int k = 0; k < DT_COLL_N; k++) saved[k] = dt_comm_get_algo(on, (dt_coll)k);
+    dt_comm *ctl = NULL; /* control traffic (barriers, timings) over every rank, on MPI's algorithms */
     float *a = NULL, *ra = NULL, *b = NULL;
     double *all = NULL;
-    dt_status st = dt_comm_split(world, 0, dt_comm_rank(world), &ctl);
+    if (!st) st = dt_comm_split(world, 0, wr, &ctl);
     for (int k = 0; ctl && !st && k < DT_COLL_N; k++) st = dt_comm_set_algo(ctl, (dt_coll)k, DT_ALGO_MPI);
     /* buffers once, at the largest size: all-reduce and all-gather use a; reduce-scatter a -> b */
     if (!st) st = dt_alloc((void **)&a, hi, "bench comm buffer");
-    if (!st && algos[DT_ALGO_SHM]) st = dt_comm_alloc_shared(world, hi, "bench comm buffer", (void **)&ra);
+    if (!st && algos[DT_ALGO_SHM]) st = dt_comm_alloc_shared(on, hi, "bench comm buffer", (void **)&ra);
     if (!st) st = dt_alloc((void **)&b, hi / (size_t)n + 64, "bench comm buffer");
-    if (!st) st = dt_alloc((void **)&all, sizeof(double) * (size_t)n, "bench comm timings");
+    if (!st) st = dt_alloc((void **)&all, sizeof(double) * (size_t)W, "bench comm timings");
     if (!st) {
         for (size_t i = 0; i < hi / sizeof(float); i++) a[i] = 1.0f;
         if (ra) memcpy(ra, a, hi);
-        st = bench(world, ctl, sizes, ns, ops, algos, iters, a, ra, b, all);
+        st = bench(on, ctl, sizes, ns, ops, algos, iters, a, ra, b, all);
     }
-    for (int k = 0; k < DT_COLL_N; k++) dt_comm_set_algo(world, (dt_coll)k, saved[k]);
+    for (int k = 0; k < DT_COLL_N; k++) dt_comm_set_algo(on, (dt_coll)k, saved[k]);
     dt_free(a);
-    dt_comm_free_shared(world, ra);
+    dt_comm_free_shared(on, ra);
     dt_free(b);
     dt_free(all);
     dt_comm_free(ctl);
+    dt_comm_free(grp);
     if (st) dt_error_context("bench comm");
     return st;
 }

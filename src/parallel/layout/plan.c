@@ -11,6 +11,7 @@
 #include "../data_parallel/strategy.h"
 #include "estimate.h"
 #include "layout.h"
+#include "policy.h"
 #include "../model_parallel/pipeline.h"
 #include "../model_parallel/tensor_parallel.h"
 
@@ -64,14 +65,24 @@ int dt_plan_shard_ok(const dt_config *c, const gpt_shape *s, int tp, int cp) {
     return gpt_tp_splits_heads(s, tp) && cp >= 1 && s->padded_vocab % tp == 0 && (cp == 1 || T % (2 * cp) == 0);
 }
 
+const char *const dt_plan_policies[DT_PLAN_NPOLICIES] = {"", "w?e.weight:ddp", "ln_f.*:ddp",
+                                                          "w?e.weight:ddp,ln_f.*:ddp"};
+
 dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
                          dt_plan_entry *out) {
-    return dt_plan_layout_hsdp(c, mc, dp, pp, cp, tp, zero, 0, out);
+    return dt_plan_layout_policy(c, mc, dp, pp, cp, tp, zero, 0, 0, out);
 }
 
-/* Hybrid sharding's data-parallel traffic (strategy.h's ring passes inside a shard group
- * of k ranks, then each rank's gradient shard all-reduced over the R = dp / k replicas). */
-static void hsdp_comm(const dt_machine *mc, dt_plan_entry *out, int k, double passes, double psi, double f, double units) {
+dt_status dt_plan_layout_hsdp(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
+                              int shard, dt_plan_entry *out) {
+    return dt_plan_layout_policy(c, mc, dp, pp, cp, tp, zero, shard, 0, out);
+}
+
+/* Hybrid sharding's data-parallel traffic, added to out: strategy.h's ring passes of psi
+ * inside a shard group of k ranks, then each rank's slice (its gradient shard; a
+ * replicated unit whole) all-reduced over the R = dp / k replicas. */
+static void hsdp_comm(const dt_machine *mc, dt_plan_entry *out, int k, double passes, double psi, double slice,
+                      double f, double units) {
     int dp = out->dp, stride = out->pp * out->cp * out->tp, rpn = mc->ranks_per_node, R = dp / k;
     int world = dp * stride, span = k * stride; /* a shard group: consecutive ranks */
     int intra = world <= rpn || (span <= rpn && rpn % span == 0);
@@ -84,17 +95,19 @@ static void hsdp_comm(const dt_machine *mc, dt_plan_entry *out, int k, double pa
     dt_link out_l = across ? mc->inter : mc->intra;
     int groups = span < rpn ? span : rpn;
     if (across) out_l.beta /= groups;
-    double rvol = 2.0 * (R - 1.0) / R * psi / k * f, rmsgs = 2.0 * (R - 1) * units;
-    out->comm_bytes[DT_PLAN_DP] = vol + rvol;
-    out->comm_s[DT_PLAN_DP] = link_time(&in, msgs, vol) + link_time(&out_l, rmsgs, rvol);
+    double rvol = 2.0 * (R - 1.0) / R * slice * f, rmsgs = 2.0 * (R - 1) * units;
+    out->comm_bytes[DT_PLAN_DP] += vol + rvol;
+    out->comm_s[DT_PLAN_DP] += link_time(&in, msgs, vol) + link_time(&out_l, rmsgs, rvol);
     out->intra[DT_PLAN_DP] = intra && !across;
-    out->cross_bytes = (intra ? 0.0 : vol * dt_plan_link_share(DT_PLAN_DP, k, out->pp, out->cp, out->tp, rpn)) +
-                       (across ? rvol * groups : 0.0);
+    out->cross_bytes += (intra ? 0.0 : vol * dt_plan_link_share(DT_PLAN_DP, k, out->pp, out->cp, out->tp, rpn)) +
+                        (across ? rvol * groups : 0.0);
 }
 
-dt_status dt_plan_layout_hsdp(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
-                              int shard, dt_plan_entry *out) {
+dt_status dt_plan_layout_policy(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
+                                int shard, int policy, dt_plan_entry *out) {
     memset(out, 0, sizeof *out);
+    if (policy < 0 || policy >= DT_PLAN_NPOLICIES || (policy && c->parallel.policy[0]))
+        return dt_fail(DT_EINPUT, "plan: policy %d: the config's own, or one of the planner's where it has none", policy);
     if (shard && (zero < 1 || shard <= 1 || shard >= dp || dp % shard))
         return dt_fail(DT_EINPUT, "plan: dp_shard %d: ZeRO 1-3 within groups that divide dp %d (1 < dp_shard < dp)",
                        shard, dp);
@@ -111,6 +124,7 @@ dt_status dt_plan_layout_hsdp(const dt_config *c, const dt_machine *mc, int dp, 
     lc.parallel.pp = pp;
     lc.parallel.cp = cp;
     lc.parallel.dp_shard = shard;
+    if (policy) strcpy(lc.parallel.policy, dt_plan_policies[policy]);
     DT_TRY(dt_config_resolve_micro_batch(&lc, mc->world)); /* parallel.micro_batches fixes m, not the micro-batch */
     int T = c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len, micro = lc.train.micro_batch;
     long long gb = lc.train.global_batch > 0 ? lc.train.global_batch : (long long)micro * dp;
@@ -134,7 +148,8 @@ dt_status dt_plan_layout_hsdp(const dt_config *c, const dt_machine *mc, int dp, 
     DT_TRY(dt_layout_build(&run, &lc, mc->world));
     if (!mc->any_feature && dt_layout_check(&run, DT_CHECK_FEATURES) != DT_OK)
         return dt_fail(DT_EINPUT, "plan: dp %d pp %d cp %d tp %d does not run (dtrain train says why)", dp, pp, cp, tp);
-    *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m, .shard = shard};
+    *out = (dt_plan_entry){.dp = dp, .pp = pp, .cp = cp, .tp = tp, .zero = zero, .m = m, .shard = shard,
+                           .policy = policy};
     out->memory = dt_estimate_layout_bytes(&run);
 
     /* compute: the step's FLOPs spread evenly, at the rate of this rank's shard shape; a
@@ -181,17 +196,24 @@ dt_status dt_plan_layout_hsdp(const dt_config *c, const dt_machine *mc, int dp, 
     int N = dp * cp;
     gpt_layout lay = {.tp = tp, .sp = run.sp, .recompute = dt_layout_recompute(&run)};
     /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
-    double psi = (double)gpt_param_count_layout(&s, &lay) / pp;
-    out->optim_s = psi / (mode->sharded ? (shard ? shard : N) : 1) * mc->optim_s;
+    double psi = (double)gpt_param_count_layout(&s, &lay) / pp, units = s.n_layer / pp + 2;
+    /* a policy's ddp units (the layout's check: tp, pp, cp 1): whole on every rank, their
+     * gradients all-reduced when the stage reduces (once a step, or per micro-batch) */
+    size_t rp = 0;
+    int ru = 0;
+    if (lc.parallel.policy[0])
+        DT_TRY(dt_policy_replicated(lc.parallel.policy, zero, &s, lc.parallel.unit_blocks, &rp, &ru));
+    double psi_r = (double)rp, psi_s = psi - psi_r;
+    const double *ring = mode->ring[pp > 1];
+    double passes = ring[0] + ring[1] * m, passes_r = 2.0 * (ring[1] > 0 ? m : 1);
+    out->optim_s = (psi_s / (mode->sharded ? (shard ? shard : N) : 1) + psi_r) * mc->optim_s;
     if (shard) { /* the layout's check: cp 1 */
-        const double *ring = mode->ring[pp > 1];
-        hsdp_comm(mc, out, shard, ring[0] + ring[1] * m, psi, f, s.n_layer / pp + 2);
+        hsdp_comm(mc, out, shard, passes, psi_s, psi_s / shard, f, units - ru);
+        if (ru) hsdp_comm(mc, out, shard, passes_r, psi_r, psi_r, f, ru);
     } else if (N > 1) { /* gradients over dp x cp, in ring passes of part each ((N-1) messages per unit),
                     as many as the mode makes (strategy.h); a pipeline gathers ZeRO-3's parameters once */
-        double part = (N - 1.0) / N * psi * f;
-        const double *ring = mode->ring[pp > 1];
-        double passes = ring[0] + ring[1] * m;
-        double vol = passes * part, msgs = passes * (N - 1) * (s.n_layer / pp + 2);
+        double vol = (passes * psi_s + passes_r * psi_r) * (N - 1.0) / N * f;
+        double msgs = (passes * (units - ru) + passes_r * ru) * (N - 1);
         out->comm_bytes[DT_PLAN_DP] = vol;
         out->comm_s[DT_PLAN_DP] = link_time(lk[DT_PLAN_DP], msgs, vol);
     }
@@ -230,15 +252,18 @@ int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, in
                 if ((W / tp / pp) % cp) continue;
                 int dp = W / tp / pp / cp;
                 for (int z = 0; z <= 3; z++)
-                    for (int k = 0; k < dp && n < cap; k = next_shard(z, dp, k)) { /* 0: one group; HSDP's */
-                        dt_plan_entry e;
-                        if (dt_plan_layout_hsdp(c, mc, dp, pp, cp, tp, z, k, &e) != DT_OK) {
-                            dt_error_clear(); /* a layout that does not run: not an error of the plan */
-                            continue;
+                    for (int k = 0; k < dp && n < cap; k = next_shard(z, dp, k)) /* 0: one group; HSDP's */
+                        /* the planner's policies: ZeRO stages of dp ranks alone (where the engine runs them) */
+                        for (int p = 0; p < (z && !c->parallel.policy[0] && tp * pp * cp == 1 ? DT_PLAN_NPOLICIES : 1) &&
+                                        n < cap; p++) {
+                            dt_plan_entry e;
+                            if (dt_plan_layout_policy(c, mc, dp, pp, cp, tp, z, k, p, &e) != DT_OK) {
+                                dt_error_clear(); /* a layout that does not run: not an error of the plan */
+                                continue;
+                            }
+                            if (mc->memory > 0 && e.memory > mc->memory) continue;
+                            out[n++] = e;
                         }
-                        if (mc->memory > 0 && e.memory > mc->memory) continue;
-                        out[n++] = e;
-                    }
             }
     qsort(out, (size_t)n, sizeof *out, by_step);
     return n;
@@ -379,14 +404,22 @@ static const char *const fix_key[DT_FIX_N] = {"ranks", "recompute", "micro_batch
                                                "offload_nvme"};
 
 static void layout_name(const dt_plan_entry *x, char *buf, size_t cap) {
-    int n = snprintf(buf, cap, "dp%d pp%d cp%d tp%d z%d", x->dp, x->pp, x->cp, x->tp, x->zero);
-    if (x->shard && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " s%d", x->shard);
+    static const char *const repl[DT_PLAN_NPOLICIES] = {"", " ddp:emb", " ddp:ln_f", " ddp:emb,ln_f"};
+    snprintf(buf, cap, "dp%d pp%d cp%d tp%d z%d", x->dp, x->pp, x->cp, x->tp, x->zero);
+    size_t n = strlen(buf);
+    if (x->shard && n < cap) snprintf(buf + n, cap - n, " s%d", x->shard);
+    n = strlen(buf);
+    if (n < cap) snprintf(buf + n, cap - n, "%s", repl[x->policy]);
+}
+
+static const char *policy_of(const dt_plan_entry *x) { /* the planner's; the config's is the config's */
+    return dt_plan_policies[x->policy];
 }
 
 static void layout_json(FILE *f, const dt_plan_entry *x) {
-    fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"dp_shard\": %d, \"m\": %d, "
-            "\"memory\": %.0f, \"step_s\": %.6g, \"tokens_per_s\": %.6g}", x->dp, x->pp, x->cp, x->tp, x->zero,
-            x->shard, x->m, x->memory, x->step_s, x->tokens_per_s);
+    fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"dp_shard\": %d, \"policy\": \"%s\", "
+            "\"m\": %d, \"memory\": %.0f, \"step_s\": %.6g, \"tokens_per_s\": %.6g}", x->dp, x->pp, x->cp, x->tp,
+            x->zero, x->shard, policy_of(x), x->m, x->memory, x->step_s, x->tokens_per_s);
 }
 
 void dt_plan_print_advice(FILE *f, const dt_plan_advice *a, const dt_machine *mc, int json) {
@@ -444,16 +477,16 @@ void dt_plan_print_advice(FILE *f, const dt_plan_advice *a, const dt_machine *mc
 void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
     static const char *gn[DT_PLAN_NGROUPS] = {"tp", "cp", "pp", "dp"};
     if (!json)
-        fprintf(f, "%-4s %-22s %4s %10s %7s %9s %9s %9s %9s %9s %10s\n", "#", "layout", "m", "memory MB", "bubble",
+        fprintf(f, "%-4s %-34s %4s %10s %7s %9s %9s %9s %9s %9s %10s\n", "#", "layout", "m", "memory MB", "bubble",
                 "tp ms", "cp ms", "pp ms", "dp ms", "step ms", "tokens/s");
     for (int i = 0; i < n; i++) {
         const dt_plan_entry *x = &e[i];
         if (json) {
-            fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"dp_shard\": %d, \"m\": %d, "
-                    "\"memory\": %.0f, \"bubble\": %.4f, \"compute_s\": %.6g, \"share\": %.4g, \"optim_s\": %.6g, "
-                    "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"cross_bytes\": %.0f",
-                    x->dp, x->pp, x->cp, x->tp, x->zero, x->shard, x->m, x->memory, x->bubble, x->compute_s, x->share,
-                    x->optim_s, x->step_s, x->tokens_per_s, x->cross_bytes);
+            fprintf(f, "{\"dp\": %d, \"pp\": %d, \"cp\": %d, \"tp\": %d, \"zero\": %d, \"dp_shard\": %d, "
+                    "\"policy\": \"%s\", \"m\": %d, \"memory\": %.0f, \"bubble\": %.4f, \"compute_s\": %.6g, "
+                    "\"share\": %.4g, \"optim_s\": %.6g, \"step_s\": %.6g, \"tokens_per_s\": %.6g, \"cross_bytes\": %.0f",
+                    x->dp, x->pp, x->cp, x->tp, x->zero, x->shard, policy_of(x), x->m, x->memory, x->bubble,
+                    x->compute_s, x->share, x->optim_s, x->step_s, x->tokens_per_s, x->cross_bytes);
             for (int g = 0; g < DT_PLAN_NGROUPS; g++)
                 fprintf(f, ", \"%s_bytes\": %.0f, \"%s_s\": %.6g, \"%s_intra\": %s", gn[g], x->comm_bytes[g], gn[g],
                         x->comm_s[g], gn[g], x->intra[g] ? "true" : "false");
@@ -462,55 +495,8 @@ void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json) {
         }
         char lay[64];
         layout_name(x, lay, sizeof lay);
-        fprintf(f, "%-4d %-22s %4d %10.1f %7.3f %9.2f %9.2f %9.2f %9.2f %9.2f %10.0f\n", i + 1, lay, x->m,
+        fprintf(f, "%-4d %-34s %4d %10.1f %7.3f %9.2f %9.2f %9.2f %9.2f %9.2f %10.0f\n", i + 1, lay, x->m,
                 x->memory / 1e6, x->bubble, 1e3 * x->comm_s[DT_PLAN_TP], 1e3 * x->comm_s[DT_PLAN_CP],
                 1e3 * x->comm_s[DT_PLAN_PP], 1e3 * x->comm_s[DT_PLAN_DP], 1e3 * x->step_s, x->tokens_per_s);
     }
-}
-
-dt_status dt_plan_calibrate(const dt_config *c, int tp, int cp, double *flops, double *optim_s) {
-    /* The rate per FLOP is the shard's GEMM shapes' (width / tp, tokens), not the depth's:
-     * at most 2 blocks and 512 tokens are run, so a model that does not fit this
-     * machine (what the planner is for) is calibrated without being built whole. */
-    gpt_shape s = gpt_shape_of_config(c);
-    s.n_layer = s.n_layer < 2 ? s.n_layer : 2;
-    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp, B = c->train.micro_batch;
-    if (T > 512) T = 512; /* the FLOPs are counted at this length too */
-    if ((long long)B * T > 512) B = 512 / T;
-    gpt_layout lay = {.tp = tp}; /* no collectives attached: each is an identity */
-    DT_TRY(gpt_shape_check(&s));
-    double need = 16.0 * (double)gpt_param_count_layout(&s, &lay) +
-                  (double)gpt_activation_bytes_layout(&s, B, T, 4, &lay, NULL) + 2.0 * B * T;
-    double have = (double)dt_memory_available() / 2;
-    if (need > have)
-        return dt_fail(DT_EINPUT, "plan: calibrating a rank's speed on this machine needs %.1f GB for two blocks of "
-                       "width %d / tp %d (%.1f GB free); pass --flops F (a rank's FLOP/s) instead", need / 1e9,
-                       s.n_embd, tp, have * 2 / 1e9);
-    gpt_model m;
-    DT_TRY(gpt_create_layout(&m, &s, dt_ops_cpu(), B, T, 1, &lay));
-    gpt_init(&m, 1);
-    size_t n = (size_t)B * T, np = m.nparams;
-    dt_token *tok = malloc(n * sizeof(dt_token));
-    float *mom = optim_s ? calloc(2 * np, sizeof(float)) : NULL;
-    dt_status st = tok && (mom || !optim_s) ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (calibration)");
-    for (size_t i = 0; st == DT_OK && i < n; i++) tok[i] = (dt_token)((i * 7919u) % (unsigned)(s.vocab_size / tp));
-    double t0 = 0, loss;
-    for (int k = 0; k < 3 && st == DT_OK; k++) {
-        if (k == 1) t0 = dt_now();
-        st = gpt_forward_backward(&m, tok, tok, B, T, 1.0f / (float)n, &loss);
-    }
-    if (st == DT_OK) *flops = 2.0 * (double)n * gpt_flops_per_token(&m.shape, T) / tp / (dt_now() - t0);
-    if (st == DT_OK && optim_s) { /* the update as the trainer runs it: the norm, then AdamW over every element */
-        dt_adamw_hparams hp = {1e-4, 1e-5, 0.9, 0.95, 1e-8, 0.1, 1.0, 0, 100};
-        for (int k = 0; k < 3; k++) {
-            if (k == 1) t0 = dt_now();
-            float g = dt_clip_coef(dt_grad_norm(m.ops, m.grads, np), hp.grad_clip);
-            dt_adamw_range(&hp, m.ops, k + 1, 1, 1e-4, g, m.params, NULL, m.grads, mom, mom + np, np);
-        }
-        *optim_s = (dt_now() - t0) / 2 / (double)np;
-    }
-    free(mom);
-    free(tok);
-    gpt_destroy(&m);
-    return st;
 }

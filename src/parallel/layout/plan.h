@@ -44,6 +44,7 @@ enum { DT_PLAN_TP, DT_PLAN_CP, DT_PLAN_PP, DT_PLAN_DP, DT_PLAN_NGROUPS };
 typedef struct {
     int dp, pp, cp, tp, zero, m; /* m: micro-batches per step per data-parallel rank */
     int shard;                   /* HSDP: ZeRO within groups of this many dp ranks, replicas across (0: one group) */
+    int policy;                  /* dt_plan_policies' index (0: the config's parallel.policy) */
     double cross_bytes;          /* what a node sends across its link per step (every group of it that crosses) */
     double memory;               /* bytes per rank (the estimator's) */
     double compute_s;            /* this rank's FLOPs over its rate, without bubble or core sharing */
@@ -74,8 +75,20 @@ dt_status dt_plan_layout(const dt_config *c, const dt_machine *mc, int dp, int p
  * groups' gradient shards all-reduced across once per step. */
 dt_status dt_plan_layout_hsdp(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
                               int shard, dt_plan_entry *out);
-/* Every layout of mc->world that runs and fits, best first, into out (at most cap);
- * returns how many. */
+/* The per-unit policies (parallel.policy) the planner tries with each ZeRO stage when
+ * the config names none; index 0 is the config's own. The small units replicated: their
+ * gathers and reduce-scatters per micro-batch cost latency (messages) that an all-reduce
+ * does not, for 16 bytes per parameter of memory. */
+#define DT_PLAN_NPOLICIES 4
+extern const char *const dt_plan_policies[DT_PLAN_NPOLICIES];
+/* ... with policy dt_plan_policies[policy] (0: the config's): its ddp units' gradients
+ * all-reduced as the stage reduces (per micro-batch from ZeRO-2), across the replicas too
+ * under HSDP, nothing gathered for them, updated whole on every rank. */
+dt_status dt_plan_layout_policy(const dt_config *c, const dt_machine *mc, int dp, int pp, int cp, int tp, int zero,
+                                int shard, int policy, dt_plan_entry *out);
+/* Every layout of mc->world that runs and fits (with each ZeRO stage, HSDP shard size
+ * and, where the config names no policy, each of dt_plan_policies), best first, into out
+ * (at most cap); returns how many. */
 int dt_plan_all(const dt_config *c, const dt_machine *mc, dt_plan_entry *out, int cap);
 /* When no layout fits: the nearest layout and the changes that make one fit, each
  * checked by planning again with it (so every suggestion is a plan that has a layout). */
@@ -106,11 +119,13 @@ void dt_plan_advise(const dt_config *c, const dt_machine *mc, dt_plan_advice *a)
 /* The advice against mc->memory bytes per rank, as text, or one JSON object (a line). */
 void dt_plan_print_advice(FILE *f, const dt_plan_advice *a, const dt_machine *mc, int json);
 
-/* Measures here, with this process's threads, one rank's training FLOP/s for the shard
- * shape of tp tensor-parallel pieces and T/cp positions (forward + backward of one
- * micro-batch of that rank's model, the collectives left out, after a warm-up), and
- * (optim_s not NULL) the optimizer update's seconds per parameter. */
-dt_status dt_plan_calibrate(const dt_config *c, int tp, int cp, double *flops, double *optim_s);
+/* Calibrates mc (mc->world set): its rates for every tp x cp shard shape a layout of the
+ * world gives a rank, the 1 x 1 rate as mc->flops, and mc->optim_s. load > 1: load
+ * processes (this one and load - 1 forked copies, before this one runs any kernel) run
+ * each measurement at once and the figures are their mean: a rank's speed while the
+ * other ranks sharing its cores compute too (caches, memory bandwidth and the scheduler
+ * included), for a node with more ranks than cores; the plan then counts no core sharing. */
+dt_status dt_plan_calibrate_machine(const dt_config *c, dt_machine *mc, int load);
 /* The table (json: one JSON object per line). */
 void dt_plan_print(FILE *f, const dt_plan_entry *e, int n, int json);
 

@@ -104,3 +104,22 @@ dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, 
     gpt_destroy(&m);
     return s;
 }
+
+dt_status dt_policy_replicated(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, size_t *params,
+                               int *units) {
+    *params = 0;
+    *units = 0;
+    int stage, repl;
+    DT_TRY(dt_policy_stage(policy, zero, shape, unit_blocks, &stage, &repl));
+    if (!repl) return DT_OK;
+    gpt_model m;
+    gpt_layout lay = {.unit_blocks = unit_blocks};
+    DT_TRY(gpt_table_layout(&m, shape, &lay, NULL));
+    signed char *mode = malloc((size_t)m.nunits);
+    dt_status s = mode ? dt_policy_units(policy, zero, &m, mode) : dt_fail(DT_ERUNTIME, "out of memory (policy)");
+    for (int u = 0; s == DT_OK && u < m.nunits; u++)
+        if (m.units[u].count && mode[u] == 0) *params += m.units[u].count, (*units)++;
+    free(mode);
+    gpt_destroy(&m);
+    return s;
+}

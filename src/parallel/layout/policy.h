@@ -21,4 +21,10 @@ dt_status dt_policy_units(const char *policy, int zero, const gpt_model *m, sign
 dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, int *stage,
                           int *replicated);
 
+/* What policy replicates inside its ZeRO stage (shape, parallel.unit_blocks): the
+ * parameters and the units of its ddp units (0 and 0 when nothing is, or every unit is
+ * ddp); refuses what dt_policy_stage refuses. The planner's traffic and update. */
+dt_status dt_policy_replicated(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, size_t *params,
+                               int *units);
+
 #endif
