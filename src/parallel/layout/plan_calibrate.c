@@ -14,6 +14,21 @@
 #include "estimate.h"
 #include "plan.h"
 
+/* The calibration model of shard shape tp x cp (at most 2 blocks and 512 tokens) and the
+ * bytes it allocates. */
+static dt_status calib_shape(const dt_config *c, int tp, int cp, gpt_shape *s, int *B, int *T, double *bytes) {
+    *s = gpt_shape_of_config(c);
+    s->n_layer = s->n_layer < 2 ? s->n_layer : 2;
+    *T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp, *B = c->train.micro_batch;
+    if (*T > 512) *T = 512; /* the FLOPs are counted at this length too */
+    if ((long long)*B * *T > 512) *B = 512 / *T;
+    DT_TRY(gpt_shape_check(s));
+    gpt_layout lay = {.tp = tp};
+    *bytes = 16.0 * (double)gpt_param_count_layout(s, &lay) +
+             (double)gpt_activation_bytes_layout(s, *B, *T, 4, &lay, NULL) + 2.0 * *B * *T;
+    return DT_OK;
+}
+
 /* One rank's training FLOP/s for the shard shape of tp tensor-parallel pieces and T/cp
  * positions (forward + backward of one micro-batch of that rank's model, the collectives
  * left out, after a warm-up), and (optim_s not NULL) the optimizer update's seconds per
@@ -22,16 +37,11 @@
  * tokens are run, so a model that does not fit this machine (what the planner is for) is
  * calibrated without being built whole. */
 static dt_status calibrate(const dt_config *c, int tp, int cp, double min_s, double *flops, double *optim_s) {
-    gpt_shape s = gpt_shape_of_config(c);
-    s.n_layer = s.n_layer < 2 ? s.n_layer : 2;
-    int T = (c->train.seq_len > 0 ? c->train.seq_len : c->model.seq_len) / cp, B = c->train.micro_batch;
-    if (T > 512) T = 512; /* the FLOPs are counted at this length too */
-    if ((long long)B * T > 512) B = 512 / T;
+    gpt_shape s;
+    int B, T;
+    double need, have = (double)dt_memory_available() / 2;
+    DT_TRY(calib_shape(c, tp, cp, &s, &B, &T, &need));
     gpt_layout lay = {.tp = tp}; /* no collectives attached: each is an identity */
-    DT_TRY(gpt_shape_check(&s));
-    double need = 16.0 * (double)gpt_param_count_layout(&s, &lay) +
-                  (double)gpt_activation_bytes_layout(&s, B, T, 4, &lay, NULL) + 2.0 * B * T;
-    double have = (double)dt_memory_available() / 2;
     if (need > have)
         return dt_fail(DT_EINPUT, "plan: calibrating a rank's speed on this machine needs %.1f GB for two blocks of "
                        "width %d / tp %d (%.1f GB free); pass --flops F (a rank's FLOP/s) instead", need / 1e9,
@@ -134,6 +144,14 @@ dt_status dt_plan_calibrate_machine(const dt_config *c, dt_machine *mc, int load
     DT_TRY(gpt_shape_check(&shape));
     int tp[DT_PLAN_MAX_RATES], cp[DT_PLAN_MAX_RATES], n = shard_shapes(c, mc, &shape, tp, cp), width = n + 2;
     if (load < 1) load = 1;
+    gpt_shape one;
+    int B1, T1;
+    double need, have = (double)dt_memory_available() / 2;
+    DT_TRY(calib_shape(c, 1, 1, &one, &B1, &T1, &need)); /* 1 x 1: the largest */
+    need *= load;
+    if (load > 1 && need > have)
+        return dt_fail(DT_EINPUT, "plan: --load %d: %d calibrations at once need %.1f GB (%.1f GB free); pass a "
+                       "smaller --load, or --flops F", load, load, need / 1e9, have * 2 / 1e9);
     /* the results (and the meeting point) in memory the forked copies share */
     size_t bytes = sizeof(meet_point) + sizeof(double) * (size_t)width * (size_t)load;
     void *shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
