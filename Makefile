@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test test-fast test-asan test-asan-slow demo clean bench
+.PHONY: all deps build test test-fast test-extended test-asan test-asan-slow demo clean bench
 
 all: build
 
@@ -16,22 +16,29 @@ $(BUILD)/Makefile: CMakeLists.txt
 build: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
-# Every test, then again under ASan + UBSan except the slow tier (see tests/tests.cmake;
-# `make test-asan-slow` adds it), without the CUDA backend (its code is built, and on a
-# GPU machine tested, in the first pass).
+# Every test but the extended tier, then again under ASan + UBSan except the slow tier
+# (see tests/tests.cmake; `make test-extended` and `make test-asan-slow` add them), without
+# the CUDA backend (its code is built, and on a GPU machine tested, in the first pass).
+# Three tests at a time on two cores: a third of a multi-rank test's time is waiting.
+TEST_JOBS ?= 3
 test: deps build
-	cd $(BUILD) && ctest --output-on-failure -j 2
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS) -LE extended
 	$(MAKE) --no-print-directory test-asan
 
 test-fast: build
-	cd $(BUILD) && ctest --output-on-failure -j 2
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS) -LE extended
+
+# The extended tier (randomized trials, emulated hosts), Release.
+test-extended: build
+	cd $(BUILD) && ctest --output-on-failure -j 2 -L extended
 
 test-asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON -DDT_CUDA=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
-	cd $(ASAN_BUILD) && DT_TEST_TIER=asan ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -LE slow
+	cd $(ASAN_BUILD) && DT_TEST_TIER=asan ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(TEST_JOBS) -LE slow
 
-# The slow tier (tests labelled `slow`: emulated nodes, kill-and-resume) under ASan + UBSan.
+# The slow tier (tests labelled `slow`, the extended tier among them: emulated nodes,
+# kill-and-resume, the chaos trial) under ASan + UBSan.
 test-asan-slow: test-asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -L slow
 

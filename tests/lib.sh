@@ -29,6 +29,10 @@ exec "$(realpath "$DTRAIN")" "\$@"
 EOF
   chmod +x "$TMP/dtrain" && DTRAIN="$TMP/dtrain"
 fi
+# Open MPI tries UCX, its default point-to-point layer, at every start (0.2 s of a 0.5 s
+# two-rank run here); the tests' ranks share a node or an emulated host's TCP link, which
+# ob1 (over vader and tcp) carries, so they skip the probe.
+export OMPI_MCA_pml="${OMPI_MCA_pml:-ob1}"
 # MPI: the multi-rank tests' launcher command (oversubscribed on small machines); need_mpi:
 # a multi-rank test skips (77) without mpirun, else runs it as root, one thread per rank
 MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)

@@ -39,8 +39,12 @@ endforeach()
 # The slow tier: long multi-process runs whose code paths the other tests also cover.
 # `make test` runs them in the Release pass and leaves them out of the ASan pass
 # (`make test-asan-slow` runs them there), keeping the suite within its time budget.
-set_tests_properties(test_multinode test_kill test_layout_sweep test_chaos test_llama_sim test_signals test_first_use test_hang
-                     PROPERTIES LABELS slow)
+set_tests_properties(test_kill test_llama_sim test_signals test_first_use test_hang PROPERTIES LABELS slow)
+# The extended tier: randomized trials and emulated hosts (the chaos trial's 26 supervised
+# jobs, the random layout sweep, two network namespaces per run), whose single faults and
+# layouts the other tests each check once. `make test` leaves them out (its 25 minutes);
+# `make test-extended` runs them (Release), `make test-asan-slow` under ASan too.
+set_tests_properties(test_multinode test_layout_sweep test_chaos PROPERTIES LABELS "slow;extended")
 # Every tests/mpi_test_*.c is a multi-rank test, run under mpirun with 2, 3 and 4 ranks
 # (oversubscribed on small machines, hence yield_when_idle). Open MPI leaks by design at
 # exit: tests/lsan.supp keeps LeakSanitizer to our own leaks in the ASan build (the slow
@@ -59,7 +63,7 @@ foreach(src ${DT_MPI_TESTS})
                      ${CMAKE_SOURCE_DIR}
              WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
     set_tests_properties(${name}_np${np} PROPERTIES
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMPI_MCA_pml=ob1;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
       SKIP_RETURN_CODE 77 TIMEOUT 300)
   endforeach()
 endforeach()
