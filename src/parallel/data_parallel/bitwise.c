@@ -239,12 +239,14 @@ static float *root_unit(const dt_dp *d, float *root, int u) {
 /* The canonical norm, exact in any layout: every gradient element is counted once (a
  * ZeRO slice by its rank, a flat layout's 1/N by each rank, a tensor replicated over tp
  * by tp rank 0, a policy's replicated unit by dp rank 0, wte by the first stage), each
- * square (exact in double) truncated to an integer multiple of 2^e0 and the integers
- * summed exactly: e0 = 2E - 60 from the largest |g| of all (2^E above it), so every term
- * is below 2^60 and what the truncation drops is below 2^-60 of the largest square per
+ * square (exact in double) rounded to an integer multiple of 2^e0 and the integers
+ * summed exactly: e0 = 2E - 52 from the largest |g| of all (2^E above it), so every term
+ * is below 2^52 and what the rounding moves is at most 2^-53 of the largest square per
  * element. Integer sums do not depend on the order, so any split over ranks, tensor
  * pieces, slices and threads gives the same bits: what tp needs, its pieces of a tensor
- * being strided in the whole. */
+ * being strided in the whole. Below 2^52 the rounding is one double addition (of 2^52,
+ * whose bits then hold the integer) and the sums are u64 lanes over blocks of 2048
+ * terms: a loop the compiler vectorises. */
 __extension__ typedef unsigned __int128 dt_u128;
 
 /* Per tensor of unit u: the part of [lo, hi) (unit-relative) this rank counts, at base
@@ -288,30 +290,47 @@ static void counted(dt_dp *d, float *root, norm_fn fn, void *acc) {
  * the threads change nothing. */
 enum { PAR_MIN = 1 << 12 };
 static void max_of(const float *x, size_t n, void *acc) {
-    double *mx = acc, m = *mx;
-    int bad = 0;
-#pragma omp parallel for schedule(static) reduction(max : m) reduction(| : bad) if (n >= PAR_MIN)
+    double *mx = acc;
+    uint32_t mu = 0; /* |x|'s bits: ordered as the values are, Inf and NaN above every finite one */
+#pragma omp parallel for schedule(static) reduction(max : mu) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        double a = fabs((double)x[i]);
-        if (a > m) m = a;
-        bad |= !isfinite(a); /* NaN and Inf: the norm is not finite */
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u &= 0x7fffffffu;
+        mu = u > mu ? u : mu;
     }
-    *mx = bad ? INFINITY : m;
+    float m;
+    memcpy(&m, &mu, sizeof m);
+    *mx = mu >= 0x7f800000u ? INFINITY : (m > *mx ? m : *mx); /* NaN and Inf: the norm is not finite */
 }
 
 typedef struct {
     double scale;
     dt_u128 sum;
 } sum_acc;
+/* x^2 scale (below 2^52) rounded to an integer: 2^52 added, the sum's low mantissa bits */
+static inline uint64_t square_units(float x, double scale) {
+    double v = (double)x * (double)x * scale + 0x1p52;
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return u - 0x4330000000000000ull; /* the bits of 2^52 */
+}
+enum { SUM_BLOCK = 2048 }; /* 2048 terms below 2^52: below 2^63 */
 static void sum_of(const float *x, size_t n, void *acc) {
     sum_acc *s = acc;
     dt_u128 total = 0;
     double scale = s->scale;
+    size_t nb = (n + SUM_BLOCK - 1) / SUM_BLOCK;
 #pragma omp parallel if (n >= PAR_MIN)
     {
         dt_u128 t = 0;
 #pragma omp for schedule(static) nowait
-        for (size_t i = 0; i < n; i++) t += (uint64_t)((double)x[i] * (double)x[i] * scale);
+        for (size_t b = 0; b < nb; b++) {
+            size_t lo = b * SUM_BLOCK, hi = lo + SUM_BLOCK < n ? lo + SUM_BLOCK : n;
+            uint64_t u = 0;
+            for (size_t i = lo; i < hi; i++) u += square_units(x[i], scale);
+            t += u;
+        }
 #pragma omp critical
         total += t;
     }
@@ -336,7 +355,7 @@ static dt_status bw_norm(dt_dp *d, float *root, double *norm) {
     }
     int E;
     frexp(mx, &E); /* mx < 2^E */
-    int e0 = 2 * E - 60;
+    int e0 = 2 * E - 52;
     sum_acc s = {ldexp(1.0, -e0), 0};
     counted(d, root, sum_of, &s);
     double limb[4]; /* 32-bit limbs: their sums over the ranks stay exact in double */
