@@ -95,15 +95,16 @@ static void fit_print(const double *ne, const char *op, const char *algo) {
     fflush(stdout);
 }
 
-static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int nsizes, const int *ops,
+/* on: the ranks each collective runs over (the on, or a --group of it); ctl: every rank */
+static dt_status bench(dt_comm *on, dt_comm *ctl, const size_t *sizes, int nsizes, const int *ops,
                        const int *algos, int fixed_iters, float *plain, float *shared, float *b, double *all) {
-    int n = dt_comm_size(world), rank = dt_comm_rank(ctl);
+    int n = dt_comm_size(on), rank = dt_comm_rank(ctl);
     if (rank == 0) {
         int groups = dt_comm_size(ctl) / n;
         char by[64] = "";
         if (groups > 1) snprintf(by, sizeof by, " in each of %d groups at once", groups);
         printf("# bench comm: %d ranks%s (%d on this node), f32; time = slowest rank's mean per call\n", n, by,
-               dt_comm_local_size(world));
+               dt_comm_local_size(on));
         printf("%-15s %10s  %-7s %6s %12s %12s %12s\n", "op", "bytes", "algo", "iters", "time_us", "algbw_GB/s",
                "busbw_GB/s");
         fflush(stdout);
@@ -114,7 +115,7 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
         for (int ai = 0; ai < DT_ALGO_N; ai++) {
             if (!algos[ai] || ai == DT_ALGO_AUTO || !dt_algo_supports((dt_algo)ai, op)) continue;
             /* e.g. shm across nodes; every group skips if one must (all run at once) */
-            double bad = dt_comm_set_algo(world, op, (dt_algo)ai) != DT_OK, any;
+            double bad = dt_comm_set_algo(on, op, (dt_algo)ai) != DT_OK, any;
             DT_TRY(max_over_ranks(ctl, bad, all, &any));
             if (any > 0) {
                 if (rank == 0) printf("# %s: %s skipped: %s\n", dt_coll_name(op), dt_algo_name((dt_algo)ai),
@@ -129,12 +130,12 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
                 size_t elems = sizes[si] / sizeof(float), count = op == DT_COLL_ALLREDUCE ? elems : elems / (size_t)n;
                 size_t bytes = (op == DT_COLL_ALLREDUCE ? count : count * (size_t)n) * sizeof(float);
                 if (count == 0) continue;
-                for (int w = 0; w < 2; w++) DT_TRY(run_once(world, op, a, b, count)); /* grows scratch/windows */
+                for (int w = 0; w < 2; w++) DT_TRY(run_once(on, op, a, b, count)); /* grows scratch/windows */
                 int iters = fixed_iters;
                 if (iters <= 0) {
                     DT_TRY(dt_barrier(ctl));
                     double t0 = dt_now(), t1;
-                    DT_TRY(run_once(world, op, a, b, count));
+                    DT_TRY(run_once(on, op, a, b, count));
                     DT_TRY(max_over_ranks(ctl, dt_now() - t0, all, &t1));
                     iters = t1 > 0 ? (int)(0.25 / t1) : 1000;
                     if (iters < 3) iters = 3;
@@ -142,7 +143,7 @@ static dt_status bench(dt_comm *world, dt_comm *ctl, const size_t *sizes, int ns
                 }
                 DT_TRY(dt_barrier(ctl));
                 double t0 = dt_now(), t;
-                for (int it = 0; it < iters; it++) DT_TRY(run_once(world, op, a, b, count));
+                for (int it = 0; it < iters; it++) DT_TRY(run_once(on, op, a, b, count));
                 DT_TRY(max_over_ranks(ctl, (dt_now() - t0) / iters, all, &t));
                 if (rank == 0) {
                     char sz[32];

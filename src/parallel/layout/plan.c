@@ -412,7 +412,7 @@ static void layout_name(const dt_plan_entry *x, char *buf, size_t cap) {
     if (n < cap) snprintf(buf + n, cap - n, "%s", repl[x->policy]);
 }
 
-static const char *policy_of(const dt_plan_entry *x) { /* the planner's; the config's is the config's */
+static const char *policy_of(const dt_plan_entry *x) { /* a planner's policy; "" for the config's own (index 0) */
     return dt_plan_policies[x->policy];
 }
 

@@ -79,47 +79,48 @@ dt_status dt_policy_units(const char *policy, int zero, const gpt_model *m, sign
     return s;
 }
 
-dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, int *stage,
-                          int *replicated) {
+/* The whole model's policy in one pass over its unit table: dt_policy_stage's stage and
+ * replicated flag, and the parameters and units of the ddp units (dt_policy_replicated). */
+static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, int *stage,
+                             int *replicated, size_t *params, int *units) {
     *stage = zero;
     *replicated = 0;
+    *params = 0;
+    *units = 0;
     if (!policy[0]) return DT_OK;
     gpt_model m;
     gpt_layout lay = {.unit_blocks = unit_blocks};
     DT_TRY(gpt_table_layout(&m, shape, &lay, NULL));
     signed char *mode = malloc((size_t)m.nunits);
     dt_status s = mode ? dt_policy_units(policy, zero, &m, mode) : dt_fail(DT_ERUNTIME, "out of memory (policy)");
-    int hi = 0, lo = 4, ddp = 0;
+    int hi = 0, lo = 4;
+    size_t rp = 0;
+    int ru = 0;
     for (int u = 0; s == DT_OK && u < m.nunits; u++) {
         if (m.units[u].count == 0) continue;
-        if (mode[u] == 0) ddp = 1;
+        if (mode[u] == 0) rp += m.units[u].count, ru++;
         else if (mode[u] > hi) hi = mode[u];
         if (mode[u] > 0 && mode[u] < lo) lo = mode[u];
     }
     if (s == DT_OK && hi > 0 && lo != hi)
         s = dt_fail(DT_EINPUT, "parallel.policy mixes zero%d and zero%d: one ZeRO stage (with ddp units) so far", lo, hi);
     *stage = hi;
-    *replicated = s == DT_OK && ddp && hi > 0;
+    *replicated = s == DT_OK && ru && hi > 0;
+    if (*replicated) *params = rp, *units = ru;
     free(mode);
     gpt_destroy(&m);
     return s;
 }
 
+dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, int *stage,
+                          int *replicated) {
+    size_t params;
+    int units;
+    return policy_scan(policy, zero, shape, unit_blocks, stage, replicated, &params, &units);
+}
+
 dt_status dt_policy_replicated(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, size_t *params,
                                int *units) {
-    *params = 0;
-    *units = 0;
     int stage, repl;
-    DT_TRY(dt_policy_stage(policy, zero, shape, unit_blocks, &stage, &repl));
-    if (!repl) return DT_OK;
-    gpt_model m;
-    gpt_layout lay = {.unit_blocks = unit_blocks};
-    DT_TRY(gpt_table_layout(&m, shape, &lay, NULL));
-    signed char *mode = malloc((size_t)m.nunits);
-    dt_status s = mode ? dt_policy_units(policy, zero, &m, mode) : dt_fail(DT_ERUNTIME, "out of memory (policy)");
-    for (int u = 0; s == DT_OK && u < m.nunits; u++)
-        if (m.units[u].count && mode[u] == 0) *params += m.units[u].count, (*units)++;
-    free(mode);
-    gpt_destroy(&m);
-    return s;
+    return policy_scan(policy, zero, shape, unit_blocks, &stage, &repl, params, units);
 }
