@@ -58,6 +58,9 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
         } else if (!strcmp(a, "--min-ranks")) {
             DT_TRY(parse_num(a, v, 1, 1 << 20, &x));
             o->min_ranks = (int)x;
+        } else if (!strcmp(a, "--replicas")) {
+            DT_TRY(parse_num(a, v, 1, 4096, &x));
+            o->replicas = (int)x;
         } else if (!strcmp(a, "--max-restarts")) {
             DT_TRY(parse_num(a, v, 0, 1e6, &x));
             o->max_restarts = (int)x;
@@ -310,7 +313,7 @@ static int supervise(const dt_launch_opts *o, pid_t pid, const char *beat, int w
  * (a save killed between its step directory's rename and `latest`, the first save of a run
  * above all, leaves a complete step that nothing points to: resuming from it, rather than
  * from step 0 into a directory that now holds checkpoints, which the job refuses). 0: none. */
-static int resume_point(const char *dir, char *out, size_t cap) {
+int dt_launch_resume_point(const char *dir, char *out, size_t cap) {
     if (!dir[0]) return 0;
     char p[DT_PATH_MAX + 16];
     snprintf(p, sizeof p, "%s/latest", dir);
@@ -357,29 +360,29 @@ static void remove_stale_beats(void) {
     closedir(d);
 }
 
-/* An error of the launcher itself (not the job's): printed as main prints errors. */
-static int failed(dt_status code) {
+int dt_launch_fail(dt_status code) {
     fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
     return (int)code;
 }
 
 int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self, int train_argc, char **train_argv) {
+    if (o->replicas > 1) return dt_launch_replicas(o, c, self, train_argc, train_argv);
     dt_layout L;
     dt_layout_derive(&L, c, o->nproc);
     if (o->nproc % dt_layout_model_ranks(&L)) {
         dt_fail(DT_EINPUT, "launch: -n %d is not a multiple of tp x pp x cp = %lld", o->nproc, dt_layout_model_ranks(&L));
-        return failed(DT_EINPUT);
+        return dt_launch_fail(DT_EINPUT);
     }
     long long gb = L.global_batch; /* what it is on -n ranks, whatever world a restart gets */
     if (!dt_launch_world(o, c, gb, o->nproc)) {
         dt_fail(DT_EINPUT, "launch: no world from --min-ranks %d to -n %d divides the global batch %lld", o->min_ranks,
                 o->nproc, gb);
-        return failed(DT_EINPUT);
+        return dt_launch_fail(DT_EINPUT);
     }
     if (o->grow && (!c->checkpoint.dir[0] || c->checkpoint.every <= 0)) {
         dt_fail(DT_EINPUT, "launch: --grow needs checkpoint.dir and checkpoint.every (--save DIR --save-every N): "
                 "the job grows at its next checkpoint");
-        return failed(DT_EINPUT);
+        return dt_launch_fail(DT_EINPUT);
     }
     if (!c->checkpoint.dir[0])
         dt_launch_say("note: no checkpoint.dir (--save DIR): a restart starts the run again from step 0");
@@ -396,7 +399,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         snprintf(beat, sizeof beat, "/tmp/dtrain-beat.%ld.XXXXXX", (long)getpid()); /* the pid: stale once it is gone */
         if (!mkdtemp(beat)) {
             dt_fail(DT_ERUNTIME, "launch: cannot create a heartbeat directory in /tmp: %s", strerror(errno));
-            return failed(DT_ERUNTIME);
+            return dt_launch_fail(DT_ERUNTIME);
         }
         setenv("DTRAIN_HEARTBEAT", beat, 1);
     }
@@ -412,7 +415,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
     char **argv = calloc((size_t)n, sizeof *argv);
     if (!argv) {
         dt_fail(DT_ERUNTIME, "out of memory");
-        return failed(DT_ERUNTIME);
+        return dt_launch_fail(DT_ERUNTIME);
     }
     char np[32], gbs[64], from[DT_PATH_MAX + 272];
     snprintf(gbs, sizeof gbs, "train.global_batch=%lld", gb);
@@ -421,14 +424,14 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         dt_status werr = DT_OK;
         int world = dt_elastic_wait_world(o, c, gb, &g_stop_sig, &werr);
         if (world < 0) {
-            code = failed(werr);
+            code = dt_launch_fail(werr);
             break;
         }
         if (!world) { /* stopped while waiting */
             code = 128 + g_stop_sig;
             break;
         }
-        int resume = attempt + grown > 0 && resume_point(c->checkpoint.dir, from, sizeof from);
+        int resume = attempt + grown > 0 && dt_launch_resume_point(c->checkpoint.dir, from, sizeof from);
         int k = 0;
         snprintf(np, sizeof np, "%d", world);
         argv[k++] = (char *)o->mpirun;
@@ -468,7 +471,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         pid_t pid = fork();
         if (pid < 0) {
             dt_fail(DT_ERUNTIME, "launch: fork: %s", strerror(errno));
-            code = failed(DT_ERUNTIME);
+            code = dt_launch_fail(DT_ERUNTIME);
             break;
         }
         if (pid == 0) {
@@ -523,7 +526,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
             if (code == 0 || code == DT_EINPUT) code = 1;
             dt_fail(DT_ERUNTIME, "launch: the job failed %d times (last exit %d%s); giving up", attempt + 1, code,
                     hung ? ", hung" : "");
-            failed(DT_ERUNTIME);
+            dt_launch_fail(DT_ERUNTIME);
             break;
         }
         dt_launch_say("the job failed after %.1f s (exit %d%s); restarting in %g s", took, code, hung ? ", hung" : "",

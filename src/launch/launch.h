@@ -26,6 +26,7 @@ typedef struct {
     const char *mpirun;      /* --mpirun (default "mpirun") */
     const char *mpi_args[32]; /* --mpi-arg, in order */
     int n_mpi_args;
+    int replicas;            /* --replicas R: local SGD's / DiLoCo's replicas as R separate jobs (0, 1: one job) */
 } dt_launch_opts;
 
 /* Parses the options before `--`; *consumed = how many arguments they took. */
@@ -48,6 +49,16 @@ int dt_launch_hostfile_slots(const char *path);
  * Waiting (--wait-timeout): when the hostfile offers fewer slots than a world of
  * --min-ranks needs, before the first start or a restart, the launcher says so and reads
  * it again every second until it does or the timeout passes (then one error line). */
+
+/* An error of the launcher itself (not the job's), printed as main prints errors; returns code. */
+int dt_launch_fail(dt_status code);
+/* Where a restart resumes in checkpoint dir `dir`: dir once it has `latest`, else its
+ * newest step directory (a save killed before committing); 0: none. */
+int dt_launch_resume_point(const char *dir, char *out, size_t cap);
+/* --replicas R (replicas.c): R jobs of -n / R ranks, each one replica of local SGD or
+ * DiLoCo, meeting at an outer server the launcher runs (outer_server.h); a failed replica
+ * is restarted alone and joins the others, who go on. Returns the exit code. */
+int dt_launch_replicas(const dt_launch_opts *o, const dt_config *c, const char *self, int argc, char **argv);
 
 /* The launcher's own lines on stderr, "dtrain launch: ..." (for its modules: elastic.c). */
 void dt_launch_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -28,6 +28,7 @@ struct dt_par {
     dt_comm *own;         /* a group this handle made for the engine: of one (local SGD without cp), a shard group (HSDP) */
     dt_comm *replicas;    /* HSDP: this rank's peers in the other shard groups */
     dt_local_sgd *outer;  /* local SGD / DiLoCo: the replicas' synchronisation (NULL: every step) */
+    int data_rank;        /* the data-parallel rank whose rows this rank trains (replica jobs: offset by the job's) */
     dt_par_rank_state extra; /* a mode's per-rank state outside the engine (dt_par_set_rank_state) */
     gpt_model model;
     dt_dp *dpe;
@@ -121,7 +122,8 @@ static dt_status create_engine(dt_par *h, const dt_layout *L) {
     DT_TRY(dt_dp_create(&h->dpe, h->engine_comm, &h->model, &h->hp, &o));
     if (dt_layout_local_sgd(L)) /* the replicas meet over the data-parallel group, or their peers' in it */
         DT_TRY(dt_local_sgd_create(&h->outer, L, h->replicas ? h->replicas : h->mesh.dp_comm,
-                                   h->replicas ? h->own : NULL, h->dpe, h->model.nparams, c->train.steps));
+                                   h->replicas ? h->own : NULL, h->dpe, h->model.nparams, c->train.steps,
+                                   dt_comm_rank(h->world)));
     /* the ranks the engine's state spans (HSDP: a shard group, the first of them writing) */
     dt_ckpt_groups cg = {dt_layout_hsdp(L) ? h->engine_comm : h->data_comm, {groups.tp, groups.pp},
                          dt_layout_hsdp(L) ? h->replicas : NULL};
@@ -153,6 +155,7 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
     DT_TRY(dt_comm_agree(world, h->inp && h->tgt && h->seg && h->pipe_all ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (batch)"),
                          NULL));
     DT_TRY(dt_mesh_create(&h->mesh, world, L->tp, L->pp, L->cp));
+    h->data_rank = L->job * dt_layout_job_dp(L) + h->mesh.dp_rank;
     h->data_comm = dt_layout_cp_enabled(L) ? h->mesh.dp_cp_comm : h->mesh.dp_comm;
     h->engine_comm = h->data_comm;
     /* HSDP: ZeRO within a shard group of consecutive dp ranks, replicated across; local
@@ -247,7 +250,7 @@ static void cp_select(dt_par *h) {
 /* Micro-step k's sequences of this data-parallel rank: [(k·dp + r)·micro, +micro) of
  * the global batch, so the batch's content never depends on the layout. */
 static void load_micro(dt_par *h, int k) {
-    h->fill(h->fill_ctx, (k * h->L->dp + h->mesh.dp_rank) * h->L->micro, h->inp, h->tgt, h->seg);
+    h->fill(h->fill_ctx, (k * h->L->dp + h->data_rank) * h->L->micro, h->inp, h->tgt, h->seg);
     cp_select(h);
 }
 
@@ -295,7 +298,7 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
     if (h->outer) { /* a replica's gradient is the mean over its own tokens: it updates alone */
         DT_TRY(dt_local_sgd_before_step(h->outer));
         int k = h->L->dp_shard; /* the replica's ranks */
-        scale_tokens = replica_tokens(h, h->mesh.dp_rank / k * k, k);
+        scale_tokens = replica_tokens(h, h->data_rank / k * k, k);
     }
     double t_step = dt_now();
     dt_dp_begin_step(h->dpe);
@@ -316,7 +319,7 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
         DT_TRY(gpt_forward_backward(&h->model, h->inp, h->tgt, L->micro, L->Tl, grad_scale, &l));
         sum += l;
     }
-    dt_test_straggle(dt_comm_rank(h->world), dt_now() - t_step); /* a test's slow rank, before the gradients meet */
+    dt_test_straggle(h->L->job * dt_comm_size(h->world) + dt_comm_rank(h->world), dt_now() - t_step); /* a test's slow rank, before the gradients meet */
     *lr = dt_lr_at(&h->hp, step);
     DT_TRY(dt_dp_end_step(h->dpe, *lr, grad_norm, settle));
     if (h->outer) DT_TRY(dt_local_sgd_after_step(h->outer, step + 1));
@@ -349,6 +352,11 @@ dt_status dt_par_allreduce_data(dt_par *h, double *v, int n) {
 }
 
 int dt_par_dp_rank(const dt_par *h) { return h->mesh.dp_rank; }
+
+dt_status dt_par_join(dt_par *h, long long step, long long *at) {
+    *at = step;
+    return h->outer ? dt_local_sgd_join(h->outer, step, at) : DT_OK;
+}
 
 dt_status dt_par_save(dt_par *h, const char *dir, const dt_train_state *st, const char *config_json, double shard_mb) {
     DT_TRY(dt_dp_settle(h->dpe)); /* a save the run did not plan (a signal): the update in flight applied */
@@ -503,7 +511,7 @@ dt_status dt_par_task_gradients(dt_par *h, dt_par_fill fill, void *ctx, int shar
     }
     *loss_sum = sum;
     DT_TRY(h->model.ops->sync());
-    dt_test_straggle(dt_comm_rank(h->world), dt_now() - t0);
+    dt_test_straggle(h->L->job * dt_comm_size(h->world) + dt_comm_rank(h->world), dt_now() - t0);
     return DT_OK;
 }
 

@@ -78,8 +78,15 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
 dt_status dt_par_eval(dt_par *h, dt_par_fill fill, void *ctx, double *loss_sum, double *tokens);
 /* Sums n doubles over the ranks that hold different data (data- and context-parallel). */
 dt_status dt_par_allreduce_data(dt_par *h, double *v, int n);
-/* This rank's index among the data-parallel replicas (which micro-batches it takes). */
+/* This rank's index among this job's data-parallel ranks (validation's share; the
+ * training rows are those of the run's data-parallel rank, which differs only for
+ * replicas as separate jobs). */
 int dt_par_dp_rank(const dt_par *h);
+/* Replicas as separate jobs (dt_layout jobs > 1), after the weights are initialised or
+ * loaded at `step`: meets the outer server and takes its synchronised weights, at step
+ * *at >= step (a replica restarted while the others went on joins them there; the
+ * trainer moves its data and schedule to *at). Otherwise *at = step. */
+dt_status dt_par_join(dt_par *h, long long step, long long *at);
 
 /* Collective: the checkpoint of whole tensors (ckpt/distributed.h); with asynchronous saves
  * it returns once the state is gathered and dt_par_save_wait ends it. */

@@ -250,6 +250,17 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     } else {
         DT_TRY(dt_par_init_weights(t->par, (uint64_t)c->train.seed, c->train.init_from));
     }
+    long long at;
+    DT_TRY(dt_par_join(t->par, t->st.step, &at));
+    if (at > t->st.step) { /* a replica job joins the others where they are: their data and schedule */
+        if (t->rank0)
+            printf("dtrain: replica %d joins the others at step %lld (the outer server's synchronised weights)\n",
+                   t->L.job, at);
+        for (long long s = t->st.step; s < at; s++) dt_loader_next_batch(&t->loader);
+        t->st.step = at;
+        t->st.data_epoch = t->loader.epoch;
+        t->st.data_pos = t->loader.pos;
+    }
     t->config_json = dt_config_to_json(c);
     return DT_OK;
 }
@@ -294,10 +305,11 @@ static dt_status validate(trainer *t, double *out) {
      * val_batches would run for ever */
     long long nb_have = (long long)(nwin / (size_t)L->micro) > 0 ? (long long)(nwin / (size_t)L->micro) : 1;
     int nb = (int)(nb_want < nb_have ? nb_want : nb_have);
-    int rounds = (nb + L->dp - 1) / L->dp;
+    int dp = dt_layout_job_dp(L); /* a replica job validates its own weights on all of it */
+    int rounds = (nb + dp - 1) / dp;
     double acc[2] = {0.0, 0.0}; /* loss sum, tokens */
     for (int i = 0; i < rounds; i++) {
-        int b = i * L->dp + dt_par_dp_rank(t->par);
+        int b = i * dp + dt_par_dp_rank(t->par);
         t->val_window = (size_t)(b < nb ? b : 0) * (size_t)L->micro;
         double l, n;
         DT_TRY(dt_par_eval(t->par, fill_val, t, &l, &n));
@@ -560,7 +572,7 @@ static dt_status run(trainer *t) {
         int settle = next == stop || (c->checkpoint.dir[0] && c->checkpoint.every > 0 && next % c->checkpoint.every == 0) ||
                      (t->val_path[0] && c->train.val_every > 0 && next % c->train.val_every == 0);
         DT_TRY(train_step(t, settle, &loss, &norm, &lr));
-        dt_test_fault(t->st.step, dt_comm_rank(t->world));
+        dt_test_fault(t->st.step, t->L.job * dt_comm_size(t->world) + dt_comm_rank(t->world)); /* the run's rank */
         dt_heartbeat(t->st.step, dt_comm_rank(t->world));
         if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();
         double dt = dt_now() - t0;

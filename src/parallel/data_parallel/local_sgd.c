@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../../ckpt/rank_state.h"
+#include "../../comm/outer_link.h"
 #include "../../core/mem.h"
 #include "../../core/timer.h"
 
@@ -20,11 +21,23 @@ struct dt_local_sgd {
     float *delta;  /* this replica's change, then the mean over the replicas */
     float *mom;    /* DiLoCo's outer momentum (NULL: local SGD) */
     int have_sync; /* theta holds the weights of the last synchronisation */
+    dt_outer_link link; /* replicas as separate jobs: to the launcher's outer server (fd -1: none) */
     double seconds, sent;
 };
 
 dt_status dt_local_sgd_check(const dt_layout *L) {
     const dt_config *c = &L->cfg;
+    if (L->jobs > 1 && !dt_layout_local_sgd(L))
+        return dt_fail(DT_EINPUT, "dtrain launch --replicas: the replicas meet every parallel.sync_every steps; set "
+                       "parallel.sync local_sgd or diloco (it is %s, every %d)", c->parallel.sync,
+                       c->parallel.sync_every);
+    if (L->jobs > 1 && L->world > 0 && L->dp % L->jobs)
+        return dt_fail(DT_EINPUT, "dtrain launch --replicas %d: the %d data-parallel ranks do not split into %d "
+                       "replicas", L->jobs, L->dp, L->jobs);
+    if (L->jobs > 1 && c->parallel.dp_shard > 0 && c->parallel.dp_shard != L->dp_shard)
+        return dt_fail(DT_EINPUT, "dtrain launch --replicas %d: each replica is a job of %d data-parallel ranks; "
+                       "parallel.dp_shard %d says otherwise (leave it 0)", L->jobs, L->dp_shard,
+                       c->parallel.dp_shard);
     if (!dt_layout_local_sgd(L)) return DT_OK;
     const char *mode = c->parallel.sync;
     if (L->world > 0 && L->dp_replicas < 2)
@@ -46,7 +59,7 @@ dt_status dt_local_sgd_check(const dt_layout *L) {
 }
 
 dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *replicas, dt_comm *group, dt_dp *inner,
-                              size_t n, long long last_step) {
+                              size_t n, long long last_step, int slot) {
     dt_local_sgd *s = calloc(1, sizeof *s);
     *out = s;
     if (!s) return dt_fail(DT_ERUNTIME, "out of memory (local SGD)");
@@ -70,6 +83,9 @@ dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *r
     if (st == DT_OK && s->diloco) st = dt_alloc((void **)&s->mom, len * sizeof(float), "DiLoCo: outer momentum");
     for (size_t i = s->n; st == DT_OK && i < len; i++) s->theta[i] = s->delta[i] = 0.0f;
     for (size_t i = 0; st == DT_OK && s->mom && i < len; i++) s->mom[i] = 0.0f;
+    s->link.fd = -1;
+    if (st == DT_OK && L->jobs > 1) /* a job of one replica; slot: this rank in it */
+        st = dt_outer_connect(&s->link, L->outer_addr, L->job, slot, 60.0);
     return dt_comm_agree(replicas, st, NULL);
 }
 
@@ -78,6 +94,7 @@ void dt_local_sgd_free(dt_local_sgd *s) {
     dt_free(s->theta);
     dt_free(s->delta);
     dt_free(s->mom);
+    dt_outer_close(&s->link);
     free(s);
 }
 
@@ -103,6 +120,33 @@ static dt_status gather_slices(dt_local_sgd *s, float *x) {
     return DT_OK;
 }
 
+dt_status dt_local_sgd_join(dt_local_sgd *s, long long step, long long *at) {
+    *at = step;
+    if (s->link.fd < 0) return DT_OK;
+    DT_TRY(dt_dp_get_weights(s->inner, s->theta));
+    size_t lo = s->part * (size_t)s->i; /* the slice with its padding (zeros, which stay zeros) */
+    /* replica 0 brings the weights (initialised or loaded); the others take the server's */
+    long long mine = s->link.replica == 0 ? step : -1;
+    DT_TRY(dt_outer_join(&s->link, mine, s->theta + lo, s->mom ? s->mom + lo : NULL, s->part, at));
+    DT_TRY(gather_slices(s, s->theta));
+    if (s->mom) DT_TRY(gather_slices(s, s->mom));
+    s->have_sync = 1;
+    return dt_dp_set_weights(s->inner, s->theta);
+}
+
+void dt_outer_step(float *theta, float *mom, const float *sum, size_t n, int count, float lr, float mu) {
+    float inv = 1.0f / (float)count;
+    if (mom) {
+        for (size_t i = 0; i < n; i++) {
+            float g = sum[i] * inv;
+            mom[i] = mu * mom[i] + g;
+            theta[i] -= lr * (g + mu * mom[i]);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) theta[i] -= sum[i] * inv;
+    }
+}
+
 dt_status dt_local_sgd_after_step(dt_local_sgd *s, long long step) {
     if (!dt_local_sgd_syncs_at(s, step)) return DT_OK;
     float *th = s->theta, *d = s->delta;
@@ -112,20 +156,16 @@ dt_status dt_local_sgd_after_step(dt_local_sgd *s, long long step) {
     /* every replica gets the same bits of the sum (the collectives' contract), so the
      * replicas leave with the same weights */
     double t0 = dt_now();
-    DT_TRY(dt_allreduce(s->replicas, d + lo, n, DT_F32, DT_SUM));
-    s->seconds += dt_now() - t0;
-    s->sent += 2.0 * (double)(s->R - 1) / (double)s->R * (double)(n * sizeof(float)); /* a ring's share */
-    float inv = 1.0f / (float)s->R;
-    if (s->diloco) {
-        float lr = s->outer_lr, mu = s->mu, *m = s->mom;
-        for (size_t i = lo; i < hi; i++) {
-            float g = d[i] * inv;
-            m[i] = mu * m[i] + g;
-            th[i] -= lr * (g + mu * m[i]);
-        }
+    int count = s->R;
+    if (s->link.fd >= 0) { /* replicas as separate jobs: through the launcher's outer server */
+        DT_TRY(dt_outer_reduce(&s->link, step, d + lo, s->part, &count)); /* with the padding */
+        s->sent += 2.0 * (double)(s->part * sizeof(float)); /* the change out, the sum back */
     } else {
-        for (size_t i = lo; i < hi; i++) th[i] -= d[i] * inv;
+        DT_TRY(dt_allreduce(s->replicas, d + lo, n, DT_F32, DT_SUM));
+        s->sent += 2.0 * (double)(s->R - 1) / (double)s->R * (double)(n * sizeof(float)); /* a ring's share */
     }
+    s->seconds += dt_now() - t0;
+    dt_outer_step(th + lo, s->mom ? s->mom + lo : NULL, d + lo, n, count, s->outer_lr, s->mu);
     t0 = dt_now();
     DT_TRY(gather_slices(s, th));
     if (s->mom) DT_TRY(gather_slices(s, s->mom)); /* every rank holds the whole state: its checkpoint is its own */

@@ -27,10 +27,20 @@ dt_status dt_local_sgd_check(const dt_layout *L);
  * model); host buffers allocated once. group: the replica's own ranks when it has
  * several (parallel.dp_shard; DDP inside, so they hold the same weights), which split
  * the synchronisation into slices and gather them after; NULL for one.
- * last_step: the run's last step (train.steps). */
+ * last_step: the run's last step (train.steps). Replicas as separate jobs (L->jobs > 1):
+ * this rank connects to the outer server for `slot` (its rank in its job). */
 dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *replicas, dt_comm *group, dt_dp *inner,
-                              size_t n, long long last_step);
+                              size_t n, long long last_step, int slot);
 void dt_local_sgd_free(dt_local_sgd *s);
+/* Replicas as separate jobs, before the first step (after the weights are initialised or
+ * loaded at `step`): replica 0 gives the outer server its weights if it has none yet;
+ * every replica takes the server's synchronised weights (and DiLoCo's momentum), which are
+ * at step *at >= step: a replica that joins late goes on from there. Otherwise *at = step. */
+dt_status dt_local_sgd_join(dt_local_sgd *s, long long step, long long *at);
+/* The outer step on n values from the replicas' changes summed over `count` replicas:
+ * local SGD (mom NULL: theta -= sum / count) or DiLoCo's Nesterov step. The outer server
+ * (src/launch/outer_server.c) runs this one too, so it and the replicas hold the same bits. */
+void dt_outer_step(float *theta, float *mom, const float *sum, size_t n, int count, float lr, float mu);
 /* Before a step: the first one takes the weights as the synchronised ones. */
 dt_status dt_local_sgd_before_step(dt_local_sgd *s);
 /* After step `step` (1-based): at a synchronisation, the outer step; collective over the

@@ -1,6 +1,8 @@
 #include "layout.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../data_parallel/local_sgd.h"
@@ -19,16 +21,58 @@ static int pick(const char *value, const char *const *names, int n) {
 }
 #define PICK(v, ...) pick(v, (const char *const[]){__VA_ARGS__}, sizeof((const char *const[]){__VA_ARGS__}) / sizeof(char *))
 
+/* This job's place among replicas run as separate jobs (the launcher's variables); 1: none. */
+static dt_status replica_job(int *job, int *jobs, const char **addr) {
+    const char *j = getenv("DTRAIN_REPLICA"), *n = getenv("DTRAIN_REPLICAS");
+    *job = 0;
+    *jobs = 1;
+    *addr = getenv("DTRAIN_OUTER_ADDR");
+    if (!n || !n[0]) return DT_OK;
+    char *e1, *e2;
+    long a = strtol(j ? j : "", &e1, 10), b = strtol(n, &e2, 10);
+    if (!j || !j[0] || *e1 || *e2 || b < 1 || b > 4096 || a < 0 || a >= b || !*addr || !(*addr)[0] ||
+        strlen(*addr) >= sizeof ((dt_layout *)0)->outer_addr)
+        return dt_fail(DT_EINPUT, "DTRAIN_REPLICA '%s' of DTRAIN_REPLICAS '%s' at DTRAIN_OUTER_ADDR '%s': not a "
+                       "replica of a `dtrain launch --replicas` run", j ? j : "", n, *addr ? *addr : "");
+    *job = (int)a;
+    *jobs = (int)b;
+    return DT_OK;
+}
+
 dt_status dt_layout_build(dt_layout *L, const dt_config *c, int world) {
     dt_config r = *c;
+    int job, jobs;
+    const char *addr;
+    DT_TRY(replica_job(&job, &jobs, &addr));
+    if (world > 0) world *= jobs; /* the run's world: every replica's job alike */
     if (world > 0) DT_TRY(dt_config_resolve_micro_batch(&r, world));
+    if (jobs > 1 && job > 0) { /* replica 0 writes the run's checkpoints; the others, metrics of their own */
+        r.checkpoint.dir[0] = r.checkpoint.resume[0] = 0;
+        r.checkpoint.every = 0;
+        if (r.log.metrics[0]) {
+            size_t len = strlen(r.log.metrics);
+            if (len + 16 >= sizeof r.log.metrics)
+                return dt_fail(DT_EINPUT, "log.metrics '%s': too long a path", r.log.metrics);
+            snprintf(r.log.metrics + len, sizeof r.log.metrics - len, ".replica%d", job);
+        }
+    }
     dt_layout_derive(L, &r, world);
+    if (jobs > 1) {
+        L->jobs = jobs;
+        L->job = job;
+        snprintf(L->outer_addr, sizeof L->outer_addr, "%s", addr);
+        if (L->dp % jobs == 0) { /* else dt_layout_check says it */
+            L->dp_shard = L->dp / jobs;
+            L->dp_replicas = jobs;
+        }
+    }
     return DT_OK;
 }
 
 void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     memset(L, 0, sizeof *L);
     L->cfg = *c;
+    L->jobs = 1;
     const dt_config *k = &L->cfg;
     L->world = world;
     L->tp = k->parallel.tp > 0 ? k->parallel.tp : 1;

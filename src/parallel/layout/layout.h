@@ -54,6 +54,12 @@ typedef struct {
     dt_tokenizer_kind tokenizer;
     dt_offload_kind offload_optimizer, offload_param;
     dt_sync_mode sync; /* every_step where local SGD would be it (sync_every 1, one replica) */
+    /* Replicas as separate jobs (`dtrain launch --replicas`, which sets DTRAIN_REPLICA,
+     * DTRAIN_REPLICAS and DTRAIN_OUTER_ADDR): this job is replica `job` of `jobs` and the
+     * sizes above are the whole run's (world = jobs x this job's ranks, dp_shard = this
+     * job's data-parallel ranks); the replicas meet at the outer server, outer_addr. 1: one job. */
+    int jobs, job;
+    char outer_addr[280];
 } dt_layout;
 
 /* What a command checks (flags): the config's own keys; the world (tp·pp·cp divides it,
@@ -80,6 +86,8 @@ static inline int dt_layout_cp_enabled(const dt_layout *L) { return L->cp > 1; }
 static inline int dt_layout_dp_enabled(const dt_layout *L) { return L->dp > 1; }
 /* Ranks ZeRO shards a state over: a shard group's data-parallel ranks, with the context-parallel ones. */
 static inline int dt_layout_shards(const dt_layout *L) { return L->dp_shard * L->cp; }
+/* This job's data-parallel ranks (all of dp but for replicas as separate jobs). */
+static inline int dt_layout_job_dp(const dt_layout *L) { return L->dp / L->jobs; }
 static inline int dt_layout_hsdp(const dt_layout *L) { return L->dp_replicas > 1 && L->sync == DT_SYNC_EVERY_STEP; }
 /* Gradients are reduced over the data- and context-parallel ranks together. */
 static inline int dt_layout_dp_cp_enabled(const dt_layout *L) { return L->dp * L->cp > 1; }
