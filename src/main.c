@@ -488,6 +488,8 @@ static const char *LAUNCH_USAGE =
     "  -n N                    ranks to start\n"
     "  --max-restarts R        restarts after failures before giving up (default 3)\n"
     "  --restart-delay S       seconds between a failure and its restart (default 1)\n"
+    "  --replicas K            parallel.sync local_sgd/diloco: K jobs of N/K ranks, one replica each,\n"
+    "                          meeting at the launcher; a failed one restarts alone, the others go on\n"
     "  --hostfile FILE         Open MPI hostfile, read again before every start: a restart runs on\n"
     "                          the slots it then lists (elastic)\n"
     "  --min-ranks M           smallest world a restart may use (default N); the global batch\n"

@@ -44,7 +44,7 @@ static void derivations(void) {
     CHECK(L.world == 16 && L.dp == 2 && L.tp == 2 && L.pp == 2 && L.cp == 2, "dp = world / (tp pp cp): %d", L.dp);
     CHECK(L.micro == 2 && L.global_batch == 16 && L.m == 4, "m = global / (micro dp): %d", L.m);
     CHECK(L.T == 32 && L.Tl == 16, "T %d, Tl %d", L.T, L.Tl);
-    CHECK(L.shape_ok && L.shape.padded_vocab == 320 && L.shape.n_layer == 4, "shape, padded %d", L.shape.padded_vocab);
+    CHECK(dt_layout_shape_ok(&L) && L.shape.padded_vocab == 320 && L.shape.n_layer == 4, "shape, padded %d", L.shape.padded_vocab);
     CHECK(dt_layout_check(&L, DT_CHECK_RUN) == DT_OK, "a layout the trainer runs");
 
     CHECK(build(&L, 4, "train.grad_accum=3", NULL) == DT_OK && L.dp == 4 && L.m == 3 && L.global_batch == 24,

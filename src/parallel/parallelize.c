@@ -155,7 +155,7 @@ dt_status dt_parallelize(dt_par **out, const dt_layout *L, dt_comm *world, const
     DT_TRY(dt_comm_agree(world, h->inp && h->tgt && h->seg && h->pipe_all ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (batch)"),
                          NULL));
     DT_TRY(dt_mesh_create(&h->mesh, world, L->tp, L->pp, L->cp));
-    h->data_rank = L->job * dt_layout_job_dp(L) + h->mesh.dp_rank;
+    h->data_rank = L->jobs.me * dt_layout_job_dp(L) + h->mesh.dp_rank;
     h->data_comm = dt_layout_cp_enabled(L) ? h->mesh.dp_cp_comm : h->mesh.dp_comm;
     h->engine_comm = h->data_comm;
     /* HSDP: ZeRO within a shard group of consecutive dp ranks, replicated across; local
@@ -319,7 +319,7 @@ dt_status dt_par_step(dt_par *h, long long step, int settle, dt_par_fill fill, v
         DT_TRY(gpt_forward_backward(&h->model, h->inp, h->tgt, L->micro, L->Tl, grad_scale, &l));
         sum += l;
     }
-    dt_test_straggle(h->L->job * dt_comm_size(h->world) + dt_comm_rank(h->world), dt_now() - t_step); /* a test's slow rank, before the gradients meet */
+    dt_test_straggle(h->L->jobs.me * dt_comm_size(h->world) + dt_comm_rank(h->world), dt_now() - t_step); /* a test's slow rank, before the gradients meet */
     *lr = dt_lr_at(&h->hp, step);
     DT_TRY(dt_dp_end_step(h->dpe, *lr, grad_norm, settle));
     if (h->outer) DT_TRY(dt_local_sgd_after_step(h->outer, step + 1));
@@ -511,7 +511,7 @@ dt_status dt_par_task_gradients(dt_par *h, dt_par_fill fill, void *ctx, int shar
     }
     *loss_sum = sum;
     DT_TRY(h->model.ops->sync());
-    dt_test_straggle(h->L->job * dt_comm_size(h->world) + dt_comm_rank(h->world), dt_now() - t0);
+    dt_test_straggle(h->L->jobs.me * dt_comm_size(h->world) + dt_comm_rank(h->world), dt_now() - t0);
     return DT_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backend/ops.h"
 #include "../core/dirs.h"
 
 dt_status dt_metrics_open(dt_metrics *m, const char *path, int append) {
@@ -129,4 +130,20 @@ dt_status dt_metrics_close(dt_metrics *m) {
     if (m->fail_step < 0) return DT_OK;
     return dt_fail(DT_ERUNTIME, "metrics file '%s': writes failed from step %lld on (%s)", m->path, m->fail_step,
                    strerror(m->fail_errno));
+}
+
+dt_status dt_metrics_peak_flops(const dt_config *c, int on_gpu, dt_comm *world, double *flops, const char **source) {
+    double mine = c->log.peak_gflops * 1e9;
+    *source = "log.peak_gflops";
+    if (mine <= 0 && on_gpu) {
+        mine = dt_gpu_bf16_peak();
+        *source = "dense bf16 datasheet";
+    } else if (mine <= 0) {
+        mine = dt_cpu_sgemm_peak(0.1);
+        *source = "measured SGEMM";
+    }
+    double v[2] = {mine, mine <= 0};
+    if (dt_comm_size(world) > 1) DT_TRY(dt_allreduce(world, v, 2, DT_F64, DT_SUM));
+    *flops = v[1] > 0 ? 0.0 : v[0];
+    return DT_OK;
 }

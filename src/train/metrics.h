@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "../comm/comm.h"
+#include "../core/config.h"
 #include "../core/mem_report.h"
 #include "../core/status.h"
 
@@ -49,6 +51,12 @@ void dt_metrics_resume(dt_metrics *m, long long step, const char *dir);
 /* steps: the step reached; ran: steps this run trained (final_loss is null when 0) */
 void dt_metrics_summary(dt_metrics *m, long long steps, long long ran, double final_loss, double tokens_per_s,
                         double mfu, const dt_mem_report *mem, int nranks);
+/* MFU's denominator, the job's peak FLOP/s (collective over world): log.peak_gflops per
+ * rank when set, else a GPU's dense bf16 datasheet rate, else each rank's SGEMM rate
+ * measured now with its threads, all ranks at once (ranks sharing cores share them here as
+ * in training), summed over ranks. Unknown on any rank (a GPU not in the table): 0, no MFU.
+ * *source: where it came from. */
+dt_status dt_metrics_peak_flops(const dt_config *c, int on_gpu, dt_comm *world, double *flops, const char **source);
 /* Closes; DT_ERUNTIME naming the file if any write failed. */
 dt_status dt_metrics_close(dt_metrics *m);
 

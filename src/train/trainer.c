@@ -218,25 +218,11 @@ static dt_status setup_local(trainer *t, const dt_config *cfg) {
     return DT_OK;
 }
 
-/* The job's peak FLOP/s: log.peak_gflops per rank when set, else a GPU's dense bf16
- * datasheet rate, else each rank's SGEMM rate measured now with its threads, all ranks at
- * once (ranks sharing cores share them here as in training), summed over ranks. Unknown
- * on any rank (a GPU not in the table): no MFU. */
-static dt_status measure_peak(trainer *t) {
-    const dt_config *c = t->cfg;
-    double mine = c->log.peak_gflops * 1e9;
-    t->peak_source = "log.peak_gflops";
-    if (mine <= 0 && t->L.backend == DT_BACKEND_CUDA) {
-        mine = dt_gpu_bf16_peak();
-        t->peak_source = "dense bf16 datasheet";
-    } else if (mine <= 0) {
-        mine = dt_cpu_sgemm_peak(0.1);
-        t->peak_source = "measured SGEMM";
-    }
-    double v[2] = {mine, mine <= 0};
-    if (dt_comm_size(t->world) > 1) DT_TRY(dt_allreduce(t->world, v, 2, DT_F64, DT_SUM));
-    t->peak_flops = v[1] > 0 ? 0.0 : v[0];
-    return DT_OK;
+/* The loader on to the batches after step `to` (from those after `from`), the state with it. */
+static void seek_steps(trainer *t, long long from, long long to) {
+    for (; from < to; from++) dt_loader_next_batch(&t->loader);
+    t->st.data_epoch = t->loader.epoch;
+    t->st.data_pos = t->loader.pos;
 }
 
 /* Model, engine and weights (the engine's collectives run only after all ranks agreed). */
@@ -250,17 +236,11 @@ static dt_status setup_model(trainer *t, const dt_config *c) {
     } else {
         DT_TRY(dt_par_init_weights(t->par, (uint64_t)c->train.seed, c->train.init_from));
     }
-    long long at;
+    long long at; /* a restarted replica job joins the others where they are: their data and schedule */
     DT_TRY(dt_par_join(t->par, t->st.step, &at));
-    if (at > t->st.step) { /* a replica job joins the others where they are: their data and schedule */
-        if (t->rank0)
-            printf("dtrain: replica %d joins the others at step %lld (the outer server's synchronised weights)\n",
-                   t->L.job, at);
-        for (long long s = t->st.step; s < at; s++) dt_loader_next_batch(&t->loader);
-        t->st.step = at;
-        t->st.data_epoch = t->loader.epoch;
-        t->st.data_pos = t->loader.pos;
-    }
+    if (at > t->st.step && t->rank0) printf("dtrain: replica %d joins the others at step %lld\n", t->L.jobs.me, at);
+    if (at > t->st.step) seek_steps(t, t->st.step, at);
+    t->st.step = at;
     t->config_json = dt_config_to_json(c);
     return DT_OK;
 }
@@ -487,12 +467,8 @@ static void print_model_ready(trainer *t, double seconds) {
 
 static void async_seek(void *ctx, long long step) {
     trainer *t = ctx;
-    while (t->async_at < step) {
-        dt_loader_next_batch(&t->loader);
-        t->async_at++;
-    }
-    t->st.data_epoch = t->loader.epoch;
-    t->st.data_pos = t->loader.pos;
+    seek_steps(t, t->async_at, step);
+    if (t->async_at < step) t->async_at = step;
 }
 
 static void async_report(void *ctx, const dt_async_step *a) {
@@ -572,7 +548,7 @@ static dt_status run(trainer *t) {
         int settle = next == stop || (c->checkpoint.dir[0] && c->checkpoint.every > 0 && next % c->checkpoint.every == 0) ||
                      (t->val_path[0] && c->train.val_every > 0 && next % c->train.val_every == 0);
         DT_TRY(train_step(t, settle, &loss, &norm, &lr));
-        dt_test_fault(t->st.step, t->L.job * dt_comm_size(t->world) + dt_comm_rank(t->world)); /* the run's rank */
+        dt_test_fault(t->st.step, t->L.jobs.me * dt_comm_size(t->world) + dt_comm_rank(t->world)); /* the run's rank */
         dt_heartbeat(t->st.step, dt_comm_rank(t->world));
         if (c->log.profile && timed_steps == 0 && t->st.step < stop) dt_ops_profile_reset();
         double dt = dt_now() - t0;
@@ -685,7 +661,7 @@ dt_status dt_train_run(const dt_config *cfg, dt_comm *world, int *report) {
         if (w[0]) fprintf(stderr, "%s\n", w);
     }
     if (s == DT_OK) s = agree(&t, setup_local(&t, cfg), report);
-    if (s == DT_OK) s = agree(&t, measure_peak(&t), report);
+    if (s == DT_OK) s = agree(&t, dt_metrics_peak_flops(t.cfg, t.L.backend == DT_BACKEND_CUDA, t.world, &t.peak_flops, &t.peak_source), report);
     if (s == DT_OK && t.rank0) print_header(&t);
     double built = dt_now();
     if (s == DT_OK) s = agree(&t, setup_model(&t, t.cfg), report);

@@ -27,16 +27,16 @@ struct dt_local_sgd {
 
 dt_status dt_local_sgd_check(const dt_layout *L) {
     const dt_config *c = &L->cfg;
-    if (L->jobs > 1 && !dt_layout_local_sgd(L))
+    if (L->jobs.n > 1 && !dt_layout_local_sgd(L))
         return dt_fail(DT_EINPUT, "dtrain launch --replicas: the replicas meet every parallel.sync_every steps; set "
                        "parallel.sync local_sgd or diloco (it is %s, every %d)", c->parallel.sync,
                        c->parallel.sync_every);
-    if (L->jobs > 1 && L->world > 0 && L->dp % L->jobs)
+    if (L->jobs.n > 1 && L->world > 0 && L->dp % L->jobs.n)
         return dt_fail(DT_EINPUT, "dtrain launch --replicas %d: the %d data-parallel ranks do not split into %d "
-                       "replicas", L->jobs, L->dp, L->jobs);
-    if (L->jobs > 1 && c->parallel.dp_shard > 0 && c->parallel.dp_shard != L->dp_shard)
+                       "replicas", L->jobs.n, L->dp, L->jobs.n);
+    if (L->jobs.n > 1 && c->parallel.dp_shard > 0 && c->parallel.dp_shard != L->dp_shard)
         return dt_fail(DT_EINPUT, "dtrain launch --replicas %d: each replica is a job of %d data-parallel ranks; "
-                       "parallel.dp_shard %d says otherwise (leave it 0)", L->jobs, L->dp_shard,
+                       "parallel.dp_shard %d says otherwise (leave it 0)", L->jobs.n, L->dp_shard,
                        c->parallel.dp_shard);
     if (!dt_layout_local_sgd(L)) return DT_OK;
     const char *mode = c->parallel.sync;
@@ -84,8 +84,8 @@ dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *r
     for (size_t i = s->n; st == DT_OK && i < len; i++) s->theta[i] = s->delta[i] = 0.0f;
     for (size_t i = 0; st == DT_OK && s->mom && i < len; i++) s->mom[i] = 0.0f;
     s->link.fd = -1;
-    if (st == DT_OK && L->jobs > 1) /* a job of one replica; slot: this rank in it */
-        st = dt_outer_connect(&s->link, L->outer_addr, L->job, slot, 60.0);
+    if (st == DT_OK && L->jobs.n > 1) /* a job of one replica; slot: this rank in it */
+        st = dt_outer_connect(&s->link, L->jobs.addr, L->jobs.me, slot, 60.0);
     return dt_comm_agree(replicas, st, NULL);
 }
 

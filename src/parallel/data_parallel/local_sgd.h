@@ -27,7 +27,7 @@ dt_status dt_local_sgd_check(const dt_layout *L);
  * model); host buffers allocated once. group: the replica's own ranks when it has
  * several (parallel.dp_shard; DDP inside, so they hold the same weights), which split
  * the synchronisation into slices and gather them after; NULL for one.
- * last_step: the run's last step (train.steps). Replicas as separate jobs (L->jobs > 1):
+ * last_step: the run's last step (train.steps). Replicas as separate jobs (L->jobs.n > 1):
  * this rank connects to the outer server for `slot` (its rank in its job). */
 dt_status dt_local_sgd_create(dt_local_sgd **out, const dt_layout *L, dt_comm *replicas, dt_comm *group, dt_dp *inner,
                               size_t n, long long last_step, int slot);

@@ -150,7 +150,7 @@ static dt_layout without_offload(const dt_layout *L) {
 }
 
 double dt_estimate_layout_bytes(const dt_layout *L) {
-    if (!L->shape_ok) return 0;
+    if (!dt_layout_shape_ok(L)) return 0;
     double worst = 0;
     for (int r = 0; r < L->pp; r++) { /* the fullest stage */
         offload_bytes o;

@@ -31,7 +31,7 @@ static dt_status replica_job(int *job, int *jobs, const char **addr) {
     char *e1, *e2;
     long a = strtol(j ? j : "", &e1, 10), b = strtol(n, &e2, 10);
     if (!j || !j[0] || *e1 || *e2 || b < 1 || b > 4096 || a < 0 || a >= b || !*addr || !(*addr)[0] ||
-        strlen(*addr) >= sizeof ((dt_layout *)0)->outer_addr)
+        strlen(*addr) >= sizeof ((dt_replica_jobs *)0)->addr)
         return dt_fail(DT_EINPUT, "DTRAIN_REPLICA '%s' of DTRAIN_REPLICAS '%s' at DTRAIN_OUTER_ADDR '%s': not a "
                        "replica of a `dtrain launch --replicas` run", j ? j : "", n, *addr ? *addr : "");
     *job = (int)a;
@@ -58,9 +58,9 @@ dt_status dt_layout_build(dt_layout *L, const dt_config *c, int world) {
     }
     dt_layout_derive(L, &r, world);
     if (jobs > 1) {
-        L->jobs = jobs;
-        L->job = job;
-        snprintf(L->outer_addr, sizeof L->outer_addr, "%s", addr);
+        L->jobs.n = jobs;
+        L->jobs.me = job;
+        snprintf(L->jobs.addr, sizeof L->jobs.addr, "%s", addr);
         if (L->dp % jobs == 0) { /* else dt_layout_check says it */
             L->dp_shard = L->dp / jobs;
             L->dp_replicas = jobs;
@@ -72,7 +72,7 @@ dt_status dt_layout_build(dt_layout *L, const dt_config *c, int world) {
 void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     memset(L, 0, sizeof *L);
     L->cfg = *c;
-    L->jobs = 1;
+    L->jobs.n = 1;
     const dt_config *k = &L->cfg;
     L->world = world;
     L->tp = k->parallel.tp > 0 ? k->parallel.tp : 1;
@@ -90,9 +90,11 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
     L->T = k->train.seq_len > 0 ? k->train.seq_len : k->model.seq_len;
     L->Tl = L->T / L->cp;
     L->shape = gpt_shape_of_config(k);
-    L->shape_ok = gpt_shape_check(&L->shape) == DT_OK;
-    if (!L->shape_ok) dt_error_clear(); /* dt_layout_check says it */
-    if (L->shape_ok && k->parallel.policy[0] &&
+    if (gpt_shape_check(&L->shape) != DT_OK) { /* dt_layout_check says it */
+        dt_error_clear();
+        L->shape.padded_vocab = 0; /* dt_layout_shape_ok: no */
+    }
+    if (dt_layout_shape_ok(L) && k->parallel.policy[0] &&
         dt_policy_stage(k->parallel.policy, k->parallel.zero, &L->shape, k->parallel.unit_blocks, &L->zero,
                         &L->replicated) != DT_OK) {
         dt_error_clear(); /* dt_layout_check says it */

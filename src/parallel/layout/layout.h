@@ -30,6 +30,15 @@ typedef enum { DT_TOKENIZER_BYTE, DT_TOKENIZER_GPT2, DT_TOKENIZER_HF } dt_tokeni
 typedef enum { DT_OFFLOAD_NONE, DT_OFFLOAD_CPU, DT_OFFLOAD_NVME } dt_offload_kind;
 typedef enum { DT_SYNC_EVERY_STEP, DT_SYNC_LOCAL_SGD, DT_SYNC_DILOCO } dt_sync_mode;
 
+/* Replicas as separate jobs (`dtrain launch --replicas`, which sets DTRAIN_REPLICA,
+ * DTRAIN_REPLICAS and DTRAIN_OUTER_ADDR): this job is replica `me` of `n` and the layout's
+ * sizes are the whole run's (world = n x this job's ranks, dp_shard = this job's
+ * data-parallel ranks); the replicas meet at the outer server, addr. n = 1: one job. */
+typedef struct {
+    int n, me;
+    char addr[280];
+} dt_replica_jobs;
+
 typedef struct {
     dt_config cfg; /* the config it was built from, micro-batch and batch keys resolved for the world */
     int world;     /* 0: not known (`dtrain config` without -n); the sizes below then assume dp = 1 */
@@ -42,8 +51,7 @@ typedef struct {
     int m;                     /* micro-steps per optimizer step on each data-parallel rank (accumulation) */
     int global_batch;          /* sequences per optimizer step */
     int T, Tl;                 /* training sequence length; the positions one rank computes (T / cp) */
-    gpt_shape shape;           /* the model (padded_vocab filled when shape_ok) */
-    int shape_ok;
+    gpt_shape shape;           /* the model (padded_vocab 0 when the shape is not valid: dt_layout_shape_ok) */
     dt_backend_kind backend;
     dt_precision precision;
     dt_dp_mode dp_mode;
@@ -54,12 +62,7 @@ typedef struct {
     dt_tokenizer_kind tokenizer;
     dt_offload_kind offload_optimizer, offload_param;
     dt_sync_mode sync; /* every_step where local SGD would be it (sync_every 1, one replica) */
-    /* Replicas as separate jobs (`dtrain launch --replicas`, which sets DTRAIN_REPLICA,
-     * DTRAIN_REPLICAS and DTRAIN_OUTER_ADDR): this job is replica `job` of `jobs` and the
-     * sizes above are the whole run's (world = jobs x this job's ranks, dp_shard = this
-     * job's data-parallel ranks); the replicas meet at the outer server, outer_addr. 1: one job. */
-    int jobs, job;
-    char outer_addr[280];
+    dt_replica_jobs jobs;
 } dt_layout;
 
 /* What a command checks (flags): the config's own keys; the world (tp·pp·cp divides it,
@@ -86,8 +89,10 @@ static inline int dt_layout_cp_enabled(const dt_layout *L) { return L->cp > 1; }
 static inline int dt_layout_dp_enabled(const dt_layout *L) { return L->dp > 1; }
 /* Ranks ZeRO shards a state over: a shard group's data-parallel ranks, with the context-parallel ones. */
 static inline int dt_layout_shards(const dt_layout *L) { return L->dp_shard * L->cp; }
+/* Whether the config's model shape is valid (else dt_layout_check names what is wrong). */
+static inline int dt_layout_shape_ok(const dt_layout *L) { return L->shape.padded_vocab > 0; }
 /* This job's data-parallel ranks (all of dp but for replicas as separate jobs). */
-static inline int dt_layout_job_dp(const dt_layout *L) { return L->dp / L->jobs; }
+static inline int dt_layout_job_dp(const dt_layout *L) { return L->dp / L->jobs.n; }
 static inline int dt_layout_hsdp(const dt_layout *L) { return L->dp_replicas > 1 && L->sync == DT_SYNC_EVERY_STEP; }
 /* Gradients are reduced over the data- and context-parallel ranks together. */
 static inline int dt_layout_dp_cp_enabled(const dt_layout *L) { return L->dp * L->cp > 1; }
