@@ -490,6 +490,7 @@ static const char *LAUNCH_USAGE =
     "  --restart-delay S       seconds between a failure and its restart (default 1)\n"
     "  --replicas K            parallel.sync local_sgd/diloco: K jobs of N/K ranks, one replica each,\n"
     "                          meeting at the launcher; a failed one restarts alone, the others go on\n"
+    "  --outer-addr A          with --replicas: this host's address as theirs reach it (default its name)\n"
     "  --hostfile FILE         Open MPI hostfile, read again before every start: a restart runs on\n"
     "                          the slots it then lists (elastic)\n"
     "  --min-ranks M           smallest world a restart may use (default N); the global batch\n"

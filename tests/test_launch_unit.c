@@ -79,6 +79,18 @@ int main(void) {
               "'%s': %d, '%s', want '%s'", no[i].text, k, e, no[i].want);
     }
 
+    /* the hosts in file order, and a replica job's share of their slots */
+    dt_hostfile_host h[4];
+    const char *two = "a slots=2\nb slots=3\n^c\nc slots=4\nd slots=0\n";
+    CHECK(dt_hostfile_hosts(two, strlen(two), "H", NULL, h, 4) == 2 && !strcmp(h[0].name, "a") && h[0].slots == 2 &&
+              !strcmp(h[1].name, "b") && h[1].slots == 3, "hosts: a:2 b:3 (c left out, d no slots)");
+    char list[64];
+    CHECK(!dt_hostfile_take(h, 2, 0, 2, list, sizeof list) && !strcmp(list, "a:2"), "take 0+2: %s", list);
+    CHECK(!dt_hostfile_take(h, 2, 1, 3, list, sizeof list) && !strcmp(list, "a:1,b:2"), "take 1+3: %s", list);
+    CHECK(!dt_hostfile_take(h, 2, 4, 1, list, sizeof list) && !strcmp(list, "b:1"), "take 4+1: %s", list);
+    CHECK(dt_hostfile_take(h, 2, 4, 2, list, sizeof list) == -1, "take past the slots");
+    CHECK(dt_hostfile_take(h, 2, 0, 5, list, 4) == -1, "take into too small a buffer");
+
     /* start-up: a rank that has finished no step within the allowance (from `started`) */
     char msg[512];
     dt_beat b[3] = {{0, 7, 11, 105.0, 0}, {1, 0, 12, 101.0, 1}, {2, 3, 13, 50.0, 0} /* the last attempt's */};

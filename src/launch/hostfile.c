@@ -334,7 +334,8 @@ static int host_line(parser *P, int tok) {
     return 0;
 }
 
-int dt_hostfile_slots(const char *text, size_t n, const char *path, const char *self) {
+int dt_hostfile_hosts(const char *text, size_t n, const char *path, const char *self, dt_hostfile_host *hosts,
+                      int max) {
     parser P;
     memset(&P, 0, sizeof P);
     P.x.s = text;
@@ -356,15 +357,46 @@ int dt_hostfile_slots(const char *text, size_t n, const char *path, const char *
         }
         if ((rc = host_line(&P, tok)) < 0) break;
     }
-    long long slots = 0;
+    int count = 0;
     for (int i = 0; rc == 0 && i < P.n; i++) {
         if (P.nodes[i].excluded) continue;
         int out = 0;
         for (int j = 0; j < P.n; j++)
             if (P.nodes[j].excluded && !strcmp(P.nodes[j].name, P.nodes[i].name)) out = 1;
-        if (!out) slots += P.nodes[i].slots;
-        if (slots > (1 << 24)) slots = 1 << 24;
+        if (out || P.nodes[i].slots < 1) continue;
+        if (count < max) {
+            snprintf(hosts[count].name, sizeof hosts[count].name, "%s", P.nodes[i].name);
+            hosts[count].slots = P.nodes[i].slots > (1 << 24) ? 1 << 24 : (int)P.nodes[i].slots;
+        }
+        count++;
     }
     free(P.nodes);
-    return rc < 0 ? -1 : (int)slots;
+    return rc < 0 ? -1 : count;
+}
+
+int dt_hostfile_slots(const char *text, size_t n, const char *path, const char *self) {
+    enum { MAX = 4096 };
+    dt_hostfile_host *h = malloc(MAX * sizeof *h);
+    if (!h) return dt_fail(DT_ERUNTIME, "out of memory"), -1;
+    int count = dt_hostfile_hosts(text, n, path, self, h, MAX);
+    long long slots = 0;
+    for (int i = 0; i < count && i < MAX; i++) slots += h[i].slots;
+    free(h);
+    if (count < 0) return -1;
+    return slots > (1 << 24) ? 1 << 24 : (int)slots;
+}
+
+int dt_hostfile_take(const dt_hostfile_host *hosts, int n, int first, int count, char *out, size_t cap) {
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0, at = 0; i < n && count > 0; at += hosts[i].slots, i++) {
+        int lo = first > at ? first : at, hi = at + hosts[i].slots < first + count ? at + hosts[i].slots : first + count;
+        if (hi <= lo) continue;
+        int w = snprintf(out + len, cap - len, "%s%s:%d", len ? "," : "", hosts[i].name, hi - lo);
+        if (w < 0 || (size_t)w >= cap - len) return -1;
+        len += (size_t)w;
+    }
+    int total = 0;
+    for (int i = 0; i < n; i++) total += hosts[i].slots;
+    return first + count <= total ? 0 : -1;
 }

@@ -16,4 +16,17 @@
  * hosts localhost, 127.0.0.1 and self are one host, as for mpirun), or NULL. */
 int dt_hostfile_slots(const char *text, size_t n, const char *path, const char *self);
 
+typedef struct {
+    char name[256];
+    int slots;
+} dt_hostfile_host;
+/* The hosts it offers, in file order, each once with its slots (those left out by `^host`
+ * or with no slots omitted): the first `max` into hosts; returns how many there are, or
+ * -1 with the error recorded as above. */
+int dt_hostfile_hosts(const char *text, size_t n, const char *path, const char *self, dt_hostfile_host *hosts,
+                      int max);
+/* mpirun's --host list ("a:2,b:1") of slots first .. first + count - 1, counting the
+ * hosts' slots in order (a replica job's share of the file); -1: fewer slots, or cap too small. */
+int dt_hostfile_take(const dt_hostfile_host *hosts, int n, int first, int count, char *out, size_t cap);
+
 #endif

@@ -74,9 +74,11 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
             DT_TRY(parse_num(a, v, 0, 1e7, &o->startup_timeout));
         } else if (!strcmp(a, "--stop-timeout")) {
             DT_TRY(parse_num(a, v, 0, 1e7, &o->stop_timeout));
-        } else if (!strcmp(a, "--hostfile") || !strcmp(a, "--mpirun") || !strcmp(a, "--mpi-arg")) {
+        } else if (!strcmp(a, "--hostfile") || !strcmp(a, "--mpirun") || !strcmp(a, "--mpi-arg") ||
+                   !strcmp(a, "--outer-addr")) {
             if (!v) return dt_fail(DT_EINPUT, "launch: option %s needs a value", a);
             if (!strcmp(a, "--hostfile")) o->hostfile = v;
+            else if (!strcmp(a, "--outer-addr")) o->outer_addr = v;
             else if (!strcmp(a, "--mpirun")) o->mpirun = v;
             else if (o->n_mpi_args == (int)(sizeof o->mpi_args / sizeof o->mpi_args[0]))
                 return dt_fail(DT_EINPUT, "launch: more than %d --mpi-arg options", o->n_mpi_args);
@@ -101,25 +103,50 @@ dt_status dt_launch_parse(dt_launch_opts *o, int argc, char **argv, int *consume
     return DT_OK;
 }
 
-int dt_launch_hostfile_slots(const char *path) {
+/* The hostfile's text (at most 1 MiB, NUL-terminated); NULL with the error recorded. */
+static char *read_hostfile(const char *path, size_t *n) {
     FILE *f;
-    if (dt_input_fopen(path, "launch: --hostfile", &f) != DT_OK) return -1;
+    if (dt_input_fopen(path, "launch: --hostfile", &f) != DT_OK) return NULL;
     enum { CAP = 1 << 20 };
     char *text = malloc(CAP + 1);
-    size_t n = text ? fread(text, 1, CAP + 1, f) : 0;
+    *n = text ? fread(text, 1, CAP + 1, f) : 0;
     int err = ferror(f);
     fclose(f);
-    if (!text) return dt_fail(DT_ERUNTIME, "out of memory"), -1;
-    int slots = -1;
-    if (err) dt_fail(DT_EINPUT, "launch: hostfile '%s': read error", path);
-    else if (n > CAP) dt_fail(DT_EINPUT, "launch: hostfile '%s': larger than 1 MiB: not a hostfile", path);
-    else {
-        char self[256] = "";
-        if (gethostname(self, sizeof self - 1) == 0 && strchr(self, '.')) *strchr(self, '.') = 0;
-        slots = dt_hostfile_slots(text, n, path, self[0] ? self : NULL);
+    if (!text) return dt_fail(DT_ERUNTIME, "out of memory"), NULL;
+    if (err || *n > CAP) {
+        dt_fail(DT_EINPUT, "launch: hostfile '%s': %s", path, err ? "read error" : "larger than 1 MiB: not a hostfile");
+        free(text);
+        return NULL;
     }
+    text[*n] = 0;
+    return text;
+}
+
+/* This host's name as hostfiles name it (up to the first dot). */
+static void short_hostname(char *self, size_t cap) {
+    self[0] = 0;
+    if (gethostname(self, cap - 1) == 0 && strchr(self, '.')) *strchr(self, '.') = 0;
+    self[cap - 1] = 0;
+}
+
+int dt_launch_hostfile_slots(const char *path) {
+    size_t n;
+    char *text = read_hostfile(path, &n), self[256];
+    if (!text) return -1;
+    short_hostname(self, sizeof self);
+    int slots = dt_hostfile_slots(text, n, path, self[0] ? self : NULL);
     free(text);
     return slots;
+}
+
+int dt_launch_hostfile_hosts(const char *path, dt_hostfile_host *hosts, int max) {
+    size_t n;
+    char *text = read_hostfile(path, &n), self[256];
+    if (!text) return -1;
+    short_hostname(self, sizeof self);
+    int count = dt_hostfile_hosts(text, n, path, self[0] ? self : NULL, hosts, max);
+    free(text);
+    return count;
 }
 
 int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, int slots) {

@@ -8,6 +8,7 @@
 #define DT_LAUNCH_H
 
 #include "core/config.h"
+#include "launch/hostfile.h"
 #include "core/status.h"
 
 typedef struct {
@@ -24,9 +25,10 @@ typedef struct {
     int grow;                /* --grow: restart on a larger world when the hostfile offers one */
     double wait_timeout;     /* --wait-timeout: seconds to wait for a world of min_ranks (default 600) */
     const char *mpirun;      /* --mpirun (default "mpirun") */
-    const char *mpi_args[32]; /* --mpi-arg, in order */
+    const char *mpi_args[64]; /* --mpi-arg, in order */
     int n_mpi_args;
     int replicas;            /* --replicas R: local SGD's / DiLoCo's replicas as R separate jobs (0, 1: one job) */
+    const char *outer_addr;  /* --outer-addr: the launcher's address as the replicas' hosts reach it */
 } dt_launch_opts;
 
 /* Parses the options before `--`; *consumed = how many arguments they took. */
@@ -40,6 +42,8 @@ int dt_launch_world(const dt_launch_opts *o, const dt_config *c, long long gb, i
 /* Slots a hostfile offers, read as Open MPI's mpirun reads it (hostfile.h), or -1 with
  * the error recorded (DT_EINPUT naming the file and line). */
 int dt_launch_hostfile_slots(const char *path);
+/* Its hosts in file order with their slots (hostfile.h), the first max of them; -1 as above. */
+int dt_launch_hostfile_hosts(const char *path, dt_hostfile_host *hosts, int max);
 
 /* Elastic growth (--grow): while the job runs the launcher reads the hostfile again (when
  * it changes, and every few seconds); when it offers a larger world, the launcher waits for

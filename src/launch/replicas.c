@@ -39,7 +39,7 @@ static int code_of(int status) {
  * alone gets a terminal's Ctrl-C). Replica 0, restarted, resumes from its newest checkpoint:
  * the directory holds the run's saves (the outer server's weights then take over). */
 static pid_t start(const dt_launch_opts *o, const dt_config *c, const char *self, int argc, char **argv, int j,
-                   int k, int restarted) {
+                   int k, int restarted, const char *hosts) {
     char np[32], rj[32], from[DT_PATH_MAX + 272];
     int resume = j == 0 && restarted && dt_launch_resume_point(c->checkpoint.dir, from, sizeof from);
     snprintf(np, sizeof np, "%d", k);
@@ -58,6 +58,10 @@ static pid_t start(const dt_launch_opts *o, const dt_config *c, const char *self
     a[n++] = o->mpirun;
     a[n++] = "-np";
     a[n++] = np;
+    if (hosts[0]) { /* its share of the hostfile's slots */
+        a[n++] = "--host";
+        a[n++] = hosts;
+    }
     for (int i = 0; i < o->n_mpi_args; i++) a[n++] = o->mpi_args[i];
     const char *vars[] = {"DTRAIN_REPLICA", "DTRAIN_REPLICAS", "DTRAIN_OUTER_ADDR"}; /* to ranks on other hosts */
     for (int i = 0; i < 3; i++) {
@@ -89,14 +93,25 @@ int dt_launch_replicas(const dt_launch_opts *o, const dt_config *c, const char *
     if (R > MAX_REPLICAS || o->nproc % R)
         return dt_launch_fail(dt_fail(DT_EINPUT, "launch: --replicas %d must divide -n %d (at most %d replicas)", R,
                                       o->nproc, MAX_REPLICAS));
-    if (o->hostfile || o->grow || o->heartbeat_timeout > 0 || o->min_ranks != o->nproc)
-        return dt_launch_fail(dt_fail(DT_EINPUT, "launch: --replicas runs its jobs on this host, whole: not yet with "
-                                      "--hostfile, --grow, --min-ranks or --heartbeat-timeout"));
+    if (o->grow || o->heartbeat_timeout > 0 || o->min_ranks != o->nproc)
+        return dt_launch_fail(dt_fail(DT_EINPUT, "launch: --replicas restarts each replica's job whole: not yet with "
+                                      "--grow, --min-ranks or --heartbeat-timeout"));
+    static char hosts[MAX_REPLICAS][1024]; /* each replica's --host list (empty: mpirun's default) */
+    if (o->hostfile) { /* replica j takes slots j k .. (j + 1) k - 1 of the file, in order */
+        static dt_hostfile_host h[4096];
+        int nh = dt_launch_hostfile_hosts(o->hostfile, h, 4096);
+        if (nh < 0) return dt_launch_fail(DT_EINPUT);
+        for (int j = 0; j < R; j++)
+            if (dt_hostfile_take(h, nh < 4096 ? nh : 4096, j * k, k, hosts[j], sizeof hosts[j]))
+                return dt_launch_fail(dt_fail(DT_EINPUT, "launch: hostfile '%s' offers fewer than -n %d slots for "
+                                              "%d replicas of %d", o->hostfile, o->nproc, R, k));
+    }
     int lfd, port;
     if (dt_outer_listen(&lfd, &port) != DT_OK) return dt_launch_fail(DT_ERUNTIME);
-    char rs[32], addr[64];
+    char rs[32], addr[300], me[256] = "127.0.0.1";
+    if (!o->outer_addr && o->hostfile && gethostname(me, sizeof me - 1)) snprintf(me, sizeof me, "127.0.0.1");
     snprintf(rs, sizeof rs, "%d", R);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    snprintf(addr, sizeof addr, "%s:%d", o->outer_addr ? o->outer_addr : me, port);
     setenv("DTRAIN_REPLICAS", rs, 1);
     setenv("DTRAIN_REPLICA", "0", 1);
     setenv("DTRAIN_OUTER_ADDR", addr, 1);
@@ -131,7 +146,10 @@ int dt_launch_replicas(const dt_launch_opts *o, const dt_config *c, const char *
     memset(r, 0, sizeof r);
     dt_launch_say("starting %d replicas of %d ranks, each its own job; they meet at the outer server (%s)", R, k,
         addr);
-    for (int j = 0; j < R; j++) r[j].pid = start(o, c, self, argc, argv, j, k, 0);
+    for (int j = 0; j < R; j++) {
+        if (hosts[j][0]) dt_launch_say("replica %d on %s", j, hosts[j]);
+        r[j].pid = start(o, c, self, argc, argv, j, k, 0, hosts[j]);
+    }
     int code = 0, forwarded = 0, left = R;
     while (left > 0) {
         int status;
@@ -182,7 +200,7 @@ int dt_launch_replicas(const dt_launch_opts *o, const dt_config *c, const char *
             if (!forwarded && !r[i].pid && !r[i].done && r[i].restart_at > 0 && dt_now() >= r[i].restart_at) {
                 r[i].restart_at = 0;
                 dt_launch_say("restarting replica %d: it joins the others at their last synchronisation", i);
-                r[i].pid = start(o, c, self, argc, argv, i, k, 1);
+                r[i].pid = start(o, c, self, argc, argv, i, k, 1, hosts[i]);
             }
         dt_launch_nap(0.05);
     }
