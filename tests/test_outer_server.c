@@ -3,10 +3,12 @@
  * them; a round waits for every replica expected, sums in replica order and runs the outer
  * step; a replica whose connection closes or whose job the launcher reports ended is left
  * out; a latecomer waits until no round is open and joins at the synchronised step; a
- * round that waits past the timeout drops the silent replica. */
+ * replica that sends progress is waited for, one silent past the timeout is dropped and
+ * named to the launcher. */
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "check.h"
@@ -18,7 +20,7 @@ enum { N = 4 };
 
 static pid_t serve(int replicas, double timeout, int *port, int *ctl) {
     int lfd, p[2];
-    if (dt_outer_listen(&lfd, port) != DT_OK || pipe(p)) return -1;
+    if (dt_outer_listen(&lfd, port) != DT_OK || socketpair(AF_UNIX, SOCK_STREAM, 0, p)) return -1;
     pid_t pid = fork();
     if (pid == 0) {
         close(p[1]);
@@ -135,9 +137,23 @@ int main(void) {
     send_hello(&b, -1, NULL, NULL);
     CHECK(!answer(&a, &h, got, gm) && !answer(&b, &h, got, gm), "both joined");
     send_delta(&a, 4, d0);
-    CHECK(!answer(&a, &h, got, NULL) && h.step == 4 && h.contributors == 1 && !memcmp(got, d0, sizeof got),
-          "after the timeout: the round of replica 0 alone");
+    for (int i = 0; i < 6; i++) { /* replica 1 slow but training: 0.9 s of progress, past the 0.5 s timeout */
+        dt_outer_progress(&b, i + 1);
+        usleep(150000);
+    }
+    CHECK(waiting(&a, 0), "a replica that sends progress is waited for past the timeout");
+    send_delta(&b, 4, d1);
+    for (int i = 0; i < N; i++) sum[i] = d0[i] + d1[i];
+    CHECK(!answer(&a, &h, got, NULL) && h.step == 4 && h.contributors == 2 && !memcmp(got, sum, sizeof got),
+          "its change arrives: the round of both");
+    CHECK(!answer(&b, &h, got, NULL) && h.contributors == 2, "replica 1 answered");
+    send_delta(&a, 8, d0);
+    CHECK(!answer(&a, &h, got, NULL) && h.step == 8 && h.contributors == 1 && !memcmp(got, d0, sizeof got),
+          "replica 1 silent past the timeout: the round of replica 0 alone");
     CHECK(answer(&b, &h, got, NULL) != 0, "the silent replica's connection is closed");
+    int dropped = -1;
+    CHECK(read(ctl, &dropped, sizeof dropped) == (ssize_t)sizeof dropped && dropped == 1,
+          "the launcher is told which replica was dropped (%d)", dropped);
     dt_outer_close(&a);
     dt_outer_close(&b);
     close(ctl);

@@ -4,7 +4,7 @@
 # order); one replica's ranks killed mid-run: the others go on (their job is never
 # restarted), the killed one is restarted alone, joins them at their last
 # synchronisation, and the run finishes with one model on every replica; under a timeout
-# (no hang). Bad input: one line, exit 2, before any job starts.
+# (no hang); a stopped replica is dropped after comm.timeout and its job restarted. Bad input: one line, exit 2, before any job starts.
 source "$(dirname "$0")/lib.sh"
 need_mpi
 prepare_tiny
@@ -65,6 +65,20 @@ assert a == list(range(1, 101)), a
 assert 6 < b[0] - 1 < 100 and (b[0] - 1) % 4 == 0 and b == list(range(b[0], 101)), b
 PY
 grep -q "restarting replica 0\|replica 0 failed" "$TMP/kill.out" && fail "replica 0 restarted"
+
+# a replica stopped (SIGSTOP after step 6, as a hung host): silent for comm.timeout while
+# replica 0 waits at the synchronisation, so the server drops it and the launcher kills
+# and restarts its job; the run finishes (no hang)
+rm -f "$TMP/once"
+DT_TEST_FAULT=stop:6:1 DT_TEST_FAULT_ONCE="$TMP/once" \
+  timeout 300 "${LAUNCH[@]}" -n 2 --replicas 2 --restart-delay 0 -- train "${DP_RUN[@]}" --digest "${DL[@]}" \
+  --set comm.timeout=2 >"$TMP/stop.out" 2>&1
+rc=$?
+got=$(digest_of "$TMP/stop.out" | sort -u)
+[ $rc = 0 ] && [ "$(echo "$got" | wc -l)" = 1 ] && grep -q "replica 1 was silent for comm.timeout" "$TMP/stop.out" &&
+  grep -q "replica 1 joins the others at step" "$TMP/stop.out" &&
+  pass "replica 1 stopped after step 6: dropped after comm.timeout, its job killed and restarted, one model at the end" ||
+  fail "stopped replica: rc $rc '$got': $(grep 'dtrain launch\|error' "$TMP/stop.out" | tail -5)"
 
 # bad input: one line, exit 2, no job started
 refused_launch() { # WHAT ARGS...

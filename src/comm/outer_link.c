@@ -123,3 +123,8 @@ dt_status dt_outer_reduce(dt_outer_link *l, long long step, float *delta, size_t
     *contributors = h.contributors;
     return DT_OK;
 }
+
+dt_status dt_outer_progress(dt_outer_link *l, long long step) {
+    dt_outer_msg h = {DT_OUTER_MAGIC, DT_OUTER_PROGRESS, l->replica, l->slot, step, 0, 0, 0};
+    return dt_outer_send(l->fd, &h, NULL, NULL);
+}

@@ -20,6 +20,7 @@ enum {
     DT_OUTER_DELTA,     /* replica -> server: its change since the synchronisation, for the one at `step` */
     DT_OUTER_JOIN,      /* server -> replica: the synchronised weights (and momentum) at `step`, to go on from */
     DT_OUTER_SUM,       /* server -> replica: the changes summed in replica order over `contributors` replicas */
+    DT_OUTER_PROGRESS,  /* replica -> server: it finished inner step `step` (no answer): alive, if slow */
 };
 
 typedef struct {
@@ -45,6 +46,10 @@ dt_status dt_outer_join(dt_outer_link *l, long long step, float *theta, float *m
 /* Sends this replica's change for the synchronisation at `step` and replaces it with the
  * sum over the replicas still training (*contributors of them, this one included). */
 dt_status dt_outer_reduce(dt_outer_link *l, long long step, float *delta, size_t n, int *contributors);
+
+/* Tells the server this replica finished inner step `step`: a replica that trains slowly
+ * (one that restarted and has a whole interval to catch up) is not taken for a stuck one. */
+dt_status dt_outer_progress(dt_outer_link *l, long long step);
 
 /* The wire, shared with the server: a header and up to two arrays of h->count floats. */
 dt_status dt_outer_send(int fd, const dt_outer_msg *h, const float *a, const float *b);

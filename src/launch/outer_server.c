@@ -23,6 +23,7 @@ typedef struct {
     int state; /* 0: no hello yet; 1: hello waiting for its slot's round to end; 2: in the rounds */
     int contributed, with_momentum;
     long long step; /* its hello's or its change's */
+    double seen;    /* when its last message arrived */
     size_t n;
     float *buf; /* its change; a hello's weights and momentum until they start the slot */
 } conn;
@@ -180,6 +181,8 @@ static int fail(conn *c, const char *what) {
 static int on_message(server *S, conn *c) {
     dt_outer_msg h;
     if (dt_outer_read(c->fd, &h, sizeof h)) return -1;
+    c->seen = dt_now();
+    if (h.magic == DT_OUTER_MAGIC && h.kind == DT_OUTER_PROGRESS && c->state == 2) return 0; /* alive */
     if (h.magic != DT_OUTER_MAGIC || h.slot < 0 || h.slot >= MAX_SLOTS || h.replica < 0 ||
         h.replica >= S->o->replicas || h.count == 0 || h.count > ((size_t)1 << 34))
         return fail(c, "not an outer-server message");
@@ -243,7 +246,7 @@ void dt_outer_serve(int listen_fd, int ctl_fd, const dt_outer_server_opts *o) {
         if (poll(p, (nfds_t)polled + 2, 1000) < 0 && errno != EINTR) return;
         if (p[1].revents) { /* the launcher: replica j's job ended; EOF: the launcher is gone */
             int j;
-            if (dt_outer_read(ctl_fd, &j, sizeof j)) return;
+            if (read(ctl_fd, &j, sizeof j) != (ssize_t)sizeof j) return;
             if (j >= 0 && j < o->replicas) ended(&S, j, "its job ended");
         }
         if (p[0].revents & POLLIN) {
@@ -255,7 +258,7 @@ void dt_outer_serve(int listen_fd, int ctl_fd, const dt_outer_server_opts *o) {
                 setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
                 setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                S.conns[S.nconns++] = (conn){.fd = fd, .slot = -1};
+                S.conns[S.nconns++] = (conn){.fd = fd, .slot = -1, .seen = dt_now()};
             }
         }
         /* by fd: an ended replica's connections leave the table, the last ones moving */
@@ -271,9 +274,11 @@ void dt_outer_serve(int listen_fd, int ctl_fd, const dt_outer_server_opts *o) {
         double now = dt_now();
         for (int sl = 0; o->timeout > 0 && sl < S.nslots; sl++) {
             if (S.slots[sl].since == 0.0 || now - S.slots[sl].since < o->timeout) continue;
-            for (int r = 0; r < o->replicas; r++) {
-                int at;
-                if (contributed(&S, sl, r, &at) == 0) ended(&S, r, "no change within comm.timeout of the others'");
+            for (int r = 0; r < o->replicas; r++) { /* silent (no change, no progress) for comm.timeout */
+                int at = -1;
+                if (contributed(&S, sl, r, &at) != 0 || (at >= 0 && now - S.conns[at].seen < o->timeout)) continue;
+                ended(&S, r, "neither its change nor progress for comm.timeout while the others waited");
+                if (write(ctl_fd, &r, sizeof r) != (ssize_t)sizeof r) return; /* the launcher ends its job */
             }
         }
         settle(&S);

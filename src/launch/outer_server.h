@@ -8,9 +8,11 @@
  * the rounds until its job, restarted, says hello again: it gets the current synchronised
  * weights and step and goes on from there (when every slot is between rounds, so all its
  * ranks get the same step). Every round waits for all R replicas until a replica's job
- * ends (the launcher says so) or its connection closes. A round that waits longer than `timeout`
- * seconds for a replica drops it (its job then fails and is restarted), so a stopped
- * replica cannot stall the others. Replica 0 alone starts the weights (its own
+ * ends (the launcher says so) or its connection closes. A replica in a round that has sent
+ * neither its change nor progress (a message per inner step) for `timeout` seconds while
+ * the others wait is dropped and named to the launcher, which ends its job (then restarted
+ * as any failed one), so a stopped replica cannot stall the others; a slow one that trains
+ * on (a restarted one catching up) is waited for. Replica 0 alone starts the weights (its own
  * initialisation or checkpoint); the others wait for them. */
 #ifndef DT_OUTER_SERVER_H
 #define DT_OUTER_SERVER_H
@@ -25,8 +27,9 @@ typedef struct {
 
 /* A listening TCP socket on every interface, on a port the kernel picks. */
 dt_status dt_outer_listen(int *fd, int *port);
-/* Serves until the process is killed or ctl_fd (the launcher's pipe, on which it writes
- * an int j when replica j's job ends) closes. */
+/* Serves until the process is killed or ctl_fd closes: the launcher's socket, on which it
+ * writes an int j when replica j's job ends, and reads an int j when the server dropped
+ * replica j for its silence. */
 void dt_outer_serve(int listen_fd, int ctl_fd, const dt_outer_server_opts *o);
 
 #endif

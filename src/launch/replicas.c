@@ -4,11 +4,13 @@
  * alone (at most --max-restarts times each) and joins the others where they are; the
  * others go on meanwhile, as an MPI job without ULFM cannot. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,8 +123,9 @@ int dt_launch_replicas(const dt_launch_opts *o, const dt_config *c, const char *
     if (st != DT_OK) return dt_launch_fail(st);
     dt_outer_server_opts so = {R, L.sync == DT_SYNC_DILOCO, c->parallel.outer_lr, c->parallel.outer_momentum,
                                c->comm.timeout};
-    int ctl[2]; /* the launcher tells the server which replica's job ended */
-    if (pipe(ctl)) return dt_launch_fail(dt_fail(DT_ERUNTIME, "launch: pipe: %s", strerror(errno)));
+    int ctl[2]; /* the launcher tells the server which replica's job ended, the server which it dropped */
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, ctl))
+        return dt_launch_fail(dt_fail(DT_ERUNTIME, "launch: socketpair: %s", strerror(errno)));
     pid_t server = fork();
     if (server == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -134,6 +137,7 @@ int dt_launch_replicas(const dt_launch_opts *o, const dt_config *c, const char *
     }
     close(lfd);
     close(ctl[0]);
+    fcntl(ctl[1], F_SETFL, fcntl(ctl[1], F_GETFL) | O_NONBLOCK);
     signal(SIGPIPE, SIG_IGN);
     if (server < 0) return dt_launch_fail(dt_fail(DT_ERUNTIME, "launch: fork: %s", strerror(errno)));
     struct sigaction sa;
@@ -184,6 +188,13 @@ int dt_launch_replicas(const dt_launch_opts *o, const dt_config *c, const char *
                     "others go on", j, rc, o->restart_delay, r[j].restarts, o->max_restarts);
             }
             continue;
+        }
+        int silent;
+        if (read(ctl[1], &silent, sizeof silent) == (ssize_t)sizeof silent && silent >= 0 && silent < R &&
+            r[silent].pid > 0) { /* stopped or stuck: the server dropped it; its job ends and restarts */
+            dt_launch_say("replica %d was silent for comm.timeout while the others waited: killing its job", silent);
+            kill(-r[silent].pid, SIGKILL);
+            kill(r[silent].pid, SIGKILL);
         }
         if (g_sig && !forwarded) {
             forwarded = 1;

@@ -148,7 +148,7 @@ void dt_outer_step(float *theta, float *mom, const float *sum, size_t n, int cou
 }
 
 dt_status dt_local_sgd_after_step(dt_local_sgd *s, long long step) {
-    if (!dt_local_sgd_syncs_at(s, step)) return DT_OK;
+    if (!dt_local_sgd_syncs_at(s, step)) return s->link.fd >= 0 ? dt_outer_progress(&s->link, step) : DT_OK;
     float *th = s->theta, *d = s->delta;
     size_t lo = s->part * (size_t)s->i, hi = lo + s->part < s->n ? lo + s->part : s->n, n = hi > lo ? hi - lo : 0;
     DT_TRY(dt_comm_agree(s->replicas, dt_dp_get_weights(s->inner, d), NULL)); /* before the collective */
