@@ -15,7 +15,12 @@ enum { H_LOSS, H_TOKENS, H_TASK, H_VERSION, H_N }; /* a worker's header */
 
 typedef struct {
     double hdr[H_N];
-    dt_request *req; /* the posted receive of its next header (NULL: none) */
+    dt_request *req;  /* the posted receive of its next header (NULL: none) */
+    dt_request *greq; /* its gradient on the way in (NULL: none) */
+    dt_request *wreq; /* its task's weights on the way out (NULL: none) */
+    float *into;      /* where greq lands */
+    double ghdr[H_N]; /* the header of the gradient greq brings (hdr may hold its next one by then) */
+    long long gver;   /* the update count its task's weights had */
     long long task;  /* in progress (-1: none) */
     long long ver;   /* the server's update count when it got its weights */
     int waiting;     /* asked, not answered yet */
@@ -29,6 +34,11 @@ struct dt_async_ps {
     size_t n;
     float *w;     /* the weights sent with a task (a worker: received) */
     worker *wk;   /* wk[r], r = 1 .. N-1 */
+    /* the server's: each worker's weights on their way out and gradient on its way in, so
+     * that the transfers to and from several workers (over different links) overlap each
+     * other and the updates; allocated once (gin only outside the fixed order, which
+     * receives into its slots) */
+    float **wout, **gin;
     int broken;   /* the exchange broke with receives posted into wk: kept, never freed */
     long long next; /* the server's next task to hand out: past the updates by the tasks handed out ahead */
     /* fixed order: gradients that arrived before their turn, task t in slot t mod (s + 1) */
@@ -82,10 +92,13 @@ static dt_status answer(server *S, int r) {
     dt_async_ps *P = S->P;
     worker *w = &P->wk[r];
     double msg[2] = {-1.0, (double)S->applied};
-    if (P->next < S->total) {
-        dt_status g = dt_par_get_weights(S->o->par, P->w);
-        if (g != DT_OK) wind_down(S, g);
+    if (w->wreq) { /* its last task's weights: long delivered (it computed since) */
+        dt_status e = dt_wait(w->wreq);
+        w->wreq = NULL;
+        DT_TRY(e);
     }
+    dt_status g = dt_par_get_weights(S->o->par, P->wout[r]); /* the last answer's too: defined bytes */
+    if (g != DT_OK) wind_down(S, g);
     if (P->next < S->total) {
         w->task = P->next++;
         w->ver = S->applied;
@@ -95,9 +108,9 @@ static dt_status answer(server *S, int r) {
     }
     w->waiting = 0;
     DT_TRY(dt_send(S->o->comm, msg, 2, DT_F64, r, TAG_TASK));
-    if (w->done) return DT_OK;
-    DT_TRY(dt_send(S->o->comm, P->w, S->n, DT_F32, r, TAG_WEIGHTS));
-    return post(S, r);
+    /* the weights follow every answer (the worker has posted their receive), the last too */
+    DT_TRY(dt_isend(S->o->comm, P->wout[r], S->n, DT_F32, r, TAG_WEIGHTS, &w->wreq));
+    return w->done ? DT_OK : post(S, r);
 }
 
 /* The gradient in the model's gradient buffer, of task k (header hdr) computed at update
@@ -130,32 +143,48 @@ static dt_status update(server *S, const double *hdr, long long ver) {
     return DT_OK;
 }
 
-/* Worker r's gradient for its task: applied at once; in the fixed order, kept until its
- * turn (the updates so far are exactly the tasks before it) and until the task s after it
- * has been handed out (so that one got the weights of exactly this turn). */
-static dt_status arrive(server *S, int r) {
+/* Worker r's header has come: its notice of a failure, or the start of its gradient's
+ * receive, into its buffer (in the fixed order, into the slot of its task). */
+static dt_status begin_arrival(server *S, int r) {
     dt_async_ps *P = S->P;
     worker *w = &P->wk[r];
-    const dt_async_opts *o = S->o;
     long long k = (long long)w->hdr[H_TASK];
     w->task = -1;
     if (k < 0) { /* its notice of a failure: it sends nothing more */
         wind_down(S, DT_OK);
+        w->waiting = 1;
         return DT_OK;
     }
     w->tasks++;
-    if (!o->fixed || S->failed) { /* winding down: received, not applied */
-        DT_TRY(dt_recv(o->comm, dt_par_grad_buffer(o->par), S->n, DT_F32, r, TAG_GRAD));
-        if (S->failed) return DT_OK;
-        dt_status u = update(S, w->hdr, w->ver);
+    memcpy(w->ghdr, w->hdr, sizeof w->hdr);
+    w->gver = w->ver;
+    w->waiting = 1; /* its next task may go out while its gradient comes in */
+    w->into = S->failed ? P->w : S->o->fixed ? P->early[k % P->slots] : P->gin[r]; /* winding down: scratch */
+    return dt_irecv(S->o->comm, w->into, S->n, DT_F32, r, TAG_GRAD, &w->greq);
+}
+
+/* Worker r's gradient has come: applied at once; in the fixed order, kept until its turn
+ * (the updates so far are exactly the tasks before it) and until the task s after it has
+ * been handed out (so that one got the weights of exactly this turn). Winding down:
+ * received, not applied. */
+static dt_status arrive(server *S, int r) {
+    dt_async_ps *P = S->P;
+    worker *w = &P->wk[r];
+    long long k = (long long)w->ghdr[H_TASK];
+    if (S->failed) { /* a slot it was received into (the failure came meanwhile) holds nothing due */
+        if (S->o->fixed && w->into != P->w) P->early_task[k % P->slots] = -1;
+        return DT_OK;
+    }
+    if (!S->o->fixed) {
+        memcpy(dt_par_grad_buffer(S->o->par), w->into, S->n * sizeof(float));
+        dt_status u = update(S, w->ghdr, w->gver);
         if (u != DT_OK) wind_down(S, u);
         return DT_OK;
     }
     int slot = (int)(k % P->slots);
-    DT_TRY(dt_recv(o->comm, P->early[slot], S->n, DT_F32, r, TAG_GRAD));
     P->early_task[slot] = k;
-    memcpy(P->early_hdr[slot], w->hdr, sizeof w->hdr);
-    P->early_hdr[slot][H_VERSION] = (double)w->ver;
+    memcpy(P->early_hdr[slot], w->ghdr, sizeof w->ghdr);
+    P->early_hdr[slot][H_VERSION] = (double)w->gver;
     return DT_OK;
 }
 
@@ -207,8 +236,8 @@ static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *
     }
     S.t0 = dt_now();
     dt_par_set_updates(o->par, S.applied); /* N updates per global step before this run's first */
-    int alive = S.N - 1, stopped = 0;
-    while (s == DT_OK && alive > 0) {
+    int alive = S.N - 1, stopped = 0, incoming = 0; /* gradients on their way in */
+    while (s == DT_OK && (alive > 0 || incoming > 0)) {
         int progress = 0;
         if (!stopped && P->next < S.total && o->stopping && o->stopping(o->ctx)) { /* finish the step under way */
             stop_early(&S);
@@ -216,14 +245,25 @@ static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *
         }
         for (int r = 1; s == DT_OK && r < S.N; r++) {
             worker *w = &P->wk[r];
-            if (!w->req) continue;
             int done = 0;
-            s = dt_test(w->req, &done);
-            if (s != DT_OK || !done) continue;
+            if (w->wreq && (s = dt_test(w->wreq, &done)) == DT_OK && done) { /* drives the send on */
+                s = dt_wait(w->wreq);
+                w->wreq = NULL;
+            }
+            if (s == DT_OK && w->greq && (s = dt_test(w->greq, &done)) == DT_OK && done) {
+                s = dt_wait(w->greq);
+                w->greq = NULL;
+                incoming--;
+                if (s == DT_OK) s = arrive(&S, r);
+                progress = 1;
+            }
+            /* its next header once its last gradient is in (w->greq is then free) */
+            if (s != DT_OK || !w->req || w->greq || (s = dt_test(w->req, &done)) != DT_OK || !done) continue;
             s = dt_wait(w->req);
             w->req = NULL;
-            if (s == DT_OK && w->hdr[H_TASK] != -1) s = arrive(&S, r); /* -1: its first ask */
-            w->waiting = 1;
+            if (s == DT_OK && w->hdr[H_TASK] == -1) w->waiting = 1; /* its first ask */
+            else if (s == DT_OK) s = begin_arrival(&S, r);
+            if (s == DT_OK && w->greq) incoming++;
             progress = 1;
         }
         if (s == DT_OK) s = drain(&S);
@@ -238,6 +278,11 @@ static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *
         if (!progress) sched_yield();
     }
     if (s == DT_OK) s = drain(&S);
+    for (int r = 1; s == DT_OK && r < S.N; r++) /* the last weights sent */
+        if (P->wk[r].wreq) {
+            s = dt_wait(P->wk[r].wreq);
+            P->wk[r].wreq = NULL;
+        }
     if (s != DT_OK) { /* the exchange itself broke */
         P->broken = 1;
         return s;
@@ -258,41 +303,57 @@ static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *
     return s;
 }
 
+/* The receives of the next task and its weights, posted before this worker's gradient
+ * goes out, so that the weights come in while the gradient goes out. */
+static dt_status expect_task(dt_async_ps *P, double *msg, dt_request **mreq, dt_request **wreq) {
+    DT_TRY(dt_irecv(P->o.comm, msg, 2, DT_F64, 0, TAG_TASK, mreq));
+    return dt_irecv(P->o.comm, P->w, P->n, DT_F32, 0, TAG_WEIGHTS, wreq);
+}
+
+static dt_status got_task(dt_request **mreq, dt_request **wreq) {
+    dt_status s = dt_wait(*mreq);
+    *mreq = NULL;
+    if (s == DT_OK) s = dt_wait(*wreq); /* the weights follow every answer, the last one's too */
+    *wreq = NULL;
+    return s;
+}
+
 static dt_status work(dt_async_ps *P) {
     const dt_async_opts *o = &P->o;
     dt_comm *c = o->comm;
     int N = P->N;
     size_t n = P->n;
-    float *w = P->w;
     double hdr[H_N] = {0, 0, -1.0, 0}, msg[2];
-    dt_status s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
+    dt_request *mreq = NULL, *wreq = NULL;
+    dt_status s = expect_task(P, msg, &mreq, &wreq);
+    if (s == DT_OK) s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
     while (s == DT_OK) {
-        s = dt_recv(c, msg, 2, DT_F64, 0, TAG_TASK);
+        s = got_task(&mreq, &wreq);
         if (s != DT_OK || msg[0] < 0) break;
-        long long k = (long long)msg[0];
-        s = dt_recv(c, w, n, DT_F32, 0, TAG_WEIGHTS);
-        if (s != DT_OK) break;
-        long long tokens;
-        dt_status own = dt_par_set_weights(o->par, w);
+        long long k = (long long)msg[0], tokens;
+        double ver = msg[1];
+        dt_status own = dt_par_set_weights(o->par, P->w);
         if (own == DT_OK) {
             o->seek(o->ctx, k / N);
             own = dt_par_task_gradients(o->par, o->fill, o->ctx, (int)(k % N), &hdr[H_LOSS], &tokens);
         }
         if (own == DT_OK && dt_ckpt_test_fail("async_task", k))
             own = dt_fail(DT_ERUNTIME, "task %lld failed on rank %d (test hook DT_TEST_FAIL_AT)", k, dt_comm_rank(c));
+        s = expect_task(P, msg, &mreq, &wreq);
         if (own != DT_OK) { /* told to the server, which stops handing out tasks: no rank waits for ever */
             double notice[H_N] = {0, 0, -2.0, 0};
-            if (dt_send(c, notice, H_N, DT_F64, 0, TAG_ASK) == DT_OK) (void)dt_recv(c, msg, 2, DT_F64, 0, TAG_TASK);
+            if (s == DT_OK && dt_send(c, notice, H_N, DT_F64, 0, TAG_ASK) == DT_OK) (void)got_task(&mreq, &wreq);
             s = own;
             break;
         }
         hdr[H_TOKENS] = (double)tokens;
         hdr[H_TASK] = (double)k;
-        hdr[H_VERSION] = msg[1];
-        s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
+        hdr[H_VERSION] = ver;
+        if (s == DT_OK) s = dt_send(c, hdr, H_N, DT_F64, 0, TAG_ASK);
         if (s == DT_OK) s = dt_send(c, dt_par_grad_buffer(o->par), n, DT_F32, 0, TAG_GRAD);
         dt_heartbeat(k / N, dt_comm_rank(c));
     }
+    if (mreq || wreq) P->broken = 1; /* receives still posted into P->w: kept, never freed */
     return s;
 }
 
@@ -310,8 +371,16 @@ dt_status dt_async_ps_create(dt_async_ps **out, const dt_async_opts *o) {
         P->early = calloc((size_t)P->slots + 1, sizeof *P->early);
         P->early_task = calloc((size_t)P->slots + 1, sizeof *P->early_task);
         P->early_hdr = calloc((size_t)P->slots + 1, sizeof *P->early_hdr);
-        if (!P->w || !P->wk || !P->early || !P->early_task || !P->early_hdr)
+        P->wout = calloc((size_t)P->N, sizeof *P->wout);
+        P->gin = calloc((size_t)P->N, sizeof *P->gin);
+        if (!P->w || !P->wk || !P->early || !P->early_task || !P->early_hdr || !P->wout || !P->gin)
             s = dt_fail(DT_ERUNTIME, "out of memory (parameter server)");
+    }
+    for (int r = 1; s == DT_OK && dt_comm_rank(o->comm) == 0 && r < P->N; r++) {
+        P->wout[r] = malloc(P->n * sizeof(float) + 1);
+        P->gin[r] = o->fixed ? NULL : malloc(P->n * sizeof(float) + 1);
+        if (!P->wout[r] || (!o->fixed && !P->gin[r]))
+            s = dt_fail(DT_ERUNTIME, "out of memory (parameter server: the workers' weights and gradients in flight)");
     }
     for (int i = 0; s == DT_OK && i < P->slots; i++) {
         P->early_task[i] = -1;
@@ -328,6 +397,12 @@ void dt_async_ps_free(dt_async_ps *P) {
     free(P->early_task);
     free(P->early_hdr);
     free(P->w);
+    for (int r = 0; !P->broken && P->wout && r < P->N; r++) { /* a broken exchange may still write them */
+        free(P->wout[r]);
+        free(P->gin[r]);
+    }
+    free(P->wout);
+    free(P->gin);
     if (!P->broken) free(P->wk);
     free(P);
 }
