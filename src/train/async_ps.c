@@ -158,7 +158,6 @@ static dt_status begin_arrival(server *S, int r) {
     w->tasks++;
     memcpy(w->ghdr, w->hdr, sizeof w->hdr);
     w->gver = w->ver;
-    w->waiting = 1; /* its next task may go out while its gradient comes in */
     w->into = S->failed ? P->w : S->o->fixed ? P->early[k % P->slots] : P->gin[r]; /* winding down: scratch */
     return dt_irecv(S->o->comm, w->into, S->n, DT_F32, r, TAG_GRAD, &w->greq);
 }
@@ -171,6 +170,7 @@ static dt_status arrive(server *S, int r) {
     dt_async_ps *P = S->P;
     worker *w = &P->wk[r];
     long long k = (long long)w->ghdr[H_TASK];
+    w->waiting = 1; /* its next task: with the weights its gradient made */
     if (S->failed) { /* a slot it was received into (the failure came meanwhile) holds nothing due */
         if (S->o->fixed && w->into != P->w) P->early_task[k % P->slots] = -1;
         return DT_OK;
