@@ -387,6 +387,14 @@ static void remove_stale_beats(void) {
     closedir(d);
 }
 
+int dt_launch_resume_args(const char **argv, int k, const char *from) {
+    argv[k++] = "--resume";
+    argv[k++] = from;
+    argv[k++] = "--set"; /* a restart never replaces what the run saved */
+    argv[k++] = "checkpoint.overwrite=false";
+    return k;
+}
+
 int dt_launch_fail(dt_status code) {
     fprintf(stderr, "dtrain: error: %s\n", dt_error_message());
     return (int)code;
@@ -480,12 +488,7 @@ int dt_launch_run(const dt_launch_opts *o, const dt_config *c, const char *self,
         argv[k++] = gbs;
         argv[k++] = "--set"; /* the global batch is fixed: a restart's dp re-derives the accumulation */
         argv[k++] = "train.grad_accum=0";
-        if (resume) {
-            argv[k++] = "--resume";
-            argv[k++] = from;
-            argv[k++] = "--set";
-            argv[k++] = "checkpoint.overwrite=false";
-        }
+        if (resume) k = dt_launch_resume_args((const char **)argv, k, from);
         argv[k] = NULL;
         if (!attempt && !grown) dt_launch_say("starting %d ranks", world);
         else if (grew_from) dt_launch_say("growing to %d ranks (from %d), resuming from %s",

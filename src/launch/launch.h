@@ -59,6 +59,9 @@ int dt_launch_fail(dt_status code);
 /* Where a restart resumes in checkpoint dir `dir`: dir once it has `latest`, else its
  * newest step directory (a save killed before committing); 0: none. */
 int dt_launch_resume_point(const char *dir, char *out, size_t cap);
+/* Appends a restart's `--resume FROM --set checkpoint.overwrite=false` at argv[k]; returns
+ * the next free index. */
+int dt_launch_resume_args(const char **argv, int k, const char *from);
 /* --replicas R (replicas.c): R jobs of -n / R ranks, each one replica of local SGD or
  * DiLoCo, meeting at an outer server the launcher runs (outer_server.h); a failed replica
  * is restarted alone and joins the others, who go on. Returns the exit code. */

@@ -73,12 +73,7 @@ static pid_t start(const dt_launch_opts *o, const dt_config *c, const char *self
     a[n++] = self;
     a[n++] = "train";
     for (int i = 0; i < argc; i++) a[n++] = argv[i];
-    if (resume) {
-        a[n++] = "--resume";
-        a[n++] = from;
-        a[n++] = "--set";
-        a[n++] = "checkpoint.overwrite=false";
-    }
+    if (resume) n = dt_launch_resume_args(a, n, from);
     a[n] = NULL;
     execvp(a[0], (char **)a);
     fprintf(stderr, "dtrain launch: cannot run %s: %s\n", a[0], strerror(errno));

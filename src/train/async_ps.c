@@ -19,8 +19,6 @@ typedef struct {
     dt_request *greq; /* its gradient on the way in (NULL: none) */
     dt_request *wreq; /* its task's weights on the way out (NULL: none) */
     float *into;      /* where greq lands */
-    double ghdr[H_N]; /* the header of the gradient greq brings (hdr may hold its next one by then) */
-    long long gver;   /* the update count its task's weights had */
     long long task;  /* in progress (-1: none) */
     long long ver;   /* the server's update count when it got its weights */
     int waiting;     /* asked, not answered yet */
@@ -156,8 +154,6 @@ static dt_status begin_arrival(server *S, int r) {
         return DT_OK;
     }
     w->tasks++;
-    memcpy(w->ghdr, w->hdr, sizeof w->hdr);
-    w->gver = w->ver;
     w->into = S->failed ? P->w : S->o->fixed ? P->early[k % P->slots] : P->gin[r]; /* winding down: scratch */
     return dt_irecv(S->o->comm, w->into, S->n, DT_F32, r, TAG_GRAD, &w->greq);
 }
@@ -169,7 +165,7 @@ static dt_status begin_arrival(server *S, int r) {
 static dt_status arrive(server *S, int r) {
     dt_async_ps *P = S->P;
     worker *w = &P->wk[r];
-    long long k = (long long)w->ghdr[H_TASK];
+    long long k = (long long)w->hdr[H_TASK]; /* its next header is posted when it is answered, after this */
     w->waiting = 1; /* its next task: with the weights its gradient made */
     if (S->failed) { /* a slot it was received into (the failure came meanwhile) holds nothing due */
         if (S->o->fixed && w->into != P->w) P->early_task[k % P->slots] = -1;
@@ -177,14 +173,14 @@ static dt_status arrive(server *S, int r) {
     }
     if (!S->o->fixed) {
         memcpy(dt_par_grad_buffer(S->o->par), w->into, S->n * sizeof(float));
-        dt_status u = update(S, w->ghdr, w->gver);
+        dt_status u = update(S, w->hdr, w->ver);
         if (u != DT_OK) wind_down(S, u);
         return DT_OK;
     }
     int slot = (int)(k % P->slots);
     P->early_task[slot] = k;
-    memcpy(P->early_hdr[slot], w->ghdr, sizeof w->ghdr);
-    P->early_hdr[slot][H_VERSION] = (double)w->gver;
+    memcpy(P->early_hdr[slot], w->hdr, sizeof w->hdr);
+    P->early_hdr[slot][H_VERSION] = (double)w->ver;
     return DT_OK;
 }
 
@@ -236,8 +232,8 @@ static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *
     }
     S.t0 = dt_now();
     dt_par_set_updates(o->par, S.applied); /* N updates per global step before this run's first */
-    int alive = S.N - 1, stopped = 0, incoming = 0; /* gradients on their way in */
-    while (s == DT_OK && (alive > 0 || incoming > 0)) {
+    int alive = S.N - 1, stopped = 0; /* a worker whose gradient is on its way in is not told to stop yet */
+    while (s == DT_OK && alive > 0) {
         int progress = 0;
         if (!stopped && P->next < S.total && o->stopping && o->stopping(o->ctx)) { /* finish the step under way */
             stop_early(&S);
@@ -253,17 +249,14 @@ static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *
             if (s == DT_OK && w->greq && (s = dt_test(w->greq, &done)) == DT_OK && done) {
                 s = dt_wait(w->greq);
                 w->greq = NULL;
-                incoming--;
                 if (s == DT_OK) s = arrive(&S, r);
                 progress = 1;
             }
-            /* its next header once its last gradient is in (w->greq is then free) */
-            if (s != DT_OK || !w->req || w->greq || (s = dt_test(w->req, &done)) != DT_OK || !done) continue;
+            if (s != DT_OK || !w->req || (s = dt_test(w->req, &done)) != DT_OK || !done) continue;
             s = dt_wait(w->req);
             w->req = NULL;
             if (s == DT_OK && w->hdr[H_TASK] == -1) w->waiting = 1; /* its first ask */
             else if (s == DT_OK) s = begin_arrival(&S, r);
-            if (s == DT_OK && w->greq) incoming++;
             progress = 1;
         }
         if (s == DT_OK) s = drain(&S);
@@ -304,7 +297,8 @@ static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *
 }
 
 /* The receives of the next task and its weights, posted before this worker's gradient
- * goes out, so that the weights come in while the gradient goes out. */
+ * goes out: the server's answer (weights with every one) then never waits on the worker
+ * entering a receive. */
 static dt_status expect_task(dt_async_ps *P, double *msg, dt_request **mreq, dt_request **wreq) {
     DT_TRY(dt_irecv(P->o.comm, msg, 2, DT_F64, 0, TAG_TASK, mreq));
     return dt_irecv(P->o.comm, P->w, P->n, DT_F32, 0, TAG_WEIGHTS, wreq);
@@ -396,7 +390,7 @@ void dt_async_ps_free(dt_async_ps *P) {
     free(P->early);
     free(P->early_task);
     free(P->early_hdr);
-    free(P->w);
+    if (!P->broken) free(P->w); /* a broken exchange may still write it */
     for (int r = 0; !P->broken && P->wout && r < P->N; r++) { /* a broken exchange may still write them */
         free(P->wout[r]);
         free(P->gin[r]);
