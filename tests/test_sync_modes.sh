@@ -117,7 +117,7 @@ ps=$(dp_run ps4 4 --set parallel.dp_mode=ps)
 got=$(dp_run psa0 4 --set parallel.dp_mode=ps-async)
 [ -n "$ps" ] && [ "$got" = "$ps" ] && pass "ps-async with staleness 0 is the central rank bit for bit" ||
   fail "ps-async s=0: '$got' vs ps '$ps'"
-for slow in "" $(full && echo 2:3); do
+for slow in "" $(full && echo 2:3:0.01); do
   name=psa4${slow:+-straggler}
   got=$(DT_TEST_STRAGGLER=$slow dp_run "$name" 4 --set parallel.dp_mode=ps-async --set parallel.staleness=4)
   python3 - "$TMP/$name.jsonl" "$TMP/ps4.jsonl" "$TMP/$name.out" 2>"$TMP/why" <<'PY' && pass "ps-async s=4${slow:+ (rank 2 three times slower)}: 20 steps of 4 tasks, staleness within reach, val loss near the central rank's ($got)" || fail "ps-async s=4 $slow: $(tail -1 "$TMP/why"); $(grep -E 'tasks per worker|staleness mean' "$TMP/$name.out" | tail -2)"

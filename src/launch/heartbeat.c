@@ -201,9 +201,12 @@ void dt_test_fault(long long step, int rank) {
 void dt_test_straggle(int rank, double seconds) {
     const char *spec = getenv("DT_TEST_STRAGGLER");
     int who;
-    double factor;
-    if (!spec || sscanf(spec, "%d:%lf", &who, &factor) != 2 || who != rank || !(factor > 1.0) || !(seconds > 0)) return;
+    double factor, floor_s = 0.0;
+    if (!spec || sscanf(spec, "%d:%lf:%lf", &who, &factor, &floor_s) < 2 || who != rank || !(factor > 1.0) ||
+        !(seconds > 0))
+        return;
     double t = (factor - 1.0) * seconds;
+    if (floor_s > t && floor_s < 3600) t = floor_s;
     struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }

@@ -46,9 +46,11 @@ int dt_heartbeat_startup_verdict(const dt_beat *b, int n, int world, double star
  * on stderr saying so; SIGCONT resumes it). With DT_TEST_FAULT_ONCE=FILE it fires only
  * if FILE does not exist, and creates it first, so the restarted job runs on. */
 void dt_test_fault(long long step, int rank);
-/* Test hook for stragglers: with DT_TEST_STRAGGLER="RANK:FACTOR" (FACTOR >= 1), world rank
- * RANK sleeps (FACTOR - 1) x `seconds` (the compute it just did), so it computes FACTOR
- * times slower; nothing otherwise. */
+/* Test hook for stragglers: with DT_TEST_STRAGGLER="RANK:FACTOR[:MIN_S]" (FACTOR > 1), world
+ * rank RANK sleeps (FACTOR - 1) x `seconds` (the compute it just did), so it computes FACTOR
+ * times slower, and at least MIN_S seconds (a tiny model's step is shorter than the
+ * scheduler's noise on a loaded machine; the floor keeps the slow rank slow); nothing
+ * otherwise. */
 void dt_test_straggle(int rank, double seconds);
 
 #endif
