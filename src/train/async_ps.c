@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../ckpt/ckpt_dir.h"
 #include "../ckpt/rank_state.h"
@@ -69,6 +70,20 @@ static void wind_down(server *S, dt_status own) {
     if (own != DT_OK && S->err == DT_OK) S->err = own;
     S->failed = 1;
     S->total = S->P->next;
+}
+
+/* Nothing to do this pass. While a model-sized transfer is under way the server keeps
+ * driving it (Open MPI's TCP path moves data only inside MPI calls); otherwise every worker
+ * is computing and a short sleep leaves the cores to them instead of spinning (a header
+ * then waits at most the sleep, against a task of many milliseconds). */
+static void idle(const dt_async_ps *P, int N) {
+    for (int r = 1; r < N; r++)
+        if (P->wk[r].wreq || P->wk[r].greq) {
+            sched_yield();
+            return;
+        }
+    struct timespec ts = {0, 200 * 1000};
+    nanosleep(&ts, NULL);
 }
 
 static dt_status post(server *S, int r) {
@@ -268,7 +283,7 @@ static dt_status serve(dt_async_ps *P, long long at, long long stop, long long *
             progress = 1;
             if (s == DT_OK) s = drain(&S); /* a hand-out may make an update due */
         }
-        if (!progress) sched_yield();
+        if (!progress) idle(P, S.N);
     }
     if (s == DT_OK) s = drain(&S);
     for (int r = 1; s == DT_OK && r < S.N; r++) /* the last weights sent */
