@@ -2,7 +2,9 @@
 # parallel.policy (GLOB:MODE rules per unit: ddp units replicated inside one ZeRO stage).
 # Three mixed policies under HSDP (dp 4 = 2 replicas x shard groups of 2): the embeddings
 # replicated + the rest ZeRO-3; one frozen block + the blocks ZeRO-2 (embeddings and ln_f
-# ddp); ZeRO-3 with two blocks per unit. Each: the single process's curve within 1e-5, in
+# ddp); ZeRO-3 with two blocks per unit; ZeRO-3 with each block split into its attention
+# and MLP halves (parallel.unit_split), and the same with the MLP halves replicated
+# (a policy over the halves). Each: the single process's curve within 1e-5, in
 # bitwise mode the single process's digest, every rank's bytes = `dtrain estimate`'s; a
 # policy the engine cannot run is refused before any work, one line, exit 2.
 source "$(dirname "$0")/lib.sh"
@@ -16,7 +18,9 @@ FZ=(--set 'train.freeze=h.1.*')
 # NAME:REF:ARGS (REF: ref, or reff with h.1 frozen)
 CASES=("emb-ddp-zero3:ref:--set parallel.zero=3 --set parallel.policy=wte.weight:ddp,wpe.weight:ddp"
        "frozen-h1-blocks-zero2:reff:--set train.freeze=h.1.* --set parallel.policy=h.*:zero2"
-       "zero3-2blocks:ref:--set parallel.zero=3 --set parallel.unit_blocks=2")
+       "zero3-2blocks:ref:--set parallel.zero=3 --set parallel.unit_blocks=2"
+       "zero3-split:ref:--set parallel.zero=3 --set parallel.unit_split=h.*.ln_2.weight"
+       "split-mlp-ddp-zero2:ref:--set parallel.zero=2 --set parallel.unit_split=h.*.ln_2.weight --set parallel.policy=h.*.ln_2.*:ddp,h.*.mlp.*:ddp")
 HS=(--set parallel.dp_shard=2)
 for c in "${CASES[@]}"; do
   IFS=: read -r name ref args <<<"$c"
@@ -26,6 +30,28 @@ done
 # plain ZeRO over all 4 ranks too (no replicas)
 # shellcheck disable=SC2086
 full && parity "emb-ddp-zero3-dp4" 4 "$TMP/ref.jsonl" --set parallel.zero=3 --set parallel.policy=w?e.weight:ddp
+
+# split blocks with tensor and sequence parallelism (each half's norm summed over tp
+# alone), and Llama's blocks split at post_attention_layernorm
+SPLIT=(--set parallel.unit_split=h.*.ln_2.weight)
+parity "zero3-split-dp2xtp2-sp" 4 "$TMP/ref.jsonl" --set parallel.zero=3 --set parallel.tp=2 --set parallel.sp=true "${SPLIT[@]}"
+if full; then
+  LL=(--set model.family=llama --set model.n_head=4 --set model.n_kv_head=2 --set model.intermediate_size=64
+      --set model.tie_embeddings=false)
+  "$DTRAIN" train "${DP_RUN[@]}" "${LL[@]}" --metrics "$TMP/refl.jsonl" >"$TMP/refl.out" 2>&1 || fail "Llama single process"
+  parity "llama-zero3-split-dp4" 4 "$TMP/refl.jsonl" "${LL[@]}" --set parallel.zero=3 \
+    --set parallel.unit_split=model.layers.*.post_attention_layernorm.weight
+fi
+# ZeRO-3's two block gather buffers hold the larger half, not a block: less memory
+e_split=$("$DTRAIN" estimate "${DP_RUN[@]}" --set parallel.zero=3 "${SPLIT[@]}" -n 4 --json)
+e_block=$("$DTRAIN" estimate "${DP_RUN[@]}" --set parallel.zero=3 -n 4 --json)
+python3 - "$e_split" "$e_block" <<'PY' && pass "split blocks: ZeRO-3 gathers half a block at a time (less memory per rank)" ||
+import json, sys
+s, b = (json.loads(a)["stages"][0]["rank_bytes"] for a in sys.argv[1:3])
+assert s < b, (s, b)
+print(s, b)
+PY
+  fail "the split's estimate is not below a block's"
 
 # bitwise mode: the single process's digest (the canonical tree over the shard group, then
 # over the replicas, is the tree over every rank)
@@ -41,6 +67,16 @@ for c in "${CASES[@]}"; do
   [ "$got" = "$want" ] && pass "bitwise $name under HSDP 2x2: the single process's digest" ||
     fail "bitwise $name: $got against $want $(tail -2 "$TMP/bw-$name.out")"
 done
+# split blocks in the flat layouts too (DDP: each half's leaf where its hook points it)
+got=$(dp_run bw-split-ddp 2 "${BW[@]}" "${SPLIT[@]}")
+[ "$got" = "$ref_bw" ] && pass "bitwise DDP with split blocks: the single process's digest" ||
+  fail "bitwise DDP split: $got against $ref_bw $(tail -2 "$TMP/bw-split-ddp.out")"
+# the blocks below the lowest trainable tensor skipped (their hooks still called, both halves')
+if full; then
+  FZB=(--set 'train.freeze=w?e.weight,h.0.*')
+  "$DTRAIN" train "${DP_RUN[@]}" "${FZB[@]}" --metrics "$TMP/reffb.jsonl" >"$TMP/reffb.out" 2>&1 || fail "frozen-below single"
+  parity "zero3-split-frozen-below" 4 "$TMP/reffb.jsonl" "${FZB[@]}" --set parallel.zero=3 "${SPLIT[@]}"
+fi
 
 # memory: every rank's bytes = the estimate, to the byte, fast and bitwise
 memcheck() {
@@ -92,6 +128,16 @@ refused "unit_blocks not dividing the blocks" "unit_blocks 3 must divide" 4 --se
 refused "dp_shard not dividing dp" "must divide the data-parallel size 4" 4 --set parallel.zero=3 --set parallel.dp_shard=3
 refused "two ZeRO stages" "mixes zero1 and zero3" 4 --set parallel.zero=3 --set 'parallel.policy=h.0.*:zero1'
 refused "an unknown mode" "is not ddp, zero1" 4 --set parallel.zero=3 --set 'parallel.policy=h.*:fsdp'
+refused "a unit split that cuts the MLP half" "would cut h.0.ln_2.weight .. h.0.mlp.c_proj.bias" 4 \
+  --set parallel.zero=3 --set 'parallel.unit_split=h.*.mlp.c_fc.bias'
+refused "a unit split of one block of two" "splits 1 of the 2 blocks (not block 0)" 4 --set parallel.zero=3 \
+  --set parallel.unit_split=h.1.ln_2.weight
+refused "a unit split glob matching nothing" "'h.\*.ln_3' matches no tensor" 4 --set parallel.zero=3 \
+  --set 'parallel.unit_split=h.*.ln_3'
+refused "a unit split with recompute" "unit_split: a block in two units runs with" 4 --set parallel.zero=3 \
+  --set parallel.unit_split=h.*.ln_2.weight --set train.recompute=full
+refused "a unit split with pp" "unit_split: a block in two units runs with" 4 --set parallel.zero=1 \
+  --set parallel.unit_split=h.*.ln_2.weight --set parallel.pp=2
 refused "ddp units with tp" "data parallelism only" 4 --set parallel.zero=3 --set parallel.policy=w?e.weight:ddp \
   --set parallel.tp=2
 finish

@@ -59,17 +59,21 @@ static void check_tensor(const char *what, const gpt_tensor *t, const char *name
 }
 
 /* A rank of tp pieces holding blocks [first, first + n) (n 0: to the end). */
-static void check_layout(int tp, int r, int first, int n) {
-    char what[64];
-    snprintf(what, sizeof what, "tp %d rank %d, blocks from %d (%d)", tp, r, first, n);
-    gpt_layout lay = {.tp = tp, .tp_rank = r, .first_layer = first, .n_layers = n};
+/* split: each block two units (gpt_layout.split_blocks), its attention half (ln_1 ..
+ * attn.c_proj.bias) and its MLP half (ln_2 ..) */
+static void check_layout(int tp, int r, int first, int n, int split) {
+    char what[80];
+    snprintf(what, sizeof what, "tp %d rank %d, blocks from %d (%d)%s", tp, r, first, n, split ? ", split" : "");
+    gpt_layout lay = {.tp = tp, .tp_rank = r, .first_layer = first, .n_layers = n, .split_blocks = split};
+    int per = 1 + split, lnf = 0; /* units per block; ln_f's unit */
     gpt_model m;
     CHECK(gpt_create_layout(&m, &SHAPE, dt_ops_cpu(), 1, 4, 1, &lay) == DT_OK, "%s: create", what);
     if (!m.tensors) return;
     int nb = n > 0 ? n : SHAPE.n_layer - first, embed = first == 0, head = first + nb == SHAPE.n_layer;
     int want_n = (embed || head) + embed + NB * nb + 2 * head;
-    CHECK(m.ntensors == want_n && m.nblocks == nb && m.nunits == nb + 2, "%s: %d tensors, %d blocks, %d units", what,
-          m.ntensors, m.nblocks, m.nunits);
+    lnf = nb * per + 1;
+    CHECK(m.ntensors == want_n && m.nblocks == nb && m.nunits == nb * per + 2, "%s: %d tensors, %d blocks, %d units",
+          what, m.ntensors, m.nblocks, m.nunits);
     if (m.ntensors != want_n) {
         gpt_destroy(&m);
         return;
@@ -87,22 +91,30 @@ static void check_layout(int tp, int r, int first, int n) {
     CHECK(m.units[0].offset == 0 && m.units[0].count == off, "%s: unit 0 [%zu, +%zu), want [0, +%zu)", what,
           m.units[0].offset, m.units[0].count, off);
     CHECK(m.block0 == i, "%s: block0 %d, want %d", what, m.block0, i);
+    size_t half[2] = {0, 0}; /* a block's units (the last block's) */
     for (int j = 0; j < nb; j++) {
-        size_t unit_start = off;
+        size_t unit_start[2] = {off, off};
         for (int k = 0; k < NB; k++, i++) {
             char name[64];
+            int h = split && k >= 6; /* from ln_2 on: the MLP half */
+            if (h && k == 6) unit_start[1] = off;
             snprintf(name, sizeof name, "h.%d.%s", first + j, BLOCK[k].suffix);
             check_tensor(what, &m.tensors[i], name, BLOCK[k].rows, BLOCK[k].cols, BLOCK[k].rows, BLOCK[k].dim,
-                         BLOCK[k].parts, tp, r, first + j, 1 + j);
+                         BLOCK[k].parts, tp, r, first + j, 1 + j * per + h);
             CHECK(m.tensors[i].offset == off, "%s: %s at %zu, want %zu", what, name, m.tensors[i].offset, off);
             off += m.tensors[i].numel;
         }
-        CHECK(m.units[1 + j].offset == unit_start && m.units[1 + j].count == off - unit_start,
-              "%s: block %d's unit [%zu, +%zu)", what, j, m.units[1 + j].offset, m.units[1 + j].count);
+        half[0] = (split ? unit_start[1] : off) - unit_start[0];
+        half[1] = split ? off - unit_start[1] : 0;
+        for (int h = 0; h < per; h++) {
+            int u = 1 + j * per + h;
+            CHECK(m.units[u].offset == unit_start[h] && m.units[u].count == half[h], "%s: block %d's unit %d [%zu, +%zu)",
+                  what, j, u, m.units[u].offset, m.units[u].count);
+        }
     }
     if (head) {
-        check_tensor(what, &m.tensors[i], "ln_f.weight", C, 0, C, -1, 1, tp, r, -1, nb + 1);
-        check_tensor(what, &m.tensors[i + 1], "ln_f.bias", C, 0, C, -1, 1, tp, r, -1, nb + 1);
+        check_tensor(what, &m.tensors[i], "ln_f.weight", C, 0, C, -1, 1, tp, r, -1, lnf);
+        check_tensor(what, &m.tensors[i + 1], "ln_f.bias", C, 0, C, -1, 1, tp, r, -1, lnf);
         for (int k = i; k < i + 2; k++) {
             CHECK(m.tensors[k].offset == off, "%s: %s at %zu", what, m.tensors[k].name, m.tensors[k].offset);
             off += m.tensors[k].numel;
@@ -110,14 +122,14 @@ static void check_layout(int tp, int r, int first, int n) {
     }
     CHECK(m.nparams == off, "%s: %zu parameters, want %zu", what, m.nparams, off);
     /* what the estimator counts without building the model */
-    size_t u0, blk, last;
+    size_t u0, blk[2], last;
     int nblocks;
-    gpt_unit_counts_layout(&SHAPE, &lay, &u0, &blk, &last, &nblocks);
+    gpt_unit_counts_layout(&SHAPE, &lay, &u0, blk, &last, &nblocks);
     CHECK(gpt_param_count_layout(&SHAPE, &lay) == m.nparams, "%s: gpt_param_count_layout %zu, model %zu", what,
           gpt_param_count_layout(&SHAPE, &lay), m.nparams);
-    CHECK(u0 == m.units[0].count && nblocks == nb && (nb == 0 || blk == m.units[1].count) &&
-              last == m.units[nb + 1].count,
-          "%s: unit counts %zu %zu %zu (%d blocks)", what, u0, blk, last, nblocks);
+    CHECK(u0 == m.units[0].count && nblocks == nb && (nb == 0 || (blk[0] == half[0] && blk[1] == half[1])) &&
+              last == m.units[lnf].count,
+          "%s: unit counts %zu %zu+%zu %zu (%d blocks)", what, u0, blk[0], blk[1], last, nblocks);
     if (tp == 1 && embed && head) {
         CHECK(gpt_param_count(&SHAPE) == m.nparams, "gpt_param_count %zu, model %zu", gpt_param_count(&SHAPE),
               m.nparams);
@@ -177,10 +189,11 @@ int main(void) {
           SHAPE.padded_vocab);
     for (int tp = 1; tp <= 2; tp++)
         for (int r = 0; r < tp; r++) {
-            check_layout(tp, r, 0, 0); /* the whole model */
-            check_layout(tp, r, 0, 1); /* a first stage */
-            check_layout(tp, r, 1, 1); /* a middle stage */
-            check_layout(tp, r, 2, 1); /* a last stage: the tied wte and wpe's gap */
+            check_layout(tp, r, 0, 0, 0); /* the whole model */
+            check_layout(tp, r, 0, 1, 0); /* a first stage */
+            check_layout(tp, r, 1, 1, 0); /* a middle stage */
+            check_layout(tp, r, 2, 1, 0); /* a last stage: the tied wte and wpe's gap */
+            check_layout(tp, r, 0, 0, 1); /* each block as two units (parallel.unit_split) */
         }
     check_llama_kv(2, 4);
     check_llama_kv(1, 2);

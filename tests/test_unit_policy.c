@@ -3,7 +3,9 @@
  * ln_f last, the counts the estimator reads); a policy's mode per unit (first matching
  * rule per tensor, else parallel.zero), its stage and whether it replicates some units;
  * the refusals: a glob matching nothing, a rule splitting a unit, two ZeRO stages, a rule
- * without a mode or with an unknown one. */
+ * without a mode or with an unknown one; parallel.unit_split: where a block may begin a
+ * unit (its second norm), the policy over the halves, and its refusals (a unit that
+ * would cut a half, some blocks split and not others, a glob matching nothing). */
 #include <string.h>
 
 #include "check.h"
@@ -23,19 +25,19 @@ static void units_of_blocks(int k) {
         int want = t->layer >= 0 ? 1 + t->layer / k : !strncmp(t->name, "ln_f", 4) ? m.nunits - 1 : 0;
         CHECK(t->unit == want, "unit_blocks %d: %s in unit %d, want %d", k, t->name, t->unit, want);
     }
-    size_t first, block, last, one;
+    size_t first, block[2], last, one[2];
     int nb;
-    gpt_unit_counts_layout(&SHAPE, &lay, &first, &block, &last, &nb);
-    gpt_unit_counts_layout(&SHAPE, NULL, &first, &one, &last, &nb);
-    gpt_unit_counts_layout(&SHAPE, &lay, &first, &block, &last, &nb);
-    CHECK(block == (size_t)k * one && nb == 4 / k && m.units[1].count == block, "unit_blocks %d: block unit %zu", k,
-          block);
+    gpt_unit_counts_layout(&SHAPE, NULL, &first, one, &last, &nb);
+    gpt_unit_counts_layout(&SHAPE, &lay, &first, block, &last, &nb);
+    CHECK(block[0] == (size_t)k * one[0] && !block[1] && nb == 4 / k && m.units[1].count == block[0],
+          "unit_blocks %d: block unit %zu", k, block[0]);
     gpt_destroy(&m);
 }
 
+/* k blocks per unit; k = -1: each block split in two (parallel.unit_split) */
 static void modes(const char *policy, int zero, int k, const signed char *want, int n) {
     gpt_model m;
-    gpt_layout lay = {.unit_blocks = k};
+    gpt_layout lay = {.unit_blocks = k > 0 ? k : 1, .split_blocks = k < 0};
     signed char got[8];
     CHECK(gpt_table_layout(&m, &SHAPE, &lay, NULL) == DT_OK, "table");
     CHECK(m.nunits == n && dt_policy_units(policy, zero, &m, got) == DT_OK, "policy '%s'", policy);
@@ -43,9 +45,19 @@ static void modes(const char *policy, int zero, int k, const signed char *want, 
     gpt_destroy(&m);
 }
 
+static const gpt_layout ONE = {.unit_blocks = 1};
+
+static void split_refused(const char *split, const char *why) {
+    int sb = 7;
+    CHECK(dt_unit_split(split, &SHAPE, &sb) == DT_EINPUT && sb == 0, "unit_split '%s' accepted", split);
+    CHECK(strstr(dt_error_message(), why) != NULL, "unit_split '%s': %s, want %s", split, dt_error_message(), why);
+    dt_error_clear();
+}
+
 static void refused(const char *policy, int zero, int k, const char *why) {
     int stage, repl;
-    CHECK(dt_policy_stage(policy, zero, &SHAPE, k, &stage, &repl) == DT_EINPUT, "'%s' accepted", policy);
+    gpt_layout units = {.unit_blocks = k > 0 ? k : 1, .split_blocks = k < 0};
+    CHECK(dt_policy_stage(policy, zero, &SHAPE, &units, &stage, &repl) == DT_EINPUT, "'%s' accepted", policy);
     CHECK(strstr(dt_error_message(), why) != NULL, "'%s': %s, want %s", policy, dt_error_message(), why);
     dt_error_clear();
 }
@@ -62,11 +74,11 @@ int main(void) {
     modes("h.[01].*:ddp", 3, 2, (const signed char[]){3, 0, 3, 3}, 4);
     modes("h.0.*:zero3,h.*:ddp", 0, 1, (const signed char[]){0, 3, 0, 0, 0, 0}, 6); /* first match wins */
     int stage, repl;
-    CHECK(dt_policy_stage("w?e.weight:ddp", 3, &SHAPE, 1, &stage, &repl) == DT_OK && stage == 3 && repl,
+    CHECK(dt_policy_stage("w?e.weight:ddp", 3, &SHAPE, &ONE, &stage, &repl) == DT_OK && stage == 3 && repl,
           "embeddings ddp: stage %d, replicated %d", stage, repl);
-    CHECK(dt_policy_stage("h.*:ddp", 0, &SHAPE, 1, &stage, &repl) == DT_OK && stage == 0 && !repl,
+    CHECK(dt_policy_stage("h.*:ddp", 0, &SHAPE, &ONE, &stage, &repl) == DT_OK && stage == 0 && !repl,
           "every unit ddp: plain DDP (stage %d, replicated %d)", stage, repl);
-    CHECK(dt_policy_stage("h.*:zero1,w?e.weight:zero1,ln_f.*:zero1", 3, &SHAPE, 1, &stage, &repl) == DT_OK &&
+    CHECK(dt_policy_stage("h.*:zero1,w?e.weight:zero1,ln_f.*:zero1", 3, &SHAPE, &ONE, &stage, &repl) == DT_OK &&
               stage == 1 && !repl,
           "every unit zero1: plain ZeRO-1 (stage %d)", stage);
     refused("x.*:ddp", 3, 1, "matches no tensor");
@@ -75,5 +87,29 @@ int main(void) {
     refused("h.0.*:zero1", 3, 1, "mixes zero1 and zero3");
     refused("h.*", 3, 1, "is not GLOB:MODE");
     refused("h.*:fsdp", 3, 1, "is not ddp, zero1");
+    /* a block in two units: its attention half (ln_1 .. attn.c_proj) and MLP half (ln_2 ..) */
+    gpt_model m;
+    gpt_layout sl = {.split_blocks = 1};
+    CHECK(gpt_table_layout(&m, &SHAPE, &sl, NULL) == DT_OK && m.nunits == 2 + 2 * 4, "split blocks: units");
+    for (int i = 0; i < m.ntensors; i++) {
+        const gpt_tensor *t = &m.tensors[i];
+        int mlp = strstr(t->name, ".ln_2.") || strstr(t->name, ".mlp.");
+        int want = t->layer >= 0 ? 1 + 2 * t->layer + mlp : !strncmp(t->name, "ln_f", 4) ? m.nunits - 1 : 0;
+        CHECK(t->unit == want, "split: %s in unit %d, want %d", t->name, t->unit, want);
+    }
+    gpt_destroy(&m);
+    int sb = 0;
+    CHECK(dt_unit_split("h.*.ln_2.weight", &SHAPE, &sb) == DT_OK && sb == 1, "h.*.ln_2.weight: split %d", sb);
+    CHECK(dt_unit_split("h.*.ln_1.weight,ln_f.weight,wte.weight", &SHAPE, &sb) == DT_OK && sb == 0,
+          "unit starts already (a block's first, ln_f's): no split (%d)", sb);
+    CHECK(dt_unit_split("", &SHAPE, &sb) == DT_OK && sb == 0, "empty: no split");
+    split_refused("h.*.mlp.c_fc.bias", "would cut h.0.ln_2.weight .. h.0.mlp.c_proj.bias");
+    split_refused("h.*.attn.c_proj.weight", "would cut h.0.ln_1.weight .. h.0.attn.c_proj.bias");
+    split_refused("ln_f.bias", "would cut ln_f.weight .. ln_f.bias");
+    split_refused("h.1.ln_2.weight", "splits 1 of the 4 blocks (not block 0)");
+    split_refused("h.*.ln_3.weight", "matches no tensor");
+    /* the policy over the halves: the MLP halves replicated, the rest ZeRO-3 */
+    modes("h.*.ln_2.*:ddp,h.*.mlp.*:ddp", 3, -1, (const signed char[]){3, 3, 0, 3, 0, 3, 0, 3, 0, 3}, 10);
+    refused("h.*.mlp.*:ddp", 3, -1, "splits a unit"); /* ln_2 opens the MLP half */
     return check_finish();
 }

@@ -159,6 +159,11 @@ static const key_desc KEYS[] = {
         "(train.freeze's globs), MODE ddp (replicated), zero1, zero2 or zero3; a tensor takes its first matching "
         "rule's mode, else parallel.zero, and a unit's tensors must take one mode; ddp units with one ZeRO stage "
         "(empty: every unit parallel.zero)"),
+    STR("parallel.unit_split", parallel.unit_split, "",
+        "a block's wrap units (FSDP's wrapping of its submodules): comma-separated globs over tensor names naming "
+        "where a unit begins; a block splits at its second norm (h.*.ln_2.weight; Llama: "
+        "model.layers.*.post_attention_layernorm.weight) into its attention and MLP halves, every block alike; "
+        "unit_blocks 1, pp 1, no recompute, no parameter offload (empty: a block is one unit)"),
     ENUM("parallel.sync", parallel.sync, "every_step|local_sgd|diloco", "every_step",
          "how the data-parallel replicas synchronise: every_step (gradients every step), local_sgd (each replica "
          "trains alone for sync_every steps, then the replicas' weights are averaged) or diloco (the same with an "

@@ -66,6 +66,7 @@ typedef struct {
         int dp_shard;          /* HSDP: ZeRO within groups of this many data-parallel ranks, replicated across (0: all) */
         int unit_blocks;       /* consecutive blocks per wrap unit (ZeRO gathers and reduce-scatters them together) */
         char policy[DT_PATH_MAX]; /* per-unit sharding: comma-separated GLOB:MODE rules (layout/policy.c) */
+        char unit_split[DT_PATH_MAX]; /* globs over tensor names beginning a unit inside a block (layout/policy.c) */
     } parallel;
     struct {
         char allreduce[8], reduce_scatter[8], allgather[8], bcast[8];

@@ -14,6 +14,10 @@ dt_status gpt_block_forward(gpt_model *m, const gpt_slot *a, int j) {
     gpt_norm_fwd(m, b.ln1, b.ln1_mean, b.ln1_rstd, b.x, P(m, j, T_LN1W), P(m, j, T_LN1B), Nl);
     DT_TRY(gpt_attention_forward(m, a, &b, j, &p));
     o->add(b.res2, b.x, p, (size_t)Nl * C);
+    if (m->block_units > 1) { /* the attention half's unit done, the MLP half's next */
+        HOOK(after_forward, gpt_block_unit(m, j));
+        HOOK(before_forward, gpt_mlp_unit(m, j));
+    }
     gpt_norm_fwd(m, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, P(m, j, T_LN2W), P(m, j, T_LN2B), Nl);
     DT_TRY(gpt_mlp_forward(m, a, &b, j, &p));
     o->add(b.res3, b.res2, p, (size_t)Nl * C);
@@ -32,6 +36,13 @@ static dt_status block_norm_finish(gpt_model *m, int j, const ln_grads *n2, cons
     DT_TRY(gpt_ln_grad_finish(m, g, 2));
     if (n2->w) gpt_zero_frozen(m, TI(m, j, T_LN2W), NULL), gpt_zero_frozen(m, TI(m, j, T_LN2B), NULL);
     if (n1->w) gpt_zero_frozen(m, TI(m, j, T_LN1W), NULL), gpt_zero_frozen(m, TI(m, j, T_LN1B), NULL);
+    return DT_OK;
+}
+
+/* One norm's gradients completed alone (a split block's: each half's unit is final apart). */
+static dt_status norm_finish_one(gpt_model *m, int j, const ln_grads *n, int wrole, int brole) {
+    DT_TRY(gpt_ln_grad_finish(m, n, 1));
+    if (n->w) gpt_zero_frozen(m, TI(m, j, wrole), NULL), gpt_zero_frozen(m, TI(m, j, brole), NULL);
     return DT_OK;
 }
 
@@ -59,11 +70,20 @@ dt_status gpt_block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     }
     if (m->sp && !split) o->zero(a->lngrad, 4 * (size_t)C * m->esz);
     gpt_norm_bwd(m, s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl);
+    if (m->block_units > 1) { /* the MLP half's gradients final (norm_2's summed alone), then the attention half */
+        DT_TRY(norm_finish_one(m, j, &n2, T_LN2W, T_LN2B));
+        HOOK(after_backward, gpt_mlp_unit(m, j));
+        HOOK(before_backward, gpt_block_unit(m, j));
+        block_norm_grads(m, j, &n2, &n1); /* norm_1's gradient where the hook points its unit now */
+        ln1 = gpt_ln_grad_target(m, n1.w, n1.b, 0); /* its sum over tp in the first part, now free */
+        if (m->sp) o->zero(a->lngrad, 2 * (size_t)C * m->esz);
+    }
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
     DT_TRY(gpt_attention_backward(m, s, &b, &k, j, split, &dln));
     if (split) o->copy(k.ln1, dln, RCb);
     gpt_norm_bwd(m, s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl);
     if (split) return DT_OK;
+    if (m->block_units > 1) return norm_finish_one(m, j, &n1, T_LN1W, T_LN1B);
     return block_norm_finish(m, j, &n2, &n1);
 }
 

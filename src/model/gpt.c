@@ -98,6 +98,10 @@ static dt_status set_stage(gpt_model *m, const gpt_layout *layout, gpt_stage_inf
     if (m->unit_blocks > 1 && (st->nchunks > 1 || layout->split_backward || st->n % m->unit_blocks != 0))
         return dt_fail(DT_EINPUT, "parallel.unit_blocks %d must divide the stage's %d blocks (one model chunk, no "
                        "split backward)", m->unit_blocks, st->n);
+    m->block_units = layout->split_blocks ? 2 : 1;
+    if (layout->split_blocks && (m->unit_blocks > 1 || st->nchunks > 1 || layout->split_backward || layout->recompute))
+        return dt_fail(DT_EINPUT, "parallel.unit_split: a block splits into two units with unit_blocks 1, one model "
+                       "chunk, no split backward and no recompute so far");
     m->nchunks = st->nchunks;
     for (int c = 0; c < st->nchunks; c++) {
         m->chunk_layer0[c] = st->first[c];
@@ -112,7 +116,7 @@ static dt_status set_stage(gpt_model *m, const gpt_layout *layout, gpt_stage_inf
 /* The tensor table and the units over it. */
 static dt_status build_units(gpt_model *m) {
     DT_TRY(gpt_build_table(m));
-    m->nunits = m->nblocks / m->unit_blocks + 2;
+    m->nunits = m->nblocks / m->unit_blocks * m->block_units + 2;
     m->units = calloc((size_t)m->nunits, sizeof(gpt_unit));
     m->unit_params = calloc((size_t)m->nunits, sizeof(float *));
     m->unit_grads = calloc((size_t)m->nunits, sizeof(float *));

@@ -171,6 +171,10 @@ typedef struct {
     int unit_blocks;           /* consecutive blocks per unit (parallel.unit_blocks; 0: 1): a sharding
                                   wrapper gathers and reduces them together; must divide the stage's blocks,
                                   one chunk, no split backward */
+    int split_blocks;          /* each block two units, its attention half (norm_1 .. the attention's output
+                                  projection) and its MLP half (norm_2 .. the MLP's), gathered and reduced
+                                  apart (parallel.unit_split); one chunk, unit_blocks 1, no split backward,
+                                  no recompute */
 } gpt_layout;
 
 typedef struct {
@@ -194,6 +198,7 @@ typedef struct {
                          which a wrapper may use to point it elsewhere */
     int first_layer, nblocks; /* this stage's blocks: nblocks in all, the first being block first_layer */
     int unit_blocks;          /* blocks per unit (gpt_layout.unit_blocks; at least 1) */
+    int block_units;          /* units per block: 2 with gpt_layout.split_blocks, else 1 */
     int nchunks;              /* model chunks (gpt_layout.chunks; 1 for a plain stage) */
     int chunk_block0[GPT_MAX_CHUNKS + 1]; /* chunk c: local blocks [chunk_block0[c], chunk_block0[c + 1]) */
     int chunk_layer0[GPT_MAX_CHUNKS];     /* chunk c's first block in the model */
@@ -229,8 +234,10 @@ typedef struct {
  * *n (optional): elements frozen here. */
 dt_status gpt_freeze_check(const gpt_shape *s, const char *patterns);
 void gpt_freeze(gpt_model *m, const char *patterns, size_t *n);
-/* The unit of local block j; ln_f's unit (the last). */
-static inline int gpt_block_unit(const gpt_model *m, int j) { return 1 + j / m->unit_blocks; }
+/* The unit of local block j (its attention half's where blocks are split); the unit of its
+ * MLP half (the same unless split); ln_f's unit (the last). */
+static inline int gpt_block_unit(const gpt_model *m, int j) { return 1 + j / m->unit_blocks * m->block_units; }
+static inline int gpt_mlp_unit(const gpt_model *m, int j) { return gpt_block_unit(m, j) + m->block_units - 1; }
 static inline int gpt_lnf_unit(const gpt_model *m) { return m->nunits - 1; }
 /* Every tensor of unit u is frozen (an empty unit is not). */
 int gpt_unit_frozen(const gpt_model *m, int u);
@@ -378,9 +385,11 @@ size_t gpt_param_count_tp(const gpt_shape *s, int tp);
 /* The same for one rank of a layout (its stage's tensors, pieces, a last stage's gap). */
 size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout);
 /* A layout's units (gpt_create_layout's: unit 0 the embeddings or a last stage's wte and
- * its gap, then one per block, then ln_f), without building it: unit 0's and ln_f's counts
- * (0 where the stage lacks them), one block's count, and the number of blocks. */
-void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t *first, size_t *block, size_t *last,
+ * its gap, then one per block (unit_blocks: per k blocks; split_blocks: two per block),
+ * then ln_f), without building it: unit 0's and ln_f's counts (0 where the stage lacks
+ * them), a block unit's count in block[0] (split: the attention half's, and the MLP
+ * half's in block[1]; else block[1] = 0), and the number of block units (split: pairs). */
+void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t *first, size_t block[2], size_t *last,
                             int *nblocks);
 /* Bytes of the activation arena for B x T (what gpt_create allocates). */
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes);

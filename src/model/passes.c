@@ -62,7 +62,7 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *t
     for (int j = m->chunk_block0[chunk]; j < m->chunk_block0[chunk + 1]; j++) {
         if (j % m->unit_blocks == 0) HOOK(before_forward, gpt_block_unit(m, j)); /* its unit's first block */
         DT_TRY(gpt_block_forward(m, a, j));
-        if ((j + 1) % m->unit_blocks == 0) HOOK(after_forward, gpt_block_unit(m, j));
+        if ((j + 1) % m->unit_blocks == 0) HOOK(after_forward, gpt_mlp_unit(m, j));
     }
     if (heads(m, chunk)) {
         int lnf_unit = gpt_lnf_unit(m);
@@ -123,13 +123,16 @@ dt_status gpt_backward(gpt_model *m, int slot) {
     gpt_slot *s = slot_at(m, slot);
     for (int j = m->chunk_block0[s->chunk + 1] - 1; j >= m->chunk_block0[s->chunk]; j--) {
         /* a unit of several blocks: before its last block's backward, after its first's */
-        if ((j + 1) % m->unit_blocks == 0) HOOK(before_backward, gpt_block_unit(m, j));
+        if ((j + 1) % m->unit_blocks == 0) HOOK(before_backward, gpt_mlp_unit(m, j));
         gpt_count_skipped(m, j);
         if (!gpt_block_skipped(m, j)) {
             /* recompute: the block's inner activations again, from its kept input (the same
              * kernels on the same inputs: the same bits; with tp or cp the same collectives) */
             if (m->recompute) DT_TRY(gpt_block_forward(m, s, j));
-            DT_TRY(gpt_block_backward(m, s, j, 0));
+            DT_TRY(gpt_block_backward(m, s, j, 0)); /* a split block's hooks between its halves there */
+        } else if (m->block_units > 1) {
+            HOOK(after_backward, gpt_mlp_unit(m, j));
+            HOOK(before_backward, gpt_block_unit(m, j));
         }
         if (j % m->unit_blocks == 0) HOOK(after_backward, gpt_block_unit(m, j));
     }

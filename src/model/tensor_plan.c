@@ -214,6 +214,7 @@ static void add_unit(gpt_model *m, int kind, int layer, int unit, int *idx, size
     for (int i = 0; i < n; i++) {
         const plan_entry *e = &plan[i];
         if (kind_of(e->where) != kind) continue;
+        if (kind == ON_BLOCK && e->role == T_LN2W) unit += m->block_units - 1; /* the MLP half, norm_2 first */
         if (held(m, e)) {
             entry_name(name, sizeof name, &m->shape, e, layer);
             note_role(m, e, *idx, *idx - first);
@@ -239,7 +240,7 @@ dt_status gpt_build_table(gpt_model *m) {
     m->block0 = idx;
     for (int j = 0; j < m->nblocks; j++) add_unit(m, ON_BLOCK, layer_of(m, j), gpt_block_unit(m, j), &idx, &off);
     m->layer_tensors = m->nblocks ? (idx - m->block0) / m->nblocks : 0;
-    add_unit(m, ON_LAST, -1, m->nblocks / m->unit_blocks + 1, &idx, &off);
+    add_unit(m, ON_LAST, -1, m->nblocks / m->unit_blocks * m->block_units + 1, &idx, &off);
     m->ntensors = idx;
     m->nparams = off;
     return DT_OK;
@@ -278,11 +279,13 @@ int gpt_each_name(const gpt_shape *s, int (*fn)(const char *, void *), void *ctx
 /* Elements of one unit kind's tensors on one rank of t: the split tensors' global sizes
  * summed and divided by their pieces (t, or t / replicas; pieces are equal), the
  * replicated ones whole; real: the model's rows only (no vocabulary padding). */
-static size_t kind_count(const gpt_shape *s, int kind, size_t t, int real) {
+static size_t half_count(const gpt_shape *s, int kind, size_t t, int real, int half) {
     size_t split = 0, kv = 0, whole = 0, r = (size_t)gpt_kv_replicas(s, (int)t);
-    int np;
+    int np, at = 0; /* at: 1 from a block's second norm on (its MLP half) */
     const plan_entry *plan = plan_of(s, &np);
     for (int i = 0; i < np; i++) {
+        if (kind == ON_BLOCK && plan[i].where == ON_BLOCK && plan[i].role == T_LN2W) at = 1;
+        if (half >= 0 && at != half) continue;
         if (kind_of(plan[i].where) != kind || !has_option(s, &plan[i])) continue;
         dt_shard sp = full_spec(s, &plan[i]);
         size_t n = (size_t)(real ? sp.real_rows : sp.rows) * (size_t)sp.cols;
@@ -292,13 +295,20 @@ static size_t kind_count(const gpt_shape *s, int kind, size_t t, int real) {
     }
     return split / t + kv / (t / r) + whole;
 }
+static size_t kind_count(const gpt_shape *s, int kind, size_t t, int real) { return half_count(s, kind, t, real, -1); }
 
-void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t *first, size_t *block, size_t *last,
+void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t *first, size_t block[2], size_t *last,
                             int *nblocks) {
     gpt_stage_info st = gpt_stage_of(s, layout ? layout : &gpt_one_rank);
     size_t t = (size_t)(layout && layout->tp > 0 ? layout->tp : 1);
     int k = layout && layout->unit_blocks > 1 ? layout->unit_blocks : 1;
-    *block = (size_t)k * kind_count(s, ON_BLOCK, t, 0); /* a block unit: k blocks */
+    if (layout && layout->split_blocks) { /* the attention half, the MLP half */
+        block[0] = half_count(s, ON_BLOCK, t, 0, 0);
+        block[1] = half_count(s, ON_BLOCK, t, 0, 1);
+    } else {
+        block[0] = (size_t)k * kind_count(s, ON_BLOCK, t, 0); /* a block unit: k blocks */
+        block[1] = 0;
+    }
     /* a last stage's tied wte and its gap (an untied head is in the last unit) */
     *first = st.embed || (st.head && tied(s)) ? kind_count(s, ON_FIRST, t, 0) : 0;
     *last = st.head ? kind_count(s, ON_LAST, t, 0) : 0;               /* ln_f */
@@ -306,10 +316,10 @@ void gpt_unit_counts_layout(const gpt_shape *s, const gpt_layout *layout, size_t
 }
 
 size_t gpt_param_count_layout(const gpt_shape *s, const gpt_layout *layout) {
-    size_t first, block, last;
+    size_t first, block[2], last;
     int n;
-    gpt_unit_counts_layout(s, layout, &first, &block, &last, &n);
-    return first + (size_t)n * block + last;
+    gpt_unit_counts_layout(s, layout, &first, block, &last, &n);
+    return first + (size_t)n * (block[0] + block[1]) + last;
 }
 
 size_t gpt_param_count_tp(const gpt_shape *s, int tp) {

@@ -67,7 +67,8 @@ static dt_status create_model(dt_par *h, const dt_layout *L, const dt_ops *ops) 
     const dt_config *c = &L->cfg;
     gpt_layout layout = {.tp = h->mesh.tp, .tp_rank = h->mesh.tp_rank, .sp = L->sp,
                          .recompute = dt_layout_recompute(L), .documents = dt_layout_documents(L),
-                         .unit_blocks = c->parallel.unit_blocks, .canon = dt_layout_canon(L)};
+                         .unit_blocks = c->parallel.unit_blocks, .canon = dt_layout_canon(L),
+                         .split_blocks = dt_layout_split_blocks(L)};
     if (dt_layout_pp_enabled(L)) {
         DT_TRY(dt_pp_layout(c->model.n_layer, L->pp, L->v, h->mesh.pp_rank, c->parallel.pp_split, &layout));
         layout.slots = dt_pp_slots(L->schedule, L->pp, L->v, h->mesh.pp_rank, L->m);

@@ -86,17 +86,22 @@ double dt_dp_frozen_shard(const dt_dp_stage *s) {
 
 dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
     dt_zero_units u;
-    size_t cnt[3];
-    gpt_unit_counts_layout(&s->L->shape, s->lay, &cnt[0], &cnt[1], &cnt[2], &u.nb);
-    double A = (double)s->shards * (double)s->align;
+    size_t cnt[3], half[2];
+    gpt_unit_counts_layout(&s->L->shape, s->lay, &cnt[0], half, &cnt[2], &u.nb);
+    cnt[1] = half[0] > half[1] ? half[0] : half[1]; /* the largest block unit (a split block's larger half) */
+    double A = (double)s->shards * (double)s->align, hP[2], hS[2];
     for (int k = 0; k < 3; k++) {
         u.cnt[k] = (double)cnt[k];
         u.P[k] = ceil(u.cnt[k] / A) * A;
         u.S[k] = u.P[k] / s->shards;
     }
-    u.flat = u.cnt[0] + u.nb * u.cnt[1] + u.cnt[2];
-    u.padded = u.P[0] + u.nb * u.P[1] + u.P[2];
-    u.shard = u.S[0] + u.nb * u.S[1] + u.S[2];
+    for (int k = 0; k < 2; k++) { /* a block's units, padded apart */
+        hP[k] = ceil((double)half[k] / A) * A;
+        hS[k] = hP[k] / s->shards;
+    }
+    u.flat = u.cnt[0] + u.nb * (double)(half[0] + half[1]) + u.cnt[2];
+    u.padded = u.P[0] + u.nb * (hP[0] + hP[1]) + u.P[2];
+    u.shard = u.S[0] + u.nb * (hS[0] + hS[1]) + u.S[2];
     u.maxS = fmax(u.S[0], fmax(u.S[1], u.S[2]));
     u.gather = u.P[0] + u.P[2] + 2 * u.P[1];
     if (!s->L->replicated) return u;
@@ -108,15 +113,16 @@ dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
     }
     unsigned char *repl = malloc((size_t)m.nunits);
     if (repl && dt_zero_policy_repl(s->L->cfg.parallel.policy, s->L->cfg.parallel.zero, &m, repl) == DT_OK) {
-        int last = m.nunits - 1, sharded_blocks = 0;
+        int last = m.nunits - 1;
+        double sharded_block = 0; /* the largest block unit gathered (two buffers of it: zero_shard.c) */
         for (int k = 0; k < m.nunits; k++) {
-            int kind = k == 0 ? 0 : k == last ? 2 : 1;
-            if (!repl[k]) sharded_blocks |= kind == 1;
+            double P = ceil((double)m.units[k].count / A) * A;
+            if (!repl[k] && k > 0 && k < last) sharded_block = fmax(sharded_block, P);
             if (!repl[k] || m.units[k].count == 0) continue;
-            u.shard += u.P[kind] - u.S[kind];
-            u.maxS = fmax(u.maxS, u.P[kind]);
+            u.shard += P - P / s->shards;
+            u.maxS = fmax(u.maxS, P);
         }
-        u.gather = (repl[0] ? 0 : u.P[0]) + (repl[last] ? 0 : u.P[2]) + (sharded_blocks ? 2 * u.P[1] : 0);
+        u.gather = (repl[0] ? 0 : u.P[0]) + (repl[last] ? 0 : u.P[2]) + 2 * sharded_block;
         if (repl[0]) u.S[0] = u.P[0];
         if (repl[last]) u.S[2] = u.P[2];
     } else {

@@ -154,7 +154,8 @@ static dt_status zero_setup_local(dt_dp *d) {
         dt_store_opts so = d->o.offload_param;
         so.block_bytes = dt_store_block_for(&so, z->shard_total, e);
         /* the next block's slice read ahead where blocks are prefetched (zero3.c) */
-        so.fetch_max = !dt_zero_devmem(d) && !d->o.gather_once && d->m->nblocks > 0 ? z->S[1] : 0;
+        so.fetch_max = !dt_zero_devmem(d) && !d->o.gather_once && d->m->nblocks > 0 ? z->S[1] : 0; /* blocks alike
+                                                                                                   (unit_split: no param offload) */
         DT_TRY(dt_store_open(&z->pstore, z->shard_total, 1, e, &so, "parameter shard"));
         if (!(z->ptmp = malloc(maxS * e + 1))) return dt_fail(DT_ERUNTIME, "out of memory (parameter offload)");
     } else {
@@ -214,7 +215,9 @@ static dt_status alloc_model_buffers(dt_dp *d) {
         DT_TRY(alloc_unit(d, z->padded_total * e, "gradients", &z->grads_pad));
         for (int u = 0; u < U; u++) m->unit_grads[u] = at(d, z->grads_pad, z->poff[u]);
     } else {
-        size_t sizes[4] = {z->P[0], z->P[dt_zero_lnf(d)], z->P[1], z->P[1]};
+        size_t maxB = 0; /* the largest block unit (a split block's halves differ) */
+        for (int u = 1; u < dt_zero_lnf(d); u++) maxB = z->P[u] > maxB ? z->P[u] : maxB;
+        size_t sizes[4] = {z->P[0], z->P[dt_zero_lnf(d)], maxB, maxB};
         for (int b = 0; b < (dt_zero_rs_overlap(d) ? 4 : 3); b++) {
             DT_TRY(alloc_unit(d, sizes[b] * e, "gradient scratch", &z->gscratch[b]));
             d->workspace_bytes += sizes[b] * e;

@@ -139,8 +139,9 @@ dt_status dt_zero_update_gather(dt_dp *d, double lr, double norm);
  * update: a delayed update applied), waited for. */
 dt_status dt_zero_redistribute(dt_dp *d);
 
-/* A stage's units on paper (embedding, one block, ln_f: gpt_unit_counts_layout), each
- * padded to a multiple of shards x align (P), one rank's slice of it (S). */
+/* A stage's units on paper (embedding, the largest block unit, ln_f:
+ * gpt_unit_counts_layout), each padded to a multiple of shards x align (P), one rank's
+ * slice of it (S); the totals count every block unit (both halves of a split block). */
 typedef struct {
     double cnt[3], P[3], S[3];
     double flat, padded, shard; /* the stage's elements: as they are, padded, one rank's slices */

@@ -30,7 +30,7 @@ static double mixed_state(const dt_dp_formula *f, double psi, int n) { return f-
 static gpt_layout layout_of(const dt_layout *L, int stage) {
     gpt_layout lay = {.tp = L->tp, .sp = L->sp, .recompute = dt_layout_recompute(L),
                       .documents = dt_layout_documents(L), .unit_blocks = L->cfg.parallel.unit_blocks,
-                      .canon = dt_layout_canon(L)};
+                      .canon = dt_layout_canon(L), .split_blocks = dt_layout_split_blocks(L)};
     if (L->pp > 1 && dt_pp_layout(L->shape.n_layer, L->pp, L->v, stage, L->cfg.parallel.pp_split, &lay) == DT_OK) {
         lay.slots = dt_pp_slots(L->schedule, L->pp, L->v, stage, L->m);
         lay.split_backward = dt_schedule_splits_backward(L->schedule);
@@ -296,11 +296,15 @@ dt_status dt_estimate_print(const dt_layout *L, int json, FILE *out) {
     if (dt_layout_hsdp(L))
         fprintf(out, "hsdp: ZeRO within groups of %d data-parallel ranks (parallel.dp_shard), %d replicas of them, "
                 "gradients all-reduced across\n", L->dp_shard, L->dp_replicas);
-    if (L->cfg.parallel.policy[0] || L->cfg.parallel.unit_blocks > 1)
-        fprintf(out, "units: %d block%s per unit (parallel.unit_blocks)%s%s%s; the ZeRO rows' bytes count them\n",
-                L->cfg.parallel.unit_blocks, L->cfg.parallel.unit_blocks > 1 ? "s" : "",
+    int ub = L->cfg.parallel.unit_blocks, split = dt_layout_split_blocks(L);
+    if (L->cfg.parallel.policy[0] || ub > 1 || split) {
+        char what[96];
+        if (split) snprintf(what, sizeof what, "two per block, its attention and MLP halves (parallel.unit_split)");
+        else snprintf(what, sizeof what, "%d block%s per unit (parallel.unit_blocks)", ub, ub > 1 ? "s" : "");
+        fprintf(out, "units: %s%s%s%s; the ZeRO rows' bytes count them\n", what,
                 L->cfg.parallel.policy[0] ? ", policy " : "", L->cfg.parallel.policy,
                 L->replicated ? " (its ddp units replicated, the others ZeRO)" : "");
+    }
     if (tp > 1)
         fprintf(out, "tensor parallel %d: each rank holds 1/%d of wte, c_attn, c_fc and the c_proj weights (%.0f of "
                 "%.0f parameters)\n", tp, tp, psi, (double)gpt_param_count(&s));

@@ -94,9 +94,10 @@ void dt_layout_derive(dt_layout *L, const dt_config *c, int world) {
         dt_error_clear();
         L->shape.padded_vocab = 0; /* dt_layout_shape_ok: no */
     }
+    gpt_layout units = dt_layout_shape_ok(L) ? dt_unit_layout(k->parallel.unit_split, k->parallel.unit_blocks, &L->shape)
+                                             : (gpt_layout){0};
     if (dt_layout_shape_ok(L) && k->parallel.policy[0] &&
-        dt_policy_stage(k->parallel.policy, k->parallel.zero, &L->shape, k->parallel.unit_blocks, &L->zero,
-                        &L->replicated) != DT_OK) {
+        dt_policy_stage(k->parallel.policy, k->parallel.zero, &L->shape, &units, &L->zero, &L->replicated) != DT_OK) {
         dt_error_clear(); /* dt_layout_check says it */
         L->zero = k->parallel.zero;
         L->replicated = 0;
@@ -187,15 +188,24 @@ static dt_status check_estimate(const dt_layout *L) {
     return DT_OK;
 }
 
-/* parallel.policy's rules over the whole model (layout/policy.h): refused as the run would. */
+/* parallel.unit_split's and parallel.policy's rules over the whole model (layout/policy.h):
+ * refused as the run would. */
 static dt_status check_policy_rules(const dt_layout *L) {
     const dt_config *c = &L->cfg;
-    if (!c->parallel.policy[0]) return DT_OK;
+    if (!c->parallel.policy[0] && !c->parallel.unit_split[0]) return DT_OK;
     gpt_shape ps = L->shape;
     int stage, repl;
     DT_TRY(gpt_shape_check(&ps));
+    gpt_layout units = {.unit_blocks = c->parallel.unit_blocks};
+    DT_TRY(dt_unit_split(c->parallel.unit_split, &ps, &units.split_blocks));
+    if (units.split_blocks && (c->parallel.unit_blocks > 1 || L->pp > 1 || dt_layout_recompute(L) ||
+                               L->offload_param != DT_OFFLOAD_NONE))
+        return dt_fail(DT_EINPUT, "parallel.unit_split: a block in two units runs with parallel.unit_blocks 1, pp 1, "
+                       "no train.recompute and no offload.param so far (unit_blocks %d, pp %d)",
+                       c->parallel.unit_blocks, L->pp);
+    if (!c->parallel.policy[0]) return DT_OK;
     if (c->parallel.unit_blocks > 1 && ps.n_layer % c->parallel.unit_blocks != 0) return DT_OK; /* refused below */
-    return dt_policy_stage(c->parallel.policy, c->parallel.zero, &ps, c->parallel.unit_blocks, &stage, &repl);
+    return dt_policy_stage(c->parallel.policy, c->parallel.zero, &ps, &units, &stage, &repl);
 }
 
 dt_status dt_layout_check(const dt_layout *L, int what) {
@@ -272,4 +282,9 @@ void dt_layout_print(const dt_layout *L, FILE *out) {
         }
         fprintf(out, "\n");
     }
+}
+
+int dt_layout_split_blocks(const dt_layout *L) {
+    if (!L->cfg.parallel.unit_split[0] || !dt_layout_shape_ok(L)) return 0;
+    return dt_unit_layout(L->cfg.parallel.unit_split, 1, &L->shape).split_blocks;
 }

@@ -126,6 +126,8 @@ static inline int dt_layout_canon(const dt_layout *L) {
                ? q : 0;
 }
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
+/* Each block two units (parallel.unit_split: layout/policy.h); 0 where it does not parse. */
+int dt_layout_split_blocks(const dt_layout *L);
 static inline int dt_layout_nccl(const dt_layout *L) { return L->comm_backend == DT_COMM_NCCL; }
 /* Rows hold documents (data.layout pack, pad or budget): the model takes their starts. */
 static inline int dt_layout_documents(const dt_layout *L) { return strcmp(L->cfg.data.layout, "stream") != 0; }

@@ -196,13 +196,14 @@ dt_status dt_plan_layout_policy(const dt_config *c, const dt_machine *mc, int dp
     int N = dp * cp;
     gpt_layout lay = {.tp = tp, .sp = run.sp, .recompute = dt_layout_recompute(&run)};
     /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
-    double psi = (double)gpt_param_count_layout(&s, &lay) / pp, units = s.n_layer / pp + 2;
+    gpt_layout ul = dt_unit_layout(lc.parallel.unit_split, lc.parallel.unit_blocks, &s);
+    double psi = (double)gpt_param_count_layout(&s, &lay) / pp, units = s.n_layer / pp * (ul.split_blocks ? 2 : 1) + 2;
     /* a policy's ddp units (the layout's check: tp, pp, cp 1): whole on every rank, their
      * gradients all-reduced when the stage reduces (once a step, or per micro-batch) */
     size_t rp = 0;
     int ru = 0;
     if (lc.parallel.policy[0])
-        DT_TRY(dt_policy_replicated(lc.parallel.policy, zero, &s, lc.parallel.unit_blocks, &rp, &ru));
+        DT_TRY(dt_policy_replicated(lc.parallel.policy, zero, &s, &ul, &rp, &ru));
     double psi_r = (double)rp, psi_s = psi - psi_r;
     const double *ring = mode->ring[pp > 1];
     double passes = ring[0] + ring[1] * m, passes_r = 2.0 * (ring[1] > 0 ? m : 1);

@@ -67,7 +67,8 @@ dt_status dt_policy_units(const char *policy, int zero, const gpt_model *m, sign
                 }
             if (um >= 0 && tm != um)
                 s = dt_fail(DT_EINPUT, "parallel.policy splits a unit between modes: %s is %s, %s is %s (a rule must "
-                            "cover the whole unit: the embeddings, a block or parallel.unit_blocks of them, ln_f)",
+                            "cover the whole unit: the embeddings, a block, a block's half with parallel.unit_split or "
+                            "parallel.unit_blocks of them, ln_f)",
                             first, mode_names[um], t->name, mode_names[tm]);
             if (um < 0) um = tm, first = t->name;
         }
@@ -81,7 +82,7 @@ dt_status dt_policy_units(const char *policy, int zero, const gpt_model *m, sign
 
 /* The whole model's policy in one pass over its unit table: dt_policy_stage's stage and
  * replicated flag, and the parameters and units of the ddp units (dt_policy_replicated). */
-static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, int *stage,
+static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shape, const gpt_layout *ul, int *stage,
                              int *replicated, size_t *params, int *units) {
     *stage = zero;
     *replicated = 0;
@@ -89,7 +90,7 @@ static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shap
     *units = 0;
     if (!policy[0]) return DT_OK;
     gpt_model m;
-    gpt_layout lay = {.unit_blocks = unit_blocks};
+    gpt_layout lay = {.unit_blocks = ul->unit_blocks, .split_blocks = ul->split_blocks};
     DT_TRY(gpt_table_layout(&m, shape, &lay, NULL));
     signed char *mode = malloc((size_t)m.nunits);
     dt_status s = mode ? dt_policy_units(policy, zero, &m, mode) : dt_fail(DT_ERUNTIME, "out of memory (policy)");
@@ -112,15 +113,81 @@ static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shap
     return s;
 }
 
-dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, int *stage,
+dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, const gpt_layout *units, int *stage,
                           int *replicated) {
     size_t params;
-    int units;
-    return policy_scan(policy, zero, shape, unit_blocks, stage, replicated, &params, &units);
+    int n;
+    return policy_scan(policy, zero, shape, units, stage, replicated, &params, &n);
 }
 
-dt_status dt_policy_replicated(const char *policy, int zero, const gpt_shape *shape, int unit_blocks, size_t *params,
-                               int *units) {
+dt_status dt_policy_replicated(const char *policy, int zero, const gpt_shape *shape, const gpt_layout *units,
+                               size_t *params, int *units_out) {
     int stage, repl;
-    return policy_scan(policy, zero, shape, unit_blocks, &stage, &repl, params, units);
+    return policy_scan(policy, zero, shape, units, &stage, &repl, params, units_out);
+}
+
+/* The first and last tensors of the unit (or block half) holding tensor i of m. */
+static void span_of(const gpt_model *m, int i, const char **first, const char **last) {
+    int a = i, b = i;
+    while (a > 0 && m->tensors[a - 1].unit == m->tensors[i].unit) a--;
+    while (b + 1 < m->ntensors && m->tensors[b + 1].unit == m->tensors[i].unit) b++;
+    *first = m->tensors[a].name;
+    *last = m->tensors[b].name;
+}
+
+dt_status dt_unit_split(const char *split, const gpt_shape *shape, int *split_blocks) {
+    *split_blocks = 0;
+    if (!split[0]) return DT_OK;
+    gpt_model m; /* the blocks split: each half its unit, so a unit's start is a half's */
+    gpt_layout lay = {.split_blocks = 1};
+    DT_TRY(gpt_table_layout(&m, shape, &lay, NULL));
+    unsigned char *at = calloc((size_t)shape->n_layer + 1, 1); /* block l begins a unit at its MLP half */
+    dt_status s = at ? DT_OK : dt_fail(DT_ERUNTIME, "out of memory (parallel.unit_split)");
+    for (const char *p = split; s == DT_OK && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char glob[256];
+        if (len >= sizeof glob) s = dt_fail(DT_EINPUT, "parallel.unit_split: glob '%.*s' too long", (int)len, p);
+        else if (len > 0) {
+            memcpy(glob, p, len);
+            glob[len] = 0;
+            int used = 0;
+            for (int i = 0; s == DT_OK && i < m.ntensors; i++) {
+                const gpt_tensor *t = &m.tensors[i];
+                if (fnmatch(glob, t->name, 0) != 0) continue;
+                used = 1;
+                if (i > 0 && m.tensors[i - 1].unit == t->unit) { /* inside a half (or the embeddings, ln_f) */
+                    const char *a, *b;
+                    span_of(&m, i, &a, &b);
+                    s = dt_fail(DT_EINPUT, "parallel.unit_split: a unit beginning at %s would cut %s .. %s, whose "
+                                "tensors one pass uses together (a block splits at its second norm only)",
+                                t->name, a, b);
+                } else if (t->layer >= 0 && t->layer < shape->n_layer && i > 0 &&
+                           m.tensors[i - 1].layer == t->layer) {
+                    at[t->layer] = 1; /* the MLP half's first tensor */
+                }
+            }
+            if (s == DT_OK && !used) s = dt_fail(DT_EINPUT, "parallel.unit_split: '%s' matches no tensor of the model", glob);
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    int n = 0, first_not = -1;
+    for (int l = 0; at && l < shape->n_layer; l++) {
+        n += at[l];
+        if (!at[l] && first_not < 0) first_not = l;
+    }
+    if (s == DT_OK && n > 0 && n < shape->n_layer)
+        s = dt_fail(DT_EINPUT, "parallel.unit_split splits %d of the %d blocks (not block %d): every block splits "
+                    "alike (a glob over all of them, as h.*.ln_2.weight)", n, shape->n_layer, first_not);
+    if (s == DT_OK) *split_blocks = n > 0;
+    free(at);
+    gpt_destroy(&m);
+    return s;
+}
+
+gpt_layout dt_unit_layout(const char *split, int unit_blocks, const gpt_shape *shape) {
+    gpt_layout lay = {.unit_blocks = unit_blocks};
+    if (dt_unit_split(split, shape, &lay.split_blocks) != DT_OK) dt_error_clear();
+    return lay;
 }
