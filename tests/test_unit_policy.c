@@ -38,7 +38,7 @@ static void units_of_blocks(int k) {
 static void modes(const char *policy, int zero, int k, const signed char *want, int n) {
     gpt_model m;
     gpt_layout lay = {.unit_blocks = k > 0 ? k : 1, .split_blocks = k < 0};
-    signed char got[8];
+    signed char got[16];
     CHECK(gpt_table_layout(&m, &SHAPE, &lay, NULL) == DT_OK, "table");
     CHECK(m.nunits == n && dt_policy_units(policy, zero, &m, got) == DT_OK, "policy '%s'", policy);
     for (int u = 0; u < n; u++) CHECK(got[u] == want[u], "'%s': unit %d mode %d, want %d", policy, u, got[u], want[u]);
