@@ -2,7 +2,8 @@
 # parallel.policy (GLOB:MODE rules per unit: ddp units replicated inside one ZeRO stage).
 # Three mixed policies under HSDP (dp 4 = 2 replicas x shard groups of 2): the embeddings
 # replicated + the rest ZeRO-3; one frozen block + the blocks ZeRO-2 (embeddings and ln_f
-# ddp); ZeRO-3 with two blocks per unit; ZeRO-3 with each block split into its attention
+# ddp); ZeRO-3 with two blocks per unit; block 0 zero2 (kept whole between updates), the
+# embeddings ddp and the rest zero3; ZeRO-3 with each block split into its attention
 # and MLP halves (parallel.unit_split), and the same with the MLP halves replicated
 # (a policy over the halves). Each: the single process's curve within 1e-5, in
 # bitwise mode the single process's digest, every rank's bytes = `dtrain estimate`'s; a
@@ -20,6 +21,7 @@ CASES=("emb-ddp-zero3:ref:--set parallel.zero=3 --set parallel.policy=wte.weight
        "frozen-h1-blocks-zero2:reff:--set train.freeze=h.1.* --set parallel.policy=h.*:zero2"
        "zero3-2blocks:ref:--set parallel.zero=3 --set parallel.unit_blocks=2"
        "zero3-split:ref:--set parallel.zero=3 --set parallel.unit_split=h.*.ln_2.weight"
+       "blocks-zero2-rest-zero3:ref:--set parallel.zero=3 --set parallel.policy=h.0.*:zero2,w?e.weight:ddp"
        "split-mlp-ddp-zero2:ref:--set parallel.zero=2 --set parallel.unit_split=h.*.ln_2.weight --set parallel.policy=h.*.ln_2.*:ddp,h.*.mlp.*:ddp")
 HS=(--set parallel.dp_shard=2)
 for c in "${CASES[@]}"; do
@@ -126,7 +128,7 @@ refused "a policy glob matching nothing" "'x\.\*' matches no tensor" 4 --set par
 refused "a rule splitting a unit" "splits a unit between modes" 4 --set parallel.zero=3 --set parallel.policy=wte.weight:ddp
 refused "unit_blocks not dividing the blocks" "unit_blocks 3 must divide" 4 --set parallel.zero=3 --set parallel.unit_blocks=3
 refused "dp_shard not dividing dp" "must divide the data-parallel size 4" 4 --set parallel.zero=3 --set parallel.dp_shard=3
-refused "two ZeRO stages" "mixes zero1 and zero3" 4 --set parallel.zero=3 --set 'parallel.policy=h.0.*:zero1'
+refused "zero1 with zero3" "mixes zero1 and zero3" 4 --set parallel.zero=3 --set 'parallel.policy=h.0.*:zero1'
 refused "an unknown mode" "is not ddp, zero1" 4 --set parallel.zero=3 --set 'parallel.policy=h.*:fsdp'
 refused "a unit split that cuts the MLP half" "would cut h.0.ln_2.weight .. h.0.mlp.c_proj.bias" 4 \
   --set parallel.zero=3 --set 'parallel.unit_split=h.*.mlp.c_fc.bias'

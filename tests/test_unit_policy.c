@@ -2,7 +2,8 @@
  * parallel.unit_blocks): units of k blocks in the tensor table (block j in unit 1 + j/k,
  * ln_f last, the counts the estimator reads); a policy's mode per unit (first matching
  * rule per tensor, else parallel.zero), its stage and whether it replicates some units;
- * the refusals: a glob matching nothing, a rule splitting a unit, two ZeRO stages, a rule
+ * the refusals: a glob matching nothing, a rule splitting a unit, zero1 with another ZeRO
+ * stage (zero2 units among zero3's run), a rule
  * without a mode or with an unknown one; parallel.unit_split: where a block may begin a
  * unit (its second norm), the policy over the halves, and its refusals (a unit that
  * would cut a half, some blocks split and not others, a glob matching nothing). */
@@ -85,6 +86,13 @@ int main(void) {
     refused("wte.weight:ddp", 3, 1, "splits a unit");
     refused("h.0.*:ddp", 3, 2, "splits a unit"); /* half of a two-block unit */
     refused("h.0.*:zero1", 3, 1, "mixes zero1 and zero3");
+    refused("h.0.*:zero1", 2, 1, "mixes zero1 and zero2");
+    /* zero2 units among zero3's: the run's stage 3, the units apart */
+    CHECK(dt_policy_stage("h.*:zero2", 3, &SHAPE, &ONE, &stage, &repl) == DT_OK && stage == 3 && repl,
+          "blocks zero2, the rest zero3: stage %d, apart %d", stage, repl);
+    CHECK(dt_policy_stage("h.*:zero3", 2, &SHAPE, &ONE, &stage, &repl) == DT_OK && stage == 3 && repl,
+          "blocks zero3, the rest zero2: stage %d, apart %d", stage, repl);
+    modes("h.[01].*:zero2,w?e.weight:ddp", 3, 1, (const signed char[]){0, 2, 2, 3, 3, 3}, 6);
     refused("h.*", 3, 1, "is not GLOB:MODE");
     refused("h.*:fsdp", 3, 1, "is not ddp, zero1");
     /* a block in two units: its attention half (ln_1 .. attn.c_proj) and MLP half (ln_2 ..) */

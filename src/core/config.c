@@ -157,8 +157,8 @@ static const key_desc KEYS[] = {
     STR("parallel.policy", parallel.policy, "",
         "per-unit sharding policy (FSDP's per-module wrapping): comma-separated GLOB:MODE rules over tensor names "
         "(train.freeze's globs), MODE ddp (replicated), zero1, zero2 or zero3; a tensor takes its first matching "
-        "rule's mode, else parallel.zero, and a unit's tensors must take one mode; ddp units with one ZeRO stage "
-        "(empty: every unit parallel.zero)"),
+        "rule's mode, else parallel.zero, and a unit's tensors must take one mode; ddp units with one ZeRO stage, "
+        "zero2 units (kept whole between updates) among zero3's (empty: every unit parallel.zero)"),
     STR("parallel.unit_split", parallel.unit_split, "",
         "a block's wrap units (FSDP's wrapping of its submodules): comma-separated globs over tensor names naming "
         "where a unit begins; a block splits at its second norm (h.*.ln_2.weight; Llama: "

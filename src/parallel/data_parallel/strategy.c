@@ -75,15 +75,15 @@ static dt_status check_hsdp(const dt_layout *L) {
     return DT_OK;
 }
 
-/* parallel.policy with ddp units among ZeRO's (zero_shard.c's replicated units): what it
- * runs with so far. */
+/* parallel.policy with ddp units among ZeRO's (zero_shard.c's replicated units), or zero2
+ * units among zero3's (kept whole): what it runs with so far. */
 static dt_status check_policy(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     if (!L->replicated) return DT_OK;
     if (L->tp > 1 || L->pp > 1 || L->cp > 1 || L->backend != DT_BACKEND_CPU || dt_layout_bf16(L) ||
         dt_layout_offload(L) || dt_layout_nccl(L) || dt_layout_ps(L) || dt_layout_ps_async(L) ||
         dt_layout_local_sgd(L) || c->parallel.staleness > 0)
-        return dt_fail(DT_EINPUT, "parallel.policy '%s' (ddp units with zero%d): data parallelism only (HSDP "
+        return dt_fail(DT_EINPUT, "parallel.policy '%s' (units apart from zero%d's): data parallelism only (HSDP "
                        "included) on the CPU in fp32 so far: not with tp, pp, cp, bf16, offload, comm.backend nccl, "
                        "dp_mode ps, parallel.sync or parallel.staleness", c->parallel.policy, L->zero);
     return DT_OK;

@@ -31,7 +31,8 @@ static dt_status finish_prefetch(dt_dp *d) {
 static dt_status gather_unit(dt_dp *d, int u) {
     dt_zero *z = dt_zero_of(d);
     dt_zero3_gathers *g = &z->g3;
-    if (d->o.gather_once || dt_zero_repl(d, u)) return DT_OK; /* the whole stage is in place; a replicated unit too */
+    if (d->o.gather_once || dt_zero_repl(d, u) || dt_zero_keep(d, u))
+        return DT_OK; /* the whole stage is in place; a replicated or kept unit too */
     int b = dt_zero3_gbuf(d, u);
     if ((g->prefetch || g->dprefetch) && g->prefetch_unit == u) return finish_prefetch(d);
     if (g->held[b] == u) return DT_OK;
@@ -53,7 +54,7 @@ static void prefetch_unit(dt_dp *d, int u, int next) {
     dt_zero3_gathers *g = &z->g3;
     /* staged gathers are not prefetched (their upload follows the collective) */
     if (u < 1 || u > nblocks(d) || g->prefetch || g->dprefetch || d->o.gather_once || dt_zero_staged(d) ||
-        dt_zero_repl(d, u))
+        dt_zero_repl(d, u) || dt_zero_keep(d, u))
         return;
     int b = dt_zero3_gbuf(d, u);
     if (g->held[b] == u) return;
@@ -94,12 +95,16 @@ static dt_status zero3_drain(dt_dp *d) {
     return finish_prefetch(d);
 }
 
-/* the parameters changed: gathered again (gather_once) or when next used */
+/* the parameters changed: gathered again (gather_once, and the policy's zero2 units: kept
+ * whole until the next update, as ZeRO-2 keeps them) or when next used */
 static dt_status refresh(dt_dp *d) {
     dt_zero *z = dt_zero_of(d);
     if (!d->o.gather_once) {
         for (int b = 0; b < 4; b++) z->g3.held[b] = -1; /* gathered again when next used */
-        return DT_OK;
+        dt_status s = DT_OK;
+        for (int u = 0; s == DT_OK && u < d->m->nunits; u++)
+            if (dt_zero_keep(d, u)) DP_COMM(d, s = dt_zero3_gather_own(d, u, d->m->unit_params[u]));
+        return s;
     }
     dt_status s; /* the stage's parameters whole, from every rank's updated slices */
     DP_COMM(d, s = dt_zero_gather_units(d, z->g3.stage_full));

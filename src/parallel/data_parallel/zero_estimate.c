@@ -23,13 +23,20 @@ double dt_dp_frozen_flat(const dt_dp_stage *s) {
     return n;
 }
 
-dt_status dt_zero_policy_repl(const char *policy, int zero, const gpt_model *m, unsigned char *repl) {
+dt_status dt_zero_policy_repl(const char *policy, int zero, const gpt_model *m, unsigned char *repl,
+                              unsigned char *keep) {
     memset(repl, 0, (size_t)m->nunits);
+    if (keep) memset(keep, 0, (size_t)m->nunits);
     if (!policy || !policy[0]) return DT_OK;
     signed char *mode = malloc((size_t)m->nunits);
     if (!mode) return dt_fail(DT_ERUNTIME, "out of memory (parallel.policy)");
     dt_status s = dt_policy_units(policy, zero, m, mode);
-    for (int u = 0; s == DT_OK && u < m->nunits; u++) repl[u] = mode[u] == 0;
+    int three = 0;
+    for (int u = 0; s == DT_OK && u < m->nunits; u++) three |= mode[u] == 3 && m->units[u].count > 0;
+    for (int u = 0; s == DT_OK && u < m->nunits; u++) {
+        repl[u] = mode[u] == 0;
+        if (keep) keep[u] = three && mode[u] == 2;
+    }
     free(mode);
     return s;
 }
@@ -67,7 +74,8 @@ double dt_dp_frozen_shard(const dt_dp_stage *s) {
     size_t N = (size_t)s->shards, A = N * s->align, *S = calloc((size_t)m.nunits * 2, sizeof(size_t)), at = 0;
     unsigned char *repl = calloc((size_t)m.nunits, 1);
     double fewest = -1;
-    if (repl && s->L->replicated && dt_zero_policy_repl(s->L->cfg.parallel.policy, s->L->cfg.parallel.zero, &m, repl))
+    if (repl && s->L->replicated &&
+        dt_zero_policy_repl(s->L->cfg.parallel.policy, s->L->cfg.parallel.zero, &m, repl, NULL))
         dt_error_clear(); /* a policy the check refuses: it says so */
     for (int u = 0; S && repl && u < m.nunits; u++) { /* as zero_shard.c lays the units out */
         S[u] = (m.units[u].count + A - 1) / A * A / (repl[u] ? 1 : N);
@@ -111,18 +119,23 @@ dt_zero_units dt_zero_units_of(const dt_dp_stage *s) {
         dt_error_clear(); /* a layout the check refuses: it says so */
         return u;
     }
-    unsigned char *repl = malloc((size_t)m.nunits);
-    if (repl && dt_zero_policy_repl(s->L->cfg.parallel.policy, s->L->cfg.parallel.zero, &m, repl) == DT_OK) {
+    unsigned char *repl = malloc((size_t)m.nunits * 2), *keep = repl ? repl + m.nunits : NULL;
+    if (repl && dt_zero_policy_repl(s->L->cfg.parallel.policy, s->L->cfg.parallel.zero, &m, repl, keep) == DT_OK) {
         int last = m.nunits - 1;
-        double sharded_block = 0; /* the largest block unit gathered (two buffers of it: zero_shard.c) */
+        if (!s->mode->params_shard) memset(keep, 0, (size_t)m.nunits); /* zero2 units matter among zero3's */
+        /* ZeRO-3's buffers: a gather buffer for the embeddings and ln_f, two of the largest
+         * block unit gathered, and the zero2 units whole (zero_shard.c) */
+        double sharded_block = 0, kept = 0;
         for (int k = 0; k < m.nunits; k++) {
             double P = ceil((double)m.units[k].count / A) * A;
-            if (!repl[k] && k > 0 && k < last) sharded_block = fmax(sharded_block, P);
+            if (keep[k]) kept += P;
+            else if (!repl[k] && k > 0 && k < last) sharded_block = fmax(sharded_block, P);
             if (!repl[k] || m.units[k].count == 0) continue;
             u.shard += P - P / s->shards;
             u.maxS = fmax(u.maxS, P);
         }
-        u.gather = (repl[0] ? 0 : u.P[0]) + (repl[last] ? 0 : u.P[2]) + 2 * sharded_block;
+        u.gather = (repl[0] || keep[0] ? 0 : u.P[0]) + (repl[last] || keep[last] ? 0 : u.P[2]) + 2 * sharded_block +
+                   kept;
         if (repl[0]) u.S[0] = u.P[0];
         if (repl[last]) u.S[2] = u.P[2];
     } else {

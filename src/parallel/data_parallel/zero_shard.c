@@ -108,8 +108,10 @@ static dt_status zero_setup_local(dt_dp *d) {
     z->pieces = calloc((size_t)(m->ntensors > U ? m->ntensors : U), sizeof *z->pieces);
     if (!z->P || !z->S || !z->poff || !z->soff || !z->pieces) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
     if (d->o.policy) {
-        if (!(z->repl = calloc((size_t)U, 1))) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
-        DT_TRY(dt_zero_policy_repl(d->o.policy, d->o.policy_zero, m, z->repl));
+        z->repl = calloc((size_t)U, 1);
+        z->g3.keep = z->stage == 3 ? calloc((size_t)U, 1) : NULL;
+        if (!z->repl || (z->stage == 3 && !z->g3.keep)) return dt_fail(DT_ERUNTIME, "out of memory (ZeRO layout)");
+        DT_TRY(dt_zero_policy_repl(d->o.policy, d->o.policy_zero, m, z->repl, z->g3.keep));
     }
     size_t A = (size_t)N * d->align, maxS = 0;
     for (int u = 0; u < U; u++) {
@@ -196,10 +198,15 @@ static dt_status alloc_model_buffers(dt_dp *d) {
         d->workspace_bytes += z->padded_total * e;
         for (int u = 0; u < U; u++) m->unit_params[u] = at(d, g->stage_full, z->poff[u]);
     } else {
-        size_t sizes[4] = {0};
+        size_t sizes[4] = {0}, kept = 0;
         for (int u = 0; u < U; u++) { /* a gather buffer per kind of unit (two for blocks), none for replicated ones */
             int b = dt_zero3_gbuf(d, u) == 3 ? 2 : dt_zero3_gbuf(d, u);
-            if (!dt_zero_repl(d, u) && z->P[u] > sizes[b]) sizes[b] = z->P[u];
+            if (dt_zero_keep(d, u)) kept += z->P[u]; /* a zero2 unit: whole in g3.kept instead */
+            else if (!dt_zero_repl(d, u) && z->P[u] > sizes[b]) sizes[b] = z->P[u];
+        }
+        if (kept) {
+            DT_TRY(alloc_unit(d, kept * e, "kept parameters (zero2 units)", &g->kept));
+            d->workspace_bytes += kept * e;
         }
         sizes[3] = sizes[2];
         for (int b = 0; b < 4; b++) {
@@ -207,8 +214,10 @@ static dt_status alloc_model_buffers(dt_dp *d) {
             d->workspace_bytes += sizes[b] * e;
             g->held[b] = -1;
         }
-        for (int u = 0; u < U; u++) /* a replicated unit is used where it lives */
-            m->unit_params[u] = dt_zero_repl(d, u) ? at(d, z->param_shard, z->soff[u]) : g->pgather[dt_zero3_gbuf(d, u)];
+        size_t k = 0;
+        for (int u = 0; u < U; u++) /* a replicated unit is used where it lives, a kept one in g3.kept */
+            if (dt_zero_keep(d, u)) m->unit_params[u] = at(d, g->kept, k), k += z->P[u];
+            else m->unit_params[u] = dt_zero_repl(d, u) ? at(d, z->param_shard, z->soff[u]) : g->pgather[dt_zero3_gbuf(d, u)];
         g->prefetch_unit = -1;
     }
     if (z->stage == 1) {
@@ -290,6 +299,8 @@ void dt_zero_free(dt_dp *d) {
     for (int b = 0; b < 4; b++) free_unit_buffer(d, z->gscratch[b]);
     for (int b = 0; b < 4; b++) free_unit_buffer(d, z->g3.pgather[b]);
     free_unit_buffer(d, z->g3.stage_full);
+    free_unit_buffer(d, z->g3.kept);
+    free(z->g3.keep);
     dt_comm_free_shared(d->comm, z->zhost);
     dt_free(z->zslice);
     d->ops->free(z->unit32);

@@ -16,6 +16,9 @@ typedef struct {
     int prefetch_unit;
     int held[4];          /* unit currently in each gather buffer (-1: none) */
     dt_status fetch_err;  /* the pending gather's slice could not be read from the offload store */
+    unsigned char *keep;  /* per unit: parallel.policy's zero2 among zero3's: kept whole, gathered once after each
+                             update into kept (NULL: none) */
+    float *kept;          /* those units' parameters, whole, one after the other */
 } dt_zero3_gathers;
 
 typedef struct {
@@ -73,6 +76,11 @@ static inline size_t dt_zero_lo(const dt_dp *d, int u) {
 static inline int dt_zero_repl(const dt_dp *d, int u) {
     const dt_zero *z = d->priv;
     return z->repl && z->repl[u];
+}
+/* zero 3: unit u is one of parallel.policy's zero2 units (kept whole between updates) */
+static inline int dt_zero_keep(const dt_dp *d, int u) {
+    const dt_zero *z = d->priv;
+    return z->g3.keep && z->g3.keep[u];
 }
 /* ln_f's unit */
 static inline int dt_zero_lnf(const dt_dp *d) { return gpt_lnf_unit(d->m); }
@@ -159,8 +167,10 @@ dt_zero_units dt_zero_units_of(const dt_dp_stage *s);
 double dt_zero_frozen_ranges(const gpt_model *m, const size_t *S, const size_t *soff, const unsigned char *repl,
                              size_t r, dt_opt_range *out, int *n);
 /* parallel.policy's replicated units of m (repl[u] = 1 for a ddp unit) from policy's rules
- * (zero: the unmatched units' mode); policy NULL: none. */
-dt_status dt_zero_policy_repl(const char *policy, int zero, const gpt_model *m, unsigned char *repl);
+ * (zero: the unmatched units' mode); policy NULL: none. keep (NULL: not wanted): 1 for a
+ * zero2 unit where other units are zero3 (its parameters kept whole, gathered once a step). */
+dt_status dt_zero_policy_repl(const char *policy, int zero, const gpt_model *m, unsigned char *repl,
+                              unsigned char *keep);
 /* The estimate of a ZeRO stage (strategy.h), from what its table says it keeps whole (in
  * the padded layout) or as this rank's shard: the gradients (grads), the parameters
  * (params_shard: then gathered for use). All of it state: the buffers count there. */

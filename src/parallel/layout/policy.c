@@ -103,10 +103,11 @@ static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shap
         else if (mode[u] > hi) hi = mode[u];
         if (mode[u] > 0 && mode[u] < lo) lo = mode[u];
     }
-    if (s == DT_OK && hi > 0 && lo != hi)
-        s = dt_fail(DT_EINPUT, "parallel.policy mixes zero%d and zero%d: one ZeRO stage (with ddp units) so far", lo, hi);
+    if (s == DT_OK && hi > 0 && lo != hi && !(lo == 2 && hi == 3))
+        s = dt_fail(DT_EINPUT, "parallel.policy mixes zero%d and zero%d: one ZeRO stage with ddp units, or zero2 "
+                    "units among zero3's, so far", lo, hi);
     *stage = hi;
-    *replicated = s == DT_OK && ru && hi > 0;
+    *replicated = s == DT_OK && hi > 0 && (ru || lo != hi);
     if (*replicated) *params = rp, *units = ru;
     free(mode);
     gpt_destroy(&m);

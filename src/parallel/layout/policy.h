@@ -4,7 +4,9 @@
  * model's wrap unit: the embeddings, a block or parallel.unit_blocks of them, ln_f) takes
  * its tensors' mode, which must be one. Pure: from the model's table, no engine. The
  * engine runs one ZeRO stage with some units replicated (ddp: whole parameters, gradients
- * all-reduced, whole moments on every rank); dt_layout_check refuses what it does not run. */
+ * all-reduced, whole moments on every rank) and, in ZeRO-3, some kept whole between
+ * updates (zero2: gathered once after each update, as ZeRO-2 does, instead of before each
+ * use); dt_layout_check refuses what it does not run. */
 #ifndef DT_POLICY_H
 #define DT_POLICY_H
 #include "../../core/status.h"
@@ -17,8 +19,9 @@
 dt_status dt_policy_units(const char *policy, int zero, const gpt_model *m, signed char *mode);
 /* The whole model's policy (shape; units: its unit_blocks and split_blocks, as
  * dt_unit_layout gives them): *stage the highest ZeRO stage among the units (0: every unit
- * ddp), *replicated 1 when some units are ddp and others sharded; refuses two different
- * ZeRO stages (one stage with ddp units so far). */
+ * ddp), *replicated 1 when the units differ: some ddp and others sharded, or zero2 units
+ * among zero3's (kept whole between updates, their gradients and moments sharded); refuses
+ * other mixes of ZeRO stages (zero1 with zero2 or zero3). */
 dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, const gpt_layout *units, int *stage,
                           int *replicated);
 
