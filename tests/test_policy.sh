@@ -80,6 +80,20 @@ if full; then
   parity "zero3-split-frozen-below" 4 "$TMP/reffb.jsonl" "${FZB[@]}" --set parallel.zero=3 "${SPLIT[@]}"
 fi
 
+# kept (zero2) units among zero3's are gathered once a step, whatever the micro-steps: with 4
+# blocks (two gather buffers cycle) and the embeddings ddp, param_comm_bytes per step
+pcb() { # NAME GLOBAL_BATCH POLICY: step 3's parameter bytes gathered
+  "${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --steps 3 --set model.n_layer=4 --set train.global_batch="$2" \
+    --set parallel.zero=3 --set "parallel.policy=$3" --metrics "$TMP/pcb-$1.jsonl" >"$TMP/pcb-$1.out" 2>&1 &&
+    python3 -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if '\"step\": 3,' in l][0]['param_comm_bytes'])" \
+      "$TMP/pcb-$1.jsonl"
+}
+k1=$(pcb kept-m1 8 'h.*:zero2,w?e.weight:ddp'); k2=$(pcb kept-m2 16 'h.*:zero2,w?e.weight:ddp')
+z2=$(pcb z3-m2 16 'w?e.weight:ddp')
+[ -n "$k1" ] && [ "$k1" = "$k2" ] && [ "$z2" -gt "$k2" ] &&
+  pass "zero2 units among zero3's: gathered once a step ($k1 bytes with 1 and 2 micro-steps, plain ZeRO-3 $z2)" ||
+  fail "kept units' gathers: '$k1' '$k2' against '$z2' $(tail -2 "$TMP/pcb-kept-m2.out")"
+
 # memory: every rank's bytes = the estimate, to the byte, fast and bitwise
 memcheck() {
   local name=$1; shift

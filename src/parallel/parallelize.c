@@ -430,8 +430,9 @@ int dt_par_offload_io(const dt_par *h, double io[DT_OFFLOAD_IO_N]) {
     return 1;
 }
 
-void dt_par_traffic(const dt_par *h, double *grad_bytes, double *gemms_skipped) {
+void dt_par_traffic(const dt_par *h, double *grad_bytes, double *param_bytes, double *gemms_skipped) {
     *grad_bytes = dt_dp_grad_bytes(h->dpe);
+    *param_bytes = dt_dp_param_bytes(h->dpe);
     *gemms_skipped = (double)h->model.dw_skipped;
 }
 

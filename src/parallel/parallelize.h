@@ -113,9 +113,10 @@ double dt_par_comm_seconds(const dt_par *h);
  * handed over during backward; 0 when nothing is offloaded to files. */
 enum { DT_OFFLOAD_IO_N = 6 };
 /* This rank's totals so far: gradient bytes put into data-parallel reductions
- * (dt_dp_grad_bytes) and weight-gradient GEMMs skipped for frozen tensors (gpt_model's
- * dw_skipped); a step's are the difference across it. */
-void dt_par_traffic(const dt_par *h, double *grad_bytes, double *gemms_skipped);
+ * (dt_dp_grad_bytes), parameter bytes all-gathered (dt_dp_param_bytes) and weight-gradient
+ * GEMMs skipped for frozen tensors (gpt_model's dw_skipped); a step's are the difference
+ * across it. */
+void dt_par_traffic(const dt_par *h, double *grad_bytes, double *param_bytes, double *gemms_skipped);
 int dt_par_offload_io(const dt_par *h, double io[DT_OFFLOAD_IO_N]);
 /* This rank's memory: state, workspace and activations (peak_rss is the caller's). */
 void dt_par_memory(const dt_par *h, dt_mem_report *r);

@@ -70,7 +70,8 @@ void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, doub
                 num(a, sizeof a, "%.3f", io->update_ms), num(b, sizeof b, "%.3f", io->grads_early_mb),
                 num(c, sizeof c, "%.3f", io->grads_backward_mb));
     if (tr && tr->on)
-        fprintf(m->fp, ", \"grad_comm_bytes\": %s, \"dw_gemms_skipped\": %s", num(a, sizeof a, "%.0f", tr->grad_comm_bytes),
+        fprintf(m->fp, ", \"grad_comm_bytes\": %s, \"param_comm_bytes\": %s, \"dw_gemms_skipped\": %s",
+                num(a, sizeof a, "%.0f", tr->grad_comm_bytes), num(c, sizeof c, "%.0f", tr->param_comm_bytes),
                 num(b, sizeof b, "%.0f", tr->dw_gemms_skipped));
     end_line(m, step);
 }

@@ -33,12 +33,13 @@ typedef struct {
     int on;
     double read_mb, write_mb, wait_ms, update_ms, grads_early_mb, grads_backward_mb;
 } dt_metrics_io;
-/* A step's gradient traffic (written when on): bytes of gradients this rank put into the
- * data-parallel reductions (fp32, what they reduce in; frozen tensors' are not among
- * them), and the weight-gradient GEMMs it skipped because their weights are frozen. */
+/* A step's data-parallel traffic (written when on): bytes of gradients this rank put into
+ * the data-parallel reductions (fp32, what they reduce in; frozen tensors' are not among
+ * them), bytes of parameters it all-gathered (ZeRO's units, fp32), and the weight-gradient
+ * GEMMs it skipped because their weights are frozen. */
 typedef struct {
     int on;
-    double grad_comm_bytes, dw_gemms_skipped;
+    double grad_comm_bytes, dw_gemms_skipped, param_comm_bytes;
 } dt_metrics_traffic;
 void dt_metrics_step(dt_metrics *m, long long step, double loss, double lr, double grad_norm, long long tokens,
                      long long loss_tokens, double tokens_per_s, double ms, double comm_ms, double mfu, const dt_metrics_io *io,

@@ -541,8 +541,8 @@ static dt_status run(trainer *t) {
     while (!dt_layout_ps_async(&t->L) && t->st.step < stop) {
         double t0 = dt_now(), c0 = dt_par_comm_seconds(t->par), norm, lr, io0[DT_OFFLOAD_IO_N], io1[DT_OFFLOAD_IO_N];
         dt_metrics_io io = {.on = dt_par_offload_io(t->par, io0)};
-        dt_metrics_traffic tr = {1, 0, 0}, tr0 = tr;
-        dt_par_traffic(t->par, &tr0.grad_comm_bytes, &tr0.dw_gemms_skipped);
+        dt_metrics_traffic tr = {1, 0, 0, 0}, tr0 = tr;
+        dt_par_traffic(t->par, &tr0.grad_comm_bytes, &tr0.param_comm_bytes, &tr0.dw_gemms_skipped);
         long long next = t->st.step + 1;
         /* the state read after the step (checkpoint, validation, the end): its update not delayed */
         int settle = next == stop || (c->checkpoint.dir[0] && c->checkpoint.every > 0 && next % c->checkpoint.every == 0) ||
@@ -555,8 +555,9 @@ static dt_status run(trainer *t) {
         if (io.on && dt_par_offload_io(t->par, io1))
             io = (dt_metrics_io){1, (io1[0] - io0[0]) / 1e6, (io1[1] - io0[1]) / 1e6, (io1[2] - io0[2]) * 1e3,
                                  (io1[3] - io0[3]) * 1e3, (io1[4] - io0[4]) / 1e6, (io1[5] - io0[5]) / 1e6};
-        dt_par_traffic(t->par, &tr.grad_comm_bytes, &tr.dw_gemms_skipped);
+        dt_par_traffic(t->par, &tr.grad_comm_bytes, &tr.param_comm_bytes, &tr.dw_gemms_skipped);
         tr.grad_comm_bytes -= tr0.grad_comm_bytes, tr.dw_gemms_skipped -= tr0.dw_gemms_skipped;
+        tr.param_comm_bytes -= tr0.param_comm_bytes;
         if (!isfinite(loss)) /* the loss is all-reduced: every rank stops together */
             return dt_fail(DT_ERUNTIME, "training diverged: loss is %g at step %lld", loss, t->st.step);
         train_time += dt;

@@ -170,6 +170,7 @@ dt_status dt_dp_load_rank_state(dt_dp *d, const char *step_dir, int rank, const 
 double dt_dp_comm_seconds(const dt_dp *d) { return d->comm_s; }
 double dt_dp_update_seconds(const dt_dp *d) { return d->update_s; }
 double dt_dp_grad_bytes(const dt_dp *d) { return d->grad_bytes; }
+double dt_dp_param_bytes(const dt_dp *d) { return d->param_bytes; }
 
 void dt_dp_memory(const dt_dp *d, dt_mem_report *r) {
     memset(r, 0, sizeof *r);

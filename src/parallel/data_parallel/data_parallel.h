@@ -104,6 +104,10 @@ double dt_dp_comm_seconds(const dt_dp *d);
  * replicas), as this rank's input in fp32, the element type they reduce in; frozen
  * tensors' gradients are not among them. */
 double dt_dp_grad_bytes(const dt_dp *d);
+/* Parameter bytes the steps so far all-gathered (ZeRO-1/2 after each update, ZeRO-3
+ * before each use, its kept units once a step), as the gathered units' whole size in fp32;
+ * 0 for the modes that gather none. */
+double dt_dp_param_bytes(const dt_dp *d);
 /* Seconds the steps so far spent in the optimizer update (clip, AdamW, re-distribution). */
 double dt_dp_update_seconds(const dt_dp *d);
 /* Bytes this rank holds for parameters, gradients, optimizer state and workspace. */

@@ -33,6 +33,7 @@ struct dt_dp {
     double comm_s;          /* wall time the steps waited on gradient/parameter communication */
     double update_s;        /* wall time of the updates (an offloaded optimizer's pass, its I/O included) */
     double grad_bytes;      /* gradient bytes the steps so far put into data-parallel reductions (fp32) */
+    double param_bytes;     /* parameter bytes the steps so far all-gathered (ZeRO: the units whole, fp32) */
     struct dt_stale *stale; /* parallel.staleness > 0: the gradients waiting to be applied (staleness.h) */
 };
 

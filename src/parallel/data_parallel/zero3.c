@@ -71,7 +71,7 @@ static void prefetch_unit(dt_dp *d, int u, int next) {
     const float *own = z->param_shard ? z->param_shard + z->soff[u] : g->pgather[b] + (size_t)d->rank * z->S[u];
     g->fetch_err = z->param_shard ? DT_OK : dt_zero3_fetch_own(d, u, g->pgather[b]);
     if (dt_iallgather(d->comm, own, g->pgather[b], z->S[u], DT_F32, &g->prefetch) == DT_OK)
-        g->prefetch_unit = u;
+        g->prefetch_unit = u, d->param_bytes += (double)z->P[u] * sizeof(float);
     else
         g->prefetch = NULL; /* fall back to a blocking gather when the unit is needed */
     if (z->pstore && next >= 1 && next <= nblocks(d)) dt_store_fetch_begin(z->pstore, z->soff[next], z->S[next]);
@@ -108,6 +108,7 @@ static dt_status refresh(dt_dp *d) {
     }
     dt_status s; /* the stage's parameters whole, from every rank's updated slices */
     DP_COMM(d, s = dt_zero_gather_units(d, z->g3.stage_full));
+    if (d->N > 1) d->param_bytes += (double)z->padded_total * sizeof(float);
     return s;
 }
 

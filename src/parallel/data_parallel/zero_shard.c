@@ -374,6 +374,7 @@ dt_status dt_zero3_fetch_own(dt_dp *d, int u, float *unit) {
 
 dt_status dt_zero3_gather_own(dt_dp *d, int u, float *unit) {
     dt_zero *z = dt_zero_of(d);
+    if (d->N > 1) d->param_bytes += (double)z->P[u] * sizeof(float);
     if (!z->pstore) return dt_zero_gather_one(d, u, at(d, z->param_shard, z->soff[u]), unit);
     if (!dt_zero_devmem(d)) { /* host memory: read to its place, gathered in place */
         DT_TRY(dt_zero3_fetch_own(d, u, unit));
@@ -541,6 +542,7 @@ static dt_status allgather_params(dt_dp *d) {
         float *own = at(d, unit, dt_zero_lo(d, u));
         /* unchanged since init or load, which gathered it; a replicated unit updated whole on every rank */
         if (gpt_unit_frozen(d->m, u) || dt_zero_repl(d, u)) continue;
+        if (d->N > 1) d->param_bytes += (double)z->P[u] * sizeof(float);
         if (!dt_zero_devmem(d) && d->o.overlap && d->N > 1)
             DT_TRY(dt_iallgather(d->comm, own, unit, z->S[u], DT_F32, &z->ag_pending[u]));
         else
