@@ -200,21 +200,24 @@ dt_status dt_plan_layout_policy(const dt_config *c, const dt_machine *mc, int dp
     double psi = (double)gpt_param_count_layout(&s, &lay) / pp, units = s.n_layer / pp * (ul.split_blocks ? 2 : 1) + 2;
     /* a policy's ddp units (the layout's check: tp, pp, cp 1): whole on every rank, their
      * gradients all-reduced when the stage reduces (once a step, or per micro-batch) */
-    size_t rp = 0;
-    int ru = 0;
+    size_t rp = 0, kp = 0;
+    int ru = 0, ku = 0;
     if (lc.parallel.policy[0])
-        DT_TRY(dt_policy_replicated(lc.parallel.policy, zero, &s, &ul, &rp, &ru));
-    double psi_r = (double)rp, psi_s = psi - psi_r;
+        DT_TRY(dt_policy_replicated(lc.parallel.policy, zero, &s, &ul, &rp, &ru, &kp, &ku));
+    /* the ddp units (psi_r), the zero2 units kept whole among zero3's (psi_k: a reduce-scatter
+     * per micro-step, one gather a step), the rest (psi_s) */
+    double psi_r = (double)rp, psi_k = (double)kp, psi_s = psi - psi_r - psi_k;
     const double *ring = mode->ring[pp > 1];
-    double passes = ring[0] + ring[1] * m, passes_r = 2.0 * (ring[1] > 0 ? m : 1);
-    out->optim_s = (psi_s / (mode->sharded ? (shard ? shard : N) : 1) + psi_r) * mc->optim_s;
+    double passes = ring[0] + ring[1] * m, passes_r = 2.0 * (ring[1] > 0 ? m : 1), passes_k = m + 1.0;
+    out->optim_s = ((psi_s + psi_k) / (mode->sharded ? (shard ? shard : N) : 1) + psi_r) * mc->optim_s;
     if (shard) { /* the layout's check: cp 1 */
-        hsdp_comm(mc, out, shard, passes, psi_s, psi_s / shard, f, units - ru);
+        hsdp_comm(mc, out, shard, passes, psi_s, psi_s / shard, f, units - ru - ku);
         if (ru) hsdp_comm(mc, out, shard, passes_r, psi_r, psi_r, f, ru);
+        if (ku) hsdp_comm(mc, out, shard, passes_k, psi_k, psi_k / shard, f, ku);
     } else if (N > 1) { /* gradients over dp x cp, in ring passes of part each ((N-1) messages per unit),
                     as many as the mode makes (strategy.h); a pipeline gathers ZeRO-3's parameters once */
-        double vol = (passes * psi_s + passes_r * psi_r) * (N - 1.0) / N * f;
-        double msgs = (passes * (units - ru) + passes_r * ru) * (N - 1);
+        double vol = (passes * psi_s + passes_r * psi_r + passes_k * psi_k) * (N - 1.0) / N * f;
+        double msgs = (passes * (units - ru - ku) + passes_r * ru + passes_k * ku) * (N - 1);
         out->comm_bytes[DT_PLAN_DP] = vol;
         out->comm_s[DT_PLAN_DP] = link_time(lk[DT_PLAN_DP], msgs, vol);
     }

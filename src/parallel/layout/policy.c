@@ -83,11 +83,11 @@ dt_status dt_policy_units(const char *policy, int zero, const gpt_model *m, sign
 /* The whole model's policy in one pass over its unit table: dt_policy_stage's stage and
  * replicated flag, and the parameters and units of the ddp units (dt_policy_replicated). */
 static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shape, const gpt_layout *ul, int *stage,
-                             int *replicated, size_t *params, int *units) {
+                             int *replicated, size_t *params, int *units, size_t *kparams, int *kunits) {
     *stage = zero;
     *replicated = 0;
-    *params = 0;
-    *units = 0;
+    *params = *kparams = 0;
+    *units = *kunits = 0;
     if (!policy[0]) return DT_OK;
     gpt_model m;
     gpt_layout lay = {.unit_blocks = ul->unit_blocks, .split_blocks = ul->split_blocks};
@@ -95,12 +95,13 @@ static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shap
     signed char *mode = malloc((size_t)m.nunits);
     dt_status s = mode ? dt_policy_units(policy, zero, &m, mode) : dt_fail(DT_ERUNTIME, "out of memory (policy)");
     int hi = 0, lo = 4;
-    size_t rp = 0;
-    int ru = 0;
+    size_t rp = 0, kp = 0;
+    int ru = 0, ku = 0;
     for (int u = 0; s == DT_OK && u < m.nunits; u++) {
         if (m.units[u].count == 0) continue;
         if (mode[u] == 0) rp += m.units[u].count, ru++;
         else if (mode[u] > hi) hi = mode[u];
+        if (mode[u] == 2) kp += m.units[u].count, ku++;
         if (mode[u] > 0 && mode[u] < lo) lo = mode[u];
     }
     if (s == DT_OK && hi > 0 && lo != hi && !(lo == 2 && hi == 3))
@@ -109,6 +110,7 @@ static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shap
     *stage = hi;
     *replicated = s == DT_OK && hi > 0 && (ru || lo != hi);
     if (*replicated) *params = rp, *units = ru;
+    if (*replicated && hi == 3) *kparams = kp, *kunits = ku; /* zero2 units among zero3's: kept whole */
     free(mode);
     gpt_destroy(&m);
     return s;
@@ -116,15 +118,15 @@ static dt_status policy_scan(const char *policy, int zero, const gpt_shape *shap
 
 dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, const gpt_layout *units, int *stage,
                           int *replicated) {
-    size_t params;
-    int n;
-    return policy_scan(policy, zero, shape, units, stage, replicated, &params, &n);
+    size_t params, kp;
+    int n, kn;
+    return policy_scan(policy, zero, shape, units, stage, replicated, &params, &n, &kp, &kn);
 }
 
 dt_status dt_policy_replicated(const char *policy, int zero, const gpt_shape *shape, const gpt_layout *units,
-                               size_t *params, int *units_out) {
+                               size_t *params, int *units_out, size_t *kept_params, int *kept_units) {
     int stage, repl;
-    return policy_scan(policy, zero, shape, units, &stage, &repl, params, units_out);
+    return policy_scan(policy, zero, shape, units, &stage, &repl, params, units_out, kept_params, kept_units);
 }
 
 /* The first and last tensors of the unit (or block half) holding tensor i of m. */

@@ -26,10 +26,11 @@ dt_status dt_policy_stage(const char *policy, int zero, const gpt_shape *shape, 
                           int *replicated);
 
 /* What policy replicates inside its ZeRO stage (as dt_policy_stage): the parameters and
- * the units of its ddp units (0 and 0 when nothing is, or every unit is ddp); refuses
- * what dt_policy_stage refuses. The planner's traffic and update. */
+ * the units of its ddp units (0 and 0 when nothing is, or every unit is ddp), and of its
+ * zero2 units kept whole among zero3's (0 and 0 when none); refuses what dt_policy_stage
+ * refuses. The planner's traffic and update. */
 dt_status dt_policy_replicated(const char *policy, int zero, const gpt_shape *shape, const gpt_layout *units,
-                               size_t *params, int *units_out);
+                               size_t *params, int *units_out, size_t *kept_params, int *kept_units);
 
 /* Where units begin inside a block (parallel.unit_split): comma-separated globs over the
  * whole model's tensor names, each naming tensors that begin a unit (FSDP's wrapping of a
