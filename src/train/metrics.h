@@ -35,7 +35,7 @@ typedef struct {
 } dt_metrics_io;
 /* A step's data-parallel traffic (written when on): bytes of gradients this rank put into
  * the data-parallel reductions (fp32, what they reduce in; frozen tensors' are not among
- * them), bytes of parameters it all-gathered (ZeRO's units, fp32), and the weight-gradient
+ * them), bytes of parameters it all-gathered (the sharded units', fp32), and the weight-gradient
  * GEMMs it skipped because their weights are frozen. */
 typedef struct {
     int on;
