@@ -155,9 +155,9 @@ static dt_status zero_setup_local(dt_dp *d) {
     } else if (d->o.offload_param.kind) { /* ZeRO-Infinity: fetched a unit at a time (zero3.c) */
         dt_store_opts so = d->o.offload_param;
         so.block_bytes = dt_store_block_for(&so, z->shard_total, e);
-        /* the next block's slice read ahead where blocks are prefetched (zero3.c) */
-        so.fetch_max = !dt_zero_devmem(d) && !d->o.gather_once && d->m->nblocks > 0 ? z->S[1] : 0; /* blocks alike
-                                                                                                   (unit_split: no param offload) */
+        /* the next block's slice read ahead where blocks are prefetched (zero3.c); the block
+         * units are alike here (parallel.unit_split is refused with parameter offload) */
+        so.fetch_max = !dt_zero_devmem(d) && !d->o.gather_once && d->m->nblocks > 0 ? z->S[1] : 0;
         DT_TRY(dt_store_open(&z->pstore, z->shard_total, 1, e, &so, "parameter shard"));
         if (!(z->ptmp = malloc(maxS * e + 1))) return dt_fail(DT_ERUNTIME, "out of memory (parameter offload)");
     } else {
