@@ -16,9 +16,11 @@
 # on this machine's cores): the rate by `plan --load 8`, the intra-host link by 8 ranks
 # running 4-rank all-reduces inside each host at once (`bench comm --group 4`); the
 # inter-host link by one pair (the link's cap, not the cores, sets it). LOADED=0 measures
-# them alone instead (`plan --cores`: core sharing counted as ranks over cores).
+# them alone instead (`plan --cores`: core sharing counted as ranks over cores). The loaded
+# intra-host fit has each rank compute between the all-reduces (`bench comm --between`) as
+# long as a ZeRO-3 step does between its collectives (BETWEEN=0: back to back).
 # usage: bench/bench_hsdp.sh [build/dtrain]     (root; prints a markdown table)
-# knobs: RATE=1gbit STEPS=8 LAYOUTS="ddp zero3 hsdp3 hsdp2 hsdp3emb" LOADED=1
+# knobs: RATE=1gbit STEPS=8 LAYOUTS="ddp zero3 hsdp3 hsdp2 hsdp3emb" LOADED=1 BETWEEN=1
 set -euo pipefail
 source "$(dirname "$0")/common.sh" hsdp "${1:-}"
 source "$here/../tests/emulated_cluster.sh"
@@ -52,8 +54,21 @@ p0=$(probe)
 inter=$(fit "${EMU[@]}" --host "$(cluster_hosts 1)" -np 2)
 CORES=$(nproc)
 if [ "$LOADED" = 1 ]; then
-  intra=$(fit "${EMU[@]}" --host "$(cluster_hosts 4)" -np 8 -- --group 4)
   SHARE=(--load 8)
+  # the computation a ZeRO-3 step puts between two of its collectives (a gather before each
+  # unit's forward, a gather and a reduce-scatter around its backward: 3 per unit and
+  # micro-step), from the plan's loaded compute for HSDP ZeRO-3; bench comm runs that much
+  # before each all-reduce, so that ranks reach it at different times as in a step
+  "${ENV[@]}" "$dtrain" plan "${S[@]}" -n 8 --ranks-per-node 4 "${SHARE[@]}" --threads 1 --top 100000 --json \
+    >"$tmp/plan0.json"
+  between=$(python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    x = json.loads(l)
+    if x.get("dp") == 8 and x.get("zero") == 3 and x.get("dp_shard") == 4 and not x.get("policy"):
+        print(int(x["compute_s"] * 1e6 / x["m"] / (3 * (int(sys.argv[2]) + 2)))); break' "$tmp/plan0.json" 8)
+  [ "${BETWEEN:-1}" = 0 ] && between=
+  intra=$(fit "${EMU[@]}" --host "$(cluster_hosts 4)" -np 8 -- --group 4 --sizes 64K:16M ${between:+--between $between})
 else
   intra=$(fit "${EMU[@]}" --host "$(cluster_hosts 4 | cut -d, -f1)" -np 4)
   SHARE=(--cores $((CORES / 2 > 0 ? CORES / 2 : 1)))
@@ -70,6 +85,7 @@ for lay in $LAYOUTS; do
   t1=$(cluster_tx)
   echo "$lay $KEY $((t1 - t0))" >>"$tmp/rows.txt"
 done
+[ -n "${between:-}" ] && echo "intra-host link fitted with ${between} us of computation before each all-reduce (bench comm --between)"
 python3 - "$tmp" "$STEPS" "$p0" "$(probe)" "$intra" "$inter" "$RATE" "$LOADED" <<'PY'
 import json, sys
 tmp, steps, p0, p1, intra, inter, rate, loaded = sys.argv[1:]

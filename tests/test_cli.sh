@@ -74,6 +74,12 @@ mpirun --oversubscribe --mca btl self,vader -np 4 "$DTRAIN" bench comm --ops all
   --group 2 >"$TMP/bc.txt" 2>&1 && grep -q "^# bench comm: 2 ranks in each of 2 groups at once" "$TMP/bc.txt" &&
   [ "$(grep -c '^allreduce .* ring ' "$TMP/bc.txt")" -eq 3 ] && pass "bench comm --group 2 of 4" ||
   fail "bench comm --group: $(tail -2 "$TMP/bc.txt")"
+# --between: computation before each call, the call's time the loop's less the computation's
+mpirun --oversubscribe --mca btl self,vader -np 4 "$DTRAIN" bench comm --ops allreduce --algos ring --sizes 64K:1M \
+  --group 2 --between 2000 >"$TMP/bc.txt" 2>&1 && grep -q "^# between calls: computation per rank" "$TMP/bc.txt" &&
+  [ "$(grep -c '^allreduce .* ring ' "$TMP/bc.txt")" -eq 3 ] &&
+  grep -qE "^# fit allreduce ring: .*--inter [0-9.e+-]+:[0-9.e+-]+\)$" "$TMP/bc.txt" && pass "bench comm --between" ||
+  fail "bench comm --between: $(tail -3 "$TMP/bc.txt")"
 mpirun --oversubscribe --mca btl self,vader -np 4 "$DTRAIN" bench comm --group 3 >/dev/null 2>"$TMP/bc.err"
 [ $? -eq 2 ] && grep -q "group 3 does not divide the 4 ranks" "$TMP/bc.err" && pass "bench comm: --group 3 of 4 refused" ||
   fail "bench comm --group 3: $(cat "$TMP/bc.err")"

@@ -52,6 +52,24 @@ int main(void) {
     double flops = 16 * T * gpt_flops_per_token(&s, 64) / 8 / 1e10;
     CHECK(near(e.compute_s, flops) && near(e.step_s, e.compute_s + e.comm_s[DT_PLAN_DP]), "step = compute + dp");
 
+    /* a ring across nodes whose members neighbour inside a node too waits for its slowest
+     * hop each step: an intra link slower per message (an oversubscribed node) sets α */
+    {
+        dt_machine slow = mc;
+        slow.intra = (dt_link){1e-3, 5e8};
+        dt_plan_entry q;
+        /* the ring all-reduce over 8: 2·7 messages per unit (4 blocks, the embeddings, the final norm) */
+        double msgs = 2.0 * 7 * 6, vol = 2.0 * 7 / 8 * psi * 4;
+        CHECK(dt_plan_layout(&c, &slow, 8, 1, 1, 1, 0, &q) == DT_OK &&
+                  near(q.comm_s[DT_PLAN_DP], msgs * 1e-3 + vol / 5e8),
+              "dp 8 across nodes over a slower intra link: its α and β (%.3g s)", q.comm_s[DT_PLAN_DP]);
+        slow.ranks_per_node = 1; /* one rank a node: every hop crosses */
+        CHECK(dt_plan_layout(&c, &slow, 8, 1, 1, 1, 0, &q) == DT_OK &&
+                  near(q.comm_s[DT_PLAN_DP], e.comm_s[DT_PLAN_DP]),
+              "dp 8, a rank per node: the inter link alone (%.3g against %.3g s)", q.comm_s[DT_PLAN_DP],
+              e.comm_s[DT_PLAN_DP]);
+    }
+
     CHECK(dt_plan_layout(&c, &mc, 2, 2, 1, 2, 1, &e) == DT_OK, "dp 2 x pp 2 x tp 2");
     double rows = 2 * T, m = 4;
     CHECK(e.m == 4 && near(e.bubble, 1.0 / 5) && e.intra[DT_PLAN_TP] && e.intra[DT_PLAN_PP] && !e.intra[DT_PLAN_DP],

@@ -7,7 +7,12 @@
  * dt_comm_alloc_shared ("shm-reg", as DDP's gradient buckets and ZeRO's buffers are).
  * --group K runs the collectives in groups of K consecutive ranks, all groups at once: a
  * link measured under the load a layout puts on it (every rank of an oversubscribed node
- * busy, as in a hybrid-sharded step), not on an idle machine. */
+ * busy, as in a hybrid-sharded step), not on an idle machine. --between US puts US
+ * microseconds of computation (as timed with every rank computing at once) before each
+ * call and reports the call's time as the loop's less the computation's alone: on a node
+ * with more ranks than cores the ranks then reach each collective at different times and
+ * the early ones' polling takes CPU from the late ones, as in a training step, which a
+ * loop of back-to-back collectives never shows. */
 #include "bench_comm.h"
 
 #include <stdio.h>
@@ -67,6 +72,17 @@ static dt_status run_once(dt_comm *c, dt_coll op, float *a, float *b, size_t cou
     }
 }
 
+/* Fixed work standing in for a layer's computation: FMAs over a buffer that stays in
+ * cache, the same count on every rank. */
+static float g_sink;
+static void work(long reps) {
+    float x[1024];
+    for (int i = 0; i < 1024; i++) x[i] = (float)i * 1e-3f;
+    for (long r = 0; r < reps; r++)
+        for (int i = 0; i < 1024; i++) x[i] = x[i] * 0.999f + 1e-4f;
+    g_sink += x[reps % 1024];
+}
+
 /* Slowest rank's value (timings are only as good as the slowest rank). */
 static dt_status max_over_ranks(dt_comm *ctl, double v, double *all, double *out) {
     DT_TRY(dt_allgather(ctl, &v, all, 1, DT_F64));
@@ -79,25 +95,49 @@ static dt_status max_over_ranks(dt_comm *ctl, double v, double *all, double *out
 /* The alpha-beta line through one sweep, in the ring's terms (what `dtrain plan` takes): a
  * rank sends m messages of bytes in all (all-reduce 2(N-1) and 2(N-1)/N of the buffer,
  * reduce-scatter and all-gather N-1 and (N-1)/N), t = m·alpha + bytes/beta; least squares
- * on the relative error, so small and large messages count alike. */
-static void fit_add(double *ne, double m, double bytes, double t) {
-    double x = m / t, y = bytes / t; /* rows (x, y) · (alpha, 1/beta) = 1 */
-    ne[0] += x * x, ne[1] += x * y, ne[2] += y * y, ne[3] += x, ne[4] += y;
+ * on the error relative to the timed loop's time per call (loop = t, or t plus the
+ * computation --between puts in it, whose noise the difference carries), so small and
+ * large messages count alike. */
+static void fit_add(double *ne, double m, double bytes, double t, double loop) {
+    double x = m / loop, y = bytes / loop, z = t / loop; /* rows (x, y) · (alpha, 1/beta) = z */
+    ne[0] += x * x, ne[1] += x * y, ne[2] += y * y, ne[3] += x * z, ne[4] += y * z;
 }
 static void fit_print(const double *ne, const char *op, const char *algo) {
     double det = ne[0] * ne[2] - ne[1] * ne[1];
     if (!(det > 0)) return; /* fewer than two sizes */
     double alpha = (ne[3] * ne[2] - ne[4] * ne[1]) / det, inv = (ne[0] * ne[4] - ne[1] * ne[3]) / det;
     if (alpha < 0) alpha = 0, inv = ne[4] / ne[2]; /* bandwidth alone */
+    if (inv < 0) inv = 1e-15, alpha = ne[3] / ne[0]; /* latency alone (bandwidth beyond measuring) */
     if (!(inv > 0)) return;
     printf("# fit %s %s: alpha %.3g s per message, beta %.3g GB/s (dtrain plan --intra or --inter %.3g:%.3g)\n", op,
            algo, alpha, 1e-9 / inv, alpha, 1e-9 / inv);
     fflush(stdout);
 }
 
-/* on: the ranks each collective runs over (the on, or a --group of it); ctl: every rank */
+/* --between: the work count lasting us microseconds with every rank computing at once
+ * (the same on every rank: from the slowest), probed for at least 0.3 s so that every
+ * rank of an oversubscribed node has had its turns. */
+static dt_status calibrate_between(dt_comm *ctl, double us, double *all, long *reps) {
+    long probe = 20000;
+    for (;;) {
+        DT_TRY(dt_barrier(ctl));
+        double t0 = dt_now(), t;
+        work(probe);
+        DT_TRY(max_over_ranks(ctl, dt_now() - t0, all, &t));
+        if (t >= 0.3 || probe > (1L << 40)) {
+            *reps = (long)(us * 1e-6 / t * (double)probe);
+            if (*reps < 1) *reps = 1;
+            return DT_OK;
+        }
+        probe *= t > 0.03 ? 0.35 / t + 1 : 10;
+    }
+}
+
+/* on: the ranks each collective runs over (the on, or a --group of it); ctl: every rank;
+ * reps > 0: work(reps) before each call, timed alone in a loop as long before each point */
 static dt_status bench(dt_comm *on, dt_comm *ctl, const size_t *sizes, int nsizes, const int *ops,
-                       const int *algos, int fixed_iters, float *plain, float *shared, float *b, double *all) {
+                       const int *algos, int fixed_iters, float *plain, float *shared, float *b, double *all,
+                       long reps) {
     int n = dt_comm_size(on), rank = dt_comm_rank(ctl);
     if (rank == 0) {
         int groups = dt_comm_size(ctl) / n;
@@ -105,6 +145,7 @@ static dt_status bench(dt_comm *on, dt_comm *ctl, const size_t *sizes, int nsize
         if (groups > 1) snprintf(by, sizeof by, " in each of %d groups at once", groups);
         printf("# bench comm: %d ranks%s (%d on this node), f32; time = slowest rank's mean per call\n", n, by,
                dt_comm_local_size(on));
+        if (reps) printf("# between calls: computation per rank (timed with all computing), less from each time\n");
         printf("%-15s %10s  %-7s %6s %12s %12s %12s\n", "op", "bytes", "algo", "iters", "time_us", "algbw_GB/s",
                "busbw_GB/s");
         fflush(stdout);
@@ -135,16 +176,36 @@ static dt_status bench(dt_comm *on, dt_comm *ctl, const size_t *sizes, int nsize
                 if (iters <= 0) {
                     DT_TRY(dt_barrier(ctl));
                     double t0 = dt_now(), t1;
+                    if (reps) work(reps);
                     DT_TRY(run_once(on, op, a, b, count));
                     DT_TRY(max_over_ranks(ctl, dt_now() - t0, all, &t1));
-                    iters = t1 > 0 ? (int)(0.25 / t1) : 1000;
-                    if (iters < 3) iters = 3;
+                    iters = t1 > 0 ? (int)((reps ? 1.0 : 0.25) / t1) : 1000;
+                    if (iters < (reps ? 10 : 3)) iters = reps ? 10 : 3;
                     if (iters > 2000) iters = 2000;
                 }
+                double t0, t, t_work = 0, tw;
+                if (reps) { /* the computation alone, just before (and after): drift in the load cancels */
+                    DT_TRY(dt_barrier(ctl));
+                    t0 = dt_now();
+                    for (int it = 0; it < iters; it++) work(reps);
+                    DT_TRY(max_over_ranks(ctl, (dt_now() - t0) / iters, all, &t_work));
+                }
                 DT_TRY(dt_barrier(ctl));
-                double t0 = dt_now(), t;
-                for (int it = 0; it < iters; it++) DT_TRY(run_once(on, op, a, b, count));
+                t0 = dt_now();
+                for (int it = 0; it < iters; it++) {
+                    if (reps) work(reps);
+                    DT_TRY(run_once(on, op, a, b, count));
+                }
                 DT_TRY(max_over_ranks(ctl, (dt_now() - t0) / iters, all, &t));
+                double loop = t;
+                if (reps) {
+                    DT_TRY(dt_barrier(ctl));
+                    t0 = dt_now();
+                    for (int it = 0; it < iters; it++) work(reps);
+                    DT_TRY(max_over_ranks(ctl, (dt_now() - t0) / iters, all, &tw));
+                    t_work = (t_work + tw) / 2;
+                    t = t - t_work > 1e-7 ? t - t_work : 1e-7; /* the call's share of the loop */
+                }
                 if (rank == 0) {
                     char sz[32];
                     fmt_bytes(sz, sizeof sz, bytes);
@@ -153,7 +214,7 @@ static dt_status bench(dt_comm *on, dt_comm *ctl, const size_t *sizes, int nsize
                     printf("%-15s %10s  %-7s %6d %12.1f %12.2f %12.2f\n", dt_coll_name(op), sz,
                            v ? "shm-reg" : dt_algo_name((dt_algo)ai), iters, t * 1e6, algbw, algbw * f);
                     fflush(stdout);
-                    fit_add(ne, op == DT_COLL_ALLREDUCE ? 2.0 * (n - 1) : n - 1.0, (double)bytes * f, t);
+                    fit_add(ne, op == DT_COLL_ALLREDUCE ? 2.0 * (n - 1) : n - 1.0, (double)bytes * f, t, loop);
                 }
             }
             if (rank == 0) fit_print(ne, dt_coll_name(op), v ? "shm-reg" : dt_algo_name((dt_algo)ai));
@@ -166,13 +227,15 @@ static dt_status bench(dt_comm *on, dt_comm *ctl, const size_t *sizes, int nsize
 dt_status dt_bench_comm(dt_comm *world, int argc, char **argv) {
     size_t lo = 4u << 10, hi = 256u << 20;
     int ops[3] = {1, 1, 1}, algos[DT_ALGO_N], iters = 0, group = 0;
+    double between = 0;
     for (int i = 0; i < DT_ALGO_N; i++) algos[i] = 1;
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i];
         int known = !strcmp(o, "--sizes") || !strcmp(o, "--ops") || !strcmp(o, "--algos") || !strcmp(o, "--iters") ||
-                    !strcmp(o, "--group");
+                    !strcmp(o, "--group") || !strcmp(o, "--between");
         if (!known)
-            return dt_fail(DT_EINPUT, "bench comm: unknown option '%s' (--sizes, --ops, --algos, --iters, --group)", o);
+            return dt_fail(DT_EINPUT,
+                           "bench comm: unknown option '%s' (--sizes, --ops, --algos, --iters, --group, --between)", o);
         if (i + 1 >= argc) return dt_fail(DT_EINPUT, "bench comm: option %s needs a value", o);
         const char *v = argv[++i];
         if (!strcmp(o, "--sizes")) {
@@ -197,6 +260,7 @@ dt_status dt_bench_comm(dt_comm *world, int argc, char **argv) {
             long n = strtol(v, &end, 10);
             if (*end || n < 1 || n > 1000000) return dt_fail(DT_EINPUT, "bench comm: %s '%s' is not in 1..1000000", o, v);
             if (!strcmp(o, "--group")) group = (int)n;
+            else if (!strcmp(o, "--between")) between = (double)n;
             else iters = (int)n;
         }
     }
@@ -227,10 +291,12 @@ dt_status dt_bench_comm(dt_comm *world, int argc, char **argv) {
     if (!st && algos[DT_ALGO_SHM]) st = dt_comm_alloc_shared(on, hi, "bench comm buffer", (void **)&ra);
     if (!st) st = dt_alloc((void **)&b, hi / (size_t)n + 64, "bench comm buffer");
     if (!st) st = dt_alloc((void **)&all, sizeof(double) * (size_t)W, "bench comm timings");
+    long reps = 0;
+    if (!st && between > 0) st = calibrate_between(ctl, between, all, &reps);
     if (!st) {
         for (size_t i = 0; i < hi / sizeof(float); i++) a[i] = 1.0f;
         if (ra) memcpy(ra, a, hi);
-        st = bench(on, ctl, sizes, ns, ops, algos, iters, a, ra, b, all);
+        st = bench(on, ctl, sizes, ns, ops, algos, iters, a, ra, b, all, reps);
     }
     for (int k = 0; k < DT_COLL_N; k++) dt_comm_set_algo(on, (dt_coll)k, saved[k]);
     dt_free(a);

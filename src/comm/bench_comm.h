@@ -10,6 +10,8 @@
  *   --ops LIST        allreduce,reduce_scatter,allgather (default all three)
  *   --algos LIST      mpi,ring,rhd,tree,shm (default all; each op runs those that implement it)
  *   --iters N         timed iterations per point (default adaptive, >= 3)
+ *   --group K         the collectives in groups of K consecutive ranks, all at once
+ *   --between US      US microseconds of computation before each call, less from its time
  * The world's algorithm choices are restored afterwards. */
 dt_status dt_bench_comm(dt_comm *world, int argc, char **argv);
 

@@ -56,6 +56,19 @@ int dt_plan_link_share(int g, int dp, int pp, int cp, int tp, int ranks_per_node
     return n;
 }
 
+/* The link of a group whose ring crosses nodes, sharing the node's link with share such
+ * rings: where its members also neighbour inside a node (their stride under the node's
+ * ranks), each ring step waits for its slowest hop, so the larger α and the smaller β. */
+static dt_link crossing_link(const dt_machine *mc, int share, int stride) {
+    dt_link l = mc->inter;
+    l.beta /= share;
+    if (stride < mc->ranks_per_node) {
+        if (mc->intra.alpha > l.alpha) l.alpha = mc->intra.alpha;
+        if (mc->intra.beta > 0 && mc->intra.beta < l.beta) l.beta = mc->intra.beta;
+    }
+    return l;
+}
+
 static double link_time(const dt_link *l, double messages, double bytes) {
     return messages * l->alpha + (l->beta > 0 ? bytes / l->beta : 0.0);
 }
@@ -86,8 +99,7 @@ static void hsdp_comm(const dt_machine *mc, dt_plan_entry *out, int k, double pa
     int dp = out->dp, stride = out->pp * out->cp * out->tp, rpn = mc->ranks_per_node, R = dp / k;
     int world = dp * stride, span = k * stride; /* a shard group: consecutive ranks */
     int intra = world <= rpn || (span <= rpn && rpn % span == 0);
-    dt_link in = intra ? mc->intra : mc->inter;
-    if (!intra) in.beta /= dt_plan_link_share(DT_PLAN_DP, k, out->pp, out->cp, out->tp, rpn);
+    dt_link in = intra ? mc->intra : crossing_link(mc, dt_plan_link_share(DT_PLAN_DP, k, out->pp, out->cp, out->tp, rpn), stride);
     double vol = passes * (k - 1.0) / k * psi * f, msgs = passes * (k - 1) * units;
     /* the replicas of a shard: one rank in each shard group; every rank of a node is in a
      * different one while the node holds at most one group's span, each crossing the link */
@@ -168,8 +180,9 @@ dt_status dt_plan_layout_policy(const dt_config *c, const dt_machine *mc, int dp
     dt_link lks[DT_PLAN_NGROUPS];
     const dt_link *lk[DT_PLAN_NGROUPS];
     for (int g = 0; g < DT_PLAN_NGROUPS; g++) {
-        lks[g] = out->intra[g] ? mc->intra : mc->inter;
-        if (!out->intra[g]) lks[g].beta /= dt_plan_link_share(g, dp, pp, cp, tp, mc->ranks_per_node);
+        int stride = g == DT_PLAN_TP ? 1 : g == DT_PLAN_CP ? tp : g == DT_PLAN_PP ? tp * cp : cp > 1 ? tp : tp * pp;
+        lks[g] = out->intra[g] ? mc->intra
+                               : crossing_link(mc, dt_plan_link_share(g, dp, pp, cp, tp, mc->ranks_per_node), stride);
         lk[g] = &lks[g];
     }
     if (tp > 1) { /* per block and micro-batch: 2 all-reduces forward, 2 backward, of the block's rows */
