@@ -49,6 +49,12 @@ typedef struct dt_ops {
     /* C[M,N] = alpha·op(A)·op(B) + beta·C, op = transpose when trans* != 0 */
     void (*gemm)(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
+    /* count GEMMs of one shape, C[i] = alpha·op(A[i])·op(B[i]) + beta·C[i]: the blocks of one
+     * product that bitwise mode cuts into `canon` blocks in every layout (a layout's rank
+     * runs some of them). Run at once, each block's bits set by its shape and canon alone.
+     * NULL: gemm per block (dt_gemm_blocks). */
+    void (*gemm_blocks)(int transA, int transB, int M, int N, int K, float alpha, const float *const *A, int lda,
+                        const float *const *B, int ldb, float beta, float *const *C, int ldc, int count, int canon);
     /* out[N,OC] = inp[N,IC]·w[IC,OC] + bias (bias may be NULL) */
     void (*linear_fwd)(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
     /* dinp (= or += when acc_dinp), dw +=, dbias += (any of the three may be NULL: not computed; a
@@ -163,6 +169,17 @@ static inline void dt_linear_dgelu_bwd(const dt_ops *o, float *dinp, const float
     }
     o->linear_bwd(dinp, NULL, NULL, dout, NULL, w, N, IC, OC, 0);
     o->gelu_bwd(dinp, pre, dinp, (size_t)N * IC); /* in place: elementwise */
+}
+
+/* ops->gemm_blocks, or gemm over each block where the backend has none */
+static inline void dt_gemm_blocks(const dt_ops *o, int tA, int tB, int M, int N, int K, float alpha,
+                                  const float *const *A, int lda, const float *const *B, int ldb, float beta,
+                                  float *const *C, int ldc, int count, int canon) {
+    if (o->gemm_blocks) {
+        o->gemm_blocks(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, count, canon);
+        return;
+    }
+    for (int i = 0; i < count; i++) o->gemm(tA, tB, M, N, K, alpha, A[i], lda, B[i], ldb, beta, C[i], ldc);
 }
 
 const dt_ops *dt_ops_cpu(void);

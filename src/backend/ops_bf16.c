@@ -266,6 +266,7 @@ const dt_ops *dt_ops_bf16_storage(const dt_ops *f32) {
     T.bf16 = 1;
     T.sync = b_sync;
     T.gemm = b_gemm;
+    T.gemm_blocks = NULL; /* each block through b_gemm's conversions */
     T.linear_fwd = b_lin_f;
     T.linear_bwd = b_lin_b;
     T.embed_fwd = b_emb_f;

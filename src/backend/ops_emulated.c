@@ -67,6 +67,17 @@ static void e_gemm(int tA, int tB, int M, int N, int K, float al, const float *A
                    float be, float *C, int ldc) {
     inner->gemm(tA, tB, M, N, K, al, HF(A), lda, HF(B), ldb, be, HF(C), ldc);
 }
+static void e_gemm_blocks(int tA, int tB, int M, int N, int K, float al, const float *const *A, int lda,
+                          const float *const *B, int ldb, float be, float *const *C, int ldc, int count, int canon) {
+    enum { MAXB = 256 };
+    const float *a[MAXB], *b[MAXB];
+    float *c[MAXB];
+    for (int at = 0; at < count; at += MAXB) {
+        int n = count - at < MAXB ? count - at : MAXB;
+        for (int i = 0; i < n; i++) a[i] = HF(A[at + i]), b[i] = HF(B[at + i]), c[i] = HF(C[at + i]);
+        dt_gemm_blocks(inner, tA, tB, M, N, K, al, a, lda, b, ldb, be, c, ldc, n, canon);
+    }
+}
 static void e_lin_f(float *o, const float *i, const float *w, const float *b, int N, int IC, int OC) {
     inner->linear_fwd(HF(o), HF(i), HF(w), HF(b), N, IC, OC);
 }
@@ -144,7 +155,7 @@ const dt_ops *dt_ops_emulated(const dt_ops *host) {
                         .bf16 = host->bf16, .alloc = e_alloc, .free = e_free, .zero = e_zero,
                         .upload = e_upload, .download = e_download, .copy = e_copy, .sync = e_sync,
                         .host_alloc = e_host_alloc, .host_free = e_host_free,
-                        .to_bf16 = e_to_bf16, .from_bf16 = e_from_bf16, .gemm = e_gemm, .linear_fwd = e_lin_f,
+                        .to_bf16 = e_to_bf16, .from_bf16 = e_from_bf16, .gemm = e_gemm, .gemm_blocks = e_gemm_blocks, .linear_fwd = e_lin_f,
                         .linear_bwd = e_lin_b, .embed_fwd = e_emb_f, .embed_bwd = e_emb_b,
                         .layernorm_fwd = e_ln_f, .layernorm_bwd = e_ln_b, .gelu_fwd = e_gelu_f,
                         .gelu_bwd = e_gelu_b, .add = e_add, .attention_fwd = e_att_f, .attention_bwd = e_att_b,

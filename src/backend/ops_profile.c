@@ -31,6 +31,10 @@ static void p_gemm(int tA, int tB, int M, int N, int K, float al, const float *A
                    float be, float *C, int ldc) {
     TIMED(P_GEMM, inner->gemm(tA, tB, M, N, K, al, A, lda, B, ldb, be, C, ldc));
 }
+static void p_gemm_blocks(int tA, int tB, int M, int N, int K, float al, const float *const *A, int lda,
+                          const float *const *B, int ldb, float be, float *const *C, int ldc, int count, int canon) {
+    TIMED(P_GEMM, inner->gemm_blocks(tA, tB, M, N, K, al, A, lda, B, ldb, be, C, ldc, count, canon));
+}
 static void p_lin_f(float *o, const float *i, const float *w, const float *b, int N, int IC, int OC) {
     TIMED(P_LIN_F, inner->linear_fwd(o, i, w, b, N, IC, OC));
 }
@@ -121,6 +125,7 @@ const dt_ops *dt_ops_profiled(const dt_ops *ops) {
     PROFILED = *ops; /* memory functions pass through */
     PROFILED.name = "profiled";
     PROFILED.gemm = p_gemm;
+    PROFILED.gemm_blocks = ops->gemm_blocks ? p_gemm_blocks : NULL;
     PROFILED.linear_fwd = p_lin_f;
     PROFILED.linear_bwd = p_lin_b;
     PROFILED.embed_fwd = p_emb_f;

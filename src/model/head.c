@@ -34,8 +34,8 @@ static dt_status xent_canon(gpt_model *m, int R, int r0, const dt_token *targets
     gpt_acts *a = m->acts;
     int V = m->shape.vocab_size, Vl = m->shape.padded_vocab / m->tp, v0 = m->tp_rank * Vl, L = m->canon / m->tp;
     int vb = Vl / L, real = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
-    float *mx = a->xstat, *leaf[64];
-    for (int l = 0; l < L; l++) leaf[l] = a->xstat + (size_t)a->head_rows * (l ? 1 + 2 * (size_t)l : 1);
+    float *mx = a->xstat, *leaf[64] = {a->xstat + a->head_rows};
+    for (int l = 1; l < L; l++) leaf[l] = a->xstat + (size_t)a->head_rows * (l ? 1 + 2 * (size_t)l : 1);
     o->xent_rowmax(a->logits, mx, R, Vl, real);
     if (m->tp_comm.allreduce) DT_TRY(m->tp_comm.allreduce(m->tp_comm.ctx, mx, (size_t)R, GPT_TP_MAX_F32));
     for (int l = 0; l < L; l++) {
@@ -63,17 +63,22 @@ static dt_status head_canon(gpt_model *m, const float *x, const float *wte, floa
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, Vl = m->shape.padded_vocab / m->tp, L = m->canon / m->tp, vb = Vl / L;
-    for (int l = 0; l < L; l++)
-        o->gemm(0, 1, R, vb, C, 1.0f, x, C, S(m, wte, (size_t)l * vb * C), C, 0.0f, S(m, a->logits, (size_t)l * vb), Vl);
+    const float *in[64], *w[64], *g[64];
+    float *out[64];
+    for (int l = 0; l < L; l++) {
+        in[l] = x, w[l] = S(m, wte, (size_t)l * vb * C), out[l] = S(m, a->logits, (size_t)l * vb);
+        g[l] = out[l];
+    }
+    dt_gemm_blocks(o, 0, 1, R, vb, C, 1.0f, in, C, w, C, 0.0f, out, Vl, L, m->canon);
     DT_TRY(xent_canon(m, R, r0, targets, grad_scale));
     if (grad_scale == 0.0f) return DT_OK;
     float *leaf[64];
     leaf[0] = S(m, a->dsmall, (size_t)r0 * C);
     for (int l = 1; l < L; l++) leaf[l] = S(m, a->leaves, (size_t)(l - 1) * R * C);
-    for (int l = 0; l < L; l++) {
-        const float *g = S(m, a->logits, (size_t)l * vb);
-        o->gemm(0, 0, R, C, vb, 1.0f, g, Vl, S(m, wte, (size_t)l * vb * C), C, 0.0f, leaf[l], C);
-        if (dwte) o->gemm(1, 0, vb, C, R, 1.0f, g, Vl, x, C, 1.0f, S(m, dwte, (size_t)l * vb * C), C);
+    dt_gemm_blocks(o, 0, 0, R, C, vb, 1.0f, g, Vl, w, C, 0.0f, leaf, C, L, m->canon);
+    if (dwte) {
+        for (int l = 0; l < L; l++) out[l] = S(m, dwte, (size_t)l * vb * C), in[l] = x;
+        dt_gemm_blocks(o, 1, 0, vb, C, R, 1.0f, g, Vl, in, C, 1.0f, out, C, L, m->canon);
     }
     gpt_canon_tree(m, leaf, L, (size_t)R * C);
     return DT_OK;

@@ -29,44 +29,57 @@ void gpt_add_bias(gpt_model *m, float *out, const float *bias, int N, int n) {
     m->ops->gemm(0, 0, N, n, 1, 1.0f, m->acts->ones, 1, bias, n, 1.0f, out, n);
 }
 
+/* The blocks of one product, through the backend's gemm_blocks: at most 3 sections of
+ * 64 chunks. canon: the product's blocks in every layout (a rank runs count of them). */
+enum { MAXB = 3 * 64 };
+#define BLOCKS(tA, tB, M, N, K, A, lda, B, ldb, beta, C, ldc, count, canon)                                     \
+    dt_gemm_blocks(m->ops, tA, tB, M, N, K, 1.0f, (const float *const *)(A), lda, (const float *const *)(B), ldb, \
+                   beta, C, ldc, count, canon)
+
 void gpt_col_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IC, int OCl,
                  int sections) {
-    const dt_ops *o = m->ops;
     int blocks = sections * local_chunks(m), wb = OCl / blocks;
-    for (int k = 0; k < blocks; k++) {
-        o->gemm(0, 0, N, wb, IC, 1.0f, in, IC, S(m, w, (size_t)k * wb), OCl, 0.0f, S(m, out, (size_t)k * wb), OCl);
-        if (bias) o->gemm(0, 0, N, wb, 1, 1.0f, m->acts->ones, 1, S(m, bias, (size_t)k * wb), wb, 1.0f,
-                          S(m, out, (size_t)k * wb), OCl);
-    }
+    const float *a[MAXB], *b[MAXB];
+    float *c[MAXB];
+    for (int k = 0; k < blocks; k++) a[k] = in, b[k] = S(m, w, (size_t)k * wb), c[k] = S(m, out, (size_t)k * wb);
+    BLOCKS(0, 0, N, wb, IC, a, IC, b, OCl, 0.0f, c, OCl, blocks, sections * m->canon);
+    if (!bias) return;
+    for (int k = 0; k < blocks; k++) a[k] = m->acts->ones, b[k] = S(m, bias, (size_t)k * wb);
+    BLOCKS(0, 0, N, wb, 1, a, 1, b, wb, 1.0f, c, OCl, blocks, sections * m->canon);
 }
 
 void gpt_col_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w, int N,
                  int IC, int OCl, int sections) {
     const dt_ops *o = m->ops;
     int L = local_chunks(m), blocks = sections * L, wb = OCl / blocks, sec = OCl / sections;
-    for (int k = 0; k < blocks; k++) {
-        if (dw) o->gemm(1, 0, IC, wb, N, 1.0f, in, IC, S(m, dy, (size_t)k * wb), OCl, 1.0f, S(m, dw, (size_t)k * wb), OCl);
-        if (db) o->gemm(1, 0, wb, 1, N, 1.0f, S(m, dy, (size_t)k * wb), OCl, m->acts->ones, 1, 1.0f,
-                        S(m, db, (size_t)k * wb), 1);
+    const float *a[MAXB], *b[MAXB];
+    float *c[MAXB];
+    if (dw) {
+        for (int k = 0; k < blocks; k++) a[k] = in, b[k] = S(m, dy, (size_t)k * wb), c[k] = S(m, dw, (size_t)k * wb);
+        BLOCKS(1, 0, IC, wb, N, a, IC, b, OCl, 1.0f, c, OCl, blocks, sections * m->canon);
     }
+    for (int k = 0; db && k < blocks; k++)
+        o->gemm(1, 0, wb, 1, N, 1.0f, S(m, dy, (size_t)k * wb), OCl, m->acts->ones, 1, 1.0f, S(m, db, (size_t)k * wb), 1);
     if (!dx) return;
     float *leaf[64];
     leaves_of(m, dx, (size_t)N * IC, leaf);
-    for (int l = 0; l < L; l++) /* chunk l: its block of each section (q, k, v), in order */
-        for (int s = 0; s < sections; s++) {
+    for (int s = 0; s < sections; s++) { /* chunk l: its block of each section (q, k, v), in order */
+        for (int l = 0; l < L; l++) {
             size_t at = (size_t)s * sec + (size_t)l * wb;
-            o->gemm(0, 1, N, IC, wb, 1.0f, S(m, dy, at), OCl, S(m, w, at), OCl, s ? 1.0f : 0.0f, leaf[l], IC);
+            a[l] = S(m, dy, at), b[l] = S(m, w, at), c[l] = leaf[l];
         }
+        BLOCKS(0, 1, N, IC, wb, a, OCl, b, OCl, s ? 1.0f : 0.0f, c, IC, L, m->canon);
+    }
     gpt_canon_tree(m, leaf, L, (size_t)N * IC);
 }
 
 void gpt_row_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int ICl, int OC) {
     int L = local_chunks(m), kb = ICl / L;
     float *leaf[64];
+    const float *a[MAXB], *b[MAXB];
     leaves_of(m, out, (size_t)N * OC, leaf);
-    for (int l = 0; l < L; l++)
-        m->ops->gemm(0, 0, N, OC, kb, 1.0f, S(m, in, (size_t)l * kb), ICl, S(m, w, (size_t)l * kb * OC), OC, 0.0f,
-                     leaf[l], OC);
+    for (int l = 0; l < L; l++) a[l] = S(m, in, (size_t)l * kb), b[l] = S(m, w, (size_t)l * kb * OC);
+    BLOCKS(0, 0, N, OC, kb, a, ICl, b, OC, 0.0f, leaf, OC, L, m->canon);
     gpt_canon_tree(m, leaf, L, (size_t)N * OC);
 }
 
@@ -74,9 +87,15 @@ void gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy,
                  int ICl, int OC) {
     const dt_ops *o = m->ops;
     int L = local_chunks(m), kb = ICl / L;
-    for (int l = 0; l < L; l++) {
-        if (dw) o->gemm(1, 0, kb, OC, N, 1.0f, S(m, in, (size_t)l * kb), ICl, dy, OC, 1.0f, S(m, dw, (size_t)l * kb * OC), OC);
-        if (dx) o->gemm(0, 1, N, kb, OC, 1.0f, dy, OC, S(m, w, (size_t)l * kb * OC), OC, 0.0f, S(m, dx, (size_t)l * kb), ICl);
+    const float *a[MAXB], *b[MAXB];
+    float *c[MAXB];
+    if (dw) {
+        for (int l = 0; l < L; l++) a[l] = S(m, in, (size_t)l * kb), b[l] = dy, c[l] = S(m, dw, (size_t)l * kb * OC);
+        BLOCKS(1, 0, kb, OC, N, a, ICl, b, OC, 1.0f, c, OC, L, m->canon);
+    }
+    if (dx) {
+        for (int l = 0; l < L; l++) a[l] = dy, b[l] = S(m, w, (size_t)l * kb * OC), c[l] = S(m, dx, (size_t)l * kb);
+        BLOCKS(0, 1, N, kb, OC, a, OC, b, OC, 0.0f, c, ICl, L, m->canon);
     }
     if (db) o->gemm(1, 0, OC, 1, N, 1.0f, dy, OC, m->acts->ones, 1, 1.0f, db, 1);
 }

@@ -12,6 +12,10 @@ cpu_gemm_fn cpu_gemm;
 /* The same product over fixed tiles of C, one single-threaded BLAS call each (gemm_tiles.c):
  * its bits do not depend on the thread count. */
 cpu_gemm_fn cpu_gemm_tiled;
+/* count products of one shape (the blocks of one of canon blocks), all their tiles in one
+ * parallel region; a block's tiles are set by its shape and canon alone (gemm_tiles.c) */
+void cpu_gemm_blocks_tiled(int transA, int transB, int M, int N, int K, float alpha, const float *const *A, int lda,
+                           const float *const *B, int ldb, float beta, float *const *C, int ldc, int count, int canon);
 /* The linear layers over either GEMM */
 void cpu_linear_fwd_by(cpu_gemm_fn *gemm, float *out, const float *inp, const float *w, const float *bias, int N,
                        int IC, int OC);

@@ -80,6 +80,7 @@ const dt_ops *dt_ops_cpu_fixed(void) {
     if (!fixed.gemm) { /* built on the first call, from the trainer's thread */
         dt_ops t = CPU_OPS;
         t.gemm = cpu_gemm_tiled;
+        t.gemm_blocks = cpu_gemm_blocks_tiled;
         t.linear_fwd = fixed_linear_fwd;
         t.linear_bwd = fixed_linear_bwd;
         fixed = t;
