@@ -44,6 +44,25 @@ static size_t case_gemm(const dt_ops *o, float *out) {
     return at;
 }
 
+/* The blocks of one product of 12 canonical blocks (gemm_blocks): 6 in one batch, and
+ * the same 6 as two batches of 3 (another layout's ranks), which must give the same bits. */
+static size_t case_gemm_blocks(const dt_ops *o, float *out) {
+    enum { NB = 6, M = 300, N = 200, K = 360 };
+    float *A = fill((size_t)M * K), *B = fill((size_t)K * N * NB), *C = fill((size_t)M * N * NB);
+    float *D = malloc((size_t)M * N * NB * sizeof(float));
+    memcpy(D, C, (size_t)M * N * NB * sizeof(float));
+    const float *a[NB], *b[NB];
+    float *c[NB], *d[NB];
+    for (int i = 0; i < NB; i++) a[i] = A, b[i] = B + (size_t)i * N, c[i] = C + (size_t)i * N, d[i] = D + (size_t)i * N;
+    dt_gemm_blocks(o, 0, 0, M, N, K, 0.5f, a, K, b, N * NB, 1.0f, c, N * NB, NB, 12);
+    dt_gemm_blocks(o, 0, 0, M, N, K, 0.5f, a, K, b, N * NB, 1.0f, d, N * NB, NB / 2, 12);
+    dt_gemm_blocks(o, 0, 0, M, N, K, 0.5f, a + NB / 2, K, b + NB / 2, N * NB, 1.0f, d + NB / 2, N * NB, NB / 2, 12);
+    CHECK(!memcmp(C, D, (size_t)M * N * NB * sizeof(float)), "gemm_blocks: 6 blocks at once = 2 batches of 3");
+    size_t at = put(out, 0, C, (size_t)M * N * NB);
+    free(A), free(B), free(C), free(D);
+    return at;
+}
+
 static size_t case_linear(const dt_ops *o, float *out) {
     int N = 360, IC = 72, OC = 600;
     float *x = fill((size_t)N * IC), *w = fill((size_t)IC * OC), *b = fill(OC), *y = fill((size_t)N * OC);
@@ -165,7 +184,7 @@ int main(void) {
     static const struct {
         const char *name;
         kernel_case fn;
-    } cases[] = {{"gemm", case_gemm},     {"linear", case_linear},       {"layernorm/rmsnorm", case_norms},
+    } cases[] = {{"gemm", case_gemm},     {"gemm blocks", case_gemm_blocks}, {"linear", case_linear},       {"layernorm/rmsnorm", case_norms},
                  {"cross-entropy", case_xent}, {"attention", case_attention}, {"embedding/sumsq/rope", case_rest}};
     const dt_ops *o = dt_ops_cpu_fixed();
     float *ref = malloc(CAP * sizeof(float)), *got = malloc(CAP * sizeof(float));
