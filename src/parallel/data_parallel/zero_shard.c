@@ -493,10 +493,10 @@ dt_status dt_zero_norm(dt_dp *d, double *norm) {
         dt_optimizer_grads_ready(&z->opt, z->soff[0], dt_zero_grad_slice(d, 0), z->S[0]);
     int np = 0, mp = dt_state_model_parallel(&d->o.groups);
     dt_grad_piece *p = z->pieces;
-    if (mp) { /* each tensor's part of the shard in its class (state.h) */
+    if (mp) { /* each tensor's part of the shard in its class (state.h); a replicated unit by rank 0 alone */
         size_t x0, n, k;
         for (int i = 0; i < m->ntensors; i++)
-            if (shard_segment(d, &m->tensors[i], &x0, &n, &k))
+            if ((!z->repl || !z->repl[m->tensors[i].unit] || d->rank == 0) && shard_segment(d, &m->tensors[i], &x0, &n, &k))
                 p[np++] = (dt_grad_piece){slice_grad(d, m->tensors[i].unit, x0), n,
                                           dt_state_norm_class(m, &m->tensors[i])};
     } else if (z->repl) { /* a replicated unit is whole on every rank: counted by rank 0 of the sum alone */
