@@ -156,6 +156,28 @@ refused "a unit split with recompute" "unit_split: a block in two units runs wit
   --set parallel.unit_split=h.*.ln_2.weight --set train.recompute=full
 refused "a unit split with pp" "unit_split: a block in two units runs with" 4 --set parallel.zero=1 \
   --set parallel.unit_split=h.*.ln_2.weight --set parallel.pp=2
-refused "ddp units with tp" "data parallelism only" 4 --set parallel.zero=3 --set parallel.policy=w?e.weight:ddp \
-  --set parallel.tp=2
+refused "ddp units with pp" "and tp on the CPU in fp32 so far" 4 --set parallel.zero=1 \
+  --set parallel.policy=w?e.weight:ddp --set parallel.pp=2
+
+# with tensor parallelism: dp2 x tp2, the embeddings (vocabulary-parallel) replicated over
+# dp among ZeRO-3's blocks; the gradient norm counts a replicated unit once, not once per
+# dp rank (it did: 7e-4 apart by step 6); the single process's digest in bitwise mode; and
+# every rank's bytes the estimate's (`-n 2`: the data-parallel ranks, tp from the config)
+TPP=(--set parallel.tp=2 --set parallel.zero=3 --set parallel.policy=w?e.weight:ddp)
+parity "emb-ddp-zero3-dp2xtp2" 4 "$TMP/ref.jsonl" "${TPP[@]}"
+got=$(dp_run bw-tpp 4 "${BW[@]}" "${TPP[@]}")
+[ "$got" = "$ref_bw" ] && pass "bitwise dp2 x tp2 with ddp embeddings: the single process's digest" ||
+  fail "bitwise dp2 x tp2 policy: $got against $ref_bw $(tail -2 "$TMP/bw-tpp.out")"
+"${MPI[@]}" -np 4 "$DTRAIN" train "${DP_RUN[@]}" --steps 2 "${TPP[@]}" --metrics "$TMP/m-tpp.jsonl" >"$TMP/m-tpp.out" 2>&1 ||
+  fail "memory run dp2 x tp2 policy: $(tail -2 "$TMP/m-tpp.out")"
+"$DTRAIN" estimate "${DP_RUN[@]}" "${TPP[@]}" -n 2 --json >"$TMP/e-tpp.json" || fail "estimate dp2 x tp2 policy"
+r=$(python3 - "$TMP/m-tpp.jsonl" "$TMP/e-tpp.json" <<'PY'
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+want = json.load(open(sys.argv[2]))["stages"][0]["rank_bytes"]
+got = [m["params"] + m["grads"] + m["optim"] + m["activations"] + m["workspace"] for m in summ["mem"]]
+assert len(got) == 4 and all(g == want for g in got), (got, want)
+print("4 ranks x %d bytes" % want)
+PY
+) && pass "estimate = allocation, dp2 x tp2 with ddp embeddings: $r" || fail "estimate dp2 x tp2 policy: $r"
 finish

@@ -80,11 +80,11 @@ static dt_status check_hsdp(const dt_layout *L) {
 static dt_status check_policy(const dt_layout *L) {
     const dt_config *c = &L->cfg;
     if (!L->replicated) return DT_OK;
-    if (L->tp > 1 || L->pp > 1 || L->cp > 1 || L->backend != DT_BACKEND_CPU || dt_layout_bf16(L) ||
+    if (L->pp > 1 || L->cp > 1 || L->backend != DT_BACKEND_CPU || dt_layout_bf16(L) ||
         dt_layout_offload(L) || dt_layout_nccl(L) || dt_layout_ps(L) || dt_layout_ps_async(L) ||
         dt_layout_local_sgd(L) || c->parallel.staleness > 0)
-        return dt_fail(DT_EINPUT, "parallel.policy '%s' (units apart from zero%d's): data parallelism only (HSDP "
-                       "included) on the CPU in fp32 so far: not with tp, pp, cp, bf16, offload, comm.backend nccl, "
+        return dt_fail(DT_EINPUT, "parallel.policy '%s' (units apart from zero%d's): data parallelism (HSDP "
+                       "included) and tp on the CPU in fp32 so far: not with pp, cp, bf16, offload, comm.backend nccl, "
                        "dp_mode ps, parallel.sync or parallel.staleness", c->parallel.policy, L->zero);
     return DT_OK;
 }
