@@ -211,12 +211,15 @@ dt_status dt_plan_layout_policy(const dt_config *c, const dt_machine *mc, int dp
     /* a rank's parameters: its tp piece of the model, a pp-th of it per stage; ZeRO updates a shard */
     gpt_layout ul = dt_unit_layout(lc.parallel.unit_split, lc.parallel.unit_blocks, &s);
     double psi = (double)gpt_param_count_layout(&s, &lay) / pp, units = s.n_layer / pp * (ul.split_blocks ? 2 : 1) + 2;
-    /* a policy's ddp units (the layout's check: tp, pp, cp 1): whole on every rank, their
-     * gradients all-reduced when the stage reduces (once a step, or per micro-batch) */
+    /* a policy's ddp units (the layout's check: pp, cp 1): whole on every rank of the dp
+     * group (a tp piece of them), their gradients all-reduced when the stage reduces (once a
+     * step, or per micro-batch) */
     size_t rp = 0, kp = 0;
     int ru = 0, ku = 0;
+    gpt_layout pl = ul; /* the units' tp pieces */
+    pl.tp = tp, pl.sp = run.sp;
     if (lc.parallel.policy[0])
-        DT_TRY(dt_policy_replicated(lc.parallel.policy, zero, &s, &ul, &rp, &ru, &kp, &ku));
+        DT_TRY(dt_policy_replicated(lc.parallel.policy, zero, &s, &pl, &rp, &ru, &kp, &ku));
     /* the ddp units (psi_r), the zero2 units kept whole among zero3's (psi_k: a reduce-scatter
      * per micro-step, one gather a step), the rest (psi_s) */
     double psi_r = (double)rp, psi_k = (double)kp, psi_s = psi - psi_r - psi_k;
