@@ -148,8 +148,14 @@ int main(void) {
         lc.parallel.zero = 3;
         strcpy(lc.parallel.policy, dt_plan_policies[1]);
         CHECK(near(e.memory, dt_estimate_rank_bytes(&lc, 8)) && e.memory > z3.memory, "policy memory = the estimator's");
-        CHECK(dt_plan_layout_policy(&c, &mc, 4, 1, 1, 2, 3, 0, 1, &e) == DT_EINPUT,
-              "a replicated unit with tp: refused as the run refuses it");
+        lc.parallel.tp = 2;
+        dt_status st = dt_plan_layout_policy(&c, &mc, 4, 1, 1, 2, 3, 0, 1, &e);
+        CHECK(st == DT_OK && near(e.memory, dt_estimate_rank_bytes(&lc, 4)),
+              "a replicated unit with tp: its tp piece, memory the estimator's (%d: %.0f against %.0f)", st, e.memory,
+              (double)dt_estimate_rank_bytes(&lc, 4));
+        lc.parallel.tp = 1;
+        CHECK(dt_plan_layout_policy(&c, &mc, 4, 2, 1, 1, 1, 0, 1, &e) == DT_EINPUT,
+              "a replicated unit with pp: refused as the run refuses it");
         CHECK(dt_plan_layout_policy(&c, &mc, 8, 1, 1, 1, 3, 4, 3, &e) == DT_OK &&
                   near(e.cross_bytes, 4 * (2.0 / 2 * (psi - emb - 128) / 4 * 4) + 4 * (2.0 / 2 * (emb + 128) * 4)),
               "HSDP with replicated units: their whole gradient across (%.0f bytes)", e.cross_bytes);
