@@ -125,7 +125,7 @@ static dt_status calibrate_between(dt_comm *ctl, double us, double *all, long *r
         work(probe);
         DT_TRY(max_over_ranks(ctl, dt_now() - t0, all, &t));
         if (t >= 0.3 || probe > (1L << 40)) {
-            *reps = (long)(us * 1e-6 / t * (double)probe);
+            *reps = t > 0 ? (long)(us * 1e-6 / t * (double)probe) : probe;
             if (*reps < 1) *reps = 1;
             return DT_OK;
         }

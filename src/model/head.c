@@ -63,21 +63,19 @@ static dt_status head_canon(gpt_model *m, const float *x, const float *wte, floa
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, Vl = m->shape.padded_vocab / m->tp, L = m->canon / m->tp, vb = Vl / L;
-    const float *in[64], *w[64], *g[64];
-    float *out[64];
-    for (int l = 0; l < L; l++) {
-        in[l] = x, w[l] = S(m, wte, (size_t)l * vb * C), out[l] = S(m, a->logits, (size_t)l * vb);
-        g[l] = out[l];
-    }
-    dt_gemm_blocks(o, 0, 1, R, vb, C, 1.0f, in, C, w, C, 0.0f, out, Vl, L, m->canon);
+    const float *in[64], *w[64];
+    float *lg[64], *out[64]; /* lg: the logits' blocks, then their gradients */
+    for (int l = 0; l < L; l++) in[l] = x, w[l] = S(m, wte, (size_t)l * vb * C), lg[l] = S(m, a->logits, (size_t)l * vb);
+    dt_gemm_blocks(o, 0, 1, R, vb, C, 1.0f, in, C, w, C, 0.0f, lg, Vl, L, m->canon);
     DT_TRY(xent_canon(m, R, r0, targets, grad_scale));
     if (grad_scale == 0.0f) return DT_OK;
     float *leaf[64];
     leaf[0] = S(m, a->dsmall, (size_t)r0 * C);
     for (int l = 1; l < L; l++) leaf[l] = S(m, a->leaves, (size_t)(l - 1) * R * C);
+    const float *const *g = (const float *const *)lg;
     dt_gemm_blocks(o, 0, 0, R, C, vb, 1.0f, g, Vl, w, C, 0.0f, leaf, C, L, m->canon);
     if (dwte) {
-        for (int l = 0; l < L; l++) out[l] = S(m, dwte, (size_t)l * vb * C), in[l] = x;
+        for (int l = 0; l < L; l++) out[l] = S(m, dwte, (size_t)l * vb * C);
         dt_gemm_blocks(o, 1, 0, vb, C, R, 1.0f, g, Vl, in, C, 1.0f, out, C, L, m->canon);
     }
     gpt_canon_tree(m, leaf, L, (size_t)R * C);
