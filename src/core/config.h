@@ -54,7 +54,7 @@ typedef struct {
     int threads;
     struct {
         int tp, pp, cp, sp, zero, micro_batches, virtual_stages;
-        char dp_mode[12], schedule[16], determinism[8], tp_chunks[4];
+        char dp_mode[12], schedule[16], determinism[8], tp_chunks[4], cp_chunks[4];
         char pp_split[256]; /* blocks per pipeline stage (per chunk when interleaved), "" balanced */
         double bucket_mb;
         int overlap;

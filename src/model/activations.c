@@ -23,6 +23,7 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
     size_t head_rows = (128u << 20) / Vp;
     if (head_rows < 64) head_rows = 64;
     if (head_rows > BT) head_rows = BT;
+    if (lay->row_block > 0) head_rows = (size_t)lay->row_block; /* the same row chunks in every layout */
     gpt_acts dummy;
     gpt_slot dummy_slot;
     if (!a) {

@@ -98,8 +98,8 @@ dt_status gpt_attention_backward(gpt_model *m, gpt_slot *s, const block_acts *b,
     if (split) o->copy(k->ap, dout, NC);
     if (ll) gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_APW, split), NULL, dout, b->atty, P(m, j, T_APW), N, w.Cl, C, 0);
     else if (m->canon)
-        gpt_row_bwd(m, a->dsmall, WG(m, j, T_APW, split), WG(m, j, T_APB, split), dout, b->atty, P(m, j, T_APW), N,
-                    w.Cl, C);
+        DT_TRY(gpt_row_bwd(m, a->dsmall, WG(m, j, T_APW, split), WG(m, j, T_APB, split), dout, b->atty, P(m, j, T_APW), N,
+                    w.Cl, C));
     else o->linear_bwd(a->dsmall, WG(m, j, T_APW, split), WG(m, j, T_APB, split), dout, b->atty, P(m, j, T_APW), N,
                        w.Cl, C, 0);
     if (m->cp_comm.attention_bwd)
@@ -112,8 +112,8 @@ dt_status gpt_attention_backward(gpt_model *m, gpt_slot *s, const block_acts *b,
         o->rope_qkv_bwd(raw, dk, dv, dqkv, s->pos, a->inv_freq, N, w.NHl, w.NKVl, w.HS);
         DT_TRY(qkv_t_bwd(m, a->dsmall, raw, in, j, split, N, w));
     } else if (m->canon) {
-        gpt_col_bwd(m, a->dsmall, WG(m, j, T_QKVW, split), WG(m, j, T_QKVB, split), k->qkv, in, P(m, j, T_QKVW), N, C,
-                    3 * w.Cl, 3);
+        DT_TRY(gpt_col_bwd(m, a->dsmall, WG(m, j, T_QKVW, split), WG(m, j, T_QKVB, split), k->qkv, in, P(m, j, T_QKVW), N, C,
+                    3 * w.Cl, 3));
     } else {
         o->linear_bwd(a->dsmall, WG(m, j, T_QKVW, split), WG(m, j, T_QKVB, split), k->qkv, in, P(m, j, T_QKVW), N, C,
                       3 * w.Cl, 0);
@@ -127,11 +127,11 @@ dt_status gpt_attention_weight(gpt_model *m, const gpt_slot *s, const block_acts
     widths w = widths_of(m);
     float *in;
     if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_APW), NULL, k->ap, b->atty, NULL, N, w.Cl, C, 0);
-    else if (m->canon) gpt_row_bwd(m, NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C);
+    else if (m->canon) DT_TRY(gpt_row_bwd(m, NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C));
     else o->linear_bwd(NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
     if (llama(m)) DT_TRY(qkv_t_bwd(m, NULL, k->qkv, in, j, 1, N, w));
-    else if (m->canon) gpt_col_bwd(m, NULL, G(m, j, T_QKVW), G(m, j, T_QKVB), k->qkv, in, NULL, N, C, 3 * w.Cl, 3);
+    else if (m->canon) DT_TRY(gpt_col_bwd(m, NULL, G(m, j, T_QKVW), G(m, j, T_QKVB), k->qkv, in, NULL, N, C, 3 * w.Cl, 3));
     else o->linear_bwd(NULL, G(m, j, T_QKVW), G(m, j, T_QKVB), k->qkv, in, NULL, N, C, 3 * w.Cl, 0);
     return DT_OK;
 }

@@ -69,7 +69,7 @@ dt_status gpt_block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
         o->copy(k.ln2, dln, RCb);
     }
     if (m->sp && !split) o->zero(a->lngrad, 4 * (size_t)C * m->esz);
-    gpt_norm_bwd(m, s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl);
+    DT_TRY(gpt_norm_bwd(m, s->dres, ln2.w, ln2.b, dln, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl));
     if (m->block_units > 1) { /* the MLP half's gradients final (norm_2's summed alone), then the attention half */
         DT_TRY(norm_finish_one(m, j, &n2, T_LN2W, T_LN2B));
         HOOK(after_backward, gpt_mlp_unit(m, j));
@@ -81,7 +81,7 @@ dt_status gpt_block_backward(gpt_model *m, gpt_slot *s, int j, int split) {
     /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
     DT_TRY(gpt_attention_backward(m, s, &b, &k, j, split, &dln));
     if (split) o->copy(k.ln1, dln, RCb);
-    gpt_norm_bwd(m, s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl);
+    DT_TRY(gpt_norm_bwd(m, s->dres, ln1.w, ln1.b, dln, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl));
     if (split) return DT_OK;
     if (m->block_units > 1) return norm_finish_one(m, j, &n1, T_LN1W, T_LN1B);
     return block_norm_finish(m, j, &n2, &n1);
@@ -98,8 +98,8 @@ static dt_status block_ln_weight(gpt_model *m, gpt_slot *s, int j) {
     ln_grads ln2 = gpt_ln_grad_target(m, n2.w, n2.b, 0);
     ln_grads ln1 = gpt_ln_grad_target(m, n1.w, n1.b, 1);
     if (m->sp) o->zero(m->acts->lngrad, 4 * (size_t)C * m->esz);
-    if (ln2.w) gpt_norm_bwd(m, NULL, ln2.w, ln2.b, k.ln2, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl);
-    if (ln1.w) gpt_norm_bwd(m, NULL, ln1.w, ln1.b, k.ln1, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl);
+    if (ln2.w) DT_TRY(gpt_norm_bwd(m, NULL, ln2.w, ln2.b, k.ln2, b.res2, P(m, j, T_LN2W), b.ln2_mean, b.ln2_rstd, Nl));
+    if (ln1.w) DT_TRY(gpt_norm_bwd(m, NULL, ln1.w, ln1.b, k.ln1, b.x, P(m, j, T_LN1W), b.ln1_mean, b.ln1_rstd, Nl));
     return block_norm_finish(m, j, &n2, &n1);
 }
 

@@ -61,7 +61,14 @@ dt_status gpt_embed_backward(gpt_model *m, gpt_slot *s) {
     float *dall;
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dall));
     float *wpe_g = m->t_wpe >= 0 ? tgt(m, m->t_wpe) : NULL;
-    if (!in_runs(m, s)) {
+    if (m->cp_comm.gather && m->cp_comm.size > 1) { /* cp_chunks.c: cp rank 0's, over the whole sequence */
+        const void *d, *tok;
+        DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, dall, N, (size_t)C * sizeof(float), 0, &d));
+        DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, s->tok, N, sizeof(dt_token), 4, &tok));
+        if (m->cp_comm.rank == 0)
+            m->ops->embed_bwd(tg(m, 0), wpe_g ? S(m, wpe_g, (size_t)s->pos0 * C) : NULL, d, tok, s->B,
+                              s->T * m->cp_comm.size, C, m->tp_rank * Vl, Vl);
+    } else if (!in_runs(m, s)) {
         float *dwpe = wpe_g ? S(m, wpe_g, (size_t)s->pos0 * C) : NULL;
         m->ops->embed_bwd(tg(m, 0), dwpe, dall, s->tok, s->B, s->T, C, m->tp_rank * Vl, Vl);
     } else {

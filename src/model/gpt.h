@@ -138,6 +138,17 @@ typedef struct {
                                const float *lse, const int *qseg, int B, int T, int C, int NH);
     const int *positions; /* T entries */
     void *ctx;
+    /* Bitwise mode's canonical sequence chunks (cp_chunks.c; gather NULL: none; on a group
+     * of one too, so one process computes what cp ranks do): every GEMM over rows is issued
+     * per row_block rows, and a weight gradient is computed whole by one rank from every
+     * rank's rows, gathered in sequence order: N rows of `bytes` each into buffer `slot`
+     * (0, 1: activations; 2-4: row statistics, tokens), *out the B·T·cp rows (a group of
+     * one: src itself). rank, size: this rank's place in the group; ones: B·T·cp ones (the
+     * whole sequence's bias gradients); scratch: 3·B·T·cp floats. */
+    dt_status (*gather)(void *ctx, const void *src, int N, size_t bytes, int slot, const void **out);
+    int rank, size, row_block;
+    const float *ones;
+    float *scratch;
 } gpt_cp_comm;
 
 /* How this rank's model is cut (the parallel layout, as the model sees it: shapes only;
@@ -171,6 +182,8 @@ typedef struct {
     int unit_blocks;           /* consecutive blocks per unit (parallel.unit_blocks; 0: 1): a sharding
                                   wrapper gathers and reduces them together; must divide the stage's blocks,
                                   one chunk, no split backward */
+    int row_block;             /* bitwise mode with parallel.cp_chunks: the canonical rows of every GEMM over
+                                  rows (the head's row chunks are these) */
     int split_blocks;          /* each block two units, its attention half (norm_1 .. the attention's output
                                   projection) and its MLP half (norm_2 .. the MLP's), gathered and reduced
                                   apart (parallel.unit_split); one chunk, unit_blocks 1, no split backward,

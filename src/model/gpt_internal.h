@@ -68,13 +68,13 @@ void gpt_col_fwd(gpt_model *m, float *out, const float *in, const float *w, cons
 /* Its weight and bias gradients (+=, per block; NULL: skipped) and input gradient (dx =,
  * NULL: skipped): the local chunks' partial sums, summed by the canonical tree (the
  * tensor-parallel sum completes it). */
-void gpt_col_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w, int N,
-                 int IC, int OCl, int sections);
+dt_status gpt_col_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w,
+                      int N, int IC, int OCl, int sections);
 /* Row-parallel [N, ICl] x [ICl, OC]: the local K chunks' products summed by the tree (no
  * bias: gpt_add_bias after the tensor-parallel sum). */
 void gpt_row_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int ICl, int OC);
-void gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w, int N,
-                 int ICl, int OC);
+dt_status gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w,
+                      int N, int ICl, int OC);
 /* out[N, n] += bias (the row-parallel bias, added once to the completed sum) */
 void gpt_add_bias(gpt_model *m, float *out, const float *bias, int N, int n);
 /* The canonical tree over L leaves of n floats: leaf[0] (the result) and leaf[1..L-1] */
@@ -245,7 +245,7 @@ ln_grads gpt_norm_grads(gpt_model *m, int iw, int ib);
 /* norm.c: the family's norm (LayerNorm, or RMSNorm: b, db and mean unused) over N rows */
 void gpt_norm_fwd(gpt_model *m, float *out, float *mean, float *rstd, const float *in, const float *w, const float *b,
                   int N);
-void gpt_norm_bwd(gpt_model *m, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
+dt_status gpt_norm_bwd(gpt_model *m, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
                   const float *mean, const float *rstd, int N);
 
 /* linear.c: y[N, OUT] = x[N, IN]·wᵀ + bias for an nn.Linear weight w[OUT, IN] (bias may be

@@ -5,6 +5,7 @@
  * its columns of the logits, and the cross-entropy completes its row statistics over the
  * group (no rank holds a whole row of logits). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core/bf16.h"
 #include "gpt_internal.h"
@@ -82,6 +83,41 @@ static dt_status head_canon(gpt_model *m, const float *x, const float *wte, floa
     return DT_OK;
 }
 
+/* Context parallelism's canonical chunks (cp_chunks.c, more than one rank): the head's wte
+ * gradient is computed per vocabulary block by the block's cp rank over every rank's rows,
+ * in the one process's row chunks: the logits of its blocks recomputed from the gathered
+ * final-norm rows, their gradients from the gathered row statistics (mx, then sum and
+ * target logit: cp scratch) by the same elementwise finish. */
+static int cp_head(const gpt_model *m) { return m->canon && m->cp_comm.gather && m->cp_comm.size > 1; }
+
+static dt_status head_cp_dwte(gpt_model *m, const float *lnf, const float *wte, float *dwte, int N,
+                              const dt_token *targets, float grad_scale) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, Vl = m->shape.padded_vocab / m->tp, L = m->canon / m->tp, vb = Vl / L;
+    int n = m->cp_comm.size, per = L / n, first = m->cp_comm.rank * per, R = a->head_rows, NT = N * n, W = per * vb;
+    int c0 = m->tp_rank * Vl + first * vb, V = m->shape.vocab_size, real = V - c0 < 0 ? 0 : V - c0 > W ? W : V - c0;
+    float *mx = m->cp_comm.scratch, *st = mx + N, *junk = st + 2 * (size_t)N;
+    const void *x, *amx, *ast, *atg;
+    DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, lnf, N, (size_t)C * sizeof(float), 0, &x));
+    DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, mx, N, sizeof(float), 2, &amx));
+    DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, st, N, 2 * sizeof(float), 3, &ast));
+    DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, targets, N, sizeof(dt_token), 4, &atg));
+    const float *in[64], *w[64];
+    float *lg[64], *out[64];
+    for (int r0 = 0; r0 < NT; r0 += R) {
+        for (int i = 0; i < per; i++) {
+            in[i] = (const float *)x + (size_t)r0 * C, w[i] = S(m, wte, (size_t)(first + i) * vb * C);
+            lg[i] = S(m, a->logits, (size_t)i * vb), out[i] = S(m, dwte, (size_t)(first + i) * vb * C);
+        }
+        dt_gemm_blocks(o, 0, 1, R, vb, C, 1.0f, in, C, w, C, 0.0f, lg, W, per, m->canon);
+        o->xent_finish(a->logits, junk, (const float *)amx + r0, (const float *)ast + 2 * (size_t)r0,
+                       (const dt_token *)atg + r0, R, W, real, c0, grad_scale);
+        dt_gemm_blocks(o, 1, 0, vb, C, R, 1.0f, (const float *const *)lg, W, in, C, 1.0f, out, C, per, m->canon);
+    }
+    return DT_OK;
+}
+
 /* LM head over row chunks of all N rows of slot b: logits = lnf·wteᵀ, softmax
  * cross-entropy, and when grad_scale != 0 its backward (dwte +=) while the chunk is hot;
  * *dlnf receives this rank's rows of the gradient of lnf. */
@@ -101,7 +137,11 @@ static dt_status head(gpt_model *m, gpt_slot *b, const dt_token *targets, float 
         int R = N - r0 < a->head_rows ? N - r0 : a->head_rows;
         const float *x = S(m, lnf, (size_t)r0 * C);
         if (m->canon) {
-            DT_TRY(head_canon(m, x, wte, dwte, R, r0, targets, grad_scale));
+            DT_TRY(head_canon(m, x, wte, cp_head(m) ? NULL : dwte, R, r0, targets, grad_scale));
+            if (cp_head(m)) { /* the chunk's row statistics, for head_cp_dwte */
+                memcpy(m->cp_comm.scratch + r0, a->xstat, (size_t)R * sizeof(float));
+                memcpy(m->cp_comm.scratch + N + 2 * (size_t)r0, a->xstat + a->head_rows, 2 * (size_t)R * sizeof(float));
+            }
             continue;
         }
         o->gemm(0, 1, R, Vl, C, 1.0f, x, C, wte, C, 0.0f, a->logits, Vl);
@@ -112,6 +152,7 @@ static dt_status head(gpt_model *m, gpt_slot *b, const dt_token *targets, float 
             if (dwte) o->gemm(1, 0, Vl, C, R, 1.0f, a->logits, Vl, x, C, 1.0f, dwte, C);
         }
     }
+    if (grad_scale != 0.0f && dwte && cp_head(m)) DT_TRY(head_cp_dwte(m, lnf, wte, dwte, N, targets, grad_scale));
     if (grad_scale != 0.0f && !dwte) m->dw_skipped++;
     if (grad_scale != 0.0f) DT_TRY(gpt_tp_complete(m, a->dsmall, a->rows, N, dlnf));
     *loss = o->sum(a->losses, (size_t)N);
@@ -146,7 +187,7 @@ dt_status gpt_loss(gpt_model *m, int slot, const dt_token *targets, float grad_s
     ln_grads g = gpt_norm_grads(m, lnw, lnb); /* NULL: frozen */
     ln_grads lnf = gpt_ln_grad_target(m, g.w, g.b, 0);
     if (m->sp) o->zero(m->acts->lngrad, 2 * (size_t)C * m->esz);
-    gpt_norm_bwd(m, b->dres, lnf.w, lnf.b, dlnf, slot_out(m, b), tp(m, lnw), b->lnf_mean, b->lnf_rstd, Nl);
+    DT_TRY(gpt_norm_bwd(m, b->dres, lnf.w, lnf.b, dlnf, slot_out(m, b), tp(m, lnw), b->lnf_mean, b->lnf_rstd, Nl));
     DT_TRY(gpt_ln_grad_finish(m, &g, 1));
     if (g.w) gpt_zero_frozen(m, lnw, NULL), gpt_zero_frozen(m, lnb, NULL);
     HOOK(after_backward, lnf_unit);

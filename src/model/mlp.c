@@ -59,11 +59,11 @@ dt_status gpt_mlp_backward(gpt_model *m, gpt_slot *s, const block_acts *b, const
         return gpt_tp_complete(m, a->dsmall, a->rows, N, dln);
     }
     if (m->canon) {
-        if (!split) gpt_row_bwd(m, NULL, G(m, j, T_MPW), G(m, j, T_MPB), dout, b->fcg, NULL, N, Il, C);
-        gpt_row_bwd(m, k->fc, NULL, NULL, dout, NULL, P(m, j, T_MPW), N, Il, C);
+        if (!split) DT_TRY(gpt_row_bwd(m, NULL, G(m, j, T_MPW), G(m, j, T_MPB), dout, b->fcg, NULL, N, Il, C));
+        DT_TRY(gpt_row_bwd(m, k->fc, NULL, NULL, dout, NULL, P(m, j, T_MPW), N, Il, C));
         o->gelu_bwd(k->fc, b->fch, k->fc, (size_t)N * Il);
         if (!split) DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
-        gpt_col_bwd(m, a->dsmall, WG(m, j, T_FCW, split), WG(m, j, T_FCB, split), k->fc, in, P(m, j, T_FCW), N, C, Il, 1);
+        DT_TRY(gpt_col_bwd(m, a->dsmall, WG(m, j, T_FCW, split), WG(m, j, T_FCB, split), k->fc, in, P(m, j, T_FCW), N, C, Il, 1));
         return gpt_tp_complete(m, a->dsmall, a->rows, N, dln);
     }
     if (!split) o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), dout, b->fcg, P(m, j, T_MPW), N, Il, C, 0);
@@ -78,14 +78,14 @@ dt_status gpt_mlp_weight(gpt_model *m, const gpt_slot *s, const block_acts *b, c
     int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp, N = s->B * s->T;
     float *in;
     if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, k->mp, b->fcg, NULL, N, Il, C, 0);
-    else if (m->canon) gpt_row_bwd(m, NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C);
+    else if (m->canon) DT_TRY(gpt_row_bwd(m, NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C));
     else o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
     if (llama(m)) {
         gpt_linear_t_bwd(m, NULL, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il, 0);
         gpt_linear_t_bwd(m, NULL, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il, 0);
     } else if (m->canon) {
-        gpt_col_bwd(m, NULL, G(m, j, T_FCW), G(m, j, T_FCB), k->fc, in, NULL, N, C, Il, 1);
+        DT_TRY(gpt_col_bwd(m, NULL, G(m, j, T_FCW), G(m, j, T_FCB), k->fc, in, NULL, N, C, Il, 1));
     } else {
         o->linear_bwd(NULL, G(m, j, T_FCW), G(m, j, T_FCB), k->fc, in, NULL, N, C, Il, 0);
     }

@@ -10,9 +10,25 @@ void gpt_norm_fwd(gpt_model *m, float *out, float *mean, float *rstd, const floa
     else m->ops->layernorm_fwd(out, mean, rstd, in, w, b, N, C);
 }
 
-void gpt_norm_bwd(gpt_model *m, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
-                  const float *mean, const float *rstd, int N) {
+/* With cp_chunks.c's gather the weight and bias gradients are cp rank 0's, over every
+ * rank's rows in sequence order (the one process's sum); the input gradient is per row. */
+dt_status gpt_norm_bwd(gpt_model *m, float *din, float *dw, float *db, const float *dout, const float *in,
+                       const float *w, const float *mean, const float *rstd, int N) {
     int C = m->shape.n_embd;
-    if (llama(m)) m->ops->rmsnorm_bwd(din, dw, dout, in, w, rstd, N, C);
-    else m->ops->layernorm_bwd(din, dw, db, dout, in, w, mean, rstd, N, C);
+    if (llama(m)) {
+        m->ops->rmsnorm_bwd(din, dw, dout, in, w, rstd, N, C);
+        return DT_OK;
+    }
+    if (!dw || !m->cp_comm.gather || m->cp_comm.size == 1) {
+        m->ops->layernorm_bwd(din, dw, db, dout, in, w, mean, rstd, N, C);
+        return DT_OK;
+    }
+    if (din) m->ops->layernorm_bwd(din, NULL, NULL, dout, in, w, mean, rstd, N, C);
+    const void *all[4];
+    const void *src[4] = {dout, in, mean, rstd};
+    for (int k = 0; k < 4; k++)
+        DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, src[k], N, (k < 2 ? (size_t)C : 1) * sizeof(float), k, &all[k]));
+    if (m->cp_comm.rank == 0)
+        m->ops->layernorm_bwd(NULL, dw, db, all[0], all[1], w, all[2], all[3], N * m->cp_comm.size, C);
+    return DT_OK;
 }

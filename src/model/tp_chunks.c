@@ -36,66 +36,121 @@ enum { MAXB = 3 * 64 };
     dt_gemm_blocks(m->ops, tA, tB, M, N, K, 1.0f, (const float *const *)(A), lda, (const float *const *)(B), ldb, \
                    beta, C, ldc, count, canon)
 
-void gpt_col_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IC, int OCl,
-                 int sections) {
-    int blocks = sections * local_chunks(m), wb = OCl / blocks;
-    const float *a[MAXB], *b[MAXB];
-    float *c[MAXB];
-    for (int k = 0; k < blocks; k++) a[k] = in, b[k] = S(m, w, (size_t)k * wb), c[k] = S(m, out, (size_t)k * wb);
-    BLOCKS(0, 0, N, wb, IC, a, IC, b, OCl, 0.0f, c, OCl, blocks, sections * m->canon);
-    if (!bias) return;
-    for (int k = 0; k < blocks; k++) a[k] = m->acts->ones, b[k] = S(m, bias, (size_t)k * wb);
-    BLOCKS(0, 0, N, wb, 1, a, 1, b, wb, 1.0f, c, OCl, blocks, sections * m->canon);
+/* Bitwise mode with parallel.cp_chunks (cp_chunks.c): the rows of a product over rows go
+ * in canonical row blocks, the same shapes in every layout; else all N at once. */
+static int row_step(const gpt_model *m, int N) {
+    int r = m->cp_comm.row_block;
+    return r > 0 && r < N ? r : N;
 }
 
-void gpt_col_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w, int N,
-                 int IC, int OCl, int sections) {
-    const dt_ops *o = m->ops;
-    int L = local_chunks(m), blocks = sections * L, wb = OCl / blocks, sec = OCl / sections;
+/* A weight gradient's inputs over the whole sequence (cp_chunks.c: every cp rank's rows in
+ * order; else this rank's), and the share of its `blocks` canonical blocks this rank
+ * computes: [*first, *first + *count). */
+typedef struct {
+    const float *in, *dy, *ones;
+    int N, first, count;
+} wgrad;
+static dt_status wgrad_of(gpt_model *m, const float *in, const float *dy, int N, int IC, int OC, int blocks,
+                          wgrad *g) {
+    *g = (wgrad){in, dy, m->acts->ones, N, 0, blocks};
+    if (!m->cp_comm.gather) return DT_OK;
+    const void *a = NULL, *b = NULL;
+    if (in) DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, in, N, (size_t)IC * sizeof(float), 0, &a));
+    DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, dy, N, (size_t)OC * sizeof(float), 1, &b));
+    int n = m->cp_comm.size;
+    *g = (wgrad){a, b, m->cp_comm.ones, N * n, m->cp_comm.rank * (blocks / n), blocks / n};
+    return DT_OK;
+}
+
+void gpt_col_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IC, int OCl,
+                 int sections) {
+    int blocks = sections * local_chunks(m), wb = OCl / blocks, R = row_step(m, N);
     const float *a[MAXB], *b[MAXB];
     float *c[MAXB];
-    if (dw) {
-        for (int k = 0; k < blocks; k++) a[k] = in, b[k] = S(m, dy, (size_t)k * wb), c[k] = S(m, dw, (size_t)k * wb);
-        BLOCKS(1, 0, IC, wb, N, a, IC, b, OCl, 1.0f, c, OCl, blocks, sections * m->canon);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        for (int k = 0; k < blocks; k++)
+            a[k] = S(m, in, (size_t)r0 * IC), b[k] = S(m, w, (size_t)k * wb), c[k] = S(m, out, (size_t)r0 * OCl + k * wb);
+        BLOCKS(0, 0, R, wb, IC, a, IC, b, OCl, 0.0f, c, OCl, blocks, sections * m->canon);
+        if (!bias) continue;
+        for (int k = 0; k < blocks; k++) a[k] = m->acts->ones, b[k] = S(m, bias, (size_t)k * wb);
+        BLOCKS(0, 0, R, wb, 1, a, 1, b, wb, 1.0f, c, OCl, blocks, sections * m->canon);
     }
-    for (int k = 0; db && k < blocks; k++)
-        o->gemm(1, 0, wb, 1, N, 1.0f, S(m, dy, (size_t)k * wb), OCl, m->acts->ones, 1, 1.0f, S(m, db, (size_t)k * wb), 1);
-    if (!dx) return;
+}
+
+dt_status gpt_col_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w,
+                      int N, int IC, int OCl, int sections) {
+    const dt_ops *o = m->ops;
+    int L = local_chunks(m), blocks = sections * L, wb = OCl / blocks, sec = OCl / sections, R = row_step(m, N);
+    const float *a[MAXB], *b[MAXB];
+    float *c[MAXB];
+    if (dw || db) {
+        wgrad g;
+        DT_TRY(wgrad_of(m, dw ? in : NULL, dy, N, IC, OCl, blocks, &g));
+        if (dw) {
+            for (int i = 0; i < g.count; i++) {
+                size_t k = (size_t)(g.first + i) * wb;
+                a[i] = g.in, b[i] = S(m, g.dy, k), c[i] = S(m, dw, k);
+            }
+            BLOCKS(1, 0, IC, wb, g.N, a, IC, b, OCl, 1.0f, c, OCl, g.count, sections * m->canon);
+        }
+        for (int i = 0; db && i < g.count; i++) {
+            size_t k = (size_t)(g.first + i) * wb;
+            o->gemm(1, 0, wb, 1, g.N, 1.0f, S(m, g.dy, k), OCl, g.ones, 1, 1.0f, S(m, db, k), 1);
+        }
+    }
+    if (!dx) return DT_OK;
     float *leaf[64];
     leaves_of(m, dx, (size_t)N * IC, leaf);
-    for (int s = 0; s < sections; s++) { /* chunk l: its block of each section (q, k, v), in order */
-        for (int l = 0; l < L; l++) {
-            size_t at = (size_t)s * sec + (size_t)l * wb;
-            a[l] = S(m, dy, at), b[l] = S(m, w, at), c[l] = leaf[l];
+    for (int r0 = 0; r0 < N; r0 += R)
+        for (int s = 0; s < sections; s++) { /* chunk l: its block of each section (q, k, v), in order */
+            for (int l = 0; l < L; l++) {
+                size_t at = (size_t)s * sec + (size_t)l * wb;
+                a[l] = S(m, dy, (size_t)r0 * OCl + at), b[l] = S(m, w, at), c[l] = S(m, leaf[l], (size_t)r0 * IC);
+            }
+            BLOCKS(0, 1, R, IC, wb, a, OCl, b, OCl, s ? 1.0f : 0.0f, c, IC, L, m->canon);
         }
-        BLOCKS(0, 1, N, IC, wb, a, OCl, b, OCl, s ? 1.0f : 0.0f, c, IC, L, m->canon);
-    }
     gpt_canon_tree(m, leaf, L, (size_t)N * IC);
+    return DT_OK;
 }
 
 void gpt_row_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int ICl, int OC) {
-    int L = local_chunks(m), kb = ICl / L;
-    float *leaf[64];
+    int L = local_chunks(m), kb = ICl / L, R = row_step(m, N);
+    float *leaf[64], *c[MAXB];
     const float *a[MAXB], *b[MAXB];
     leaves_of(m, out, (size_t)N * OC, leaf);
-    for (int l = 0; l < L; l++) a[l] = S(m, in, (size_t)l * kb), b[l] = S(m, w, (size_t)l * kb * OC);
-    BLOCKS(0, 0, N, OC, kb, a, ICl, b, OC, 0.0f, leaf, OC, L, m->canon);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        for (int l = 0; l < L; l++)
+            a[l] = S(m, in, (size_t)r0 * ICl + l * kb), b[l] = S(m, w, (size_t)l * kb * OC),
+            c[l] = S(m, leaf[l], (size_t)r0 * OC);
+        BLOCKS(0, 0, R, OC, kb, a, ICl, b, OC, 0.0f, c, OC, L, m->canon);
+    }
     gpt_canon_tree(m, leaf, L, (size_t)N * OC);
 }
 
-void gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w, int N,
-                 int ICl, int OC) {
+dt_status gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w,
+                      int N, int ICl, int OC) {
     const dt_ops *o = m->ops;
-    int L = local_chunks(m), kb = ICl / L;
+    int L = local_chunks(m), kb = ICl / L, R = row_step(m, N);
     const float *a[MAXB], *b[MAXB];
     float *c[MAXB];
-    if (dw) {
-        for (int l = 0; l < L; l++) a[l] = S(m, in, (size_t)l * kb), b[l] = dy, c[l] = S(m, dw, (size_t)l * kb * OC);
-        BLOCKS(1, 0, kb, OC, N, a, ICl, b, OC, 1.0f, c, OC, L, m->canon);
+    if (dw || db) {
+        wgrad g;
+        DT_TRY(wgrad_of(m, dw ? in : NULL, dy, N, ICl, OC, L, &g));
+        if (dw) {
+            for (int i = 0; i < g.count; i++) {
+                size_t l = (size_t)(g.first + i);
+                a[i] = S(m, g.in, l * kb), b[i] = g.dy, c[i] = S(m, dw, l * kb * OC);
+            }
+            BLOCKS(1, 0, kb, OC, g.N, a, ICl, b, OC, 1.0f, c, OC, g.count, m->canon);
+        }
+        if (db && g.first == 0) o->gemm(1, 0, OC, 1, g.N, 1.0f, g.dy, OC, g.ones, 1, 1.0f, db, 1);
     }
-    if (dx) {
-        for (int l = 0; l < L; l++) a[l] = dy, b[l] = S(m, w, (size_t)l * kb * OC), c[l] = S(m, dx, (size_t)l * kb);
-        BLOCKS(0, 1, N, kb, OC, a, OC, b, OC, 0.0f, c, ICl, L, m->canon);
+    if (!dx) return DT_OK;
+    for (int r0 = 0; r0 < N; r0 += R) {
+        for (int l = 0; l < L; l++)
+            a[l] = S(m, dy, (size_t)r0 * OC), b[l] = S(m, w, (size_t)l * kb * OC),
+            c[l] = S(m, dx, (size_t)r0 * ICl + l * kb);
+        BLOCKS(0, 1, R, kb, OC, a, OC, b, OC, 0.0f, c, ICl, L, m->canon);
     }
-    if (db) o->gemm(1, 0, OC, 1, N, 1.0f, dy, OC, m->acts->ones, 1, 1.0f, db, 1);
+    return DT_OK;
 }

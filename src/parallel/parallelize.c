@@ -67,7 +67,7 @@ static dt_status create_model(dt_par *h, const dt_layout *L, const dt_ops *ops) 
     const dt_config *c = &L->cfg;
     gpt_layout layout = {.tp = h->mesh.tp, .tp_rank = h->mesh.tp_rank, .sp = L->sp,
                          .recompute = dt_layout_recompute(L), .documents = dt_layout_documents(L),
-                         .unit_blocks = c->parallel.unit_blocks, .canon = dt_layout_canon(L),
+                         .unit_blocks = c->parallel.unit_blocks, .canon = dt_layout_canon(L), .row_block = dt_layout_row_block(L),
                          .split_blocks = dt_layout_split_blocks(L)};
     if (dt_layout_pp_enabled(L)) {
         DT_TRY(dt_pp_layout(c->model.n_layer, L->pp, L->v, h->mesh.pp_rank, c->parallel.pp_split, &layout));
@@ -79,7 +79,7 @@ static dt_status create_model(dt_par *h, const dt_layout *L, const dt_ops *ops) 
     DT_TRY(dt_comm_agree(h->world, gpt_create_layout(&h->model, &shape, ops, L->micro, L->Tl, 0, &layout), NULL));
     if (c->train.freeze[0]) gpt_freeze(&h->model, c->train.freeze, NULL);
     DT_TRY(dt_comm_agree(h->world, dt_tp_attach(&h->model, h->mesh.tp_comm), NULL));
-    return dt_comm_agree(h->world, dt_cp_attach(&h->model, h->mesh.cp_comm, L->micro, L->T), NULL);
+    return dt_comm_agree(h->world, dt_cp_attach(&h->model, h->mesh.cp_comm, L->micro, L->T, dt_layout_row_block(L)), NULL);
 }
 
 /* The data-parallel engine over the data group, with the model-parallel groups its
@@ -440,8 +440,7 @@ void dt_par_memory(const dt_par *h, dt_mem_report *r) {
     dt_dp_memory(h->dpe, r);
     r->activations = h->model.act_bytes;
     r->workspace += dt_local_sgd_bytes(h->outer); /* the synchronised weights, the change, DiLoCo's momentum */
-    if (dt_layout_cp_enabled(h->L)) /* the ring's K/V buffers, as the estimator counts them */
-        r->workspace += dt_cp_ring_bytes(h->L->micro, h->L->T, h->mesh.cp, h->model.shape.n_embd, h->mesh.tp);
+    r->workspace += dt_cp_bytes(h->L); /* the ring's K/V buffers or the chunks', as the estimator counts them */
 }
 
 dt_status dt_par_gather_report(dt_par *h) {

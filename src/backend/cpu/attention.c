@@ -272,3 +272,69 @@ void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const fl
         }
     }
 }
+
+/* ---- canonical query chunks (bitwise mode with context parallelism) ---- */
+
+/* Chunk k's query rows [p0[k], p0[k] + Tc) against every key before them (qkv: the whole
+ * sequence), in blocks of at most QB rows that never cross the chunk's end: a row's GEMMs
+ * are the same whichever rank's list holds its chunk. out, lse: the listed chunks' rows
+ * in list order ([B, nchunks·Tc, C], [B, NH, nchunks·Tc]). */
+void cpu_attention_chunks_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, const int *p0,
+                              int nchunks, int Tc) {
+    attn_call a = attn_begin(C, NH, T);
+    int hs = a.hs, C3 = a.C3, Tq = nchunks * Tc;
+    float scale = a.scale;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float *S = thread_scratch(&a);
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        for (int c = 0; c < nchunks; c++)
+            for (int t0 = p0[c], nq; t0 < p0[c] + Tc; t0 += nq) {
+                nq = p0[c] + Tc - t0 < QB ? p0[c] + Tc - t0 : QB;
+                int nk = t0 + nq, r = c * Tc + (t0 - p0[c]); /* r: the block's first local row */
+                cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
+                softmax_rows(S, lse + (size_t)bh * Tq + r, NULL, t0, 0, nq, nk, scale);
+                cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v, C3, 0.0f, out + ((size_t)b * Tq + r) * C + h * hs, C);
+            }
+    }
+}
+
+/* The backward of the same rows: dq into the q columns of dqkv's local rows ([B, Tq, 3C]),
+ * and each listed chunk's share of dk and dv, summed over its blocks in order, into
+ * leaf[c] ([B, T, 2C]: dk | dv; keys [0, p0[c] + Tc) written, the rest untouched). */
+void cpu_attention_chunks_bwd(float *dqkv, float *const *leaf, const float *dout, const float *qkv, const float *out,
+                              const float *lse, int B, int T, int C, int NH, const int *p0, int nchunks, int Tc) {
+    attn_call a = attn_begin(C, NH, T);
+    int hs = a.hs, C3 = a.C3, Tq = nchunks * Tc, C2 = 2 * C;
+    float scale = a.scale;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float *P = thread_scratch(&a), *dP = P + (size_t)QB * T;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        const float *o = out + (size_t)b * Tq * C + h * hs, *dO = dout + (size_t)b * Tq * C + h * hs;
+        const float *l = lse + (size_t)bh * Tq;
+        float *dq = dqkv + (size_t)b * Tq * C3 + h * hs;
+        for (int c = 0; c < nchunks; c++) {
+            float *dk = leaf[c] + (size_t)b * T * C2 + h * hs, *dv = dk + C;
+            for (int t = 0; t < p0[c] + Tc; t++) {
+                memset(dk + (size_t)t * C2, 0, hs * sizeof(float));
+                memset(dv + (size_t)t * C2, 0, hs * sizeof(float));
+            }
+            for (int t0 = p0[c], nq; t0 < p0[c] + Tc; t0 += nq) {
+                nq = p0[c] + Tc - t0 < QB ? p0[c] + Tc - t0 : QB;
+                int nk = t0 + nq, r = c * Tc + (t0 - p0[c]);
+                const float *qb = q + (size_t)t0 * C3, *dOb = dO + (size_t)r * C;
+                cpu_gemm(0, 1, nq, nk, hs, 1.0f, qb, C3, k, C3, 0.0f, P, nk);
+                cpu_gemm(0, 1, nq, nk, hs, 1.0f, dOb, C, v, C3, 0.0f, dP, nk);
+                for (int i = 0; i < nq; i++)
+                    softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, 0, t0 + i + 1, nk, o + (size_t)(r + i) * C,
+                                     dOb + (size_t)i * C, hs, l[r + i], scale);
+                cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k, C3, 0.0f, dq + (size_t)r * C3, C3);
+                cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, qb, C3, 1.0f, dk, C2);
+                cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dOb, C, 1.0f, dv, C2);
+            }
+        }
+    }
+}

@@ -30,7 +30,8 @@ static double mixed_state(const dt_dp_formula *f, double psi, int n) { return f-
 static gpt_layout layout_of(const dt_layout *L, int stage) {
     gpt_layout lay = {.tp = L->tp, .sp = L->sp, .recompute = dt_layout_recompute(L),
                       .documents = dt_layout_documents(L), .unit_blocks = L->cfg.parallel.unit_blocks,
-                      .canon = dt_layout_canon(L), .split_blocks = dt_layout_split_blocks(L)};
+                      .canon = dt_layout_canon(L), .row_block = dt_layout_row_block(L),
+                      .split_blocks = dt_layout_split_blocks(L)};
     if (L->pp > 1 && dt_pp_layout(L->shape.n_layer, L->pp, L->v, stage, L->cfg.parallel.pp_split, &lay) == DT_OK) {
         lay.slots = dt_pp_slots(L->schedule, L->pp, L->v, stage, L->m);
         lay.split_backward = dt_schedule_splits_backward(L->schedule);
@@ -111,7 +112,7 @@ static double stage_device(const dt_layout *L, int stage, offload_bytes *off) {
     dt_dp_offload o = {0};
     /* ZeRO shards over the data- and context-parallel ranks together */
     dt_dp_stage st = {L, &lay, stage_psi(L, stage), dt_layout_shards(L), DT_SHARD_ALIGN, mode, &o};
-    double state = 0, work = (double)dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
+    double state = 0, work = (double)dt_cp_bytes(L);
     run.estimate(&st, &state, &work);
     if (off) {
         off->what = o;

@@ -125,6 +125,12 @@ static inline int dt_layout_canon(const dt_layout *L) {
     return dt_layout_bitwise(L) && q > 1 && L->shape.family == GPT_FAMILY_GPT2 && !L->sp && L->shape.n_embd % q == 0
                ? q : 0;
 }
+/* Bitwise mode's canonical sequence chunks (parallel.cp_chunks; model_parallel/cp_chunks.c):
+ * the rows of one (T / cp_chunks positions), 0 where off. */
+static inline int dt_layout_row_block(const dt_layout *L) {
+    int q = atoi(L->cfg.parallel.cp_chunks);
+    return dt_layout_bitwise(L) && q > 1 && L->T % q == 0 ? L->T / q : 0;
+}
 static inline int dt_layout_recompute(const dt_layout *L) { return L->recompute == DT_RECOMPUTE_FULL; }
 /* Each block two units (parallel.unit_split: layout/policy.h); 0 where it does not parse. */
 int dt_layout_split_blocks(const dt_layout *L);

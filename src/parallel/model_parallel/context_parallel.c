@@ -32,7 +32,14 @@ dt_status dt_cp_check_config(const dt_layout *L) {
     if (cp <= 1) return DT_OK;
     DT_TRY(dt_cp_check(L->T, cp));
     const char *what = NULL;
-    if (dt_layout_bitwise(L)) what = "parallel.determinism bitwise (attention sums change order)";
+    if (dt_layout_bitwise(L) && !dt_layout_row_block(L))
+        what = "parallel.determinism bitwise without parallel.cp_chunks (set it to a multiple of 2 x cp, the same "
+               "in every run that must share bits)";
+    else if (dt_layout_bitwise(L) && atoi(L->cfg.parallel.cp_chunks) % (2 * cp))
+        what = "parallel.cp_chunks not a multiple of 2 x cp";
+    else if (dt_layout_bitwise(L) && (!dt_layout_canon(L) || dt_layout_canon(L) % (cp * L->tp)))
+        what = "bitwise mode with parallel.tp_chunks not a multiple of tp x cp (a weight's canonical blocks are "
+               "shared out over the cp ranks)";
     else if (L->backend != DT_BACKEND_CPU) what = "a backend other than cpu";
     else if (L->precision != DT_PREC_FP32) what = "a precision other than fp32";
     else if (L->cfg.log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
@@ -124,7 +131,14 @@ size_t dt_cp_ring_bytes(int B, int T, int cp, int C, int tp) {
     return cp > 1 ? 4 * (size_t)B * (size_t)(T / cp) * 3 * (size_t)(C / tp) * sizeof(float) : 0;
 }
 
-dt_status dt_cp_attach(gpt_model *m, dt_comm *cp, int max_B, int T) {
+size_t dt_cp_bytes(const dt_layout *L) {
+    int rb = dt_layout_row_block(L);
+    if (rb > 0) return dt_cp_chunks_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp, L->T / rb);
+    return dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
+}
+
+dt_status dt_cp_attach(gpt_model *m, dt_comm *cp, int max_B, int T, int row_block) {
+    if (row_block > 0) return dt_cp_chunks_attach(m, cp, max_B, T, row_block);
     int n = dt_comm_size(cp);
     if (n <= 1) return DT_OK;
     DT_TRY(dt_cp_check(T, n));
@@ -145,12 +159,17 @@ dt_status dt_cp_attach(gpt_model *m, dt_comm *cp, int max_B, int T) {
         if (s == DT_OK) s = dt_alloc((void **)&x->dkv[k], floats * sizeof(float), "ring attention buffers");
     }
     for (int r = 0; s == DT_OK && r < n; r++) dt_cp_positions(T, n, r, x->pos + (size_t)r * x->T);
-    m->cp_comm = (gpt_cp_comm){ring_fwd, ring_bwd, x->pos ? x->pos + (size_t)x->rank * x->T : NULL, x};
+    m->cp_comm = (gpt_cp_comm){.attention_fwd = ring_fwd, .attention_bwd = ring_bwd,
+                               .positions = x->pos ? x->pos + (size_t)x->rank * x->T : NULL, .ctx = x};
     if (s != DT_OK) dt_cp_detach(m); /* frees x and clears the hook */
     return s;
 }
 
 void dt_cp_detach(gpt_model *m) {
+    if (m->cp_comm.gather) {
+        dt_cp_chunks_detach(m);
+        return;
+    }
     ring *x = m->cp_comm.ctx;
     if (!x) return;
     for (int k = 0; k < 2; k++) {

@@ -32,9 +32,18 @@ dt_status dt_cp_check_config(const dt_layout *L);
  * block's dk, dv travel with it and arrive back at their owner after the last step.
  * Allocates the ring's buffers once (dt_cp_detach frees them). Identity when cp has one
  * rank. */
-dt_status dt_cp_attach(gpt_model *m, dt_comm *cp, int max_B, int T);
+dt_status dt_cp_attach(gpt_model *m, dt_comm *cp, int max_B, int T, int row_block);
 void dt_cp_detach(gpt_model *m);
+/* Bitwise mode (row_block > 0: T / parallel.cp_chunks; cp_chunks.c): the canonical
+ * sequence chunks instead of the ring, attached on a group of one too. */
+dt_status dt_cp_chunks_attach(gpt_model *m, dt_comm *cp, int max_B, int T, int row_block);
+void dt_cp_chunks_detach(gpt_model *m);
+/* Bytes of its buffers for one rank (Q = parallel.cp_chunks; 0 when Q <= 1). */
+size_t dt_cp_chunks_bytes(int B, int T, int cp, int C, int tp, int Q);
 /* Bytes of the ring's buffers for one rank (the estimate's workspace). */
 size_t dt_cp_ring_bytes(int B, int T, int cp, int C, int tp);
+/* The layout's context-parallel buffers for one rank: the ring's or the chunks' (the
+ * estimate's workspace, and the measured one). */
+size_t dt_cp_bytes(const dt_layout *L);
 
 #endif
