@@ -6,7 +6,8 @@
 # (per-step loss and grad norm, both validation losses) within 1e-5 relative; every
 # layout starts from the single-process weights; activations per rank shrink by about cp
 # (measured, and as `dtrain estimate` says); a cp checkpoint resumes in one process; bad
-# layouts fail before any work with one line.
+# layouts fail before any work with one line. In bitwise mode (parallel.cp_chunks) the
+# same layouts give the single process's weights bit for bit.
 source "$(dirname "$0")/lib.sh"
 need_mpi
 prepare_tiny
@@ -57,8 +58,52 @@ refused "a world cp does not divide" "not divisible by tp x pp x cp" 3 --set par
 # each rank holds 6 of 12 positions: 6 rows do not split over tp 4 (the whole 12 would)
 refused "sp rows per rank under cp" "1 x 6 tokens do not split into parallel.tp 4" 8 --set parallel.cp=2 \
   --set parallel.tp=4 --set parallel.sp=true --set model.n_head=4 --set train.micro_batch=1 --set train.seq_len=12
-refused "cp with bitwise mode" "not implemented with context parallelism" 2 --set parallel.cp=2 \
+# bitwise mode (src/parallel/model_parallel/cp_chunks.c): the sequence in parallel.cp_chunks
+# canonical chunks, in one process as across the cp ranks: cp 2 and 4, with dp and ZeRO-3,
+# tp, pp, recompute and other thread counts end on the single process's weights bit for
+# bit, and each rank allocates the estimate to the byte
+BW=(--set model.n_head=4 --set parallel.determinism=bitwise --set log.sample_tokens=0)
+bref=$(dp_run cbw1 1 "${BW[@]}" --set parallel.cp_chunks=4)
+bref8=$(full && dp_run cbw8 1 "${BW[@]}" --set parallel.cp_chunks=8)
+[ -n "$bref" ] && pass "bitwise single process with 4 sequence chunks: $bref" ||
+  fail "bitwise single process: $(tail -2 "$TMP/cbw1.out")"
+plain=$(dp_run cbw0 1 "${BW[@]}")
+[ -n "$plain" ] && [ "$plain" != "$bref" ] && pass "the chunks change the bits (another canonical order)" ||
+  fail "bitwise without chunks: '$plain' vs '$bref'"
+for lay in "cp2:2:4:--set parallel.cp=2" "dp2_cp2_zero3_threads2:4:4:--set parallel.cp=2 --set parallel.zero=3" \
+           "cp2_tp2:4:4:--set parallel.cp=2 --set parallel.tp=2" "cp4:4:8:--set parallel.cp=4" \
+           "cp2_of8:2:8:--set parallel.cp=2" "dp2_tp2_cp2:8:4:--set parallel.cp=2 --set parallel.tp=2" \
+           "pp2_cp2:4:4:--set parallel.cp=2 --set parallel.pp=2" \
+           "pp2_cp2_zbh1:4:4:--set parallel.cp=2 --set parallel.pp=2 --set parallel.schedule=zb-h1" \
+           "cp2_recompute:2:4:--set parallel.cp=2 --set train.recompute=full" \
+           "tp2_chunks:2:4:--set parallel.tp=2"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; rest=${rest#*:}; q=${rest%%:*}; args=${rest#*:}
+  case $name in cp2|dp2_cp2_zero3_threads2) ;; *) full || continue ;; esac
+  th=1; case $name in *threads2) th=2 ;; esac
+  want=$([ "$q" = 8 ] && echo "$bref8" || echo "$bref")
+  got=$(OMP_NUM_THREADS=$th dp_run "cbw_$name" "$np" "${BW[@]}" --set parallel.cp_chunks=$q --threads $th $args)
+  [ -n "$want" ] && [ "$got" = "$want" ] && pass "bitwise $name: the single process's digest ($q chunks)" ||
+    fail "bitwise $name: $got vs $want $(grep -m1 error "$TMP/cbw_$name.out")"
+done
+"$DTRAIN" estimate "${RUN[@]}" "${BW[@]}" --set parallel.cp_chunks=4 --set parallel.cp=2 --set parallel.zero=3 \
+  -n 2 --json >"$TMP/cbwe.json" || fail "estimate bitwise dp2 cp2 zero3"
+python3 - "$TMP/cbw_dp2_cp2_zero3_threads2.jsonl" "$TMP/cbwe.json" <<'PY' && pass "bitwise dp2 cp2 zero3: allocation = estimate" ||
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+want = json.load(open(sys.argv[2]))["stages"][0]["rank_bytes"]
+got = [m["params"] + m["grads"] + m["optim"] + m["activations"] + m["workspace"] for m in summ["mem"]]
+print(got, want)
+sys.exit(0 if len(got) == 4 and all(g == want for g in got) else 1)
+PY
+  fail "bitwise dp2 cp2 zero3 memory"
+refused "bitwise cp without the chunks" "needs parallel.cp_chunks" 2 --set parallel.cp=2 \
   --set parallel.determinism=bitwise
+refused "bitwise cp4 with 4 chunks" "cp_chunks must be a multiple of 2 x cp" 4 --set parallel.cp=4 \
+  --set parallel.cp_chunks=4 --set parallel.determinism=bitwise
+refused "bitwise tp2 x cp4 with 4 tp chunks" "tp_chunks must be a multiple of tp x cp" 8 --set parallel.cp=4 \
+  --set parallel.tp=2 --set model.n_head=4 --set parallel.cp_chunks=8 --set parallel.determinism=bitwise
+refused "bitwise chunks without tp chunks" "needs the canonical tensor-parallel chunks" 1 --set parallel.cp_chunks=4 \
+  --set parallel.tp_chunks=1 --set parallel.determinism=bitwise
 refused "cp with the final sample" "not implemented with context parallelism" 2 --set parallel.cp=2 \
   --set log.sample_tokens=5 --save "$TMP/ck2"
 [ ! -e "$TMP/ck2" ] && pass "a refused layout writes nothing" || fail "a refused layout wrote $TMP/ck2"

@@ -31,16 +31,16 @@ dt_status dt_cp_check_config(const dt_layout *L) {
     int cp = L->cp;
     if (cp <= 1) return DT_OK;
     DT_TRY(dt_cp_check(L->T, cp));
-    const char *what = NULL;
+    const char *bw = NULL, *what = NULL;
     if (dt_layout_bitwise(L) && !dt_layout_row_block(L))
-        what = "parallel.determinism bitwise without parallel.cp_chunks (set it to a multiple of 2 x cp, the same "
-               "in every run that must share bits)";
+        bw = "needs parallel.cp_chunks, a multiple of 2 x cp (the same in every run that must share bits)";
     else if (dt_layout_bitwise(L) && atoi(L->cfg.parallel.cp_chunks) % (2 * cp))
-        what = "parallel.cp_chunks not a multiple of 2 x cp";
+        bw = "parallel.cp_chunks must be a multiple of 2 x cp";
     else if (dt_layout_bitwise(L) && (!dt_layout_canon(L) || dt_layout_canon(L) % (cp * L->tp)))
-        what = "bitwise mode with parallel.tp_chunks not a multiple of tp x cp (a weight's canonical blocks are "
-               "shared out over the cp ranks)";
-    else if (L->backend != DT_BACKEND_CPU) what = "a backend other than cpu";
+        bw = "parallel.tp_chunks must be a multiple of tp x cp (a weight's canonical blocks are shared out over the "
+             "cp ranks)";
+    if (bw) return dt_fail(DT_EINPUT, "parallel.cp %d in bitwise mode: %s", cp, bw);
+    if (L->backend != DT_BACKEND_CPU) what = "a backend other than cpu";
     else if (L->precision != DT_PREC_FP32) what = "a precision other than fp32";
     else if (L->cfg.log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what) return dt_fail(DT_EINPUT, "parallel.cp %d: %s is not implemented with context parallelism yet", cp, what);
