@@ -177,9 +177,17 @@ for i in range(args.cases):
         dp = world // (lay["parallel.tp"] * lay["parallel.pp"] * lay["parallel.cp"])
         if model["train.global_batch"] % (dp * m) == 0:
             ref_model["train.micro_batch"] = model["train.global_batch"] // (dp * m)
-    key = json.dumps(ref_model, sort_keys=True) + (" bitwise %d" % ref_threads if bitwise else "")
+    # bitwise GPT-2 without sp: the sequence's canonical chunks (cp_chunks.c), in the reference
+    # and the layout alike, so cp is drawn too (4 chunks: cp 2; tp x cp must divide tp_chunks)
+    chunks = []
+    if bitwise and model.get("model.family") != "llama" and lay.get("parallel.sp") != "true":
+        chunks = ["--set", "parallel.cp_chunks=4"]
+        if lay["parallel.tp"] * lay["parallel.cp"] > 4:
+            chunks += ["--set", "parallel.tp_chunks=8"]
+        desc += " " + " ".join(c.split(".")[-1] for c in chunks[1::2])
+    key = json.dumps(ref_model, sort_keys=True) + (" bitwise %d %s" % (ref_threads, chunks) if bitwise else "")
     if key not in refs:
-        extra = ["--set", "parallel.determinism=bitwise"] if bitwise else []
+        extra = ["--set", "parallel.determinism=bitwise"] + chunks if bitwise else []
         rj = "%s/%s.ref.jsonl" % (tmp, name)
         rc, out = run([args.dtrain, "train"] + base + sets(ref_model) + extra + ["--metrics", rj, "--digest"],
                       "%s/%s.ref.log" % (tmp, name), ref_threads)
@@ -192,7 +200,7 @@ for i in range(args.cases):
         refused += 1
         continue
     gj = "%s/%s.jsonl" % (tmp, name)
-    rc, out = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) +
+    rc, out = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) + chunks +
                   ["--metrics", gj, "--digest"], "%s/%s.log" % (tmp, name), run_threads)
     errs = [l for l in out.splitlines() if l.startswith("dtrain: error")]
     if rc == 2 and len(errs) == 1:
