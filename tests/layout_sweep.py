@@ -177,10 +177,11 @@ for i in range(args.cases):
         dp = world // (lay["parallel.tp"] * lay["parallel.pp"] * lay["parallel.cp"])
         if model["train.global_batch"] % (dp * m) == 0:
             ref_model["train.micro_batch"] = model["train.global_batch"] // (dp * m)
-    # bitwise GPT-2 without sp: the sequence's canonical chunks (cp_chunks.c), in the reference
+    # bitwise GPT-2 in fp32 without sp: the sequence's canonical chunks (cp_chunks.c), in the reference
     # and the layout alike, so cp is drawn too (4 chunks: cp 2; tp x cp must divide tp_chunks)
     chunks = []
-    if bitwise and model.get("model.family") != "llama" and lay.get("parallel.sp") != "true":
+    if bitwise and model.get("model.family") != "llama" and lay.get("parallel.sp") != "true" and \
+            model["precision"] == "fp32":
         chunks = ["--set", "parallel.cp_chunks=4"]
         if lay["parallel.tp"] * lay["parallel.cp"] > 4:
             chunks += ["--set", "parallel.tp_chunks=8"]
@@ -213,7 +214,7 @@ for i in range(args.cases):
     if rc != 0:
         problems.append("rc %s: %s" % (rc, " / ".join(out.strip().splitlines()[-3:])))
     else:
-        rc0, out0 = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) +
+        rc0, out0 = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) + chunks +
                         ["--steps", "0", "--digest"], "%s/%s.init.log" % (tmp, name))
         if digest(out0) != rdig0:
             problems.append("initial digest %s != %s" % (digest(out0), rdig0))

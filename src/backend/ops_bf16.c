@@ -278,6 +278,8 @@ const dt_ops *dt_ops_bf16_storage(const dt_ops *f32) {
     T.add = b_add;
     T.attention_fwd = b_att_f;
     T.attention_bwd = b_att_b;
+    T.attention_chunks_fwd = NULL; /* bitwise cp's chunks: fp32 storage only */
+    T.attention_chunks_bwd = NULL;
     T.softmax_xent = b_xent;
     T.xent_rowmax = f32->xent_rowmax ? b_rowmax : NULL;
     T.xent_rowsum = f32->xent_rowsum ? b_rowsum : NULL;
