@@ -9,7 +9,9 @@
 # alone, under OMP_WAIT_POLICY=passive so idle threads do not spin): the work each mode
 # does, which other load on the machine stretches less than the wall clock.
 # usage: bench/bench_bitwise.sh [build/dtrain]       (prints a markdown table)
-# knobs: THREADS=2, ROUNDS=1, WARMUP=2, STEPS_TINY=8, STEPS_SMALL=4, SHAPES="tiny small"
+# knobs: THREADS=2, ROUNDS=1, WARMUP=2, STEPS_TINY=8, STEPS_SMALL=4, SHAPES="tiny small",
+# BITWISE_SET="--set parallel.cp_chunks=4" (extra settings of the bitwise runs: what
+# context parallelism's canonical chunks cost a single process)
 set -euo pipefail
 source "$(dirname "$0")/common.sh" bitwise "${1:-}"
 THREADS=${THREADS:-2}; ROUNDS=${ROUNDS:-1}; WARMUP=${WARMUP:-2}
@@ -25,7 +27,7 @@ run() { # shape mode steps -> tokens/s at the median timed step, CPU seconds of 
     --set model.n_layer="$L" --set model.n_embd="$C" --set model.n_head="$H" --set model.seq_len="$T" \
     --set model.vocab_size=50257 --set train.micro_batch="$B" --set train.global_batch="$B" \
     --set data.train="$tmp/rand.bin" --set data.val= --set train.val_every=0 --set log.every=1000 --steps "$3" \
-    --threads "$THREADS" --set parallel.determinism="$2" --metrics "$tmp/$1_$2.jsonl" >"$tmp/$1_$2.out" 2>&1 ||
+    --threads "$THREADS" --set parallel.determinism="$2" $([ "$2" = bitwise ] && echo "${BITWISE_SET:-}") --metrics "$tmp/$1_$2.jsonl" >"$tmp/$1_$2.out" 2>&1 ||
     { echo "failed: $1 $2" >&2; tail -3 "$tmp/$1_$2.out" >&2; return 1; }
   python3 -c "
 import json, statistics, sys

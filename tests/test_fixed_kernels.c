@@ -1,7 +1,8 @@
 /* Bitwise mode's kernels (dt_ops_cpu_fixed) give the same bits with 1, 2 and 3 threads:
  * every kernel that sums (GEMMs over K, the linear layers' weight and bias gradients,
  * LayerNorm and RMSNorm statistics and weight gradients, the softmax cross-entropy and
- * its vocabulary-parallel steps, attention's row sums and its ring blocks, the embedding
+ * its vocabulary-parallel steps, attention's row sums, its ring blocks and bitwise cp's
+ * chunks (which give the same bits whichever rank's list holds a chunk), the embedding
  * gradient, the sum of squares of the gradient norm, rotary's group sums), at shapes
  * whose K passes OpenBLAS's K block (360, 1000 > 320) and whose outputs span several
  * GEMM tiles with ragged edges. Also prints whether plain OpenBLAS differs here (why the
@@ -146,6 +147,50 @@ static size_t case_attention(const dt_ops *o, float *out) {
     return at;
 }
 
+/* Bitwise cp's chunk kernels: the 4 canonical chunks of a sequence in one call (one
+ * process) and as the lists {0, 3} and {1, 2} (cp 2's load-balanced ranks) give each
+ * chunk's rows, log-sum-exps, dq and dk | dv leaves the same bits. */
+static size_t case_attention_chunks(const dt_ops *o, float *out) {
+    enum { B = 2, T = 384, C = 64, NH = 4, Q = 4, Tc = T / Q };
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T, nf = (size_t)B * T * 2 * C;
+    float *qkv = fill(nq), *dy = fill(no), *y = malloc(no * sizeof(float)), *lse = malloc(nl * sizeof(float));
+    float *dq = calloc(nq, sizeof(float)), *lv = calloc(Q * nf, sizeof(float)), *lv2 = calloc(Q * nf, sizeof(float));
+    float *y2 = malloc(no / 2 * sizeof(float)), *l2 = malloc(nl / 2 * sizeof(float)), *dy2 = malloc(no / 2 * sizeof(float));
+    float *dq2 = calloc(nq / 2, sizeof(float)), *leaf[Q], *leaf2[2];
+    int all[Q] = {0, Tc, 2 * Tc, 3 * Tc}, lists[2][2] = {{0, 3}, {1, 2}};
+    for (int c = 0; c < Q; c++) leaf[c] = lv + (size_t)c * nf;
+    o->attention_chunks_fwd(y, lse, qkv, B, T, C, NH, all, Q, Tc);
+    o->attention_chunks_bwd(dq, leaf, dy, qkv, y, lse, B, T, C, NH, all, Q, Tc);
+    int same = 1;
+    for (int r = 0; r < 2; r++) {
+        int p0[2] = {lists[r][0] * Tc, lists[r][1] * Tc}, Tq = 2 * Tc;
+        for (int b = 0; b < B; b++) /* this rank's rows of dout and of the whole output */
+            for (int k = 0; k < 2; k++)
+                memcpy(dy2 + ((size_t)b * Tq + k * Tc) * C, dy + ((size_t)b * T + p0[k]) * C, (size_t)Tc * C * sizeof(float));
+        for (int k = 0; k < 2; k++) leaf2[k] = lv2 + (size_t)lists[r][k] * nf;
+        o->attention_chunks_fwd(y2, l2, qkv, B, T, C, NH, p0, 2, Tc);
+        o->attention_chunks_bwd(dq2, leaf2, dy2, qkv, y2, l2, B, T, C, NH, p0, 2, Tc);
+        for (int b = 0; b < B; b++)
+            for (int k = 0; k < 2; k++) {
+                size_t mine = (size_t)b * Tq + k * Tc, whole = (size_t)b * T + p0[k];
+                same &= !memcmp(y2 + mine * C, y + whole * C, (size_t)Tc * C * sizeof(float));
+                same &= !memcmp(dq2 + mine * 3 * C, dq + whole * 3 * C, (size_t)Tc * 3 * C * sizeof(float));
+                for (int h = 0; h < NH; h++)
+                    same &= !memcmp(l2 + ((size_t)b * NH + h) * Tq + k * Tc, lse + ((size_t)b * NH + h) * T + p0[k],
+                                    (size_t)Tc * sizeof(float));
+            }
+    }
+    for (int c = 0; c < Q; c++) /* each leaf: keys up to its chunk's end, batch by batch */
+        for (int b = 0; b < B; b++)
+            same &= !memcmp(lv2 + c * nf + (size_t)b * T * 2 * C, lv + c * nf + (size_t)b * T * 2 * C,
+                            (size_t)(c + 1) * Tc * 2 * C * sizeof(float));
+    CHECK(same, "attention chunks: the lists {0, 3} and {1, 2} give the one call's bits");
+    size_t at = put(out, 0, y, no);
+    at = put(out, at, lse, nl), at = put(out, at, dq, nq), at = put(out, at, lv, Q * nf);
+    free(qkv), free(dy), free(y), free(lse), free(dq), free(lv), free(lv2), free(y2), free(l2), free(dy2), free(dq2);
+    return at;
+}
+
 static size_t case_rest(const dt_ops *o, float *out) {
     int B = 3, T = 50, C = 96, rows = 40;
     float *dwte = fill((size_t)rows * C), *dwpe = fill((size_t)T * C), *dout = fill((size_t)B * T * C);
@@ -185,7 +230,8 @@ int main(void) {
         const char *name;
         kernel_case fn;
     } cases[] = {{"gemm", case_gemm},     {"gemm blocks", case_gemm_blocks}, {"linear", case_linear},       {"layernorm/rmsnorm", case_norms},
-                 {"cross-entropy", case_xent}, {"attention", case_attention}, {"embedding/sumsq/rope", case_rest}};
+                 {"cross-entropy", case_xent}, {"attention", case_attention}, {"attention chunks", case_attention_chunks},
+                 {"embedding/sumsq/rope", case_rest}};
     const dt_ops *o = dt_ops_cpu_fixed();
     float *ref = malloc(CAP * sizeof(float)), *got = malloc(CAP * sizeof(float));
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
