@@ -236,7 +236,7 @@ for i in range(args.cases):
         shutil.rmtree(ck, ignore_errors=True)
         desc += " | resumed after %d on np %d: %s" % (k, world2, " ".join(
             "%s=%s" % (q.split(".")[-1], v) for q, v in lay2.items()))
-        rc, out = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) +
+        rc, out = run(MPI + ["-np", str(world), args.dtrain, "train"] + base + sets(model) + sets(lay) + chunks +
                       ["--set", "train.stop_after=%d" % k, "--save", ck], "%s/%s.first.log" % (tmp, name))
         if rc != 0:
             problems.append("first half rc %s: %s" % (rc, " / ".join(out.strip().splitlines()[-2:])))
