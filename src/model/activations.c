@@ -20,10 +20,7 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
      * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
      * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
-    size_t head_rows = (128u << 20) / Vp;
-    if (head_rows < 64) head_rows = 64;
-    if (head_rows > BT) head_rows = BT;
-    if (lay->row_block > 0) head_rows = (size_t)lay->row_block; /* the same row chunks in every layout */
+    size_t head_rows = gpt_head_rows(Vp, BT, lay->row_block);
     gpt_acts dummy;
     gpt_slot dummy_slot;
     if (!a) {
@@ -80,6 +77,14 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
     LAY(shared)
 #undef LAY
     return total;
+}
+
+size_t gpt_head_rows(size_t Vp, size_t BT, int row_block) {
+    size_t r = (128u << 20) / Vp;
+    if (r < 64) r = 64;
+    if (r > BT) r = BT;
+    if (row_block > 0) r = r < (size_t)row_block ? (size_t)row_block : r / (size_t)row_block * (size_t)row_block;
+    return r;
 }
 
 size_t gpt_activation_bytes(const gpt_shape *s, int B, int T, size_t elem_bytes) {

@@ -245,6 +245,10 @@ ln_grads gpt_norm_grads(gpt_model *m, int iw, int ib);
 /* norm.c: the family's norm (LayerNorm, or RMSNorm: b, db and mean unused) over N rows */
 void gpt_norm_fwd(gpt_model *m, float *out, float *mean, float *rstd, const float *in, const float *w, const float *b,
                   int N);
+/* Rows of a head chunk for padded vocabulary Vp over BT rows (activations.c): chunks are
+ * large (up to 512 MB of logits) because every chunk re-reads and re-writes the whole
+ * dwte in its GEMM; with row_block (cp_chunks.c) a multiple of it. */
+size_t gpt_head_rows(size_t Vp, size_t BT, int row_block);
 dt_status gpt_norm_bwd(gpt_model *m, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
                   const float *mean, const float *rstd, int N);
 

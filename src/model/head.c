@@ -57,6 +57,12 @@ static dt_status xent_canon(gpt_model *m, int R, int r0, const dt_token *targets
     return DT_OK;
 }
 
+/* Bitwise mode with parallel.cp_chunks: the canonical row blocks of R rows; else all R. */
+static int row_block(const gpt_model *m, int R) {
+    int r = m->cp_comm.row_block;
+    return r > 0 && r < R ? r : R;
+}
+
 /* The head's GEMMs of one row chunk in the canonical chunks: logits per vocabulary block,
  * dlnf's leaves summed by the tree, dwte per block of rows. */
 static dt_status head_canon(gpt_model *m, const float *x, const float *wte, float *dwte, int R, int r0,
@@ -66,18 +72,24 @@ static dt_status head_canon(gpt_model *m, const float *x, const float *wte, floa
     int C = m->shape.n_embd, Vl = m->shape.padded_vocab / m->tp, L = m->canon / m->tp, vb = Vl / L;
     const float *in[64], *w[64];
     float *lg[64], *out[64]; /* lg: the logits' blocks, then their gradients */
-    for (int l = 0; l < L; l++) in[l] = x, w[l] = S(m, wte, (size_t)l * vb * C), lg[l] = S(m, a->logits, (size_t)l * vb);
-    dt_gemm_blocks(o, 0, 1, R, vb, C, 1.0f, in, C, w, C, 0.0f, lg, Vl, L, m->canon);
+    int RB = row_block(m, R); /* the logits' and dlnf's GEMMs per canonical row block (cp_chunks.c) */
+    for (int r = 0; r < R; r += RB) {
+        for (int l = 0; l < L; l++)
+            in[l] = x + (size_t)r * C, w[l] = S(m, wte, (size_t)l * vb * C), lg[l] = S(m, a->logits, (size_t)r * Vl + l * vb);
+        dt_gemm_blocks(o, 0, 1, RB, vb, C, 1.0f, in, C, w, C, 0.0f, lg, Vl, L, m->canon);
+    }
     DT_TRY(xent_canon(m, R, r0, targets, grad_scale));
     if (grad_scale == 0.0f) return DT_OK;
-    float *leaf[64];
+    float *leaf[64], *lr[64];
     leaf[0] = S(m, a->dsmall, (size_t)r0 * C);
     for (int l = 1; l < L; l++) leaf[l] = S(m, a->leaves, (size_t)(l - 1) * R * C);
-    const float *const *g = (const float *const *)lg;
-    dt_gemm_blocks(o, 0, 0, R, C, vb, 1.0f, g, Vl, w, C, 0.0f, leaf, C, L, m->canon);
+    for (int r = 0; r < R; r += RB) {
+        for (int l = 0; l < L; l++) lg[l] = S(m, a->logits, (size_t)r * Vl + l * vb), lr[l] = S(m, leaf[l], (size_t)r * C);
+        dt_gemm_blocks(o, 0, 0, RB, C, vb, 1.0f, (const float *const *)lg, Vl, w, C, 0.0f, lr, C, L, m->canon);
+    }
     if (dwte) {
-        for (int l = 0; l < L; l++) out[l] = S(m, dwte, (size_t)l * vb * C);
-        dt_gemm_blocks(o, 1, 0, vb, C, R, 1.0f, g, Vl, in, C, 1.0f, out, C, L, m->canon);
+        for (int l = 0; l < L; l++) in[l] = x, lg[l] = S(m, a->logits, (size_t)l * vb), out[l] = S(m, dwte, (size_t)l * vb * C);
+        dt_gemm_blocks(o, 1, 0, vb, C, R, 1.0f, (const float *const *)lg, Vl, in, C, 1.0f, out, C, L, m->canon);
     }
     gpt_canon_tree(m, leaf, L, (size_t)R * C);
     return DT_OK;
@@ -95,7 +107,10 @@ static dt_status head_cp_dwte(gpt_model *m, const float *lnf, const float *wte, 
     const dt_ops *o = m->ops;
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, Vl = m->shape.padded_vocab / m->tp, L = m->canon / m->tp, vb = Vl / L;
-    int n = m->cp_comm.size, per = L / n, first = m->cp_comm.rank * per, R = a->head_rows, NT = N * n, W = per * vb;
+    int n = m->cp_comm.size, per = L / n, first = m->cp_comm.rank * per, NT = N * n, W = per * vb;
+    int R = (int)gpt_head_rows((size_t)m->shape.padded_vocab, (size_t)NT, m->cp_comm.row_block), RB = row_block(m, R);
+    if ((size_t)R * W > (size_t)a->head_rows * m->shape.padded_vocab)
+        return dt_fail(DT_ERUNTIME, "context parallelism: the head's chunk of %d rows does not fit its logits", R);
     int c0 = m->tp_rank * Vl + first * vb, V = m->shape.vocab_size, real = V - c0 < 0 ? 0 : V - c0 > W ? W : V - c0;
     float *mx = m->cp_comm.scratch, *st = mx + N, *junk = st + 2 * (size_t)N;
     const void *x, *amx, *ast, *atg;
@@ -105,15 +120,22 @@ static dt_status head_cp_dwte(gpt_model *m, const float *lnf, const float *wte, 
     DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, targets, N, sizeof(dt_token), 4, &atg));
     const float *in[64], *w[64];
     float *lg[64], *out[64];
-    for (int r0 = 0; r0 < NT; r0 += R) {
+    for (int r0 = 0; r0 < NT; r0 += R) { /* the one process's chunks, its row blocks within them */
+        int Rc = NT - r0 < R ? NT - r0 : R;
+        for (int r = 0; r < Rc; r += RB) {
+            for (int i = 0; i < per; i++) {
+                in[i] = (const float *)x + (size_t)(r0 + r) * C, w[i] = S(m, wte, (size_t)(first + i) * vb * C);
+                lg[i] = S(m, a->logits, (size_t)r * W + i * vb);
+            }
+            dt_gemm_blocks(o, 0, 1, RB, vb, C, 1.0f, in, C, w, C, 0.0f, lg, W, per, m->canon);
+        }
+        o->xent_finish(a->logits, junk, (const float *)amx + r0, (const float *)ast + 2 * (size_t)r0,
+                       (const dt_token *)atg + r0, Rc, W, real, c0, grad_scale);
         for (int i = 0; i < per; i++) {
-            in[i] = (const float *)x + (size_t)r0 * C, w[i] = S(m, wte, (size_t)(first + i) * vb * C);
+            in[i] = (const float *)x + (size_t)r0 * C;
             lg[i] = S(m, a->logits, (size_t)i * vb), out[i] = S(m, dwte, (size_t)(first + i) * vb * C);
         }
-        dt_gemm_blocks(o, 0, 1, R, vb, C, 1.0f, in, C, w, C, 0.0f, lg, W, per, m->canon);
-        o->xent_finish(a->logits, junk, (const float *)amx + r0, (const float *)ast + 2 * (size_t)r0,
-                       (const dt_token *)atg + r0, R, W, real, c0, grad_scale);
-        dt_gemm_blocks(o, 1, 0, vb, C, R, 1.0f, (const float *const *)lg, W, in, C, 1.0f, out, C, per, m->canon);
+        dt_gemm_blocks(o, 1, 0, vb, C, Rc, 1.0f, (const float *const *)lg, W, in, C, 1.0f, out, C, per, m->canon);
     }
     return DT_OK;
 }
