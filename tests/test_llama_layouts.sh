@@ -84,13 +84,27 @@ for lay in "pack-dp2:2:" "pack-tp2:2:--set parallel.tp=2" "pack-cp2:2:--set para
 done
 # bitwise mode: the single process's weights
 bref=$(dp_run bref 1 --set parallel.determinism=bitwise)
-for lay in "dp2-zero3:2:--set parallel.zero=3" "pp2:2:--set parallel.pp=2"; do
+# and with tensor parallelism (src/model/tp_chunks.c: q, k, v, o, gate, up and down in the
+# canonical chunks, as GPT-2's projections): tp 2 alone, with ZeRO-3, with pp and on 2
+# threads, and tp 4 where the key/value heads split 4 ways
+for lay in "dp2-zero3:2:--set parallel.zero=3" "pp2:2:--set parallel.pp=2" "tp2:2:--set parallel.tp=2" \
+           "dp2-tp2-zero3:4:--set parallel.tp=2 --set parallel.zero=3" "pp2-tp2:4:--set parallel.tp=2 --set parallel.pp=2" \
+           "tp2-threads2:2:--set parallel.tp=2 --threads 2"; do
   name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
   # shellcheck disable=SC2086
-  got=$(dp_run "b$name" "$np" --set parallel.determinism=bitwise $args)
+  got=$(OMP_NUM_THREADS=$(case $name in *threads2) echo 2 ;; *) echo 1 ;; esac) \
+        dp_run "b$name" "$np" --set parallel.determinism=bitwise $args)
   [ -n "$bref" ] && [ "$got" = "$bref" ] && pass "bitwise $name: the single process's weights" ||
     fail "bitwise $name: $got vs $bref"
 done
+MHA=(--set model.n_kv_head=4)
+bmha=$(dp_run bmha 1 --set parallel.determinism=bitwise "${MHA[@]}")
+got=$(dp_run btp4 4 --set parallel.determinism=bitwise "${MHA[@]}" --set parallel.tp=4)
+[ -n "$bmha" ] && [ "$got" = "$bmha" ] && pass "bitwise tp4 (4 key/value heads): the single process's weights" ||
+  fail "bitwise tp4: $got vs $bmha $(grep -m1 error "$TMP/btp4.out")"
+RUN=("${DP_RUN[@]}")
+refused "bitwise tp4 over 2 key/value heads" "key/value heads replicated" 4 --set parallel.tp=4 \
+  --set parallel.determinism=bitwise
 # bf16 follows fp32; the tied variant in a pipeline (the head's share of the embedding summed)
 dp_run bf16 1 --set precision=bf16 >/dev/null
 python3 - "$TMP/ref.jsonl" "$TMP/bf16.jsonl" <<'PY' && pass "bf16 within 1% of fp32" || fail "bf16 vs fp32"

@@ -190,7 +190,7 @@ full && for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" "dp2_
 done
 refused "bitwise tp without the chunks" "bitwise with parallel.tp_chunks 1" 2 --set parallel.tp=2 \
   --set parallel.tp_chunks=1 --set parallel.determinism=bitwise
-refused "bitwise tp with sp" "the Llama family, sp" 2 --set parallel.tp=2 --set parallel.sp=true \
+refused "bitwise tp with sp" "tp_chunks 1, sp," 2 --set parallel.tp=2 --set parallel.sp=true \
   --set parallel.determinism=bitwise
 refused "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
 refused "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48

@@ -33,12 +33,15 @@ dt_status gpt_attention_forward(gpt_model *m, const gpt_slot *a, const block_act
     DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
     if (llama(m)) { /* q, k, v (scratch), then rotated and grouped into qkv */
         float *q = m->acts->dbig, *k = S(m, q, (size_t)N * w.Cl), *v = S(m, k, (size_t)N * w.Ckv);
-        gpt_linear_t_fwd(m, q, in, P(m, j, T_QW), P(m, j, T_QB), N, C, w.Cl);
-        gpt_linear_t_fwd(m, k, in, P(m, j, T_KW), P(m, j, T_KB), N, C, w.Ckv);
-        gpt_linear_t_fwd(m, v, in, P(m, j, T_VW), P(m, j, T_VB), N, C, w.Ckv);
+        void (*col)(gpt_model *, float *, const float *, const float *, const float *, int, int, int) =
+            m->canon ? gpt_colt_fwd : gpt_linear_t_fwd; /* the canonical blocks (tp_chunks.c) */
+        col(m, q, in, P(m, j, T_QW), P(m, j, T_QB), N, C, w.Cl);
+        col(m, k, in, P(m, j, T_KW), P(m, j, T_KB), N, C, w.Ckv);
+        col(m, v, in, P(m, j, T_VW), P(m, j, T_VB), N, C, w.Ckv);
         o->rope_qkv_fwd(b->qkv, q, k, v, a->pos, m->acts->inv_freq, N, w.NHl, w.NKVl, w.HS);
         DT_TRY(attend_fwd(m, a, b, w));
-        gpt_linear_t_fwd(m, proj, b->atty, P(m, j, T_APW), NULL, N, w.Cl, C);
+        if (m->canon) gpt_rowt_fwd(m, proj, b->atty, P(m, j, T_APW), N, w.Cl, C);
+        else gpt_linear_t_fwd(m, proj, b->atty, P(m, j, T_APW), NULL, N, w.Cl, C);
     } else if (m->canon) { /* the canonical chunks (tp_chunks.c); the bias added to the completed sum */
         gpt_col_fwd(m, b->qkv, in, P(m, j, T_QKVW), P(m, j, T_QKVB), N, C, 3 * w.Cl, 3);
         DT_TRY(attend_fwd(m, a, b, w));
@@ -64,13 +67,26 @@ dt_status gpt_attention_forward(gpt_model *m, const gpt_slot *a, const block_act
 static dt_status qkv_t_bwd(gpt_model *m, float *dx, float *raw, const float *in, int j, int split, int N, widths w) {
     int C = m->shape.n_embd;
     float *dq = raw, *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
-    if (dx) {
+    if (dx && m->canon) { /* the three projections' canonical leaves, then their tree */
+        float *leaf[64];
+        gpt_canon_leaves(m, dx, (size_t)N * C, leaf);
+        gpt_colt_bwd(m, leaf, 0, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl);
+        gpt_colt_bwd(m, leaf, 1, NULL, NULL, dk, NULL, P(m, j, T_KW), N, C, w.Ckv);
+        gpt_colt_bwd(m, leaf, 1, NULL, NULL, dv, NULL, P(m, j, T_VW), N, C, w.Ckv);
+        gpt_canon_tree(m, leaf, m->canon / m->tp, (size_t)N * C);
+    } else if (dx) {
         gpt_linear_t_bwd(m, dx, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl, 0);
         gpt_linear_t_bwd(m, dx, NULL, NULL, dk, NULL, P(m, j, T_KW), N, C, w.Ckv, 1);
         gpt_linear_t_bwd(m, dx, NULL, NULL, dv, NULL, P(m, j, T_VW), N, C, w.Ckv, 1);
-        DT_TRY(gpt_kv_sum(m, dk, 2 * (size_t)N * w.Ckv)); /* dk | dv */
     }
+    if (dx) DT_TRY(gpt_kv_sum(m, dk, 2 * (size_t)N * w.Ckv)); /* dk | dv */
     if (split && dx) return DT_OK; /* the weight gradients in the split's weight pass */
+    if (m->canon) {
+        gpt_colt_bwd(m, NULL, 0, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl);
+        gpt_colt_bwd(m, NULL, 0, G(m, j, T_KW), G(m, j, T_KB), dk, in, NULL, N, C, w.Ckv);
+        gpt_colt_bwd(m, NULL, 0, G(m, j, T_VW), G(m, j, T_VB), dv, in, NULL, N, C, w.Ckv);
+        return DT_OK;
+    }
     gpt_linear_t_bwd(m, NULL, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl, 0);
     gpt_linear_t_bwd(m, NULL, G(m, j, T_KW), G(m, j, T_KB), dk, in, NULL, N, C, w.Ckv, 0);
     gpt_linear_t_bwd(m, NULL, G(m, j, T_VW), G(m, j, T_VB), dv, in, NULL, N, C, w.Ckv, 0);
@@ -96,7 +112,8 @@ dt_status gpt_attention_backward(gpt_model *m, gpt_slot *s, const block_acts *b,
     float *dqkv = ll ? a->dbig : k->qkv, *raw = !ll ? NULL : split ? k->qkv : S(m, a->dbig, (size_t)N * 3 * w.Cl);
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dout));
     if (split) o->copy(k->ap, dout, NC);
-    if (ll) gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_APW, split), NULL, dout, b->atty, P(m, j, T_APW), N, w.Cl, C, 0);
+    if (ll && m->canon) gpt_rowt_bwd(m, a->dsmall, WG(m, j, T_APW, split), dout, b->atty, P(m, j, T_APW), N, w.Cl, C);
+    else if (ll) gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_APW, split), NULL, dout, b->atty, P(m, j, T_APW), N, w.Cl, C, 0);
     else if (m->canon)
         DT_TRY(gpt_row_bwd(m, a->dsmall, WG(m, j, T_APW, split), WG(m, j, T_APB, split), dout, b->atty, P(m, j, T_APW), N,
                     w.Cl, C));
@@ -126,7 +143,8 @@ dt_status gpt_attention_weight(gpt_model *m, const gpt_slot *s, const block_acts
     int C = m->shape.n_embd, N = s->B * s->T;
     widths w = widths_of(m);
     float *in;
-    if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_APW), NULL, k->ap, b->atty, NULL, N, w.Cl, C, 0);
+    if (llama(m) && m->canon) gpt_rowt_bwd(m, NULL, G(m, j, T_APW), k->ap, b->atty, NULL, N, w.Cl, C);
+    else if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_APW), NULL, k->ap, b->atty, NULL, N, w.Cl, C, 0);
     else if (m->canon) DT_TRY(gpt_row_bwd(m, NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C));
     else o->linear_bwd(NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));

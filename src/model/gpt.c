@@ -250,15 +250,20 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     if (tp > 1 && (!ops->xent_rowmax || !ops->xent_rowsum || !ops->xent_finish))
         return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
                        ops->name);
-    if (m->canon && (m->shape.family != GPT_FAMILY_GPT2 || m->sp || m->canon % tp || m->shape.n_embd % m->canon ||
-                     m->shape.padded_vocab % m->canon || m->canon > 64))
-        return dt_fail(DT_EINPUT, "model: canonical chunks %d (bitwise mode with tensor parallelism) need the GPT-2 "
-                       "family without sp, and divide the width %d and the padded vocabulary %d, tp %d dividing "
-                       "them", m->canon, m->shape.n_embd, m->shape.padded_vocab, tp);
-    if (layout->row_block > 0 && (!m->canon || layout->documents || max_T % layout->row_block))
-        return dt_fail(DT_EINPUT, "model: parallel.cp_chunks (bitwise mode's sequence chunks) needs the canonical "
-                       "tensor-parallel chunks (GPT-2, parallel.tp_chunks > 1, no sp), no documents, and chunks "
-                       "of whole rows");
+    int kvw = m->shape.n_kv_head * (m->shape.n_embd / m->shape.n_head); /* Llama: the key/value width */
+    if (m->canon && (m->sp || m->canon % tp || m->shape.n_embd % m->canon || m->shape.padded_vocab % m->canon ||
+                     m->canon > 64 ||
+                     (m->shape.family == GPT_FAMILY_LLAMA &&
+                      (m->shape.n_kv_head % tp || kvw % m->canon || m->shape.intermediate % m->canon))))
+        return dt_fail(DT_EINPUT, "model: canonical chunks %d (bitwise mode with tensor parallelism) need no sp, "
+                       "and divide the width %d and the padded vocabulary %d (Llama: the key/value width and the "
+                       "MLP's too, its key/value heads split over tp %d, not replicated), tp dividing them", m->canon,
+                       m->shape.n_embd, m->shape.padded_vocab, tp);
+    if (layout->row_block > 0 && (!m->canon || m->shape.family != GPT_FAMILY_GPT2 || layout->documents ||
+                                  max_T % layout->row_block))
+        return dt_fail(DT_EINPUT, "model: parallel.cp_chunks (bitwise mode's sequence chunks) needs the GPT-2 family "
+                       "with the canonical tensor-parallel chunks (parallel.tp_chunks > 1, no sp), no documents, "
+                       "and chunks of whole rows");
     if (m->sp && ((long long)max_B * max_T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", max_B, max_T, tp);

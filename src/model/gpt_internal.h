@@ -75,6 +75,20 @@ dt_status gpt_col_bwd(gpt_model *m, float *dx, float *dw, float *db, const float
 void gpt_row_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int ICl, int OC);
 dt_status gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float *dy, const float *in, const float *w,
                       int N, int ICl, int OC);
+/* The same in nn.Linear's layout (weight [OUT, IN]: Llama's projections). Column-parallel
+ * (q, k, v, gate, up; OUTl this rank's rows of the weight): the output and the weight and
+ * bias gradients per canonical block; the input gradient into the local chunks' leaves
+ * (gpt_canon_leaves of dx; acc: added to what an earlier projection of the same input left
+ * there; NULL: none), the caller summing them by gpt_canon_tree once all are in.
+ * Row-parallel (o_proj, down; INl this rank's columns): the K chunks' products summed by
+ * the tree; its gradients per block. */
+void gpt_canon_leaves(gpt_model *m, float *out, size_t n, float **leaf);
+void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUTl);
+void gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, float *db, const float *dy, const float *in,
+                  const float *w, int N, int IN, int OUTl);
+void gpt_rowt_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int INl, int OUT);
+void gpt_rowt_bwd(gpt_model *m, float *dx, float *dw, const float *dy, const float *in, const float *w, int N, int INl,
+                  int OUT);
 /* out[N, n] += bias (the row-parallel bias, added once to the completed sum) */
 void gpt_add_bias(gpt_model *m, float *out, const float *bias, int N, int n);
 /* The canonical tree over L leaves of n floats: leaf[0] (the result) and leaf[1..L-1] */

@@ -13,10 +13,13 @@ dt_status gpt_mlp_forward(gpt_model *m, const gpt_slot *a, const block_acts *b, 
     DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
     if (llama(m)) { /* fch: gate | up */
         float *gate = b->fch, *up = S(m, b->fch, (size_t)N * Il);
-        gpt_linear_t_fwd(m, gate, in, P(m, j, T_FCW), NULL, N, C, Il);
-        gpt_linear_t_fwd(m, up, in, P(m, j, T_UPW), NULL, N, C, Il);
+        void (*col)(gpt_model *, float *, const float *, const float *, const float *, int, int, int) =
+            m->canon ? gpt_colt_fwd : gpt_linear_t_fwd; /* the canonical blocks (tp_chunks.c) */
+        col(m, gate, in, P(m, j, T_FCW), NULL, N, C, Il);
+        col(m, up, in, P(m, j, T_UPW), NULL, N, C, Il);
         o->swiglu_fwd(b->fcg, gate, up, (size_t)N * Il);
-        gpt_linear_t_fwd(m, proj, b->fcg, P(m, j, T_MPW), NULL, N, Il, C);
+        if (m->canon) gpt_rowt_fwd(m, proj, b->fcg, P(m, j, T_MPW), N, Il, C);
+        else gpt_linear_t_fwd(m, proj, b->fcg, P(m, j, T_MPW), NULL, N, Il, C);
     } else if (m->canon) { /* the canonical chunks (tp_chunks.c); the bias added to the completed sum */
         gpt_col_fwd(m, b->fch, in, P(m, j, T_FCW), P(m, j, T_FCB), N, C, Il, 1);
         o->gelu_fwd(b->fcg, b->fch, (size_t)N * Il);
@@ -36,8 +39,12 @@ static void swiglu_bwd(gpt_model *m, const block_acts *b, const block_douts *k, 
                        int N) {
     int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp;
     float *dact = split ? m->acts->dbig : S(m, m->acts->dbig, 2 * (size_t)N * Il); /* d(silu(gate)·up) */
-    if (!split) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, dout, b->fcg, NULL, N, Il, C, 0);
-    gpt_linear_t_bwd(m, dact, NULL, NULL, dout, NULL, P(m, j, T_MPW), N, Il, C, 0);
+    if (m->canon) {
+        gpt_rowt_bwd(m, dact, split ? NULL : G(m, j, T_MPW), dout, b->fcg, P(m, j, T_MPW), N, Il, C);
+    } else {
+        if (!split) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, dout, b->fcg, NULL, N, Il, C, 0);
+        gpt_linear_t_bwd(m, dact, NULL, NULL, dout, NULL, P(m, j, T_MPW), N, Il, C, 0);
+    }
     m->ops->swiglu_bwd(k->fc, S(m, k->fc, (size_t)N * Il), dact, b->fch, S(m, b->fch, (size_t)N * Il), (size_t)N * Il);
 }
 
@@ -53,6 +60,15 @@ dt_status gpt_mlp_backward(gpt_model *m, gpt_slot *s, const block_acts *b, const
     if (llama(m)) {
         swiglu_bwd(m, b, k, dout, j, split, N);
         if (!split) DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
+        if (m->canon) { /* gate's and up's canonical leaves, then their tree */
+            float *leaf[64];
+            gpt_canon_leaves(m, a->dsmall, (size_t)N * C, leaf);
+            gpt_colt_bwd(m, leaf, 0, WG(m, j, T_FCW, split), NULL, k->fc, in, P(m, j, T_FCW), N, C, Il);
+            gpt_colt_bwd(m, leaf, 1, WG(m, j, T_UPW, split), NULL, S(m, k->fc, (size_t)N * Il), in, P(m, j, T_UPW), N,
+                         C, Il);
+            gpt_canon_tree(m, leaf, m->canon / m->tp, (size_t)N * C);
+            return gpt_tp_complete(m, a->dsmall, a->rows, N, dln);
+        }
         gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_FCW, split), NULL, k->fc, in, P(m, j, T_FCW), N, C, Il, 0);
         gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_UPW, split), NULL, S(m, k->fc, (size_t)N * Il), in, P(m, j, T_UPW),
                          N, C, Il, 1);
@@ -77,11 +93,15 @@ dt_status gpt_mlp_weight(gpt_model *m, const gpt_slot *s, const block_acts *b, c
     const dt_ops *o = m->ops;
     int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp, N = s->B * s->T;
     float *in;
-    if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, k->mp, b->fcg, NULL, N, Il, C, 0);
+    if (llama(m) && m->canon) gpt_rowt_bwd(m, NULL, G(m, j, T_MPW), k->mp, b->fcg, NULL, N, Il, C);
+    else if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, k->mp, b->fcg, NULL, N, Il, C, 0);
     else if (m->canon) DT_TRY(gpt_row_bwd(m, NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C));
     else o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
-    if (llama(m)) {
+    if (llama(m) && m->canon) {
+        gpt_colt_bwd(m, NULL, 0, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il);
+        gpt_colt_bwd(m, NULL, 0, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il);
+    } else if (llama(m)) {
         gpt_linear_t_bwd(m, NULL, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il, 0);
         gpt_linear_t_bwd(m, NULL, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il, 0);
     } else if (m->canon) {

@@ -154,3 +154,59 @@ dt_status gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float
     }
     return DT_OK;
 }
+
+/* ---- the same in nn.Linear's layout (weight [out, in]: Llama's projections) ---- */
+
+void gpt_canon_leaves(gpt_model *m, float *out, size_t n, float **leaf) { leaves_of(m, out, n, leaf); }
+
+void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUTl) {
+    int L = local_chunks(m), ob = OUTl / L;
+    const float *a[MAXB], *b[MAXB];
+    float *c[MAXB];
+    for (int k = 0; k < L; k++) a[k] = in, b[k] = S(m, w, (size_t)k * ob * IN), c[k] = S(m, out, (size_t)k * ob);
+    BLOCKS(0, 1, N, ob, IN, a, IN, b, IN, 0.0f, c, OUTl, L, m->canon);
+    if (!bias) return;
+    for (int k = 0; k < L; k++) a[k] = m->acts->ones, b[k] = S(m, bias, (size_t)k * ob);
+    BLOCKS(0, 0, N, ob, 1, a, 1, b, ob, 1.0f, c, OUTl, L, m->canon);
+}
+
+void gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, float *db, const float *dy, const float *in,
+                  const float *w, int N, int IN, int OUTl) {
+    int L = local_chunks(m), ob = OUTl / L;
+    const float *a[MAXB], *b[MAXB];
+    float *c[MAXB];
+    if (dw) {
+        for (int k = 0; k < L; k++) a[k] = S(m, dy, (size_t)k * ob), b[k] = in, c[k] = S(m, dw, (size_t)k * ob * IN);
+        BLOCKS(1, 0, ob, IN, N, a, OUTl, b, IN, 1.0f, c, IN, L, m->canon);
+    }
+    for (int k = 0; db && k < L; k++)
+        m->ops->gemm(1, 0, ob, 1, N, 1.0f, S(m, dy, (size_t)k * ob), OUTl, m->acts->ones, 1, 1.0f, S(m, db, (size_t)k * ob),
+                     1);
+    if (!leaf) return;
+    for (int l = 0; l < L; l++) a[l] = S(m, dy, (size_t)l * ob), b[l] = S(m, w, (size_t)l * ob * IN), c[l] = leaf[l];
+    BLOCKS(0, 0, N, IN, ob, a, OUTl, b, IN, acc ? 1.0f : 0.0f, c, IN, L, m->canon);
+}
+
+void gpt_rowt_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int INl, int OUT) {
+    int L = local_chunks(m), kb = INl / L;
+    float *leaf[64];
+    const float *a[MAXB], *b[MAXB];
+    leaves_of(m, out, (size_t)N * OUT, leaf);
+    for (int l = 0; l < L; l++) a[l] = S(m, in, (size_t)l * kb), b[l] = S(m, w, (size_t)l * kb);
+    BLOCKS(0, 1, N, OUT, kb, a, INl, b, INl, 0.0f, leaf, OUT, L, m->canon);
+    gpt_canon_tree(m, leaf, L, (size_t)N * OUT);
+}
+
+void gpt_rowt_bwd(gpt_model *m, float *dx, float *dw, const float *dy, const float *in, const float *w, int N, int INl,
+                  int OUT) {
+    int L = local_chunks(m), kb = INl / L;
+    const float *a[MAXB], *b[MAXB];
+    float *c[MAXB];
+    if (dw) {
+        for (int l = 0; l < L; l++) a[l] = dy, b[l] = S(m, in, (size_t)l * kb), c[l] = S(m, dw, (size_t)l * kb);
+        BLOCKS(1, 0, OUT, kb, N, a, OUT, b, INl, 1.0f, c, INl, L, m->canon);
+    }
+    if (!dx) return;
+    for (int l = 0; l < L; l++) a[l] = dy, b[l] = S(m, w, (size_t)l * kb), c[l] = S(m, dx, (size_t)l * kb);
+    BLOCKS(0, 0, N, kb, OUT, a, OUT, b, INl, 0.0f, c, INl, L, m->canon);
+}

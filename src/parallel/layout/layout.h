@@ -122,8 +122,12 @@ static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT
  * (tp refused in bitwise mode). */
 static inline int dt_layout_canon(const dt_layout *L) {
     int q = atoi(L->cfg.parallel.tp_chunks);
-    return dt_layout_bitwise(L) && q > 1 && L->shape.family == GPT_FAMILY_GPT2 && !L->sp && L->shape.n_embd % q == 0
-               ? q : 0;
+    const gpt_shape *s = &L->shape;
+    /* Llama: its key/value heads split over tp (not replicated), their width and the MLP's cut by q too */
+    int llama_ok = s->family != GPT_FAMILY_LLAMA ||
+                   (s->n_kv_head % L->tp == 0 && (s->n_kv_head * (s->n_embd / s->n_head)) % q == 0 &&
+                    s->intermediate % q == 0);
+    return dt_layout_bitwise(L) && q > 1 && llama_ok && !L->sp && s->n_embd % q == 0 ? q : 0;
 }
 /* Bitwise mode's canonical sequence chunks (parallel.cp_chunks; model_parallel/cp_chunks.c):
  * the rows of one (T / cp_chunks positions), 0 where off. */

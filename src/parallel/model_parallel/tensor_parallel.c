@@ -181,8 +181,9 @@ dt_status dt_tp_check(const dt_layout *L) {
         return dt_fail(DT_EINPUT, "parallel.tp %d: bitwise mode cuts the tensor-parallel sums into %d canonical "
                        "chunks, which tp must divide", tp, canon);
     if (dt_layout_bitwise(L) && !canon)
-        what = "parallel.determinism bitwise with parallel.tp_chunks 1, the Llama family, sp or a width not a "
-               "multiple of parallel.tp_chunks";
+        what = "parallel.determinism bitwise with parallel.tp_chunks 1, sp, Llama key/value heads replicated "
+               "over tp (tp above n_kv_head), or a width (Llama: key/value and MLP widths too) not a multiple of "
+               "parallel.tp_chunks";
     else if (L->cfg.log.sample_tokens > 0 && L->sp)
         what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";
     if (what) return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet", tp, what);
