@@ -89,7 +89,7 @@ bref=$(dp_run bref 1 --set parallel.determinism=bitwise)
 # threads, and tp 4 where the key/value heads split 4 ways
 for lay in "dp2-zero3:2:--set parallel.zero=3" "pp2:2:--set parallel.pp=2" "tp2:2:--set parallel.tp=2" \
            "dp2-tp2-zero3:4:--set parallel.tp=2 --set parallel.zero=3" "pp2-tp2:4:--set parallel.tp=2 --set parallel.pp=2" \
-           "tp2-threads2:2:--set parallel.tp=2 --threads 2"; do
+           "tp2-threads2:2:--set parallel.tp=2 --threads 2" "tp2-sp:2:--set parallel.tp=2 --set parallel.sp=true"; do
   name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
   # shellcheck disable=SC2086
   got=$(OMP_NUM_THREADS=$(case $name in *threads2) echo 2 ;; *) echo 1 ;; esac) \

@@ -148,8 +148,10 @@ s1=$(sed -n '/^--- sample/,/^---$/p' "$TMP/s1.out"); s4=$(sed -n '/^--- sample/,
 
 # bitwise mode (src/model/tp_chunks.c): every tensor-parallel sum in 4 canonical chunks
 # summed by one tree, the same in one process: tp 2 and 4, with dp and each ZeRO stage,
-# the central rank, pipelines, recompute and other thread counts end on the single
-# process's weights bit for bit, and each rank allocates the estimate to the byte
+# the central rank, pipelines, recompute, sequence parallelism (its norms' weight
+# gradients over every piece's rows, its reduce-scatter the tree's) and other thread
+# counts end on the single process's weights bit for bit, and each rank allocates the
+# estimate to the byte
 H4=(--set model.n_head=4)
 bref=$(dp_run bw1 1 "${H4[@]}" --set parallel.determinism=bitwise)
 [ -n "$bref" ] && pass "bitwise single process: $bref" || fail "bitwise single process: $(tail -2 "$TMP/bw1.out")"
@@ -159,9 +161,12 @@ for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" "dp2_tp2_zero
            "dp2_tp2_ps:4:--set parallel.tp=2 --set parallel.dp_mode=ps" \
            "pp2_tp2_zbh1:4:--set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=zb-h1" \
            "tp2_recompute:2:--set parallel.tp=2 --set train.recompute=full" \
-           "tp2_threads2:2:--set parallel.tp=2 --threads 2"; do
+           "tp2_threads2:2:--set parallel.tp=2 --threads 2" "tp2_sp:2:--set parallel.tp=2 --set parallel.sp=true" \
+           "tp4_sp:4:--set parallel.tp=4 --set parallel.sp=true" \
+           "dp2_tp2_sp_zero3:4:--set parallel.tp=2 --set parallel.sp=true --set parallel.zero=3" \
+           "pp2_tp2_sp:4:--set parallel.tp=2 --set parallel.sp=true --set parallel.pp=2"; do
   name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
-  case $name in tp2|dp2_tp2_zero3) ;; *) full || continue ;; esac
+  case $name in tp2|dp2_tp2_zero3|tp2_sp) ;; *) full || continue ;; esac
   got=$(OMP_NUM_THREADS=$([ $name = tp2_threads2 ] && echo 2 || echo 1) dp_run "bw_$name" "$np" "${H4[@]}" \
         --set parallel.determinism=bitwise $args)
   [ -n "$bref" ] && [ "$got" = "$bref" ] && pass "bitwise $name: the single process's digest" ||
@@ -182,7 +187,8 @@ refused "bitwise tp 8 (4 chunks)" "4 canonical chunks, which tp must divide" 8 -
   --set parallel.determinism=bitwise
 # bf16: each leaf and tree node rounded to bf16, in one process as across the ranks
 full && bref16=$(dp_run bw16 1 "${H4[@]}" --set parallel.determinism=bitwise --set precision=bf16)
-full && for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3"; do
+full && for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" "dp2_tp2_zero3:4:--set parallel.tp=2 --set parallel.zero=3" \
+                  "tp2_sp:2:--set parallel.tp=2 --set parallel.sp=true"; do
   name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
   got=$(dp_run "bw16_$name" "$np" "${H4[@]}" --set parallel.determinism=bitwise --set precision=bf16 $args)
   [ -n "$bref16" ] && [ "$got" = "$bref16" ] && [ "$bref16" != "$bref" ] && pass "bitwise bf16 $name: the bf16 single process's digest" ||
@@ -190,8 +196,6 @@ full && for lay in "tp2:2:--set parallel.tp=2" "tp4:4:--set parallel.tp=4" "dp2_
 done
 refused "bitwise tp without the chunks" "bitwise with parallel.tp_chunks 1" 2 --set parallel.tp=2 \
   --set parallel.tp_chunks=1 --set parallel.determinism=bitwise
-refused "bitwise tp with sp" "tp_chunks 1, sp," 2 --set parallel.tp=2 --set parallel.sp=true \
-  --set parallel.determinism=bitwise
 refused "n_head % tp" "must divide model.n_head" 2 --set parallel.tp=2 --set model.n_head=1
 refused "vocabulary % tp" "padded vocabulary" 3 --set parallel.tp=3 --set model.n_head=3 --set model.n_embd=48
 refused "world % tp" "not divisible by tp" 3 --set parallel.tp=2

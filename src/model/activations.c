@@ -71,7 +71,8 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
         {&a->logits, head * head_rows * Vp, E, OTH}, {&a->losses, head * BT, F32, OTH},  {&a->proj, BT * C, E, OTH},
         {&a->dsmall, BT * C, E, OTH},                {&a->dbig, BT * DB, E, TPR},         {(float **)&a->tgt, head * BT, TOK, OTH},
         {&a->xstat, head * (3 + 2 * L) * head_rows, F32, OTH}, {&a->full, sp * BT * C, E, OTH},
-        {&a->rows, sp * R * C, E, SEQ},              {&a->lngrad, sp * 4 * C, E, OTH},    {&a->inv_freq, ll * half, F32, OTH},
+        {&a->rows, sp * R * C, E, SEQ},              {&a->lngrad, sp * 4 * C, E, OTH},
+        {&a->lnrows, (sp && L) * 2 * BT * C, E, OTH}, {&a->lnstat, (sp && L) * 2 * BT, F32, OTH},    {&a->inv_freq, ll * half, F32, OTH},
         {&a->ones, (bias || L) * BT, E, OTH},       {&a->leaves, (L ? L - 1 : 0) * BT * C, E, OTH},
     };
     LAY(shared)

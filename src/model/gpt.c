@@ -251,15 +251,15 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
         return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
                        ops->name);
     int kvw = m->shape.n_kv_head * (m->shape.n_embd / m->shape.n_head); /* Llama: the key/value width */
-    if (m->canon && (m->sp || m->canon % tp || m->shape.n_embd % m->canon || m->shape.padded_vocab % m->canon ||
+    if (m->canon && (m->canon % tp || m->shape.n_embd % m->canon || m->shape.padded_vocab % m->canon ||
                      m->canon > 64 ||
                      (m->shape.family == GPT_FAMILY_LLAMA &&
                       (m->shape.n_kv_head % tp || kvw % m->canon || m->shape.intermediate % m->canon))))
-        return dt_fail(DT_EINPUT, "model: canonical chunks %d (bitwise mode with tensor parallelism) need no sp, "
-                       "and divide the width %d and the padded vocabulary %d (Llama: the key/value width and the "
+        return dt_fail(DT_EINPUT, "model: canonical chunks %d (bitwise mode with tensor parallelism) must "
+                       "divide the width %d and the padded vocabulary %d (Llama: the key/value width and the "
                        "MLP's too, its key/value heads split over tp %d, not replicated), tp dividing them", m->canon,
                        m->shape.n_embd, m->shape.padded_vocab, tp);
-    if (layout->row_block > 0 && (!m->canon || m->shape.family != GPT_FAMILY_GPT2 || layout->documents ||
+    if (layout->row_block > 0 && (!m->canon || m->sp || m->shape.family != GPT_FAMILY_GPT2 || layout->documents ||
                                   max_T % layout->row_block))
         return dt_fail(DT_EINPUT, "model: parallel.cp_chunks (bitwise mode's sequence chunks) needs the GPT-2 family "
                        "with the canonical tensor-parallel chunks (parallel.tp_chunks > 1, no sp), no documents, "

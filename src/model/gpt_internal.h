@@ -44,6 +44,8 @@ struct gpt_acts {
     float *full;   /* sp: BTC, a LayerNorm output (or dres) gathered over the sequence pieces */
     float *rows;   /* sp: RC, this rank's rows of a reduce-scattered sum */
     float *lngrad; /* sp: 4C, one block's LayerNorm gradients from this rank's rows, summed over tp */
+    float *lnrows, *lnstat; /* sp in bitwise mode: 2 x BTC, 2 x BT fp32: a norm's output gradient and input,
+                               mean and 1/std gathered over the sequence pieces (norm.c) */
     dt_token *tgt; /* BT: the targets, in the backend's memory */
     float *xstat;  /* 3 x head_rows: vocabulary-parallel row statistics (max; sum, target logit); canon:
                       then the local chunks' sums and target logits, 2 x head_rows each */

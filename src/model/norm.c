@@ -10,11 +10,33 @@ void gpt_norm_fwd(gpt_model *m, float *out, float *mean, float *rstd, const floa
     else m->ops->layernorm_fwd(out, mean, rstd, in, w, b, N, C);
 }
 
+/* Sequence parallelism in bitwise mode: the weight (and bias) gradients over every piece's
+ * rows, gathered in order, on every tensor-parallel rank (the one process's sum, whole on
+ * each: nothing left to sum over tp); the input gradient of this rank's rows. */
+static dt_status norm_bwd_sp(gpt_model *m, float *din, float *dw, float *db, const float *dout, const float *in,
+                             const float *w, const float *mean, const float *rstd, int Nl) {
+    const dt_ops *o = m->ops;
+    gpt_acts *a = m->acts;
+    int C = m->shape.n_embd, N = Nl * m->tp, ll = llama(m);
+    size_t stat = (size_t)Nl * sizeof(float) / m->esz; /* an fp32 row statistic in storage elements */
+    float *gd = a->lnrows, *gi = S(m, a->lnrows, (size_t)N * C), *gm = a->lnstat, *gr = a->lnstat + N;
+    if (din && ll) o->rmsnorm_bwd(din, NULL, dout, in, w, rstd, Nl, C);
+    else if (din) o->layernorm_bwd(din, NULL, NULL, dout, in, w, mean, rstd, Nl, C);
+    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, gd, dout, (size_t)Nl * C));
+    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, gi, in, (size_t)Nl * C));
+    if (!ll) DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, gm, mean, stat));
+    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, gr, rstd, stat));
+    if (ll) o->rmsnorm_bwd(NULL, dw, gd, gi, w, gr, N, C);
+    else o->layernorm_bwd(NULL, dw, db, gd, gi, w, gm, gr, N, C);
+    return DT_OK;
+}
+
 /* With cp_chunks.c's gather the weight and bias gradients are cp rank 0's, over every
  * rank's rows in sequence order (the one process's sum); the input gradient is per row. */
 dt_status gpt_norm_bwd(gpt_model *m, float *din, float *dw, float *db, const float *dout, const float *in,
                        const float *w, const float *mean, const float *rstd, int N) {
     int C = m->shape.n_embd;
+    if (dw && m->sp && m->canon) return norm_bwd_sp(m, din, dw, db, dout, in, w, mean, rstd, N);
     if (llama(m)) {
         m->ops->rmsnorm_bwd(din, dw, dout, in, w, rstd, N, C);
         return DT_OK;

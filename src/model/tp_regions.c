@@ -30,14 +30,15 @@ dt_status gpt_seq_gather(gpt_model *m, float *x, int N, float **all) {
     return m->tp_comm.allgather(m->tp_comm.ctx, m->acts->full, x, (size_t)local_rows(m, N) * m->shape.n_embd);
 }
 
+/* With sp in bitwise mode the norms' gradients are whole on every rank (norm.c): none to sum. */
 ln_grads gpt_ln_grad_target(gpt_model *m, float *dw, float *db, int part) {
-    if (!m->sp || !dw) return (ln_grads){dw, db};
+    if (!m->sp || !dw || m->canon) return (ln_grads){dw, db};
     float *w = S(m, m->acts->lngrad, (size_t)part * 2 * m->shape.n_embd);
     return (ln_grads){w, S(m, w, (size_t)m->shape.n_embd)};
 }
 
 dt_status gpt_ln_grad_finish(gpt_model *m, const ln_grads *dw, int nparts) {
-    if (!m->sp) return DT_OK;
+    if (!m->sp || m->canon) return DT_OK;
     int any = 0;
     for (int k = 0; k < nparts; k++) any |= dw[k].w != NULL;
     if (!any) return DT_OK; /* every one frozen (on every tensor-parallel rank alike): nothing to sum */

@@ -127,7 +127,7 @@ static inline int dt_layout_canon(const dt_layout *L) {
     int llama_ok = s->family != GPT_FAMILY_LLAMA ||
                    (s->n_kv_head % L->tp == 0 && (s->n_kv_head * (s->n_embd / s->n_head)) % q == 0 &&
                     s->intermediate % q == 0);
-    return dt_layout_bitwise(L) && q > 1 && llama_ok && !L->sp && s->n_embd % q == 0 ? q : 0;
+    return dt_layout_bitwise(L) && q > 1 && llama_ok && s->n_embd % q == 0 ? q : 0;
 }
 /* Bitwise mode's canonical sequence chunks (parallel.cp_chunks; model_parallel/cp_chunks.c):
  * the rows of one (T / cp_chunks positions), 0 where off. */

@@ -74,7 +74,9 @@ static dt_dtype storage(const tp_ctx *x) { return x->ops->bf16 ? DT_BF16 : DT_F3
 /* Bitwise mode's sum (tp_chunks.c): the canonical tree's levels above the ranks' own
  * chunks, in fp32 host memory (bf16: widened, each node rounded to bf16, narrowed back:
  * exact, its values being bf16's). */
-static dt_status tp_tree(tp_ctx *x, float *v, size_t n, int bf16) {
+/* The tree over n elements of in, elements [off, off + m) of the sum written to out (in
+ * place when in is out, whole, fp32 host memory). */
+static dt_status tp_tree_into(tp_ctx *x, const float *in, size_t n, float *out, size_t off, size_t m, int bf16) {
     double t0 = dt_now();
     if (n / 2 + 1 > x->tree_cap) {
         float *t2 = realloc(x->tree_tmp, (n / 2 + 1) * sizeof(float));
@@ -82,19 +84,22 @@ static dt_status tp_tree(tp_ctx *x, float *v, size_t n, int bf16) {
         x->tree_tmp = t2;
         x->tree_cap = n / 2 + 1;
     }
-    float *h = v;
-    if (bf16 || x->ops->on_device) {
+    float *h = out;
+    if (bf16 || x->ops->on_device || in != out || off || m != n) {
         DT_TRY(host_buffer(x, n * sizeof(float)));
         h = x->host;
-        if (bf16) dt_stage_widen(x->ops, h, v, n);
-        else x->ops->download(h, v, n * sizeof(float));
+        if (bf16) dt_stage_widen(x->ops, h, in, n);
+        else if (x->ops->on_device) x->ops->download(h, in, n * sizeof(float));
+        else memcpy(h, in, n * sizeof(float));
     }
     dt_status s = bf16 ? dt_tree_allreduce_bf16(x->comm, h, n, x->tree_tmp) : dt_tree_allreduce(x->comm, h, n, x->tree_tmp);
-    if (s == DT_OK && bf16) dt_stage_narrow(x->ops, v, h, n);
-    else if (s == DT_OK && h != v) x->ops->upload(v, h, n * sizeof(float));
+    if (s == DT_OK && bf16) dt_stage_narrow(x->ops, out, h + off, m);
+    else if (s == DT_OK && x->ops->on_device) x->ops->upload(out, h + off, m * sizeof(float));
+    else if (s == DT_OK && h != out) memcpy(out, h + off, m * sizeof(float));
     x->comm_s += dt_now() - t0;
     return s;
 }
+static dt_status tp_tree(tp_ctx *x, float *v, size_t n, int bf16) { return tp_tree_into(x, v, n, v, 0, n, bf16); }
 
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int op) {
     tp_ctx *c = ctx;
@@ -117,6 +122,9 @@ static dt_status tp_allgather(void *ctx, float *full, const float *local, size_t
 
 static dt_status tp_reduce_scatter(void *ctx, float *local, const float *full, size_t n) {
     tp_ctx *c = ctx;
+    size_t all = n * (size_t)dt_comm_size(c->comm);
+    if (c->canon) /* bitwise: the canonical tree over the whole sum, then this rank's rows of it */
+        return tp_tree_into(c, full, all, local, n * (size_t)dt_comm_rank(c->comm), n, c->ops->bf16);
     return tp_coll(c, c->comm, TP_REDUCE_SCATTER, storage(c), full, n * (size_t)dt_comm_size(c->comm), local, n, n);
 }
 
@@ -181,7 +189,7 @@ dt_status dt_tp_check(const dt_layout *L) {
         return dt_fail(DT_EINPUT, "parallel.tp %d: bitwise mode cuts the tensor-parallel sums into %d canonical "
                        "chunks, which tp must divide", tp, canon);
     if (dt_layout_bitwise(L) && !canon)
-        what = "parallel.determinism bitwise with parallel.tp_chunks 1, sp, Llama key/value heads replicated "
+        what = "parallel.determinism bitwise with parallel.tp_chunks 1, Llama key/value heads replicated "
                "over tp (tp above n_kv_head), or a width (Llama: key/value and MLP widths too) not a multiple of "
                "parallel.tp_chunks";
     else if (L->cfg.log.sample_tokens > 0 && L->sp)
