@@ -177,13 +177,17 @@ for i in range(args.cases):
         dp = world // (lay["parallel.tp"] * lay["parallel.pp"] * lay["parallel.cp"])
         if model["train.global_batch"] % (dp * m) == 0:
             ref_model["train.micro_batch"] = model["train.global_batch"] // (dp * m)
-    # bitwise GPT-2 in fp32 without sp: the sequence's canonical chunks (cp_chunks.c), in the reference
-    # and the layout alike, so cp is drawn too (4 chunks: cp 2; tp x cp must divide tp_chunks)
+    # bitwise in fp32 without sp: the sequence's canonical chunks (cp_chunks.c), in the reference and
+    # the layout alike, so cp is drawn too (4 chunks: cp 2; tp x cp must divide tp_chunks; Llama's
+    # widths cut by them, its key/value heads not replicated)
     chunks = []
-    if bitwise and model.get("model.family") != "llama" and lay.get("parallel.sp") != "true" and \
-            model["precision"] == "fp32":
+    q = 8 if lay["parallel.tp"] * lay["parallel.cp"] > 4 else 4
+    llama_cut = model.get("model.family") != "llama" or (
+        model["model.n_kv_head"] % lay["parallel.tp"] == 0 and model["model.intermediate_size"] % q == 0 and
+        model["model.n_kv_head"] * (model["model.n_embd"] // model["model.n_head"]) % q == 0)
+    if bitwise and llama_cut and lay.get("parallel.sp") != "true" and model["precision"] == "fp32":
         chunks = ["--set", "parallel.cp_chunks=4"]
-        if lay["parallel.tp"] * lay["parallel.cp"] > 4:
+        if q == 8:
             chunks += ["--set", "parallel.tp_chunks=8"]
         desc += " " + " ".join(c.split(".")[-1] for c in chunks[1::2])
     key = json.dumps(ref_model, sort_keys=True) + (" bitwise %d %s" % (ref_threads, chunks) if bitwise else "")

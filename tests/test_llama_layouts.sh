@@ -97,6 +97,16 @@ for lay in "dp2-zero3:2:--set parallel.zero=3" "pp2:2:--set parallel.pp=2" "tp2:
   [ -n "$bref" ] && [ "$got" = "$bref" ] && pass "bitwise $name: the single process's weights" ||
     fail "bitwise $name: $got vs $bref"
 done
+# context parallelism in bitwise mode (parallel.cp_chunks: cp_chunks.c), Llama as GPT-2
+CHK=(--set parallel.determinism=bitwise --set parallel.cp_chunks=4 --set log.sample_tokens=0)
+bcp=$(dp_run bcp1 1 "${CHK[@]}")
+for lay in "cp2:2:--set parallel.cp=2" "cp2-tp2:4:--set parallel.cp=2 --set parallel.tp=2"; do
+  name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+  # shellcheck disable=SC2086
+  got=$(dp_run "b$name" "$np" "${CHK[@]}" $args)
+  [ -n "$bcp" ] && [ "$got" = "$bcp" ] && pass "bitwise $name (4 sequence chunks): the single process's weights" ||
+    fail "bitwise $name: $got vs $bcp $(grep -m1 error "$TMP/b$name.out")"
+done
 MHA=(--set model.n_kv_head=4)
 bmha=$(dp_run bmha 1 --set parallel.determinism=bitwise "${MHA[@]}")
 got=$(dp_run btp4 4 --set parallel.determinism=bitwise "${MHA[@]}" --set parallel.tp=4)

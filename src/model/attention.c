@@ -70,9 +70,9 @@ static dt_status qkv_t_bwd(gpt_model *m, float *dx, float *raw, const float *in,
     if (dx && m->canon) { /* the three projections' canonical leaves, then their tree */
         float *leaf[64];
         gpt_canon_leaves(m, dx, (size_t)N * C, leaf);
-        gpt_colt_bwd(m, leaf, 0, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl);
-        gpt_colt_bwd(m, leaf, 1, NULL, NULL, dk, NULL, P(m, j, T_KW), N, C, w.Ckv);
-        gpt_colt_bwd(m, leaf, 1, NULL, NULL, dv, NULL, P(m, j, T_VW), N, C, w.Ckv);
+        DT_TRY(gpt_colt_bwd(m, leaf, 0, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl));
+        DT_TRY(gpt_colt_bwd(m, leaf, 1, NULL, NULL, dk, NULL, P(m, j, T_KW), N, C, w.Ckv));
+        DT_TRY(gpt_colt_bwd(m, leaf, 1, NULL, NULL, dv, NULL, P(m, j, T_VW), N, C, w.Ckv));
         gpt_canon_tree(m, leaf, m->canon / m->tp, (size_t)N * C);
     } else if (dx) {
         gpt_linear_t_bwd(m, dx, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl, 0);
@@ -82,9 +82,9 @@ static dt_status qkv_t_bwd(gpt_model *m, float *dx, float *raw, const float *in,
     if (dx) DT_TRY(gpt_kv_sum(m, dk, 2 * (size_t)N * w.Ckv)); /* dk | dv */
     if (split && dx) return DT_OK; /* the weight gradients in the split's weight pass */
     if (m->canon) {
-        gpt_colt_bwd(m, NULL, 0, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl);
-        gpt_colt_bwd(m, NULL, 0, G(m, j, T_KW), G(m, j, T_KB), dk, in, NULL, N, C, w.Ckv);
-        gpt_colt_bwd(m, NULL, 0, G(m, j, T_VW), G(m, j, T_VB), dv, in, NULL, N, C, w.Ckv);
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl));
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_KW), G(m, j, T_KB), dk, in, NULL, N, C, w.Ckv));
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_VW), G(m, j, T_VB), dv, in, NULL, N, C, w.Ckv));
         return DT_OK;
     }
     gpt_linear_t_bwd(m, NULL, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl, 0);
@@ -112,7 +112,7 @@ dt_status gpt_attention_backward(gpt_model *m, gpt_slot *s, const block_acts *b,
     float *dqkv = ll ? a->dbig : k->qkv, *raw = !ll ? NULL : split ? k->qkv : S(m, a->dbig, (size_t)N * 3 * w.Cl);
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dout));
     if (split) o->copy(k->ap, dout, NC);
-    if (ll && m->canon) gpt_rowt_bwd(m, a->dsmall, WG(m, j, T_APW, split), dout, b->atty, P(m, j, T_APW), N, w.Cl, C);
+    if (ll && m->canon) DT_TRY(gpt_rowt_bwd(m, a->dsmall, WG(m, j, T_APW, split), dout, b->atty, P(m, j, T_APW), N, w.Cl, C));
     else if (ll) gpt_linear_t_bwd(m, a->dsmall, WG(m, j, T_APW, split), NULL, dout, b->atty, P(m, j, T_APW), N, w.Cl, C, 0);
     else if (m->canon)
         DT_TRY(gpt_row_bwd(m, a->dsmall, WG(m, j, T_APW, split), WG(m, j, T_APB, split), dout, b->atty, P(m, j, T_APW), N,
@@ -143,7 +143,7 @@ dt_status gpt_attention_weight(gpt_model *m, const gpt_slot *s, const block_acts
     int C = m->shape.n_embd, N = s->B * s->T;
     widths w = widths_of(m);
     float *in;
-    if (llama(m) && m->canon) gpt_rowt_bwd(m, NULL, G(m, j, T_APW), k->ap, b->atty, NULL, N, w.Cl, C);
+    if (llama(m) && m->canon) DT_TRY(gpt_rowt_bwd(m, NULL, G(m, j, T_APW), k->ap, b->atty, NULL, N, w.Cl, C));
     else if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_APW), NULL, k->ap, b->atty, NULL, N, w.Cl, C, 0);
     else if (m->canon) DT_TRY(gpt_row_bwd(m, NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C));
     else o->linear_bwd(NULL, G(m, j, T_APW), G(m, j, T_APB), k->ap, b->atty, NULL, N, w.Cl, C, 0);

@@ -86,11 +86,11 @@ dt_status gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float
  * the tree; its gradients per block. */
 void gpt_canon_leaves(gpt_model *m, float *out, size_t n, float **leaf);
 void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUTl);
-void gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, float *db, const float *dy, const float *in,
-                  const float *w, int N, int IN, int OUTl);
+dt_status gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, float *db, const float *dy,
+                       const float *in, const float *w, int N, int IN, int OUTl);
 void gpt_rowt_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int INl, int OUT);
-void gpt_rowt_bwd(gpt_model *m, float *dx, float *dw, const float *dy, const float *in, const float *w, int N, int INl,
-                  int OUT);
+dt_status gpt_rowt_bwd(gpt_model *m, float *dx, float *dw, const float *dy, const float *in, const float *w, int N,
+                       int INl, int OUT);
 /* out[N, n] += bias (the row-parallel bias, added once to the completed sum) */
 void gpt_add_bias(gpt_model *m, float *out, const float *bias, int N, int n);
 /* The canonical tree over L leaves of n floats: leaf[0] (the result) and leaf[1..L-1] */

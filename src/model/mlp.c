@@ -35,17 +35,18 @@ dt_status gpt_mlp_forward(gpt_model *m, const gpt_slot *a, const block_acts *b, 
 }
 
 /* Llama's backward through down and SwiGLU: k->fc receives dgate | dup */
-static void swiglu_bwd(gpt_model *m, const block_acts *b, const block_douts *k, const float *dout, int j, int split,
-                       int N) {
+static dt_status swiglu_bwd(gpt_model *m, const block_acts *b, const block_douts *k, const float *dout, int j,
+                            int split, int N) {
     int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp;
     float *dact = split ? m->acts->dbig : S(m, m->acts->dbig, 2 * (size_t)N * Il); /* d(silu(gate)·up) */
     if (m->canon) {
-        gpt_rowt_bwd(m, dact, split ? NULL : G(m, j, T_MPW), dout, b->fcg, P(m, j, T_MPW), N, Il, C);
+        DT_TRY(gpt_rowt_bwd(m, dact, split ? NULL : G(m, j, T_MPW), dout, b->fcg, P(m, j, T_MPW), N, Il, C));
     } else {
         if (!split) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, dout, b->fcg, NULL, N, Il, C, 0);
         gpt_linear_t_bwd(m, dact, NULL, NULL, dout, NULL, P(m, j, T_MPW), N, Il, C, 0);
     }
     m->ops->swiglu_bwd(k->fc, S(m, k->fc, (size_t)N * Il), dact, b->fch, S(m, b->fch, (size_t)N * Il), (size_t)N * Il);
+    return DT_OK;
 }
 
 dt_status gpt_mlp_backward(gpt_model *m, gpt_slot *s, const block_acts *b, const block_douts *k, int j, int split,
@@ -58,14 +59,14 @@ dt_status gpt_mlp_backward(gpt_model *m, gpt_slot *s, const block_acts *b, const
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dout));
     if (split) o->copy(k->mp, dout, NC);
     if (llama(m)) {
-        swiglu_bwd(m, b, k, dout, j, split, N);
+        DT_TRY(swiglu_bwd(m, b, k, dout, j, split, N));
         if (!split) DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
         if (m->canon) { /* gate's and up's canonical leaves, then their tree */
             float *leaf[64];
             gpt_canon_leaves(m, a->dsmall, (size_t)N * C, leaf);
-            gpt_colt_bwd(m, leaf, 0, WG(m, j, T_FCW, split), NULL, k->fc, in, P(m, j, T_FCW), N, C, Il);
-            gpt_colt_bwd(m, leaf, 1, WG(m, j, T_UPW, split), NULL, S(m, k->fc, (size_t)N * Il), in, P(m, j, T_UPW), N,
-                         C, Il);
+            DT_TRY(gpt_colt_bwd(m, leaf, 0, WG(m, j, T_FCW, split), NULL, k->fc, in, P(m, j, T_FCW), N, C, Il));
+            DT_TRY(gpt_colt_bwd(m, leaf, 1, WG(m, j, T_UPW, split), NULL, S(m, k->fc, (size_t)N * Il), in, P(m, j, T_UPW), N,
+                         C, Il));
             gpt_canon_tree(m, leaf, m->canon / m->tp, (size_t)N * C);
             return gpt_tp_complete(m, a->dsmall, a->rows, N, dln);
         }
@@ -93,14 +94,14 @@ dt_status gpt_mlp_weight(gpt_model *m, const gpt_slot *s, const block_acts *b, c
     const dt_ops *o = m->ops;
     int C = m->shape.n_embd, Il = m->shape.intermediate / m->tp, N = s->B * s->T;
     float *in;
-    if (llama(m) && m->canon) gpt_rowt_bwd(m, NULL, G(m, j, T_MPW), k->mp, b->fcg, NULL, N, Il, C);
+    if (llama(m) && m->canon) DT_TRY(gpt_rowt_bwd(m, NULL, G(m, j, T_MPW), k->mp, b->fcg, NULL, N, Il, C));
     else if (llama(m)) gpt_linear_t_bwd(m, NULL, G(m, j, T_MPW), NULL, k->mp, b->fcg, NULL, N, Il, C, 0);
     else if (m->canon) DT_TRY(gpt_row_bwd(m, NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C));
     else o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
     if (llama(m) && m->canon) {
-        gpt_colt_bwd(m, NULL, 0, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il);
-        gpt_colt_bwd(m, NULL, 0, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il);
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il));
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il));
     } else if (llama(m)) {
         gpt_linear_t_bwd(m, NULL, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il, 0);
         gpt_linear_t_bwd(m, NULL, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il, 0);

@@ -37,20 +37,21 @@ dt_status gpt_norm_bwd(gpt_model *m, float *din, float *dw, float *db, const flo
                        const float *w, const float *mean, const float *rstd, int N) {
     int C = m->shape.n_embd;
     if (dw && m->sp && m->canon) return norm_bwd_sp(m, din, dw, db, dout, in, w, mean, rstd, N);
-    if (llama(m)) {
-        m->ops->rmsnorm_bwd(din, dw, dout, in, w, rstd, N, C);
-        return DT_OK;
-    }
+    int ll = llama(m);
     if (!dw || !m->cp_comm.gather || m->cp_comm.size == 1) {
-        m->ops->layernorm_bwd(din, dw, db, dout, in, w, mean, rstd, N, C);
+        if (ll) m->ops->rmsnorm_bwd(din, dw, dout, in, w, rstd, N, C);
+        else m->ops->layernorm_bwd(din, dw, db, dout, in, w, mean, rstd, N, C);
         return DT_OK;
     }
-    if (din) m->ops->layernorm_bwd(din, NULL, NULL, dout, in, w, mean, rstd, N, C);
-    const void *all[4];
+    if (din && ll) m->ops->rmsnorm_bwd(din, NULL, dout, in, w, rstd, N, C);
+    else if (din) m->ops->layernorm_bwd(din, NULL, NULL, dout, in, w, mean, rstd, N, C);
+    const void *all[4] = {NULL, NULL, NULL, NULL};
     const void *src[4] = {dout, in, mean, rstd};
     for (int k = 0; k < 4; k++)
-        DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, src[k], N, (k < 2 ? (size_t)C : 1) * sizeof(float), k, &all[k]));
-    if (m->cp_comm.rank == 0)
+        if (!(ll && k == 2)) /* RMSNorm: no mean */
+            DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, src[k], N, (k < 2 ? (size_t)C : 1) * sizeof(float), k, &all[k]));
+    if (m->cp_comm.rank == 0 && ll) m->ops->rmsnorm_bwd(NULL, dw, all[0], all[1], w, all[3], N * m->cp_comm.size, C);
+    else if (m->cp_comm.rank == 0)
         m->ops->layernorm_bwd(NULL, dw, db, all[0], all[1], w, all[2], all[3], N * m->cp_comm.size, C);
     return DT_OK;
 }

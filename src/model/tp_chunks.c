@@ -160,53 +160,80 @@ dt_status gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float
 void gpt_canon_leaves(gpt_model *m, float *out, size_t n, float **leaf) { leaves_of(m, out, n, leaf); }
 
 void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUTl) {
-    int L = local_chunks(m), ob = OUTl / L;
+    int L = local_chunks(m), ob = OUTl / L, R = row_step(m, N);
     const float *a[MAXB], *b[MAXB];
     float *c[MAXB];
-    for (int k = 0; k < L; k++) a[k] = in, b[k] = S(m, w, (size_t)k * ob * IN), c[k] = S(m, out, (size_t)k * ob);
-    BLOCKS(0, 1, N, ob, IN, a, IN, b, IN, 0.0f, c, OUTl, L, m->canon);
-    if (!bias) return;
-    for (int k = 0; k < L; k++) a[k] = m->acts->ones, b[k] = S(m, bias, (size_t)k * ob);
-    BLOCKS(0, 0, N, ob, 1, a, 1, b, ob, 1.0f, c, OUTl, L, m->canon);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        for (int k = 0; k < L; k++)
+            a[k] = S(m, in, (size_t)r0 * IN), b[k] = S(m, w, (size_t)k * ob * IN), c[k] = S(m, out, (size_t)r0 * OUTl + k * ob);
+        BLOCKS(0, 1, R, ob, IN, a, IN, b, IN, 0.0f, c, OUTl, L, m->canon);
+        if (!bias) continue;
+        for (int k = 0; k < L; k++) a[k] = m->acts->ones, b[k] = S(m, bias, (size_t)k * ob);
+        BLOCKS(0, 0, R, ob, 1, a, 1, b, ob, 1.0f, c, OUTl, L, m->canon);
+    }
 }
 
-void gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, float *db, const float *dy, const float *in,
-                  const float *w, int N, int IN, int OUTl) {
-    int L = local_chunks(m), ob = OUTl / L;
+dt_status gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, float *db, const float *dy, const float *in,
+                       const float *w, int N, int IN, int OUTl) {
+    int L = local_chunks(m), ob = OUTl / L, R = row_step(m, N);
     const float *a[MAXB], *b[MAXB];
     float *c[MAXB];
-    if (dw) {
-        for (int k = 0; k < L; k++) a[k] = S(m, dy, (size_t)k * ob), b[k] = in, c[k] = S(m, dw, (size_t)k * ob * IN);
-        BLOCKS(1, 0, ob, IN, N, a, OUTl, b, IN, 1.0f, c, IN, L, m->canon);
+    if (dw || db) {
+        wgrad g;
+        DT_TRY(wgrad_of(m, dw ? in : NULL, dy, N, IN, OUTl, L, &g));
+        if (dw) {
+            for (int i = 0; i < g.count; i++) {
+                size_t k = (size_t)(g.first + i) * ob;
+                a[i] = S(m, g.dy, k), b[i] = g.in, c[i] = S(m, dw, k * IN);
+            }
+            BLOCKS(1, 0, ob, IN, g.N, a, OUTl, b, IN, 1.0f, c, IN, g.count, m->canon);
+        }
+        for (int i = 0; db && i < g.count; i++) {
+            size_t k = (size_t)(g.first + i) * ob;
+            m->ops->gemm(1, 0, ob, 1, g.N, 1.0f, S(m, g.dy, k), OUTl, g.ones, 1, 1.0f, S(m, db, k), 1);
+        }
     }
-    for (int k = 0; db && k < L; k++)
-        m->ops->gemm(1, 0, ob, 1, N, 1.0f, S(m, dy, (size_t)k * ob), OUTl, m->acts->ones, 1, 1.0f, S(m, db, (size_t)k * ob),
-                     1);
-    if (!leaf) return;
-    for (int l = 0; l < L; l++) a[l] = S(m, dy, (size_t)l * ob), b[l] = S(m, w, (size_t)l * ob * IN), c[l] = leaf[l];
-    BLOCKS(0, 0, N, IN, ob, a, OUTl, b, IN, acc ? 1.0f : 0.0f, c, IN, L, m->canon);
+    if (!leaf) return DT_OK;
+    for (int r0 = 0; r0 < N; r0 += R) {
+        for (int l = 0; l < L; l++)
+            a[l] = S(m, dy, (size_t)r0 * OUTl + l * ob), b[l] = S(m, w, (size_t)l * ob * IN), c[l] = S(m, leaf[l], (size_t)r0 * IN);
+        BLOCKS(0, 0, R, IN, ob, a, OUTl, b, IN, acc ? 1.0f : 0.0f, c, IN, L, m->canon);
+    }
+    return DT_OK;
 }
 
 void gpt_rowt_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int INl, int OUT) {
-    int L = local_chunks(m), kb = INl / L;
-    float *leaf[64];
+    int L = local_chunks(m), kb = INl / L, R = row_step(m, N);
+    float *leaf[64], *c[MAXB];
     const float *a[MAXB], *b[MAXB];
     leaves_of(m, out, (size_t)N * OUT, leaf);
-    for (int l = 0; l < L; l++) a[l] = S(m, in, (size_t)l * kb), b[l] = S(m, w, (size_t)l * kb);
-    BLOCKS(0, 1, N, OUT, kb, a, INl, b, INl, 0.0f, leaf, OUT, L, m->canon);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        for (int l = 0; l < L; l++)
+            a[l] = S(m, in, (size_t)r0 * INl + l * kb), b[l] = S(m, w, (size_t)l * kb), c[l] = S(m, leaf[l], (size_t)r0 * OUT);
+        BLOCKS(0, 1, R, OUT, kb, a, INl, b, INl, 0.0f, c, OUT, L, m->canon);
+    }
     gpt_canon_tree(m, leaf, L, (size_t)N * OUT);
 }
 
-void gpt_rowt_bwd(gpt_model *m, float *dx, float *dw, const float *dy, const float *in, const float *w, int N, int INl,
-                  int OUT) {
-    int L = local_chunks(m), kb = INl / L;
+dt_status gpt_rowt_bwd(gpt_model *m, float *dx, float *dw, const float *dy, const float *in, const float *w, int N,
+                       int INl, int OUT) {
+    int L = local_chunks(m), kb = INl / L, R = row_step(m, N);
     const float *a[MAXB], *b[MAXB];
     float *c[MAXB];
     if (dw) {
-        for (int l = 0; l < L; l++) a[l] = dy, b[l] = S(m, in, (size_t)l * kb), c[l] = S(m, dw, (size_t)l * kb);
-        BLOCKS(1, 0, OUT, kb, N, a, OUT, b, INl, 1.0f, c, INl, L, m->canon);
+        wgrad g;
+        DT_TRY(wgrad_of(m, in, dy, N, INl, OUT, L, &g));
+        for (int i = 0; i < g.count; i++) {
+            size_t l = (size_t)(g.first + i);
+            a[i] = g.dy, b[i] = S(m, g.in, l * kb), c[i] = S(m, dw, l * kb);
+        }
+        BLOCKS(1, 0, OUT, kb, g.N, a, OUT, b, INl, 1.0f, c, INl, g.count, m->canon);
     }
-    if (!dx) return;
-    for (int l = 0; l < L; l++) a[l] = dy, b[l] = S(m, w, (size_t)l * kb), c[l] = S(m, dx, (size_t)l * kb);
-    BLOCKS(0, 0, N, kb, OUT, a, OUT, b, INl, 0.0f, c, INl, L, m->canon);
+    if (!dx) return DT_OK;
+    for (int r0 = 0; r0 < N; r0 += R) {
+        for (int l = 0; l < L; l++)
+            a[l] = S(m, dy, (size_t)r0 * OUT), b[l] = S(m, w, (size_t)l * kb), c[l] = S(m, dx, (size_t)r0 * INl + l * kb);
+        BLOCKS(0, 0, R, kb, OUT, a, OUT, b, INl, 0.0f, c, INl, L, m->canon);
+    }
+    return DT_OK;
 }

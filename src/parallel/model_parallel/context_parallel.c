@@ -133,7 +133,7 @@ size_t dt_cp_ring_bytes(int B, int T, int cp, int C, int tp) {
 
 size_t dt_cp_bytes(const dt_layout *L) {
     int rb = dt_layout_row_block(L);
-    if (rb > 0) return dt_cp_chunks_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp, L->T / rb);
+    if (rb > 0) return dt_cp_chunks_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->shape.intermediate, L->tp, L->T / rb);
     return dt_cp_ring_bytes(L->micro, L->T, L->cp, L->shape.n_embd, L->tp);
 }
 

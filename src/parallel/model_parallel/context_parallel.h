@@ -39,7 +39,7 @@ void dt_cp_detach(gpt_model *m);
 dt_status dt_cp_chunks_attach(gpt_model *m, dt_comm *cp, int max_B, int T, int row_block);
 void dt_cp_chunks_detach(gpt_model *m);
 /* Bytes of its buffers for one rank (Q = parallel.cp_chunks; 0 when Q <= 1). */
-size_t dt_cp_chunks_bytes(int B, int T, int cp, int C, int tp, int Q);
+size_t dt_cp_chunks_bytes(int B, int T, int cp, int C, int I, int tp, int Q); /* I: the MLP's width */
 /* Bytes of the ring's buffers for one rank (the estimate's workspace). */
 size_t dt_cp_ring_bytes(int B, int T, int cp, int C, int tp);
 /* The layout's context-parallel buffers for one rank: the ring's or the chunks' (the

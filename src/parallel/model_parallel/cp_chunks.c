@@ -99,9 +99,10 @@ static dt_status chunks_bwd(void *ctx, float *dqkv, const float *dout, const flo
     return DT_OK;
 }
 
-size_t dt_cp_chunks_bytes(int B, int T, int cp, int C, int tp, int Q) {
+size_t dt_cp_chunks_bytes(int B, int T, int cp, int C, int I, int tp, int Q) {
     if (Q <= 1) return 0;
     size_t BT = (size_t)B * T, Cl = (size_t)C / tp, maxw = 4 * Cl > (size_t)C ? 4 * Cl : (size_t)C;
+    if ((size_t)I / tp > maxw) maxw = (size_t)I / tp;
     size_t rows = cp > 1 ? BT * (2 * maxw + 3 * 2) + BT * maxw : 0; /* slots and the stage */
     return (rows + (size_t)Q * BT * 2 * Cl + 4 * BT) * sizeof(float); /* ones, scratch */
 }
@@ -132,7 +133,9 @@ dt_status dt_cp_chunks_attach(gpt_model *m, dt_comm *cp, int max_B, int T, int r
     int C = m->shape.n_embd, Cl = C / m->tp;
     *x = (chunks){.comm = cp, .ops = m->ops, .cp = n, .rank = dt_comm_rank(cp), .Bmax = max_B, .T = T, .Tl = T / n,
                   .Q = Q, .Tr = row_block, .nchunks = T / n / row_block};
+    size_t Il = (size_t)m->shape.intermediate / m->tp; /* Llama's gate and up */
     x->maxw = 4 * (size_t)Cl > (size_t)C ? 4 * (size_t)Cl : (size_t)C;
+    if (Il > x->maxw) x->maxw = Il;
     m->cp_comm = (gpt_cp_comm){.attention_fwd = chunks_fwd, .attention_bwd = chunks_bwd, .ctx = x, .gather = gather,
                                .rank = x->rank, .size = n, .row_block = row_block};
     size_t BT = (size_t)max_B * T;
