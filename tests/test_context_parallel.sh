@@ -85,6 +85,14 @@ for lay in "cp2:2:4:--set parallel.cp=2" "dp2_cp2_zero3_threads2:4:4:--set paral
   [ -n "$want" ] && [ "$got" = "$want" ] && pass "bitwise $name: the single process's digest ($q chunks)" ||
     fail "bitwise $name: $got vs $want $(grep -m1 error "$TMP/cbw_$name.out")"
 done
+# packed documents: each row's documents masked apart, blocks ending with them, positions
+# restarting at each (the embeddings' runs over the gathered sequence)
+prepare_prompt_docs
+DOCS=(--set "data.train=$TMP/d_train.bin" --set "data.val=$TMP/d_val.bin" --set data.layout=pack)
+dref=$(dp_run cbwd1 1 "${BW[@]}" "${DOCS[@]}" --set parallel.cp_chunks=4)
+got=$(dp_run cbwd2 2 "${BW[@]}" "${DOCS[@]}" --set parallel.cp_chunks=4 --set parallel.cp=2)
+[ -n "$dref" ] && [ "$got" = "$dref" ] && pass "bitwise cp2 with packed documents: the single process's digest" ||
+  fail "bitwise cp2 documents: $got vs $dref $(grep -m1 error "$TMP/cbwd2.out")"
 "$DTRAIN" estimate "${RUN[@]}" "${BW[@]}" --set parallel.cp_chunks=4 --set parallel.cp=2 --set parallel.zero=3 \
   -n 2 --json >"$TMP/cbwe.json" || fail "estimate bitwise dp2 cp2 zero3"
 python3 - "$TMP/cbw_dp2_cp2_zero3_threads2.jsonl" "$TMP/cbwe.json" <<'PY' && pass "bitwise dp2 cp2 zero3: allocation = estimate" ||

@@ -159,8 +159,8 @@ static size_t case_attention_chunks(const dt_ops *o, float *out) {
     float *dq2 = calloc(nq / 2, sizeof(float)), *leaf[Q], *leaf2[2];
     int all[Q] = {0, Tc, 2 * Tc, 3 * Tc}, lists[2][2] = {{0, 3}, {1, 2}};
     for (int c = 0; c < Q; c++) leaf[c] = lv + (size_t)c * nf;
-    o->attention_chunks_fwd(y, lse, qkv, B, T, C, NH, all, Q, Tc);
-    o->attention_chunks_bwd(dq, leaf, dy, qkv, y, lse, B, T, C, NH, all, Q, Tc);
+    o->attention_chunks_fwd(y, lse, qkv, NULL, B, T, C, NH, all, Q, Tc);
+    o->attention_chunks_bwd(dq, leaf, dy, qkv, y, lse, NULL, B, T, C, NH, all, Q, Tc);
     int same = 1;
     for (int r = 0; r < 2; r++) {
         int p0[2] = {lists[r][0] * Tc, lists[r][1] * Tc}, Tq = 2 * Tc;
@@ -168,8 +168,8 @@ static size_t case_attention_chunks(const dt_ops *o, float *out) {
             for (int k = 0; k < 2; k++)
                 memcpy(dy2 + ((size_t)b * Tq + k * Tc) * C, dy + ((size_t)b * T + p0[k]) * C, (size_t)Tc * C * sizeof(float));
         for (int k = 0; k < 2; k++) leaf2[k] = lv2 + (size_t)lists[r][k] * nf;
-        o->attention_chunks_fwd(y2, l2, qkv, B, T, C, NH, p0, 2, Tc);
-        o->attention_chunks_bwd(dq2, leaf2, dy2, qkv, y2, l2, B, T, C, NH, p0, 2, Tc);
+        o->attention_chunks_fwd(y2, l2, qkv, NULL, B, T, C, NH, p0, 2, Tc);
+        o->attention_chunks_bwd(dq2, leaf2, dy2, qkv, y2, l2, NULL, B, T, C, NH, p0, 2, Tc);
         for (int b = 0; b < B; b++)
             for (int k = 0; k < 2; k++) {
                 size_t mine = (size_t)b * Tq + k * Tc, whole = (size_t)b * T + p0[k];

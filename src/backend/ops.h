@@ -104,15 +104,17 @@ typedef struct dt_ops {
     /* Canonical query chunks (bitwise mode with context parallelism): the query rows of
      * nchunks chunks of Tc positions (chunk c from position p0[c]) of the whole sequence
      * (qkv[B,T,3C], every position), causal, in blocks that never cross a chunk's end, so a
-     * row's arithmetic is the same whichever rank computes its chunk. out, lse: the chunks'
-     * rows in list order ([B,nchunks·Tc,C], [B,NH,nchunks·Tc]). The backward writes dq to
-     * the q part of those rows of dqkv and chunk c's share of dk | dv to leaf[c]
-     * ([B,T,2C], keys [0, p0[c] + Tc); the caller sums the leaves). NULL: not here. */
-    void (*attention_chunks_fwd)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
-                                 const int *p0, int nchunks, int Tc);
+     * row's arithmetic is the same whichever rank computes its chunk; with documents (qseg:
+     * the chunks' rows' document starts, [B,nchunks·Tc], host memory; NULL: none) a row sees
+     * its document's keys and blocks end with documents too. out, lse: the chunks' rows in
+     * list order ([B,nchunks·Tc,C], [B,NH,nchunks·Tc]). The backward writes dq to the q part
+     * of those rows of dqkv and chunk c's share of dk | dv to leaf[c] ([B,T,2C], keys [0,
+     * p0[c] + Tc); the caller sums the leaves). NULL: not here. */
+    void (*attention_chunks_fwd)(float *out, float *lse, const float *qkv, const int *qseg, int B, int T, int C,
+                                 int NH, const int *p0, int nchunks, int Tc);
     void (*attention_chunks_bwd)(float *dqkv, float *const *leaf, const float *dout, const float *qkv,
-                                 const float *out, const float *lse, int B, int T, int C, int NH, const int *p0,
-                                 int nchunks, int Tc);
+                                 const float *out, const float *lse, const int *qseg, int B, int T, int C, int NH,
+                                 const int *p0, int nchunks, int Tc);
     /* Softmax cross-entropy over rows of logits[N, Vp] (columns >= V are padding and excluded).
      * Writes loss per row; if scale != 0, overwrites logits with dloss/dlogits · scale. */
     void (*softmax_xent)(float *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale);

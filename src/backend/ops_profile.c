@@ -74,12 +74,13 @@ static void p_att_pb(float *dq, float *dkv, const float *d, const float *q, cons
                      const float *l, const int *qp, const int *qs, const int *kp, int B, int Tq, int Tk, int C, int NH) {
     TIMED(P_ATT_B, inner->attention_part_bwd(dq, dkv, d, q, kv, o, l, qp, qs, kp, B, Tq, Tk, C, NH));
 }
-static void p_att_cf(float *o, float *l, const float *q, int B, int T, int C, int NH, const int *p0, int n, int Tc) {
-    TIMED(P_ATT_F, inner->attention_chunks_fwd(o, l, q, B, T, C, NH, p0, n, Tc));
+static void p_att_cf(float *o, float *l, const float *q, const int *sg, int B, int T, int C, int NH, const int *p0,
+                     int n, int Tc) {
+    TIMED(P_ATT_F, inner->attention_chunks_fwd(o, l, q, sg, B, T, C, NH, p0, n, Tc));
 }
-static void p_att_cb(float *dq, float *const *lf, const float *d, const float *q, const float *o, const float *l, int B,
-                     int T, int C, int NH, const int *p0, int n, int Tc) {
-    TIMED(P_ATT_B, inner->attention_chunks_bwd(dq, lf, d, q, o, l, B, T, C, NH, p0, n, Tc));
+static void p_att_cb(float *dq, float *const *lf, const float *d, const float *q, const float *o, const float *l,
+                     const int *sg, int B, int T, int C, int NH, const int *p0, int n, int Tc) {
+    TIMED(P_ATT_B, inner->attention_chunks_bwd(dq, lf, d, q, o, l, sg, B, T, C, NH, p0, n, Tc));
 }
 static void p_xent(float *lg, float *ls, const dt_token *t, int N, int V, int Vp, float s) {
     TIMED(P_XENT, inner->softmax_xent(lg, ls, t, N, V, Vp, s));

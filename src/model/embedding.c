@@ -13,12 +13,15 @@ static int in_runs(const gpt_model *m, const gpt_slot *a) {
 /* Token t's place in the row (context parallelism: in the whole sequence). */
 static int place(const gpt_model *m, int t) { return m->cp_comm.positions ? m->cp_comm.positions[t] : t; }
 
-/* Row b's run from t0: consecutive places in one document; its end. */
-static int run_end(const gpt_model *m, const gpt_slot *a, int b, int t0) {
-    const int *seg = a->docs ? a->seg_host + (size_t)b * a->T : NULL;
+/* A row's run from t0 over T columns: consecutive places (places NULL: t) in one document
+ * (seg: the row's document starts; NULL: none); its end. */
+static int run_end_of(const int *places, const int *seg, int T, int t0) {
     int t1 = t0 + 1;
-    while (t1 < a->T && place(m, t1) == place(m, t1 - 1) + 1 && (!seg || seg[t1] == seg[t0])) t1++;
+    while (t1 < T && (!places || places[t1] == places[t1 - 1] + 1) && (!seg || seg[t1] == seg[t0])) t1++;
     return t1;
+}
+static int run_end(const gpt_model *m, const gpt_slot *a, int b, int t0) {
+    return run_end_of(m->cp_comm.positions, a->docs ? a->seg_host + (size_t)b * a->T : NULL, a->T, t0);
 }
 
 /* The position (wpe row) of row b's token t0: its place, from its document's start. */
@@ -62,12 +65,25 @@ dt_status gpt_embed_backward(gpt_model *m, gpt_slot *s) {
     DT_TRY(gpt_seq_gather(m, s->dres, N, &dall));
     float *wpe_g = m->t_wpe >= 0 ? tgt(m, m->t_wpe) : NULL;
     if (m->cp_comm.gather && m->cp_comm.size > 1) { /* cp_chunks.c: cp rank 0's, over the whole sequence */
-        const void *d, *tok;
+        const void *d, *tok, *sg = NULL;
+        int T = s->T * m->cp_comm.size;
         DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, dall, N, (size_t)C * sizeof(float), 0, &d));
         DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, s->tok, N, sizeof(dt_token), 4, &tok));
-        if (m->cp_comm.rank == 0)
-            m->ops->embed_bwd(tg(m, 0), wpe_g ? S(m, wpe_g, (size_t)s->pos0 * C) : NULL, d, tok, s->B,
-                              s->T * m->cp_comm.size, C, m->tp_rank * Vl, Vl);
+        if (s->docs) DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, s->seg_host, N, sizeof(int), 2, &sg));
+        if (m->cp_comm.rank == 0 && (!sg || !wpe_g)) {
+            m->ops->embed_bwd(tg(m, 0), wpe_g ? S(m, wpe_g, (size_t)s->pos0 * C) : NULL, d, tok, s->B, T, C,
+                              m->tp_rank * Vl, Vl);
+        } else if (m->cp_comm.rank == 0) { /* documents: the one process's runs, positions from each start */
+            for (int b = 0; b < s->B; b++)
+                for (int t0 = 0, t1; t0 < T; t0 = t1) {
+                    const int *seg = (const int *)sg + (size_t)b * T;
+                    t1 = run_end_of(NULL, seg, T, t0);
+                    size_t r = (size_t)b * T + t0;
+                    m->ops->embed_bwd(tg(m, 0), S(m, wpe_g, (size_t)(s->pos0 + t0 - seg[t0]) * C),
+                                      (const float *)d + r * C, (const dt_token *)tok + r, 1, t1 - t0, C,
+                                      m->tp_rank * Vl, Vl);
+                }
+        }
     } else if (!in_runs(m, s)) {
         float *dwpe = wpe_g ? S(m, wpe_g, (size_t)s->pos0 * C) : NULL;
         m->ops->embed_bwd(tg(m, 0), dwpe, dall, s->tok, s->B, s->T, C, m->tp_rank * Vl, Vl);

@@ -275,12 +275,23 @@ void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const fl
 
 /* ---- canonical query chunks (bitwise mode with context parallelism) ---- */
 
-/* Chunk k's query rows [p0[k], p0[k] + Tc) against every key before them (qkv: the whole
- * sequence), in blocks of at most QB rows that never cross the chunk's end: a row's GEMMs
- * are the same whichever rank's list holds its chunk. out, lse: the listed chunks' rows
- * in list order ([B, nchunks·Tc, C], [B, NH, nchunks·Tc]). */
-void cpu_attention_chunks_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, const int *p0,
-                              int nchunks, int Tc) {
+/* Rows of a chunk's block: QB at most, the chunk's rows left at most, and with documents
+ * (sg: the block's rows' document starts) none past its first row's document. */
+static int chunk_block_rows(const int *sg, int left) {
+    int nq = left < QB ? left : QB;
+    if (sg)
+        for (int i = 1; i < nq; i++)
+            if (sg[i] != sg[0]) return i;
+    return nq;
+}
+
+/* Chunk k's query rows [p0[k], p0[k] + Tc) against every key before them in their
+ * document (qkv: the whole sequence; qseg: the local rows' document starts, positions of
+ * the sequence; NULL: none), in blocks of at most QB rows that never cross the chunk's end
+ * or a document's: a row's GEMMs are the same whichever rank's list holds its chunk. out,
+ * lse: the listed chunks' rows in list order ([B, nchunks·Tc, C], [B, NH, nchunks·Tc]). */
+void cpu_attention_chunks_fwd(float *out, float *lse, const float *qkv, const int *qseg, int B, int T, int C, int NH,
+                              const int *p0, int nchunks, int Tc) {
     attn_call a = attn_begin(C, NH, T);
     int hs = a.hs, C3 = a.C3, Tq = nchunks * Tc;
     float scale = a.scale;
@@ -289,13 +300,17 @@ void cpu_attention_chunks_fwd(float *out, float *lse, const float *qkv, int B, i
         int b = bh / NH, h = bh % NH;
         float *S = thread_scratch(&a);
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        const int *sg = qseg ? qseg + (size_t)b * Tq : NULL; /* the local rows' document starts */
         for (int c = 0; c < nchunks; c++)
             for (int t0 = p0[c], nq; t0 < p0[c] + Tc; t0 += nq) {
-                nq = p0[c] + Tc - t0 < QB ? p0[c] + Tc - t0 : QB;
-                int nk = t0 + nq, r = c * Tc + (t0 - p0[c]); /* r: the block's first local row */
-                cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
-                softmax_rows(S, lse + (size_t)bh * Tq + r, NULL, t0, 0, nq, nk, scale);
-                cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v, C3, 0.0f, out + ((size_t)b * Tq + r) * C + h * hs, C);
+                int r = c * Tc + (t0 - p0[c]); /* the block's first local row */
+                nq = chunk_block_rows(sg ? sg + r : NULL, p0[c] + Tc - t0);
+                int k0 = sg ? sg[r] : 0, nk = t0 + nq - k0;
+                cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f, S, nk);
+                for (int i = 0; i < nq; i++) /* row t0 + i sees keys k0 .. t0 + i (its document's) */
+                    lse[(size_t)bh * Tq + r + i] = softmax_row(S + (size_t)i * nk, 0, t0 + i + 1 - k0, nk, scale);
+                cpu_gemm(0, 0, nq, hs, nk, 1.0f, S, nk, v + (size_t)k0 * C3, C3, 0.0f,
+                         out + ((size_t)b * Tq + r) * C + h * hs, C);
             }
     }
 }
@@ -304,7 +319,8 @@ void cpu_attention_chunks_fwd(float *out, float *lse, const float *qkv, int B, i
  * and each listed chunk's share of dk and dv, summed over its blocks in order, into
  * leaf[c] ([B, T, 2C]: dk | dv; keys [0, p0[c] + Tc) written, the rest untouched). */
 void cpu_attention_chunks_bwd(float *dqkv, float *const *leaf, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int B, int T, int C, int NH, const int *p0, int nchunks, int Tc) {
+                              const float *lse, const int *qseg, int B, int T, int C, int NH, const int *p0, int nchunks,
+                              int Tc) {
     attn_call a = attn_begin(C, NH, T);
     int hs = a.hs, C3 = a.C3, Tq = nchunks * Tc, C2 = 2 * C;
     float scale = a.scale;
@@ -315,6 +331,7 @@ void cpu_attention_chunks_bwd(float *dqkv, float *const *leaf, const float *dout
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         const float *o = out + (size_t)b * Tq * C + h * hs, *dO = dout + (size_t)b * Tq * C + h * hs;
         const float *l = lse + (size_t)bh * Tq;
+        const int *sg = qseg ? qseg + (size_t)b * Tq : NULL;
         float *dq = dqkv + (size_t)b * Tq * C3 + h * hs;
         for (int c = 0; c < nchunks; c++) {
             float *dk = leaf[c] + (size_t)b * T * C2 + h * hs, *dv = dk + C;
@@ -323,17 +340,19 @@ void cpu_attention_chunks_bwd(float *dqkv, float *const *leaf, const float *dout
                 memset(dv + (size_t)t * C2, 0, hs * sizeof(float));
             }
             for (int t0 = p0[c], nq; t0 < p0[c] + Tc; t0 += nq) {
-                nq = p0[c] + Tc - t0 < QB ? p0[c] + Tc - t0 : QB;
-                int nk = t0 + nq, r = c * Tc + (t0 - p0[c]);
+                int r = c * Tc + (t0 - p0[c]);
+                nq = chunk_block_rows(sg ? sg + r : NULL, p0[c] + Tc - t0);
+                int k0 = sg ? sg[r] : 0, nk = t0 + nq - k0;
+                size_t ko = (size_t)k0 * C3;
                 const float *qb = q + (size_t)t0 * C3, *dOb = dO + (size_t)r * C;
-                cpu_gemm(0, 1, nq, nk, hs, 1.0f, qb, C3, k, C3, 0.0f, P, nk);
-                cpu_gemm(0, 1, nq, nk, hs, 1.0f, dOb, C, v, C3, 0.0f, dP, nk);
+                cpu_gemm(0, 1, nq, nk, hs, 1.0f, qb, C3, k + ko, C3, 0.0f, P, nk);
+                cpu_gemm(0, 1, nq, nk, hs, 1.0f, dOb, C, v + ko, C3, 0.0f, dP, nk);
                 for (int i = 0; i < nq; i++)
-                    softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, 0, t0 + i + 1, nk, o + (size_t)(r + i) * C,
-                                     dOb + (size_t)i * C, hs, l[r + i], scale);
-                cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k, C3, 0.0f, dq + (size_t)r * C3, C3);
-                cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, qb, C3, 1.0f, dk, C2);
-                cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dOb, C, 1.0f, dv, C2);
+                    softmax_grad_row(P + (size_t)i * nk, dP + (size_t)i * nk, 0, t0 + i + 1 - k0, nk,
+                                     o + (size_t)(r + i) * C, dOb + (size_t)i * C, hs, l[r + i], scale);
+                cpu_gemm(0, 0, nq, hs, nk, 1.0f, dP, nk, k + ko, C3, 0.0f, dq + (size_t)r * C3, C3);
+                cpu_gemm(1, 0, nk, hs, nq, 1.0f, dP, nk, qb, C3, 1.0f, dk + (size_t)k0 * C2, C2);
+                cpu_gemm(1, 0, nk, hs, nq, 1.0f, P, nk, dOb, C, 1.0f, dv + (size_t)k0 * C2, C2);
             }
         }
     }

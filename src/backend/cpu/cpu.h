@@ -56,10 +56,11 @@ void cpu_attention_part_fwd(float *out, float *lse, const float *qkv, const floa
 void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const float *qkv, const float *kv,
                             const float *out, const float *lse, const int *qpos, const int *qseg, const int *kpos, int B,
                             int Tq, int Tk, int C, int NH);
-void cpu_attention_chunks_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, const int *p0,
-                              int nchunks, int Tc);
+void cpu_attention_chunks_fwd(float *out, float *lse, const float *qkv, const int *qseg, int B, int T, int C, int NH,
+                              const int *p0, int nchunks, int Tc);
 void cpu_attention_chunks_bwd(float *dqkv, float *const *leaf, const float *dout, const float *qkv, const float *out,
-                              const float *lse, int B, int T, int C, int NH, const int *p0, int nchunks, int Tc);
+                              const float *lse, const int *qseg, int B, int T, int C, int NH, const int *p0, int nchunks,
+                              int Tc);
 void cpu_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                        const int *seg, int B, int T, int C, int NH);
 void cpu_softmax_xent(float *logits, float *losses, const dt_token *targets, int N, int V, int Vp, float scale);

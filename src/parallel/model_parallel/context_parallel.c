@@ -32,13 +32,16 @@ dt_status dt_cp_check_config(const dt_layout *L) {
     if (cp <= 1) return DT_OK;
     DT_TRY(dt_cp_check(L->T, cp));
     const char *bw = NULL, *what = NULL;
-    if (dt_layout_bitwise(L) && !dt_layout_row_block(L))
-        bw = "needs parallel.cp_chunks, a multiple of 2 x cp (the same in every run that must share bits)";
-    else if (dt_layout_bitwise(L) && atoi(L->cfg.parallel.cp_chunks) % (2 * cp))
-        bw = "parallel.cp_chunks must be a multiple of 2 x cp";
-    else if (dt_layout_bitwise(L) && (!dt_layout_canon(L) || dt_layout_canon(L) % (cp * L->tp)))
-        bw = "parallel.tp_chunks must be a multiple of tp x cp (a weight's canonical blocks are shared out over the "
-             "cp ranks)";
+    if (dt_layout_bitwise(L)) { /* the canonical sequence chunks (cp_chunks.c) */
+        int canon = dt_layout_canon(L);
+        if (!dt_layout_row_block(L))
+            bw = "needs parallel.cp_chunks, a multiple of 2 x cp (the same in every run that must share bits)";
+        else if (atoi(L->cfg.parallel.cp_chunks) % (2 * cp))
+            bw = "parallel.cp_chunks must be a multiple of 2 x cp";
+        else if (!canon || canon % (cp * L->tp))
+            bw = "parallel.tp_chunks must be a multiple of tp x cp (a weight's canonical blocks are shared out over "
+                 "the cp ranks)";
+    }
     if (bw) return dt_fail(DT_EINPUT, "parallel.cp %d in bitwise mode: %s", cp, bw);
     if (L->backend != DT_BACKEND_CPU) what = "a backend other than cpu";
     else if (L->precision != DT_PREC_FP32) what = "a precision other than fp32";

@@ -65,24 +65,24 @@ static dt_status gather(void *ctx, const void *src, int N, size_t bytes, int s, 
 static dt_status chunks_fwd(void *ctx, float *out, float *lse, const float *qkv, const int *qseg, int B, int T, int C,
                             int NH) {
     chunks *x = ctx;
-    if (qseg || T != x->Tl) return dt_fail(DT_EINPUT, "context parallelism: documents, or %d positions here", T);
+    if (T != x->Tl) return dt_fail(DT_EINPUT, "context parallelism: %d positions here, attached for %d", T, x->Tl);
     const void *all;
     DT_TRY(gather(x, qkv, B * T, 3 * (size_t)C * sizeof(float), 0, &all));
-    x->ops->attention_chunks_fwd(out, lse, all, B, x->T, C, NH, x->p0, x->nchunks, x->Tr);
+    x->ops->attention_chunks_fwd(out, lse, all, qseg, B, x->T, C, NH, x->p0, x->nchunks, x->Tr);
     return DT_OK;
 }
 
 static dt_status chunks_bwd(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *lse, const int *qseg, int B, int T, int C, int NH) {
     chunks *x = ctx;
-    if (qseg || T != x->Tl) return dt_fail(DT_EINPUT, "context parallelism: documents, or %d positions here", T);
+    if (T != x->Tl) return dt_fail(DT_EINPUT, "context parallelism: %d positions here, attached for %d", T, x->Tl);
     const void *all;
     DT_TRY(gather(x, qkv, B * T, 3 * (size_t)C * sizeof(float), 0, &all));
     size_t leaf_n = (size_t)B * x->T * 2 * C; /* one chunk's dk | dv over the whole sequence */
     float *leaf[64];
     memset(x->leaves, 0, (size_t)x->Q * leaf_n * sizeof(float));
     for (int i = 0; i < x->nchunks; i++) leaf[i] = x->leaves + (size_t)(x->p0[i] / x->Tr) * leaf_n;
-    x->ops->attention_chunks_bwd(dqkv, leaf, dout, all, out, lse, B, x->T, C, NH, x->p0, x->nchunks, x->Tr);
+    x->ops->attention_chunks_bwd(dqkv, leaf, dout, all, out, lse, qseg, B, x->T, C, NH, x->p0, x->nchunks, x->Tr);
     if (x->cp > 1) DT_TRY(dt_allreduce(x->comm, x->leaves, (size_t)x->Q * leaf_n, DT_F32, DT_SUM));
     /* each of this rank's keys: its Q leaves by the canonical tree, into dqkv's k | v */
     for (int b = 0; b < B; b++)
