@@ -177,7 +177,7 @@ for i in range(args.cases):
         dp = world // (lay["parallel.tp"] * lay["parallel.pp"] * lay["parallel.cp"])
         if model["train.global_batch"] % (dp * m) == 0:
             ref_model["train.micro_batch"] = model["train.global_batch"] // (dp * m)
-    # bitwise in fp32 without sp: the sequence's canonical chunks (cp_chunks.c), in the reference and
+    # bitwise in fp32: the sequence's canonical chunks (cp_chunks.c), in the reference and
     # the layout alike, so cp is drawn too (4 chunks: cp 2; tp x cp must divide tp_chunks; Llama's
     # widths cut by them, its key/value heads not replicated)
     chunks = []
@@ -185,7 +185,7 @@ for i in range(args.cases):
     llama_cut = model.get("model.family") != "llama" or (
         model["model.n_kv_head"] % lay["parallel.tp"] == 0 and model["model.intermediate_size"] % q == 0 and
         model["model.n_kv_head"] * (model["model.n_embd"] // model["model.n_head"]) % q == 0)
-    if bitwise and llama_cut and lay.get("parallel.sp") != "true" and model["precision"] == "fp32":
+    if bitwise and llama_cut and model["precision"] == "fp32":
         chunks = ["--set", "parallel.cp_chunks=4"]
         if q == 8:
             chunks += ["--set", "parallel.tp_chunks=8"]

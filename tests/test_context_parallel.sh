@@ -76,7 +76,7 @@ for lay in "cp2:2:4:--set parallel.cp=2" "dp2_cp2_zero3_threads2:4:4:--set paral
            "pp2_cp2:4:4:--set parallel.cp=2 --set parallel.pp=2" \
            "pp2_cp2_zbh1:4:4:--set parallel.cp=2 --set parallel.pp=2 --set parallel.schedule=zb-h1" \
            "cp2_recompute:2:4:--set parallel.cp=2 --set train.recompute=full" \
-           "tp2_chunks:2:4:--set parallel.tp=2"; do
+           "tp2_chunks:2:4:--set parallel.tp=2" "cp2_tp2_sp:4:4:--set parallel.cp=2 --set parallel.tp=2 --set parallel.sp=true"; do
   name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; rest=${rest#*:}; q=${rest%%:*}; args=${rest#*:}
   case $name in cp2|dp2_cp2_zero3_threads2) ;; *) full || continue ;; esac
   th=1; case $name in *threads2) th=2 ;; esac

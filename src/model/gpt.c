@@ -259,9 +259,9 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
                        "divide the width %d and the padded vocabulary %d (Llama: the key/value width and the "
                        "MLP's too, its key/value heads split over tp %d, not replicated), tp dividing them", m->canon,
                        m->shape.n_embd, m->shape.padded_vocab, tp);
-    if (layout->row_block > 0 && (!m->canon || m->sp || max_T % layout->row_block))
+    if (layout->row_block > 0 && (!m->canon || max_T % layout->row_block))
         return dt_fail(DT_EINPUT, "model: parallel.cp_chunks (bitwise mode's sequence chunks) needs the canonical "
-                       "tensor-parallel chunks (parallel.tp_chunks > 1), no sp, and chunks of whole rows");
+                       "tensor-parallel chunks (parallel.tp_chunks > 1) and chunks of whole rows");
     if (m->sp && ((long long)max_B * max_T) % tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: the micro-batch's %d x %d tokens do not split into parallel.tp %d "
                        "sequence pieces", max_B, max_T, tp);

@@ -19,13 +19,22 @@ static dt_status norm_bwd_sp(gpt_model *m, float *din, float *dw, float *db, con
     gpt_acts *a = m->acts;
     int C = m->shape.n_embd, N = Nl * m->tp, ll = llama(m);
     size_t stat = (size_t)Nl * sizeof(float) / m->esz; /* an fp32 row statistic in storage elements */
-    float *gd = a->lnrows, *gi = S(m, a->lnrows, (size_t)N * C), *gm = a->lnstat, *gr = a->lnstat + N;
+    const float *gd = a->lnrows, *gi = S(m, a->lnrows, (size_t)N * C), *gm = a->lnstat, *gr = a->lnstat + N;
     if (din && ll) o->rmsnorm_bwd(din, NULL, dout, in, w, rstd, Nl, C);
     else if (din) o->layernorm_bwd(din, NULL, NULL, dout, in, w, mean, rstd, Nl, C);
-    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, gd, dout, (size_t)Nl * C));
-    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, gi, in, (size_t)Nl * C));
-    if (!ll) DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, gm, mean, stat));
-    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, gr, rstd, stat));
+    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, a->lnrows, dout, (size_t)Nl * C));
+    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, S(m, a->lnrows, (size_t)N * C), in, (size_t)Nl * C));
+    if (!ll) DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, a->lnstat, mean, stat));
+    DT_TRY(m->tp_comm.allgather(m->tp_comm.ctx, a->lnstat + N, rstd, stat));
+    if (m->cp_comm.gather && m->cp_comm.size > 1) { /* and over the cp ranks' rows: cp rank 0's (cp_chunks.c) */
+        const void *all[4] = {gd, gi, gm, gr};
+        for (int k = 0; k < 4; k++)
+            if (!(ll && k == 2))
+                DT_TRY(m->cp_comm.gather(m->cp_comm.ctx, all[k], N, (k < 2 ? (size_t)C : 1) * sizeof(float), k, &all[k]));
+        if (m->cp_comm.rank != 0) return DT_OK;
+        gd = all[0], gi = all[1], gm = all[2], gr = all[3];
+        N *= m->cp_comm.size;
+    }
     if (ll) o->rmsnorm_bwd(NULL, dw, gd, gi, w, gr, N, C);
     else o->layernorm_bwd(NULL, dw, db, gd, gi, w, gm, gr, N, C);
     return DT_OK;
