@@ -110,6 +110,8 @@ refused "bitwise cp4 with 4 chunks" "cp_chunks must be a multiple of 2 x cp" 4 -
   --set parallel.cp_chunks=4 --set parallel.determinism=bitwise
 refused "bitwise tp2 x cp4 with 4 tp chunks" "tp_chunks must be a multiple of tp x cp" 8 --set parallel.cp=4 \
   --set parallel.tp=2 --set model.n_head=4 --set parallel.cp_chunks=8 --set parallel.determinism=bitwise
+refused "bitwise chunks with the final sample" "set it to 0" 1 --set parallel.cp_chunks=4 --set log.sample_tokens=5 \
+  --set parallel.determinism=bitwise
 refused "bitwise chunks in bf16" "no chunked attention" 1 --set parallel.cp_chunks=4 --set precision=bf16 \
   --set parallel.determinism=bitwise
 refused "bitwise chunks without tp chunks" "needs the canonical tensor-parallel chunks" 1 --set parallel.cp_chunks=4 \

@@ -136,7 +136,11 @@ static void feature_refusals(void) {
         {2, {"offload.optimizer=nvme"}, "offload.nvme_path is empty: set the directory for the offload files"},
         /* context parallelism */
         {2, {"parallel.cp=2", "train.seq_len=30"}, "parallel.cp 2: the sequence length 30 must split into 2 x cp = 4"},
-        {2, {"parallel.cp=2", "parallel.determinism=bitwise"}, "parallel.cp 2: parallel.determinism bitwise"},
+        {2, {"parallel.cp=2", "parallel.determinism=bitwise"}, "parallel.cp 2 in bitwise mode: needs parallel.cp_chunks"},
+        {4, {"parallel.cp=4", "parallel.determinism=bitwise", "parallel.cp_chunks=4", "train.seq_len=32"},
+         "parallel.cp 4 in bitwise mode: parallel.cp_chunks must be a multiple of 2 x cp"},
+        {1, {"parallel.cp_chunks=4", "parallel.determinism=bitwise", "log.sample_tokens=5"},
+         "parallel.cp_chunks: the final sample"},
         {2, {"parallel.cp=2", "backend=emulated"}, "parallel.cp 2: a backend other than cpu"},
         {2, {"parallel.cp=2", "precision=bf16"}, "parallel.cp 2: a precision other than fp32"},
         {2, {"parallel.cp=2", "log.sample_tokens=5"}, "parallel.cp 2: the final sample"},
@@ -145,7 +149,7 @@ static void feature_refusals(void) {
         {3, {"parallel.tp=3"}, "parallel.tp 3 must divide model.n_head 4"},
         {2, {"parallel.tp=2", "parallel.sp=true", "train.micro_batch=1", "train.seq_len=1"},
          "parallel.sp: the micro-batch's 1 x 1 tokens do not split into parallel.tp 2"},
-        {2, {"parallel.tp=2", "parallel.determinism=bitwise", "parallel.sp=true"}, "parallel.tp 2: parallel.determinism bitwise"},
+        {2, {"parallel.tp=2", "parallel.determinism=bitwise", "parallel.tp_chunks=1"}, "parallel.tp 2: parallel.determinism bitwise"},
         {8, {"parallel.tp=8", "model.n_head=8", "parallel.determinism=bitwise"}, "parallel.tp 8: bitwise mode cuts"},
         {2, {"parallel.tp=2", "parallel.sp=true", "log.sample_tokens=5"}, "parallel.tp 2: the final sample with sequence"},
         /* pipeline parallelism */

@@ -190,21 +190,22 @@ int main(void) {
     CHECK(near(e.comm_bytes[DT_PLAN_DP], vol) && near(e.comm_s[DT_PLAN_DP], msgs * 1e-5 + vol / (1e9 / 4)),
           "dp across nodes at a quarter of the link (%g s)", e.comm_s[DT_PLAN_DP]);
 
-    /* layouts this build refuses for a feature (bitwise mode with tp and sp) are planned on
-     * paper with --any-feature; bf16 traffic is in 2-byte elements */
+    /* layouts this build refuses for a feature (bitwise mode with tp but without its
+     * canonical chunks) are planned on paper with --any-feature; bf16 traffic is in 2-byte
+     * elements */
     strcpy(c.precision, "bf16");
     CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 1, &e) == DT_OK &&
               near(e.comm_bytes[DT_PLAN_TP], 2 * 4 * 4 * 2.0 * 1 / 2 * (2 * T) * C * 2),
           "tp 2 and ZeRO-1 with bf16, 2-byte activations");
     strcpy(c.parallel.determinism, "bitwise");
-    c.parallel.sp = 1;
-    CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 1, &e) == DT_EINPUT, "bitwise mode with tp and sp refused");
+    strcpy(c.parallel.tp_chunks, "1");
+    CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 1, &e) == DT_EINPUT, "bitwise mode with tp, tp_chunks 1 refused");
     mc.any_feature = 1;
     CHECK(dt_plan_layout(&c, &mc, 4, 1, 1, 2, 1, &e) == DT_OK &&
               near(e.comm_bytes[DT_PLAN_TP], 2 * 4 * 4 * 2.0 * 1 / 2 * (2 * T) * C * 2),
-          "--any-feature: bitwise mode with tp and sp planned");
+          "--any-feature: bitwise mode with tp, tp_chunks 1 planned");
     mc.any_feature = 0;
-    c.parallel.sp = 0;
+    strcpy(c.parallel.tp_chunks, "4");
     strcpy(c.parallel.determinism, "fast");
     strcpy(c.precision, "fp32");
     dt_error_clear();

@@ -200,8 +200,8 @@ static const key_desc KEYS[] = {
          "mode); runs that must share bits use the same value"),
     ENUM("parallel.cp_chunks", parallel.cp_chunks, "1|2|4|8|16|32|64", "1",
          "bitwise mode: the canonical chunks the sequence is cut into, in every layout alike (one process included), "
-         "so any cp with 2 x cp dividing it gives the same weights (tp x cp must divide parallel.tp_chunks); 1: none "
-         "(cp refused in bitwise mode); runs that must share bits use the same value"),
+         "so any cp with 2 x cp dividing it gives the same weights (tp x cp must divide parallel.tp_chunks; fp32); 1: "
+         "none (cp refused in bitwise mode); runs that must share bits use the same value"),
     ENUM("offload.optimizer", offload.optimizer, "none|cpu|nvme", "none",
          "where the fp32 master weights and AdamW moments live (ZeRO-Offload / ZeRO-Infinity; DeepSpeed's "
          "zero_optimization.offload_optimizer.device): none = with the parameters, cpu = host memory, nvme = files "

@@ -50,6 +50,9 @@ dt_status gpt_forward_chunk(gpt_model *m, int slot, int chunk, const dt_token *t
         (cpos ? pos0 != 0 || cpos[T - 1] >= m->shape.seq_len : pos0 + T > m->shape.seq_len))
         return dt_fail(DT_EINPUT, "model: a %d x %d micro-batch at position %d does not fit %d x %d (positions %d)", B,
                        T, pos0, m->max_B, m->max_T, m->shape.seq_len);
+    if (m->cp_comm.row_block > 0 && N % m->cp_comm.row_block) /* a shorter last block would change the bits */
+        return dt_fail(DT_EINPUT, "model: a %d x %d micro-batch does not cut into the canonical row blocks of %d "
+                       "(parallel.cp_chunks)", B, T, m->cp_comm.row_block);
     if (m->sp && N % m->tp != 0)
         return dt_fail(DT_EINPUT, "parallel.sp: %d x %d tokens do not split into parallel.tp %d pieces", B, T, m->tp);
     if (a->docs && pos0 != 0) return dt_fail(DT_EINPUT, "model: documents in a micro-batch at position %d", pos0);
