@@ -69,6 +69,18 @@ for i in range(700):
     fail "prepare documents: $(tail -1 "$TMP/prep.out")"
 }
 TINY=(--config "$SRC/tests/data/tiny.json" --set "data.train=$TMP/c_train.bin" --set "data.val=$TMP/c_val.bin")
+# alloc_is_estimate METRICS EST_JSON NRANKS: every one of the NRANKS ranks of a run (its
+# metrics' summary) allocates what `dtrain estimate --json` (EST_JSON) says, to the byte
+alloc_is_estimate() {
+  python3 - "$@" <<'PY'
+import json, sys
+summ = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+want = json.load(open(sys.argv[2]))["stages"][0]["rank_bytes"]
+got = [m["params"] + m["grads"] + m["optim"] + m["activations"] + m["workspace"] for m in summ["mem"]]
+print("allocated %s, estimate %d" % (got, want))
+sys.exit(0 if len(got) == int(sys.argv[3]) and all(g == want for g in got) else 1)
+PY
+}
 digest_of() { grep -o 'digest sha256:[0-9a-f]*' "$1"; }
 # dp_run NAME NP ARGS...: a DP_RUN (below) on NP ranks (the test's MPI launcher array) with
 # its digest printed and its output and metrics in $TMP/NAME.out and $TMP/NAME.jsonl

@@ -275,16 +275,6 @@ void cpu_attention_part_bwd(float *dqkv, float *dkv, const float *dout, const fl
 
 /* ---- canonical query chunks (bitwise mode with context parallelism) ---- */
 
-/* Rows of a chunk's block: QB at most, the chunk's rows left at most, and with documents
- * (sg: the block's rows' document starts) none past its first row's document. */
-static int chunk_block_rows(const int *sg, int left) {
-    int nq = left < QB ? left : QB;
-    if (sg)
-        for (int i = 1; i < nq; i++)
-            if (sg[i] != sg[0]) return i;
-    return nq;
-}
-
 /* Chunk k's query rows [p0[k], p0[k] + Tc) against every key before them in their
  * document (qkv: the whole sequence; qseg: the local rows' document starts, positions of
  * the sequence; NULL: none), in blocks of at most QB rows that never cross the chunk's end
@@ -304,7 +294,7 @@ void cpu_attention_chunks_fwd(float *out, float *lse, const float *qkv, const in
         for (int c = 0; c < nchunks; c++)
             for (int t0 = p0[c], nq; t0 < p0[c] + Tc; t0 += nq) {
                 int r = c * Tc + (t0 - p0[c]); /* the block's first local row */
-                nq = chunk_block_rows(sg ? sg + r : NULL, p0[c] + Tc - t0);
+                nq = block_rows(sg, r, r + p0[c] + Tc - t0); /* local rows r.. to the chunk's end */
                 int k0 = sg ? sg[r] : 0, nk = t0 + nq - k0;
                 cpu_gemm(0, 1, nq, nk, hs, 1.0f, q + (size_t)t0 * C3, C3, k + (size_t)k0 * C3, C3, 0.0f, S, nk);
                 for (int i = 0; i < nq; i++) /* row t0 + i sees keys k0 .. t0 + i (its document's) */
@@ -341,7 +331,7 @@ void cpu_attention_chunks_bwd(float *dqkv, float *const *leaf, const float *dout
             }
             for (int t0 = p0[c], nq; t0 < p0[c] + Tc; t0 += nq) {
                 int r = c * Tc + (t0 - p0[c]);
-                nq = chunk_block_rows(sg ? sg + r : NULL, p0[c] + Tc - t0);
+                nq = block_rows(sg, r, r + p0[c] + Tc - t0); /* local rows r.. to the chunk's end */
                 int k0 = sg ? sg[r] : 0, nk = t0 + nq - k0;
                 size_t ko = (size_t)k0 * C3;
                 const float *qb = q + (size_t)t0 * C3, *dOb = dO + (size_t)r * C;
