@@ -179,11 +179,14 @@ for i in range(args.cases):
             ref_model["train.micro_batch"] = model["train.global_batch"] // (dp * m)
     # bitwise in fp32: the sequence's canonical chunks (cp_chunks.c), in the reference and
     # the layout alike, so cp is drawn too (4 chunks: cp 2; tp x cp must divide tp_chunks; Llama's
-    # widths cut by them, its key/value heads not replicated)
+    # widths cut by them, its key/value heads split over tp, or replicated with a power of two
+    # of query heads per rank)
     chunks = []
     q = 8 if lay["parallel.tp"] * lay["parallel.cp"] > 4 else 4
+    hl = model.get("model.n_head", 1) // lay["parallel.tp"]
     llama_cut = model.get("model.family") != "llama" or (
-        model["model.n_kv_head"] % lay["parallel.tp"] == 0 and model["model.intermediate_size"] % q == 0 and
+        (model["model.n_kv_head"] % lay["parallel.tp"] == 0 or (hl > 0 and hl & (hl - 1) == 0)) and
+        model["model.intermediate_size"] % q == 0 and
         model["model.n_kv_head"] * (model["model.n_embd"] // model["model.n_head"]) % q == 0)
     if bitwise and llama_cut and model["precision"] == "fp32":
         chunks = ["--set", "parallel.cp_chunks=4"]

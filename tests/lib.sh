@@ -33,6 +33,10 @@ fi
 # two-rank run here); the tests' ranks share a node or an emulated host's TCP link, which
 # ob1 (over vader and tcp) carries, so they skip the probe.
 export OMPI_MCA_pml="${OMPI_MCA_pml:-ob1}"
+# OpenMP's default wait policy spins on a core between parallel regions; the tests that run
+# several ranks with 2 or 3 threads each on two cores then wait for each other's spinning
+# threads (a 1 s dp2 x cp2 run on 2 threads per rank took 47 s), so their threads sleep.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 # MPI: the multi-rank tests' launcher command (oversubscribed on small machines); need_mpi:
 # a multi-rank test skips (77) without mpirun, else runs it as root, one thread per rank
 MPI=(mpirun --oversubscribe --mca mpi_yield_when_idle 1 --mca btl self,vader)

@@ -5,8 +5,9 @@
  * chunks (which give the same bits whichever rank's list holds a chunk), the embedding
  * gradient, the sum of squares of the gradient norm, rotary's group sums), at shapes
  * whose K passes OpenBLAS's K block (360, 1000 > 320) and whose outputs span several
- * GEMM tiles with ragged edges. Also prints whether plain OpenBLAS differs here (why the
- * tiles exist; not asserted: it is the library's business). */
+ * GEMM tiles with ragged edges. add_rows (a node of the key/value group trees) gives its
+ * sums in fp32 and in bf16 storage. Also prints whether plain OpenBLAS differs here (why
+ * the tiles exist; not asserted: it is the library's business). */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -216,6 +217,58 @@ static size_t case_rest(const dt_ops *o, float *out) {
     return at;
 }
 
+/* add_rows (the key/value group trees' nodes, attention.c): column slices of row-major
+ * matrices, the sum or a's copy, out's other columns untouched; in bf16 storage each
+ * result rounded, the columns between the rows kept as they were. */
+static void check_add_rows(const dt_ops *o, const char *what) {
+    enum { R = 5, LD = 12, N = 4 };
+    float a[R * LD], b[R * LD], out[R * LD], keep[R * LD];
+    for (int i = 0; i < R * LD; i++) a[i] = (float)i * 0.5f, b[i] = 100.0f + (float)i, out[i] = keep[i] = -(float)i;
+    o->add_rows(out + 3, LD, a + 1, LD, b + 7, LD, R, N);
+    int ok = 1;
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < LD; j++) {
+            float want = j >= 3 && j < 3 + N ? a[r * LD + j - 2] + b[r * LD + j + 4] : keep[r * LD + j];
+            ok &= out[r * LD + j] == want;
+        }
+    CHECK(ok, "%s add_rows: the column slices' sums, the rest untouched", what);
+    o->add_rows(out, 4, a + 2, LD, NULL, 0, R, N); /* a copy, packed rows (out's ld 4) */
+    ok = 1;
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < N; j++) ok &= out[r * 4 + j] == a[r * LD + 2 + j];
+    CHECK(ok, "%s add_rows without b: a's copy", what);
+}
+
+static void check_add_rows_bf16(void) {
+    const dt_ops *c = dt_ops_cpu(), *o = dt_ops_bf16_storage(c);
+    enum { R = 3, LD = 6, N = 2 };
+    float w[R * LD], v[R * LD], wy[R * LD], wx[R * LD];
+    uint16_t x[R * LD], y[R * LD], before[R * LD];
+    for (int i = 0; i < R * LD; i++) w[i] = 1.0f + (float)i / 256.0f, v[i] = 3.0f - (float)i / 64.0f;
+    c->to_bf16(x, v, R * LD);
+    c->to_bf16(y, w, R * LD);
+    memcpy(before, y, sizeof before);
+    /* in place, y's columns 2-3 += x's columns 1-2 (elements of 2 bytes) */
+    o->add_rows((float *)(y + 2), LD, (float *)(y + 2), LD, (const float *)(x + 1), LD, R, N);
+    c->from_bf16(wy, y, R * LD);
+    c->from_bf16(wx, x, R * LD);
+    int kept = 1, summed = 1;
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < LD; j++) {
+            if (j < 2 || j >= 2 + N) {
+                kept &= y[r * LD + j] == before[r * LD + j];
+                continue;
+            }
+            float was, sum;
+            uint16_t h;
+            c->from_bf16(&was, before + r * LD + j, 1);
+            sum = was + wx[r * LD + j - 1];
+            c->to_bf16(&h, &sum, 1);
+            summed &= y[r * LD + j] == h;
+        }
+    CHECK(kept && summed, "bf16 add_rows: each sum rounded to bf16 (%g), the other columns kept", wy[2]);
+}
+
 typedef size_t (*kernel_case)(const dt_ops *o, float *out);
 
 /* The case's outputs with t threads, from the same inputs each time. */
@@ -243,6 +296,9 @@ int main(void) {
                   cases[c].name, t, check_rel_diff(ref, got, n));
         }
     }
+    check_add_rows(o, "fixed");
+    check_add_rows(dt_ops_cpu(), "plain");
+    check_add_rows_bf16();
     /* plain OpenBLAS at the same GEMMs: information only */
     size_t n = run(case_gemm, dt_ops_cpu(), 1, ref), m = run(case_gemm, dt_ops_cpu(), 2, got);
     printf("plain OpenBLAS GEMM, 1 vs 2 threads: %s\n",

@@ -169,6 +169,15 @@ static void feature_refusals(void) {
         CHECK(build(&L, cases[i].world, s[0], s[1], s[2], s[3], NULL) == DT_OK, "case %zu builds", i);
         CHECK(refused(&L, DT_CHECK_FEATURES, cases[i].want), "case %zu: %s", i, cases[i].want);
     }
+    /* Llama's key/value heads replicated over tp in bitwise mode: a group's tree splits at
+     * the replicas where each holds a power of two of its query heads */
+    build(&L, 4, "model.family=llama", "model.n_kv_head=1", "model.intermediate_size=128", "parallel.tp=4",
+          "parallel.determinism=bitwise", NULL);
+    CHECK(dt_layout_check(&L, DT_CHECK_RUN) == DT_OK && dt_layout_canon(&L) == 4, "bitwise multi-query tp 4");
+    build(&L, 2, "model.family=llama", "model.n_kv_head=1", "model.intermediate_size=128", "model.n_head=6",
+          "model.n_embd=48", "parallel.tp=2", "parallel.determinism=bitwise", NULL);
+    CHECK(refused(&L, DT_CHECK_RUN, "per rank (n_head / tp) that is not a power of two") && !dt_layout_canon(&L),
+          "bitwise multi-query, 3 query heads a rank");
     build(&L, 4, "parallel.pp=2", "parallel.pp_split=3,1", "parallel.schedule=zb-h1", NULL);
     CHECK(dt_layout_check(&L, DT_CHECK_RUN) == DT_OK, "an uneven split, zero bubble");
     build(&L, 2, "parallel.zero=3", "offload.optimizer=nvme", "offload.param=nvme", "offload.nvme_path=/x", NULL);

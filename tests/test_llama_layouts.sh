@@ -5,7 +5,7 @@
 # heads (replicated: tp4 over 2, with sp; multi-query under tp2, tp4, pp2 x tp2 zb-h1, dp2
 # x tp2 ZeRO-3; its checkpoints across tp4 and one process): per-step loss, gradient norm
 # and validation loss within 1e-5 (fp32); bitwise mode gives the single process's weights
-# with dp2 (ZeRO-3) and pp2; packed documents restart the rotary positions in every
+# with dp2 (ZeRO-3), pp2, tp, sp and cp, key/value heads replicated over tp included; packed documents restart the rotary positions in every
 # layout that splits them (dp2, tp2, cp2); bf16 follows the fp32 curve within 1%; a tied
 # variant too; optimizer offload (nvme) and frozen groups (dp2 ZeRO-3) as for GPT-2; every
 # rank allocates what `dtrain estimate` says (ZeRO-3, pp2, tp4 over 2 key/value heads).
@@ -115,9 +115,39 @@ if full; then
   [ -n "$bmha" ] && [ "$got" = "$bmha" ] && pass "bitwise tp4 (4 key/value heads): the single process's weights" ||
     fail "bitwise tp4: $got vs $bmha $(grep -m1 error "$TMP/btp4.out")"
 fi
+# key/value heads replicated over tp (attention.c's rope_canon_bwd: each query head's dk, dv
+# a leaf of one tree per group, the replicas' levels by tensor_parallel.c's kv tree; k and
+# v in the single process's blocks on every replica): tp 4 over 2 heads (each rank's
+# allocation the estimate's), and multi-query under tp 2, tp 4 with sp, pp 2 x tp 2 with
+# a split backward, dp 2 x tp 2 ZeRO-3, bf16 and on the emulated device
+BWK=(--set parallel.determinism=bitwise --set log.sample_tokens=0)
+got=$(dp_run bkv4 4 "${BWK[@]}" --set parallel.tp=4)
+[ -n "$bref" ] && [ "$got" = "$bref" ] && pass "bitwise tp4 over 2 key/value heads: the single process's weights" ||
+  fail "bitwise tp4 over 2 key/value heads: $got vs $bref $(grep -m1 error "$TMP/bkv4.out")"
+"$DTRAIN" estimate "${DP_RUN[@]}" "${BWK[@]}" --set parallel.tp=4 -n 1 --json >"$TMP/bkv4e.json" ||
+  fail "estimate bitwise tp4 over 2 key/value heads"
+r=$(alloc_is_estimate "$TMP/bkv4.jsonl" "$TMP/bkv4e.json" 4) &&
+  pass "bitwise tp4 over 2 key/value heads: allocation = estimate ($r)" || fail "bitwise tp4 kv memory: $r"
+if full; then
+  MQ=(--set model.n_kv_head=1)
+  for prec in fp32 bf16; do
+    bmq=$(dp_run "bmq-$prec" 1 "${BWK[@]}" "${MQ[@]}" --set precision=$prec)
+    for lay in "tp2:2:--set parallel.tp=2" "tp4-sp:4:--set parallel.tp=4 --set parallel.sp=true" \
+               "pp2-tp2-zbh1:4:--set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=zb-h1" \
+               "dp2-tp2-zero3:4:--set parallel.tp=2 --set parallel.zero=3" "emulated-tp2:2:--set backend=emulated --set parallel.tp=2"; do
+      name=${lay%%:*}; rest=${lay#*:}; np=${rest%%:*}; args=${rest#*:}
+      [ $prec = bf16 ] && [ "$name" != tp2 ] && continue
+      # shellcheck disable=SC2086
+      got=$(dp_run "bmq-$prec-$name" "$np" "${BWK[@]}" "${MQ[@]}" --set precision=$prec $args)
+      [ -n "$bmq" ] && [ "$got" = "$bmq" ] && pass "bitwise multi-query $name ($prec): the single process's weights" ||
+        fail "bitwise multi-query $name ($prec): $got vs $bmq $(grep -m1 error "$TMP/bmq-$prec-$name.out")"
+    done
+  done
+fi
 RUN=("${DP_RUN[@]}")
-refused "bitwise tp4 over 2 key/value heads" "key/value heads replicated" 4 --set parallel.tp=4 \
-  --set parallel.determinism=bitwise
+# replicas whose query heads do not split at a power of two: the tree's levels would not
+refused "bitwise multi-query tp2 over 3 query heads a rank" "not a power of two" 2 --set parallel.tp=2 \
+  --set parallel.determinism=bitwise --set model.n_head=6 --set model.n_embd=48 --set model.n_kv_head=1
 # bf16 follows fp32; the tied variant in a pipeline (the head's share of the embedding summed)
 dp_run bf16 1 --set precision=bf16 >/dev/null
 python3 - "$TMP/ref.jsonl" "$TMP/bf16.jsonl" <<'PY' && pass "bf16 within 1% of fp32" || fail "bf16 vs fp32"

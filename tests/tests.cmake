@@ -7,7 +7,7 @@ foreach(src ${DT_C_TESTS})
   target_link_libraries(${name} PRIVATE dtrain_lib)
   set_target_properties(${name} PROPERTIES BUILD_RPATH ${DT_BLAS_DIR})
   add_test(NAME ${name} COMMAND ${name} ${CMAKE_SOURCE_DIR} WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
-  set_tests_properties(${name} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" SKIP_RETURN_CODE 77)
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive" SKIP_RETURN_CODE 77)
 endforeach()
 # The tensor-core kernels' own source (src/backend/cuda/flash_attention.cuh) run on host
 # threads by tests/warp_sim.h: C++, no CUDA toolkit or GPU needed, so CI checks them too.
@@ -26,7 +26,7 @@ target_compile_options(test_llama_sim PRIVATE -O2 -Wall -Wextra -Werror -Wno-unk
                        $<$<BOOL:${DT_SANITIZE}>:-fsanitize=address,undefined;-fno-omit-frame-pointer;-fno-sanitize-recover=undefined>)
 target_link_libraries(test_llama_sim PRIVATE dtrain_lib Threads::Threads)
 add_test(NAME test_llama_sim COMMAND test_llama_sim)
-set_tests_properties(test_llama_sim PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
+set_tests_properties(test_llama_sim PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=passive")
 file(GLOB DT_SH_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.sh)
 foreach(src ${DT_SH_TESTS})
   get_filename_component(name ${src} NAME_WE)

@@ -77,6 +77,10 @@ typedef struct dt_ops {
     /* dinp = gelu'(inp)·dout */
     void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
     void (*add)(float *out, const float *a, const float *b, size_t n);
+    /* out[i·ldo + j] = a[i·lda + j] + b[i·ldb + j] for i < rows, j < n (b NULL: a's copy):
+     * column slices of row-major matrices (bitwise mode's key/value group sums, one tree
+     * node a call); out may be a. NULL in backends without it. */
+    void (*add_rows)(float *out, int ldo, const float *a, int lda, const float *b, int ldb, int rows, int n);
     /* Causal multi-head attention over qkv[B,T,3C] (q|k|v, heads of C/NH): out[B,T,C],
      * lse[B,NH,T] (log-sum-exp per query row, kept for backward instead of the TxT matrix).
      * Documents: seg[B,T] (the backend's memory; NULL: none) gives each query the first key

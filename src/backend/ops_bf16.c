@@ -145,6 +145,18 @@ static void b_add(float *out, const float *a, const float *b, size_t n) {
     narrow(out, o, n);
 }
 
+/* out's whole extent is widened and narrowed back (exact for the elements between its
+ * rows, bf16 values); a that is out shares its buffer */
+static void b_add_rows(float *out, int lo, const float *a, int la, const float *b, int lb, int rows, int n) {
+    if (rows <= 0 || n <= 0) return;
+    size_t eo = (size_t)(rows - 1) * lo + n, ea = (size_t)(rows - 1) * la + n, eb = (size_t)(rows - 1) * lb + n;
+    float *o = wide(0, out, eo), *x = a == out && la == lo ? o : wide(1, a, ea), *y = b ? wide(2, b, eb) : NULL;
+    NEED(o, x);
+    if (b && !y) return;
+    in->add_rows(o, lo, x, la, y, lb, rows, n);
+    narrow(out, o, eo);
+}
+
 static void b_att_f(float *out, float *lse, const float *qkv, const int *seg, int B, int Tt, int C, int NH) {
     size_t n = (size_t)B * Tt * C;
     float *o = buf(0, n), *q = wide(1, qkv, 3 * n);
@@ -276,6 +288,7 @@ const dt_ops *dt_ops_bf16_storage(const dt_ops *f32) {
     T.gelu_fwd = b_gelu_f;
     T.gelu_bwd = b_gelu_b;
     T.add = b_add;
+    T.add_rows = f32->add_rows ? b_add_rows : NULL;
     T.attention_fwd = b_att_f;
     T.attention_bwd = b_att_b;
     T.attention_chunks_fwd = NULL; /* bitwise cp's chunks: fp32 storage only */

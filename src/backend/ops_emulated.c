@@ -102,6 +102,9 @@ static void e_ln_b(float *di, float *dw, float *db, const float *d, const float 
 static void e_gelu_f(float *o, const float *i, size_t n) { inner->gelu_fwd(HF(o), HF(i), n); }
 static void e_gelu_b(float *di, const float *i, const float *d, size_t n) { inner->gelu_bwd(HF(di), HF(i), HF(d), n); }
 static void e_add(float *o, const float *a, const float *b, size_t n) { inner->add(HF(o), HF(a), HF(b), n); }
+static void e_add_rows(float *o, int lo, const float *a, int la, const float *b, int lb, int rows, int n) {
+    inner->add_rows(HF(o), lo, HF(a), la, HF(b), lb, rows, n);
+}
 static void e_att_f(float *o, float *l, const float *q, const int *seg, int B, int T, int C, int NH) {
     inner->attention_fwd(HF(o), HF(l), HF(q), (const int *)H(seg), B, T, C, NH);
 }
@@ -159,6 +162,7 @@ const dt_ops *dt_ops_emulated(const dt_ops *host) {
                         .linear_bwd = e_lin_b, .embed_fwd = e_emb_f, .embed_bwd = e_emb_b,
                         .layernorm_fwd = e_ln_f, .layernorm_bwd = e_ln_b, .gelu_fwd = e_gelu_f,
                         .gelu_bwd = e_gelu_b, .add = e_add, .attention_fwd = e_att_f, .attention_bwd = e_att_b,
+                        .add_rows = host->add_rows ? e_add_rows : NULL,
                         .softmax_xent = e_xent, .xent_rowmax = host->xent_rowmax ? e_rowmax : NULL,
                         .xent_rowsum = host->xent_rowsum ? e_rowsum : NULL,
                         .xent_finish = host->xent_finish ? e_finish : NULL, .sumsq = e_sumsq, .sum = e_sum,

@@ -59,6 +59,9 @@ static void p_ln_b(float *di, float *dw, float *db, const float *d, const float 
 static void p_gelu_f(float *o, const float *i, size_t n) { TIMED(P_GELU_F, inner->gelu_fwd(o, i, n)); }
 static void p_gelu_b(float *di, const float *i, const float *d, size_t n) { TIMED(P_GELU_B, inner->gelu_bwd(di, i, d, n)); }
 static void p_add(float *o, const float *a, const float *b, size_t n) { TIMED(P_ADD, inner->add(o, a, b, n)); }
+static void p_add_rows(float *o, int lo, const float *a, int la, const float *b, int lb, int rows, int n) {
+    TIMED(P_ADD, inner->add_rows(o, lo, a, la, b, lb, rows, n));
+}
 static void p_att_f(float *o, float *l, const float *q, const int *sg, int B, int T, int C, int NH) {
     TIMED(P_ATT_F, inner->attention_fwd(o, l, q, sg, B, T, C, NH));
 }
@@ -143,6 +146,7 @@ const dt_ops *dt_ops_profiled(const dt_ops *ops) {
     PROFILED.gelu_fwd = p_gelu_f;
     PROFILED.gelu_bwd = p_gelu_b;
     PROFILED.add = p_add;
+    PROFILED.add_rows = inner->add_rows ? p_add_rows : NULL;
     PROFILED.attention_fwd = p_att_f;
     PROFILED.attention_bwd = p_att_b;
     PROFILED.linear_gelu_fwd = inner->linear_gelu_fwd ? p_lin_gelu_f : NULL; /* fusions, where the backend has them */

@@ -17,6 +17,8 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
     size_t FC = gpt_fc_width(s, (int)tp), FG = gpt_fcg_width(s, (int)tp), DB = gpt_dbig_width(s, (int)tp);
     size_t ll = s->family == GPT_FAMILY_LLAMA, bias = ll && s->qkv_bias, half = (size_t)(s->n_embd / s->n_head) / 2;
     size_t L = lay->canon > 1 ? (size_t)lay->canon / tp : 0; /* canonical chunks of this rank (tp_chunks.c) */
+    /* their leaves' scratch: L - 1 rows of C; Llama's rotary backward's per-head dk, dv too */
+    size_t LW = L ? (L - 1) * C > 2 * ll * Cl ? (L - 1) * C : 2 * ll * Cl : 0;
     /* The head is computed in row chunks so the logits need not exist for all rows at once;
      * chunks are large (up to 512 MB of logits) because every chunk re-reads and re-writes
      * the whole dwte in its GEMM, and BLAS is faster with a deeper K. */
@@ -73,7 +75,7 @@ size_t gpt_act_layout(const gpt_shape *s, int max_B, int max_T, size_t esz, cons
         {&a->xstat, head * (3 + 2 * L) * head_rows, F32, OTH}, {&a->full, sp * BT * C, E, OTH},
         {&a->rows, sp * R * C, E, SEQ},              {&a->lngrad, sp * 4 * C, E, OTH},
         {&a->lnrows, (sp && L) * 2 * BT * C, E, OTH}, {&a->lnstat, (sp && L) * 2 * BT, F32, OTH},    {&a->inv_freq, ll * half, F32, OTH},
-        {&a->ones, (bias || L) * BT, E, OTH},       {&a->leaves, (L ? L - 1 : 0) * BT * C, E, OTH},
+        {&a->ones, (bias || L) * BT, E, OTH},       {&a->leaves, LW * BT, E, OTH},
     };
     LAY(shared)
 #undef LAY

@@ -33,11 +33,15 @@ dt_status gpt_attention_forward(gpt_model *m, const gpt_slot *a, const block_act
     DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
     if (llama(m)) { /* q, k, v (scratch), then rotated and grouped into qkv */
         float *q = m->acts->dbig, *k = S(m, q, (size_t)N * w.Cl), *v = S(m, k, (size_t)N * w.Ckv);
-        void (*col)(gpt_model *, float *, const float *, const float *, const float *, int, int, int) =
-            m->canon ? gpt_colt_fwd : gpt_linear_t_fwd; /* the canonical blocks (tp_chunks.c) */
-        col(m, q, in, P(m, j, T_QW), P(m, j, T_QB), N, C, w.Cl);
-        col(m, k, in, P(m, j, T_KW), P(m, j, T_KB), N, C, w.Ckv);
-        col(m, v, in, P(m, j, T_VW), P(m, j, T_VB), N, C, w.Ckv);
+        if (m->canon) { /* the canonical blocks (tp_chunks.c) */
+            gpt_colt_fwd(m, q, in, P(m, j, T_QW), P(m, j, T_QB), N, C, w.Cl, 0);
+            gpt_colt_fwd(m, k, in, P(m, j, T_KW), P(m, j, T_KB), N, C, w.Ckv, 1);
+            gpt_colt_fwd(m, v, in, P(m, j, T_VW), P(m, j, T_VB), N, C, w.Ckv, 1);
+        } else {
+            gpt_linear_t_fwd(m, q, in, P(m, j, T_QW), P(m, j, T_QB), N, C, w.Cl);
+            gpt_linear_t_fwd(m, k, in, P(m, j, T_KW), P(m, j, T_KB), N, C, w.Ckv);
+            gpt_linear_t_fwd(m, v, in, P(m, j, T_VW), P(m, j, T_VB), N, C, w.Ckv);
+        }
         o->rope_qkv_fwd(b->qkv, q, k, v, a->pos, m->acts->inv_freq, N, w.NHl, w.NKVl, w.HS);
         DT_TRY(attend_fwd(m, a, b, w));
         if (m->canon) gpt_rowt_fwd(m, proj, b->atty, P(m, j, T_APW), N, w.Cl, C);
@@ -57,34 +61,63 @@ dt_status gpt_attention_forward(gpt_model *m, const gpt_slot *a, const block_act
     return gpt_tp_complete(m, proj, m->acts->rows, N, out);
 }
 
+/* Bitwise mode's rotary backward (canonical: the same sums in every layout): each query
+ * head's dk and dv taken back on its own (rope_qkv_bwd with a key/value head per query
+ * head, into the leaves' scratch), then a group's heads summed by one binary tree in head
+ * order (gpt_canon_tree's: adjacent pairs first; each node rounded to storage precision),
+ * whose upper levels, with replicated key/value heads, are the replicas' (qkv_t_bwd's kv
+ * sum: a tree over them). Each group's G heads here are then a power of two
+ * (dt_layout_canon), so the levels split at the ranks. */
+static void rope_canon_bwd(gpt_model *m, float *raw, const float *dqkv, const int *pos, int N, widths w) {
+    const dt_ops *o = m->ops;
+    float *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
+    float *hk = m->acts->leaves, *hv = S(m, hk, (size_t)N * w.Cl); /* [N, Cl] each */
+    o->rope_qkv_bwd(raw, hk, hv, dqkv, pos, m->acts->inv_freq, N, w.NHl, w.NHl, w.HS);
+    int G = w.NHl / w.NKVl, HS = w.HS;
+    for (int g = 0; g < w.NKVl; g++) {
+        for (int s = 1; s < G; s *= 2)
+            for (int i = 0; i + s < G; i += 2 * s) {
+                size_t at = (size_t)(g * G + i) * HS, by = (size_t)s * HS;
+                o->add_rows(S(m, hk, at), w.Cl, S(m, hk, at), w.Cl, S(m, hk, at + by), w.Cl, N, HS);
+                o->add_rows(S(m, hv, at), w.Cl, S(m, hv, at), w.Cl, S(m, hv, at + by), w.Cl, N, HS);
+            }
+        size_t root = (size_t)g * G * HS, to = (size_t)g * HS;
+        o->add_rows(S(m, dk, to), w.Ckv, S(m, hk, root), w.Cl, NULL, 0, N, HS);
+        o->add_rows(S(m, dv, to), w.Ckv, S(m, hv, root), w.Cl, NULL, 0, N, HS);
+    }
+}
+
 /* Llama's q, k, v weight gradients (and biases') from their output gradients raw (dq | dk
  * | dv); dx (NULL: none) receives the input gradient. With replicated key/value heads
  * (tp above n_kv_head) this rank's dk, dv are its own query heads' share: the input
  * gradient takes them as they are (the tensor-parallel sum of dx then counts each share
  * once), then they are summed over the head's replicas in place, in the pass that computes
  * dx (a split backward's weight pass reads raw summed), so every replica's k and v weight
- * gradients are the whole ones, the same on each. */
+ * gradients are the whole ones, the same on each. Bitwise mode sums the replicas first
+ * (their tree), and each replica's leaves take the blocks of the head its query chunks
+ * pair with (tp_chunks.c), so each block is counted once. */
 static dt_status qkv_t_bwd(gpt_model *m, float *dx, float *raw, const float *in, int j, int split, int N, widths w) {
     int C = m->shape.n_embd;
     float *dq = raw, *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
     if (dx && m->canon) { /* the three projections' canonical leaves, then their tree */
         float *leaf[64];
+        DT_TRY(gpt_kv_sum(m, dk, 2 * (size_t)N * w.Ckv)); /* dk | dv */
         gpt_canon_leaves(m, dx, (size_t)N * C, leaf);
-        DT_TRY(gpt_colt_bwd(m, leaf, 0, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl));
-        DT_TRY(gpt_colt_bwd(m, leaf, 1, NULL, NULL, dk, NULL, P(m, j, T_KW), N, C, w.Ckv));
-        DT_TRY(gpt_colt_bwd(m, leaf, 1, NULL, NULL, dv, NULL, P(m, j, T_VW), N, C, w.Ckv));
+        DT_TRY(gpt_colt_bwd(m, leaf, 0, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl, 0));
+        DT_TRY(gpt_colt_bwd(m, leaf, 1, NULL, NULL, dk, NULL, P(m, j, T_KW), N, C, w.Ckv, 1));
+        DT_TRY(gpt_colt_bwd(m, leaf, 1, NULL, NULL, dv, NULL, P(m, j, T_VW), N, C, w.Ckv, 1));
         gpt_canon_tree(m, leaf, m->canon / m->tp, (size_t)N * C);
     } else if (dx) {
         gpt_linear_t_bwd(m, dx, NULL, NULL, dq, NULL, P(m, j, T_QW), N, C, w.Cl, 0);
         gpt_linear_t_bwd(m, dx, NULL, NULL, dk, NULL, P(m, j, T_KW), N, C, w.Ckv, 1);
         gpt_linear_t_bwd(m, dx, NULL, NULL, dv, NULL, P(m, j, T_VW), N, C, w.Ckv, 1);
+        DT_TRY(gpt_kv_sum(m, dk, 2 * (size_t)N * w.Ckv)); /* dk | dv */
     }
-    if (dx) DT_TRY(gpt_kv_sum(m, dk, 2 * (size_t)N * w.Ckv)); /* dk | dv */
     if (split && dx) return DT_OK; /* the weight gradients in the split's weight pass */
     if (m->canon) {
-        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl));
-        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_KW), G(m, j, T_KB), dk, in, NULL, N, C, w.Ckv));
-        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_VW), G(m, j, T_VB), dv, in, NULL, N, C, w.Ckv));
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl, 0));
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_KW), G(m, j, T_KB), dk, in, NULL, N, C, w.Ckv, 1));
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_VW), G(m, j, T_VB), dv, in, NULL, N, C, w.Ckv, 1));
         return DT_OK;
     }
     gpt_linear_t_bwd(m, NULL, G(m, j, T_QW), G(m, j, T_QB), dq, in, NULL, N, C, w.Cl, 0);
@@ -126,7 +159,8 @@ dt_status gpt_attention_backward(gpt_model *m, gpt_slot *s, const block_acts *b,
     if (!split) DT_TRY(gpt_seq_gather(m, b->ln1, N, &in));
     if (ll) {
         float *dk = S(m, raw, (size_t)N * w.Cl), *dv = S(m, dk, (size_t)N * w.Ckv);
-        o->rope_qkv_bwd(raw, dk, dv, dqkv, s->pos, a->inv_freq, N, w.NHl, w.NKVl, w.HS);
+        if (m->canon) rope_canon_bwd(m, raw, dqkv, s->pos, N, w);
+        else o->rope_qkv_bwd(raw, dk, dv, dqkv, s->pos, a->inv_freq, N, w.NHl, w.NKVl, w.HS);
         DT_TRY(qkv_t_bwd(m, a->dsmall, raw, in, j, split, N, w));
     } else if (m->canon) {
         DT_TRY(gpt_col_bwd(m, a->dsmall, WG(m, j, T_QKVW, split), WG(m, j, T_QKVB, split), k->qkv, in, P(m, j, T_QKVW), N, C,

@@ -82,12 +82,15 @@ dt_status gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float
  * bias gradients per canonical block; the input gradient into the local chunks' leaves
  * (gpt_canon_leaves of dx; acc: added to what an earlier projection of the same input left
  * there; NULL: none), the caller summing them by gpt_canon_tree once all are in.
+ * kv: k or v, whose heads tp may replicate (each replica then runs the head's every block
+ * and the leaves of the blocks its query chunks pair with, from the replicas' summed dy).
  * Row-parallel (o_proj, down; INl this rank's columns): the K chunks' products summed by
  * the tree; its gradients per block. */
 void gpt_canon_leaves(gpt_model *m, float *out, size_t n, float **leaf);
-void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUTl);
+void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUTl,
+                  int kv);
 dt_status gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, float *db, const float *dy,
-                       const float *in, const float *w, int N, int IN, int OUTl);
+                       const float *in, const float *w, int N, int IN, int OUTl, int kv);
 void gpt_rowt_fwd(gpt_model *m, float *out, const float *in, const float *w, int N, int INl, int OUT);
 dt_status gpt_rowt_bwd(gpt_model *m, float *dx, float *dw, const float *dy, const float *in, const float *w, int N,
                        int INl, int OUT);

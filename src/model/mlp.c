@@ -13,10 +13,13 @@ dt_status gpt_mlp_forward(gpt_model *m, const gpt_slot *a, const block_acts *b, 
     DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
     if (llama(m)) { /* fch: gate | up */
         float *gate = b->fch, *up = S(m, b->fch, (size_t)N * Il);
-        void (*col)(gpt_model *, float *, const float *, const float *, const float *, int, int, int) =
-            m->canon ? gpt_colt_fwd : gpt_linear_t_fwd; /* the canonical blocks (tp_chunks.c) */
-        col(m, gate, in, P(m, j, T_FCW), NULL, N, C, Il);
-        col(m, up, in, P(m, j, T_UPW), NULL, N, C, Il);
+        if (m->canon) { /* the canonical blocks (tp_chunks.c) */
+            gpt_colt_fwd(m, gate, in, P(m, j, T_FCW), NULL, N, C, Il, 0);
+            gpt_colt_fwd(m, up, in, P(m, j, T_UPW), NULL, N, C, Il, 0);
+        } else {
+            gpt_linear_t_fwd(m, gate, in, P(m, j, T_FCW), NULL, N, C, Il);
+            gpt_linear_t_fwd(m, up, in, P(m, j, T_UPW), NULL, N, C, Il);
+        }
         o->swiglu_fwd(b->fcg, gate, up, (size_t)N * Il);
         if (m->canon) gpt_rowt_fwd(m, proj, b->fcg, P(m, j, T_MPW), N, Il, C);
         else gpt_linear_t_fwd(m, proj, b->fcg, P(m, j, T_MPW), NULL, N, Il, C);
@@ -64,9 +67,9 @@ dt_status gpt_mlp_backward(gpt_model *m, gpt_slot *s, const block_acts *b, const
         if (m->canon) { /* gate's and up's canonical leaves, then their tree */
             float *leaf[64];
             gpt_canon_leaves(m, a->dsmall, (size_t)N * C, leaf);
-            DT_TRY(gpt_colt_bwd(m, leaf, 0, WG(m, j, T_FCW, split), NULL, k->fc, in, P(m, j, T_FCW), N, C, Il));
+            DT_TRY(gpt_colt_bwd(m, leaf, 0, WG(m, j, T_FCW, split), NULL, k->fc, in, P(m, j, T_FCW), N, C, Il, 0));
             DT_TRY(gpt_colt_bwd(m, leaf, 1, WG(m, j, T_UPW, split), NULL, S(m, k->fc, (size_t)N * Il), in, P(m, j, T_UPW), N,
-                         C, Il));
+                         C, Il, 0));
             gpt_canon_tree(m, leaf, m->canon / m->tp, (size_t)N * C);
             return gpt_tp_complete(m, a->dsmall, a->rows, N, dln);
         }
@@ -100,8 +103,8 @@ dt_status gpt_mlp_weight(gpt_model *m, const gpt_slot *s, const block_acts *b, c
     else o->linear_bwd(NULL, G(m, j, T_MPW), G(m, j, T_MPB), k->mp, b->fcg, NULL, N, Il, C, 0);
     DT_TRY(gpt_seq_gather(m, b->ln2, N, &in));
     if (llama(m) && m->canon) {
-        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il));
-        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il));
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il, 0));
+        DT_TRY(gpt_colt_bwd(m, NULL, 0, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il, 0));
     } else if (llama(m)) {
         gpt_linear_t_bwd(m, NULL, G(m, j, T_FCW), NULL, k->fc, in, NULL, N, C, Il, 0);
         gpt_linear_t_bwd(m, NULL, G(m, j, T_UPW), NULL, S(m, k->fc, (size_t)N * Il), in, NULL, N, C, Il, 0);

@@ -159,8 +159,18 @@ dt_status gpt_row_bwd(gpt_model *m, float *dx, float *dw, float *db, const float
 
 void gpt_canon_leaves(gpt_model *m, float *out, size_t n, float **leaf) { leaves_of(m, out, n, leaf); }
 
-void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUTl) {
-    int L = local_chunks(m), ob = OUTl / L, R = row_step(m, N);
+/* A projection's canonical blocks held here: Q / tp, or for Llama's replicated key/value
+ * heads (kv) all of this rank's head, Q / n_kv_head = replicas · Q / tp; the input
+ * gradient's leaves (this rank's Q / tp chunks) take the ones from *first. */
+static int colt_blocks(const gpt_model *m, int kv, int *first) {
+    int L = local_chunks(m), r = kv ? gpt_kv_replicas(&m->shape, m->tp) : 1;
+    *first = m->tp_rank % r * L;
+    return r * L;
+}
+
+void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUTl,
+                  int kv) {
+    int first, L = colt_blocks(m, kv, &first), ob = OUTl / L, R = row_step(m, N);
     const float *a[MAXB], *b[MAXB];
     float *c[MAXB];
     for (int r0 = 0; r0 < N; r0 += R) {
@@ -174,13 +184,13 @@ void gpt_colt_fwd(gpt_model *m, float *out, const float *in, const float *w, con
 }
 
 dt_status gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, float *db, const float *dy, const float *in,
-                       const float *w, int N, int IN, int OUTl) {
-    int L = local_chunks(m), ob = OUTl / L, R = row_step(m, N);
+                       const float *w, int N, int IN, int OUTl, int kv) {
+    int first, blocks = colt_blocks(m, kv, &first), L = local_chunks(m), ob = OUTl / blocks, R = row_step(m, N);
     const float *a[MAXB], *b[MAXB];
     float *c[MAXB];
     if (dw || db) {
         wgrad g;
-        DT_TRY(wgrad_of(m, dw ? in : NULL, dy, N, IN, OUTl, L, &g));
+        DT_TRY(wgrad_of(m, dw ? in : NULL, dy, N, IN, OUTl, blocks, &g));
         if (dw) {
             for (int i = 0; i < g.count; i++) {
                 size_t k = (size_t)(g.first + i) * ob;
@@ -195,8 +205,10 @@ dt_status gpt_colt_bwd(gpt_model *m, float *const *leaf, int acc, float *dw, flo
     }
     if (!leaf) return DT_OK;
     for (int r0 = 0; r0 < N; r0 += R) {
-        for (int l = 0; l < L; l++)
-            a[l] = S(m, dy, (size_t)r0 * OUTl + l * ob), b[l] = S(m, w, (size_t)l * ob * IN), c[l] = S(m, leaf[l], (size_t)r0 * IN);
+        for (int l = 0; l < L; l++) {
+            size_t k = (size_t)(first + l) * ob;
+            a[l] = S(m, dy, (size_t)r0 * OUTl + k), b[l] = S(m, w, k * IN), c[l] = S(m, leaf[l], (size_t)r0 * IN);
+        }
         BLOCKS(0, 0, R, IN, ob, a, OUTl, b, IN, acc ? 1.0f : 0.0f, c, IN, L, m->canon);
     }
     return DT_OK;

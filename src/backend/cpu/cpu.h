@@ -41,6 +41,7 @@ void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, con
 void cpu_gelu_fwd(float *out, const float *inp, size_t n);
 void cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
+void cpu_add_rows(float *out, int ldo, const float *a, int lda, const float *b, int ldb, int rows, int n);
 void cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
 void cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
                      int N, int C);

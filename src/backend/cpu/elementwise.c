@@ -92,6 +92,15 @@ void cpu_add(float *out, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
+void cpu_add_rows(float *out, int ldo, const float *a, int lda, const float *b, int ldb, int rows, int n) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+        float *o = out + (size_t)i * ldo;
+        const float *x = a + (size_t)i * lda, *y = b ? b + (size_t)i * ldb : NULL;
+        for (int j = 0; j < n; j++) o[j] = y ? x[j] + y[j] : x[j];
+    }
+}
+
 double cpu_sumsq(const float *x, size_t n) {
     enum { CHUNK = 1 << 16 };
     size_t nchunks = (n + CHUNK - 1) / CHUNK;

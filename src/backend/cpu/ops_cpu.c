@@ -44,6 +44,7 @@ static const dt_ops CPU_OPS = {
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
     .add = cpu_add,
+    .add_rows = cpu_add_rows,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .attention_part_fwd = cpu_attention_part_fwd,

@@ -408,7 +408,7 @@ static dt_status bw_reduce(dt_dp *d, double *norm) {
 /* The mode's bytes with units padded to the canonical chunk (bw_setup's alignment), plus
  * the reduction's workspace: the fold's ceil(log2 m) + 2 buffers over the leaf layout (the
  * flat units; ZeRO-1's padded ones; ZeRO-2/3's shard), plus the head's share of wte where
- * one rank holds both ends; the exchange buffer (half the largest unit); with both ends,
+ * one rank holds both ends of the tie; the exchange buffer (half the largest unit); with both ends,
  * the head's wte gradient (fp32, with a gradient shard; staged: in the storage precision,
  * every layout); staged with a gradient shard, the largest unit widened. */
 static void bw_estimate(const dt_dp_stage *s, double *state, double *work) {
@@ -422,14 +422,15 @@ static void bw_estimate(const dt_dp_stage *s, double *state, double *work) {
     double maxunit = fmax(unit[0], fmax(unit[1], unit[2]));
     double n = lay == DT_GRADS_FLAT ? u.flat : lay == DT_GRADS_PADDED ? u.padded : u.shard;
     double wte = (double)sh->padded_vocab / s->L->tp * sh->n_embd, head = 0; /* this rank's vocabulary rows */
-    if (s->L->pp <= 1) { /* one rank holds both ends: the head's share of wte apart */
+    int apart = s->L->pp <= 1 && sh->tie; /* one rank holds both ends of the tie: the head's share of wte apart */
+    if (apart) {
         n += lay == DT_GRADS_SHARD ? u.S[0] : wte;
         maxunit = fmax(maxunit, wte);
         if (lay == DT_GRADS_SHARD) head = wte;
     }
     int staged = dt_layout_bf16(s->L) || s->L->backend != DT_BACKEND_CPU, h = 0;
     double wide = staged && lay == DT_GRADS_SHARD ? maxunit : 0;
-    if (staged && s->L->pp <= 1) head = wte * (dt_layout_bf16(s->L) ? 0.5 : 1.0); /* in floats */
+    if (staged && apart) head = wte * (dt_layout_bf16(s->L) ? 0.5 : 1.0); /* in floats */
     while ((1 << h) < s->L->m) h++; /* the leaves: one per micro-step */
     *work += ((h + 2) * n + floor(maxunit / 2) + 1 + head + wide) * sizeof(float);
 }

@@ -123,10 +123,11 @@ static inline int dt_layout_bf16(const dt_layout *L) { return L->precision == DT
 static inline int dt_layout_canon(const dt_layout *L) {
     int q = atoi(L->cfg.parallel.tp_chunks);
     const gpt_shape *s = &L->shape;
-    /* Llama: its key/value heads split over tp (not replicated), their width and the MLP's cut by q too */
+    /* Llama: the key/value width and the MLP's cut by q too; key/value heads replicated over
+     * tp (attention.c's rope_canon_bwd) only with a power of two of query heads per rank */
+    int hl = s->n_head / L->tp, kv_ok = s->n_kv_head % L->tp == 0 || (hl > 0 && (hl & (hl - 1)) == 0);
     int llama_ok = s->family != GPT_FAMILY_LLAMA ||
-                   (s->n_kv_head % L->tp == 0 && (s->n_kv_head * (s->n_embd / s->n_head)) % q == 0 &&
-                    s->intermediate % q == 0);
+                   (kv_ok && (s->n_kv_head * (s->n_embd / s->n_head)) % q == 0 && s->intermediate % q == 0);
     return dt_layout_bitwise(L) && q > 1 && llama_ok && s->n_embd % q == 0 ? q : 0;
 }
 /* Bitwise mode's canonical sequence chunks (parallel.cp_chunks; model_parallel/cp_chunks.c):

@@ -74,9 +74,11 @@ static dt_dtype storage(const tp_ctx *x) { return x->ops->bf16 ? DT_BF16 : DT_F3
 /* Bitwise mode's sum (tp_chunks.c): the canonical tree's levels above the ranks' own
  * chunks, in fp32 host memory (bf16: widened, each node rounded to bf16, narrowed back:
  * exact, its values being bf16's). */
-/* The tree over n elements of in, elements [off, off + m) of the sum written to out (in
- * place when in is out, whole, fp32 host memory). */
-static dt_status tp_tree_into(tp_ctx *x, const float *in, size_t n, float *out, size_t off, size_t m, int bf16) {
+/* The tree over group c (the tensor-parallel group or the key/value replicas) of n
+ * elements of in, elements [off, off + m) of the sum written to out (in place when in is
+ * out, whole, fp32 host memory). */
+static dt_status tp_tree_into(tp_ctx *x, dt_comm *c, const float *in, size_t n, float *out, size_t off, size_t m,
+                              int bf16) {
     double t0 = dt_now();
     if (n / 2 + 1 > x->tree_cap) {
         float *t2 = realloc(x->tree_tmp, (n / 2 + 1) * sizeof(float));
@@ -92,14 +94,16 @@ static dt_status tp_tree_into(tp_ctx *x, const float *in, size_t n, float *out, 
         else if (x->ops->on_device) x->ops->download(h, in, n * sizeof(float));
         else memcpy(h, in, n * sizeof(float));
     }
-    dt_status s = bf16 ? dt_tree_allreduce_bf16(x->comm, h, n, x->tree_tmp) : dt_tree_allreduce(x->comm, h, n, x->tree_tmp);
+    dt_status s = bf16 ? dt_tree_allreduce_bf16(c, h, n, x->tree_tmp) : dt_tree_allreduce(c, h, n, x->tree_tmp);
     if (s == DT_OK && bf16) dt_stage_narrow(x->ops, out, h + off, m);
     else if (s == DT_OK && x->ops->on_device) x->ops->upload(out, h + off, m * sizeof(float));
     else if (s == DT_OK && h != out) memcpy(out, h + off, m * sizeof(float));
     x->comm_s += dt_now() - t0;
     return s;
 }
-static dt_status tp_tree(tp_ctx *x, float *v, size_t n, int bf16) { return tp_tree_into(x, v, n, v, 0, n, bf16); }
+static dt_status tp_tree(tp_ctx *x, float *v, size_t n, int bf16) {
+    return tp_tree_into(x, x->comm, v, n, v, 0, n, bf16);
+}
 
 static dt_status tp_allreduce(void *ctx, float *x, size_t n, int op) {
     tp_ctx *c = ctx;
@@ -108,9 +112,11 @@ static dt_status tp_allreduce(void *ctx, float *x, size_t n, int op) {
     return tp_coll(c, c->comm, TP_SUM, op == GPT_TP_SUM_F32 ? DT_F32 : storage(c), x, n, x, n, n);
 }
 
-/* Replicated key/value heads' gradients over their replicas (storage precision). */
+/* Replicated key/value heads' gradients over their replicas (storage precision; bitwise
+ * mode: the canonical tree's levels above the replicas' query heads, attention.c). */
 static dt_status tp_kv_sum(void *ctx, float *x, size_t n) {
     tp_ctx *c = ctx;
+    if (c->canon) return tp_tree_into(c, c->kv, x, n, x, 0, n, c->ops->bf16);
     return tp_coll(c, c->kv, TP_SUM, storage(c), x, n, x, n, n);
 }
 
@@ -124,7 +130,7 @@ static dt_status tp_reduce_scatter(void *ctx, float *local, const float *full, s
     tp_ctx *c = ctx;
     size_t all = n * (size_t)dt_comm_size(c->comm);
     if (c->canon) /* bitwise: the canonical tree over the whole sum, then this rank's rows of it */
-        return tp_tree_into(c, full, all, local, n * (size_t)dt_comm_rank(c->comm), n, c->ops->bf16);
+        return tp_tree_into(c, c->comm, full, all, local, n * (size_t)dt_comm_rank(c->comm), n, c->ops->bf16);
     return tp_coll(c, c->comm, TP_REDUCE_SCATTER, storage(c), full, n * (size_t)dt_comm_size(c->comm), local, n, n);
 }
 
@@ -190,8 +196,8 @@ dt_status dt_tp_check(const dt_layout *L) {
                        "chunks, which tp must divide", tp, canon);
     if (dt_layout_bitwise(L) && !canon)
         what = "parallel.determinism bitwise with parallel.tp_chunks 1, Llama key/value heads replicated "
-               "over tp (tp above n_kv_head), or a width (Llama: key/value and MLP widths too) not a multiple of "
-               "parallel.tp_chunks";
+               "over tp (tp above n_kv_head) with a number of query heads per rank (n_head / tp) that is not a power "
+               "of two, or a width (Llama: key/value and MLP widths too) not a multiple of parallel.tp_chunks";
     else if (L->cfg.log.sample_tokens > 0 && L->sp)
         what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";
     if (what) return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet", tp, what);
