@@ -18,6 +18,7 @@ bf16), runs it under mpirun and checks it against the single process on the same
 A layout the trainer refuses must exit 2 with one `dtrain: error` line (counted, not a failure).
 
 usage: tests/layout_sweep.py DTRAIN SRCDIR [--cases N] [--seed S] [--max-ranks R] [--keep DIR]
+                             [--bitwise SHARE]
 Prints one line per case and a summary; exits 1 if any case failed. Repeatable: the same seed
 draws the same cases.
 """
@@ -31,6 +32,7 @@ ap.add_argument("--max-ranks", type=int, default=8)
 ap.add_argument("--steps", type=int, default=6)
 ap.add_argument("--keep", default="")
 ap.add_argument("--timeout", type=int, default=300)
+ap.add_argument("--bitwise", type=float, default=0.2, help="the share of cases drawn in bitwise mode")
 args = ap.parse_args()
 
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
@@ -92,7 +94,7 @@ def draw_layout(rng, tp, pp, cp, vs, mb):
         if vs > 1:
             lay["parallel.virtual_stages"] = vs
         lay["parallel.micro_batches"] = rng.choice([0, 1, 2, mb]) if mb > 1 else rng.choice([0, 1])
-    if rng.random() < 0.2:
+    if rng.random() < args.bitwise:
         lay["parallel.determinism"] = "bitwise"
     return lay
 

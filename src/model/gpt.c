@@ -255,12 +255,15 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
     if (m->canon && (m->canon % tp || m->shape.n_embd % m->canon || m->shape.padded_vocab % m->canon ||
                      m->canon > 64 ||
                      (m->shape.family == GPT_FAMILY_LLAMA &&
-                      (!ops->add_rows || kvw % m->canon || m->shape.intermediate % m->canon ||
+                      (kvw % m->canon || m->shape.intermediate % m->canon ||
                        (m->shape.n_kv_head % tp && (hl & (hl - 1)))))))
         return dt_fail(DT_EINPUT, "model: canonical chunks %d (bitwise mode with tensor parallelism) must "
                        "divide the width %d and the padded vocabulary %d (Llama: the key/value width and the "
                        "MLP's too, and key/value heads replicated over tp %d need a power of two of query heads "
                        "per rank), tp dividing them", m->canon, m->shape.n_embd, m->shape.padded_vocab, tp);
+    if (m->canon && m->shape.family == GPT_FAMILY_LLAMA && !ops->add_rows)
+        return dt_fail(DT_EINPUT, "model: bitwise mode with tensor-parallel chunks: the %s backend has no add_rows "
+                       "(the key/value group sums)", ops->name);
     if (layout->row_block > 0 && (!m->canon || max_T % layout->row_block))
         return dt_fail(DT_EINPUT, "model: parallel.cp_chunks (bitwise mode's sequence chunks) needs the canonical "
                        "tensor-parallel chunks (parallel.tp_chunks > 1) and chunks of whole rows");

@@ -194,10 +194,14 @@ dt_status dt_tp_check(const dt_layout *L) {
     if (canon && canon % tp)
         return dt_fail(DT_EINPUT, "parallel.tp %d: bitwise mode cuts the tensor-parallel sums into %d canonical "
                        "chunks, which tp must divide", tp, canon);
+    int hl = L->shape.n_head / tp, kv_split = L->shape.family != GPT_FAMILY_LLAMA || L->shape.n_kv_head % tp == 0;
     if (dt_layout_bitwise(L) && !canon)
-        what = "parallel.determinism bitwise with parallel.tp_chunks 1, Llama key/value heads replicated "
-               "over tp (tp above n_kv_head) with a number of query heads per rank (n_head / tp) that is not a power "
-               "of two, or a width (Llama: key/value and MLP widths too) not a multiple of parallel.tp_chunks";
+        what = !kv_split && (hl & (hl - 1))
+                   ? "parallel.determinism bitwise with Llama key/value heads replicated over tp and a number of "
+                     "query heads per rank (n_head / tp) that is not a power of two (a group's tree would not split "
+                     "at the replicas)"
+                   : "parallel.determinism bitwise with parallel.tp_chunks 1, or a width (Llama: key/value and MLP "
+                     "widths too) not a multiple of parallel.tp_chunks";
     else if (L->cfg.log.sample_tokens > 0 && L->sp)
         what = "the final sample with sequence parallelism (log.sample_tokens > 0; set it to 0)";
     if (what) return dt_fail(DT_EINPUT, "parallel.tp %d: %s is not implemented with tensor parallelism yet", tp, what);
