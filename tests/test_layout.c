@@ -143,6 +143,8 @@ static void feature_refusals(void) {
          "parallel.cp_chunks: the final sample"},
         {2, {"parallel.cp=2", "backend=emulated"}, "parallel.cp 2: a backend other than cpu"},
         {2, {"parallel.cp=2", "precision=bf16"}, "parallel.cp 2: a precision other than fp32"},
+        /* bitwise mode's chunks would not help: the reason named is cp's own */
+        {2, {"parallel.cp=2", "precision=bf16", "parallel.determinism=bitwise"}, "parallel.cp 2: a precision other"},
         {2, {"parallel.cp=2", "log.sample_tokens=5"}, "parallel.cp 2: the final sample"},
         /* tensor parallelism */
         {1, {"parallel.sp=true"}, "parallel.sp needs parallel.tp > 1 (sequence parallelism"},

@@ -35,6 +35,10 @@ dt_status dt_cp_check_config(const dt_layout *L) {
     if (cp <= 1) return DT_OK;
     DT_TRY(dt_cp_check(L->T, cp));
     const char *bw = NULL, *what = NULL;
+    /* what cp itself lacks first: in bitwise mode too, the chunks would not help */
+    if (L->backend != DT_BACKEND_CPU) what = "a backend other than cpu";
+    else if (L->precision != DT_PREC_FP32) what = "a precision other than fp32";
+    if (what) return dt_fail(DT_EINPUT, "parallel.cp %d: %s is not implemented with context parallelism yet", cp, what);
     if (dt_layout_bitwise(L)) { /* the canonical sequence chunks (cp_chunks.c) */
         int canon = dt_layout_canon(L);
         if (!dt_layout_row_block(L))
@@ -46,9 +50,7 @@ dt_status dt_cp_check_config(const dt_layout *L) {
                  "the cp ranks)";
     }
     if (bw) return dt_fail(DT_EINPUT, "parallel.cp %d in bitwise mode: %s", cp, bw);
-    if (L->backend != DT_BACKEND_CPU) what = "a backend other than cpu";
-    else if (L->precision != DT_PREC_FP32) what = "a precision other than fp32";
-    else if (L->cfg.log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
+    if (L->cfg.log.sample_tokens > 0) what = "the final sample (log.sample_tokens > 0; set it to 0)";
     if (what) return dt_fail(DT_EINPUT, "parallel.cp %d: %s is not implemented with context parallelism yet", cp, what);
     return DT_OK;
 }
