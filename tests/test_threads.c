@@ -53,6 +53,13 @@ int main(void) {
     char w[512];
     dt_threads_warning(&p, w, sizeof w);
     CHECK(strstr(w, "warning: 4 ranks with 8 threads in all") && strstr(w, "2 CPUs"), "warning: %s", w);
+    /* the wait policy: named unless idle threads already sleep */
+    setenv("OMP_WAIT_POLICY", "active", 1);
+    dt_threads_warning(&p, w, sizeof w);
+    CHECK(strstr(w, "set OMP_WAIT_POLICY=passive") != NULL, "spinning threads: %s", w);
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    dt_threads_warning(&p, w, sizeof w);
+    CHECK(!strstr(w, "OMP_WAIT_POLICY"), "sleeping threads: %s", w);
     /* requesting 1 thread per rank is never "forced" oversubscription (the ranks are the user's -np) */
     for (int i = 0; i < 4; i++) r[i].requested = 1;
     p = plan(r, 4, 0, 0);
