@@ -139,8 +139,8 @@ static void feature_refusals(void) {
         {2, {"parallel.cp=2", "parallel.determinism=bitwise"}, "parallel.cp 2 in bitwise mode: needs parallel.cp_chunks"},
         {4, {"parallel.cp=4", "parallel.determinism=bitwise", "parallel.cp_chunks=4", "train.seq_len=32"},
          "parallel.cp 4 in bitwise mode: parallel.cp_chunks must be a multiple of 2 x cp"},
-        {1, {"parallel.cp_chunks=4", "parallel.determinism=bitwise", "log.sample_tokens=5"},
-         "parallel.cp_chunks: the final sample"},
+        {2, {"parallel.cp=2", "parallel.cp_chunks=4", "parallel.determinism=bitwise", "log.sample_tokens=5"},
+         "parallel.cp 2: the final sample"},
         {2, {"parallel.cp=2", "backend=emulated"}, "parallel.cp 2: a backend other than cpu"},
         {2, {"parallel.cp=2", "precision=bf16"}, "parallel.cp 2: a precision other than fp32"},
         /* bitwise mode's chunks would not help: the reason named is cp's own */
@@ -180,6 +180,9 @@ static void feature_refusals(void) {
           "model.n_embd=48", "parallel.tp=2", "parallel.determinism=bitwise", NULL);
     CHECK(refused(&L, DT_CHECK_RUN, "per rank (n_head / tp) that is not a power of two") && !dt_layout_canon(&L),
           "bitwise multi-query, 3 query heads a rank");
+    /* the sequence chunks step aside for the sample where there are no cp ranks */
+    build(&L, 2, "parallel.tp=2", "parallel.cp_chunks=4", "parallel.determinism=bitwise", "log.sample_tokens=5", NULL);
+    CHECK(dt_layout_check(&L, DT_CHECK_RUN) == DT_OK, "bitwise tp 2 with the sequence chunks and the sample");
     build(&L, 4, "parallel.pp=2", "parallel.pp_split=3,1", "parallel.schedule=zb-h1", NULL);
     CHECK(dt_layout_check(&L, DT_CHECK_RUN) == DT_OK, "an uneven split, zero bubble");
     build(&L, 2, "parallel.zero=3", "offload.optimizer=nvme", "offload.param=nvme", "offload.nvme_path=/x", NULL);

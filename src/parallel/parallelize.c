@@ -40,6 +40,7 @@ struct dt_par {
     dt_ckpt_dist ckpt; /* saves and the digest of the engine's state (ckpt/distributed.h) */
     double *pipe_all; /* the final pipeline report: 3 numbers per world rank */
     gpt_hooks hooks;  /* the engine's hooks while the full weights are in place */
+    gpt_cp_comm cp;   /* and the model's context-parallel hooks (a group of one's sequence chunks step aside) */
     dt_par_fill fill; /* the current step's data, for the pipeline's callbacks */
     void *fill_ctx;
 };
@@ -393,10 +394,16 @@ dt_status dt_par_gather_full(dt_par *h) {
     DT_TRY(dt_dp_gather_full(h->dpe));
     h->hooks = h->model.hooks; /* the full weights are in place: no per-unit gathers */
     memset(&h->model.hooks, 0, sizeof h->hooks);
+    /* a sample runs one sequence of any length, which bitwise mode's sequence chunks
+     * (parallel.cp_chunks) cannot cut: on a group of one they step aside (the sample is a
+     * log, not the weights; with cp ranks sampling is refused before any work) */
+    h->cp = h->model.cp_comm;
+    if (h->cp.gather && h->cp.size == 1) memset(&h->model.cp_comm, 0, sizeof h->model.cp_comm);
     return DT_OK;
 }
 
 void dt_par_release_full(dt_par *h) {
+    h->model.cp_comm = h->cp;
     h->model.hooks = h->hooks;
     dt_dp_release_full(h->dpe);
 }

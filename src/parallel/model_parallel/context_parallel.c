@@ -29,9 +29,6 @@ int64_t dt_cp_attention_pairs(int T, int cp, int rank) {
 
 dt_status dt_cp_check_config(const dt_layout *L) {
     int cp = L->cp;
-    if (dt_layout_row_block(L) && L->cfg.log.sample_tokens > 0) /* its forwards of 1, 2, ... positions */
-        return dt_fail(DT_EINPUT, "parallel.cp_chunks: the final sample (log.sample_tokens > 0) is not implemented "
-                       "with the sequence chunks yet; set it to 0");
     if (cp <= 1) return DT_OK;
     DT_TRY(dt_cp_check(L->T, cp));
     const char *bw = NULL, *what = NULL;
