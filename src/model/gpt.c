@@ -251,12 +251,11 @@ dt_status gpt_create_layout(gpt_model *m, const gpt_shape *shape, const dt_ops *
         return dt_fail(DT_EINPUT, "parallel.tp %d: the %s backend has no vocabulary-parallel cross-entropy", tp,
                        ops->name);
     int kvw = m->shape.n_kv_head * (m->shape.n_embd / m->shape.n_head); /* Llama: the key/value width */
-    int hl = m->shape.n_head / tp;                                      /* query heads per rank */
     if (m->canon && (m->canon % tp || m->shape.n_embd % m->canon || m->shape.padded_vocab % m->canon ||
                      m->canon > 64 ||
                      (m->shape.family == GPT_FAMILY_LLAMA &&
                       (kvw % m->canon || m->shape.intermediate % m->canon ||
-                       (m->shape.n_kv_head % tp && (hl & (hl - 1)))))))
+                       !gpt_kv_tree_splits(&m->shape, tp)))))
         return dt_fail(DT_EINPUT, "model: canonical chunks %d (bitwise mode with tensor parallelism) must "
                        "divide the width %d and the padded vocabulary %d (Llama: the key/value width and the "
                        "MLP's too, and key/value heads replicated over tp %d need a power of two of query heads "

@@ -285,6 +285,14 @@ static inline int gpt_kv_replicas(const gpt_shape *s, int tp) {
 static inline int gpt_kv_heads_local(const gpt_shape *s, int tp) {
     return s->n_kv_head / (tp / gpt_kv_replicas(s, tp));
 }
+/* Whether bitwise mode's key/value group sums (attention.c's rope_canon_bwd: one binary
+ * tree over a group's query heads) split at the tp ranks: the heads split over tp, or
+ * replicated with a power of two of query heads per rank (the tree's aligned subtrees). */
+static inline int gpt_kv_tree_splits(const gpt_shape *s, int tp) {
+    if (tp <= 0) return 0;
+    int hl = s->n_head / tp;
+    return s->family != GPT_FAMILY_LLAMA || s->n_kv_head % tp == 0 || (hl > 0 && (hl & (hl - 1)) == 0);
+}
 /* Builds the tensor table and allocates activations for B x T, and the flat params and
  * grads buffers when alloc_state (a sharding wrapper may provide its own). */
 dt_status gpt_create(gpt_model *m, const gpt_shape *s, const dt_ops *ops, int max_B, int max_T);

@@ -125,9 +125,9 @@ static inline int dt_layout_canon(const dt_layout *L) {
     const gpt_shape *s = &L->shape;
     /* Llama: the key/value width and the MLP's cut by q too; key/value heads replicated over
      * tp (attention.c's rope_canon_bwd) only with a power of two of query heads per rank */
-    int hl = s->n_head / L->tp, kv_ok = s->n_kv_head % L->tp == 0 || (hl > 0 && (hl & (hl - 1)) == 0);
     int llama_ok = s->family != GPT_FAMILY_LLAMA ||
-                   (kv_ok && (s->n_kv_head * (s->n_embd / s->n_head)) % q == 0 && s->intermediate % q == 0);
+                   (gpt_kv_tree_splits(s, L->tp) && (s->n_kv_head * (s->n_embd / s->n_head)) % q == 0 &&
+                    s->intermediate % q == 0);
     return dt_layout_bitwise(L) && q > 1 && llama_ok && s->n_embd % q == 0 ? q : 0;
 }
 /* Bitwise mode's canonical sequence chunks (parallel.cp_chunks; model_parallel/cp_chunks.c):

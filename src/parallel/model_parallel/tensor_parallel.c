@@ -194,9 +194,8 @@ dt_status dt_tp_check(const dt_layout *L) {
     if (canon && canon % tp)
         return dt_fail(DT_EINPUT, "parallel.tp %d: bitwise mode cuts the tensor-parallel sums into %d canonical "
                        "chunks, which tp must divide", tp, canon);
-    int hl = L->shape.n_head / tp, kv_split = L->shape.family != GPT_FAMILY_LLAMA || L->shape.n_kv_head % tp == 0;
     if (dt_layout_bitwise(L) && !canon)
-        what = !kv_split && (hl & (hl - 1))
+        what = !gpt_kv_tree_splits(&L->shape, tp)
                    ? "parallel.determinism bitwise with Llama key/value heads replicated over tp and a number of "
                      "query heads per rank (n_head / tp) that is not a power of two (a group's tree would not split "
                      "at the replicas)"
